@@ -1,0 +1,125 @@
+//! The one response and request body type the proxy speaks, and the wrapper
+//! that ends long-lived streams at shutdown.
+//!
+//! Every body crossing watchmux is boxed into [`ProxyBody`] so that streamed
+//! upstream bodies, bodies watchmux writes itself and (later) cache-built watch
+//! streams share one type and one error type.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Empty, Full, combinators::BoxBody};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body type of every request and response watchmux forwards or writes.
+pub type ProxyBody = BoxBody<Bytes, BoxError>;
+
+/// A complete body from bytes watchmux produced itself.
+pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+}
+
+pub fn empty() -> ProxyBody {
+    Empty::new().map_err(|never| match never {}).boxed()
+}
+
+/// Boxes any body whose error converts into [`BoxError`].
+pub fn boxed<B>(body: B) -> ProxyBody
+where
+    B: Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    body.map_err(Into::into).boxed()
+}
+
+pin_project_lite::pin_project! {
+    /// A body that ends cleanly (end of stream, not an error) once `stop` is
+    /// cancelled.
+    ///
+    /// Watch streams never finish on their own, so a graceful shutdown that
+    /// waited for them would always run into its deadline. Ending the body
+    /// instead finishes the chunked response normally; clients see the same
+    /// thing as a watch timeout and reconnect, to another replica or to this
+    /// one after restart, from their last resourceVersion.
+    pub struct EndOnShutdown<B> {
+        #[pin]
+        inner: B,
+        #[pin]
+        stop: WaitForCancellationFutureOwned,
+        stopped: bool,
+    }
+}
+
+impl<B> EndOnShutdown<B> {
+    pub fn new(inner: B, stop: CancellationToken) -> Self {
+        Self { inner, stop: stop.cancelled_owned(), stopped: false }
+    }
+}
+
+impl<B: Body> Body for EndOnShutdown<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let this = self.project();
+        if *this.stopped {
+            return Poll::Ready(None);
+        }
+        // Data already available is delivered before the stop is honoured, so
+        // an event the upstream sent before shutdown still reaches the client.
+        if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        if this.stop.poll(cx).is_ready() {
+            *this.stopped = true;
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.stopped || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.stopped { SizeHint::with_exact(0) } else { self.inner.size_hint() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::channel::Channel;
+
+    #[tokio::test]
+    async fn body_ends_cleanly_when_shutdown_is_signalled() {
+        let (mut tx, rx) = Channel::<Bytes, BoxError>::new(4);
+        let stop = CancellationToken::new();
+        let mut body = std::pin::pin!(EndOnShutdown::new(rx, stop.clone()));
+
+        tx.send_data(Bytes::from_static(b"event\n")).await.unwrap();
+        let first = body.as_mut().frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "event\n");
+
+        stop.cancel();
+        assert!(body.as_mut().frame().await.is_none(), "stream must end, not error, after shutdown");
+        assert!(body.is_end_stream());
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn data_sent_before_shutdown_is_still_delivered() {
+        let (mut tx, rx) = Channel::<Bytes, BoxError>::new(4);
+        let stop = CancellationToken::new();
+        let mut body = std::pin::pin!(EndOnShutdown::new(rx, stop.clone()));
+        tx.send_data(Bytes::from_static(b"last\n")).await.unwrap();
+        stop.cancel();
+        let frame = body.as_mut().frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), "last\n");
+        assert!(body.as_mut().frame().await.is_none());
+    }
+}

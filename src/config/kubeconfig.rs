@@ -1,0 +1,494 @@
+//! Where the upstream API server is and how to talk to it: kubeconfig files
+//! and the in-cluster service-account environment.
+//!
+//! The resolution order is the one a Kubernetes client user expects: an
+//! explicit `--kubeconfig`; otherwise in-cluster configuration when running in
+//! a pod; otherwise `$KUBECONFIG` (a list of files, merged, first one wins per
+//! entry); otherwise `~/.kube/config`. Paths inside a kubeconfig are relative
+//! to the file that names them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use http::Uri;
+use serde::Deserialize;
+
+/// Everything needed to reach and authenticate to the upstream API server.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UpstreamConfig {
+    /// `https://host:port`, possibly with a path prefix.
+    pub server: Uri,
+    /// PEM bundle of the cluster's CA certificates; `None` uses no roots
+    /// (then `insecure_skip_tls_verify` must be set for HTTPS to work).
+    pub ca_pem: Option<Vec<u8>>,
+    pub insecure_skip_tls_verify: bool,
+    /// Overrides the name checked against the server certificate.
+    pub tls_server_name: Option<String>,
+    /// PEM client certificate chain and key, for certificate authentication.
+    pub client_cert_pem: Option<Vec<u8>>,
+    pub client_key_pem: Option<Vec<u8>>,
+    pub auth: UpstreamAuth,
+    /// Where this configuration came from, for logs.
+    pub source: String,
+}
+
+impl std::fmt::Debug for UpstreamConfig {
+    // Hand-written so that key material can never reach a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamConfig")
+            .field("server", &self.server)
+            .field("ca", &self.ca_pem.as_ref().map(|_| "<pem>"))
+            .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .field("tls_server_name", &self.tls_server_name)
+            .field("client_cert", &self.client_cert_pem.is_some())
+            .field("auth", &self.auth)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+/// How watchmux authenticates itself to the upstream, beyond a client certificate.
+#[derive(Clone, PartialEq, Eq)]
+pub enum UpstreamAuth {
+    None,
+    /// A fixed bearer token.
+    Token(String),
+    /// A bearer token read from a file and re-read as it rotates (projected
+    /// service-account tokens are replaced on disk well before they expire).
+    TokenFile(PathBuf),
+    Basic { username: String, password: String },
+}
+
+impl std::fmt::Debug for UpstreamAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("None"),
+            Self::Token(_) => f.write_str("Token(<redacted>)"),
+            Self::TokenFile(p) => f.debug_tuple("TokenFile").field(p).finish(),
+            Self::Basic { username, .. } => f.debug_struct("Basic").field("username", username).finish_non_exhaustive(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeconfigError {
+    #[error("reading {path}")]
+    Read { path: PathBuf, #[source] source: std::io::Error },
+    #[error("parsing kubeconfig {path}")]
+    Parse { path: PathBuf, #[source] source: serde_yaml_ng::Error },
+    #[error("no kubeconfig found: not in a cluster, $KUBECONFIG unset and {0} missing")]
+    NotFound(PathBuf),
+    #[error("kubeconfig has no context {0:?}")]
+    NoContext(String),
+    #[error("kubeconfig sets no current-context and no --context was given")]
+    NoCurrentContext,
+    #[error("kubeconfig context {context:?} names cluster {cluster:?}, which it does not define")]
+    NoCluster { context: String, cluster: String },
+    #[error("kubeconfig context {context:?} names user {user:?}, which it does not define")]
+    NoUser { context: String, user: String },
+    #[error("invalid server URL {server:?}")]
+    Server { server: String, #[source] source: http::uri::InvalidUri },
+    #[error("decoding base64 field {field}")]
+    Base64 { field: &'static str, #[source] source: base64::DecodeError },
+    #[error("in-cluster configuration: {0}")]
+    InCluster(String),
+}
+
+/// Resolves the upstream as a Kubernetes client would.
+///
+/// `explicit` is `--kubeconfig`, `context` is `--context`.
+pub fn resolve(explicit: Option<&Path>, context: Option<&str>) -> Result<UpstreamConfig, KubeconfigError> {
+    resolve_with(explicit, context, &Env::from_process())
+}
+
+/// The parts of the process environment resolution depends on, separated so
+/// tests can supply their own.
+#[derive(Debug, Default, Clone)]
+pub struct Env {
+    pub kubeconfig: Option<String>,
+    pub home: Option<PathBuf>,
+    pub service_host: Option<String>,
+    pub service_port: Option<String>,
+    pub service_account_dir: PathBuf,
+}
+
+impl Env {
+    pub fn from_process() -> Self {
+        Self {
+            kubeconfig: std::env::var("KUBECONFIG").ok().filter(|s| !s.is_empty()),
+            home: std::env::var_os("HOME").map(PathBuf::from),
+            service_host: std::env::var("KUBERNETES_SERVICE_HOST").ok().filter(|s| !s.is_empty()),
+            service_port: std::env::var("KUBERNETES_SERVICE_PORT").ok().filter(|s| !s.is_empty()),
+            service_account_dir: PathBuf::from("/var/run/secrets/kubernetes.io/serviceaccount"),
+        }
+    }
+}
+
+pub fn resolve_with(explicit: Option<&Path>, context: Option<&str>, env: &Env) -> Result<UpstreamConfig, KubeconfigError> {
+    if let Some(path) = explicit {
+        return from_files(&[path.to_path_buf()], context);
+    }
+    if let (Some(host), Some(port)) = (&env.service_host, &env.service_port) {
+        return in_cluster(host, port, &env.service_account_dir);
+    }
+    if let Some(list) = &env.kubeconfig {
+        let paths: Vec<PathBuf> = std::env::split_paths(list).filter(|p| !p.as_os_str().is_empty()).collect();
+        // As kubectl does, entries in $KUBECONFIG that do not exist are skipped.
+        let existing: Vec<PathBuf> = paths.into_iter().filter(|p| p.exists()).collect();
+        if !existing.is_empty() {
+            return from_files(&existing, context);
+        }
+    }
+    let default = env.home.clone().unwrap_or_default().join(".kube").join("config");
+    if default.exists() {
+        return from_files(&[default], context);
+    }
+    Err(KubeconfigError::NotFound(default))
+}
+
+fn in_cluster(host: &str, port: &str, sa_dir: &Path) -> Result<UpstreamConfig, KubeconfigError> {
+    let token = sa_dir.join("token");
+    if !token.exists() {
+        return Err(KubeconfigError::InCluster(format!("{} is missing", token.display())));
+    }
+    let ca_path = sa_dir.join("ca.crt");
+    let ca_pem = std::fs::read(&ca_path).map_err(|source| KubeconfigError::Read { path: ca_path, source })?;
+    // An IPv6 service host must be bracketed in a URL.
+    let host = if host.contains(':') { format!("[{host}]") } else { host.to_owned() };
+    let server = format!("https://{host}:{port}");
+    Ok(UpstreamConfig {
+        server: server.parse().map_err(|source| KubeconfigError::Server { server, source })?,
+        ca_pem: Some(ca_pem),
+        insecure_skip_tls_verify: false,
+        tls_server_name: None,
+        client_cert_pem: None,
+        client_key_pem: None,
+        auth: UpstreamAuth::TokenFile(token),
+        source: "in-cluster service account".into(),
+    })
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Kubeconfig {
+    #[serde(default, rename = "current-context")]
+    current_context: Option<String>,
+    #[serde(default)]
+    clusters: Vec<Named<Cluster>>,
+    #[serde(default)]
+    users: Vec<Named<User>>,
+    #[serde(default)]
+    contexts: Vec<Named<Context>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Named<T> {
+    name: String,
+    #[serde(alias = "cluster", alias = "user", alias = "context")]
+    value: Option<T>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Cluster {
+    server: String,
+    certificate_authority: Option<PathBuf>,
+    certificate_authority_data: Option<String>,
+    #[serde(default)]
+    insecure_skip_tls_verify: bool,
+    tls_server_name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct User {
+    client_certificate: Option<PathBuf>,
+    client_certificate_data: Option<String>,
+    client_key: Option<PathBuf>,
+    client_key_data: Option<String>,
+    token: Option<String>,
+    #[serde(rename = "tokenFile")]
+    token_file: Option<PathBuf>,
+    username: Option<String>,
+    password: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Context {
+    cluster: String,
+    user: Option<String>,
+}
+
+/// A cluster, user or context entry and the directory its relative paths
+/// are resolved against.
+struct Located<'a, T> {
+    value: &'a T,
+    dir: &'a Path,
+}
+
+fn from_files(paths: &[PathBuf], context: Option<&str>) -> Result<UpstreamConfig, KubeconfigError> {
+    let mut files = Vec::with_capacity(paths.len());
+    for path in paths {
+        let text = std::fs::read(path).map_err(|source| KubeconfigError::Read { path: path.clone(), source })?;
+        let parsed: Kubeconfig = if text.iter().all(u8::is_ascii_whitespace) {
+            Kubeconfig::default()
+        } else {
+            serde_yaml_ng::from_slice(&text).map_err(|source| KubeconfigError::Parse { path: path.clone(), source })?
+        };
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        files.push((parsed, dir));
+    }
+    let source = paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":");
+
+    // Merge: the first file that defines a name wins, as in client-go.
+    let mut clusters: HashMap<&str, Located<Cluster>> = HashMap::new();
+    let mut users: HashMap<&str, Located<User>> = HashMap::new();
+    let mut contexts: HashMap<&str, &Context> = HashMap::new();
+    let mut current = None;
+    for (file, dir) in &files {
+        current = current.or(file.current_context.as_deref().filter(|c| !c.is_empty()));
+        for c in &file.clusters {
+            if let Some(value) = &c.value {
+                clusters.entry(&c.name).or_insert(Located { value, dir });
+            }
+        }
+        for u in &file.users {
+            if let Some(value) = &u.value {
+                users.entry(&u.name).or_insert(Located { value, dir });
+            }
+        }
+        for c in &file.contexts {
+            if let Some(value) = &c.value {
+                contexts.entry(&c.name).or_insert(value);
+            }
+        }
+    }
+
+    let context_name = context.or(current).ok_or(KubeconfigError::NoCurrentContext)?;
+    let ctx = contexts.get(context_name).ok_or_else(|| KubeconfigError::NoContext(context_name.into()))?;
+    let cluster = clusters.get(ctx.cluster.as_str()).ok_or_else(|| KubeconfigError::NoCluster {
+        context: context_name.into(),
+        cluster: ctx.cluster.clone(),
+    })?;
+    let user = match &ctx.user {
+        Some(name) if !name.is_empty() => Some(users.get(name.as_str()).ok_or_else(|| KubeconfigError::NoUser {
+            context: context_name.into(),
+            user: name.clone(),
+        })?),
+        _ => None,
+    };
+
+    let server = cluster.value.server.clone();
+    let mut cfg = UpstreamConfig {
+        server: server.parse().map_err(|source| KubeconfigError::Server { server: server.clone(), source })?,
+        ca_pem: data_or_file(
+            "certificate-authority-data",
+            cluster.value.certificate_authority_data.as_deref(),
+            cluster.value.certificate_authority.as_deref(),
+            cluster.dir,
+        )?,
+        insecure_skip_tls_verify: cluster.value.insecure_skip_tls_verify,
+        tls_server_name: cluster.value.tls_server_name.clone(),
+        client_cert_pem: None,
+        client_key_pem: None,
+        auth: UpstreamAuth::None,
+        source: format!("kubeconfig {source}, context {context_name}"),
+    };
+    if let Some(user) = user {
+        let u = user.value;
+        cfg.client_cert_pem = data_or_file(
+            "client-certificate-data",
+            u.client_certificate_data.as_deref(),
+            u.client_certificate.as_deref(),
+            user.dir,
+        )?;
+        cfg.client_key_pem =
+            data_or_file("client-key-data", u.client_key_data.as_deref(), u.client_key.as_deref(), user.dir)?;
+        // As in client-go, a token file wins over an inline token: it is the
+        // one that rotates.
+        cfg.auth = if let Some(file) = &u.token_file {
+            UpstreamAuth::TokenFile(user.dir.join(file))
+        } else if let Some(token) = u.token.as_ref().filter(|t| !t.is_empty()) {
+            UpstreamAuth::Token(token.clone())
+        } else if let (Some(username), Some(password)) = (&u.username, &u.password) {
+            UpstreamAuth::Basic { username: username.clone(), password: password.clone() }
+        } else {
+            UpstreamAuth::None
+        };
+    }
+    Ok(cfg)
+}
+
+/// Inline base64 data wins over a file path, as in client-go.
+fn data_or_file(
+    field: &'static str,
+    data: Option<&str>,
+    file: Option<&Path>,
+    dir: &Path,
+) -> Result<Option<Vec<u8>>, KubeconfigError> {
+    if let Some(data) = data.filter(|d| !d.is_empty()) {
+        let compact: String = data.split_ascii_whitespace().collect();
+        return base64::engine::general_purpose::STANDARD
+            .decode(compact)
+            .map(Some)
+            .map_err(|source| KubeconfigError::Base64 { field, source });
+    }
+    match file.filter(|f| !f.as_os_str().is_empty()) {
+        Some(file) => {
+            let path = dir.join(file);
+            std::fs::read(&path).map(Some).map_err(|source| KubeconfigError::Read { path, source })
+        }
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    const TWO_CONTEXTS: &str = r#"
+apiVersion: v1
+kind: Config
+current-context: a
+clusters:
+- name: ca
+  cluster:
+    server: https://127.0.0.1:6443
+    certificate-authority: certs/ca.pem
+- name: cb
+  cluster:
+    server: https://b.example:443/prefix
+    certificate-authority-data: aGVsbG8=
+    insecure-skip-tls-verify: true
+    tls-server-name: kubernetes
+users:
+- name: ua
+  user:
+    token: secret-a
+- name: ub
+  user:
+    tokenFile: tok
+    token: ignored-inline
+    client-certificate-data: Y2VydA==
+    client-key-data: a2V5
+contexts:
+- name: a
+  context: {cluster: ca, user: ua}
+- name: b
+  context: {cluster: cb, user: ub}
+"#;
+
+    #[test]
+    fn current_context_with_relative_ca_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("certs")).unwrap();
+        write(&dir.path().join("certs"), "ca.pem", "PEM");
+        let kc = write(dir.path(), "config", TWO_CONTEXTS);
+        let cfg = resolve_with(Some(&kc), None, &Env::default()).unwrap();
+        assert_eq!(cfg.server, "https://127.0.0.1:6443");
+        assert_eq!(cfg.ca_pem.as_deref(), Some(&b"PEM"[..]));
+        assert_eq!(cfg.auth, UpstreamAuth::Token("secret-a".into()));
+        assert!(!cfg.insecure_skip_tls_verify);
+    }
+
+    #[test]
+    fn explicit_context_with_inline_data_and_token_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let kc = write(dir.path(), "config", TWO_CONTEXTS);
+        let cfg = resolve_with(Some(&kc), Some("b"), &Env::default()).unwrap();
+        assert_eq!(cfg.server.path(), "/prefix");
+        assert_eq!(cfg.ca_pem.as_deref(), Some(&b"hello"[..]));
+        assert_eq!(cfg.client_cert_pem.as_deref(), Some(&b"cert"[..]));
+        assert_eq!(cfg.client_key_pem.as_deref(), Some(&b"key"[..]));
+        assert!(cfg.insecure_skip_tls_verify);
+        assert_eq!(cfg.tls_server_name.as_deref(), Some("kubernetes"));
+        assert_eq!(cfg.auth, UpstreamAuth::TokenFile(dir.path().join("tok")));
+    }
+
+    #[test]
+    fn unknown_context_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let kc = write(dir.path(), "config", TWO_CONTEXTS);
+        let err = resolve_with(Some(&kc), Some("nope"), &Env::default()).unwrap_err();
+        assert!(matches!(err, KubeconfigError::NoContext(ref c) if c == "nope"), "{err}");
+    }
+
+    #[test]
+    fn kubeconfig_env_list_merges_first_wins_and_skips_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = write(
+            dir.path(),
+            "first",
+            "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\nusers:\n- name: u\n  user: {token: one}\n",
+        );
+        let second = write(
+            dir.path(),
+            "second",
+            "current-context: y\nclusters:\n- name: c\n  cluster: {server: 'https://10.0.0.1'}\nusers:\n- name: u\n  user: {token: two}\n",
+        );
+        let missing = dir.path().join("missing");
+        let list = std::env::join_paths([&missing, &first, &second]).unwrap();
+        let env = Env { kubeconfig: Some(list.into_string().unwrap()), ..Env::default() };
+        let cfg = resolve_with(None, None, &env).unwrap();
+        assert_eq!(cfg.server, "https://10.0.0.1");
+        assert_eq!(cfg.auth, UpstreamAuth::Token("one".into()));
+    }
+
+    #[test]
+    fn in_cluster_wins_over_kubeconfig_env_and_uses_rotating_token() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "token", "t");
+        write(dir.path(), "ca.crt", "CA");
+        let env = Env {
+            kubeconfig: Some("/nonexistent".into()),
+            service_host: Some("fd00::1".into()),
+            service_port: Some("443".into()),
+            service_account_dir: dir.path().to_path_buf(),
+            ..Env::default()
+        };
+        let cfg = resolve_with(None, None, &env).unwrap();
+        assert_eq!(cfg.server, "https://[fd00::1]:443");
+        assert_eq!(cfg.ca_pem.as_deref(), Some(&b"CA"[..]));
+        assert_eq!(cfg.auth, UpstreamAuth::TokenFile(dir.path().join("token")));
+    }
+
+    #[test]
+    fn home_default_is_last_and_missing_everything_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env { home: Some(dir.path().to_path_buf()), ..Env::default() };
+        assert!(matches!(resolve_with(None, None, &env), Err(KubeconfigError::NotFound(_))));
+        std::fs::create_dir(dir.path().join(".kube")).unwrap();
+        write(
+            &dir.path().join(".kube"),
+            "config",
+            "current-context: h\ncontexts:\n- name: h\n  context: {cluster: c}\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:8080'}\n",
+        );
+        let cfg = resolve_with(None, None, &env).unwrap();
+        assert_eq!(cfg.server, "http://127.0.0.1:8080");
+        assert_eq!(cfg.auth, UpstreamAuth::None);
+    }
+
+    #[test]
+    fn debug_output_never_shows_secrets() {
+        let cfg = UpstreamConfig {
+            server: "https://x".parse().unwrap(),
+            ca_pem: None,
+            insecure_skip_tls_verify: false,
+            tls_server_name: None,
+            client_cert_pem: Some(b"CERT".to_vec()),
+            client_key_pem: Some(b"PRIVATE-KEY".to_vec()),
+            auth: UpstreamAuth::Basic { username: "u".into(), password: "hunter2".into() },
+            source: "test".into(),
+        };
+        let shown = format!("{cfg:?} {:?}", UpstreamAuth::Token("tok-123".into()));
+        for secret in ["PRIVATE-KEY", "hunter2", "tok-123"] {
+            assert!(!shown.contains(secret), "{secret} leaked: {shown}");
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Kubernetes `Status` objects, the one shape every API error takes.
+//!
+//! kube-apiserver never answers an error with bare text: clients (client-go,
+//! kubectl, kube-rs) decode the body as a `meta.k8s.io/v1` Status and show its
+//! message. watchmux answers its own errors the same way, so a client cannot
+//! tell whether the proxy or the API server refused it.
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use serde_json::{Map, Value, json};
+
+use crate::body::{self, ProxyBody};
+
+/// The `reason` field of a Status, as kube-apiserver spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusReason {
+    BadRequest,
+    NotFound,
+    MethodNotAllowed,
+    NotAcceptable,
+    RequestEntityTooLarge,
+    TooManyRequests,
+    InternalError,
+    ServiceUnavailable,
+    Timeout,
+    Expired,
+    Invalid,
+}
+
+impl StatusReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::BadRequest => "BadRequest",
+            Self::NotFound => "NotFound",
+            Self::MethodNotAllowed => "MethodNotAllowed",
+            Self::NotAcceptable => "NotAcceptable",
+            Self::RequestEntityTooLarge => "RequestEntityTooLarge",
+            Self::TooManyRequests => "TooManyRequests",
+            Self::InternalError => "InternalError",
+            Self::ServiceUnavailable => "ServiceUnavailable",
+            Self::Timeout => "Timeout",
+            Self::Expired => "Expired",
+            Self::Invalid => "Invalid",
+        }
+    }
+}
+
+/// A failure Status as kube-apiserver would send it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    pub code: StatusCode,
+    pub reason: StatusReason,
+    pub message: String,
+    /// `details`, when the API server would include them.
+    pub details: Option<Map<String, Value>>,
+    /// Seconds for a `Retry-After` header and `details.retryAfterSeconds`.
+    pub retry_after_seconds: Option<u32>,
+}
+
+impl Status {
+    pub fn new(code: StatusCode, reason: StatusReason, message: impl Into<String>) -> Self {
+        Self { code, reason, message: message.into(), details: None, retry_after_seconds: None }
+    }
+
+    /// The answer when the upstream API server cannot be reached.
+    pub fn upstream_unavailable(detail: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            StatusReason::ServiceUnavailable,
+            format!("the upstream API server is unavailable: {detail}"),
+        )
+        .retry_after(1)
+    }
+
+    pub fn retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after_seconds = Some(seconds);
+        self
+    }
+
+    /// The Status as a JSON value, fields in the API server's order.
+    pub fn to_json(&self) -> Value {
+        let mut details = self.details.clone();
+        if let Some(secs) = self.retry_after_seconds {
+            details.get_or_insert_with(Map::new).insert("retryAfterSeconds".into(), json!(secs));
+        }
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason.as_str(),
+        });
+        let obj = status.as_object_mut().expect("built as an object");
+        if let Some(details) = details {
+            obj.insert("details".into(), Value::Object(details));
+        }
+        obj.insert("code".into(), json!(self.code.as_u16()));
+        status
+    }
+
+    /// The Status as a complete HTTP response with a JSON body.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let bytes = Bytes::from(self.to_json().to_string());
+        let mut resp = Response::new(body::full(bytes));
+        *resp.status_mut() = self.code;
+        let headers = resp.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+        if let Some(secs) = self.retry_after_seconds {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn unavailable_upstream_is_a_503_status_with_retry_after() {
+        let resp = Status::upstream_unavailable("connection refused").into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["kind"], "Status");
+        assert_eq!(v["apiVersion"], "v1");
+        assert_eq!(v["status"], "Failure");
+        assert_eq!(v["reason"], "ServiceUnavailable");
+        assert_eq!(v["code"], 503);
+        assert_eq!(v["details"]["retryAfterSeconds"], 1);
+        assert!(v["message"].as_str().unwrap().contains("connection refused"));
+    }
+
+    #[test]
+    fn status_without_details_has_no_details_field() {
+        let v = Status::new(StatusCode::NOT_FOUND, StatusReason::NotFound, "the server could not find the requested resource").to_json();
+        assert!(v.get("details").is_none());
+        assert_eq!(v["code"], 404);
+    }
+}

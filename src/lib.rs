@@ -1,0 +1,45 @@
+//! watchmux: a transparent caching watch proxy for the Kubernetes API.
+//!
+//! The crate is organised by concern, following the request path:
+//! [`server`] accepts connections, [`request`] classifies what a request means
+//! to the API, [`passthrough`] forwards what watchmux does not answer itself
+//! to the [`upstream`] API server, [`encode`] writes the bodies watchmux
+//! produces (Status errors), and [`metrics`] names everything it counts.
+//! [`config`] holds the flags and kubeconfig loading.
+
+pub mod body;
+pub mod config;
+pub mod encode;
+pub mod metrics;
+pub mod passthrough;
+pub mod request;
+pub mod server;
+pub mod upstream;
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use config::Args;
+use server::{Server, ServerOptions};
+use upstream::{Upstream, UpstreamOptions};
+
+/// Runs watchmux with the given flags until SIGTERM or SIGINT.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let metrics = metrics::install().context("installing the metrics recorder")?;
+    let upstream_cfg = config::kubeconfig::resolve(args.kubeconfig.as_deref(), args.context.as_deref())
+        .context("resolving the upstream API server")?;
+    tracing::info!(server = %upstream_cfg.server, source = %upstream_cfg.source, "upstream");
+    let upstream = Arc::new(
+        Upstream::new(&upstream_cfg, UpstreamOptions { http1_only: args.upstream_http1_only })
+            .context("configuring the upstream client")?,
+    );
+    let server = Server::bind(
+        &args,
+        upstream,
+        ServerOptions { shutdown_grace: args.shutdown_grace, metrics: Some(metrics) },
+    )
+    .await?;
+    tracing::info!(admin = %server.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");
+    server.serve(server::shutdown::signal()).await
+}

@@ -1,0 +1,125 @@
+//! The transparent reverse proxy: every request watchmux does not answer
+//! itself goes upstream unchanged but for its hop-by-hop headers and its
+//! credentials, and the answer streams back as it arrives.
+//!
+//! Bodies are never buffered: hyper hands each upstream frame to the
+//! downstream connection as soon as it is read, which is what makes `watch`
+//! and `logs -f` work through the proxy. Upgrades are tunnelled as raw bytes.
+
+pub mod headers;
+mod upgrade;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use metrics::{counter, gauge, histogram};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::body::{self, EndOnShutdown, ProxyBody};
+use crate::encode::status::Status;
+use crate::metrics as m;
+use crate::request::RequestInfo;
+use crate::upstream::Upstream;
+
+/// What the proxy knows about the downstream connection a request came on.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    /// The client's address; `None` on a unix socket.
+    pub addr: Option<SocketAddr>,
+}
+
+/// Forwards requests to the upstream.
+#[derive(Debug, Clone)]
+pub struct Passthrough {
+    upstream: Arc<Upstream>,
+    /// Cancelled at shutdown: watch streams end cleanly when it is.
+    streams_stop: CancellationToken,
+}
+
+impl Passthrough {
+    pub fn new(upstream: Arc<Upstream>, streams_stop: CancellationToken) -> Self {
+        Self { upstream, streams_stop }
+    }
+
+    /// Forwards one request and returns the upstream's answer, or a 503
+    /// Status when the upstream cannot be reached.
+    pub async fn forward(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
+        let info = RequestInfo::classify(req.method(), req.uri());
+        if req.version() <= http::Version::HTTP_11 && headers::is_upgrade_request(req.headers()) {
+            return upgrade::forward(&self.upstream, req, peer, &info).await;
+        }
+
+        let started = Instant::now();
+        let verb = info.verb_label();
+        let inflight = InflightGuard::new();
+        let (mut parts, incoming) = req.into_parts();
+        headers::remove_hop_by_hop(&mut parts.headers);
+        if let Some(addr) = peer.addr {
+            headers::append_forwarded_for(&mut parts.headers, addr.ip());
+        }
+        let upstream_req = Request::from_parts(parts, body::boxed(incoming));
+
+        let resp = match self.upstream.send(upstream_req).await {
+            Ok(resp) => resp,
+            Err(err) => return upstream_failure(&err, verb),
+        };
+        histogram!(m::PASSTHROUGH_DURATION, "verb" => verb).record(started.elapsed().as_secs_f64());
+        counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "code" => resp.status().as_str().to_owned()).increment(1);
+
+        let (mut parts, incoming) = resp.into_parts();
+        headers::remove_hop_by_hop(&mut parts.headers);
+        // The guard lives as long as the body, so long-running streams count
+        // as in flight until they end.
+        let incoming = http_body_util::BodyExt::map_frame(incoming, move |frame| {
+            let _ = &inflight;
+            frame
+        });
+        let body = if info.is_watch() {
+            body::boxed(EndOnShutdown::new(incoming, self.streams_stop.clone()))
+        } else {
+            body::boxed(incoming)
+        };
+        Response::from_parts(parts, body)
+    }
+}
+
+/// Maps a failure to reach the upstream to the 503 Status a client expects.
+fn upstream_failure(err: &hyper_util::client::legacy::Error, verb: &'static str) -> Response<ProxyBody> {
+    let cause = if err.is_connect() { "connect" } else { "request" };
+    counter!(m::UPSTREAM_ERRORS, "cause" => cause).increment(1);
+    counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "code" => "503").increment(1);
+    tracing::warn!(error = %error_chain(err), cause, "upstream request failed");
+    Status::upstream_unavailable(error_chain(err)).into_response()
+}
+
+/// An error and its sources on one line, e.g. "client error (Connect): tcp
+/// connect error: Connection refused (os error 111)".
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Counts a forwarded request as in flight until dropped.
+struct InflightGuard;
+
+impl InflightGuard {
+    fn new() -> Self {
+        gauge!(m::PASSTHROUGH_INFLIGHT).increment(1.0);
+        Self
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        gauge!(m::PASSTHROUGH_INFLIGHT).decrement(1.0);
+    }
+}

@@ -1,0 +1,289 @@
+//! The request classifier: what a URL and method mean to the Kubernetes API.
+//!
+//! kube-apiserver derives a `RequestInfo` (verb, group, version, namespace,
+//! resource, name, subresource) from every request before authorizing it.
+//! watchmux does the same, by the same rules, so that metrics, shutdown
+//! handling and (later) the cache and authorization agree with the API server
+//! on what a request is. Parsing never fails: anything that is not a resource
+//! request is a non-resource request, and the API server answers it.
+
+use http::{Method, Uri};
+
+/// The verb of a request, as kube-apiserver's authorizer names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verb {
+    Get,
+    List,
+    Watch,
+    Create,
+    Update,
+    Patch,
+    Delete,
+    DeleteCollection,
+    /// A non-resource request or a method the API has no verb for; the
+    /// lowercase method is used as the verb, as the API server does.
+    Other(&'static str),
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "get",
+            Self::List => "list",
+            Self::Watch => "watch",
+            Self::Create => "create",
+            Self::Update => "update",
+            Self::Patch => "patch",
+            Self::Delete => "delete",
+            Self::DeleteCollection => "deletecollection",
+            Self::Other(v) => v,
+        }
+    }
+}
+
+/// What kube-apiserver would make of a request line.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequestInfo {
+    /// False for paths outside `/api` and `/apis` resources (discovery,
+    /// `/healthz`, `/version`, `/openapi`...).
+    pub is_resource_request: bool,
+    pub verb: Option<Verb>,
+    /// `""` for the core group.
+    pub api_group: String,
+    pub api_version: String,
+    pub namespace: Option<String>,
+    pub resource: String,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+}
+
+/// Subresources of a namespace, which stay on the `namespaces` resource
+/// instead of opening a nested resource path.
+const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
+
+/// Subresources whose responses are long-lived streams or tunnels.
+const STREAMING_SUBRESOURCES: &[&str] = &["attach", "exec", "log", "portforward", "proxy"];
+
+impl RequestInfo {
+    /// Classifies a request by method and URI, by the rules of the API
+    /// server's request-info factory.
+    pub fn classify(method: &Method, uri: &Uri) -> Self {
+        let mut info = RequestInfo::default();
+        let path = uri.path();
+        let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+
+        let rest = match parts.as_slice() {
+            ["api", version, rest @ ..] => {
+                info.api_version = (*version).to_owned();
+                rest
+            }
+            ["apis", group, version, rest @ ..] => {
+                info.api_group = (*group).to_owned();
+                info.api_version = (*version).to_owned();
+                rest
+            }
+            _ => {
+                info.verb = Some(Verb::Other(method_verb(method)));
+                return info;
+            }
+        };
+        if rest.is_empty() {
+            // `/api/v1`, `/apis/apps/v1`: discovery of a group version.
+            info.verb = Some(Verb::Other(method_verb(method)));
+            return info;
+        }
+        info.is_resource_request = true;
+
+        let mut rest = rest;
+        // The legacy special verbs: `/api/v1/watch/...` and `/api/v1/proxy/...`.
+        let mut special_verb = None;
+        if rest.len() >= 2 && (rest[0] == "watch" || rest[0] == "proxy") {
+            special_verb = Some(if rest[0] == "watch" { Verb::Watch } else { Verb::Other("proxy") });
+            rest = &rest[1..];
+        }
+
+        if rest.first() == Some(&"namespaces") {
+            if let Some(ns) = rest.get(1) {
+                info.namespace = Some((*ns).to_owned());
+                if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2]) {
+                    rest = &rest[2..];
+                }
+            }
+        }
+        match rest {
+            [] => {}
+            [resource] => info.resource = (*resource).to_owned(),
+            [resource, name] => {
+                info.resource = (*resource).to_owned();
+                info.name = Some((*name).to_owned());
+            }
+            [resource, name, sub, ..] => {
+                info.resource = (*resource).to_owned();
+                info.name = Some((*name).to_owned());
+                info.subresource = Some((*sub).to_owned());
+            }
+        }
+        // As in the API server, `/api/v1/namespaces/foo` keeps `foo` as both the
+        // namespace and the name: RBAC rules in `foo` apply to it.
+        info.verb = Some(special_verb.unwrap_or_else(|| {
+            resource_verb(method, info.name.is_some(), query_flag(uri, "watch"))
+        }));
+        info
+    }
+
+    /// True when the response is a watch stream that ends cleanly at shutdown.
+    pub fn is_watch(&self) -> bool {
+        self.verb == Some(Verb::Watch)
+    }
+
+    fn is_proxy(&self) -> bool {
+        self.verb == Some(Verb::Other("proxy"))
+    }
+
+    /// True for streams and tunnels that run as long as the client wants:
+    /// watches, logs, exec, attach, port-forward and proxy.
+    pub fn is_long_running(&self) -> bool {
+        self.is_watch()
+            || self.is_proxy()
+            || self.subresource.as_deref().is_some_and(|s| STREAMING_SUBRESOURCES.contains(&s))
+    }
+
+    /// The verb as a metric label.
+    pub fn verb_label(&self) -> &'static str {
+        self.verb.map_or("unknown", Verb::as_str)
+    }
+}
+
+fn method_verb(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "get",
+        Method::HEAD => "head",
+        Method::POST => "post",
+        Method::PUT => "put",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        Method::OPTIONS => "options",
+        _ => "other",
+    }
+}
+
+fn resource_verb(method: &Method, named: bool, watch: bool) -> Verb {
+    match *method {
+        Method::GET | Method::HEAD if watch => Verb::Watch,
+        Method::GET | Method::HEAD if named => Verb::Get,
+        Method::GET | Method::HEAD => Verb::List,
+        Method::POST => Verb::Create,
+        Method::PUT => Verb::Update,
+        Method::PATCH => Verb::Patch,
+        Method::DELETE if named => Verb::Delete,
+        Method::DELETE => Verb::DeleteCollection,
+        _ => Verb::Other(method_verb(method)),
+    }
+}
+
+/// Reads a boolean query parameter the way kube-apiserver does: absent, `0`
+/// and `false` (any case) are false; anything else, an empty value too, is true.
+pub fn query_flag(uri: &Uri, key: &str) -> bool {
+    let Some(query) = uri.query() else { return false };
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == key)
+        .is_some_and(|(_, v)| !(v == "0" || v.eq_ignore_ascii_case("false")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(method: Method, uri: &str) -> RequestInfo {
+        RequestInfo::classify(&method, &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn namespaced_list_get_and_watch() {
+        let list = info(Method::GET, "/api/v1/namespaces/ns1/pods");
+        assert_eq!(list.verb, Some(Verb::List));
+        assert_eq!(list.namespace.as_deref(), Some("ns1"));
+        assert_eq!(list.resource, "pods");
+        assert!(list.name.is_none());
+
+        let get = info(Method::GET, "/api/v1/namespaces/ns1/pods/p1");
+        assert_eq!(get.verb, Some(Verb::Get));
+        assert_eq!(get.name.as_deref(), Some("p1"));
+
+        let watch = info(Method::GET, "/api/v1/namespaces/ns1/pods?watch=1&resourceVersion=5");
+        assert_eq!(watch.verb, Some(Verb::Watch));
+        assert!(watch.is_watch() && watch.is_long_running());
+    }
+
+    #[test]
+    fn watch_flag_false_forms_are_not_watches() {
+        for q in ["watch=0", "watch=false", "watch=FALSE"] {
+            assert_eq!(info(Method::GET, &format!("/api/v1/pods?{q}")).verb, Some(Verb::List), "{q}");
+        }
+        for q in ["watch", "watch=", "watch=true", "watch=yes"] {
+            assert_eq!(info(Method::GET, &format!("/api/v1/pods?{q}")).verb, Some(Verb::Watch), "{q}");
+        }
+    }
+
+    #[test]
+    fn legacy_watch_paths_are_watches() {
+        let w = info(Method::GET, "/api/v1/watch/namespaces/ns1/configmaps/cm1");
+        assert_eq!(w.verb, Some(Verb::Watch));
+        assert_eq!(w.namespace.as_deref(), Some("ns1"));
+        assert_eq!(w.resource, "configmaps");
+        assert_eq!(w.name.as_deref(), Some("cm1"));
+    }
+
+    #[test]
+    fn group_resources_and_subresources() {
+        let s = info(Method::PUT, "/apis/apps/v1/namespaces/ns1/deployments/d1/scale");
+        assert_eq!(s.api_group, "apps");
+        assert_eq!(s.api_version, "v1");
+        assert_eq!(s.verb, Some(Verb::Update));
+        assert_eq!(s.subresource.as_deref(), Some("scale"));
+
+        let exec = info(Method::POST, "/api/v1/namespaces/ns1/pods/p1/exec?command=ls");
+        assert!(exec.is_long_running());
+        assert!(!exec.is_watch());
+    }
+
+    #[test]
+    fn namespaces_themselves() {
+        let ns = info(Method::GET, "/api/v1/namespaces/ns1");
+        assert_eq!(ns.resource, "namespaces");
+        assert_eq!(ns.name.as_deref(), Some("ns1"));
+        assert_eq!(ns.namespace.as_deref(), Some("ns1"));
+        assert_eq!(ns.verb, Some(Verb::Get));
+
+        let fin = info(Method::PUT, "/api/v1/namespaces/ns1/finalize");
+        assert_eq!(fin.resource, "namespaces");
+        assert_eq!(fin.subresource.as_deref(), Some("finalize"));
+
+        let all = info(Method::GET, "/api/v1/namespaces");
+        assert_eq!(all.verb, Some(Verb::List));
+        assert_eq!(all.resource, "namespaces");
+    }
+
+    #[test]
+    fn deletes_by_name_and_collection() {
+        assert_eq!(info(Method::DELETE, "/api/v1/namespaces/a/configmaps/b").verb, Some(Verb::Delete));
+        assert_eq!(info(Method::DELETE, "/api/v1/namespaces/a/configmaps").verb, Some(Verb::DeleteCollection));
+    }
+
+    #[test]
+    fn non_resource_paths() {
+        for p in ["/healthz", "/version", "/api", "/apis", "/apis/apps", "/api/v1", "/openapi/v2", "/"] {
+            let i = info(Method::GET, p);
+            assert!(!i.is_resource_request, "{p}");
+            assert_eq!(i.verb_label(), "get");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn classify_never_panics(path in "(/[a-z0-9%.~_-]{0,8}){0,9}", q in "[a-z=&%0-9]{0,20}") {
+            let uri: Uri = match format!("{path}?{q}").parse() { Ok(u) => u, Err(_) => return Ok(()) };
+            let _ = RequestInfo::classify(&Method::GET, &uri);
+        }
+    }
+}

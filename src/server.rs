@@ -1,0 +1,163 @@
+//! The downstream side: listeners, the API and admin services, and the
+//! graceful shutdown that ties them together.
+
+pub mod admin;
+pub mod listener;
+pub mod shutdown;
+pub mod tls;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::server::graceful::GracefulShutdown;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::{TcpListener, UnixListener};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::body::ProxyBody;
+use crate::config::Args;
+use crate::passthrough::{Passthrough, Peer};
+use crate::upstream::Upstream;
+use admin::AdminState;
+use listener::{AdminHandler, Handler};
+
+/// Everything the server needs besides its listeners.
+pub struct ServerOptions {
+    pub shutdown_grace: Duration,
+    pub metrics: Option<PrometheusHandle>,
+}
+
+/// Bound listeners, ready to serve.
+pub struct Server {
+    api: TcpListener,
+    api_tls: Option<TlsAcceptor>,
+    api_unix: Option<(UnixListener, PathBuf)>,
+    admin: TcpListener,
+    upstream: Arc<Upstream>,
+    opts: ServerOptions,
+}
+
+/// The API service: today every request passes through.
+#[derive(Clone)]
+struct ApiHandler {
+    passthrough: Passthrough,
+}
+
+impl Handler for ApiHandler {
+    async fn handle(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
+        self.passthrough.forward(req, peer).await
+    }
+}
+
+impl Server {
+    /// Binds every listener the flags ask for. Binding happens before any
+    /// serving so that a port conflict fails start-up, not the first request.
+    pub async fn bind(args: &Args, upstream: Arc<Upstream>, opts: ServerOptions) -> anyhow::Result<Self> {
+        let api = TcpListener::bind(args.listen).await.with_context(|| format!("binding --listen {}", args.listen))?;
+        let api_tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
+            (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+            _ => None,
+        };
+        let api_unix = match &args.listen_unix {
+            Some(path) => Some((bind_unix(path)?, path.clone())),
+            None => None,
+        };
+        let admin = TcpListener::bind(args.admin_listen)
+            .await
+            .with_context(|| format!("binding --admin-listen {}", args.admin_listen))?;
+        Ok(Self { api, api_tls, api_unix, admin, upstream, opts })
+    }
+
+    pub fn api_addr(&self) -> SocketAddr {
+        self.api.local_addr().expect("bound listener has an address")
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin.local_addr().expect("bound listener has an address")
+    }
+
+    /// Serves until `shutdown` completes, then shuts down gracefully: stop
+    /// accepting, report not-ready, end watch streams, and give other
+    /// requests up to the grace period to finish.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let Self { api, api_tls, api_unix, admin, upstream, opts } = self;
+        let accept_stop = CancellationToken::new();
+        let streams_stop = CancellationToken::new();
+        let background_stop = CancellationToken::new();
+        let shutting_down = Arc::new(AtomicBool::new(false));
+
+        tokio::spawn(upstream.clone().run_readiness_probe(background_stop.clone()));
+
+        let builder = listener::http_builder();
+        let graceful = GracefulShutdown::new();
+        let api_handler = ApiHandler { passthrough: Passthrough::new(upstream.clone(), streams_stop.clone()) };
+        let admin_state = Arc::new(AdminState {
+            upstream: upstream.clone(),
+            metrics: opts.metrics.clone(),
+            shutting_down: shutting_down.clone(),
+        });
+        // The admin listener outlives the API's graceful phase, so /readyz can
+        // say "shutting down" while in-flight requests finish.
+        let admin_graceful = GracefulShutdown::new();
+        let admin_task = {
+            let stop = background_stop.clone();
+            let builder = builder.clone();
+            async move {
+                listener::accept_tcp(admin, "admin", None, &builder, &admin_graceful, AdminHandler(admin_state), stop).await;
+            }
+        };
+        let admin_task = tokio::spawn(admin_task);
+
+        tracing::info!(addr = %api.local_addr()?, tls = api_tls.is_some(), "serving the API");
+        let unix_path = api_unix.as_ref().map(|(_, p)| p.clone());
+        let accepting = async {
+            let tcp = listener::accept_tcp(api, "api", api_tls, &builder, &graceful, api_handler.clone(), accept_stop.clone());
+            match api_unix {
+                Some((unix, path)) => {
+                    tracing::info!(path = %path.display(), "serving the API on a unix socket");
+                    let unix = listener::accept_unix(unix, &builder, &graceful, api_handler.clone(), accept_stop.clone());
+                    tokio::join!(tcp, unix);
+                }
+                None => tcp.await,
+            }
+        };
+        let stopper = async {
+            shutdown.await;
+            tracing::info!(grace = ?opts.shutdown_grace, "shutting down");
+            shutting_down.store(true, Ordering::Relaxed);
+            accept_stop.cancel();
+        };
+        tokio::join!(accepting, stopper);
+        if let Some(path) = unix_path {
+            let _ = std::fs::remove_file(path);
+        }
+
+        streams_stop.cancel();
+        let open = graceful.count();
+        match tokio::time::timeout(opts.shutdown_grace, graceful.shutdown()).await {
+            Ok(()) => tracing::info!(connections = open, "all connections finished"),
+            Err(_) => tracing::warn!("shutdown grace period over; closing the remaining connections"),
+        }
+        background_stop.cancel();
+        let _ = admin_task.await;
+        Ok(())
+    }
+}
+
+/// Binds a unix socket, replacing a stale socket file left by a previous run.
+fn bind_unix(path: &std::path::Path) -> anyhow::Result<UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        anyhow::ensure!(meta.file_type().is_socket(), "--listen-unix {} exists and is not a socket", path.display());
+        std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
+    }
+    UnixListener::bind(path).with_context(|| format!("binding --listen-unix {}", path.display()))
+}

@@ -1,0 +1,199 @@
+//! Accept loops and per-connection serving.
+//!
+//! Each accepted connection runs in a task of its own: a TLS handshake when
+//! the listener has TLS, then hyper's automatic HTTP/1.1-or-HTTP/2 server
+//! (ALPN on TLS, the HTTP/2 preface on plain text, so h2c works by prior
+//! knowledge). A failing connection, bad TLS or malformed HTTP, ends that
+//! connection alone.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use metrics::{counter, gauge};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::body::ProxyBody;
+use crate::metrics as m;
+use crate::passthrough::Peer;
+
+/// How long a client has to complete its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client has to send a complete request head on HTTP/1.1.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest request head accepted, as Go's net/http (and so kube-apiserver)
+/// does: 1 MiB plus its 4 KiB of slack. Larger heads get 431.
+pub const MAX_HEADER_BYTES: usize = (1 << 20) + 4096;
+/// Streams one HTTP/2 connection may carry at once. client-go multiplexes
+/// every watch of a process over one connection, so this is high.
+const H2_MAX_CONCURRENT_STREAMS: u32 = 1000;
+
+/// The HTTP server settings every API connection shares.
+pub fn http_builder() -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES)
+        .max_headers(512);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(MAX_HEADER_BYTES as u32)
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(10));
+    builder
+}
+
+/// A request handler bound to one connection's peer.
+pub trait Handler: Clone + Send + Sync + 'static {
+    fn handle(&self, req: Request<Incoming>, peer: Peer) -> impl Future<Output = Response<ProxyBody>> + Send;
+}
+
+/// Accepts TCP connections until `stop` is cancelled.
+pub async fn accept_tcp<H: Handler>(
+    listener: TcpListener,
+    name: &'static str,
+    tls: Option<TlsAcceptor>,
+    builder: &auto::Builder<TokioExecutor>,
+    graceful: &GracefulShutdown,
+    handler: H,
+    stop: CancellationToken,
+) {
+    loop {
+        let (stream, addr) = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(err) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %err, listener = name, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let peer = Peer { addr: Some(addr) };
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
+        let handler = handler.clone();
+        let tls = tls.clone();
+        let span = tracing::debug_span!("conn", listener = name, peer = %addr);
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let _open = OpenConnection::new(name);
+                match tls {
+                    Some(acceptor) => match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls_stream)) => serve(tls_stream, peer, name, &builder, watcher, handler).await,
+                        Ok(Err(err)) => connection_error(name, "tls", &err),
+                        Err(_) => connection_error(name, "tls", &"handshake timed out"),
+                    },
+                    None => serve(stream, peer, name, &builder, watcher, handler).await,
+                }
+            },
+            span,
+        ));
+    }
+}
+
+/// Accepts unix-socket connections until `stop` is cancelled.
+pub async fn accept_unix<H: Handler>(
+    listener: UnixListener,
+    builder: &auto::Builder<TokioExecutor>,
+    graceful: &GracefulShutdown,
+    handler: H,
+    stop: CancellationToken,
+) {
+    const NAME: &str = "unix";
+    loop {
+        let stream = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    tracing::warn!(error = %err, listener = NAME, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            let _open = OpenConnection::new(NAME);
+            serve(stream, Peer { addr: None }, NAME, &builder, watcher, handler).await;
+        });
+    }
+}
+
+async fn serve<I, H>(
+    io: I,
+    peer: Peer,
+    name: &'static str,
+    builder: &auto::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    handler: H,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    H: Handler,
+{
+    let service = service_fn(move |req| {
+        let handler = handler.clone();
+        async move { Ok::<_, Infallible>(handler.handle(req, peer).await) }
+    });
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    if let Err(err) = watcher.watch(conn.into_owned()).await {
+        connection_error(name, "http", &*err);
+    }
+}
+
+/// Bad input from one client is expected, not actionable: logged at debug
+/// and counted.
+fn connection_error(name: &'static str, stage: &'static str, err: &dyn std::fmt::Display) {
+    tracing::debug!(error = %err, stage, "connection ended with an error");
+    counter!(m::CONNECTION_ERRORS, "listener" => name, "stage" => stage).increment(1);
+}
+
+/// Counts a connection as open until dropped.
+struct OpenConnection(&'static str);
+
+impl OpenConnection {
+    fn new(name: &'static str) -> Self {
+        counter!(m::CONNECTIONS_ACCEPTED, "listener" => name).increment(1);
+        gauge!(m::CONNECTIONS_OPEN, "listener" => name).increment(1.0);
+        Self(name)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        gauge!(m::CONNECTIONS_OPEN, "listener" => self.0).decrement(1.0);
+    }
+}
+
+/// The admin handler shares the accept loop; it has no graceful phase.
+#[derive(Clone)]
+pub struct AdminHandler(pub Arc<super::admin::AdminState>);
+
+impl Handler for AdminHandler {
+    async fn handle(&self, req: Request<Incoming>, _peer: Peer) -> Response<ProxyBody> {
+        match super::admin::handle(self.0.clone(), req).await {
+            Ok(resp) => resp,
+            Err(never) => match never {},
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The client side: one pooled connection set to the upstream kube-apiserver.
+//!
+//! Requests are sent over HTTP/2 when the upstream offers it in ALPN (one TCP
+//! connection multiplexes every stream), else over pooled HTTP/1.1
+//! connections. Upgrades (exec, attach, port-forward) always use a separate
+//! HTTP/1.1-only client, because HTTP/1.1 `Upgrade` is what those protocols
+//! speak. watchmux's own credentials are added here and nowhere else.
+
+pub mod credentials;
+pub mod tls;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use http::uri::{PathAndQuery, Scheme};
+use http::{Request, Response, Uri, Version, header};
+use hyper::body::Incoming;
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::pki_types::ServerName;
+use tokio_util::sync::CancellationToken;
+
+use crate::body::{self, ProxyBody};
+use crate::config::kubeconfig::UpstreamConfig;
+use crate::metrics as m;
+use credentials::{Credentials, CredentialsError};
+
+/// How often readiness is probed.
+const READINESS_PROBE_INTERVAL: Duration = Duration::from_secs(5);
+/// How long one readiness probe may take before the upstream counts as down.
+const READINESS_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// TCP connect timeout to the upstream.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// HTTP/2 pings on an idle or busy connection. A watch over a connection
+/// whose peer vanished (no FIN, no RST) would otherwise hang forever.
+const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// TCP keepalive, the same protection for HTTP/1.1 connections.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("building the upstream TLS configuration")]
+    Tls(#[from] tls::TlsConfigError),
+    #[error("loading upstream credentials")]
+    Credentials(#[from] CredentialsError),
+    #[error("upstream server URL {0} must be http:// or https://")]
+    Scheme(Uri),
+    #[error("invalid tls-server-name {0:?}")]
+    ServerName(String),
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UpstreamOptions {
+    /// Never negotiate HTTP/2 with the upstream.
+    pub http1_only: bool,
+}
+
+type HttpsClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
+
+/// The upstream API server, as one shared client.
+pub struct Upstream {
+    scheme: Scheme,
+    authority: http::uri::Authority,
+    /// The server URL's path, without a trailing slash (usually empty).
+    path_prefix: String,
+    client: HttpsClient,
+    upgrade_client: HttpsClient,
+    credentials: Credentials,
+    ready: AtomicBool,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream").field("authority", &self.authority).finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    pub fn new(cfg: &UpstreamConfig, opts: UpstreamOptions) -> Result<Self, UpstreamError> {
+        let scheme = cfg.server.scheme().cloned().ok_or_else(|| UpstreamError::Scheme(cfg.server.clone()))?;
+        if scheme != Scheme::HTTP && scheme != Scheme::HTTPS {
+            return Err(UpstreamError::Scheme(cfg.server.clone()));
+        }
+        let authority = cfg.server.authority().cloned().ok_or_else(|| UpstreamError::Scheme(cfg.server.clone()))?;
+        let tls = tls::client_config(cfg)?;
+        let server_name = cfg
+            .tls_server_name
+            .as_ref()
+            .map(|n| ServerName::try_from(n.clone()).map_err(|_| UpstreamError::ServerName(n.clone())))
+            .transpose()?;
+
+        let connector = |http2: bool| {
+            let mut http = HttpConnector::new();
+            http.enforce_http(false);
+            http.set_nodelay(true);
+            http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+            http.set_keepalive(Some(TCP_KEEPALIVE));
+            let builder = HttpsConnectorBuilder::new().with_tls_config(tls.clone()).https_or_http();
+            let builder = match &server_name {
+                Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(name.clone())),
+                None => builder,
+            };
+            if http2 {
+                builder.enable_http1().enable_http2().wrap_connector(http)
+            } else {
+                builder.enable_http1().wrap_connector(http)
+            }
+        };
+        let client = Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+            .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
+            .build(connector(!opts.http1_only));
+        let upgrade_client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_max_idle_per_host(0)
+            .build(connector(false));
+
+        Ok(Self {
+            scheme,
+            authority,
+            path_prefix: cfg.server.path().trim_end_matches('/').to_owned(),
+            client,
+            upgrade_client,
+            credentials: Credentials::new(&cfg.auth)?,
+            ready: AtomicBool::new(false),
+        })
+    }
+
+    /// The upstream URI for a downstream path and query.
+    pub fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Uri {
+        let pq = path_and_query.map_or("/", PathAndQuery::as_str);
+        let pq = if self.path_prefix.is_empty() { pq.to_owned() } else { format!("{}{pq}", self.path_prefix) };
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(pq)
+            .build()
+            .expect("scheme, authority and a path taken from a valid URI")
+    }
+
+    /// Sends a request upstream with watchmux's credentials. The request's URI
+    /// is rewritten from its path and query; any `Authorization` it carries is
+    /// replaced.
+    pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+        let req = self.prepare(req);
+        self.client.request(req).await
+    }
+
+    /// Sends an HTTP/1.1 upgrade request upstream, on a connection of its own.
+    pub async fn send_upgrade(
+        &self,
+        req: Request<ProxyBody>,
+    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+        let req = self.prepare(req);
+        self.upgrade_client.request(req).await
+    }
+
+    fn prepare(&self, mut req: Request<ProxyBody>) -> Request<ProxyBody> {
+        *req.uri_mut() = self.uri_for(req.uri().path_and_query());
+        // The client picks HTTP/2 or HTTP/1.1 by what the connection negotiated;
+        // a downstream HTTP/2 request must not force it.
+        *req.version_mut() = Version::HTTP_11;
+        let headers = req.headers_mut();
+        headers.remove(header::HOST);
+        match self.credentials.authorization() {
+            Some(auth) => headers.insert(header::AUTHORIZATION, auth),
+            None => headers.remove(header::AUTHORIZATION),
+        };
+        req
+    }
+
+    /// True when the last readiness probe got a 200 from `/readyz`.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// Probes `/readyz` once and records the answer.
+    pub async fn probe_ready(&self) -> bool {
+        let req = Request::get("/readyz").body(body::empty()).expect("static request");
+        let ok = match tokio::time::timeout(READINESS_PROBE_TIMEOUT, self.send(req)).await {
+            Ok(Ok(resp)) => resp.status().is_success(),
+            Ok(Err(err)) => {
+                tracing::debug!(error = %err, "upstream readiness probe failed");
+                false
+            }
+            Err(_) => false,
+        };
+        let was = self.ready.swap(ok, Ordering::Relaxed);
+        if was != ok {
+            if ok {
+                tracing::info!("upstream is ready");
+            } else {
+                tracing::warn!("upstream is not ready");
+            }
+        }
+        metrics::gauge!(m::UPSTREAM_READY).set(if ok { 1.0 } else { 0.0 });
+        ok
+    }
+
+    /// Probes readiness until `stop` is cancelled.
+    pub async fn run_readiness_probe(self: Arc<Self>, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(READINESS_PROBE_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => { self.probe_ready().await; }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::kubeconfig::UpstreamAuth;
+
+    fn cfg(server: &str) -> UpstreamConfig {
+        UpstreamConfig {
+            server: server.parse().unwrap(),
+            ca_pem: None,
+            insecure_skip_tls_verify: false,
+            tls_server_name: None,
+            client_cert_pem: None,
+            client_key_pem: None,
+            auth: UpstreamAuth::Token("t".into()),
+            source: "test".into(),
+        }
+    }
+
+    #[test]
+    fn uri_keeps_path_prefix_and_query() {
+        let up = Upstream::new(&cfg("https://10.1.2.3:6443/k8s/"), UpstreamOptions::default()).unwrap();
+        let pq: PathAndQuery = "/api/v1/pods?watch=1".parse().unwrap();
+        assert_eq!(up.uri_for(Some(&pq)), "https://10.1.2.3:6443/k8s/api/v1/pods?watch=1");
+    }
+
+    #[test]
+    fn prepare_replaces_client_credentials_and_host() {
+        let up = Upstream::new(&cfg("http://127.0.0.1:1"), UpstreamOptions::default()).unwrap();
+        let req = Request::get("/api")
+            .version(Version::HTTP_2)
+            .header(header::HOST, "watchmux.local")
+            .header(header::AUTHORIZATION, "Bearer client")
+            .body(body::empty())
+            .unwrap();
+        let req = up.prepare(req);
+        assert_eq!(req.headers()[header::AUTHORIZATION], "Bearer t");
+        assert!(req.headers().get(header::HOST).is_none());
+        assert_eq!(req.version(), Version::HTTP_11);
+        assert_eq!(req.uri(), "http://127.0.0.1:1/api");
+    }
+
+    #[test]
+    fn unsupported_scheme_is_rejected() {
+        assert!(matches!(
+            Upstream::new(&cfg("ftp://x"), UpstreamOptions::default()),
+            Err(UpstreamError::Scheme(_))
+        ));
+    }
+}
