@@ -1,0 +1,407 @@
+//! In-process tests of the pass-through proxy against a fake upstream:
+//! streaming, upgrades, failure answers, bad input and shutdown. What real
+//! clients see against a real kube-apiserver is tested in `integration/e2e`.
+
+mod harness;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, channel::Channel};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+use harness::*;
+use watchmux::body::{self, BoxError};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+type StreamSender = http_body_util::channel::Sender<Bytes, BoxError>;
+
+/// A fake upstream whose every watch response is a stream the test feeds:
+/// each request hands its sender to the returned receiver. Readiness probes
+/// are answered apart, so they never take a test's stream.
+async fn streaming_upstream() -> (std::net::SocketAddr, mpsc::Receiver<StreamSender>) {
+    let (senders_tx, senders) = mpsc::channel::<StreamSender>(4);
+    let upstream = fake_upstream(handler(move |req: Request<hyper::body::Incoming>| {
+        let senders_tx = senders_tx.clone();
+        async move {
+            if req.uri().path() == "/readyz" {
+                return Response::new(body::full("ok"));
+            }
+            let (tx, rx) = Channel::<Bytes, BoxError>::new(1);
+            senders_tx.send(tx).await.unwrap();
+            let mut resp = Response::new(body::boxed(rx));
+            resp.headers_mut().insert("content-type", "application/json;stream=watch".parse().unwrap());
+            resp
+        }
+    }))
+    .await;
+    (upstream, senders)
+}
+
+#[tokio::test]
+async fn request_passes_through_with_body_query_and_end_to_end_headers_only() {
+    let upstream = fake_upstream(handler(|req: Request<hyper::body::Incoming>| async move {
+        let (parts, incoming) = req.into_parts();
+        let body = incoming.collect().await.unwrap().to_bytes();
+        let headers: serde_json::Map<String, serde_json::Value> = parts
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v.to_str().unwrap())))
+            .collect();
+        let echo = json!({
+            "method": parts.method.as_str(),
+            "uri": parts.uri.to_string(),
+            "headers": headers,
+            "body": String::from_utf8_lossy(&body),
+        });
+        let mut resp = Response::new(body::full(echo.to_string()));
+        resp.headers_mut().insert("x-upstream", "yes".parse().unwrap());
+        resp.headers_mut().insert("keep-alive", "timeout=5".parse().unwrap());
+        resp
+    }))
+    .await;
+    let proxy = start_proxy(upstream, &[]).await;
+
+    let mut send = h1(proxy.addr).await;
+    let req = Request::post("/api/v1/namespaces/default/configmaps?dryRun=All&fieldManager=t")
+        .header("host", "watchmux")
+        .header("authorization", "Bearer client-token")
+        .header("connection", "x-hop")
+        .header("x-hop", "must-not-pass")
+        .header("impersonate-user", "alice")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(b"{\"kind\":\"ConfigMap\"}")))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["x-upstream"], "yes");
+    assert!(resp.headers().get("keep-alive").is_none(), "hop-by-hop response header forwarded");
+    let echo = body_json(resp).await;
+    assert_eq!(echo["method"], "POST");
+    assert_eq!(echo["uri"], "/api/v1/namespaces/default/configmaps?dryRun=All&fieldManager=t");
+    assert_eq!(echo["body"], "{\"kind\":\"ConfigMap\"}");
+    let h = &echo["headers"];
+    assert_eq!(h["authorization"], format!("Bearer {UPSTREAM_TOKEN}"), "client credentials must be replaced");
+    assert_eq!(h["impersonate-user"], "alice");
+    assert_eq!(h["content-type"], "application/json");
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1");
+    assert!(h.get("x-hop").is_none(), "header named in Connection forwarded");
+    assert_eq!(h["host"], upstream.to_string());
+    proxy.shutdown().await;
+}
+
+/// Events reach the client while the upstream still holds the stream open:
+/// nothing is buffered until the body ends.
+#[tokio::test]
+async fn watch_events_are_flushed_as_they_arrive() {
+    let (upstream, mut senders) = streaming_upstream().await;
+    let proxy = start_proxy(upstream, &[]).await;
+
+    let resp = get(proxy.addr, "/api/v1/namespaces/default/configmaps?watch=true").await;
+    assert_eq!(resp.headers()["content-type"], "application/json;stream=watch");
+    let mut body = resp.into_body();
+    let mut tx = senders.recv().await.unwrap();
+    for i in 0..3 {
+        let event = format!("{{\"type\":\"ADDED\",\"object\":{{\"n\":{i}}}}}\n");
+        tx.send_data(Bytes::from(event.clone())).await.unwrap();
+        let got = tokio::time::timeout(WAIT, body.frame()).await.expect("event not flushed").unwrap().unwrap();
+        assert_eq!(got.into_data().unwrap(), event);
+    }
+    drop(tx);
+    assert!(body.frame().await.is_none());
+    proxy.shutdown().await;
+}
+
+/// `kubectl exec` and friends: the 101 handshake goes through and bytes
+/// flow both ways on the upgraded connection.
+#[tokio::test]
+async fn upgrade_is_tunnelled_both_ways() {
+    let upstream = fake_upstream(handler(|mut req: Request<hyper::body::Incoming>| async move {
+        assert_eq!(req.headers()["upgrade"], "SPDY/3.1");
+        assert_eq!(req.headers()["x-stream-protocol-version"], "v4.channel.k8s.io");
+        let on_upgrade = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            let mut io = TokioIo::new(on_upgrade.await.unwrap());
+            let mut buf = [0u8; 64];
+            loop {
+                let n = io.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    return;
+                }
+                io.write_all(&buf[..n].to_ascii_uppercase()).await.unwrap();
+            }
+        });
+        Response::builder()
+            .status(StatusCode::SWITCHING_PROTOCOLS)
+            .header("connection", "Upgrade")
+            .header("upgrade", "SPDY/3.1")
+            .header("x-stream-protocol-version", "v4.channel.k8s.io")
+            .body(body::empty())
+            .unwrap()
+    }))
+    .await;
+    let proxy = start_proxy(upstream, &[]).await;
+
+    let mut send = h1(proxy.addr).await;
+    let req = Request::post("/api/v1/namespaces/default/pods/p/exec?command=sh&stdin=true")
+        .header("host", "watchmux")
+        .header("connection", "Upgrade")
+        .header("upgrade", "SPDY/3.1")
+        .header("x-stream-protocol-version", "v4.channel.k8s.io")
+        .body(Full::default())
+        .unwrap();
+    let mut resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+    assert_eq!(resp.headers()["x-stream-protocol-version"], "v4.channel.k8s.io");
+    let mut io = TokioIo::new(hyper::upgrade::on(&mut resp).await.unwrap());
+    for msg in [&b"ping"[..], b"second frame"] {
+        io.write_all(msg).await.unwrap();
+        let mut buf = vec![0u8; msg.len()];
+        tokio::time::timeout(WAIT, io.read_exact(&mut buf)).await.unwrap().unwrap();
+        assert_eq!(buf, msg.to_ascii_uppercase());
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn upgrade_refused_upstream_is_passed_on() {
+    let upstream = fake_upstream(handler(|_req| async move {
+        Response::builder().status(StatusCode::FORBIDDEN).body(body::full("{\"kind\":\"Status\",\"code\":403}")).unwrap()
+    }))
+    .await;
+    let proxy = start_proxy(upstream, &[]).await;
+    let mut send = h1(proxy.addr).await;
+    let req = Request::get("/api/v1/namespaces/default/pods/p/portforward")
+        .header("host", "watchmux")
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .body(Full::default())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    assert_eq!(body_json(resp).await["code"], 403);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn unreachable_upstream_answers_503_status() {
+    // A port that was just bound and released: nothing listens there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let proxy = start_proxy(closed, &[]).await;
+    let resp = get(proxy.addr, "/api/v1/pods").await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let status = body_json(resp).await;
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["status"], "Failure");
+    assert_eq!(status["reason"], "ServiceUnavailable");
+    assert_eq!(status["code"], 503);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn h2c_prior_knowledge_is_served() {
+    let upstream = fake_upstream(handler(|req: Request<hyper::body::Incoming>| async move {
+        Response::new(body::full(req.uri().path().to_owned()))
+    }))
+    .await;
+    let proxy = start_proxy(upstream, &[]).await;
+    let stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    // Several requests multiplexed on one connection.
+    let mut pending = Vec::new();
+    for path in ["/api", "/apis", "/version"] {
+        let req = Request::get(format!("http://watchmux{path}")).body(Full::<Bytes>::default()).unwrap();
+        pending.push((path, send.send_request(req)));
+    }
+    for (path, fut) in pending {
+        let resp = fut.await.unwrap();
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), path);
+    }
+    proxy.shutdown().await;
+}
+
+/// Malformed request lines and oversized heads get clean HTTP errors, and a
+/// healthy connection opened alongside is unaffected.
+#[tokio::test]
+async fn malformed_and_oversized_requests_get_clean_errors() {
+    let upstream = fake_upstream(handler(|_req| async move { Response::new(body::full("ok")) })).await;
+    let proxy = start_proxy(upstream, &[]).await;
+    let mut healthy = h1(proxy.addr).await;
+
+    let raw = |bytes: Vec<u8>| async move {
+        let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+        s.write_all(&bytes).await.unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(WAIT, s.read_to_end(&mut out)).await.unwrap().unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    let bad_line = raw(b"GET /api/v1/pods HTTP/1.1 extra\r\nHost: x\r\n\r\n".to_vec()).await;
+    assert!(bad_line.starts_with("HTTP/1.1 400"), "{bad_line}");
+    let bad_uri = raw(b"GET /api/\x01v1 HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()).await;
+    assert!(bad_uri.starts_with("HTTP/1.1 400"), "{bad_uri}");
+    let mut huge = b"GET /api HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 2 << 20));
+    huge.extend(b"\r\n\r\n");
+    let too_big = raw(huge).await;
+    assert!(too_big.starts_with("HTTP/1.1 431"), "{}", &too_big[..too_big.len().min(200)]);
+    let garbage = raw(vec![0x16, 0x03, 0x01, 0xff, 0xff, 0, 1, 2, 3, b'\r', b'\n', b'\r', b'\n']).await;
+    assert!(garbage.is_empty() || garbage.starts_with("HTTP/1.1 400"), "{garbage}");
+
+    let resp = healthy.send_request(Request::get("/api").header("host", "w").body(Full::default()).unwrap()).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    proxy.shutdown().await;
+}
+
+/// A watcher that disconnects mid-stream releases its upstream stream and
+/// leaves the other watchers streaming.
+#[tokio::test]
+async fn vanished_watcher_releases_upstream_and_others_continue() {
+    let (upstream, mut senders) = streaming_upstream().await;
+    let proxy = start_proxy(upstream, &[]).await;
+
+    let leaving = get(proxy.addr, "/api/v1/pods?watch=1").await;
+    let mut tx_leaving = senders.recv().await.unwrap();
+    let staying = get(proxy.addr, "/api/v1/pods?watch=1").await;
+    let mut tx_staying = senders.recv().await.unwrap();
+    drop(leaving);
+
+    // The upstream stream of the vanished client is closed: sends start to fail.
+    let closed = tokio::time::timeout(WAIT, async {
+        while tx_leaving.send_data(Bytes::from_static(b"x\n")).await.is_ok() {}
+    })
+    .await;
+    assert!(closed.is_ok(), "upstream stream of a vanished client was never released");
+
+    let mut body = staying.into_body();
+    tx_staying.send_data(Bytes::from_static(b"still here\n")).await.unwrap();
+    let frame = tokio::time::timeout(WAIT, body.frame()).await.unwrap().unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "still here\n");
+    proxy.shutdown().await;
+}
+
+/// At shutdown a watch stream ends as a normal end of body (the client
+/// reconnects as after a timeout), without waiting for the grace period.
+#[tokio::test]
+async fn shutdown_ends_watch_streams_cleanly_and_promptly() {
+    let (upstream, mut senders) = streaming_upstream().await;
+    // A grace far longer than the test's bounded wait in shutdown(): if watch
+    // streams held the shutdown, the test would fail there.
+    let proxy = start_proxy(upstream, &["--shutdown-grace", "120s"]).await;
+    let resp = get(proxy.addr, "/api/v1/pods?watch=1").await;
+    let mut tx = senders.recv().await.unwrap();
+    tx.send_data(Bytes::from_static(b"e1\n")).await.unwrap();
+    let mut body = resp.into_body();
+    assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "e1\n");
+
+    let (ended_tx, ended) = oneshot::channel();
+    tokio::spawn(async move {
+        let mut rest = Vec::new();
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(f) => rest.push(f),
+                Err(e) => panic!("watch ended with an error: {e}"),
+            }
+        }
+        let _ = ended_tx.send(rest.len());
+    });
+    proxy.shutdown().await;
+    tokio::time::timeout(WAIT, ended).await.expect("stream did not end").unwrap();
+    drop(tx);
+}
+
+#[tokio::test]
+async fn admin_reports_ready_once_upstream_answers_readyz() {
+    let (hit_tx, hit) = mpsc::channel::<()>(8);
+    let upstream = fake_upstream(handler(move |req: Request<hyper::body::Incoming>| {
+        let hit_tx = hit_tx.clone();
+        async move {
+            if req.uri().path() == "/readyz" {
+                let _ = hit_tx.try_send(());
+            }
+            Response::new(body::full("ok"))
+        }
+    }))
+    .await;
+    let proxy = start_proxy(upstream, &[]).await;
+    let mut hit = hit;
+    hit.recv().await.unwrap();
+    // The flag is set right after the probe's response; poll briefly for it.
+    let mut ready = false;
+    for _ in 0..50 {
+        if get(proxy.admin, "/readyz").await.status() == StatusCode::OK {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ready, "admin /readyz never turned ready");
+    assert_eq!(get(proxy.admin, "/livez").await.status(), StatusCode::OK);
+    assert_eq!(get(proxy.admin, "/nope").await.status(), StatusCode::NOT_FOUND);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn admin_is_not_ready_while_upstream_is_down() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let proxy = start_proxy(closed, &[]).await;
+    let resp = get(proxy.admin, "/readyz").await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(get(proxy.admin, "/healthz").await.status(), StatusCode::OK);
+    proxy.shutdown().await;
+}
+
+/// With TLS on the API listener: garbage instead of a client hello closes
+/// that connection only; a real client negotiates HTTP/2 by ALPN.
+#[tokio::test]
+async fn tls_listener_rejects_garbage_and_serves_h2_by_alpn() {
+    use rustls::pki_types::ServerName;
+    use std::sync::Arc;
+
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+
+    let upstream = fake_upstream(handler(|_req| async move { Response::new(body::full("over tls")) })).await;
+    let proxy = start_proxy(
+        upstream,
+        &["--tls-cert-file", cert_path.to_str().unwrap(), "--tls-private-key-file", key_path.to_str().unwrap()],
+    )
+    .await;
+
+    let mut garbage = TcpStream::connect(proxy.addr).await.unwrap();
+    garbage.write_all(b"GET / HTTP/1.1\r\nHost: plain-text-on-a-tls-port\r\n\r\n").await.unwrap();
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(WAIT, garbage.read_to_end(&mut out)).await.expect("connection left open");
+    assert!(read.is_err() || !String::from_utf8_lossy(&out).contains("over tls"), "plain text served on TLS port");
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.cert.der().clone()).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await.unwrap();
+    tokio::spawn(conn);
+    let resp = send.send_request(Request::get("https://localhost/api").body(Full::<Bytes>::default()).unwrap()).await.unwrap();
+    assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "over tls");
+    proxy.shutdown().await;
+}
