@@ -34,12 +34,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Upstream::new(&upstream_cfg, UpstreamOptions { http1_only: args.upstream_http1_only })
             .context("configuring the upstream client")?,
     );
-    let server = Server::bind(
-        &args,
-        upstream,
-        ServerOptions { shutdown_grace: args.shutdown_grace, metrics: Some(metrics) },
-    )
-    .await?;
+    let server =
+        Server::bind(&args, upstream, ServerOptions { shutdown_grace: args.shutdown_grace, metrics: Some(metrics) })
+            .await?;
     tracing::info!(admin = %server.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");
     server.serve(server::shutdown::signal()).await
 }

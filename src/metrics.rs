@@ -30,9 +30,8 @@ pub const UPSTREAM_READY: &str = "watchmux_upstream_ready";
 
 /// Latency buckets, in seconds, for every `_seconds` histogram: from 1 ms (a
 /// cached answer) to a minute (a slow upstream LIST).
-const LATENCY_BUCKETS: &[f64] = &[
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-];
+const LATENCY_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
 /// Installs the global Prometheus recorder and describes every metric.
 ///

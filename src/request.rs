@@ -125,9 +125,8 @@ impl RequestInfo {
         }
         // As in the API server, `/api/v1/namespaces/foo` keeps `foo` as both the
         // namespace and the name: RBAC rules in `foo` apply to it.
-        info.verb = Some(special_verb.unwrap_or_else(|| {
-            resource_verb(method, info.name.is_some(), query_flag(uri, "watch"))
-        }));
+        info.verb =
+            Some(special_verb.unwrap_or_else(|| resource_verb(method, info.name.is_some(), query_flag(uri, "watch"))));
         info
     }
 

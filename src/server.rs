@@ -111,7 +111,8 @@ impl Server {
             let stop = background_stop.clone();
             let builder = builder.clone();
             async move {
-                listener::accept_tcp(admin, "admin", None, &builder, &admin_graceful, AdminHandler(admin_state), stop).await;
+                listener::accept_tcp(admin, "admin", None, &builder, &admin_graceful, AdminHandler(admin_state), stop)
+                    .await;
             }
         };
         let admin_task = tokio::spawn(admin_task);
@@ -119,11 +120,20 @@ impl Server {
         tracing::info!(addr = %api.local_addr()?, tls = api_tls.is_some(), "serving the API");
         let unix_path = api_unix.as_ref().map(|(_, p)| p.clone());
         let accepting = async {
-            let tcp = listener::accept_tcp(api, "api", api_tls, &builder, &graceful, api_handler.clone(), accept_stop.clone());
+            let tcp = listener::accept_tcp(
+                api,
+                "api",
+                api_tls,
+                &builder,
+                &graceful,
+                api_handler.clone(),
+                accept_stop.clone(),
+            );
             match api_unix {
                 Some((unix, path)) => {
                     tracing::info!(path = %path.display(), "serving the API on a unix socket");
-                    let unix = listener::accept_unix(unix, &builder, &graceful, api_handler.clone(), accept_stop.clone());
+                    let unix =
+                        listener::accept_unix(unix, &builder, &graceful, api_handler.clone(), accept_stop.clone());
                     tokio::join!(tcp, unix);
                 }
                 None => tcp.await,

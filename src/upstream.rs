@@ -261,9 +261,6 @@ mod tests {
 
     #[test]
     fn unsupported_scheme_is_rejected() {
-        assert!(matches!(
-            Upstream::new(&cfg("ftp://x"), UpstreamOptions::default()),
-            Err(UpstreamError::Scheme(_))
-        ));
+        assert!(matches!(Upstream::new(&cfg("ftp://x"), UpstreamOptions::default()), Err(UpstreamError::Scheme(_))));
     }
 }

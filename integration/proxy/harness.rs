@@ -95,9 +95,8 @@ pub async fn start_proxy(upstream: SocketAddr, extra: &[&str]) -> Proxy {
     let args = <Args as clap::Parser>::try_parse_from(argv).unwrap();
     let cfg = watchmux::config::kubeconfig::resolve(args.kubeconfig.as_deref(), None).unwrap();
     let up = Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap());
-    let server = Server::bind(&args, up, ServerOptions { shutdown_grace: args.shutdown_grace, metrics: None })
-        .await
-        .unwrap();
+    let server =
+        Server::bind(&args, up, ServerOptions { shutdown_grace: args.shutdown_grace, metrics: None }).await.unwrap();
     let (addr, admin) = (server.api_addr(), server.admin_addr());
     let (stop, stopped) = oneshot::channel::<()>();
     let done = tokio::spawn(server.serve(async {

@@ -49,11 +49,8 @@ async fn request_passes_through_with_body_query_and_end_to_end_headers_only() {
     let upstream = fake_upstream(handler(|req: Request<hyper::body::Incoming>| async move {
         let (parts, incoming) = req.into_parts();
         let body = incoming.collect().await.unwrap().to_bytes();
-        let headers: serde_json::Map<String, serde_json::Value> = parts
-            .headers
-            .iter()
-            .map(|(k, v)| (k.to_string(), json!(v.to_str().unwrap())))
-            .collect();
+        let headers: serde_json::Map<String, serde_json::Value> =
+            parts.headers.iter().map(|(k, v)| (k.to_string(), json!(v.to_str().unwrap()))).collect();
         let echo = json!({
             "method": parts.method.as_str(),
             "uri": parts.uri.to_string(),
@@ -172,7 +169,10 @@ async fn upgrade_is_tunnelled_both_ways() {
 #[tokio::test]
 async fn upgrade_refused_upstream_is_passed_on() {
     let upstream = fake_upstream(handler(|_req| async move {
-        Response::builder().status(StatusCode::FORBIDDEN).body(body::full("{\"kind\":\"Status\",\"code\":403}")).unwrap()
+        Response::builder()
+            .status(StatusCode::FORBIDDEN)
+            .body(body::full("{\"kind\":\"Status\",\"code\":403}"))
+            .unwrap()
     }))
     .await;
     let proxy = start_proxy(upstream, &[]).await;
@@ -213,7 +213,8 @@ async fn h2c_prior_knowledge_is_served() {
     .await;
     let proxy = start_proxy(upstream, &[]).await;
     let stream = TcpStream::connect(proxy.addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
     tokio::spawn(conn);
     // Several requests multiplexed on one connection.
     let mut pending = Vec::new();
@@ -256,7 +257,8 @@ async fn malformed_and_oversized_requests_get_clean_errors() {
     let garbage = raw(vec![0x16, 0x03, 0x01, 0xff, 0xff, 0, 1, 2, 3, b'\r', b'\n', b'\r', b'\n']).await;
     assert!(garbage.is_empty() || garbage.starts_with("HTTP/1.1 400"), "{garbage}");
 
-    let resp = healthy.send_request(Request::get("/api").header("host", "w").body(Full::default()).unwrap()).await.unwrap();
+    let resp =
+        healthy.send_request(Request::get("/api").header("host", "w").body(Full::default()).unwrap()).await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     proxy.shutdown().await;
 }
@@ -275,10 +277,9 @@ async fn vanished_watcher_releases_upstream_and_others_continue() {
     drop(leaving);
 
     // The upstream stream of the vanished client is closed: sends start to fail.
-    let closed = tokio::time::timeout(WAIT, async {
-        while tx_leaving.send_data(Bytes::from_static(b"x\n")).await.is_ok() {}
-    })
-    .await;
+    let closed =
+        tokio::time::timeout(WAIT, async { while tx_leaving.send_data(Bytes::from_static(b"x\n")).await.is_ok() {} })
+            .await;
     assert!(closed.is_ok(), "upstream stream of a vanished client was never released");
 
     let mut body = staying.into_body();
@@ -399,9 +400,11 @@ async fn tls_listener_rejects_garbage_and_serves_h2_by_alpn() {
         .await
         .unwrap();
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await.unwrap();
     tokio::spawn(conn);
-    let resp = send.send_request(Request::get("https://localhost/api").body(Full::<Bytes>::default()).unwrap()).await.unwrap();
+    let resp =
+        send.send_request(Request::get("https://localhost/api").body(Full::<Bytes>::default()).unwrap()).await.unwrap();
     assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "over tls");
     proxy.shutdown().await;
 }

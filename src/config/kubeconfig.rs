@@ -57,7 +57,10 @@ pub enum UpstreamAuth {
     /// A bearer token read from a file and re-read as it rotates (projected
     /// service-account tokens are replaced on disk well before they expire).
     TokenFile(PathBuf),
-    Basic { username: String, password: String },
+    Basic {
+        username: String,
+        password: String,
+    },
 }
 
 impl std::fmt::Debug for UpstreamAuth {
@@ -74,9 +77,17 @@ impl std::fmt::Debug for UpstreamAuth {
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
     #[error("reading {path}")]
-    Read { path: PathBuf, #[source] source: std::io::Error },
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("parsing kubeconfig {path}")]
-    Parse { path: PathBuf, #[source] source: serde_yaml_ng::Error },
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_yaml_ng::Error,
+    },
     #[error("no kubeconfig found: not in a cluster, $KUBECONFIG unset and {0} missing")]
     NotFound(PathBuf),
     #[error("kubeconfig has no context {0:?}")]
@@ -88,9 +99,17 @@ pub enum KubeconfigError {
     #[error("kubeconfig context {context:?} names user {user:?}, which it does not define")]
     NoUser { context: String, user: String },
     #[error("invalid server URL {server:?}")]
-    Server { server: String, #[source] source: http::uri::InvalidUri },
+    Server {
+        server: String,
+        #[source]
+        source: http::uri::InvalidUri,
+    },
     #[error("decoding base64 field {field}")]
-    Base64 { field: &'static str, #[source] source: base64::DecodeError },
+    Base64 {
+        field: &'static str,
+        #[source]
+        source: base64::DecodeError,
+    },
     #[error("in-cluster configuration: {0}")]
     InCluster(String),
 }
@@ -125,7 +144,11 @@ impl Env {
     }
 }
 
-pub fn resolve_with(explicit: Option<&Path>, context: Option<&str>, env: &Env) -> Result<UpstreamConfig, KubeconfigError> {
+pub fn resolve_with(
+    explicit: Option<&Path>,
+    context: Option<&str>,
+    env: &Env,
+) -> Result<UpstreamConfig, KubeconfigError> {
     if let Some(path) = explicit {
         return from_files(&[path.to_path_buf()], context);
     }
@@ -266,15 +289,15 @@ fn from_files(paths: &[PathBuf], context: Option<&str>) -> Result<UpstreamConfig
 
     let context_name = context.or(current).ok_or(KubeconfigError::NoCurrentContext)?;
     let ctx = contexts.get(context_name).ok_or_else(|| KubeconfigError::NoContext(context_name.into()))?;
-    let cluster = clusters.get(ctx.cluster.as_str()).ok_or_else(|| KubeconfigError::NoCluster {
-        context: context_name.into(),
-        cluster: ctx.cluster.clone(),
-    })?;
+    let cluster = clusters
+        .get(ctx.cluster.as_str())
+        .ok_or_else(|| KubeconfigError::NoCluster { context: context_name.into(), cluster: ctx.cluster.clone() })?;
     let user = match &ctx.user {
-        Some(name) if !name.is_empty() => Some(users.get(name.as_str()).ok_or_else(|| KubeconfigError::NoUser {
-            context: context_name.into(),
-            user: name.clone(),
-        })?),
+        Some(name) if !name.is_empty() => Some(
+            users
+                .get(name.as_str())
+                .ok_or_else(|| KubeconfigError::NoUser { context: context_name.into(), user: name.clone() })?,
+        ),
         _ => None,
     };
 

@@ -138,7 +138,12 @@ mod tests {
 
     #[test]
     fn status_without_details_has_no_details_field() {
-        let v = Status::new(StatusCode::NOT_FOUND, StatusReason::NotFound, "the server could not find the requested resource").to_json();
+        let v = Status::new(
+            StatusCode::NOT_FOUND,
+            StatusReason::NotFound,
+            "the server could not find the requested resource",
+        )
+        .to_json();
         assert!(v.get("details").is_none());
         assert_eq!(v["code"], 404);
     }

@@ -104,7 +104,11 @@ mod tests {
 
     #[test]
     fn upgrade_detection_and_preservation() {
-        let mut h = map(&[("connection", "keep-alive, Upgrade"), ("upgrade", "SPDY/3.1"), ("x-stream-protocol-version", "v4.channel.k8s.io")]);
+        let mut h = map(&[
+            ("connection", "keep-alive, Upgrade"),
+            ("upgrade", "SPDY/3.1"),
+            ("x-stream-protocol-version", "v4.channel.k8s.io"),
+        ]);
         assert!(is_upgrade_request(&h));
         remove_hop_by_hop_keep_upgrade(&mut h);
         assert_eq!(h[header::UPGRADE], "SPDY/3.1");

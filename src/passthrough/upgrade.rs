@@ -42,7 +42,8 @@ pub(super) async fn forward(
     }
 
     let upstream_upgrade = hyper::upgrade::on(&mut resp);
-    let span = tracing::debug_span!("tunnel", peer = ?peer.addr, resource = %info.resource, subresource = ?info.subresource);
+    let span =
+        tracing::debug_span!("tunnel", peer = ?peer.addr, resource = %info.resource, subresource = ?info.subresource);
     tokio::spawn(tracing::Instrument::instrument(
         async move {
             let (down, up) = match tokio::try_join!(downstream_upgrade, upstream_upgrade) {

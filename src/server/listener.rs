@@ -96,11 +96,13 @@ pub async fn accept_tcp<H: Handler>(
             async move {
                 let _open = OpenConnection::new(name);
                 match tls {
-                    Some(acceptor) => match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls_stream)) => serve(tls_stream, peer, name, &builder, watcher, handler).await,
-                        Ok(Err(err)) => connection_error(name, "tls", &err),
-                        Err(_) => connection_error(name, "tls", &"handshake timed out"),
-                    },
+                    Some(acceptor) => {
+                        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                            Ok(Ok(tls_stream)) => serve(tls_stream, peer, name, &builder, watcher, handler).await,
+                            Ok(Err(err)) => connection_error(name, "tls", &err),
+                            Err(_) => connection_error(name, "tls", &"handshake timed out"),
+                        }
+                    }
                     None => serve(stream, peer, name, &builder, watcher, handler).await,
                 }
             },

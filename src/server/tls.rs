@@ -12,11 +12,19 @@ use tokio_rustls::TlsAcceptor;
 #[derive(Debug, thiserror::Error)]
 pub enum ServingTlsError {
     #[error("reading the serving certificate {path}")]
-    Cert { path: String, #[source] source: rustls::pki_types::pem::Error },
+    Cert {
+        path: String,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
     #[error("the serving certificate file {0} holds no certificate")]
     NoCert(String),
     #[error("reading the serving key {path}")]
-    Key { path: String, #[source] source: rustls::pki_types::pem::Error },
+    Key {
+        path: String,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
     #[error("building the TLS server configuration")]
     Build(#[source] rustls::Error),
 }

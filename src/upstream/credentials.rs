@@ -22,7 +22,11 @@ pub const TOKEN_FILE_REFRESH: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
     #[error("reading token file {path}")]
-    ReadTokenFile { path: PathBuf, #[source] source: std::io::Error },
+    ReadTokenFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("token file {0} is empty")]
     EmptyTokenFile(PathBuf),
     #[error("the token is not a valid HTTP header value")]
@@ -133,10 +137,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "  \n").unwrap();
-        assert!(matches!(
-            Credentials::new(&UpstreamAuth::TokenFile(path)),
-            Err(CredentialsError::EmptyTokenFile(_))
-        ));
+        assert!(matches!(Credentials::new(&UpstreamAuth::TokenFile(path)), Err(CredentialsError::EmptyTokenFile(_))));
     }
 
     #[test]
