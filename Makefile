@@ -1,0 +1,55 @@
+# watchmux: build, demo and test entry points. See README.md.
+#
+#   make demo    a real kube-apiserver on loopback, watchmux in front, a live watch fan-out
+#   make test    every test: unit and in-process, then end-to-end against the real API server
+
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e bench-passthrough fmt clean
+
+all: build
+
+build:
+	$(CARGO) build --locked
+
+release:
+	$(CARGO) build --locked --release
+
+## The real kube-apiserver, kubectl and etcd, built from the Go modules in
+## integration/go.mod (cached: rebuilt only when their inputs change).
+k8s:
+	bash integration/scripts/build-k8s.sh
+
+cluster-up:
+	bash integration/scripts/cluster-up.sh
+
+cluster-down:
+	bash integration/scripts/cluster-down.sh
+
+demo: release
+	bash integration/scripts/demo.sh
+
+test: test-unit test-e2e
+
+## Formatting, lints, unit tests and the in-process proxy tests.
+test-unit:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) test --locked
+
+## Starts the API server (stopping it afterwards if it started it), then runs
+## the end-to-end suite and the Helm chart checks against it.
+test-e2e:
+	bash integration/scripts/e2e.sh
+
+## Pass-through overhead, direct vs through watchmux (not part of make test).
+bench-passthrough:
+	bash integration/scripts/bench-passthrough.sh
+
+fmt:
+	$(CARGO) fmt
+
+clean:
+	$(CARGO) clean
+	rm -rf .run

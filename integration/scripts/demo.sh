@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# `make demo`: a real kube-apiserver on loopback, watchmux in front of it, and
+# a live watch fan-out you can see: several watchers (the Rust example and
+# kubectl) watch configmaps THROUGH watchmux while a writer changes them
+# DIRECTLY on the API server. Bounded: about half a minute, then everything
+# it started is stopped.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+scripts="$root/integration/scripts"
+cd "$root"
+
+WATCHERS="${WATCHERS:-3}"
+ROUNDS="${ROUNDS:-5}"
+listen="127.0.0.1:${DEMO_PORT:-16480}"
+admin="127.0.0.1:${DEMO_ADMIN_PORT:-16481}"
+ns="watchmux-demo"
+kubectl=("$root/.run/kubectl" --kubeconfig "$root/.run/kubeconfig")
+logs="$root/.run/demo"
+mkdir -p "$logs"
+
+cargo build --locked --release --example watch -q
+
+started_cluster=0
+bash "$scripts/cluster-up.sh" --check >/dev/null 2>&1 || started_cluster=1
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [[ $started_cluster == 1 ]]; then bash "$scripts/cluster-down.sh" >/dev/null || true; fi
+}
+trap cleanup EXIT
+bash "$scripts/cluster-up.sh"
+
+echo "== starting watchmux on $listen (admin $admin) in front of $(grep server: .run/kubeconfig | awk '{print $2}')"
+"$root/target/release/watchmux" --kubeconfig "$root/.run/kubeconfig" --listen "$listen" --admin-listen "$admin" \
+  2> "$logs/watchmux.log" &
+pids+=($!)
+for _ in $(seq 1 100); do
+  curl -fs "http://$admin/readyz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -fs "http://$admin/readyz" >/dev/null || { echo "watchmux not ready"; cat "$logs/watchmux.log"; exit 1; }
+
+"${kubectl[@]}" create namespace "$ns" --dry-run=client -o yaml | "${kubectl[@]}" apply -f - >/dev/null
+"${kubectl[@]}" delete configmaps -n "$ns" --all >/dev/null
+
+cat > "$logs/kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+current-context: watchmux
+clusters: [{name: watchmux, cluster: {server: "http://$listen"}}]
+contexts: [{name: watchmux, context: {cluster: watchmux, user: local}}]
+users: [{name: local, user: {}}]
+KC
+
+echo "== $WATCHERS Rust watchers and one kubectl watch, all through watchmux"
+for i in $(seq 1 "$WATCHERS"); do
+  "$root/target/release/examples/watch" --server "http://$listen" \
+    --path "/api/v1/namespaces/$ns/configmaps" --label "watcher-$i" --seconds 60 &
+  pids+=($!)
+done
+"$root/.run/kubectl" --kubeconfig "$logs/kubeconfig" get configmaps -n "$ns" -w --output-watch-events --no-headers \
+  | sed -u 's/^/[kubectl -w] /' &
+pids+=($!)
+sleep 2
+
+echo "== writer: $ROUNDS rounds of create, update, delete straight at the API server"
+for r in $(seq 1 "$ROUNDS"); do
+  "${kubectl[@]}" create configmap "demo-$r" -n "$ns" --from-literal=round="$r" >/dev/null
+  sleep 0.5
+  "${kubectl[@]}" patch configmap "demo-$r" -n "$ns" -p "{\"data\":{\"round\":\"$r-updated\"}}" >/dev/null
+  sleep 0.5
+  if (( r > 1 )); then "${kubectl[@]}" delete configmap "demo-$((r - 1))" -n "$ns" >/dev/null; fi
+  sleep 1
+done
+sleep 1
+
+echo "== watchmux metrics (http://$admin/metrics)"
+curl -fs "http://$admin/metrics" | grep -E '^watchmux_(passthrough_requests_total|passthrough_inflight_requests|connections_open|upstream_ready)' | sort
+echo "== done; stopping the watchers and watchmux"

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs the end-to-end suite against a real kube-apiserver: starts the test
+# cluster unless one is already up (and then stops it again at the end), builds
+# the client-go checker, runs the Rust e2e tests and the Helm chart checks.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+scripts="$root/integration/scripts"
+cd "$root"
+
+started=0
+if ! bash "$scripts/cluster-up.sh" --check >/dev/null 2>&1; then
+  started=1
+fi
+cleanup() {
+  if [[ $started == 1 ]]; then bash "$scripts/cluster-down.sh" || true; fi
+}
+trap cleanup EXIT
+bash "$scripts/cluster-up.sh"
+
+export WATCHMUX_E2E_KUBECONFIG="$root/.run/kubeconfig"
+export WATCHMUX_E2E_KUBECTL="$root/.run/kubectl"
+export WATCHMUX_E2E_WATCHCHECK="$root/.run/bin/watchcheck"
+
+cargo test --locked --test e2e -- --test-threads=4
+
+if [[ -x "$scripts/chart-check.sh" || -f "$scripts/chart-check.sh" ]]; then
+  bash "$scripts/chart-check.sh" "$root/.run/kubeconfig"
+fi
