@@ -5,4 +5,5 @@
 //! objects it answers errors with. The watch cache's frame builders and the
 //! per-object encoding memo will live here too.
 
+pub mod negotiate;
 pub mod status;

@@ -8,11 +8,13 @@
 //! [`config`] holds the flags and kubeconfig loading.
 
 pub mod body;
+pub mod cache;
 pub mod config;
 pub mod encode;
 pub mod metrics;
 pub mod passthrough;
 pub mod request;
+pub mod selector;
 pub mod server;
 pub mod upstream;
 

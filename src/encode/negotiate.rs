@@ -1,0 +1,1 @@
+//! Content negotiation for responses watchmux builds from its cache.

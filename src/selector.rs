@@ -1,0 +1,1 @@
+//! Label and field selectors: parsing, matching, and the per-kind field tables.
