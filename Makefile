@@ -32,9 +32,10 @@ demo: release
 
 test: test-unit test-e2e
 
-## Formatting, lints, unit tests and the in-process proxy tests.
+## Formatting, lints (Rust, Dockerfile), unit tests and the in-process proxy tests.
 test-unit:
 	$(CARGO) fmt --check
+	bash integration/scripts/dockerfile-lint.sh
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) test --locked
 

@@ -1,0 +1,494 @@
+{{/* Names ------------------------------------------------------------------ */}}
+
+{{- define "watchmux.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "watchmux.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "watchmux.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "watchmux.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "watchmux.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "watchmux.labels" -}}
+helm.sh/chart: {{ include "watchmux.chart" . }}
+{{ include "watchmux.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: {{ .Values.mode | kebabcase }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "watchmux.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "watchmux.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "watchmux.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* "host:port", with IPv6 literals in brackets. Call with (list host port). */}}
+{{- define "watchmux.hostPort" -}}
+{{- $host := index . 0 | toString }}
+{{- $port := index . 1 | toString }}
+{{- if and (contains ":" $host) (not (hasPrefix "[" $host)) }}
+{{- printf "[%s]:%s" $host $port }}
+{{- else }}
+{{- printf "%s:%s" $host $port }}
+{{- end }}
+{{- end }}
+
+{{/* TLS ---------------------------------------------------------------------- */}}
+
+{{/* "true" when the API listener serves TLS (never in sidecar mode). */}}
+{{- define "watchmux.tlsActive" -}}
+{{- if and .Values.tls.enabled (ne .Values.mode "sidecar") }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the chart itself generates the serving certificate. */}}
+{{- define "watchmux.tlsGenerated" -}}
+{{- if and (include "watchmux.tlsActive" .) (not .Values.tls.existingSecret) (not .Values.certManager.enabled) }}true{{ end }}
+{{- end }}
+
+{{- define "watchmux.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "watchmux.fullname" .)) .Values.tls.existingSecret }}
+{{- end }}
+
+{{- define "watchmux.caSecretName" -}}
+{{- printf "%s-ca" (include "watchmux.fullname" .) }}
+{{- end }}
+
+{{/* DNS names of the serving certificate, as a YAML list. */}}
+{{- define "watchmux.certDNSNames" -}}
+{{- $fullname := include "watchmux.fullname" . }}
+{{- $names := list }}
+{{- if eq .Values.mode "nodeLocal" }}
+{{- $names = list "localhost" .Values.nodeLocal.tlsServerName }}
+{{- else }}
+{{- $ns := .Release.Namespace }}
+{{- $names = list $fullname (printf "%s.%s" $fullname $ns) (printf "%s.%s.svc" $fullname $ns) (printf "%s.%s.svc.%s" $fullname $ns .Values.clusterDomain) }}
+{{- end }}
+{{- concat $names .Values.tls.extraDNSNames | uniq | toYaml }}
+{{- end }}
+
+{{/* IP addresses of the serving certificate, as a YAML list. */}}
+{{- define "watchmux.certIPAddresses" -}}
+{{- $ips := list }}
+{{- if eq .Values.mode "nodeLocal" }}
+{{- $ips = list "127.0.0.1" }}
+{{- $addr := .Values.nodeLocal.listenAddress | toString }}
+{{- if and .Values.nodeLocal.hostNetwork (regexMatch "^[0-9.]+$|:" $addr) (ne $addr "0.0.0.0") (ne $addr "::") }}
+{{- $ips = append $ips $addr }}
+{{- end }}
+{{- end }}
+{{- concat $ips .Values.tls.extraIPAddresses | uniq | toYaml }}
+{{- end }}
+
+{{/*
+Generates (or, on upgrades, looks up and keeps) the CA and the serving
+certificate, once per render: the result is memoised in .Values so that the
+Secret, the pod template's checksum and the client ConfigMap all see the same
+certificate. The CA is reused while its Secret exists; the serving certificate
+is reused while its subject alternative names are unchanged.
+*/}}
+{{- define "watchmux.generateTLS" -}}
+{{- if not (hasKey .Values "_watchmuxGeneratedTLS") }}
+{{- $fullname := include "watchmux.fullname" . }}
+{{- $dns := include "watchmux.certDNSNames" . | fromYamlArray }}
+{{- $ips := include "watchmux.certIPAddresses" . | fromYamlArray }}
+{{- $sans := printf "dns=%s;ip=%s" (join "," $dns) (join "," $ips) | sha256sum | trunc 16 }}
+{{- $caSecret := lookup "v1" "Secret" .Release.Namespace (include "watchmux.caSecretName" .) }}
+{{- $tlsSecret := lookup "v1" "Secret" .Release.Namespace (include "watchmux.tlsSecretName" .) }}
+{{- $ca := dict }}
+{{- $caData := dig "data" dict $caSecret }}
+{{- if and (index $caData "tls.crt") (index $caData "tls.key") }}
+{{- $ca = buildCustomCert (index $caData "tls.crt") (index $caData "tls.key") }}
+{{- else }}
+{{- $ca = genCA (printf "%s-ca" $fullname) (int .Values.tls.generated.caValidityDays) }}
+{{- end }}
+{{- $tlsData := dig "data" dict $tlsSecret }}
+{{- $tlsSans := dig "metadata" "annotations" "watchmux.io/subject-alt-names" "" $tlsSecret }}
+{{- $crt := "" }}
+{{- $key := "" }}
+{{- if and (index $tlsData "tls.crt") (index $tlsData "tls.key") (eq (index $tlsData "ca.crt" | default "") ($ca.Cert | b64enc)) (eq $tlsSans $sans) }}
+{{- $crt = index $tlsData "tls.crt" | b64dec }}
+{{- $key = index $tlsData "tls.key" | b64dec }}
+{{- else }}
+{{- $cert := genSignedCert $fullname $ips $dns (int .Values.tls.generated.certValidityDays) $ca }}
+{{- $crt = $cert.Cert }}
+{{- $key = $cert.Key }}
+{{- end }}
+{{- $_ := set .Values "_watchmuxGeneratedTLS" (dict "caCrt" $ca.Cert "caKey" $ca.Key "crt" $crt "key" $key "sans" $sans) }}
+{{- end }}
+{{- end }}
+
+{{/* Listeners ---------------------------------------------------------------- */}}
+
+{{- define "watchmux.listenAddress" -}}
+{{- if eq .Values.mode "sidecar" }}
+{{- include "watchmux.hostPort" (list "127.0.0.1" .Values.sidecar.port) }}
+{{- else if and (eq .Values.mode "nodeLocal") .Values.nodeLocal.hostNetwork }}
+{{- include "watchmux.hostPort" (list .Values.nodeLocal.listenAddress .Values.nodeLocal.port) }}
+{{- else }}
+{{- include "watchmux.hostPort" (list .Values.api.listenAddress .Values.api.port) }}
+{{- end }}
+{{- end }}
+
+{{/* The API port inside the pod's network namespace. */}}
+{{- define "watchmux.apiPort" -}}
+{{- if eq .Values.mode "sidecar" }}
+{{- .Values.sidecar.port }}
+{{- else if and (eq .Values.mode "nodeLocal") .Values.nodeLocal.hostNetwork }}
+{{- .Values.nodeLocal.port }}
+{{- else }}
+{{- .Values.api.port }}
+{{- end }}
+{{- end }}
+
+{{- define "watchmux.adminHost" -}}
+{{- if .Values.admin.listenAddress }}
+{{- .Values.admin.listenAddress }}
+{{- else if and (eq .Values.mode "nodeLocal") .Values.nodeLocal.hostNetwork }}
+{{- "127.0.0.1" }}
+{{- else }}
+{{- "0.0.0.0" }}
+{{- end }}
+{{- end }}
+
+{{/* The URL clients put in their kubeconfig. */}}
+{{- define "watchmux.clientServer" -}}
+{{- $scheme := ternary "https" "http" (eq (include "watchmux.tlsActive" .) "true") }}
+{{- if eq .Values.mode "sidecar" }}
+{{- printf "http://%s" (include "watchmux.hostPort" (list "127.0.0.1" .Values.sidecar.port)) }}
+{{- else if eq .Values.mode "nodeLocal" }}
+{{- default (printf "%s://%s" $scheme (include "watchmux.hostPort" (list "127.0.0.1" .Values.nodeLocal.port))) .Values.nodeLocal.clientServer }}
+{{- else }}
+{{- printf "%s://%s.%s.svc:%v" $scheme (include "watchmux.fullname" .) .Release.Namespace .Values.tier.service.port }}
+{{- end }}
+{{- end }}
+
+{{/* Container ---------------------------------------------------------------- */}}
+
+{{- define "watchmux.args" -}}
+- --listen={{ include "watchmux.listenAddress" . }}
+- --admin-listen={{ include "watchmux.hostPort" (list (include "watchmux.adminHost" .) .Values.admin.port) }}
+{{- if include "watchmux.tlsActive" . }}
+- --tls-cert-file=/etc/watchmux/tls/tls.crt
+- --tls-private-key-file=/etc/watchmux/tls/tls.key
+{{- end }}
+{{- if .Values.upstream.kubeconfigSecret.name }}
+- --kubeconfig=/etc/watchmux/upstream/{{ .Values.upstream.kubeconfigSecret.key }}
+{{- with .Values.upstream.context }}
+- --context={{ . }}
+{{- end }}
+{{- end }}
+{{- if .Values.upstream.http1Only }}
+- --upstream-http1-only
+{{- end }}
+- --log-format={{ .Values.logFormat }}
+- --shutdown-grace={{ .Values.shutdownGrace }}
+{{- if .Values.cache.enabled }}
+{{- /* Future flags (not in the binary yet): see values.yaml "cache". */}}
+- --cache-resources={{ join "," .Values.cache.resources }}
+{{- $scopes := deepCopy .Values.cache.scopes }}
+{{- if and (eq .Values.mode "nodeLocal") .Values.nodeLocal.scopePodsToNode (not (hasKey $scopes "pods")) }}
+{{- $_ := set $scopes "pods" "fieldSelector=spec.nodeName=$(NODE_NAME)" }}
+{{- end }}
+{{- range $resource := keys $scopes | sortAlpha }}
+- --cache-scope={{ $resource }}={{ index $scopes $resource }}
+{{- end }}
+{{- end }}
+{{- if .Values.auth.mode }}
+{{- /* Future flags (not in the binary yet): see values.yaml "auth". */}}
+- --auth-mode={{ .Values.auth.mode }}
+{{- if .Values.auth.clientCA.configMap }}
+- --client-ca-file=/etc/watchmux/client-ca/{{ .Values.auth.clientCA.key }}
+{{- end }}
+{{- end }}
+{{- with .Values.extraArgs }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "watchmux.env" -}}
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- if ne .Values.mode "sidecar" }}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: HOST_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.hostIP
+{{- end }}
+{{- with .Values.upstream.apiserverHost }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.upstream.apiserverPort }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Seconds for terminationGracePeriodSeconds: --shutdown-grace plus 5. */}}
+{{- define "watchmux.terminationGrace" -}}
+{{- $d := .Values.shutdownGrace | toString }}
+{{- $n := regexFind "^[0-9.]+" $d | float64 }}
+{{- $unit := trimPrefix (regexFind "^[0-9.]+" $d) $d }}
+{{- $secs := $n }}
+{{- if eq $unit "ms" }}{{ $secs = divf $n 1000 }}{{ end }}
+{{- if eq $unit "m" }}{{ $secs = mulf $n 60 }}{{ end }}
+{{- if eq $unit "h" }}{{ $secs = mulf $n 3600 }}{{ end }}
+{{- add (ceil $secs | int) 5 }}
+{{- end }}
+
+{{/* The watchmux container, shared by the DaemonSet, the Deployment and the
+sidecar snippet in NOTES.txt. */}}
+{{- define "watchmux.container" -}}
+{{- $adminHost := include "watchmux.adminHost" . -}}
+name: watchmux
+image: {{ include "watchmux.image" . }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+args:
+  {{- include "watchmux.args" . | nindent 2 }}
+env:
+  {{- include "watchmux.env" . | nindent 2 }}
+ports:
+  - name: {{ ternary "https" "http" (eq (include "watchmux.tlsActive" .) "true") }}
+    containerPort: {{ include "watchmux.apiPort" . }}
+    protocol: TCP
+    {{- if and (eq .Values.mode "nodeLocal") (not .Values.nodeLocal.hostNetwork) }}
+    hostPort: {{ .Values.nodeLocal.port }}
+    {{- with .Values.nodeLocal.hostIP }}
+    hostIP: {{ . }}
+    {{- end }}
+    {{- end }}
+  - name: admin
+    containerPort: {{ .Values.admin.port }}
+    protocol: TCP
+{{- if eq .Values.mode "sidecar" }}
+startupProbe:
+  httpGet:
+    path: /livez
+    port: admin
+  periodSeconds: 1
+  failureThreshold: 30
+{{- end }}
+livenessProbe:
+  httpGet:
+    path: /livez
+    port: admin
+    {{- if eq $adminHost "127.0.0.1" }}
+    host: 127.0.0.1
+    {{- end }}
+  {{- toYaml .Values.livenessProbe | nindent 2 }}
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: admin
+    {{- if eq $adminHost "127.0.0.1" }}
+    host: 127.0.0.1
+    {{- end }}
+  {{- toYaml .Values.readinessProbe | nindent 2 }}
+{{- with .Values.resources }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- $securityContext := .Values.securityContext }}
+{{- if eq .Values.mode "sidecar" }}
+{{- /* The application's pod sets the pod-level context: carry ours on the container. */}}
+{{- $securityContext = merge (deepCopy .Values.securityContext) (pick .Values.podSecurityContext "runAsNonRoot" "runAsUser" "runAsGroup" "seccompProfile") }}
+{{- end }}
+securityContext:
+  {{- toYaml $securityContext | nindent 2 }}
+{{- with .Values.lifecycle }}
+lifecycle:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- $mounts := include "watchmux.volumeMounts" . | trim }}
+{{- if $mounts }}
+volumeMounts:
+  {{- $mounts | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- define "watchmux.volumeMounts" -}}
+{{- if include "watchmux.tlsActive" . }}
+- name: tls
+  mountPath: /etc/watchmux/tls
+  readOnly: true
+{{- end }}
+{{- if .Values.upstream.kubeconfigSecret.name }}
+- name: upstream-kubeconfig
+  mountPath: /etc/watchmux/upstream
+  readOnly: true
+{{- end }}
+{{- if and .Values.auth.mode .Values.auth.clientCA.configMap }}
+- name: client-ca
+  mountPath: /etc/watchmux/client-ca
+  readOnly: true
+{{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "watchmux.volumes" -}}
+{{- if include "watchmux.tlsActive" . }}
+- name: tls
+  secret:
+    secretName: {{ include "watchmux.tlsSecretName" . }}
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- end }}
+{{- if .Values.upstream.kubeconfigSecret.name }}
+- name: upstream-kubeconfig
+  secret:
+    secretName: {{ .Values.upstream.kubeconfigSecret.name }}
+{{- end }}
+{{- if and .Values.auth.mode .Values.auth.clientCA.configMap }}
+- name: client-ca
+  configMap:
+    name: {{ .Values.auth.clientCA.configMap }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Pod template of the DaemonSet and the Deployment. */}}
+{{- define "watchmux.podTemplate" -}}
+metadata:
+  labels:
+    {{- include "watchmux.selectorLabels" . | nindent 4 }}
+    {{- with .Values.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  annotations:
+    kubectl.kubernetes.io/default-container: watchmux
+    {{- if include "watchmux.tlsGenerated" . }}
+    {{- include "watchmux.generateTLS" . }}
+    checksum/tls: {{ .Values._watchmuxGeneratedTLS.crt | sha256sum }}
+    {{- end }}
+    {{- with .Values.podAnnotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  serviceAccountName: {{ include "watchmux.serviceAccountName" . }}
+  automountServiceAccountToken: {{ .Values.serviceAccount.automount }}
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- if eq .Values.mode "nodeLocal" }}
+  hostNetwork: {{ .Values.nodeLocal.hostNetwork }}
+  {{- if .Values.nodeLocal.hostNetwork }}
+  dnsPolicy: ClusterFirstWithHostNet
+  {{- end }}
+  {{- end }}
+  {{- $priority := .Values.priorityClassName }}
+  {{- if eq .Values.mode "nodeLocal" }}
+  {{- $priority = default .Values.nodeLocal.priorityClassName $priority }}
+  {{- end }}
+  {{- with $priority }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  terminationGracePeriodSeconds: {{ include "watchmux.terminationGrace" . }}
+  securityContext:
+    {{- toYaml .Values.podSecurityContext | nindent 4 }}
+  containers:
+    - {{ include "watchmux.container" . | indent 6 | trim }}
+  {{- $volumes := include "watchmux.volumes" . | trim }}
+  {{- if $volumes }}
+  volumes:
+    {{- $volumes | nindent 4 }}
+  {{- end }}
+  {{- with .Values.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- $tolerations := .Values.tolerations }}
+  {{- if eq .Values.mode "nodeLocal" }}
+  {{- $tolerations = concat .Values.nodeLocal.tolerations .Values.tolerations }}
+  {{- end }}
+  {{- with $tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- if eq .Values.mode "tier" }}
+  {{- if .Values.topologySpreadConstraints }}
+  topologySpreadConstraints:
+    {{- toYaml .Values.topologySpreadConstraints | nindent 4 }}
+  {{- else if .Values.tier.spreadOverNodes }}
+  topologySpreadConstraints:
+    - maxSkew: 1
+      topologyKey: kubernetes.io/hostname
+      whenUnsatisfiable: ScheduleAnyway
+      labelSelector:
+        matchLabels:
+          {{- include "watchmux.selectorLabels" . | nindent 10 }}
+  {{- end }}
+  {{- end }}
+{{- end }}
+
+{{/* Checks that cannot be said in values.schema.json. */}}
+{{- define "watchmux.validate" -}}
+{{- if and .Values.certManager.enabled .Values.tls.existingSecret }}
+{{- fail "certManager.enabled and tls.existingSecret are exclusive: pick one source for the serving certificate" }}
+{{- end }}
+{{- if and (not (kindIs "invalid" .Values.tier.pdb.minAvailable)) (not (kindIs "invalid" .Values.tier.pdb.maxUnavailable)) }}
+{{- fail "tier.pdb: set minAvailable or maxUnavailable, not both (set the other to null)" }}
+{{- end }}
+{{- if and .Values.upstream.apiserverPort (not .Values.upstream.apiserverHost) }}
+{{- fail "upstream.apiserverPort needs upstream.apiserverHost" }}
+{{- end }}
+{{- end }}
