@@ -2,8 +2,13 @@
 //! that ends long-lived streams at shutdown.
 //!
 //! Every body crossing watchmux is boxed into [`ProxyBody`] so that streamed
-//! upstream bodies, bodies watchmux writes itself and (later) cache-built watch
-//! streams share one type and one error type.
+//! upstream bodies, bodies watchmux writes itself and cache-built watch
+//! streams share one type and one error type. Its data is a [`Chunk`], so a
+//! watch event can carry shared bytes without copying them.
+
+mod chunk;
+
+pub use chunk::Chunk;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -16,21 +21,30 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body type of every request and response watchmux forwards or writes.
-pub type ProxyBody = BoxBody<Bytes, BoxError>;
+pub type ProxyBody = BoxBody<Chunk, BoxError>;
 
 /// A complete body from bytes watchmux produced itself.
 pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+    Full::new(Chunk::from(bytes.into())).map_err(|never| match never {}).boxed()
 }
 
 pub fn empty() -> ProxyBody {
     Empty::new().map_err(|never| match never {}).boxed()
 }
 
-/// Boxes any body whose error converts into [`BoxError`].
+/// Boxes any body of plain bytes whose error converts into [`BoxError`].
 pub fn boxed<B>(body: B) -> ProxyBody
 where
     B: Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    body.map_frame(|frame| frame.map_data(Chunk::from)).map_err(Into::into).boxed()
+}
+
+/// Boxes a body that already yields [`Chunk`]s.
+pub fn boxed_chunks<B>(body: B) -> ProxyBody
+where
+    B: Body<Data = Chunk> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
     body.map_err(Into::into).boxed()
