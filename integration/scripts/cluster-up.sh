@@ -12,7 +12,7 @@
 #
 # Ports: ETCD_PORT (23379), ETCD_PEER_PORT (23380), APISERVER_PORT (16443).
 #
-# Usage: cluster-up.sh [--check]
+# Usage: cluster-up.sh [--check | --restart-apiserver]
 #   --check: build and start nothing; exit 0 if the cluster is up and ready,
 #            1 if not (e2e.sh and demo.sh use it to know whether to stop it).
 set -euo pipefail
@@ -45,7 +45,8 @@ case "${1:-}" in
     fi
     echo "cluster-up: not running" >&2; exit 1 ;;
   "") ;;
-  *) echo "usage: $0 [--check]" >&2; exit 2 ;;
+  --restart-apiserver) ;;
+  *) echo "usage: $0 [--check | --restart-apiserver]" >&2; exit 2 ;;
 esac
 
 # One cluster-up at a time (e2e.sh and demo.sh may race); children close fd 9.
@@ -105,22 +106,6 @@ EOF
   } > "$state/env"
 }
 
-if pid_alive etcd && pid_alive apiserver && api_ready; then
-  write_client_files
-  echo "cluster-up: already running at $api_url (kubeconfig: $kubeconfig)"
-  exit 0
-fi
-
-# Not (fully) up: clear leftovers of an earlier run, then start fresh.
-"$scripts/cluster-down.sh" >/dev/null
-for p in "$etcd_port" "$etcd_peer_port" "$api_port"; do
-  port_free "$p" || { echo "cluster-up: port $p on 127.0.0.1 is already in use" >&2; exit 1; }
-done
-
-for log in etcd apiserver; do   # keep one previous run's logs
-  [[ -f "$state/$log.log" ]] && mv -f "$state/$log.log" "$state/$log.log.prev"
-done
-
 start=$(date +%s)
 deadline=$(( start + timeout_s ))
 fail() {
@@ -149,6 +134,51 @@ wait_for() {  # wait_for <process name> <check command...>
   done
 }
 
+start_apiserver() {
+  start_detached apiserver "$bin/kube-apiserver" \
+    --etcd-servers="$etcd_url" --etcd-compaction-interval=0 \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
+    --tls-cert-file="$state/apiserver.crt" --tls-private-key-file="$state/apiserver.key" \
+    --client-ca-file="$state/ca.crt" --token-auth-file="$state/tokens.csv" \
+    --authorization-mode=Node,RBAC \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --service-account-issuer=https://kubernetes.default.svc \
+    --service-account-key-file="$state/sa.key" --service-account-signing-key-file="$state/sa.key" \
+    --endpoint-reconciler-type=none --disable-admission-plugins=ServiceAccount
+}
+
+# --restart-apiserver: stop kube-apiserver alone and start it again on the same
+# etcd (data kept), as an upgrade or a crash would. For the restart tests.
+if [[ "${1:-}" == "--restart-apiserver" ]]; then
+  pid_alive etcd && pid_alive apiserver || { echo "cluster-up: not running" >&2; exit 1; }
+  pid="$(cat "$state/apiserver.pid")"
+  kill -TERM "$pid"
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  mv -f "$state/apiserver.log" "$state/apiserver.log.prev"
+  start=$(date +%s); deadline=$(( start + timeout_s ))
+  start_apiserver
+  wait_for apiserver api_ready
+  echo "cluster-up: kube-apiserver restarted in $(( $(date +%s) - start ))s"
+  exit 0
+fi
+
+if pid_alive etcd && pid_alive apiserver && api_ready; then
+  write_client_files
+  echo "cluster-up: already running at $api_url (kubeconfig: $kubeconfig)"
+  exit 0
+fi
+
+# Not (fully) up: clear leftovers of an earlier run, then start fresh.
+"$scripts/cluster-down.sh" >/dev/null
+for p in "$etcd_port" "$etcd_peer_port" "$api_port"; do
+  port_free "$p" || { echo "cluster-up: port $p on 127.0.0.1 is already in use" >&2; exit 1; }
+done
+
+for log in etcd apiserver; do   # keep one previous run's logs
+  [[ -f "$state/$log.log" ]] && mv -f "$state/$log.log" "$state/$log.log.prev"
+done
+
 start_detached etcd "$bin/etcd" --name watchmux-test --data-dir "$state/etcd" \
   --listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
   --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
@@ -157,16 +187,7 @@ start_detached etcd "$bin/etcd" --name watchmux-test --data-dir "$state/etcd" \
   --unsafe-no-fsync --watch-progress-notify-interval=5s
 wait_for etcd etcd_healthy
 
-start_detached apiserver "$bin/kube-apiserver" \
-  --etcd-servers="$etcd_url" --etcd-compaction-interval=0 \
-  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
-  --tls-cert-file="$state/apiserver.crt" --tls-private-key-file="$state/apiserver.key" \
-  --client-ca-file="$state/ca.crt" --token-auth-file="$state/tokens.csv" \
-  --authorization-mode=Node,RBAC \
-  --service-cluster-ip-range=10.0.0.0/24 \
-  --service-account-issuer=https://kubernetes.default.svc \
-  --service-account-key-file="$state/sa.key" --service-account-signing-key-file="$state/sa.key" \
-  --endpoint-reconciler-type=none --disable-admission-plugins=ServiceAccount
+start_apiserver
 wait_for apiserver api_ready
 
 write_client_files
