@@ -58,6 +58,44 @@ pub struct Args {
     #[arg(long)]
     pub upstream_http1_only: bool,
 
+    /// Resources to cache, as resource[.group], comma-separated; `*` caches
+    /// every resource that can be listed and watched, custom resources
+    /// included. Everything else passes through.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "pods,nodes,services,endpoints,endpointslices.discovery.k8s.io,namespaces,configmaps,runtimeclasses.node.k8s.io,csidrivers.storage.k8s.io"
+    )]
+    pub cache_resources: Vec<String>,
+
+    /// Per-resource cache sizes in the API server's syntax, resource[.group]#size;
+    /// a size of 0 turns that resource's cache off (other sizes are accepted and
+    /// ignored: capacity adapts on its own).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub watch_cache_sizes: Vec<String>,
+
+    /// Start the caches at start-up instead of on first request, and report
+    /// ready only once they are synced.
+    #[arg(long)]
+    pub cache_warm: bool,
+
+    /// Narrows one resource's upstream watch, e.g.
+    /// `pods=fieldSelector=spec.nodeName=node-1` on a node-local proxy. Requests
+    /// whose selectors do not lie inside the scope pass through. Repeatable.
+    #[arg(long, value_name = "RESOURCE=SELECTORS")]
+    pub cache_scope: Vec<String>,
+
+    /// How long events are kept for watchers resuming from a resourceVersion;
+    /// the history grows and shrinks to cover this window, as the API server's does.
+    #[arg(long, value_name = "DURATION", default_value = "75s", value_parser = parse_duration)]
+    pub events_history_window: Duration,
+
+    /// How long a watcher may stay behind by a full buffer before it is closed
+    /// (it then resumes from its last resourceVersion).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub slow_watcher_grace: Duration,
+
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -106,6 +144,10 @@ mod tests {
         assert_eq!(args.admin_listen, "127.0.0.1:9444".parse().unwrap());
         assert_eq!(args.shutdown_grace, Duration::from_secs(30));
         assert!(args.kubeconfig.is_none() && args.listen_unix.is_none());
+        assert_eq!(args.cache_resources.len(), 9);
+        assert!(args.cache_resources.contains(&"endpointslices.discovery.k8s.io".to_owned()));
+        assert_eq!(args.events_history_window, Duration::from_secs(75));
+        assert!(!args.cache_warm);
     }
 
     #[test]
