@@ -1,3 +1,26 @@
 //! The watch cache: one upstream list+watch per resource, served to many.
+//!
+//! - [`registry`]: what is cached; one [`resource::ResourceCache`] per resource.
+//! - [`reflector`]: the state machine that keeps a cache in step with the upstream.
+//! - [`store`], [`history`]: the objects, and the ring of recent events.
+//! - [`object`], [`event`]: cached objects with their encoding memo; events and frames.
+//! - [`dispatcher`], [`watcher`], [`filter`]: who gets which event, and per-watcher queues.
+//! - [`stream`]: a watch response body; [`serve`]: LIST/GET/WATCH semantics.
+//! - [`discovery`], [`resource_info`]: what the upstream serves.
+//! - [`params`]: the query parameters of a read.
 
+pub mod discovery;
+pub mod dispatcher;
+pub mod event;
+pub mod filter;
 pub mod history;
+pub mod object;
+pub mod params;
+pub mod reflector;
+pub mod registry;
+pub mod resource;
+pub mod resource_info;
+pub mod serve;
+pub mod store;
+pub mod stream;
+pub mod watcher;

@@ -5,7 +5,9 @@
 //! to the API, [`passthrough`] forwards what watchmux does not answer itself
 //! to the [`upstream`] API server, [`encode`] writes the bodies watchmux
 //! produces (Status errors), and [`metrics`] names everything it counts.
-//! [`config`] holds the flags and kubeconfig loading.
+//! [`cache`] answers LIST, GET and WATCH from one upstream list+watch per
+//! resource, with [`selector`] for label and field selectors. [`config`]
+//! holds the flags and kubeconfig loading.
 
 pub mod body;
 pub mod cache;
@@ -36,9 +38,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Upstream::new(&upstream_cfg, UpstreamOptions { http1_only: args.upstream_http1_only })
             .context("configuring the upstream client")?,
     );
-    let server =
-        Server::bind(&args, upstream, ServerOptions { shutdown_grace: args.shutdown_grace, metrics: Some(metrics) })
-            .await?;
+    let cache = cache::registry::CacheConfig::from_flags(
+        &args.cache_resources,
+        &args.watch_cache_sizes,
+        &args.cache_scope,
+        args.cache_warm,
+        cache::resource::CacheSettings {
+            history_window: args.events_history_window,
+            slow_watcher_grace: args.slow_watcher_grace,
+        },
+    )?;
+    let opts = ServerOptions { shutdown_grace: args.shutdown_grace, metrics: Some(metrics), cache: Some(cache) };
+    let server = Server::bind(&args, upstream, opts).await?;
     tracing::info!(admin = %server.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");
     server.serve(server::shutdown::signal()).await
 }

@@ -28,6 +28,41 @@ pub const CONNECTION_ERRORS: &str = "watchmux_connection_errors_total";
 /// 1 when the upstream answered its last readiness probe, else 0.
 pub const UPSTREAM_READY: &str = "watchmux_upstream_ready";
 
+/// Pass-through requests that could have been served from the cache, by why they were not.
+pub const PASSTHROUGH_REASONS: &str = "watchmux_cache_passthrough_total";
+/// Events received from the upstream watch, by resource.
+pub const CACHE_EVENTS_RECEIVED: &str = "watchmux_watch_cache_events_received_total";
+/// Events handed to the dispatcher, by resource.
+pub const CACHE_EVENTS_DISPATCHED: &str = "watchmux_watch_cache_events_dispatched_total";
+/// Event deliveries queued for watchers, by resource.
+pub const CACHE_DELIVERIES: &str = "watchmux_watch_cache_deliveries_total";
+/// The history ring's capacity, by resource.
+pub const CACHE_CAPACITY: &str = "watchmux_watch_cache_capacity";
+/// Objects in the store, by resource.
+pub const CACHE_OBJECTS: &str = "watchmux_watch_cache_objects";
+/// Full initializations (initial list and relists) of a cache, by resource.
+pub const CACHE_INITIALIZATIONS: &str = "watchmux_watch_cache_initializations_total";
+/// How long a full initialization (a paginated upstream LIST) took.
+pub const CACHE_INITIALIZATION_DURATION: &str = "watchmux_watch_cache_initialization_duration_seconds";
+/// Time requests waited for the cache to reach a resourceVersion.
+pub const CACHE_READ_WAIT: &str = "watchmux_watch_cache_read_wait_seconds";
+/// Watchers closed for not keeping up, by resource.
+pub const TERMINATED_WATCHERS: &str = "watchmux_terminated_watchers_total";
+/// Watchers registered now, by resource.
+pub const REGISTERED_WATCHERS: &str = "watchmux_registered_watchers";
+/// LIST requests answered from the cache, by resource.
+pub const CACHE_LIST_TOTAL: &str = "watchmux_cache_list_total";
+/// GET requests answered from the cache, by resource.
+pub const CACHE_GET_TOTAL: &str = "watchmux_cache_get_total";
+/// Consistent reads, by resource and result (success: served from the cache; fallback: passed upstream).
+pub const CONSISTENT_READS: &str = "watchmux_watch_cache_consistent_read_total";
+/// Encodings of an object into a content variant.
+pub const CACHE_ENCODES: &str = "watchmux_cache_encodes_total";
+/// Upstream watch (re)starts, by resource and cause.
+pub const UPSTREAM_WATCH_RESTARTS: &str = "watchmux_upstream_watch_restarts_total";
+/// Upstream relists after the first, by resource and cause.
+pub const UPSTREAM_RELISTS: &str = "watchmux_upstream_relists_total";
+
 /// Latency buckets, in seconds, for every `_seconds` histogram: from 1 ms (a
 /// cached answer) to a minute (a slow upstream LIST).
 const LATENCY_BUCKETS: &[f64] =
@@ -59,4 +94,31 @@ fn describe() {
     describe_gauge!(CONNECTIONS_OPEN, "Downstream connections open, by listener.");
     describe_counter!(CONNECTION_ERRORS, "Downstream connections that ended in an error, by listener and stage.");
     describe_gauge!(UPSTREAM_READY, "1 when the upstream API server answered its last readiness probe, else 0.");
+    describe_counter!(PASSTHROUGH_REASONS, "Requests the cache could have served but passed upstream, by reason.");
+    describe_counter!(CACHE_EVENTS_RECEIVED, "Events received from the upstream watch, by resource.");
+    describe_counter!(CACHE_EVENTS_DISPATCHED, "Events handed to the dispatcher, by resource.");
+    describe_counter!(CACHE_DELIVERIES, "Event deliveries queued for downstream watchers, by resource.");
+    describe_gauge!(CACHE_CAPACITY, "Capacity of the event history ring, by resource.");
+    describe_gauge!(CACHE_OBJECTS, "Objects held in the cache, by resource.");
+    describe_counter!(
+        CACHE_INITIALIZATIONS,
+        "Full initializations (initial LIST and relists) of a cache, by resource."
+    );
+    describe_histogram!(
+        CACHE_INITIALIZATION_DURATION,
+        Unit::Seconds,
+        "Duration of a full cache initialization (paginated upstream LIST), by resource."
+    );
+    describe_histogram!(CACHE_READ_WAIT, Unit::Seconds, "Time requests waited for the cache to be fresh enough.");
+    describe_counter!(TERMINATED_WATCHERS, "Watchers closed for not keeping up with events, by resource.");
+    describe_gauge!(REGISTERED_WATCHERS, "Downstream watchers served from the cache, by resource.");
+    describe_counter!(CACHE_LIST_TOTAL, "LIST requests answered from the cache, by resource.");
+    describe_counter!(CACHE_GET_TOTAL, "GET requests answered from the cache, by resource.");
+    describe_counter!(
+        CONSISTENT_READS,
+        "Consistent reads by resource and result: success (cache) or fallback (upstream)."
+    );
+    describe_counter!(CACHE_ENCODES, "Encodings of an object into a content variant, by variant.");
+    describe_counter!(UPSTREAM_WATCH_RESTARTS, "Upstream watch starts after the first, by resource and cause.");
+    describe_counter!(UPSTREAM_RELISTS, "Upstream relists after the initial list, by resource and cause.");
 }

@@ -23,8 +23,11 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::body::ProxyBody;
+use crate::cache::registry::{CacheConfig, Registry};
+use crate::cache::serve::{CacheService, Served};
 use crate::config::Args;
 use crate::passthrough::{Passthrough, Peer};
+use crate::request::RequestInfo;
 use crate::upstream::Upstream;
 use admin::AdminState;
 use listener::{AdminHandler, Handler};
@@ -33,6 +36,8 @@ use listener::{AdminHandler, Handler};
 pub struct ServerOptions {
     pub shutdown_grace: Duration,
     pub metrics: Option<PrometheusHandle>,
+    /// What to cache; `None` passes everything through.
+    pub cache: Option<CacheConfig>,
 }
 
 /// Bound listeners, ready to serve.
@@ -45,14 +50,22 @@ pub struct Server {
     opts: ServerOptions,
 }
 
-/// The API service: today every request passes through.
+/// The API service: reads the cache can answer are served from it,
+/// everything else passes through.
 #[derive(Clone)]
 struct ApiHandler {
     passthrough: Passthrough,
+    cache: Option<Arc<CacheService>>,
 }
 
 impl Handler for ApiHandler {
     async fn handle(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
+        if let Some(cache) = &self.cache {
+            let info = RequestInfo::classify(req.method(), req.uri());
+            if let Served::Response(resp) = cache.serve(req.method(), req.uri(), req.headers(), &info).await {
+                return resp;
+            }
+        }
         self.passthrough.forward(req, peer).await
     }
 }
@@ -98,11 +111,26 @@ impl Server {
 
         let builder = listener::http_builder();
         let graceful = GracefulShutdown::new();
-        let api_handler = ApiHandler { passthrough: Passthrough::new(upstream.clone(), streams_stop.clone()) };
+        let cache = opts.cache.clone().map(|config| {
+            let warm = config.warm;
+            let registry = Arc::new(Registry::new(upstream.clone(), config, background_stop.clone()));
+            if warm {
+                let registry = registry.clone();
+                tokio::spawn(async move {
+                    if let Err(err) = registry.warm().await {
+                        tracing::warn!(error = %err, "warming the caches failed; they start on first use");
+                    }
+                });
+            }
+            Arc::new(CacheService::new(registry, streams_stop.clone()))
+        });
+        let api_handler =
+            ApiHandler { passthrough: Passthrough::new(upstream.clone(), streams_stop.clone()), cache: cache.clone() };
         let admin_state = Arc::new(AdminState {
             upstream: upstream.clone(),
             metrics: opts.metrics.clone(),
             shutting_down: shutting_down.clone(),
+            caches: cache.as_ref().filter(|c| c.registry().config().warm).map(|c| c.registry().clone()),
         });
         // The admin listener outlives the API's graceful phase, so /readyz can
         // say "shutting down" while in-flight requests finish.

@@ -91,13 +91,18 @@ fn free_port() -> u16 {
 
 impl Watchmux {
     pub async fn start(cluster: &Cluster, extra: &[&str]) -> Self {
+        Self::start_with_kubeconfig(cluster, &cluster.kubeconfig, extra).await
+    }
+
+    /// Starts watchmux with an upstream kubeconfig of the test's choosing.
+    pub async fn start_with_kubeconfig(_cluster: &Cluster, upstream: &Path, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let log = std::fs::File::create(dir.path().join("watchmux.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_watchmux"))
             .arg("--kubeconfig")
-            .arg(&cluster.kubeconfig)
+            .arg(upstream)
             .args(["--listen", &addr.to_string(), "--admin-listen", &admin.to_string()])
             .args(extra)
             .env("RUST_LOG", "watchmux=debug,info")
@@ -190,4 +195,135 @@ pub async fn get_direct(client: &Upstream, path: &str) -> (u16, Bytes) {
 pub fn namespace(test: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
     format!("e2e-{test}-{nanos:x}")
+}
+
+/// Sends a JSON request straight to the API server; panics unless it succeeds.
+pub async fn direct_json(client: &Upstream, method: http::Method, path: &str, body: serde_json::Value) -> Value {
+    let content_type = if method == http::Method::PATCH { "application/merge-patch+json" } else { "application/json" };
+    let req = Request::builder()
+        .method(method.clone())
+        .uri(path)
+        .header("content-type", content_type)
+        .body(watchmux::body::boxed(Full::new(Bytes::from(body.to_string()))))
+        .unwrap();
+    let (code, bytes) = read(client.send(req).await.unwrap()).await;
+    assert!((200..300).contains(&code), "{method} {path}: {code} {}", String::from_utf8_lossy(&bytes));
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+pub async fn create_namespace(client: &Upstream, ns: &str) {
+    direct_json(client, http::Method::POST, "/api/v1/namespaces", serde_json::json!({"metadata": {"name": ns}})).await;
+}
+
+/// Creates, patches or deletes a configmap directly; returns the new resourceVersion.
+pub async fn configmap(client: &Upstream, op: &str, ns: &str, name: &str) -> u64 {
+    let base = format!("/api/v1/namespaces/{ns}/configmaps");
+    let v = match op {
+        "create" => {
+            let body = serde_json::json!({"metadata": {"name": name, "labels": {"e2e": "yes"}}, "data": {"v": "0"}});
+            direct_json(client, http::Method::POST, &base, body).await
+        }
+        "update" => {
+            let body = serde_json::json!({"data": {"v": "1"}});
+            direct_json(client, http::Method::PATCH, &format!("{base}/{name}"), body).await
+        }
+        "delete" => direct_json(client, http::Method::DELETE, &format!("{base}/{name}"), Value::Null).await,
+        other => panic!("unknown op {other}"),
+    };
+    v["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// The API server's own metrics (admin can read them).
+pub async fn apiserver_metric_sum(client: &Upstream, name: &str, label_filters: &[&str]) -> f64 {
+    let (_, bytes) = get_direct(client, "/metrics").await;
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+        .filter(|l| label_filters.iter().all(|f| l.contains(f)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// watchmux's own metric (summed over label sets matching the filters).
+pub async fn watchmux_metric_sum(admin: SocketAddr, name: &str, label_filters: &[&str]) -> f64 {
+    let (_, bytes) = read(get(admin, "/metrics").await).await;
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter(|l| l.starts_with(name) && (l[name.len()..].starts_with('{') || l[name.len()..].starts_with(' ')))
+        .filter(|l| label_filters.iter().all(|f| l.contains(f)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+use serde_json::Value;
+
+/// One event as a test compares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub kind: String,
+    pub name: String,
+    pub rv: String,
+}
+
+/// Reads a JSON watch stream into events, sent on `tx` as they arrive;
+/// the stream's end is reported as `None`.
+pub async fn pump_watch(resp: Response<Incoming>, tx: tokio::sync::mpsc::UnboundedSender<Option<Seen>>) {
+    let mut body = resp.into_body();
+    let mut buf = Vec::new();
+    while let Some(Ok(frame)) = body.frame().await {
+        let Ok(data) = frame.into_data() else { continue };
+        buf.extend_from_slice(&data);
+        while let Some(end) = buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=end).collect();
+            let v: Value = serde_json::from_slice(&line[..end]).unwrap();
+            let seen = Seen {
+                kind: v["type"].as_str().unwrap_or("").to_owned(),
+                name: v["object"]["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+                rv: v["object"]["metadata"]["resourceVersion"].as_str().unwrap_or("").to_owned(),
+            };
+            if tx.send(Some(seen)).is_err() {
+                return;
+            }
+        }
+    }
+    let _ = tx.send(None);
+}
+
+/// An HTTP/2 connection to watchmux, for many watches on one connection as client-go makes them.
+pub async fn h2(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Full<Bytes>> {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    send
+}
+
+/// Tests that restart the API server or read its global metrics hold this
+/// for writing; every other test holds it for reading, so they never overlap.
+pub static CLUSTER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// etcd's HTTP gateway, for reading the current revision and compacting.
+pub async fn etcd_post(path: &str, body: Value) -> Value {
+    let addr: SocketAddr =
+        std::env::var("WATCHMUX_E2E_ETCD").expect("WATCHMUX_E2E_ETCD").trim_start_matches("http://").parse().unwrap();
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    let req = Request::post(path)
+        .header("host", addr.to_string())
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let (code, bytes) = read(send.send_request(req).await.unwrap()).await;
+    assert_eq!(code, 200, "etcd {path}: {}", String::from_utf8_lossy(&bytes));
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// Restarts kube-apiserver alone (etcd and its data stay).
+pub fn restart_apiserver() {
+    let script = std::env::var("WATCHMUX_E2E_CLUSTER_UP").expect("WATCHMUX_E2E_CLUSTER_UP");
+    let out = Command::new("bash").arg(script).arg("--restart-apiserver").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

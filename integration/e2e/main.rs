@@ -4,7 +4,9 @@
 //! Run with `make test-e2e` (part of `make test`), which builds and starts
 //! the API server on loopback and sets the environment `env.rs` reads.
 
+mod cache;
 mod env;
+mod relay;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -22,6 +24,7 @@ fn json(text: &str) -> Value {
 
 #[tokio::test]
 async fn kubectl_create_get_list_patch_delete_through_watchmux() {
+    let _shared = CLUSTER.read().await;
     let cluster = Cluster::from_env();
     let wm = Watchmux::start(&cluster, &[]).await;
     let ns = namespace("crud");
@@ -68,6 +71,7 @@ async fn kubectl_create_get_list_patch_delete_through_watchmux() {
 /// open, as it happens.
 #[tokio::test]
 async fn kubectl_watch_streams_events_as_they_happen() {
+    let _shared = CLUSTER.read().await;
     let cluster = Cluster::from_env();
     let wm = Watchmux::start(&cluster, &[]).await;
     let ns = namespace("watch");
@@ -116,6 +120,7 @@ async fn kubectl_watch_streams_events_as_they_happen() {
 /// every add, update and delete, in order.
 #[tokio::test]
 async fn client_go_informer_lists_and_watches_through_watchmux() {
+    let _shared = CLUSTER.read().await;
     let cluster = Cluster::from_env();
     let wm = Watchmux::start(&cluster, &[]).await;
     let ns = namespace("informer");
@@ -146,6 +151,7 @@ async fn client_go_informer_lists_and_watches_through_watchmux() {
 /// Errors are the API server's own: same code, same Status body.
 #[tokio::test]
 async fn unknown_paths_get_the_same_answer_as_from_the_api_server() {
+    let _shared = CLUSTER.read().await;
     let cluster = Cluster::from_env();
     let wm = Watchmux::start(&cluster, &[]).await;
     let direct = cluster.direct_client();
@@ -168,6 +174,7 @@ async fn unknown_paths_get_the_same_answer_as_from_the_api_server() {
 /// inside its grace period.
 #[tokio::test]
 async fn sigterm_ends_open_watches_and_exits_cleanly() {
+    let _shared = CLUSTER.read().await;
     let cluster = Cluster::from_env();
     let mut wm = Watchmux::start(&cluster, &["--shutdown-grace", "60s"]).await;
     let path = "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=300";
@@ -195,6 +202,7 @@ async fn sigterm_ends_open_watches_and_exits_cleanly() {
 /// What passed through is counted on the admin port.
 #[tokio::test]
 async fn passthrough_is_counted_in_metrics() {
+    let _shared = CLUSTER.read().await;
     let cluster = Cluster::from_env();
     let wm = Watchmux::start(&cluster, &[]).await;
     let (code, _) = read(get(wm.addr, "/api/v1/namespaces/default/configmaps").await).await;

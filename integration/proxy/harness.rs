@@ -96,7 +96,9 @@ pub async fn start_proxy(upstream: SocketAddr, extra: &[&str]) -> Proxy {
     let cfg = watchmux::config::kubeconfig::resolve(args.kubeconfig.as_deref(), None).unwrap();
     let up = Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap());
     let server =
-        Server::bind(&args, up, ServerOptions { shutdown_grace: args.shutdown_grace, metrics: None }).await.unwrap();
+        Server::bind(&args, up, ServerOptions { shutdown_grace: args.shutdown_grace, metrics: None, cache: None })
+            .await
+            .unwrap();
     let (addr, admin) = (server.api_addr(), server.admin_addr());
     let (stop, stopped) = oneshot::channel::<()>();
     let done = tokio::spawn(server.serve(async {

@@ -101,7 +101,8 @@ impl Status {
 
     /// The Status as a complete HTTP response with a JSON body.
     pub fn into_response(self) -> Response<ProxyBody> {
-        let bytes = Bytes::from(self.to_json().to_string());
+        // The API server's encoder ends the body with a newline.
+        let bytes = Bytes::from(self.to_json().to_string() + "\n");
         let mut resp = Response::new(body::full(bytes));
         *resp.status_mut() = self.code;
         let headers = resp.headers_mut();

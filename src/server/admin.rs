@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::body::{self, ProxyBody};
+use crate::cache::registry::Registry;
 use crate::upstream::Upstream;
 
 /// State the admin endpoints report on.
@@ -24,6 +25,8 @@ pub struct AdminState {
     /// Set at the start of shutdown so load balancers stop sending traffic
     /// before the listeners close.
     pub shutting_down: Arc<AtomicBool>,
+    /// With `--cache-warm`, readiness also waits for every cache to sync.
+    pub caches: Option<Arc<Registry>>,
 }
 
 pub async fn handle(state: Arc<AdminState>, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
@@ -45,6 +48,8 @@ pub async fn handle(state: Arc<AdminState>, req: Request<Incoming>) -> Result<Re
                 text(StatusCode::SERVICE_UNAVAILABLE, "[-]shutdown: shutting down\n")
             } else if !state.upstream.is_ready() {
                 text(StatusCode::SERVICE_UNAVAILABLE, "[-]upstream: not reachable or not ready\n")
+            } else if state.caches.as_ref().is_some_and(|r| r.caches().is_empty() || !r.all_synced()) {
+                text(StatusCode::SERVICE_UNAVAILABLE, "[-]caches: not synced yet\n")
             } else {
                 text(StatusCode::OK, "ok")
             }

@@ -1,0 +1,312 @@
+//! End-to-end tests of the watch cache against the real API server: fan-out
+//! over one upstream watch, the encode-once invariant, relists after
+//! compaction and API server restarts absorbed by the cache, and the error
+//! answers compared with the API server's own.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use tokio::sync::mpsc;
+
+use super::env::*;
+use super::relay::Relay;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Waits (bounded) until watchmux's cache for `resource` has initialized `times` times.
+async fn wait_initialized(admin: std::net::SocketAddr, resource: &str, times: f64) {
+    let filter = format!("resource=\"{resource}\"");
+    for _ in 0..300 {
+        if watchmux_metric_sum(admin, "watchmux_watch_cache_initializations_total", &[&filter]).await >= times {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("cache for {resource} never initialized {times} times");
+}
+
+/// The resourceVersion of a LIST answered from watchmux's cache.
+async fn cached_list_rv(wm: &Watchmux, ns: &str) -> String {
+    let (code, body) = read(get(wm.addr, &format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0")).await).await;
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    v["metadata"]["resourceVersion"].as_str().unwrap().to_owned()
+}
+
+/// Collects exactly `n` events from a watch (bounded), failing if it ends first.
+async fn take(rx: &mut mpsc::UnboundedReceiver<Option<Seen>>, n: usize) -> Vec<Seen> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        match tokio::time::timeout(WAIT, rx.recv()).await {
+            Ok(Some(Some(seen))) if seen.kind == "BOOKMARK" => {}
+            Ok(Some(Some(seen))) => out.push(seen),
+            Ok(Some(None)) | Ok(None) => panic!("watch ended after {} of {n} events: {out:?}", out.len()),
+            Err(_) => panic!("timed out after {} of {n} events: {out:?}", out.len()),
+        }
+    }
+    out
+}
+
+/// Opens `n` watches on `path`, one HTTP/1.1 connection each, as separate clients would.
+async fn open_watchers(wm: &Watchmux, path: &str, n: usize) -> Vec<mpsc::UnboundedReceiver<Option<Seen>>> {
+    let mut watchers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let resp = get(wm.addr, path).await;
+        assert_eq!(resp.status(), 200);
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(pump_watch(resp, tx));
+        watchers.push(rx);
+    }
+    watchers
+}
+
+async fn write_sequence(client: &watchmux::upstream::Upstream, ns: &str, n: usize) {
+    for i in 0..n {
+        configmap(client, "create", ns, &format!("cm-{i}")).await;
+    }
+    for i in 0..n {
+        configmap(client, "update", ns, &format!("cm-{i}")).await;
+    }
+    for i in 0..n {
+        configmap(client, "delete", ns, &format!("cm-{i}")).await;
+    }
+}
+
+#[tokio::test]
+async fn a_thousand_watchers_share_one_upstream_watch_and_each_event_is_encoded_once() {
+    let _exclusive = CLUSTER.write().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let ns = namespace("fanout");
+    create_namespace(&direct, &ns).await;
+    let watch_filter = ["resource=\"configmaps\"", "verb=\"WATCH\""];
+    let upstream_watches_before = apiserver_metric_sum(&direct, "apiserver_longrunning_requests", &watch_filter).await;
+
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    wait_initialized(wm.admin, "configmaps", 1.0).await;
+    let rv = cached_list_rv(&wm, &ns).await;
+
+    // A direct watch is the reference.
+    let path = format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion={rv}");
+    let (tx, mut reference) = mpsc::unbounded_channel();
+    let resp = direct.send(Request::get(&path).body(watchmux::body::empty()).unwrap()).await.unwrap();
+    tokio::spawn(pump_watch(resp, tx));
+
+    // 1,000 JSON watchers over two HTTP/2 connections, and 50 metadata-only ones.
+    const JSON_WATCHERS: usize = 1000;
+    const METADATA_WATCHERS: usize = 50;
+    let conns = [h2(wm.addr).await, h2(wm.addr).await];
+    let mut watchers = Vec::new();
+    for i in 0..JSON_WATCHERS + METADATA_WATCHERS {
+        let mut send = conns[i % 2].clone();
+        let mut req = Request::get(format!("http://watchmux{path}"));
+        if i >= JSON_WATCHERS {
+            req = req.header("accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1");
+        }
+        let resp = send.send_request(req.body(Full::<Bytes>::default()).unwrap()).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(pump_watch(resp, tx));
+        watchers.push(rx);
+    }
+    let encodes_filter = ["variant=\"partial_object_metadata_json\""];
+    let metadata_encodes_before = watchmux_metric_sum(wm.admin, "watchmux_cache_encodes_total", &encodes_filter).await;
+
+    const OBJECTS: usize = 10;
+    write_sequence(&direct, &ns, OBJECTS).await;
+    let expected = take(&mut reference, 3 * OBJECTS).await;
+    for (i, rx) in watchers.iter_mut().enumerate() {
+        let got = take(rx, 3 * OBJECTS).await;
+        assert_eq!(got, expected, "watcher {i} saw a different sequence");
+        // Exactly once: nothing more is pending.
+        assert!(rx.try_recv().is_err(), "watcher {i} got an extra event");
+    }
+
+    let upstream_watches = apiserver_metric_sum(&direct, "apiserver_longrunning_requests", &watch_filter).await;
+    // The reference watch is one; watchmux adds exactly one, whatever its 1,050 watchers.
+    assert_eq!(upstream_watches - upstream_watches_before, 2.0, "upstream watches besides the reference");
+    let metadata_encodes = watchmux_metric_sum(wm.admin, "watchmux_cache_encodes_total", &encodes_filter).await;
+    assert_eq!(
+        metadata_encodes - metadata_encodes_before,
+        (3 * OBJECTS) as f64,
+        "metadata encodes must equal events, not events times watchers"
+    );
+    drop(watchers);
+    drop(_exclusive);
+}
+
+#[tokio::test]
+async fn cached_reads_answer_like_the_api_server() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let ns = namespace("reads");
+    create_namespace(&direct, &ns).await;
+    for i in 0..3 {
+        configmap(&direct, "create", &ns, &format!("cm-{i}")).await;
+    }
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    wait_initialized(wm.admin, "configmaps", 1.0).await;
+    let lists_before = watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[]).await;
+
+    // A LIST at RV 0: same items as the API server's, from the cache.
+    let path = format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0");
+    let (code, via) = read(get(wm.addr, &path).await).await;
+    assert_eq!(code, 200);
+    let (_, direct_body) = get_direct(&direct, &path).await;
+    let via: serde_json::Value = serde_json::from_slice(&via).unwrap();
+    let direct_v: serde_json::Value = serde_json::from_slice(&direct_body).unwrap();
+    assert_eq!(via["kind"], "ConfigMapList");
+    assert_eq!(via["items"], direct_v["items"]);
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[]).await - lists_before, 1.0);
+
+    // Label selectors filter as the API server does.
+    let sel = format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0&labelSelector=e2e%3Dyes");
+    let (_, via) = read(get(wm.addr, &sel).await).await;
+    let (_, dir) = get_direct(&direct, &sel).await;
+    let (via, dir): (serde_json::Value, serde_json::Value) =
+        (serde_json::from_slice(&via).unwrap(), serde_json::from_slice(&dir).unwrap());
+    assert_eq!(via["items"], dir["items"]);
+    assert_eq!(via["items"].as_array().unwrap().len(), 3);
+
+    // An empty namespace: "items":[] exactly.
+    let (_, empty) = read(get(wm.addr, "/api/v1/namespaces/no-such-ns-e2e/configmaps?resourceVersion=0").await).await;
+    assert!(String::from_utf8_lossy(&empty).ends_with(",\"items\":[]}"), "{}", String::from_utf8_lossy(&empty));
+
+    // Errors, byte for byte where nothing differs by cache: a missing object,
+    // an unknown field selector (passed through), a malformed version.
+    for path in [
+        format!("/api/v1/namespaces/{ns}/configmaps/missing?resourceVersion=0"),
+        format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0&fieldSelector=spec.nope%3Dx"),
+        format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=abc"),
+        format!("/api/v1/namespaces/{ns}/configmaps?watch=1&sendInitialEvents=true"),
+    ] {
+        let (vc, vb) = read(get(wm.addr, &path).await).await;
+        let (dc, db) = get_direct(&direct, &path).await;
+        assert_eq!((vc, String::from_utf8_lossy(&vb)), (dc, String::from_utf8_lossy(&db)), "{path}");
+    }
+
+    // A version far in the future: 504 with the API server's Status shape
+    // (the "current" version in the message is each server's own).
+    let future = format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=999999999");
+    let (vc, vb) = read(get(wm.addr, &future).await).await;
+    let (dc, db) = get_direct(&direct, &future).await;
+    assert_eq!((vc, dc), (504, 504));
+    let (v, d): (serde_json::Value, serde_json::Value) =
+        (serde_json::from_slice(&vb).unwrap(), serde_json::from_slice(&db).unwrap());
+    assert_eq!(v["details"], d["details"]);
+    assert_eq!(v["reason"], d["reason"]);
+    assert!(v["message"].as_str().unwrap().starts_with("Timeout: Too large resource version: 999999999, current: "));
+
+    // A watch from a version older than the history: a 410 ERROR event in a 200 stream.
+    let (code, body) =
+        read(get(wm.addr, &format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion=1")).await).await;
+    assert_eq!(code, 200);
+    let event: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(event["type"], "ERROR");
+    assert_eq!(event["object"]["code"], 410);
+    assert_eq!(event["object"]["reason"], "Expired");
+    assert!(event["object"]["message"].as_str().unwrap().starts_with("too old resource version: 1 ("));
+}
+
+#[tokio::test]
+async fn a_relist_after_compaction_reaches_watchers_as_ordinary_events() {
+    let _exclusive = CLUSTER.write().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let ns = namespace("relist");
+    create_namespace(&direct, &ns).await;
+    for name in ["stays", "changes", "goes"] {
+        configmap(&direct, "create", &ns, name).await;
+    }
+    // watchmux reaches the API server through a relay the test can cut.
+    let api: std::net::SocketAddr = "127.0.0.1:16443".parse().unwrap();
+    let relay = Relay::start(api).await;
+    let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig)
+        .unwrap()
+        .replace("https://127.0.0.1:16443", &format!("https://{}", relay.addr));
+    let dir = tempfile::tempdir().unwrap();
+    let relayed = dir.path().join("kubeconfig");
+    std::fs::write(&relayed, kubeconfig).unwrap();
+    let wm =
+        Watchmux::start_with_kubeconfig(&cluster, &relayed, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    wait_initialized(wm.admin, "configmaps", 1.0).await;
+    let rv = cached_list_rv(&wm, &ns).await;
+
+    let mut watchers =
+        open_watchers(&wm, &format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion={rv}"), 10).await;
+
+    // Cut watchmux off, change things, compact etcd past everything watchmux
+    // saw, and restart the API server so its own cache cannot bridge either.
+    relay.cut();
+    configmap(&direct, "update", &ns, "changes").await;
+    configmap(&direct, "delete", &ns, "goes").await;
+    configmap(&direct, "create", &ns, "arrives").await;
+    let key = base64_encode(b"compact_rev_key");
+    let rev = etcd_post("/v3/kv/range", serde_json::json!({"key": key})).await["header"]["revision"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    etcd_post("/v3/kv/compaction", serde_json::json!({"revision": rev, "physical": true})).await;
+    restart_apiserver();
+    let direct = cluster.direct_client();
+    relay.restore();
+
+    wait_initialized(wm.admin, "configmaps", 2.0).await;
+    for (i, rx) in watchers.iter_mut().enumerate() {
+        let got = take(rx, 3).await;
+        let mut by_name: HashMap<&str, &str> = HashMap::new();
+        for s in &got {
+            by_name.insert(&s.name, &s.kind);
+        }
+        assert_eq!(by_name.get("changes"), Some(&"MODIFIED"), "watcher {i}: {got:?}");
+        assert_eq!(by_name.get("goes"), Some(&"DELETED"), "watcher {i}: {got:?}");
+        assert_eq!(by_name.get("arrives"), Some(&"ADDED"), "watcher {i}: {got:?}");
+        let rvs: Vec<u64> = got.iter().map(|s| s.rv.parse().unwrap()).collect();
+        assert!(rvs.windows(2).all(|w| w[0] < w[1]), "watcher {i}: versions not increasing: {rvs:?}");
+    }
+    assert!(watchmux_metric_sum(wm.admin, "watchmux_upstream_relists_total", &["cause=\"expired\""]).await >= 1.0);
+
+    // The cache converged to the API server's state.
+    let path = format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0");
+    let (_, via) = read(get(wm.addr, &path).await).await;
+    let (_, dir) = get_direct(&direct, &format!("/api/v1/namespaces/{ns}/configmaps")).await;
+    let (via, dir): (serde_json::Value, serde_json::Value) =
+        (serde_json::from_slice(&via).unwrap(), serde_json::from_slice(&dir).unwrap());
+    assert_eq!(via["items"], dir["items"]);
+    drop(_exclusive);
+}
+
+#[tokio::test]
+async fn an_api_server_restart_is_invisible_to_downstream_watchers() {
+    let _exclusive = CLUSTER.write().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let ns = namespace("restart");
+    create_namespace(&direct, &ns).await;
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    wait_initialized(wm.admin, "configmaps", 1.0).await;
+    let rv = cached_list_rv(&wm, &ns).await;
+    let mut watchers =
+        open_watchers(&wm, &format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion={rv}"), 20).await;
+    configmap(&direct, "create", &ns, "before").await;
+    restart_apiserver();
+    // The old client's pooled connection died with the API server.
+    let direct = cluster.direct_client();
+    configmap(&direct, "create", &ns, "after").await;
+    configmap(&direct, "update", &ns, "before").await;
+    for (i, rx) in watchers.iter_mut().enumerate() {
+        let got = take(rx, 3).await;
+        let names: Vec<(&str, &str)> = got.iter().map(|s| (s.kind.as_str(), s.name.as_str())).collect();
+        assert_eq!(names, [("ADDED", "before"), ("ADDED", "after"), ("MODIFIED", "before")], "watcher {i}");
+    }
+    drop(_exclusive);
+}
+
+fn base64_encode(data: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}

@@ -1,0 +1,302 @@
+//! One cached object: its upstream bytes, what filtering needs, and a memo of
+//! its encodings.
+//!
+//! Plain JSON is never re-encoded: the bytes are exactly what the API server
+//! sends in a watch event (compact, `kind` and `apiVersion` first). Other
+//! content variants are computed the first time a watcher asks for them and
+//! then shared by every watcher, so encodes per event equal the number of
+//! variants requested, never the number of watchers.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use bytes::{Bytes, BytesMut};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::encode::negotiate::ContentVariant;
+use crate::metrics as m;
+use crate::selector::{Fields, fields};
+
+use super::resource_info::ResourceInfo;
+
+/// Namespace (empty for cluster-scoped objects) and name: the store's key,
+/// ordered as the API server orders list results.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ObjectKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("object is not valid JSON")]
+    Json(#[from] serde_json::Error),
+    #[error("object has no metadata.name")]
+    NoName,
+    #[error("object has an invalid metadata.resourceVersion {0:?}")]
+    ResourceVersion(String),
+    #[error("object is not a JSON object")]
+    NotAnObject,
+}
+
+/// What decoding needs to know about the resource the objects belong to.
+#[derive(Debug, Clone)]
+pub struct ObjectShape {
+    pub info: ResourceInfo,
+    /// `{"kind":"ConfigMap","apiVersion":"v1",` (ready to splice after `{`).
+    type_meta: Bytes,
+    /// Selectable fields of a custom resource, from its CRD.
+    pub custom_selectable: Option<Vec<String>>,
+}
+
+impl ObjectShape {
+    pub fn new(info: ResourceInfo, custom_selectable: Option<Vec<String>>) -> Self {
+        let type_meta = format!(
+            "\"kind\":{},\"apiVersion\":{},",
+            serde_json::to_string(&info.kind).expect("string"),
+            serde_json::to_string(&info.api_version()).expect("string"),
+        );
+        Self { info, type_meta: Bytes::from(type_meta), custom_selectable }
+    }
+}
+
+/// One object as the cache holds it.
+#[derive(Debug)]
+pub struct CachedObject {
+    pub key: ObjectKey,
+    pub rv: u64,
+    /// The object as a watch event carries it.
+    json: Bytes,
+    /// Length of the `"kind":…,"apiVersion":…,` run right after the opening
+    /// brace, which items of built-in typed lists leave out.
+    type_meta_len: usize,
+    pub labels: BTreeMap<String, String>,
+    pub fields: Fields,
+    metadata_json: OnceLock<Bytes>,
+}
+
+#[derive(Deserialize)]
+struct MetadataOnly<'a> {
+    #[serde(borrow)]
+    metadata: &'a RawValue,
+}
+
+impl CachedObject {
+    /// Decodes an object as it arrives in a watch event or a list item. Type
+    /// meta is added when the bytes lack it (items of typed lists).
+    pub fn decode(raw: Bytes, shape: &ObjectShape) -> Result<Self, DecodeError> {
+        let value: serde_json::Value = serde_json::from_slice(&raw)?;
+        let obj = value.as_object().ok_or(DecodeError::NotAnObject)?;
+        let (json, type_meta_len) = if raw.get(1..).is_some_and(|rest| rest.starts_with(&shape.type_meta)) {
+            (raw, shape.type_meta.len())
+        } else if obj.contains_key("kind") {
+            // Type meta present but not in the canonical order: keep the bytes
+            // as they are; lists will carry the items as they are too.
+            (raw, 0)
+        } else {
+            let mut with = BytesMut::with_capacity(raw.len() + shape.type_meta.len());
+            with.extend_from_slice(b"{");
+            with.extend_from_slice(&shape.type_meta);
+            let rest = &raw[1..];
+            // `{}` has nothing after the type meta: drop the trailing comma.
+            if rest.first() == Some(&b'}') {
+                with.truncate(with.len() - 1);
+            }
+            with.extend_from_slice(rest);
+            (with.freeze(), shape.type_meta.len())
+        };
+        let meta = obj.get("metadata").and_then(|m| m.as_object());
+        let name = meta.and_then(|m| m.get("name")).and_then(|n| n.as_str()).ok_or(DecodeError::NoName)?;
+        let namespace = meta.and_then(|m| m.get("namespace")).and_then(|n| n.as_str()).unwrap_or("");
+        let rv_text = meta.and_then(|m| m.get("resourceVersion")).and_then(|n| n.as_str()).unwrap_or("");
+        let rv = rv_text.parse().map_err(|_| DecodeError::ResourceVersion(rv_text.to_owned()))?;
+        let labels = meta
+            .and_then(|m| m.get("labels"))
+            .and_then(|l| l.as_object())
+            .map(|l| l.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+            .unwrap_or_default();
+        let info = &shape.info;
+        let fields =
+            fields::extract(&info.group, &info.resource, info.namespaced, shape.custom_selectable.as_deref(), &value);
+        metrics::counter!(m::CACHE_ENCODES, "variant" => variant_label(ContentVariant::Json)).increment(1);
+        Ok(Self {
+            key: ObjectKey { namespace: namespace.to_owned(), name: name.to_owned() },
+            rv,
+            json,
+            type_meta_len,
+            labels,
+            fields,
+            metadata_json: OnceLock::new(),
+        })
+    }
+
+    /// The object's bytes in a content variant, computed at most once.
+    pub fn encoded(&self, variant: ContentVariant) -> Bytes {
+        match variant {
+            ContentVariant::Json => self.json.clone(),
+            ContentVariant::PartialObjectMetadataJson => self
+                .metadata_json
+                .get_or_init(|| {
+                    metrics::counter!(m::CACHE_ENCODES, "variant" => variant_label(variant)).increment(1);
+                    partial_object_metadata(&self.json)
+                })
+                .clone(),
+        }
+    }
+
+    /// The object as an item of a list response in `variant`, as up to two
+    /// byte runs to splice: items of built-in typed lists carry no type meta.
+    pub fn list_item(&self, variant: ContentVariant, builtin: bool) -> [Bytes; 2] {
+        match variant {
+            ContentVariant::Json if builtin && self.type_meta_len > 0 => {
+                [Bytes::from_static(b"{"), self.json.slice(1 + self.type_meta_len..)]
+            }
+            _ => [self.encoded(variant), Bytes::new()],
+        }
+    }
+
+    /// The same object with `metadata.resourceVersion` set to `rv`: the
+    /// previous state of an object that stopped matching a watcher's
+    /// selectors is sent as DELETED with the current event's version.
+    pub fn with_resource_version(&self, rv: u64) -> CachedObject {
+        CachedObject {
+            key: self.key.clone(),
+            rv,
+            json: stamp_resource_version(&self.json, rv),
+            type_meta_len: self.type_meta_len,
+            labels: self.labels.clone(),
+            fields: self.fields.clone(),
+            metadata_json: OnceLock::new(),
+        }
+    }
+
+    /// The raw JSON, for tests and diagnostics.
+    pub fn json(&self) -> &Bytes {
+        &self.json
+    }
+}
+
+/// The metric label of a content variant.
+pub fn variant_label(variant: ContentVariant) -> &'static str {
+    match variant {
+        ContentVariant::Json => "json",
+        ContentVariant::PartialObjectMetadataJson => "partial_object_metadata_json",
+    }
+}
+
+/// `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{…}}`
+/// with the metadata bytes copied from the object unchanged.
+fn partial_object_metadata(json: &Bytes) -> Bytes {
+    const HEAD: &[u8] = b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":";
+    let metadata = serde_json::from_slice::<MetadataOnly>(json).map(|m| m.metadata.get().as_bytes()).unwrap_or(b"{}");
+    let mut out = BytesMut::with_capacity(HEAD.len() + metadata.len() + 1);
+    out.extend_from_slice(HEAD);
+    out.extend_from_slice(metadata);
+    out.extend_from_slice(b"}");
+    out.freeze()
+}
+
+/// Rewrites `metadata.resourceVersion` in place, keeping every other byte.
+///
+/// The API server writes `resourceVersion` before `labels`, `annotations` and
+/// everything user-controlled in metadata, and a JSON string cannot contain
+/// an unescaped `"`, so the first `"resourceVersion":"` inside the metadata
+/// object is the field itself.
+fn stamp_resource_version(json: &Bytes, rv: u64) -> Bytes {
+    const KEY: &[u8] = b"\"resourceVersion\":\"";
+    let Ok(meta) = serde_json::from_slice::<MetadataOnly>(json) else { return json.clone() };
+    let meta_str = meta.metadata.get().as_bytes();
+    let meta_start = meta_str.as_ptr() as usize - json.as_ptr() as usize;
+    let Some(pos) = meta_str.windows(KEY.len()).position(|w| w == KEY) else { return json.clone() };
+    let value_start = meta_start + pos + KEY.len();
+    let Some(len) = json[value_start..].iter().position(|&b| b == b'"') else { return json.clone() };
+    let mut out = BytesMut::with_capacity(json.len() + 20);
+    out.extend_from_slice(&json[..value_start]);
+    out.extend_from_slice(rv.to_string().as_bytes());
+    out.extend_from_slice(&json[value_start + len..]);
+    out.freeze()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::cache::resource_info::test_info;
+
+    pub(crate) fn cm_shape() -> ObjectShape {
+        ObjectShape::new(test_info("", "configmaps", "ConfigMap", true), None)
+    }
+
+    pub(crate) fn cm(name: &str, rv: u64, labels: &str) -> CachedObject {
+        let raw = format!(
+            r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}","labels":{{{labels}}}}},"data":{{"k":"v"}}}}"#
+        );
+        CachedObject::decode(Bytes::from(raw), &cm_shape()).unwrap()
+    }
+
+    #[test]
+    fn watch_form_is_kept_byte_for_byte() {
+        let raw = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"data":{"x":"1"}}"#;
+        let obj = CachedObject::decode(Bytes::from_static(raw.as_bytes()), &cm_shape()).unwrap();
+        assert_eq!(obj.json(), raw);
+        assert_eq!(obj.rv, 7);
+        assert_eq!(obj.key, ObjectKey { namespace: "ns".into(), name: "a".into() });
+        let [a, b] = obj.list_item(ContentVariant::Json, true);
+        assert_eq!(
+            [a, b].concat(),
+            br#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"data":{"x":"1"}}"#
+        );
+    }
+
+    #[test]
+    fn list_items_gain_type_meta_for_watch_events() {
+        let item = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"}}}"#;
+        let obj = CachedObject::decode(Bytes::from_static(item.as_bytes()), &cm_shape()).unwrap();
+        assert_eq!(
+            obj.json(),
+            r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"}}}"#
+        );
+        assert_eq!(obj.labels.get("app").map(String::as_str), Some("x"));
+        assert_eq!([obj.list_item(ContentVariant::Json, true)].concat().concat(), item.as_bytes());
+    }
+
+    #[test]
+    fn partial_object_metadata_keeps_metadata_bytes() {
+        let obj = cm("a", 9, r#""l":"v""#);
+        let md = obj.encoded(ContentVariant::PartialObjectMetadataJson);
+        assert_eq!(
+            md,
+            r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"9","labels":{"l":"v"}}}"#
+        );
+        // Memoized: the same allocation comes back.
+        assert_eq!(obj.encoded(ContentVariant::PartialObjectMetadataJson).as_ptr(), md.as_ptr());
+    }
+
+    #[test]
+    fn stamping_changes_only_the_object_resource_version() {
+        let raw = r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"e","namespace":"ns","resourceVersion":"5","annotations":{"resourceVersion":"keep"}},"involvedObject":{"resourceVersion":"5"}}"#;
+        let shape = ObjectShape::new(test_info("", "events", "Event", true), None);
+        let obj = CachedObject::decode(Bytes::from_static(raw.as_bytes()), &shape).unwrap();
+        let stamped = obj.with_resource_version(123);
+        assert_eq!(stamped.rv, 123);
+        assert_eq!(
+            stamped.json(),
+            r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"e","namespace":"ns","resourceVersion":"123","annotations":{"resourceVersion":"keep"}},"involvedObject":{"resourceVersion":"5"}}"#
+        );
+    }
+
+    #[test]
+    fn objects_without_name_or_version_are_rejected() {
+        let shape = cm_shape();
+        assert!(matches!(
+            CachedObject::decode(Bytes::from_static(br#"{"metadata":{"resourceVersion":"1"}}"#), &shape),
+            Err(DecodeError::NoName)
+        ));
+        assert!(matches!(
+            CachedObject::decode(Bytes::from_static(br#"{"metadata":{"name":"a","resourceVersion":"x"}}"#), &shape),
+            Err(DecodeError::ResourceVersion(_))
+        ));
+        assert!(CachedObject::decode(Bytes::from_static(b"[1]"), &shape).is_err());
+        assert!(CachedObject::decode(Bytes::from_static(b"{\"metadata\":"), &shape).is_err());
+    }
+}

@@ -1,0 +1,158 @@
+//! The query parameters of a LIST, GET or WATCH, parsed the way the API
+//! server reads them, and only as far as the cache needs.
+//!
+//! Anything the cache does not understand, or that the API server would
+//! reject, is reported as [`Unsupported`]: the request then passes through and
+//! the API server gives its own answer, exact to the byte.
+
+/// `resourceVersion` as given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rv {
+    /// Absent or empty: the most recent (a consistent read, for LIST and GET).
+    Unset,
+    /// `"0"`: any version.
+    Any,
+    /// A specific version.
+    At(u64),
+}
+
+/// `resourceVersionMatch` as given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RvMatch {
+    Unset,
+    NotOlderThan,
+    Exact,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadParams {
+    pub watch: bool,
+    pub rv: Rv,
+    pub rv_match: RvMatch,
+    /// `limit`, when positive.
+    pub limit: Option<u64>,
+    pub continue_token: Option<String>,
+    pub label_selector: String,
+    pub field_selector: String,
+    pub timeout_seconds: Option<u64>,
+    pub allow_bookmarks: bool,
+    pub send_initial_events: Option<bool>,
+}
+
+/// Why a request's parameters keep it out of the cache (a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unsupported(pub &'static str);
+
+impl ReadParams {
+    pub fn parse(query: Option<&str>) -> Result<Self, Unsupported> {
+        let mut p = ReadParams {
+            watch: false,
+            rv: Rv::Unset,
+            rv_match: RvMatch::Unset,
+            limit: None,
+            continue_token: None,
+            label_selector: String::new(),
+            field_selector: String::new(),
+            timeout_seconds: None,
+            allow_bookmarks: false,
+            send_initial_events: None,
+        };
+        let mut seen: Vec<String> = Vec::new();
+        for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            // Go's url.Values.Get takes the first value of a repeated key.
+            if seen.iter().any(|k| *k == key) {
+                continue;
+            }
+            seen.push(key.to_string());
+            match &*key {
+                "watch" => p.watch = flag(&value),
+                "resourceVersion" => {
+                    p.rv = match &*value {
+                        "" => Rv::Unset,
+                        "0" => Rv::Any,
+                        v => Rv::At(v.parse().map_err(|_| Unsupported("invalid_resource_version"))?),
+                    }
+                }
+                "resourceVersionMatch" => {
+                    p.rv_match = match &*value {
+                        "" => RvMatch::Unset,
+                        "NotOlderThan" => RvMatch::NotOlderThan,
+                        "Exact" => RvMatch::Exact,
+                        _ => return Err(Unsupported("invalid_parameters")),
+                    }
+                }
+                "limit" => {
+                    let n: i64 = value.parse().map_err(|_| Unsupported("invalid_parameters"))?;
+                    p.limit = (n > 0).then_some(n as u64);
+                }
+                "continue" => p.continue_token = Some(value.into_owned()).filter(|t| !t.is_empty()),
+                "labelSelector" => p.label_selector = value.into_owned(),
+                "fieldSelector" => p.field_selector = value.into_owned(),
+                "timeoutSeconds" => {
+                    let n: i64 = value.parse().map_err(|_| Unsupported("invalid_parameters"))?;
+                    p.timeout_seconds = (n > 0).then_some(n as u64);
+                }
+                "allowWatchBookmarks" => p.allow_bookmarks = flag(&value),
+                "sendInitialEvents" => p.send_initial_events = Some(flag(&value)),
+                // Anything else may change the answer (pretty, as, ...): the API server decides.
+                _ => return Err(Unsupported("parameters")),
+            }
+        }
+        Ok(p)
+    }
+}
+
+/// The API server's boolean: false only for `0` and `false` (any case).
+fn flag(value: &str) -> bool {
+    !(value == "0" || value.eq_ignore_ascii_case("false"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_go_watch() {
+        let p = ReadParams::parse(Some(
+            "allowWatchBookmarks=true&resourceVersion=1234&timeoutSeconds=417&watch=true&labelSelector=app%3Dx",
+        ))
+        .unwrap();
+        assert!(p.watch && p.allow_bookmarks);
+        assert_eq!(p.rv, Rv::At(1234));
+        assert_eq!(p.timeout_seconds, Some(417));
+        assert_eq!(p.label_selector, "app=x");
+    }
+
+    #[test]
+    fn a_watch_list() {
+        let p = ReadParams::parse(Some(
+            "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=",
+        ))
+        .unwrap();
+        assert_eq!(p.send_initial_events, Some(true));
+        assert_eq!(p.rv_match, RvMatch::NotOlderThan);
+        assert_eq!(p.rv, Rv::Unset);
+    }
+
+    #[test]
+    fn list_parameters() {
+        let p = ReadParams::parse(Some("resourceVersion=0&limit=500")).unwrap();
+        assert_eq!((p.rv, p.limit, p.watch), (Rv::Any, Some(500), false));
+        let p = ReadParams::parse(Some("limit=0&continue=")).unwrap();
+        assert_eq!((p.limit, p.continue_token), (None, None));
+    }
+
+    #[test]
+    fn what_the_cache_leaves_to_the_api_server() {
+        assert_eq!(ReadParams::parse(Some("resourceVersion=abc")), Err(Unsupported("invalid_resource_version")));
+        assert_eq!(ReadParams::parse(Some("pretty=true")), Err(Unsupported("parameters")));
+        assert_eq!(ReadParams::parse(Some("limit=x")), Err(Unsupported("invalid_parameters")));
+        assert_eq!(ReadParams::parse(Some("resourceVersionMatch=Newest")), Err(Unsupported("invalid_parameters")));
+    }
+
+    #[test]
+    fn repeated_keys_take_the_first_value() {
+        let p = ReadParams::parse(Some("resourceVersion=5&resourceVersion=7")).unwrap();
+        assert_eq!(p.rv, Rv::At(5));
+    }
+}

@@ -1,0 +1,381 @@
+//! The reflector: keeps one resource cache in step with the upstream API
+//! server through one list+watch.
+//!
+//! An explicit state machine, as kube-runtime's watcher is:
+//! `Listing` (a paginated, consistent LIST) → `Watching` (a watch with
+//! bookmarks from the last version) → on a normal end, `Watching` again from
+//! where it stopped; on `410 Gone`, `Listing` again (a relist whose difference
+//! reaches watchers as ordinary events); on any other failure, `BackingOff`
+//! with exponential delay and jitter, then whichever step failed. Downstream
+//! watchers never see any of this: they are served from the cache throughout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use rand::Rng;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::event::EventType;
+use super::object::CachedObject;
+use super::resource::ResourceCache;
+use super::store::Objects;
+use crate::body;
+use crate::metrics as m;
+use crate::passthrough::error_chain;
+use crate::upstream::Upstream;
+
+/// Page size of the upstream LIST, as client-go's reflector uses.
+const LIST_PAGE_SIZE: u32 = 500;
+const BACKOFF_BASE: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// The reflector's states.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReflectorState {
+    /// A full LIST from scratch: the first, or after the upstream expired our version.
+    Listing,
+    /// Watching for changes after this version.
+    Watching { rv: u64 },
+    /// Waiting out a failure before going on to `next`.
+    BackingOff { delay: Duration, next: Box<ReflectorState> },
+}
+
+/// How one upstream watch ended.
+#[derive(Debug)]
+enum WatchEnd {
+    /// The stream ended normally (its timeout): resume from `rv`.
+    Closed { rv: u64 },
+    /// The upstream no longer has our version (410): relist.
+    Expired,
+    /// Connection or protocol failure: back off, then resume from `rv`.
+    Failed { rv: u64, error: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ReflectorError {
+    #[error("upstream request failed: {0}")]
+    Request(String),
+    #[error("upstream answered {status}: {body}")]
+    Status { status: StatusCode, body: String },
+    #[error("reading the upstream response: {0}")]
+    Body(String),
+    #[error("decoding the upstream list: {0}")]
+    Decode(String),
+}
+
+#[derive(Deserialize)]
+struct ListPage<'a> {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(borrow, default)]
+    items: Option<Vec<&'a RawValue>>,
+}
+
+#[derive(Deserialize, Default)]
+struct ListMeta {
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: String,
+    #[serde(default, rename = "continue")]
+    continue_token: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WatchLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct StatusOrMeta {
+    #[serde(default)]
+    code: Option<u16>,
+    #[serde(default)]
+    metadata: Option<RvOnly>,
+}
+
+#[derive(Deserialize)]
+struct RvOnly {
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+pub struct Reflector {
+    cache: Arc<ResourceCache>,
+    upstream: Arc<Upstream>,
+    failures: u32,
+    started: bool,
+}
+
+impl Reflector {
+    pub fn new(cache: Arc<ResourceCache>, upstream: Arc<Upstream>) -> Self {
+        Self { cache, upstream, failures: 0, started: false }
+    }
+
+    /// Runs until `stop` is cancelled.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut state = ReflectorState::Listing;
+        loop {
+            state = tokio::select! {
+                _ = stop.cancelled() => return,
+                next = self.step(state) => next,
+            };
+        }
+    }
+
+    /// One transition of the state machine.
+    pub async fn step(&mut self, state: ReflectorState) -> ReflectorState {
+        let label = self.cache.label().to_owned();
+        match state {
+            ReflectorState::Listing => {
+                let started = Instant::now();
+                match self.list_all().await {
+                    Ok((objects, rv)) => {
+                        let count = objects.len();
+                        self.cache.replace(objects, rv);
+                        metrics::counter!(m::CACHE_INITIALIZATIONS, "resource" => label.clone()).increment(1);
+                        metrics::histogram!(m::CACHE_INITIALIZATION_DURATION, "resource" => label.clone())
+                            .record(started.elapsed().as_secs_f64());
+                        tracing::info!(resource = %label, objects = count, rv, "cache initialized from upstream list");
+                        self.failures = 0;
+                        ReflectorState::Watching { rv }
+                    }
+                    Err(err) => {
+                        tracing::warn!(resource = %label, error = %err, "upstream list failed");
+                        self.back_off(ReflectorState::Listing)
+                    }
+                }
+            }
+            ReflectorState::Watching { rv } => {
+                if self.started {
+                    metrics::counter!(m::UPSTREAM_WATCH_RESTARTS, "resource" => label.clone()).increment(1);
+                }
+                self.started = true;
+                match self.watch_once(rv).await {
+                    WatchEnd::Closed { rv } => {
+                        self.failures = 0;
+                        ReflectorState::Watching { rv }
+                    }
+                    WatchEnd::Expired => {
+                        tracing::info!(resource = %label, rv, "upstream expired our version; relisting");
+                        metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => "expired").increment(1);
+                        ReflectorState::Listing
+                    }
+                    WatchEnd::Failed { rv, error } => {
+                        tracing::warn!(resource = %label, rv, error = %error, "upstream watch failed");
+                        self.back_off(ReflectorState::Watching { rv })
+                    }
+                }
+            }
+            ReflectorState::BackingOff { delay, next } => {
+                tokio::time::sleep(delay).await;
+                *next
+            }
+        }
+    }
+
+    fn back_off(&mut self, next: ReflectorState) -> ReflectorState {
+        let delay = backoff_delay(self.failures, &mut rand::rng());
+        self.failures = self.failures.saturating_add(1);
+        ReflectorState::BackingOff { delay, next: Box::new(next) }
+    }
+
+    fn collection_uri(&self, params: &[(&str, String)]) -> String {
+        let info = &self.cache.shape.info;
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in params {
+            query.append_pair(k, v);
+        }
+        for (k, v) in &self.cache.scope.query {
+            query.append_pair(k, v);
+        }
+        format!("{}?{}", info.collection_path(None), query.finish())
+    }
+
+    async fn get(&self, uri: String) -> Result<http::Response<hyper::body::Incoming>, ReflectorError> {
+        let req = Request::get(uri)
+            .header(header::ACCEPT, "application/json")
+            .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")))
+            .body(body::empty())
+            .expect("valid request");
+        self.upstream.send(req).await.map_err(|e| ReflectorError::Request(error_chain(&e)))
+    }
+
+    /// A paginated, consistent LIST of everything in scope.
+    async fn list_all(&self) -> Result<(Objects, u64), ReflectorError> {
+        let mut objects = Objects::new();
+        let mut continue_token: Option<String> = None;
+        let mut list_rv = 0;
+        let mut saw_item = false;
+        loop {
+            let mut params = vec![("limit", LIST_PAGE_SIZE.to_string())];
+            if let Some(token) = &continue_token {
+                params.push(("continue", token.clone()));
+            }
+            let resp = self.get(self.collection_uri(&params)).await?;
+            let status = resp.status();
+            let bytes = resp.into_body().collect().await.map_err(|e| ReflectorError::Body(e.to_string()))?.to_bytes();
+            if !status.is_success() {
+                return Err(ReflectorError::Status { status, body: String::from_utf8_lossy(&bytes).into_owned() });
+            }
+            let page: ListPage = serde_json::from_slice(&bytes).map_err(|e| ReflectorError::Decode(e.to_string()))?;
+            if continue_token.is_none() {
+                list_rv = page.metadata.resource_version.parse().map_err(|_| {
+                    ReflectorError::Decode(format!("list resourceVersion {:?}", page.metadata.resource_version))
+                })?;
+            }
+            for item in page.items.unwrap_or_default() {
+                let raw = bytes.slice_ref(item.get().as_bytes());
+                if !saw_item {
+                    saw_item = true;
+                    self.cache.set_list_items_typed(item_has_type_meta(&raw));
+                }
+                match CachedObject::decode(raw, &self.cache.shape) {
+                    Ok(obj) => {
+                        objects.insert(obj.key.clone(), Arc::new(obj));
+                    }
+                    Err(err) => {
+                        tracing::warn!(resource = %self.cache.label(), error = %err, "skipping undecodable item")
+                    }
+                }
+            }
+            match page.metadata.continue_token.filter(|t| !t.is_empty()) {
+                Some(token) => continue_token = Some(token),
+                None => return Ok((objects, list_rv)),
+            }
+        }
+    }
+
+    /// One upstream watch from `rv`, applied to the cache until it ends.
+    async fn watch_once(&mut self, mut rv: u64) -> WatchEnd {
+        let timeout = rand::rng().random_range(300..600);
+        let params = [
+            ("watch", "true".to_owned()),
+            ("allowWatchBookmarks", "true".to_owned()),
+            ("resourceVersion", rv.to_string()),
+            ("timeoutSeconds", timeout.to_string()),
+        ];
+        let resp = match self.get(self.collection_uri(&params)).await {
+            Ok(r) => r,
+            Err(e) => return WatchEnd::Failed { rv, error: e.to_string() },
+        };
+        if resp.status() == StatusCode::GONE {
+            return WatchEnd::Expired;
+        }
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            return WatchEnd::Failed { rv, error: format!("{status}: {}", String::from_utf8_lossy(&body)) };
+        }
+        // A watch that connected is a success: the next failure starts the
+        // backoff from the beginning.
+        self.failures = 0;
+        let mut body = resp.into_body();
+        let mut buf = BytesMut::new();
+        loop {
+            let frame = match body.frame().await {
+                None => return WatchEnd::Closed { rv },
+                Some(Err(e)) => return WatchEnd::Failed { rv, error: error_chain(&e) },
+                Some(Ok(frame)) => frame,
+            };
+            let Ok(data) = frame.into_data() else { continue };
+            buf.extend_from_slice(&data);
+            while let Some(end) = buf.iter().position(|&b| b == b'\n') {
+                let line = buf.split_to(end + 1).freeze();
+                match self.apply_line(&line.slice(..end)) {
+                    Ok(Some(new_rv)) => rv = rv.max(new_rv),
+                    Ok(None) => {}
+                    Err(end) => return end.with_rv(rv),
+                }
+            }
+        }
+    }
+
+    /// Applies one watch event line; returns the version it carried.
+    fn apply_line(&self, line: &Bytes) -> Result<Option<u64>, LineEnd> {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(None);
+        }
+        let event: WatchLine = serde_json::from_slice(line).map_err(|e| LineEnd::Failed(e.to_string()))?;
+        let raw = line.slice_ref(event.object.get().as_bytes());
+        let kind = match event.kind {
+            "ADDED" => EventType::Added,
+            "MODIFIED" => EventType::Modified,
+            "DELETED" => EventType::Deleted,
+            "BOOKMARK" => {
+                let meta: StatusOrMeta = serde_json::from_slice(&raw).map_err(|e| LineEnd::Failed(e.to_string()))?;
+                let rv = meta
+                    .metadata
+                    .and_then(|m| m.resource_version)
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| LineEnd::Failed("bookmark without resourceVersion".into()))?;
+                self.cache.bookmark(rv);
+                return Ok(Some(rv));
+            }
+            "ERROR" => {
+                let status: StatusOrMeta =
+                    serde_json::from_slice(&raw).unwrap_or(StatusOrMeta { code: None, metadata: None });
+                return Err(if status.code == Some(410) {
+                    LineEnd::Expired
+                } else {
+                    LineEnd::Failed(format!("ERROR event: {}", String::from_utf8_lossy(&raw)))
+                });
+            }
+            other => return Err(LineEnd::Failed(format!("unknown event type {other:?}"))),
+        };
+        let obj = CachedObject::decode(raw, &self.cache.shape).map_err(|e| LineEnd::Failed(e.to_string()))?;
+        let rv = obj.rv;
+        self.cache.apply(kind, obj);
+        Ok(Some(rv))
+    }
+}
+
+enum LineEnd {
+    Expired,
+    Failed(String),
+}
+
+impl LineEnd {
+    fn with_rv(self, rv: u64) -> WatchEnd {
+        match self {
+            LineEnd::Expired => WatchEnd::Expired,
+            LineEnd::Failed(error) => WatchEnd::Failed { rv, error },
+        }
+    }
+}
+
+/// `{"kind":` first: a list item that carries its own type meta.
+fn item_has_type_meta(raw: &[u8]) -> bool {
+    raw.starts_with(b"{\"kind\":")
+}
+
+/// Exponential backoff with ±50% jitter: 200 ms, 400 ms, ... up to 30 s.
+pub fn backoff_delay(failures: u32, rng: &mut impl Rng) -> Duration {
+    let exp = BACKOFF_BASE.saturating_mul(1u32 << failures.min(16));
+    let capped = exp.min(BACKOFF_MAX);
+    capped.mul_f64(rng.random_range(0.5..1.5))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn backoff_grows_and_is_capped_with_jitter() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for failures in 0..40 {
+            let d = backoff_delay(failures, &mut rng);
+            let nominal = BACKOFF_BASE.saturating_mul(1 << failures.min(16)).min(BACKOFF_MAX);
+            assert!(d >= nominal.mul_f64(0.5) && d <= nominal.mul_f64(1.5), "{failures}: {d:?}");
+        }
+        assert!(backoff_delay(30, &mut rng) <= BACKOFF_MAX.mul_f64(1.5));
+    }
+}

@@ -1,0 +1,316 @@
+//! The registry: which resources are cached, and one cache per resource,
+//! started on first use (or at start-up with `--cache-warm`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use tokio_util::sync::CancellationToken;
+
+use super::discovery::{Discovery, DiscoveryError};
+use super::object::ObjectShape;
+use super::reflector::Reflector;
+use super::resource::{CacheSettings, ResourceCache, Scope};
+use super::resource_info::ResourceInfo;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::upstream::Upstream;
+
+/// A resource and its group, as `--cache-resources` names them: `pods`,
+/// `endpointslices.discovery.k8s.io`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GroupResource {
+    pub group: String,
+    pub resource: String,
+}
+
+impl GroupResource {
+    pub fn parse(s: &str) -> Self {
+        match s.split_once('.') {
+            Some((resource, group)) => Self { group: group.to_owned(), resource: resource.to_owned() },
+            None => Self { group: String::new(), resource: s.to_owned() },
+        }
+    }
+}
+
+impl std::fmt::Display for GroupResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.group.is_empty() { f.write_str(&self.resource) } else { write!(f, "{}.{}", self.resource, self.group) }
+    }
+}
+
+/// The resources cached by default: what kubelets, kube-proxy and node agents watch.
+pub const DEFAULT_RESOURCES: &[&str] = &[
+    "pods",
+    "nodes",
+    "services",
+    "endpoints",
+    "endpointslices.discovery.k8s.io",
+    "namespaces",
+    "configmaps",
+    "runtimeclasses.node.k8s.io",
+    "csidrivers.storage.k8s.io",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceSelection {
+    /// Every listable and watchable resource, custom resources included (`*`).
+    All,
+    Only(HashSet<GroupResource>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheConfigError {
+    #[error("--watch-cache-sizes entry {0:?} is not resource[.group]#size")]
+    CacheSize(String),
+    #[error("--cache-scope {0:?} is not RESOURCE=SELECTORS, e.g. pods=fieldSelector=spec.nodeName=node-1")]
+    ScopeSyntax(String),
+    #[error("--cache-scope {0:?}: only labelSelector and fieldSelector may narrow a cache")]
+    ScopeParameter(String),
+    #[error("--cache-scope {entry:?}: {message}")]
+    ScopeSelector { entry: String, message: String },
+}
+
+/// What to cache and how, from the flags.
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    pub resources: ResourceSelection,
+    pub disabled: HashSet<GroupResource>,
+    pub scopes: HashMap<GroupResource, Scope>,
+    pub warm: bool,
+    pub settings: CacheSettings,
+}
+
+impl CacheConfig {
+    /// Builds the configuration from the flag values.
+    pub fn from_flags(
+        resources: &[String],
+        watch_cache_sizes: &[String],
+        scopes: &[String],
+        warm: bool,
+        settings: CacheSettings,
+    ) -> Result<Self, CacheConfigError> {
+        let resources = if resources.iter().any(|r| r.trim() == "*") {
+            ResourceSelection::All
+        } else {
+            ResourceSelection::Only(
+                resources.iter().map(|r| r.trim()).filter(|r| !r.is_empty()).map(GroupResource::parse).collect(),
+            )
+        };
+        let mut disabled = HashSet::new();
+        for entry in watch_cache_sizes {
+            let (name, size) = entry.split_once('#').ok_or_else(|| CacheConfigError::CacheSize(entry.clone()))?;
+            let size: u64 = size.trim().parse().map_err(|_| CacheConfigError::CacheSize(entry.clone()))?;
+            // As in the API server, only 0 means something now: no cache.
+            // Other sizes are accepted and ignored (capacity is dynamic).
+            if size == 0 {
+                disabled.insert(GroupResource::parse(name.trim()));
+            }
+        }
+        let mut scope_map = HashMap::new();
+        for entry in scopes {
+            let (resource, query) =
+                entry.split_once('=').ok_or_else(|| CacheConfigError::ScopeSyntax(entry.clone()))?;
+            let mut scope = Scope::default();
+            for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+                let err = |e: crate::selector::SelectorError| CacheConfigError::ScopeSelector {
+                    entry: entry.clone(),
+                    message: e.to_string(),
+                };
+                match &*k {
+                    "labelSelector" => scope.labels = LabelSelector::parse(&v).map_err(err)?,
+                    "fieldSelector" => scope.fields = FieldSelector::parse(&v).map_err(err)?,
+                    _ => return Err(CacheConfigError::ScopeParameter(entry.clone())),
+                }
+                scope.query.push((k.into_owned(), v.into_owned()));
+            }
+            scope_map.insert(GroupResource::parse(resource.trim()), scope);
+        }
+        Ok(Self { resources, disabled, scopes: scope_map, warm, settings })
+    }
+
+    pub fn is_enabled(&self, gr: &GroupResource) -> bool {
+        !self.disabled.contains(gr)
+            && match &self.resources {
+                ResourceSelection::All => true,
+                ResourceSelection::Only(set) => set.contains(gr),
+            }
+    }
+}
+
+/// Why a request for a resource is not served from a cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotCached {
+    /// Not in `--cache-resources`, or turned off.
+    Disabled,
+    /// The upstream does not serve it, or it cannot be listed and watched.
+    NotCacheable,
+    /// Discovery failed.
+    Discovery,
+}
+
+type Gvr = (String, String, String);
+
+pub struct Registry {
+    upstream: Arc<Upstream>,
+    discovery: Discovery,
+    config: CacheConfig,
+    caches: DashMap<Gvr, Arc<ResourceCache>>,
+    stop: CancellationToken,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("caches", &self.caches.len()).finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    pub fn new(upstream: Arc<Upstream>, config: CacheConfig, stop: CancellationToken) -> Self {
+        Self { discovery: Discovery::new(upstream.clone()), upstream, config, caches: DashMap::new(), stop }
+    }
+
+    pub fn config(&self) -> &CacheConfig {
+        &self.config
+    }
+
+    /// The cache for a resource, started if needed.
+    pub async fn cache_for(&self, group: &str, version: &str, resource: &str) -> Result<Arc<ResourceCache>, NotCached> {
+        let gr = GroupResource { group: group.to_owned(), resource: resource.to_owned() };
+        if !self.config.is_enabled(&gr) {
+            return Err(NotCached::Disabled);
+        }
+        let key = (group.to_owned(), version.to_owned(), resource.to_owned());
+        if let Some(cache) = self.caches.get(&key) {
+            return Ok(cache.clone());
+        }
+        let info = match self.discovery.resource(group, version, resource).await {
+            Ok(Some(info)) if info.is_cacheable() => info,
+            Ok(_) => return Err(NotCached::NotCacheable),
+            Err(err) => {
+                tracing::debug!(error = %err, "discovery failed");
+                return Err(NotCached::Discovery);
+            }
+        };
+        Ok(self.start(info).await)
+    }
+
+    /// Every cache started so far.
+    pub fn caches(&self) -> Vec<Arc<ResourceCache>> {
+        self.caches.iter().map(|e| e.value().clone()).collect()
+    }
+
+    /// True when every started cache has completed its initial list.
+    pub fn all_synced(&self) -> bool {
+        self.caches.iter().all(|c| c.is_ready())
+    }
+
+    async fn start(&self, info: ResourceInfo) -> Arc<ResourceCache> {
+        let key = (info.group.clone(), info.version.clone(), info.resource.clone());
+        let custom = if info.is_builtin_group() { None } else { self.discovery.custom_selectable_fields(&info).await };
+        let gr = GroupResource { group: info.group.clone(), resource: info.resource.clone() };
+        let scope = self.config.scopes.get(&gr).cloned().unwrap_or_default();
+        let mut created = None;
+        let cache = self
+            .caches
+            .entry(key)
+            .or_insert_with(|| {
+                let cache =
+                    Arc::new(ResourceCache::new(ObjectShape::new(info, custom), scope, self.config.settings.clone()));
+                created = Some(cache.clone());
+                cache
+            })
+            .clone();
+        if let Some(cache) = created {
+            tracing::info!(resource = %cache.label(), "starting cache");
+            tokio::spawn(Reflector::new(cache, self.upstream.clone()).run(self.stop.clone()));
+        }
+        cache
+    }
+
+    /// Starts the configured caches now instead of on first use.
+    pub async fn warm(&self) -> Result<(), DiscoveryError> {
+        let targets: Vec<(String, String)> = match &self.config.resources {
+            ResourceSelection::All => self.discovery.all_preferred().await?,
+            ResourceSelection::Only(set) => {
+                let mut out = Vec::new();
+                for gr in set {
+                    if let Some(v) = self.discovery.preferred_version(&gr.group).await? {
+                        out.push((gr.group.clone(), v));
+                    }
+                }
+                out.sort();
+                out.dedup();
+                out
+            }
+        };
+        for (group, version) in targets {
+            let resources = self.discovery.resources(&group, &version).await?;
+            for info in resources.iter() {
+                let gr = GroupResource { group: group.clone(), resource: info.resource.clone() };
+                if info.is_cacheable() && self.config.is_enabled(&gr) {
+                    self.start(info.clone()).await;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn resource_names_and_the_default_list() {
+        assert_eq!(GroupResource::parse("pods"), GroupResource { group: "".into(), resource: "pods".into() });
+        let es = GroupResource::parse("endpointslices.discovery.k8s.io");
+        assert_eq!((es.group.as_str(), es.resource.as_str()), ("discovery.k8s.io", "endpointslices"));
+        assert_eq!(es.to_string(), "endpointslices.discovery.k8s.io");
+        let cfg =
+            CacheConfig::from_flags(&strings(DEFAULT_RESOURCES), &[], &[], false, CacheSettings::default()).unwrap();
+        assert!(cfg.is_enabled(&GroupResource::parse("configmaps")));
+        assert!(!cfg.is_enabled(&GroupResource::parse("secrets")));
+    }
+
+    #[test]
+    fn star_and_watch_cache_sizes() {
+        let cfg = CacheConfig::from_flags(
+            &strings(&["*"]),
+            &strings(&["secrets#0", "pods#1000", "leases.coordination.k8s.io#0"]),
+            &[],
+            false,
+            CacheSettings::default(),
+        )
+        .unwrap();
+        assert!(cfg.is_enabled(&GroupResource::parse("widgets.example.com")));
+        assert!(cfg.is_enabled(&GroupResource::parse("pods")));
+        assert!(!cfg.is_enabled(&GroupResource::parse("secrets")));
+        assert!(!cfg.is_enabled(&GroupResource::parse("leases.coordination.k8s.io")));
+        assert!(CacheConfig::from_flags(&[], &strings(&["pods"]), &[], false, CacheSettings::default()).is_err());
+    }
+
+    #[test]
+    fn scopes() {
+        let cfg = CacheConfig::from_flags(
+            &strings(&["pods"]),
+            &[],
+            &strings(&["pods=fieldSelector=spec.nodeName=node-1"]),
+            false,
+            CacheSettings::default(),
+        )
+        .unwrap();
+        let scope = &cfg.scopes[&GroupResource::parse("pods")];
+        assert_eq!(scope.fields.exact("spec.nodeName"), Some("node-1"));
+        assert_eq!(scope.query, vec![("fieldSelector".to_owned(), "spec.nodeName=node-1".to_owned())]);
+        for bad in ["pods", "pods=limit=5"] {
+            assert!(
+                CacheConfig::from_flags(&[], &[], &strings(&[bad]), false, CacheSettings::default()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! One resource's cache: the store, the history and the dispatcher behind
+//! one upstream list+watch, and the registration of downstream watchers.
+//!
+//! Concurrency: the reflector is the only writer. It applies an event under
+//! the state's write lock and offers it to watchers before releasing it; a
+//! new watcher reads the history (or a snapshot) and registers under the read
+//! lock. So every event reaches a watcher exactly once: either in its initial
+//! batch or through the dispatcher, never both, never neither. The current
+//! resourceVersion is published after dispatch, which lets a watcher that
+//! finds its queue empty know it has sent everything up to that version.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::dispatcher::Dispatcher;
+use super::event::{CacheEvent, EventType};
+use super::filter::Filter;
+use super::history::{History, TooOld};
+use super::object::{CachedObject, ObjectShape};
+use super::store::{Objects, Snapshot, Store};
+use super::watcher::{Delivery, WatcherHandle};
+use crate::metrics as m;
+use crate::selector::{FieldSelector, LabelSelector};
+
+/// Settings every resource cache shares.
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    /// How long events are kept for resuming watchers (`--events-history-window`).
+    pub history_window: Duration,
+    /// How long a watcher may stay full before it is closed.
+    pub slow_watcher_grace: Duration,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        Self { history_window: super::history::DEFAULT_WINDOW, slow_watcher_grace: Duration::from_secs(5) }
+    }
+}
+
+/// The selectors that narrow a cache's upstream watch (`--cache-scope`).
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    /// The selectors as query parameters, as given, for the upstream requests.
+    pub query: Vec<(String, String)>,
+}
+
+impl Scope {
+    pub fn is_everything(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+}
+
+struct State {
+    store: Store,
+    history: History<Arc<CacheEvent>>,
+}
+
+pub struct ResourceCache {
+    pub shape: ObjectShape,
+    pub scope: Scope,
+    settings: CacheSettings,
+    state: RwLock<State>,
+    dispatcher: Mutex<Dispatcher>,
+    /// The resourceVersion the cache is current at, published after dispatch.
+    current_rv: AtomicU64,
+    rv_tx: watch::Sender<u64>,
+    ready: AtomicBool,
+    next_watcher_id: AtomicU64,
+    /// Whether list items of this resource carry `kind`/`apiVersion`.
+    list_items_typed: AtomicBool,
+    label: String,
+}
+
+impl std::fmt::Debug for ResourceCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceCache").field("resource", &self.label).finish_non_exhaustive()
+    }
+}
+
+/// Where a new watcher starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAt {
+    /// Synthetic ADDED events for every matching object in the current state,
+    /// then changes.
+    CurrentState,
+    /// Changes after this resourceVersion, from the history.
+    After(u64),
+}
+
+/// A registered watcher and what it must be sent before live events.
+pub struct Registration {
+    pub handle: Arc<WatcherHandle>,
+    /// For [`StartAt::CurrentState`]: the snapshot whose objects are sent as ADDED.
+    pub snapshot: Option<Snapshot>,
+    /// For [`StartAt::After`]: the history events the watcher missed.
+    pub backlog: Vec<Delivery>,
+    /// The version the initial state or backlog brings the watcher to.
+    pub start_rv: u64,
+}
+
+impl ResourceCache {
+    pub fn new(shape: ObjectShape, scope: Scope, settings: CacheSettings) -> Self {
+        let label = shape.info.qualified_resource();
+        let typed = !shape.info.is_builtin_group();
+        let window = settings.history_window;
+        Self {
+            shape,
+            scope,
+            settings,
+            state: RwLock::new(State { store: Store::default(), history: History::new(window, 0) }),
+            dispatcher: Mutex::new(Dispatcher::default()),
+            current_rv: AtomicU64::new(0),
+            rv_tx: watch::channel(0).0,
+            ready: AtomicBool::new(false),
+            next_watcher_id: AtomicU64::new(1),
+            list_items_typed: AtomicBool::new(typed),
+            label,
+        }
+    }
+
+    /// `configmaps`, `deployments.apps`: the metric label of this cache.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn current_rv(&self) -> u64 {
+        self.current_rv.load(Ordering::Acquire)
+    }
+
+    /// True when list items of this resource carry `kind` and `apiVersion`.
+    pub fn list_items_typed(&self) -> bool {
+        self.list_items_typed.load(Ordering::Relaxed)
+    }
+
+    pub fn set_list_items_typed(&self, typed: bool) {
+        self.list_items_typed.store(typed, Ordering::Relaxed);
+    }
+
+    pub fn watcher_count(&self) -> usize {
+        self.dispatcher.lock().len()
+    }
+
+    /// Installs the result of a full LIST at `rv`. The first time, the cache
+    /// becomes ready. After that (a relist), the store is replaced in one step
+    /// and watchers receive the difference as ordinary events.
+    pub fn replace(&self, objects: Objects, rv: u64) {
+        let now = Instant::now();
+        let mut st = self.state.write();
+        if !self.is_ready() {
+            st.store = Store::new(objects, rv);
+            st.history = History::new(self.settings.history_window, rv);
+            self.record_gauges(&st);
+            drop(st);
+            self.publish(rv);
+            self.ready.store(true, Ordering::Release);
+            return;
+        }
+        let replaced = st.store.replace(objects, rv);
+        if replaced.versions_reused {
+            // Events sharing a version cannot be resumed between; start the
+            // history over so nobody resumes inside the gap.
+            tracing::warn!(resource = %self.label, "relist produced deletions without distinct versions");
+        }
+        let mut dispatcher = self.dispatcher.lock();
+        for event in replaced.events {
+            let event = Arc::new(event);
+            if !replaced.versions_reused {
+                st.history.push(event.rv, now, event.clone());
+            }
+            self.dispatch(&mut dispatcher, &event, now);
+        }
+        if replaced.versions_reused {
+            st.history.reset(rv);
+        }
+        drop(dispatcher);
+        self.record_gauges(&st);
+        drop(st);
+        self.publish(rv);
+    }
+
+    /// Applies one upstream event.
+    pub fn apply(&self, kind: EventType, object: CachedObject) {
+        let now = Instant::now();
+        metrics::counter!(m::CACHE_EVENTS_RECEIVED, "resource" => self.label.clone()).increment(1);
+        let mut st = self.state.write();
+        if object.rv <= st.store.rv() {
+            // Already seen (a replay after a resumed watch): applying it again
+            // would break the history's order.
+            return;
+        }
+        let event = Arc::new(st.store.apply(kind, Arc::new(object)));
+        st.history.push(event.rv, now, event.clone());
+        let mut dispatcher = self.dispatcher.lock();
+        self.dispatch(&mut dispatcher, &event, now);
+        drop(dispatcher);
+        self.record_gauges(&st);
+        let rv = st.store.rv();
+        drop(st);
+        self.publish(rv);
+    }
+
+    /// An upstream bookmark: nothing changed up to `rv`.
+    pub fn bookmark(&self, rv: u64) {
+        let mut st = self.state.write();
+        st.store.advance(rv);
+        let rv = st.store.rv();
+        drop(st);
+        self.publish(rv);
+    }
+
+    fn dispatch(&self, dispatcher: &mut Dispatcher, event: &Arc<CacheEvent>, now: Instant) {
+        let out = dispatcher.dispatch(event, now);
+        metrics::counter!(m::CACHE_EVENTS_DISPATCHED, "resource" => self.label.clone()).increment(1);
+        metrics::counter!(m::CACHE_DELIVERIES, "resource" => self.label.clone()).increment(out.delivered as u64);
+        if out.terminated > 0 {
+            metrics::counter!(m::TERMINATED_WATCHERS, "resource" => self.label.clone())
+                .increment(out.terminated as u64);
+            metrics::gauge!(m::REGISTERED_WATCHERS, "resource" => self.label.clone()).decrement(out.terminated as f64);
+        }
+    }
+
+    fn publish(&self, rv: u64) {
+        self.current_rv.fetch_max(rv, Ordering::AcqRel);
+        self.rv_tx.send_if_modified(|cur| {
+            let changed = rv > *cur;
+            *cur = (*cur).max(rv);
+            changed
+        });
+    }
+
+    fn record_gauges(&self, st: &State) {
+        metrics::gauge!(m::CACHE_CAPACITY, "resource" => self.label.clone()).set(st.history.capacity() as f64);
+        metrics::gauge!(m::CACHE_OBJECTS, "resource" => self.label.clone()).set(st.store.len() as f64);
+    }
+
+    /// Waits up to `timeout` for the cache to be current at `rv` or later.
+    pub async fn wait_for_rv(&self, rv: u64, timeout: Duration) -> bool {
+        if self.current_rv() >= rv {
+            return true;
+        }
+        let started = Instant::now();
+        let mut rx = self.rv_tx.subscribe();
+        let reached = tokio::time::timeout(timeout, rx.wait_for(|cur| *cur >= rv)).await.is_ok_and(|r| r.is_ok());
+        metrics::histogram!(m::CACHE_READ_WAIT, "resource" => self.label.clone())
+            .record(started.elapsed().as_secs_f64());
+        reached
+    }
+
+    /// A consistent view of the whole store.
+    pub fn snapshot(&self) -> Snapshot {
+        self.state.read().store.snapshot()
+    }
+
+    /// Registers a watcher, atomically with respect to incoming events.
+    pub fn register(&self, filter: Filter, start: StartAt) -> Result<Registration, TooOld> {
+        let st = self.state.read();
+        let current = st.store.rv();
+        let (snapshot, backlog, start_rv) = match start {
+            StartAt::CurrentState => (Some(st.store.snapshot()), Vec::new(), current),
+            StartAt::After(rv) => {
+                let backlog = st.history.since(rv)?.filter_map(|e| Delivery::for_filter(e, &filter)).collect();
+                (None, backlog, current.max(rv))
+            }
+        };
+        let id = self.next_watcher_id.fetch_add(1, Ordering::Relaxed);
+        let handle = Arc::new(WatcherHandle::new(id, filter, start_rv, self.settings.slow_watcher_grace));
+        self.dispatcher.lock().add(handle.clone());
+        drop(st);
+        metrics::gauge!(m::REGISTERED_WATCHERS, "resource" => self.label.clone()).increment(1.0);
+        Ok(Registration { handle, snapshot, backlog, start_rv })
+    }
+
+    /// Removes a watcher whose stream ended.
+    pub fn deregister(&self, handle: &WatcherHandle) {
+        let mut d = self.dispatcher.lock();
+        let before = d.len();
+        d.remove(handle);
+        if d.len() < before {
+            metrics::gauge!(m::REGISTERED_WATCHERS, "resource" => self.label.clone()).decrement(1.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::object::tests::{cm, cm_shape};
+    use std::task::Waker;
+
+    fn cache() -> ResourceCache {
+        let c = ResourceCache::new(cm_shape(), Scope::default(), CacheSettings::default());
+        c.replace(Objects::new(), 10);
+        c
+    }
+
+    fn drain(h: &WatcherHandle) -> Vec<(EventType, String, u64)> {
+        let waker = Waker::noop().clone();
+        let mut out = Vec::new();
+        while let Ok(Some(d)) = h.take(&waker) {
+            out.push((d.kind, d.object().key.name.clone(), d.object().rv));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn watchers_resume_from_history_then_live_without_gaps_or_duplicates() {
+        let c = cache();
+        c.apply(EventType::Added, cm("a", 11, ""));
+        c.apply(EventType::Modified, cm("a", 12, ""));
+        let reg = c.register(Filter::default(), StartAt::After(11)).unwrap();
+        assert_eq!(reg.backlog.len(), 1);
+        assert_eq!(reg.backlog[0].event.rv, 12);
+        c.apply(EventType::Added, cm("b", 13, ""));
+        assert_eq!(drain(&reg.handle), vec![(EventType::Added, "b".into(), 13)]);
+        assert_eq!(c.current_rv(), 13);
+    }
+
+    #[tokio::test]
+    async fn replayed_events_are_ignored() {
+        let c = cache();
+        c.apply(EventType::Added, cm("a", 11, ""));
+        let reg = c.register(Filter::default(), StartAt::After(11)).unwrap();
+        c.apply(EventType::Added, cm("a", 11, ""));
+        assert!(drain(&reg.handle).is_empty());
+    }
+
+    #[tokio::test]
+    async fn relist_reaches_watchers_as_ordinary_events() {
+        let c = cache();
+        c.apply(EventType::Added, cm("a", 11, ""));
+        c.apply(EventType::Added, cm("b", 12, ""));
+        let reg = c.register(Filter::default(), StartAt::After(12)).unwrap();
+        let mut fresh = Objects::new();
+        let b = Arc::new(cm("b", 15, ""));
+        fresh.insert(b.key.clone(), b);
+        c.replace(fresh, 20);
+        let seen = drain(&reg.handle);
+        assert_eq!(seen, vec![(EventType::Deleted, "a".into(), 13), (EventType::Modified, "b".into(), 15)]);
+        assert_eq!(c.current_rv(), 20);
+        // A watcher resuming from the first relist event sees the rest.
+        let later = c.register(Filter::default(), StartAt::After(13)).unwrap();
+        assert_eq!(later.backlog.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_a_version_ends_when_it_arrives_or_times_out() {
+        let c = Arc::new(cache());
+        assert!(c.wait_for_rv(10, Duration::ZERO).await);
+        assert!(!c.wait_for_rv(11, Duration::from_secs(3)).await);
+        let c2 = c.clone();
+        let waiter = tokio::spawn(async move { c2.wait_for_rv(30, Duration::from_secs(3)).await });
+        tokio::task::yield_now().await;
+        c.bookmark(30);
+        assert!(waiter.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn too_old_versions_are_refused() {
+        let c = ResourceCache::new(cm_shape(), Scope::default(), CacheSettings::default());
+        c.replace(Objects::new(), 100);
+        let err = c.register(Filter::default(), StartAt::After(5)).err().unwrap();
+        assert_eq!(err.to_string(), "too old resource version: 5 (100)");
+    }
+}

@@ -1,0 +1,225 @@
+//! The response body of a watch served from the cache.
+//!
+//! In order: the initial events (synthetic ADDED for a snapshot, or the history backlog);
+//! the initial-events-end bookmark for a watch-list; then live events from
+//! the watcher's queue, with bookmarks on the API server's schedule, until
+//! the timeout, shutdown, or the watcher falling too far behind.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body::{Body, Frame};
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use super::event::{EventType, bookmark_frame, event_frame};
+use super::object::{CachedObject, ObjectKey};
+use super::resource::{Registration, ResourceCache};
+use super::store::Snapshot;
+use super::watcher::{Delivery, Terminated, WatcherHandle};
+use crate::body::{BoxError, Chunk};
+use crate::encode::negotiate::ContentVariant;
+
+/// How often a watcher that asked for bookmarks gets one.
+pub const BOOKMARK_FREQUENCY: Duration = Duration::from_secs(60);
+/// A last bookmark goes out this long before a watch's deadline, so the
+/// client can resume from it.
+const BOOKMARK_BEFORE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The next bookmark time, as the API server computes it: every minute, and
+/// once shortly before the deadline; none if that moment has passed.
+pub fn next_bookmark_time(now: Instant, deadline: Instant) -> Option<Instant> {
+    let heartbeat = now + BOOKMARK_FREQUENCY;
+    let before_deadline = deadline.checked_sub(BOOKMARK_BEFORE_DEADLINE)?;
+    let at = heartbeat.min(before_deadline);
+    (at >= now).then_some(at)
+}
+
+/// Options of one watch stream.
+pub struct StreamOptions {
+    pub variant: ContentVariant,
+    pub allow_bookmarks: bool,
+    /// Send the initial-events-end bookmark after the initial events.
+    pub initial_events_end: bool,
+    pub timeout: Duration,
+    pub stop: CancellationToken,
+}
+
+/// Walks a snapshot's objects in key order without holding a borrow across polls.
+struct SnapshotCursor {
+    snapshot: Snapshot,
+    next_from: Option<ObjectKey>,
+    namespace: Option<String>,
+}
+
+impl SnapshotCursor {
+    fn next_matching(&mut self, handle: &WatcherHandle) -> Option<Arc<CachedObject>> {
+        use std::ops::Bound;
+        loop {
+            let from = self.next_from.take()?;
+            let mut range = self.snapshot.objects.range((Bound::Included(from), Bound::Unbounded));
+            let (key, obj) = range.next()?;
+            if self.namespace.as_ref().is_some_and(|ns| *ns != key.namespace) {
+                return None;
+            }
+            self.next_from = range.next().map(|(k, _)| k.clone());
+            if handle.filter.matches(obj) {
+                return Some(obj.clone());
+            }
+        }
+    }
+}
+
+pub struct WatchStream {
+    cache: Arc<ResourceCache>,
+    handle: Arc<WatcherHandle>,
+    opts: StreamOptions,
+    initial: Option<SnapshotCursor>,
+    backlog: std::collections::VecDeque<Delivery>,
+    initial_end_rv: Option<u64>,
+    last_sent_rv: u64,
+    deadline: Pin<Box<Sleep>>,
+    deadline_at: Instant,
+    bookmark: Option<Pin<Box<Sleep>>>,
+    stop: Pin<Box<WaitForCancellationFutureOwned>>,
+    finished: bool,
+}
+
+impl WatchStream {
+    pub fn new(cache: Arc<ResourceCache>, reg: Registration, opts: StreamOptions) -> Self {
+        let now = Instant::now();
+        let deadline_at = now + opts.timeout;
+        let bookmark = if opts.allow_bookmarks {
+            next_bookmark_time(now, deadline_at).map(|at| Box::pin(tokio::time::sleep_until(at)))
+        } else {
+            None
+        };
+        let initial = reg.snapshot.map(|snapshot| {
+            let namespace = reg.handle.filter.namespace.clone();
+            let first = ObjectKey { namespace: namespace.clone().unwrap_or_default(), name: String::new() };
+            SnapshotCursor { snapshot, next_from: Some(first), namespace }
+        });
+        let initial_end_rv = opts.initial_events_end.then_some(reg.start_rv);
+        let stop = Box::pin(opts.stop.clone().cancelled_owned());
+        Self {
+            cache,
+            handle: reg.handle,
+            opts,
+            initial,
+            backlog: reg.backlog.into(),
+            initial_end_rv,
+            last_sent_rv: reg.start_rv,
+            deadline: Box::pin(tokio::time::sleep_until(deadline_at)),
+            deadline_at,
+            bookmark,
+            stop,
+            finished: false,
+        }
+    }
+
+    fn frame(&mut self, chunk: Chunk) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
+        Poll::Ready(Some(Ok(Frame::data(chunk))))
+    }
+
+    fn end(&mut self) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
+        self.finished = true;
+        Poll::Ready(None)
+    }
+
+    fn bookmark_chunk(&self, rv: u64, initial_end: bool) -> Chunk {
+        let info = &self.cache.shape.info;
+        bookmark_frame(&info.kind, &info.api_version(), self.opts.variant, rv, initial_end)
+    }
+}
+
+impl Body for WatchStream {
+    type Data = Chunk;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
+        let this = &mut *self;
+        if this.finished {
+            return Poll::Ready(None);
+        }
+        if this.stop.as_mut().poll(cx).is_ready() {
+            return this.end();
+        }
+        let variant = this.opts.variant;
+        if let Some(cursor) = &mut this.initial {
+            match cursor.next_matching(&this.handle) {
+                Some(obj) => return this.frame(event_frame(EventType::Added, &obj, variant)),
+                None => this.initial = None,
+            }
+        }
+        if let Some(d) = this.backlog.pop_front() {
+            this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
+            return this.frame(event_frame(d.kind, d.object(), variant));
+        }
+        if let Some(rv) = this.initial_end_rv.take() {
+            if this.opts.allow_bookmarks {
+                let chunk = this.bookmark_chunk(rv, true);
+                return this.frame(chunk);
+            }
+        }
+        // Read the published version before looking at the queue: if the
+        // queue is then empty, every event up to that version was sent, and a
+        // bookmark at it tells the truth.
+        let published = this.cache.current_rv();
+        match this.handle.take(cx.waker()) {
+            Ok(Some(d)) => {
+                this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
+                return this.frame(event_frame(d.kind, d.object(), variant));
+            }
+            Ok(None) => {}
+            Err(Terminated) => return this.end(),
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            return this.end();
+        }
+        if let Some(timer) = &mut this.bookmark {
+            if timer.as_mut().poll(cx).is_ready() {
+                let now = Instant::now();
+                this.bookmark = next_bookmark_time(now, this.deadline_at)
+                    .filter(|at| *at > now)
+                    .map(|at| Box::pin(tokio::time::sleep_until(at)));
+                if published > this.last_sent_rv {
+                    this.last_sent_rv = published;
+                    let chunk = this.bookmark_chunk(published, false);
+                    return this.frame(chunk);
+                }
+                if let Some(timer) = &mut this.bookmark {
+                    let _ = timer.as_mut().poll(cx);
+                }
+            }
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.finished
+    }
+}
+
+impl Drop for WatchStream {
+    fn drop(&mut self) {
+        self.cache.deregister(&self.handle);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bookmark_schedule_follows_the_api_server() {
+        let now = Instant::now();
+        // Long watch: every minute.
+        assert_eq!(next_bookmark_time(now, now + Duration::from_secs(1800)), Some(now + BOOKMARK_FREQUENCY));
+        // Short watch: two seconds before the deadline.
+        assert_eq!(next_bookmark_time(now, now + Duration::from_secs(30)), Some(now + Duration::from_secs(28)));
+        // Deadline too close: none.
+        assert_eq!(next_bookmark_time(now, now + Duration::from_secs(1)), None);
+    }
+}

@@ -1,0 +1,211 @@
+//! One downstream watcher's queue, shared by the dispatcher (which offers
+//! events) and the watcher's response body (which takes them).
+//!
+//! The queue is bounded in spirit: a watcher may fall up to
+//! [`QUEUE_SOFT_LIMIT`] events behind freely. Past that it is "full"; if it
+//! stays full for longer than the grace period, or falls [`QUEUE_HARD_LIMIT`]
+//! behind, it is terminated: its stream ends and the client resumes from the
+//! last resourceVersion it received. The dispatcher never waits for a
+//! watcher, so one slow client cannot delay the others.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::event::{CacheEvent, EventType};
+use super::filter::Filter;
+
+/// Events a watcher may lag behind before it counts as full.
+pub const QUEUE_SOFT_LIMIT: usize = 1024;
+/// Events a watcher may lag behind at all.
+pub const QUEUE_HARD_LIMIT: usize = 4 * QUEUE_SOFT_LIMIT;
+
+/// An event as one watcher sees it.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub event: Arc<CacheEvent>,
+    pub kind: EventType,
+    /// True when the watcher sees the previous state (a transition out of its
+    /// selectors, sent as DELETED).
+    pub previous_state: bool,
+}
+
+impl Delivery {
+    /// The delivery of `event` to a watcher with `filter`, if it sees it at all.
+    pub fn for_filter(event: &Arc<CacheEvent>, filter: &Filter) -> Option<Self> {
+        let (kind, obj) = event.as_seen_by(|o| filter.matches(o))?;
+        let previous_state = !std::ptr::eq(obj, &*event.object);
+        Some(Self { event: event.clone(), kind, previous_state })
+    }
+
+    /// The object the watcher is sent.
+    pub fn object(&self) -> &super::object::CachedObject {
+        if self.previous_state { self.event.prev_stamped() } else { &self.event.object }
+    }
+}
+
+#[derive(Debug)]
+pub enum Offer {
+    Queued,
+    /// The watcher is (now) terminated; remove it.
+    Terminated,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    events: VecDeque<Delivery>,
+    full_since: Option<Instant>,
+    terminated: bool,
+    /// The body waiting for events, if it is waiting.
+    waker: Option<Waker>,
+}
+
+/// The shared half of a watcher.
+#[derive(Debug)]
+pub struct WatcherHandle {
+    pub id: u64,
+    pub filter: Filter,
+    /// Only events newer than this are offered.
+    pub start_rv: u64,
+    grace: Duration,
+    queue: Mutex<Queue>,
+}
+
+impl WatcherHandle {
+    pub fn new(id: u64, filter: Filter, start_rv: u64, grace: Duration) -> Self {
+        Self { id, filter, start_rv, grace, queue: Mutex::new(Queue::default()) }
+    }
+
+    /// Offers one delivery; never blocks.
+    pub fn offer(&self, delivery: Delivery, now: Instant) -> Offer {
+        let mut q = self.queue.lock();
+        if q.terminated {
+            return Offer::Terminated;
+        }
+        q.events.push_back(delivery);
+        if q.events.len() > QUEUE_SOFT_LIMIT {
+            let since = *q.full_since.get_or_insert(now);
+            if now.duration_since(since) > self.grace || q.events.len() > QUEUE_HARD_LIMIT {
+                q.terminated = true;
+                q.events.clear();
+                q.events.shrink_to_fit();
+            }
+        }
+        let waker = q.waker.take();
+        let terminated = q.terminated;
+        drop(q);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        if terminated { Offer::Terminated } else { Offer::Queued }
+    }
+
+    /// Takes the next delivery, or registers `waker` to be woken by the next
+    /// offer. `Err(())` once the watcher is terminated.
+    pub fn take(&self, waker: &Waker) -> Result<Option<Delivery>, Terminated> {
+        let mut q = self.queue.lock();
+        if q.terminated {
+            return Err(Terminated);
+        }
+        match q.events.pop_front() {
+            Some(d) => {
+                if q.events.len() <= QUEUE_SOFT_LIMIT {
+                    q.full_since = None;
+                }
+                if q.events.is_empty() && q.events.capacity() > 64 {
+                    // A burst is over: give its memory back.
+                    q.events.shrink_to_fit();
+                }
+                Ok(Some(d))
+            }
+            None => {
+                q.waker = Some(waker.clone());
+                Ok(None)
+            }
+        }
+    }
+
+    pub fn backlog(&self) -> usize {
+        self.queue.lock().events.len()
+    }
+}
+
+/// The watcher was closed for falling too far behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Terminated;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::object::tests::cm;
+    use std::task::Wake;
+
+    struct Flag(std::sync::atomic::AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn delivery(rv: u64) -> Delivery {
+        let e = Arc::new(CacheEvent::new(EventType::Added, Arc::new(cm("a", rv, "")), None));
+        Delivery::for_filter(&e, &Filter::default()).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn offer_wakes_a_waiting_body() {
+        let h = WatcherHandle::new(1, Filter::default(), 0, Duration::from_secs(5));
+        let flag = Arc::new(Flag(Default::default()));
+        let waker = Waker::from(flag.clone());
+        assert!(h.take(&waker).unwrap().is_none());
+        h.offer(delivery(2), Instant::now());
+        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(h.take(&waker).unwrap().unwrap().event.rv, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watcher_full_past_the_grace_period_is_terminated() {
+        let h = WatcherHandle::new(1, Filter::default(), 0, Duration::from_secs(5));
+        for rv in 0..=QUEUE_SOFT_LIMIT as u64 {
+            assert!(matches!(h.offer(delivery(rv + 1), Instant::now()), Offer::Queued));
+        }
+        // Full, but within the grace period: still alive.
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert!(matches!(h.offer(delivery(5000), Instant::now()), Offer::Queued));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(matches!(h.offer(delivery(5001), Instant::now()), Offer::Terminated));
+        let waker = Waker::from(Arc::new(Flag(Default::default())));
+        assert_eq!(h.take(&waker).unwrap_err(), Terminated);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn draining_below_the_limit_resets_the_grace_period() {
+        let h = WatcherHandle::new(1, Filter::default(), 0, Duration::from_secs(5));
+        let waker = Waker::from(Arc::new(Flag(Default::default())));
+        for rv in 0..=QUEUE_SOFT_LIMIT as u64 {
+            h.offer(delivery(rv + 1), Instant::now());
+        }
+        tokio::time::advance(Duration::from_secs(4)).await;
+        for _ in 0..10 {
+            h.take(&waker).unwrap().unwrap();
+        }
+        tokio::time::advance(Duration::from_secs(4)).await;
+        for rv in 0..5 {
+            assert!(matches!(h.offer(delivery(9000 + rv), Instant::now()), Offer::Queued));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hard_limit_terminates_at_once() {
+        let h = WatcherHandle::new(1, Filter::default(), 0, Duration::from_secs(3600));
+        let mut last = Offer::Queued;
+        for rv in 0..=QUEUE_HARD_LIMIT as u64 {
+            last = h.offer(delivery(rv + 1), Instant::now());
+        }
+        assert!(matches!(last, Offer::Terminated));
+    }
+}
