@@ -6,6 +6,7 @@
 //! - [`object`], [`event`]: cached objects with their encoding memo; events and frames.
 //! - [`dispatcher`], [`watcher`], [`filter`]: who gets which event, and per-watcher queues.
 //! - [`stream`]: a watch response body; [`serve`]: LIST/GET/WATCH semantics.
+//! - [`freshness`]: proving the cache is current enough for a consistent read.
 //! - [`discovery`], [`resource_info`]: what the upstream serves.
 //! - [`params`]: the query parameters of a read.
 
@@ -13,6 +14,7 @@ pub mod discovery;
 pub mod dispatcher;
 pub mod event;
 pub mod filter;
+pub mod freshness;
 pub mod history;
 pub mod object;
 pub mod params;

@@ -174,7 +174,7 @@ async fn cached_reads_answer_like_the_api_server() {
 
     // An empty namespace: "items":[] exactly.
     let (_, empty) = read(get(wm.addr, "/api/v1/namespaces/no-such-ns-e2e/configmaps?resourceVersion=0").await).await;
-    assert!(String::from_utf8_lossy(&empty).ends_with(",\"items\":[]}"), "{}", String::from_utf8_lossy(&empty));
+    assert!(String::from_utf8_lossy(&empty).ends_with(",\"items\":[]}\n"), "{}", String::from_utf8_lossy(&empty));
 
     // Errors, byte for byte where nothing differs by cache: a missing object,
     // an unknown field selector (passed through), a malformed version.
@@ -309,4 +309,63 @@ async fn an_api_server_restart_is_invisible_to_downstream_watchers() {
 fn base64_encode(data: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// Reads without a resourceVersion must see every write that finished before
+/// them, and are still served from the cache (the freshness proof).
+#[tokio::test]
+async fn consistent_reads_see_every_prior_write_and_come_from_the_cache() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let ns = namespace("consistent");
+    create_namespace(&direct, &ns).await;
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    wait_initialized(wm.admin, "configmaps", 1.0).await;
+    let success = ["result=\"success\""];
+    let before = watchmux_metric_sum(wm.admin, "watchmux_watch_cache_consistent_read_total", &success).await;
+
+    for i in 0..3 {
+        let name = format!("written-{i}");
+        let written_rv = configmap(&direct, "create", &ns, &name).await;
+        // LIST: includes the write at once.
+        let (code, body) = read(get(wm.addr, &format!("/api/v1/namespaces/{ns}/configmaps")).await).await;
+        assert_eq!(code, 200);
+        let list: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let names: Vec<&str> =
+            list["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+        assert!(names.contains(&name.as_str()), "consistent LIST missed {name}: {names:?}");
+        let list_rv: u64 = list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+        assert!(list_rv >= written_rv, "list at {list_rv} older than the write at {written_rv}");
+        // GET: the object as the API server has it.
+        let path = format!("/api/v1/namespaces/{ns}/configmaps/{name}");
+        let (code, via) = read(get(wm.addr, &path).await).await;
+        let (_, dir) = get_direct(&direct, &path).await;
+        assert_eq!(code, 200);
+        assert_eq!(via, dir);
+    }
+
+    // A watch-list from "": initial ADDED events, then the end bookmark at a
+    // version no older than the last write.
+    let last_rv = configmap(&direct, "create", &ns, "last").await;
+    let path = format!(
+        "/api/v1/namespaces/{ns}/configmaps?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(pump_watch(get(wm.addr, &path).await, tx));
+    let mut added = Vec::new();
+    loop {
+        let seen = tokio::time::timeout(WAIT, rx.recv()).await.expect("no end bookmark").unwrap().expect("ended");
+        if seen.kind == "BOOKMARK" {
+            assert!(seen.rv.parse::<u64>().unwrap() >= last_rv, "end bookmark {} before the write {last_rv}", seen.rv);
+            break;
+        }
+        assert_eq!(seen.kind, "ADDED");
+        added.push(seen.name);
+    }
+    added.sort();
+    assert_eq!(added, ["last", "written-0", "written-1", "written-2"]);
+
+    let after = watchmux_metric_sum(wm.admin, "watchmux_watch_cache_consistent_read_total", &success).await;
+    assert_eq!(after - before, 7.0, "3 LISTs, 3 GETs and a watch-list, all from the cache");
 }

@@ -218,3 +218,24 @@ async fn passthrough_is_counted_in_metrics() {
     );
     assert!(text.contains("watchmux_upstream_ready 1"), "{text}");
 }
+
+/// client-go's informers without watch-list (LIST at RV 0 then WATCH), the
+/// path older clients and the kubelet's typed informers take.
+#[tokio::test]
+async fn client_go_informer_without_watch_list_through_watchmux() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let wm = Watchmux::start(&cluster, &[]).await;
+    let ns = namespace("informer-legacy");
+    let out = Command::new(&cluster.watchcheck)
+        .env("KUBE_FEATURE_WatchListClient", "false")
+        .arg("--kubeconfig")
+        .arg(&wm.kubeconfig)
+        .args(["--namespace", &ns, "--count", "25"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "watchcheck failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json(stdout.lines().last().unwrap())["ok"], true);
+    cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
+}

@@ -58,7 +58,7 @@ enum WatchEnd {
 }
 
 #[derive(Debug, thiserror::Error)]
-enum ReflectorError {
+pub(super) enum ReflectorError {
     #[error("upstream request failed: {0}")]
     Request(String),
     #[error("upstream answered {status}: {body}")]
@@ -188,24 +188,11 @@ impl Reflector {
     }
 
     fn collection_uri(&self, params: &[(&str, String)]) -> String {
-        let info = &self.cache.shape.info;
-        let mut query = form_urlencoded::Serializer::new(String::new());
-        for (k, v) in params {
-            query.append_pair(k, v);
-        }
-        for (k, v) in &self.cache.scope.query {
-            query.append_pair(k, v);
-        }
-        format!("{}?{}", info.collection_path(None), query.finish())
+        collection_uri(&self.cache, params)
     }
 
     async fn get(&self, uri: String) -> Result<http::Response<hyper::body::Incoming>, ReflectorError> {
-        let req = Request::get(uri)
-            .header(header::ACCEPT, "application/json")
-            .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")))
-            .body(body::empty())
-            .expect("valid request");
-        self.upstream.send(req).await.map_err(|e| ReflectorError::Request(error_chain(&e)))
+        upstream_get(&self.upstream, uri).await
     }
 
     /// A paginated, consistent LIST of everything in scope.
@@ -298,46 +285,76 @@ impl Reflector {
         }
     }
 
-    /// Applies one watch event line; returns the version it carried.
     fn apply_line(&self, line: &Bytes) -> Result<Option<u64>, LineEnd> {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            return Ok(None);
-        }
-        let event: WatchLine = serde_json::from_slice(line).map_err(|e| LineEnd::Failed(e.to_string()))?;
-        let raw = line.slice_ref(event.object.get().as_bytes());
-        let kind = match event.kind {
-            "ADDED" => EventType::Added,
-            "MODIFIED" => EventType::Modified,
-            "DELETED" => EventType::Deleted,
-            "BOOKMARK" => {
-                let meta: StatusOrMeta = serde_json::from_slice(&raw).map_err(|e| LineEnd::Failed(e.to_string()))?;
-                let rv = meta
-                    .metadata
-                    .and_then(|m| m.resource_version)
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| LineEnd::Failed("bookmark without resourceVersion".into()))?;
-                self.cache.bookmark(rv);
-                return Ok(Some(rv));
-            }
-            "ERROR" => {
-                let status: StatusOrMeta =
-                    serde_json::from_slice(&raw).unwrap_or(StatusOrMeta { code: None, metadata: None });
-                return Err(if status.code == Some(410) {
-                    LineEnd::Expired
-                } else {
-                    LineEnd::Failed(format!("ERROR event: {}", String::from_utf8_lossy(&raw)))
-                });
-            }
-            other => return Err(LineEnd::Failed(format!("unknown event type {other:?}"))),
-        };
-        let obj = CachedObject::decode(raw, &self.cache.shape).map_err(|e| LineEnd::Failed(e.to_string()))?;
-        let rv = obj.rv;
-        self.cache.apply(kind, obj);
-        Ok(Some(rv))
+        apply_watch_line(&self.cache, line)
     }
 }
 
-enum LineEnd {
+/// The cache's collection URL with `params` and the cache's scope selectors.
+pub(super) fn collection_uri(cache: &ResourceCache, params: &[(&str, String)]) -> String {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in params {
+        query.append_pair(k, v);
+    }
+    for (k, v) in &cache.scope.query {
+        query.append_pair(k, v);
+    }
+    format!("{}?{}", cache.shape.info.collection_path(None), query.finish())
+}
+
+/// A JSON GET to the upstream with watchmux's identity.
+pub(super) async fn upstream_get(
+    upstream: &Upstream,
+    uri: String,
+) -> Result<http::Response<hyper::body::Incoming>, ReflectorError> {
+    let req = Request::get(uri)
+        .header(header::ACCEPT, "application/json")
+        .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")))
+        .body(body::empty())
+        .expect("valid request");
+    upstream.send(req).await.map_err(|e| ReflectorError::Request(error_chain(&e)))
+}
+
+/// Applies one upstream watch event line to `cache`; returns the version it
+/// carried (a bookmark's too).
+pub(super) fn apply_watch_line(cache: &ResourceCache, line: &Bytes) -> Result<Option<u64>, LineEnd> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let event: WatchLine = serde_json::from_slice(line).map_err(|e| LineEnd::Failed(e.to_string()))?;
+    let raw = line.slice_ref(event.object.get().as_bytes());
+    let kind = match event.kind {
+        "ADDED" => EventType::Added,
+        "MODIFIED" => EventType::Modified,
+        "DELETED" => EventType::Deleted,
+        "BOOKMARK" => {
+            let meta: StatusOrMeta = serde_json::from_slice(&raw).map_err(|e| LineEnd::Failed(e.to_string()))?;
+            let rv = meta
+                .metadata
+                .and_then(|m| m.resource_version)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| LineEnd::Failed("bookmark without resourceVersion".into()))?;
+            cache.bookmark(rv);
+            return Ok(Some(rv));
+        }
+        "ERROR" => {
+            let status: StatusOrMeta =
+                serde_json::from_slice(&raw).unwrap_or(StatusOrMeta { code: None, metadata: None });
+            return Err(if status.code == Some(410) {
+                LineEnd::Expired
+            } else {
+                LineEnd::Failed(format!("ERROR event: {}", String::from_utf8_lossy(&raw)))
+            });
+        }
+        other => return Err(LineEnd::Failed(format!("unknown event type {other:?}"))),
+    };
+    let obj = CachedObject::decode(raw, &cache.shape).map_err(|e| LineEnd::Failed(e.to_string()))?;
+    let rv = obj.rv;
+    cache.apply(kind, obj);
+    Ok(Some(rv))
+}
+
+pub(super) enum LineEnd {
     Expired,
     Failed(String),
 }

@@ -169,6 +169,10 @@ impl Registry {
         Self { discovery: Discovery::new(upstream.clone()), upstream, config, caches: DashMap::new(), stop }
     }
 
+    pub fn upstream(&self) -> &Arc<Upstream> {
+        &self.upstream
+    }
+
     pub fn config(&self) -> &CacheConfig {
         &self.config
     }

@@ -76,6 +76,7 @@ pub struct ResourceCache {
     /// Whether list items of this resource carry `kind`/`apiVersion`.
     list_items_typed: AtomicBool,
     label: String,
+    freshness: super::freshness::Freshness,
 }
 
 impl std::fmt::Debug for ResourceCache {
@@ -122,12 +123,17 @@ impl ResourceCache {
             next_watcher_id: AtomicU64::new(1),
             list_items_typed: AtomicBool::new(typed),
             label,
+            freshness: Default::default(),
         }
     }
 
     /// `configmaps`, `deployments.apps`: the metric label of this cache.
     pub fn label(&self) -> &str {
         &self.label
+    }
+
+    pub(super) fn freshness(&self) -> &super::freshness::Freshness {
+        &self.freshness
     }
 
     pub fn is_ready(&self) -> bool {

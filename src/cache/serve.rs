@@ -16,6 +16,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri, header};
 use http_body::{Body, Frame, SizeHint};
 use rand::Rng;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::event::error_frame;
@@ -72,6 +73,7 @@ impl CacheService {
     }
 
     async fn try_serve(&self, method: &Method, uri: &Uri, headers: &HeaderMap, info: &RequestInfo) -> Served {
+        let arrival = Instant::now();
         let endpoint = match info.verb {
             Some(Verb::Get) => Endpoint::Get,
             Some(Verb::List) => Endpoint::List,
@@ -129,19 +131,34 @@ impl CacheService {
                 if scoped && !request_in_scope {
                     return Served::Passthrough("outside_scope");
                 }
-                self.watch(cache, filter, params, variant).await
+                self.watch(cache, filter, params, variant, arrival).await
             }
             Endpoint::List => {
                 if scoped && !request_in_scope {
                     return Served::Passthrough("outside_scope");
                 }
-                self.list(cache, filter, params, variant).await
+                self.list(cache, filter, params, variant, arrival).await
             }
-            Endpoint::Get => self.get(cache, filter, params, variant, scoped).await,
+            Endpoint::Get => self.get(cache, filter, params, variant, scoped, arrival).await,
         }
     }
 
-    async fn watch(&self, cache: Arc<ResourceCache>, filter: Filter, p: ReadParams, variant: ContentVariant) -> Served {
+    /// Proves the cache fresh for a consistent read, counting the outcome.
+    async fn consistent(&self, cache: &Arc<ResourceCache>, arrival: Instant) -> bool {
+        let fresh = cache.ensure_fresh(self.registry.upstream(), arrival, TOO_LARGE_RV_WAIT).await;
+        let result = if fresh { "success" } else { "fallback" };
+        metrics::counter!(m::CONSISTENT_READS, "resource" => cache.label().to_owned(), "result" => result).increment(1);
+        fresh
+    }
+
+    async fn watch(
+        &self,
+        cache: Arc<ResourceCache>,
+        filter: Filter,
+        p: ReadParams,
+        variant: ContentVariant,
+        arrival: Instant,
+    ) -> Served {
         let watch_list = match (p.send_initial_events, p.rv_match) {
             (None, RvMatch::Unset) => false,
             (Some(true), RvMatch::NotOlderThan) => true,
@@ -162,12 +179,12 @@ impl CacheService {
         };
         let start = if watch_list {
             match p.rv {
-                // A consistent snapshot needs proof that the cache is as new as
-                // the upstream; the cache cannot prove that cheaply yet.
+                // A consistent snapshot: at least as new as the upstream now.
                 Rv::Unset => {
-                    metrics::counter!(m::CONSISTENT_READS, "resource" => cache.label().to_owned(), "result" => "fallback")
-                        .increment(1);
-                    return Served::Passthrough("consistent_read");
+                    if !self.consistent(&cache, arrival).await {
+                        return Served::Passthrough("consistent_read");
+                    }
+                    StartAt::CurrentState
                 }
                 Rv::Any => StartAt::CurrentState,
                 Rv::At(rv) => {
@@ -199,7 +216,14 @@ impl CacheService {
         }
     }
 
-    async fn list(&self, cache: Arc<ResourceCache>, filter: Filter, p: ReadParams, variant: ContentVariant) -> Served {
+    async fn list(
+        &self,
+        cache: Arc<ResourceCache>,
+        filter: Filter,
+        p: ReadParams,
+        variant: ContentVariant,
+        arrival: Instant,
+    ) -> Served {
         if p.send_initial_events.is_some() {
             return Served::Passthrough("list_parameters");
         }
@@ -209,9 +233,13 @@ impl CacheService {
         let label = cache.label().to_owned();
         match (p.rv, p.rv_match) {
             (_, RvMatch::Exact) => return Served::Passthrough("exact"),
+            // Pages of a consistent list need snapshots kept for their
+            // continue tokens, which the cache does not keep yet.
+            (Rv::Unset, RvMatch::Unset) if p.limit.is_some() => return Served::Passthrough("paginated"),
             (Rv::Unset, RvMatch::Unset) => {
-                metrics::counter!(m::CONSISTENT_READS, "resource" => label, "result" => "fallback").increment(1);
-                return Served::Passthrough("consistent_read");
+                if !self.consistent(&cache, arrival).await {
+                    return Served::Passthrough("consistent_read");
+                }
             }
             // resourceVersionMatch needs a resourceVersion: the API server says how.
             (Rv::Unset, _) => return Served::Passthrough("list_parameters"),
@@ -236,6 +264,7 @@ impl CacheService {
         p: ReadParams,
         variant: ContentVariant,
         scoped: bool,
+        arrival: Instant,
     ) -> Served {
         if p.rv_match != RvMatch::Unset || p.limit.is_some() || p.continue_token.is_some() {
             return Served::Passthrough("get_parameters");
@@ -243,8 +272,9 @@ impl CacheService {
         let label = cache.label().to_owned();
         match p.rv {
             Rv::Unset => {
-                metrics::counter!(m::CONSISTENT_READS, "resource" => label, "result" => "fallback").increment(1);
-                return Served::Passthrough("consistent_read");
+                if !self.consistent(&cache, arrival).await {
+                    return Served::Passthrough("consistent_read");
+                }
             }
             Rv::Any => {}
             Rv::At(rv) => {
@@ -259,7 +289,9 @@ impl CacheService {
         match snapshot.objects.get(&key) {
             Some(obj) => {
                 metrics::counter!(m::CACHE_GET_TOTAL, "resource" => label).increment(1);
-                let mut resp = Response::new(body::full(obj.encoded(variant)));
+                // The API server's encoder ends every body with a newline.
+                let chunk = Chunk::parts(Bytes::new(), obj.encoded(variant), Bytes::from_static(b"\n"));
+                let mut resp = Response::new(body::boxed_chunks(ChunkList::new(VecDeque::from([chunk]))));
                 set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::Get));
                 Served::Response(resp)
             }
@@ -383,9 +415,9 @@ fn list_response(cache: &ResourceCache, filter: &Filter, variant: ContentVariant
             .to_vec();
         head.truncate(head.len() - b"[".len());
         chunks.push_back(Chunk::from(Bytes::from(head)));
-        chunks.push_back(Chunk::from(Bytes::from_static(b"null}")));
+        chunks.push_back(Chunk::from(Bytes::from_static(b"null}\n")));
     } else {
-        chunks.push_back(Chunk::from(Bytes::from_static(b"]}")));
+        chunks.push_back(Chunk::from(Bytes::from_static(b"]}\n")));
     }
     let mut resp = Response::new(body::boxed_chunks(ChunkList::new(chunks)));
     set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::List));

@@ -1,0 +1,177 @@
+//! Proving that the cache is fresh enough for a consistent read.
+//!
+//! A LIST or GET without a resourceVersion, and a watch-list from `""`, must
+//! reflect the upstream's state at least as new as the moment of the request.
+//! The cache proves it in two cheap steps:
+//!
+//! 1. **The upstream's current version.** A consistent `LIST ?limit=1` of the
+//!    same collection: the API server answers it from its own watch cache
+//!    after confirming with etcd, so its resourceVersion `P` is at least the
+//!    storage revision at the time of the request. Concurrent requests share
+//!    one probe, as long as it started after they arrived.
+//! 2. **Catching up to it.** If the cache is behind `P`, it may simply have
+//!    seen no change for a while (an upstream watch reports progress only
+//!    with a bookmark a minute). A short catch-up watch from the cache's
+//!    version (`timeoutSeconds=3`, bookmarks on) makes the API server replay
+//!    any change the cache has not seen yet and then send a bookmark at its
+//!    own current version (about a second later). Replayed events are applied
+//!    in order, and the bookmark moves the cache's version forward: together
+//!    they prove the cache is current at that version, which is at least `P`.
+//!
+//! If the proof does not arrive within the budget the read passes through,
+//! and is counted as a fallback.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use http_body_util::BodyExt;
+use parking_lot::Mutex;
+use serde::Deserialize;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::reflector::{LineEnd, apply_watch_line, collection_uri, upstream_get};
+use super::resource::ResourceCache;
+use crate::upstream::Upstream;
+
+/// The catch-up watch's timeout: the API server sends its bookmark two
+/// seconds before a watch's deadline, so three seconds is the shortest that
+/// still gets one.
+const CATCH_UP_TIMEOUT_SECONDS: u64 = 3;
+
+#[derive(Default)]
+pub struct Freshness {
+    probe: Mutex<Option<Probe>>,
+    catching_up: AtomicBool,
+}
+
+impl std::fmt::Debug for Freshness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Freshness").field("catching_up", &self.catching_up.load(Ordering::Relaxed)).finish()
+    }
+}
+
+struct Probe {
+    started: Instant,
+    result: watch::Receiver<Option<Option<u64>>>,
+}
+
+#[derive(Deserialize)]
+struct ListMetaOnly {
+    metadata: RvMeta,
+}
+
+#[derive(Deserialize)]
+struct RvMeta {
+    #[serde(rename = "resourceVersion")]
+    resource_version: String,
+}
+
+impl ResourceCache {
+    /// Waits until the cache is at least as new as the upstream was at
+    /// `arrival`; false if that cannot be shown by `arrival + budget`.
+    pub async fn ensure_fresh(self: &Arc<Self>, upstream: &Arc<Upstream>, arrival: Instant, budget: Duration) -> bool {
+        let deadline = arrival + budget;
+        let Ok(Some(target)) = tokio::time::timeout_at(deadline, self.upstream_rv(upstream, arrival)).await else {
+            return false;
+        };
+        loop {
+            if self.current_rv() >= target {
+                return true;
+            }
+            self.start_catch_up(upstream);
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            // A catch-up takes about a second; look again after each.
+            let slice = (deadline - now).min(Duration::from_millis(1500));
+            if self.wait_for_rv(target, slice).await {
+                return true;
+            }
+        }
+    }
+
+    /// The upstream's current version, from a probe that started no earlier
+    /// than `arrival` (shared with other requests when one is in flight).
+    async fn upstream_rv(self: &Arc<Self>, upstream: &Arc<Upstream>, arrival: Instant) -> Option<u64> {
+        let mut rx = {
+            let mut probe = self.freshness().probe.lock();
+            match &*probe {
+                Some(p) if p.started >= arrival => p.result.clone(),
+                _ => {
+                    let (tx, rx) = watch::channel(None);
+                    *probe = Some(Probe { started: Instant::now(), result: rx.clone() });
+                    let (cache, upstream) = (self.clone(), upstream.clone());
+                    tokio::spawn(async move {
+                        let rv = probe_current_rv(&cache, &upstream).await;
+                        let _ = tx.send(Some(rv));
+                    });
+                    rx
+                }
+            }
+        };
+        let result = rx.wait_for(|r| r.is_some()).await.ok()?;
+        (*result).flatten()
+    }
+
+    fn start_catch_up(self: &Arc<Self>, upstream: &Arc<Upstream>) {
+        if self.freshness().catching_up.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (cache, upstream) = (self.clone(), upstream.clone());
+        tokio::spawn(async move {
+            let from = cache.current_rv();
+            if let Err(err) = catch_up(&cache, &upstream, from).await {
+                tracing::debug!(resource = %cache.label(), error = %err, "catch-up watch ended early");
+            }
+            cache.freshness().catching_up.store(false, Ordering::Release);
+        });
+    }
+}
+
+async fn probe_current_rv(cache: &ResourceCache, upstream: &Upstream) -> Option<u64> {
+    let resp = upstream_get(upstream, collection_uri(cache, &[("limit", "1".to_owned())])).await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let bytes = resp.into_body().collect().await.ok()?.to_bytes();
+    let meta: ListMetaOnly = serde_json::from_slice(&bytes).ok()?;
+    meta.metadata.resource_version.parse().ok()
+}
+
+/// One short watch from `from`: applies what it replays, and the bookmark
+/// that follows; ends at that bookmark.
+async fn catch_up(cache: &ResourceCache, upstream: &Upstream, from: u64) -> Result<(), String> {
+    let params = [
+        ("watch", "true".to_owned()),
+        ("allowWatchBookmarks", "true".to_owned()),
+        ("resourceVersion", from.to_string()),
+        ("timeoutSeconds", CATCH_UP_TIMEOUT_SECONDS.to_string()),
+    ];
+    let resp = upstream_get(upstream, collection_uri(cache, &params)).await.map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("catch-up watch answered {}", resp.status()));
+    }
+    let mut body = resp.into_body();
+    let mut buf = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() else { continue };
+        buf.extend_from_slice(&data);
+        while let Some(end) = buf.iter().position(|&b| b == b'\n') {
+            let line = buf.split_to(end + 1).freeze();
+            let line = line.slice(..end);
+            const BOOKMARK: &[u8] = b"\"type\":\"BOOKMARK\"";
+            let is_bookmark = line.windows(BOOKMARK.len()).any(|w| w == BOOKMARK);
+            match apply_watch_line(cache, &line) {
+                Ok(_) if is_bookmark => return Ok(()),
+                Ok(_) => {}
+                Err(LineEnd::Expired) => return Err("expired".into()),
+                Err(LineEnd::Failed(e)) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
