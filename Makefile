@@ -6,7 +6,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e bench-passthrough fmt clean
+.PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e bench bench-passthrough bench-fanout fmt clean
 
 all: build
 
@@ -44,9 +44,16 @@ test-unit:
 test-e2e:
 	bash integration/scripts/e2e.sh
 
-## Pass-through overhead, direct vs through watchmux (not part of make test).
+## Benchmarks (not part of make test); figures in docs/benchmarks.md.
+bench: bench-passthrough bench-fanout
+
+## Pass-through overhead, direct vs through watchmux.
 bench-passthrough:
 	bash integration/scripts/bench-passthrough.sh
+
+## Fan-out to many watchers, direct vs through watchmux.
+bench-fanout:
+	bash integration/scripts/bench-fanout.sh
 
 fmt:
 	$(CARGO) fmt

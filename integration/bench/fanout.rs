@@ -1,0 +1,2 @@
+//! Fan-out benchmark (being written).
+fn main() {}
