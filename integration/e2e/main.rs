@@ -5,6 +5,7 @@
 //! the API server on loopback and sets the environment `env.rs` reads.
 
 mod cache;
+mod differential;
 mod env;
 mod relay;
 
@@ -199,23 +200,29 @@ async fn sigterm_ends_open_watches_and_exits_cleanly() {
     assert!(ended.is_ok(), "watch ended with an error instead of a clean end: {ended:?}");
 }
 
-/// What passed through is counted on the admin port.
+/// What passed through and what the cache answered are counted on the admin port.
 #[tokio::test]
-async fn passthrough_is_counted_in_metrics() {
+async fn passthrough_and_cache_are_counted_in_metrics() {
     let _shared = CLUSTER.read().await;
     let cluster = Cluster::from_env();
     let wm = Watchmux::start(&cluster, &[]).await;
+    // Secrets are not cached by default: this LIST passes through.
+    let (code, _) = read(get(wm.addr, "/api/v1/namespaces/default/secrets").await).await;
+    assert_eq!(code, 200);
+    // ConfigMaps are: this LIST is answered from the cache.
     let (code, _) = read(get(wm.addr, "/api/v1/namespaces/default/configmaps").await).await;
     assert_eq!(code, 200);
     let (code, metrics) = read(get(wm.admin, "/metrics").await).await;
     assert_eq!(code, 200);
     let text = String::from_utf8_lossy(&metrics);
-    assert!(
-        text.lines().any(|l| l.starts_with("watchmux_passthrough_requests_total{")
-            && l.contains("verb=\"list\"")
-            && l.contains("code=\"200\"")),
-        "{text}"
-    );
+    let has = |name: &str, labels: &[&str], value: &str| {
+        text.lines().any(|l| {
+            l.starts_with(name) && labels.iter().all(|f| l.contains(f)) && l.ends_with(&format!(" {value}"))
+        })
+    };
+    assert!(has("watchmux_passthrough_requests_total{", &["verb=\"list\"", "code=\"200\""], "1"), "{text}");
+    assert!(has("watchmux_cache_list_total{", &["resource=\"configmaps\""], "1"), "{text}");
+    assert!(has("watchmux_cache_passthrough_total{", &["reason=\"not_cached\""], "1"), "{text}");
     assert!(text.contains("watchmux_upstream_ready 1"), "{text}");
 }
 

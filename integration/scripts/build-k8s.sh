@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kubectl, etcd and the watchcheck client-go checker
-# (integration/cmd/watchcheck) from the official Go modules pinned in
+# Builds kube-apiserver, kubectl, etcd and the client-go test programs
+# (integration/cmd/watchcheck, difftest) from the official Go modules pinned in
 # integration/go.mod, into .run/bin (kubectl also at .run/kubectl).
 #
 # The build is skipped when the binaries exist and were built from the same
@@ -18,7 +18,7 @@ stamp_inputs="$(cat "$integ/go.mod" "$integ/go.sum"; find "$integ/cmd" -type f -
 stamp="$(printf '%s' "$stamp_inputs" | sha256sum | cut -d' ' -f1)"
 
 if [[ -f "$out/.stamp" && "$(cat "$out/.stamp")" == "$stamp" ]] \
-   && [[ -x "$out/kube-apiserver" && -x "$out/kubectl" && -x "$out/etcd" && -x "$out/watchcheck" ]]; then
+   && [[ -x "$out/kube-apiserver" && -x "$out/kubectl" && -x "$out/etcd" && -x "$out/watchcheck" && -x "$out/difftest" ]]; then
   echo "build-k8s: binaries up to date ($k8s_version)"
 else
   minor="$(echo "$k8s_version" | cut -d. -f2)"
@@ -26,10 +26,10 @@ else
     -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
     -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version \
     -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
-  echo "build-k8s: building kube-apiserver, kubectl, etcd, watchcheck $k8s_version (cold: 10-25 min on 2 cores)"
+  echo "build-k8s: building kube-apiserver, kubectl, etcd, watchcheck, difftest $k8s_version (cold: 10-25 min on 2 cores)"
   start=$(date +%s)
   (cd "$integ" && go build -trimpath -ldflags "$ldflags" -o "$out/" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./cmd/etcd ./cmd/watchcheck)
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./cmd/etcd ./cmd/watchcheck ./cmd/difftest)
   echo "$stamp" > "$out/.stamp"
   echo "build-k8s: done in $(( $(date +%s) - start ))s"
 fi

@@ -94,12 +94,50 @@ impl ReadParams {
                 }
                 "allowWatchBookmarks" => p.allow_bookmarks = flag(&value),
                 "sendInitialEvents" => p.send_initial_events = Some(flag(&value)),
+                // client-go sends its request timeout on every call. It bounds
+                // how long the API server works on a request; a cached answer is
+                // immediate and a watch's length is `timeoutSeconds`, so it
+                // changes nothing here, as long as the API server would accept it.
+                "timeout" if is_go_duration(&value) => {}
+                "timeout" => return Err(Unsupported("invalid_parameters")),
                 // Anything else may change the answer (pretty, as, ...): the API server decides.
-                _ => return Err(Unsupported("parameters")),
+                other => {
+                    tracing::debug!(parameter = other, "query parameter left to the API server");
+                    return Err(Unsupported("parameters"));
+                }
             }
         }
         Ok(p)
     }
+}
+
+/// A Go `time.Duration` string as `time.ParseDuration` accepts it, e.g.
+/// `9m43s`, `1.5h`, `300ms` (no sign: a negative timeout is refused anyway).
+fn is_go_duration(s: &str) -> bool {
+    if s == "0" {
+        return true;
+    }
+    let mut rest = s;
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let number = &rest[..digits];
+        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+            return false;
+        }
+        rest = &rest[digits..];
+        let unit = ["ns", "us", "µs", "μs", "ms", "s", "m", "h"]
+            .iter()
+            .filter(|u| rest.starts_with(**u))
+            .max_by_key(|u| u.len());
+        match unit {
+            Some(u) => rest = &rest[u.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// The API server's boolean: false only for `0` and `false` (any case).
@@ -148,6 +186,20 @@ mod tests {
         assert_eq!(ReadParams::parse(Some("pretty=true")), Err(Unsupported("parameters")));
         assert_eq!(ReadParams::parse(Some("limit=x")), Err(Unsupported("invalid_parameters")));
         assert_eq!(ReadParams::parse(Some("resourceVersionMatch=Newest")), Err(Unsupported("invalid_parameters")));
+    }
+
+    #[test]
+    fn client_go_request_timeouts_are_accepted_when_well_formed() {
+        for ok in ["9m43s", "32s", "1h2m3.5s", "300ms", "0"] {
+            assert!(ReadParams::parse(Some(&format!("timeout={ok}&watch=1"))).is_ok(), "{ok}");
+        }
+        for bad in ["", "5", "1x", "-1s", "s", "1..2s"] {
+            assert_eq!(
+                ReadParams::parse(Some(&format!("timeout={bad}"))),
+                Err(Unsupported("invalid_parameters")),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -72,6 +72,7 @@ pub struct ResourceCache {
     current_rv: AtomicU64,
     rv_tx: watch::Sender<u64>,
     ready: AtomicBool,
+    ready_tx: watch::Sender<bool>,
     next_watcher_id: AtomicU64,
     /// Whether list items of this resource carry `kind`/`apiVersion`.
     list_items_typed: AtomicBool,
@@ -120,6 +121,7 @@ impl ResourceCache {
             current_rv: AtomicU64::new(0),
             rv_tx: watch::channel(0).0,
             ready: AtomicBool::new(false),
+            ready_tx: watch::channel(false).0,
             next_watcher_id: AtomicU64::new(1),
             list_items_typed: AtomicBool::new(typed),
             label,
@@ -170,6 +172,7 @@ impl ResourceCache {
             drop(st);
             self.publish(rv);
             self.ready.store(true, Ordering::Release);
+            self.ready_tx.send_replace(true);
             return;
         }
         let replaced = st.store.replace(objects, rv);
@@ -248,6 +251,15 @@ impl ResourceCache {
     fn record_gauges(&self, st: &State) {
         metrics::gauge!(m::CACHE_CAPACITY, "resource" => self.label.clone()).set(st.history.capacity() as f64);
         metrics::gauge!(m::CACHE_OBJECTS, "resource" => self.label.clone()).set(st.store.len() as f64);
+    }
+
+    /// Waits up to `timeout` for the initial list to complete.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        if self.is_ready() {
+            return true;
+        }
+        let mut rx = self.ready_tx.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|ready| *ready)).await.is_ok_and(|r| r.is_ok())
     }
 
     /// Waits up to `timeout` for the cache to be current at `rv` or later.

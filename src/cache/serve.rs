@@ -35,6 +35,8 @@ use crate::selector::{FieldSelector, LabelSelector, fields};
 
 /// How long a read for a resourceVersion newer than the cache waits for it.
 pub const TOO_LARGE_RV_WAIT: Duration = Duration::from_secs(3);
+/// How long a request waits for a starting cache before passing through.
+pub const NOT_READY_WAIT: Duration = Duration::from_secs(3);
 /// The API server's default `--min-request-timeout`: watches without
 /// `timeoutSeconds` last a random time in [this, twice this).
 pub const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -100,7 +102,10 @@ impl CacheService {
             Err(NotCached::NotCacheable) => return Served::Passthrough("not_cacheable"),
             Err(NotCached::Discovery) => return Served::Passthrough("discovery"),
         };
-        if !cache.is_ready() {
+        // A cache starting up (first use, or watchmux just started) is
+        // usually ready in moments; waiting for it keeps a crowd of clients
+        // arriving at once from all reaching the upstream.
+        if !cache.wait_ready(NOT_READY_WAIT).await {
             return Served::Passthrough("not_ready");
         }
         let (Ok(labels), Ok(field_sel)) =
