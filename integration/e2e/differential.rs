@@ -78,10 +78,8 @@ async fn kube_rs_watchers_see_the_same_events_through_watchmux() {
     let proxied = kube_client(&wm.kubeconfig).await;
 
     // All objects with list-then-watch; app=x with a streaming list (watch-list).
-    let configs = [
-        ("all", watcher::Config::default()),
-        ("app=x", watcher::Config::default().labels("app=x").streaming_lists()),
-    ];
+    let configs =
+        [("all", watcher::Config::default()), ("app=x", watcher::Config::default().labels("app=x").streaming_lists())];
     let mut logs = Vec::new();
     for (name, config) in &configs {
         let (d, d_ready) = record(Api::namespaced(direct.clone(), &ns), config.clone());

@@ -216,9 +216,8 @@ async fn passthrough_and_cache_are_counted_in_metrics() {
     assert_eq!(code, 200);
     let text = String::from_utf8_lossy(&metrics);
     let has = |name: &str, labels: &[&str], value: &str| {
-        text.lines().any(|l| {
-            l.starts_with(name) && labels.iter().all(|f| l.contains(f)) && l.ends_with(&format!(" {value}"))
-        })
+        text.lines()
+            .any(|l| l.starts_with(name) && labels.iter().all(|f| l.contains(f)) && l.ends_with(&format!(" {value}")))
     };
     assert!(has("watchmux_passthrough_requests_total{", &["verb=\"list\"", "code=\"200\""], "1"), "{text}");
     assert!(has("watchmux_cache_list_total{", &["resource=\"configmaps\""], "1"), "{text}");
