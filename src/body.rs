@@ -50,6 +50,42 @@ where
     body.map_err(Into::into).boxed()
 }
 
+/// A body of chunks known in advance, with its exact length (so HTTP/1.1
+/// sends a Content-Length instead of chunked encoding).
+pub struct ChunkList {
+    chunks: std::collections::VecDeque<Chunk>,
+    remaining: u64,
+}
+
+impl ChunkList {
+    pub fn new(chunks: std::collections::VecDeque<Chunk>) -> Self {
+        use bytes::Buf;
+        let remaining = chunks.iter().map(|c| c.remaining() as u64).sum();
+        Self { chunks, remaining }
+    }
+}
+
+impl Body for ChunkList {
+    type Data = Chunk;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
+        use bytes::Buf;
+        Poll::Ready(self.chunks.pop_front().map(|c| {
+            self.remaining -= c.remaining() as u64;
+            Ok(Frame::data(c))
+        }))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
 pin_project_lite::pin_project! {
     /// A body that ends cleanly (end of stream, not an error) once `stop` is
     /// cancelled.

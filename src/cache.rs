@@ -8,7 +8,7 @@
 //! - [`stream`]: a watch response body; [`serve`]: LIST/GET/WATCH semantics.
 //! - [`freshness`]: proving the cache is current enough for a consistent read.
 //! - [`discovery`], [`resource_info`]: what the upstream serves.
-//! - [`params`]: the query parameters of a read.
+//! - [`params`]: the query parameters of a read; [`pagination`]: continue tokens.
 
 pub mod discovery;
 pub mod dispatcher;
@@ -17,6 +17,7 @@ pub mod filter;
 pub mod freshness;
 pub mod history;
 pub mod object;
+pub mod pagination;
 pub mod params;
 pub mod reflector;
 pub mod registry;

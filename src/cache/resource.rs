@@ -27,6 +27,9 @@ use super::watcher::{Delivery, WatcherHandle};
 use crate::metrics as m;
 use crate::selector::{FieldSelector, LabelSelector};
 
+/// Snapshots kept at most for paginated lists.
+const MAX_KEPT_SNAPSHOTS: usize = 32;
+
 /// Settings every resource cache shares.
 #[derive(Debug, Clone)]
 pub struct CacheSettings {
@@ -78,6 +81,8 @@ pub struct ResourceCache {
     list_items_typed: AtomicBool,
     label: String,
     freshness: super::freshness::Freshness,
+    /// Snapshots kept for paginated lists and exact-version reads, by version.
+    snapshots: Mutex<std::collections::BTreeMap<u64, (super::store::Objects, Instant)>>,
 }
 
 impl std::fmt::Debug for ResourceCache {
@@ -126,6 +131,7 @@ impl ResourceCache {
             list_items_typed: AtomicBool::new(typed),
             label,
             freshness: Default::default(),
+            snapshots: Mutex::new(Default::default()),
         }
     }
 
@@ -278,6 +284,39 @@ impl ResourceCache {
     /// A consistent view of the whole store.
     pub fn snapshot(&self) -> Snapshot {
         self.state.read().store.snapshot()
+    }
+
+    /// The current state, kept so that later pages of a paginated list (and
+    /// exact-version reads of this version) are served from the same state.
+    pub fn snapshot_for_pages(&self) -> Snapshot {
+        let snap = self.snapshot();
+        self.keep_snapshot(&snap);
+        snap
+    }
+
+    /// Keeps `snap` for later pages that name its version.
+    pub fn keep_snapshot(&self, snap: &Snapshot) {
+        let now = Instant::now();
+        let mut kept = self.snapshots.lock();
+        kept.entry(snap.rv).or_insert_with(|| (snap.objects.clone(), now)).1 = now;
+        // Pages are read within seconds; keep what the history window keeps,
+        // and never more than a few dozen states.
+        let window = self.settings.history_window;
+        kept.retain(|_, (_, at)| now.duration_since(*at) <= window);
+        while kept.len() > MAX_KEPT_SNAPSHOTS {
+            let oldest = *kept.keys().next().expect("non-empty");
+            kept.remove(&oldest);
+        }
+    }
+
+    /// The state at exactly `rv`, if the cache holds it: the current state
+    /// when it is at `rv`, or a snapshot kept for pagination.
+    pub fn snapshot_at(&self, rv: u64) -> Option<Snapshot> {
+        let current = self.snapshot();
+        if current.rv == rv {
+            return Some(current);
+        }
+        self.snapshots.lock().get(&rv).map(|(objects, _)| Snapshot { objects: objects.clone(), rv })
     }
 
     /// Registers a watcher, atomically with respect to incoming events.

@@ -7,17 +7,16 @@
 //! that second group: the API server's error is by definition the right one.
 
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri, header};
-use http_body::{Body, Frame, SizeHint};
 use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+mod list;
 
 use super::event::error_frame;
 use super::filter::Filter;
@@ -26,7 +25,7 @@ use super::params::{ReadParams, Rv, RvMatch};
 use super::registry::{NotCached, Registry};
 use super::resource::{ResourceCache, StartAt};
 use super::stream::{StreamOptions, WatchStream};
-use crate::body::{self, BoxError, Chunk, ProxyBody};
+use crate::body::{self, Chunk, ChunkList, ProxyBody};
 use crate::encode::negotiate::{ContentVariant, Endpoint, Negotiation, negotiate};
 use crate::encode::status::{Status, StatusReason};
 use crate::metrics as m;
@@ -221,47 +220,6 @@ impl CacheService {
         }
     }
 
-    async fn list(
-        &self,
-        cache: Arc<ResourceCache>,
-        filter: Filter,
-        p: ReadParams,
-        variant: ContentVariant,
-        arrival: Instant,
-    ) -> Served {
-        if p.send_initial_events.is_some() {
-            return Served::Passthrough("list_parameters");
-        }
-        if p.continue_token.is_some() {
-            return Served::Passthrough("continue");
-        }
-        let label = cache.label().to_owned();
-        match (p.rv, p.rv_match) {
-            (_, RvMatch::Exact) => return Served::Passthrough("exact"),
-            // Pages of a consistent list need snapshots kept for their
-            // continue tokens, which the cache does not keep yet.
-            (Rv::Unset, RvMatch::Unset) if p.limit.is_some() => return Served::Passthrough("paginated"),
-            (Rv::Unset, RvMatch::Unset) => {
-                if !self.consistent(&cache, arrival).await {
-                    return Served::Passthrough("consistent_read");
-                }
-            }
-            // resourceVersionMatch needs a resourceVersion: the API server says how.
-            (Rv::Unset, _) => return Served::Passthrough("list_parameters"),
-            (Rv::Any, _) => {}
-            // A version with a limit means "exactly that version", which needs
-            // a snapshot the cache does not keep.
-            (Rv::At(_), RvMatch::Unset) if p.limit.is_some() => return Served::Passthrough("exact"),
-            (Rv::At(rv), _) => {
-                if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
-                    return Served::Response(too_large_rv(rv, cache.current_rv()).into_response());
-                }
-            }
-        }
-        metrics::counter!(m::CACHE_LIST_TOTAL, "resource" => label).increment(1);
-        Served::Response(list_response(&cache, &filter, variant))
-    }
-
     async fn get(
         &self,
         cache: Arc<ResourceCache>,
@@ -369,97 +327,4 @@ fn chunk_bytes(mut chunk: Chunk) -> Bytes {
     use bytes::Buf;
     let n = chunk.remaining();
     chunk.copy_to_bytes(n)
-}
-
-/// A LIST answer from the current state: the items spliced from each object's
-/// shared bytes, never re-encoded.
-fn list_response(cache: &ResourceCache, filter: &Filter, variant: ContentVariant) -> Response<ProxyBody> {
-    let snapshot = cache.snapshot();
-    let info = &cache.shape.info;
-    let (kind, api_version) = match variant {
-        ContentVariant::Json => (format!("{}List", info.kind), info.api_version()),
-        ContentVariant::PartialObjectMetadataJson => {
-            ("PartialObjectMetadataList".to_owned(), "meta.k8s.io/v1".to_owned())
-        }
-    };
-    let head = format!(
-        "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{{\"resourceVersion\":\"{}\"}},\"items\":[",
-        serde_json::to_string(&kind).expect("string"),
-        serde_json::to_string(&api_version).expect("string"),
-        snapshot.rv,
-    );
-    let builtin = !cache.list_items_typed();
-    let mut chunks = VecDeque::new();
-    chunks.push_back(Chunk::from(Bytes::from(head)));
-    let mut first = true;
-    let range: Box<dyn Iterator<Item = _>> = match &filter.namespace {
-        Some(ns) => {
-            let from = ObjectKey { namespace: ns.clone(), name: String::new() };
-            Box::new(snapshot.objects.range(from..).take_while(move |(k, _)| k.namespace == *ns))
-        }
-        None => Box::new(snapshot.objects.iter()),
-    };
-    for (_, obj) in range {
-        if !filter.matches(obj) {
-            continue;
-        }
-        let [a, b] = obj.list_item(variant, builtin);
-        let sep = if first { Bytes::new() } else { Bytes::from_static(b",") };
-        first = false;
-        chunks.push_back(Chunk::parts(sep, a, b));
-    }
-    if first && variant == ContentVariant::PartialObjectMetadataJson {
-        // The API server's metadata lists have no items slice when empty.
-        let mut head = chunks
-            .pop_back()
-            .map(|mut c| {
-                use bytes::Buf;
-                c.copy_to_bytes(c.remaining())
-            })
-            .unwrap_or_default()
-            .to_vec();
-        head.truncate(head.len() - b"[".len());
-        chunks.push_back(Chunk::from(Bytes::from(head)));
-        chunks.push_back(Chunk::from(Bytes::from_static(b"null}\n")));
-    } else {
-        chunks.push_back(Chunk::from(Bytes::from_static(b"]}\n")));
-    }
-    let mut resp = Response::new(body::boxed_chunks(ChunkList::new(chunks)));
-    set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::List));
-    resp
-}
-
-/// A body of chunks known in advance, with its exact length.
-struct ChunkList {
-    chunks: VecDeque<Chunk>,
-    remaining: u64,
-}
-
-impl ChunkList {
-    fn new(chunks: VecDeque<Chunk>) -> Self {
-        use bytes::Buf;
-        let remaining = chunks.iter().map(|c| c.remaining() as u64).sum();
-        Self { chunks, remaining }
-    }
-}
-
-impl Body for ChunkList {
-    type Data = Chunk;
-    type Error = BoxError;
-
-    fn poll_frame(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
-        use bytes::Buf;
-        Poll::Ready(self.chunks.pop_front().map(|c| {
-            self.remaining -= c.remaining() as u64;
-            Ok(Frame::data(c))
-        }))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.chunks.is_empty()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.remaining)
-    }
 }

@@ -1,0 +1,193 @@
+//! LIST from the cache: which state a LIST is answered from (current,
+//! proven-fresh, at least N, exactly N, or the snapshot a continue token
+//! names), and the list body, paginated as the API server paginates.
+
+use std::collections::VecDeque;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Response;
+use tokio::time::Instant;
+
+use super::{CacheService, Served, TOO_LARGE_RV_WAIT, set_common_headers, too_large_rv};
+use crate::body::{self, Chunk, ChunkList};
+use crate::cache::filter::Filter;
+use crate::cache::object::ObjectKey;
+use crate::cache::pagination::{self, KeyScope};
+use crate::cache::params::{ReadParams, Rv, RvMatch};
+use crate::cache::resource::ResourceCache;
+use crate::cache::store::Snapshot;
+use crate::encode::negotiate::{ContentVariant, Endpoint};
+use crate::metrics as m;
+
+/// Where a page starts in its snapshot.
+struct PageStart {
+    after: ObjectKey,
+    exclusive: bool,
+}
+
+impl CacheService {
+    pub(super) async fn list(
+        &self,
+        cache: Arc<ResourceCache>,
+        filter: Filter,
+        p: ReadParams,
+        variant: ContentVariant,
+        arrival: Instant,
+    ) -> Served {
+        if p.send_initial_events.is_some() {
+            return Served::Passthrough("list_parameters");
+        }
+        let key_scope = key_scope(&cache, &filter);
+        let (snapshot, start, limit) = if let Some(token) = &p.continue_token {
+            // The API server refuses a version next to a continue token.
+            if p.rv != Rv::Unset || p.rv_match != RvMatch::Unset {
+                return Served::Passthrough("list_parameters");
+            }
+            let Some(c) = pagination::decode(token, key_scope) else {
+                return Served::Passthrough("continue");
+            };
+            let Some(snapshot) = cache.snapshot_at(c.rv) else {
+                return Served::Passthrough("snapshot_gone");
+            };
+            (snapshot, Some(PageStart { after: c.after, exclusive: c.exclusive }), p.limit)
+        } else {
+            match (p.rv, p.rv_match) {
+                (Rv::Unset, RvMatch::Unset) => {
+                    if !self.consistent(&cache, arrival).await {
+                        return Served::Passthrough("consistent_read");
+                    }
+                    (current(&cache, p.limit), None, p.limit)
+                }
+                // resourceVersionMatch needs a version; Exact cannot be 0:
+                // the API server answers these with its own 422.
+                (Rv::Unset, _) | (Rv::Any, RvMatch::Exact) => return Served::Passthrough("list_parameters"),
+                // Any version: the current state, and, as in the API server,
+                // no pages.
+                (Rv::Any, _) => (cache.snapshot(), None, None),
+                // "Exactly N": explicitly, or N with a limit (the legacy meaning).
+                (Rv::At(rv), RvMatch::Exact) | (Rv::At(rv), RvMatch::Unset)
+                    if p.rv_match == RvMatch::Exact || p.limit.is_some() =>
+                {
+                    if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
+                        return Served::Response(too_large_rv(rv, cache.current_rv()).into_response());
+                    }
+                    let Some(snapshot) = cache.snapshot_at(rv) else {
+                        return Served::Passthrough("exact");
+                    };
+                    if p.limit.is_some() {
+                        cache.keep_snapshot(&snapshot);
+                    }
+                    (snapshot, None, p.limit)
+                }
+                // At least N.
+                (Rv::At(rv), _) => {
+                    if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
+                        return Served::Response(too_large_rv(rv, cache.current_rv()).into_response());
+                    }
+                    (current(&cache, p.limit), None, p.limit)
+                }
+            }
+        };
+        metrics::counter!(m::CACHE_LIST_TOTAL, "resource" => cache.label().to_owned()).increment(1);
+        Served::Response(list_response(&cache, &snapshot, &filter, variant, start, limit, key_scope))
+    }
+}
+
+/// The current state; kept for later pages when the list is paginated.
+fn current(cache: &ResourceCache, limit: Option<u64>) -> Snapshot {
+    if limit.is_some() { cache.snapshot_for_pages() } else { cache.snapshot() }
+}
+
+fn key_scope<'a>(cache: &ResourceCache, filter: &'a Filter) -> KeyScope<'a> {
+    match (&filter.namespace, cache.shape.info.namespaced) {
+        (Some(ns), true) => KeyScope::Name { namespace: ns },
+        (None, true) => KeyScope::NamespaceAndName,
+        (_, false) => KeyScope::Name { namespace: "" },
+    }
+}
+
+/// A LIST body: the items spliced from each object's shared bytes, never
+/// re-encoded; with a continue token and, without selectors, the count of
+/// what remains, when a limit cut the list short.
+fn list_response(
+    cache: &ResourceCache,
+    snapshot: &Snapshot,
+    filter: &Filter,
+    variant: ContentVariant,
+    start: Option<PageStart>,
+    limit: Option<u64>,
+    key_scope: KeyScope<'_>,
+) -> Response<body::ProxyBody> {
+    let info = &cache.shape.info;
+    let (kind, api_version) = match variant {
+        ContentVariant::Json => (format!("{}List", info.kind), info.api_version()),
+        ContentVariant::PartialObjectMetadataJson => {
+            ("PartialObjectMetadataList".to_owned(), "meta.k8s.io/v1".to_owned())
+        }
+    };
+    let namespace = filter.namespace.clone().filter(|_| info.namespaced);
+    let lower = match (&start, &namespace) {
+        (Some(s), _) if s.exclusive => Bound::Excluded(s.after.clone()),
+        (Some(s), _) => Bound::Included(s.after.clone()),
+        (None, Some(ns)) => Bound::Included(ObjectKey { namespace: ns.clone(), name: String::new() }),
+        (None, None) => Bound::Unbounded,
+    };
+    let mut matching = snapshot
+        .objects
+        .range((lower, Bound::Unbounded))
+        .take_while(|(k, _)| namespace.as_ref().is_none_or(|ns| k.namespace == *ns))
+        .filter(|(_, obj)| filter.matches(obj));
+
+    let builtin = !cache.list_items_typed();
+    let mut items = VecDeque::new();
+    let mut last: Option<&ObjectKey> = None;
+    let mut cut = None;
+    for (key, obj) in matching.by_ref() {
+        if items.len() as u64 == limit.unwrap_or(u64::MAX) {
+            // A limit cut the list short: this and what follows remain.
+            cut = Some(1 + matching.count() as u64);
+            break;
+        }
+        let [a, b] = obj.list_item(variant, builtin);
+        let sep = if items.is_empty() { Bytes::new() } else { Bytes::from_static(b",") };
+        items.push_back(Chunk::parts(sep, a, b));
+        last = Some(key);
+    }
+    let mut meta = format!("{{\"resourceVersion\":\"{}\"", snapshot.rv);
+    if let (Some(remaining), Some(last)) = (cut, last) {
+        let token = pagination::encode(snapshot.rv, last, key_scope);
+        meta.push_str(&format!(",\"continue\":\"{token}\""));
+        // The API server counts what remains only when the key range alone
+        // decides what is listed.
+        if filter.labels.is_empty() && filter.fields.is_empty() {
+            meta.push_str(&format!(",\"remainingItemCount\":{remaining}"));
+        }
+    }
+    meta.push('}');
+    assemble(variant, &kind, &api_version, &meta, items)
+}
+
+fn assemble(
+    variant: ContentVariant,
+    kind: &str,
+    api_version: &str,
+    meta: &str,
+    mut items: VecDeque<Chunk>,
+) -> Response<body::ProxyBody> {
+    let empty = items.is_empty();
+    // The API server's metadata lists have no items slice at all when empty.
+    let (open, close): (&str, &[u8]) =
+        if empty && variant == ContentVariant::PartialObjectMetadataJson { ("null", b"}\n") } else { ("[", b"]}\n") };
+    let head = format!(
+        "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{meta},\"items\":{open}",
+        serde_json::to_string(kind).expect("string"),
+        serde_json::to_string(api_version).expect("string"),
+    );
+    items.push_front(Chunk::from(Bytes::from(head)));
+    items.push_back(Chunk::from(Bytes::from_static(close)));
+    let mut resp = Response::new(body::boxed_chunks(ChunkList::new(items)));
+    set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::List));
+    resp
+}
