@@ -438,3 +438,84 @@ async fn paginated_lists_come_from_one_snapshot_with_interchangeable_tokens() {
     let (dc, db) = get_direct(&direct, &bad).await;
     assert_eq!((vc, vb), (dc, db));
 }
+
+/// `--cache-resources '*'` caches custom resources too, found at run time,
+/// with their CRD's selectable fields.
+#[tokio::test]
+async fn custom_resources_are_cached_with_their_selectable_fields() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let suffix = namespace("crd").replace("e2e-crd-", "");
+    let group = format!("e2e{suffix}.watchmux.dev");
+    let crd = serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object",
+                    "properties": {"color": {"type": "string"}}}}}},
+                "selectableFields": [{"jsonPath": ".spec.color"}]}]}
+    });
+    direct_json(&direct, http::Method::POST, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd).await;
+    let ns = namespace("widgets");
+    create_namespace(&direct, &ns).await;
+    let collection = format!("/apis/{group}/v1/namespaces/{ns}/widgets");
+    // The CRD takes a moment to be served.
+    for attempt in 0.. {
+        let (code, _) = get_direct(&direct, &collection).await;
+        if code == 200 {
+            break;
+        }
+        assert!(attempt < 100, "CRD never served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (name, color) in [("w1", "blue"), ("w2", "red")] {
+        let w = serde_json::json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+            "metadata": {"name": name}, "spec": {"color": color}});
+        direct_json(&direct, http::Method::POST, &collection, w).await;
+    }
+
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "*"]).await;
+    let label = format!("resource=\"widgets.{group}\"");
+    for query in ["resourceVersion=0", "resourceVersion=0&fieldSelector=spec.color%3Dblue"] {
+        let path = format!("{collection}?{query}");
+        let (code, via) = read(get(wm.addr, &path).await).await;
+        let (_, dir) = get_direct(&direct, &path).await;
+        assert_eq!(code, 200);
+        let (via, dir): (serde_json::Value, serde_json::Value) =
+            (serde_json::from_slice(&via).unwrap(), serde_json::from_slice(&dir).unwrap());
+        assert_eq!(via["kind"], "WidgetList");
+        assert_eq!(via["items"], dir["items"], "{query}");
+    }
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[&label]).await, 2.0);
+    // A field the CRD does not make selectable: the API server's own 400.
+    let bad = format!("{collection}?resourceVersion=0&fieldSelector=spec.size%3D1");
+    let (vc, vb) = read(get(wm.addr, &bad).await).await;
+    let (dc, db) = get_direct(&direct, &bad).await;
+    assert_eq!((vc, vb), (dc, db));
+    assert_eq!(vc, 400);
+}
+
+/// A watch-list from a version the cache does not reach in time answers
+/// the API server's 504 as an ERROR event in a 200 stream.
+#[tokio::test]
+async fn a_watch_list_from_a_future_version_gets_the_api_servers_error_event() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    wait_initialized(wm.admin, "configmaps", 1.0).await;
+    let path = "/api/v1/namespaces/default/configmaps?watch=1&sendInitialEvents=true\
+                &resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=999999999";
+    let (vc, vb) = read(get(wm.addr, path).await).await;
+    let (dc, db) = get_direct(&direct, path).await;
+    assert_eq!((vc, dc), (200, 200));
+    let (v, d): (serde_json::Value, serde_json::Value) =
+        (serde_json::from_slice(&vb).unwrap(), serde_json::from_slice(&db).unwrap());
+    assert_eq!(v["type"], "ERROR");
+    assert_eq!(v["object"]["code"], d["object"]["code"]);
+    assert_eq!(v["object"]["details"], d["object"]["details"]);
+    assert!(v["object"]["message"].as_str().unwrap().starts_with("Timeout: Too large resource version: 999999999"));
+}

@@ -143,7 +143,10 @@ impl Body for WatchStream {
         if this.finished {
             return Poll::Ready(None);
         }
-        if this.stop.as_mut().poll(cx).is_ready() {
+        // Shutdown and the timeout end the stream even when events are
+        // waiting: the client resumes from the last version it received, as
+        // after any watch timeout.
+        if this.stop.as_mut().poll(cx).is_ready() || this.deadline.as_mut().poll(cx).is_ready() {
             return this.end();
         }
         let variant = this.opts.variant;
@@ -174,9 +177,6 @@ impl Body for WatchStream {
             }
             Ok(None) => {}
             Err(Terminated) => return this.end(),
-        }
-        if this.deadline.as_mut().poll(cx).is_ready() {
-            return this.end();
         }
         if let Some(timer) = &mut this.bookmark {
             if timer.as_mut().poll(cx).is_ready() {
@@ -209,17 +209,4 @@ impl Drop for WatchStream {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bookmark_schedule_follows_the_api_server() {
-        let now = Instant::now();
-        // Long watch: every minute.
-        assert_eq!(next_bookmark_time(now, now + Duration::from_secs(1800)), Some(now + BOOKMARK_FREQUENCY));
-        // Short watch: two seconds before the deadline.
-        assert_eq!(next_bookmark_time(now, now + Duration::from_secs(30)), Some(now + Duration::from_secs(28)));
-        // Deadline too close: none.
-        assert_eq!(next_bookmark_time(now, now + Duration::from_secs(1)), None);
-    }
-}
+mod tests;
