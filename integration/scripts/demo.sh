@@ -2,7 +2,8 @@
 # `make demo`: a real kube-apiserver on loopback, watchmux in front of it, and
 # a live watch fan-out you can see: several watchers (the Rust example and
 # kubectl) watch configmaps THROUGH watchmux while a writer changes them
-# DIRECTLY on the API server. Bounded: about half a minute, then everything
+# DIRECTLY on the API server; watchmux serves them all from one cache fed by
+# one upstream watch. Bounded: about half a minute, then everything
 # it started is stopped.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -76,5 +77,8 @@ done
 sleep 1
 
 echo "== watchmux metrics (http://$admin/metrics)"
-curl -fs "http://$admin/metrics" | grep -E '^watchmux_(passthrough_requests_total|passthrough_inflight_requests|connections_open|upstream_ready)' | sort
+curl -fs "http://$admin/metrics" \
+  | grep -E '^watchmux_(registered_watchers|watch_cache_events_received_total|watch_cache_deliveries_total|cache_encodes_total|passthrough_requests_total|upstream_ready)' \
+  | sort
+echo "   (one upstream watch feeds every watcher: events received once, delivered to each; encodes once per event)"
 echo "== done; stopping the watchers and watchmux"
