@@ -125,19 +125,7 @@ async fn client_go_informer_lists_and_watches_through_watchmux() {
     let cluster = Cluster::from_env();
     let wm = Watchmux::start(&cluster, &[]).await;
     let ns = namespace("informer");
-    let out = Command::new(&cluster.watchcheck)
-        .arg("--kubeconfig")
-        .arg(&wm.kubeconfig)
-        .args(["--namespace", &ns, "--count", "25"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "watchcheck failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let summary = json(stdout.lines().last().unwrap());
-    assert_eq!(summary["ok"], true);
-    assert_eq!(summary["adds"], 25);
-    assert_eq!(summary["updates"], 25);
-    assert_eq!(summary["deletes"], 25);
+    run_watchcheck(&cluster, &wm, &ns, "true");
 
     let list = Command::new(&cluster.watchcheck)
         .arg("--kubeconfig")
@@ -233,15 +221,23 @@ async fn client_go_informer_without_watch_list_through_watchmux() {
     let cluster = Cluster::from_env();
     let wm = Watchmux::start(&cluster, &[]).await;
     let ns = namespace("informer-legacy");
+    run_watchcheck(&cluster, &wm, &ns, "false");
+    cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// Runs the client-go informer check through `wm` and asserts it saw every
+/// add, update and delete it made.
+fn run_watchcheck(cluster: &Cluster, wm: &Watchmux, ns: &str, watch_list: &str) {
     let out = Command::new(&cluster.watchcheck)
-        .env("KUBE_FEATURE_WatchListClient", "false")
+        .env("KUBE_FEATURE_WatchListClient", watch_list)
         .arg("--kubeconfig")
         .arg(&wm.kubeconfig)
-        .args(["--namespace", &ns, "--count", "25"])
+        .args(["--namespace", ns, "--count", "25"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "watchcheck failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(json(stdout.lines().last().unwrap())["ok"], true);
-    cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
+    let summary = json(stdout.lines().last().unwrap());
+    assert_eq!(summary["ok"], true);
+    assert_eq!((&summary["adds"], &summary["updates"], &summary["deletes"]), (&25.into(), &25.into(), &25.into()));
 }
