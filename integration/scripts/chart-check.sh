@@ -7,8 +7,16 @@
 #   - helm lint --strict, and helm template, for every case below (each mode;
 #     ServiceMonitor on; cert-manager on; the example values files);
 #   - values the chart must refuse (schema and template checks) are refused;
-#   - every --flag the chart passes is one `watchmux --help` lists (cases that
-#     turn on the not-yet-implemented flags are exempt, and say so);
+#   - every --flag the chart passes is one `watchmux --help` lists (a case may
+#     name the not-yet-implemented flags it passes on purpose: --auth-mode,
+#     --client-ca-file);
+#   - the cache: values.yaml's cache.resources is the binary's own
+#     --cache-resources default and the chart's built-in API groups are the
+#     binary's; per case, the ClusterRole grants get/list/watch on every cached
+#     resource and nothing more (list/watch only for "*"; CRD get only for
+#     custom resources or "*"), --cache-warm is on where expected, nodeLocal
+#     scopes pods to $(NODE_NAME), every $(VAR) in args is in the container's
+#     env (so the kubelet expands it), readiness is /readyz and liveness /livez;
 #   - the chart-generated serving certificate verifies against its CA and
 #     carries the expected names;
 #   - charts/watchmux/examples/sidecar-rendered.yaml is what the chart renders
@@ -24,10 +32,17 @@
 #     cert-manager's Certificate/Issuer without their CRDs) are skipped with a
 #     note;
 #   - end to end, for nodeLocal, tier and sidecar: the watchmux binary started
-#     with the rendered args (addresses and file paths made local) and the
-#     rendered certificate answers kubectl using the rendered client kubeconfig;
+#     with the rendered args (addresses and file paths made local, $(VAR)s
+#     expanded as the kubelet does) and the rendered certificate gets ready
+#     (with --cache-warm: its caches synced) and answers kubectl using the
+#     rendered client kubeconfig; pod lists are served from the cache, and the
+#     nodeLocal cache holds only the pods of its own node (two scratch pods
+#     bound to two made-up nodes);
 #   - a real install + upgrade (nodeLocal) shows the generated CA and serving
-#     certificate are kept across upgrades, and the CA Secret across uninstall.
+#     certificate are kept across upgrades, and the CA Secret across uninstall;
+#     the release's ServiceAccount (a token from the TokenRequest API) is
+#     enough for watchmux to warm every cache, with the default resources and
+#     with "*", and may not read what is not cached.
 #
 # Helm comes from integration/tools/helm (build-helm.sh), kubectl from
 # .run/kubectl (build-k8s.sh; override with KUBECTL). Exits non-zero on any
@@ -52,8 +67,12 @@ note() { echo "chart-check: note: $*"; }
 proxy_pid=""
 rel=""
 rel_installed=0
+scratch_pods=0
 cleanup() {
   if [[ -n $proxy_pid ]]; then kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; fi
+  # Pods bound to a node are only deleted at once with --force; without a
+  # namespace controller they would outlive their namespace.
+  if [[ $scratch_pods == 1 ]]; then delete_scratch_pods || true; fi
   # A release left by a run that stopped half-way (its ClusterRoles are not
   # removed with the namespace).
   if [[ $rel_installed == 1 ]]; then "$helm" uninstall "$rel" --kubeconfig "$kubeconfig" -n "$ns_privileged" >/dev/null 2>&1 || true; fi
@@ -63,10 +82,13 @@ cleanup() {
 trap cleanup EXIT
 
 # --- cases ---------------------------------------------------------------------
-# name | namespace kind (restricted|privileged) | future flags? (future|-) | helm args
+# name | namespace kind (restricted|privileged) | not-yet-implemented flags the
+# case passes on purpose (comma-separated, or -) | helm args
 examples="$chart/examples"
 cases=(
   "tier|restricted|-|--set mode=tier"
+  "tier-cache-all|restricted|-|--set mode=tier --set 'cache.resources={*}' --set cache.scopes.configmaps=labelSelector=app=demo"
+  "tier-cache-off|restricted|-|--set mode=tier --set cache.enabled=false"
   "tier-servicemonitor|restricted|-|--set mode=tier --set serviceMonitor.enabled=true --set networkPolicy.enabled=true"
   "tier-certmanager|restricted|-|--set mode=tier --set certManager.enabled=true"
   "tier-plain-existing-issuer|restricted|-|--set mode=tier --set tls.enabled=false --set certManager.enabled=true --set certManager.issuerRef.name=corp-ca --set certManager.issuerRef.kind=ClusterIssuer"
@@ -76,10 +98,13 @@ cases=(
   "nodelocal-certmanager|privileged|-|--set mode=nodeLocal --set certManager.enabled=true"
   "nodelocal-hostport|privileged|-|--set mode=nodeLocal --set nodeLocal.hostNetwork=false --set nodeLocal.hostIP=0.0.0.0 --set upstream.apiserverHost=kubernetes.example --set upstream.apiserverPort=6443"
   "nodelocal-example-values|privileged|-|-f $examples/node-local-values.yaml"
+  "nodelocal-cache-custom|privileged|-|--set mode=nodeLocal --set 'cache.resources={pods,nodes,leases.coordination.k8s.io,widgets.example.com}' --set 'cache.watchCacheSizes={nodes#0,pods#1000}' --set cache.warm=false --set cache.historyWindow=2m --set cache.slowWatcherGrace=10s"
+  "nodelocal-unscoped|privileged|-|--set mode=nodeLocal --set nodeLocal.scopePodsToNode=false"
   "sidecar|restricted|-|--set mode=sidecar"
+  "sidecar-warm-scoped|restricted|-|--set mode=sidecar --set cache.warm=true --set 'cache.resources={pods}' --set cache.scopes.pods='fieldSelector=metadata.namespace=\$(POD_NAMESPACE)'"
   "sidecar-servicemonitor|restricted|-|--set mode=sidecar --set serviceMonitor.enabled=true"
   "sidecar-example-values|restricted|-|-f $examples/sidecar-values.yaml"
-  "nodelocal-future-flags|privileged|future|--set mode=nodeLocal --set cache.enabled=true --set auth.mode=delegated --set auth.clientCA.configMap=client-ca --set 'rbac.extraClusterRoles[0]=system:node'"
+  "nodelocal-future-flags|privileged|--auth-mode,--client-ca-file|--set mode=nodeLocal --set auth.mode=delegated --set auth.clientCA.configMap=client-ca --set 'rbac.extraClusterRoles[0]=system:node'"
 )
 # Values the chart must refuse: name | helm args
 refusals=(
@@ -88,6 +113,14 @@ refusals=(
   "certmanager-and-existing-secret|--set certManager.enabled=true --set tls.existingSecret=mine"
   "pdb-both-bounds|--set tier.pdb.minAvailable=1"
   "bad-duration|--set shutdownGrace=3days"
+  "cache-bad-resource|--set 'cache.resources={pods/log}'"
+  "cache-no-resources|--set 'cache.resources={}'"
+  "cache-bad-warm|--set cache.warm=sometimes"
+  "cache-bad-size|--set 'cache.watchCacheSizes={pods=0}'"
+  "cache-bad-window|--set cache.historyWindow=1d"
+  "cache-bad-scope|--set cache.scopes.pods=nodeName=node-1"
+  "cache-scope-not-cached|--set cache.scopes.secrets=labelSelector=app=demo"
+  "cache-all-turned-off|--set 'cache.resources={pods}' --set 'cache.watchCacheSizes={pods#0}'"
 )
 
 ns_restricted="watchmux-chart-check-r-$$"
@@ -125,11 +158,12 @@ if [[ -n $watchmux_bin ]]; then
 else
   note "no watchmux binary (target/{release,debug}/watchmux or WATCHMUX_BIN): flag check skipped"
 fi
-check_flags() {  # check_flags <case> <file>
+check_flags() {  # check_flags <case> <file> [flags exempt, comma-separated]
   [[ -n $binary_flags ]] || return 0
-  local flag bad=0
+  local flag bad=0 exempt=",${3:-},"
   while read -r flag; do
     [[ -z $flag ]] && continue
+    [[ $exempt == *",$flag,"* ]] && continue
     if ! grep -qx -- "$flag" <<<"$binary_flags"; then
       fail "$1: passes $flag, which \`watchmux --help\` does not list"
       bad=1
@@ -150,13 +184,150 @@ for c in "${cases[@]}"; do
     cat "$tmp/$name.err" >&2; fail "$name: helm template"; continue
   fi
   kinds="$(grep -E '^kind:' "$tmp/$name.yaml" | awk '{print $2}' | sort | uniq -c | awk '{printf "%s%s", sep, ($1 > 1 ? $1 "x" : "") $2; sep=", "}')"
-  if [[ $future == future ]]; then
-    note "$name: passes the not-yet-implemented flags on purpose; flag check skipped"
-    say "ok   template $name: $kinds"
-  elif check_flags "$name" "$tmp/$name.yaml"; then
+  [[ $future == - ]] || note "$name: passes the not-yet-implemented ${future//,/ } on purpose; not checked against the binary"
+  if check_flags "$name" "$tmp/$name.yaml" "$future"; then
     say "ok   template $name: $kinds"
   fi
 done
+
+# --- offline: the cache ----------------------------------------------------------
+# values.yaml's default list is the binary's default, and the API groups the
+# chart treats as built in (no CRD to read) are the binary's.
+if [[ -n $watchmux_bin ]]; then
+  binary_default="$("$watchmux_bin" --help | tr -s ' \n' ' ' | sed -nE 's/.*--cache-resources <LIST> .*\[default: ([^]]*)\] --watch-cache-sizes.*/\1/p' | tr -d ' ')"
+  chart_default="$(yq -r '.cache.resources | join(",")' "$chart/values.yaml")"
+  if [[ -n $binary_default && $binary_default == "$chart_default" ]]; then
+    say "ok   cache.resources defaults to the binary's --cache-resources default ($binary_default)"
+  else
+    fail "values.yaml cache.resources ($chart_default) is not the binary's --cache-resources default (${binary_default:-not found in --help})"
+  fi
+fi
+builtin_src="$root/src/cache/resource_info.rs"
+chart_builtin="$(grep -A1 'define "watchmux.builtinGroups"' "$chart/templates/_helpers.tpl" | tail -1 | grep -oE '"[^"]*"' | tr -d '"' | sort | paste -sd, -)"
+if [[ -f $builtin_src ]]; then
+  binary_builtin="$(awk '/const BUILTIN: &\[&str\] = &\[/ { on = 1; next } on && /\];/ { exit } on' "$builtin_src" | grep -oE '"[^"]*"' | tr -d '"' | sort | paste -sd, -)"
+  if [[ -n $binary_builtin && $binary_builtin == "$chart_builtin" ]]; then
+    say "ok   the chart's built-in API groups are the binary's (src/cache/resource_info.rs)"
+  else
+    fail "watchmux.builtinGroups in _helpers.tpl ($chart_builtin) differs from BUILTIN in src/cache/resource_info.rs ($binary_builtin)"
+  fi
+else
+  note "no $builtin_src: built-in API groups not compared"
+fi
+builtin_json="$(tr ',' '\n' <<<"$chart_builtin" | jq -R . | jq -sc .)"
+
+# The watchmux container of a rendered case, as JSON (the workload's, or in
+# sidecar mode the snippet in the client ConfigMap), and the mode it runs in.
+container_json() {  # <file> -> "mode<TAB>json"
+  local c
+  c="$(yq -c 'select(.kind == "DaemonSet" or .kind == "Deployment") | [.kind, (.spec.template.spec.containers[] | select(.name == "watchmux"))]' "$1")"
+  if [[ -n $c ]]; then
+    jq -r '[(if .[0] == "DaemonSet" then "nodeLocal" else "tier" end), (.[1] | tojson)] | @tsv' <<<"$c"
+  else
+    c="$(yq -r 'select(.kind == "ConfigMap") | .data["watchmux-container.yaml"] // empty' "$1" | yq -c .)"
+    [[ -n $c ]] && printf 'sidecar\t%s\n' "$c"
+  fi
+}
+# jq: the problems with one case's cache flags, ClusterRole and probes, one per line.
+# shellcheck disable=SC2016 # a jq program, not shell
+cache_jq='
+  def inarr($x): any(.[]; . == $x or . == "*");
+  def gr: (index(".")) as $i | if $i == null then {g: "", r: .} else {g: .[$i + 1:], r: .[:$i]} end;
+  def allows($g; $r; $v; $name):
+    any($rules[]; (.apiGroups // [] | inarr($g)) and (.resources // [] | inarr($r)) and (.verbs // [] | inarr($v))
+      and (.resourceNames == null or ($name != null and (.resourceNames | index([$name]) != null))));
+  def values($f): [$c.args[] | select(startswith($f + "=")) | .[($f | length) + 1:]];
+  (values("--cache-resources")) as $cr
+  | if ($cr | length) != 1 then "expected one --cache-resources, got \($cr | length)" else
+    ($cr[0] | split(",") | map(select(. != ""))) as $res
+    | ([values("--watch-cache-sizes")[] | split(",")[] | select(endswith("#0")) | rtrimstr("#0")]) as $off
+    | ($res | index(["*"]) != null) as $all
+    | ([$res[] | select(. != "*") | select(. as $r | $off | index([$r]) == null)]) as $cached
+    | ([$cached[] | select((gr.g) as $g | $builtin | index([$g]) == null)]) as $custom
+    | ([values("--cache-scope")[] | capture("^(?<r>[^=]+)=(?<s>.*)$")]) as $scopes
+    | def cached($r): ($cached | index([$r]) != null) or ($all and ($off | index([$r]) == null));
+      # every cached resource can be read
+      ($cached[] | . as $n | gr as $x | ("get", "list", "watch") as $v
+        | select(allows($x.g; $x.r; $v; null) | not) | "ClusterRole lacks \($v) on \($n)"),
+      (if $all then
+        (("list", "watch") as $v | select(allows("example.com"; "widgets"; $v; null) | not) | "cache.resources * but no \($v) on *"),
+        (select(allows(""; "nodes/proxy"; "get"; null)) | "cache.resources * grants get on subresources (nodes/proxy)")
+      else empty end),
+      # the CRDs of custom resources, and only then
+      (if $all then
+        select(allows("apiextensions.k8s.io"; "customresourcedefinitions"; "get"; "widgets.example.com") | not) | "cache.resources * but no get on customresourcedefinitions"
+      else
+        ($custom[] | select(allows("apiextensions.k8s.io"; "customresourcedefinitions"; "get"; .) | not) | "no get on customresourcedefinitions/\(.)"),
+        (select(($custom | length) == 0 and allows("apiextensions.k8s.io"; "customresourcedefinitions"; "get"; "x.example.com")) | "get on customresourcedefinitions without custom resources")
+      end),
+      # nothing else (the delegated-auth reviews aside)
+      ($rules[] | . as $rule | .apiGroups[] as $g | .resources[] as $r
+        | (if $g == "" then $r else "\($r).\($g)" end) as $n
+        | select(
+            (($g == "*" or $r == "*") and $all and ($rule.verbs - ["list", "watch"] | length) == 0) or
+            (($cached | index([$n]) != null) and ($rule.verbs - ["get", "list", "watch"] | length) == 0 and $rule.resourceNames == null) or
+            ($n == "customresourcedefinitions.apiextensions.k8s.io" and $rule.verbs == ["get"]
+              and (($all and $rule.resourceNames == null) or (($custom | length) > 0 and $rule.resourceNames == $custom))) or
+            ($n == "tokenreviews.authentication.k8s.io" or $n == "subjectaccessreviews.authorization.k8s.io")
+          | not)
+        | "ClusterRole grants more than the cache needs: \($rule.verbs) on \($n)\(if $rule.resourceNames then " \($rule.resourceNames)" else "" end)"),
+      # warm where expected
+      (if ($c.args | index(["--cache-warm"]) != null) != $warm then "--cache-warm \(if $warm then "missing" else "unexpected" end)" else empty end),
+      # scopes only for cached resources; nodeLocal pods on their own node
+      ($scopes[] | select(cached(.r) | not) | "--cache-scope for \(.r), which is not cached"),
+      (if $mode == "nodeLocal" and $nodescope and cached("pods") then
+        (select([$scopes[] | select(.r == "pods" and .s == "fieldSelector=spec.nodeName=$(NODE_NAME)")] | length != 1)
+          | "nodeLocal: no --cache-scope=pods=fieldSelector=spec.nodeName=$(NODE_NAME)"),
+        (select([$c.env[] | select(.name == "NODE_NAME" and .valueFrom.fieldRef.fieldPath == "spec.nodeName")] | length != 1)
+          | "nodeLocal: NODE_NAME is not the downward API spec.nodeName")
+      else empty end)
+    end,
+  # every $(VAR) in args is a variable of the container (the kubelet expands only those)
+  ([$c.args[] | scan("\\$\\(([A-Za-z_][A-Za-z0-9_]*)\\)") | .[0]] | unique[] as $v
+    | select([$c.env[]?.name] | index([$v]) == null) | "args use $(\($v)), which is not in the container env"),
+  # probes: ready after the caches synced, alive regardless
+  (select($c.readinessProbe.httpGet.path != "/readyz") | "readinessProbe is not /readyz"),
+  (select($c.livenessProbe.httpGet.path != "/livez") | "livenessProbe is not /livez"),
+  (select(($c.startupProbe.httpGet.path // "/livez") != "/livez") | "a startupProbe on \($c.startupProbe.httpGet.path) could kill a pod still listing")
+'
+check_cache() {  # check_cache <case> <helm args> [ClusterRole rules JSON instead of the rendered ones]
+  local name="$1" args="$2" mode cjson rules warm nodescope=true problems
+  IFS=$'\t' read -r mode cjson < <(container_json "$tmp/$name.yaml") || true
+  if [[ -z ${cjson:-} ]]; then fail "$name: no watchmux container rendered"; return; fi
+  rules="${3:-$(yq -c 'select(.kind == "ClusterRole") | .rules // []' "$tmp/$name.yaml")}"
+  case "$args" in
+    *cache.enabled=false*|*cache.warm=false*) warm=false ;;
+    *cache.warm=true*) warm=true ;;
+    *) if [[ $mode == sidecar ]]; then warm=false; else warm=true; fi ;;
+  esac
+  [[ $args == *scopePodsToNode=false* ]] && nodescope=false
+  if ! problems="$(jq -nr --argjson c "$cjson" --argjson rules "${rules:-[]}" --argjson builtin "$builtin_json" \
+        --arg mode "$mode" --argjson warm "$warm" --argjson nodescope "$nodescope" "$cache_jq" 2>&1)"; then
+    fail "$name: cache check did not run: $problems"; return
+  fi
+  if [[ -n $problems ]]; then
+    while read -r p; do fail "$name: $p"; done <<<"$problems"
+  else
+    say "ok   cache $name: $(jq -r '[.args[] | select(test("^--(cache|watch-cache|events-history|slow-watcher)"))] | join(" ")' <<<"$cjson"); ClusterRole: $(jq -r '[.[] | "\(.verbs | join("/")) \(.resources | join(","))\(if .resourceNames then "[" + (.resourceNames | join(",")) + "]" else "" end)"] | join("; ") | if . == "" then "no rules" else . end' <<<"${rules:-[]}")"
+  fi
+}
+for c in "${cases[@]}"; do
+  IFS='|' read -r name _ _ args <<<"$c"
+  [[ -s $tmp/$name.yaml ]] && check_cache "$name" "$args"
+done
+# The check itself catches a ClusterRole that lacks a cached resource, and one
+# that grants more.
+if [[ -s $tmp/nodelocal.yaml ]]; then
+  for tamper in 'map(select(.resources != ["csidrivers"]))' '. + [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]'; do
+    rules="$(yq -c "select(.kind == \"ClusterRole\") | .rules | $tamper" "$tmp/nodelocal.yaml")"
+    out="$(check_cache nodelocal "--set mode=nodeLocal" "$rules" 2>&1)"  # its failures stay in the subshell
+    if [[ $out != *"FAIL: "* ]]; then
+      fail "the cache check accepted a tampered ClusterRole ($tamper)"
+    else
+      say "ok   the cache check refuses a tampered ClusterRole: $(grep -m1 FAIL <<<"$out" | sed 's/.*FAIL: //')"
+    fi
+  done
+fi
 
 if [[ -n $binary_flags ]]; then
   "$helm" template watchmux "$chart" --set 'extraArgs[0]=--no-such-flag' >"$tmp/bogus-flag.yaml"
@@ -223,7 +394,7 @@ else
   fail "charts/watchmux/examples/sidecar-rendered.yaml is stale (rerun with CHART_CHECK_UPDATE=1)"
 fi
 if command -v yq >/dev/null && command -v jq >/dev/null; then
-  chart_container="$(yq -r 'select(.kind == "ConfigMap") | .data["watchmux-container.yaml"]' "$examples/sidecar-rendered.yaml" | yq -cS .)"
+  chart_container="$(yq -r 'select(.kind == "ConfigMap") | .data["watchmux-container.yaml"]' "$tmp/sidecar-rendered.yaml" | yq -cS .)"
   app_container="$(yq -cS '.spec.template.spec.initContainers[] | select(.name == "watchmux")' "$examples/sidecar-app.yaml")"
   if [[ -n $chart_container && $chart_container == "$app_container" ]]; then
     say "ok   examples/sidecar-app.yaml carries the chart's watchmux container"
@@ -250,6 +421,12 @@ else
 fi
 
 # --- server side -----------------------------------------------------------------
+delete_scratch_pods() {  # and their ServiceAccount: a finalized namespace would leave them in etcd
+  "$kubectl" --kubeconfig "$kubeconfig" -n "$ns_restricted" delete pods -l app.kubernetes.io/name=chart-check \
+    --force --grace-period=0 --ignore-not-found >/dev/null 2>&1
+  "$kubectl" --kubeconfig "$kubeconfig" -n "$ns_restricted" delete serviceaccount chart-check --ignore-not-found >/dev/null 2>&1
+  scratch_pods=0
+}
 delete_namespaces() {
   local ns left
   for ns in "$@"; do
@@ -333,12 +510,24 @@ else
   apply_dry_run "examples/sidecar-pod.yaml" "$ns_restricted" "$tmp/docs-sidecar-pod"/*.yaml
 
   # End to end: the real binary, started with the args the chart renders (only
-  # addresses and file paths swapped for local ones), serving the chart's
-  # generated certificate, answers kubectl using the chart's client kubeconfig.
+  # addresses and file paths swapped for local ones, and $(VAR)s expanded as
+  # the kubelet would), serving the chart's generated certificate, gets ready
+  # (with --cache-warm: every cache synced) and answers kubectl using the
+  # chart's client kubeconfig, pod lists from its cache.
   free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-  smoke_test() {  # smoke_test <case>
-    local name="$1" d="$tmp/smoke-$1" f args=() arg port admin_port
+  metric() {  # metric <admin port> <name> <resource>: the sample's value, or nothing
+    curl -fsS --max-time 2 "http://127.0.0.1:$1/metrics" 2>/dev/null |
+      awk -v n="$2" -v r="resource=\"$3\"" '!found && index($1, n "{") == 1 && index($1, r) { print $2; found = 1 }' || true
+  }
+  node_a="chart-check-a-$$"; node_b="chart-check-b-$$"  # made-up nodes
+  smoke_test() {  # smoke_test <case> [upstream kubeconfig, default the admin's] [what the upstream identity is]
+    local name="$1" upstream="${2:-$kubeconfig}" who="${3:-}" d="$tmp/smoke-$1" f args=() arg port admin_port
+    local mode cjson pod_ns
     mkdir -p "$d"
+    [[ -d $tmp/docs-$name ]] || split_docs "$tmp/$name.yaml" "$tmp/docs-$name"
+    IFS=$'\t' read -r mode cjson < <(container_json "$tmp/$name.yaml") || true
+    if [[ -z ${cjson:-} ]]; then fail "end to end $name: no watchmux container rendered"; return; fi
+    pod_ns="$(yq -r 'select(.kind == "ConfigMap") | .metadata.namespace' "$tmp/$name.yaml" | head -1)"
     port="$(free_port)"; admin_port="$(free_port)"
     for f in "$tmp/docs-$name"/*.yaml; do
       case "$(doc_field kind "$f"):$(doc_name "$f")" in
@@ -353,18 +542,24 @@ else
             | if $u.scheme == "https" and (.clusters[0].cluster["tls-server-name"] == null)
               then .clusters[0].cluster["tls-server-name"] = $u.host else . end
             | if .users[0].user.tokenFile then .users[0].user.tokenFile = $token else . end
-          ' <(yq -r '.data.kubeconfig' "$f") >"$d/client.kubeconfig"
-          if [[ $name == sidecar* ]]; then
-            yq -r '.data["watchmux-container.yaml"]' "$f" | yq -r '.args[]' >"$d/args"
-          fi ;;
+          ' <(yq -r '.data.kubeconfig' "$f") >"$d/client.kubeconfig" ;;
         Secret:*-tls)
           yq -r '.data["tls.crt"]' "$f" | base64 -d >"$d/tls.crt"
           yq -r '.data["tls.key"]' "$f" | base64 -d >"$d/tls.key" ;;
-        DaemonSet:*|Deployment:*)
-          yq -r '.spec.template.spec.containers[] | select(.name == "watchmux") | .args[]' "$f" >"$d/args" ;;
       esac
     done
+    # The kubelet expands $(VAR) in args from the container's env: stand-ins
+    # for the downward API (this "pod" runs on node $node_a).
+    local -A envv=()
+    local n v pat
+    while IFS=$'\t' read -r n v; do envv[$n]="$v"; done < <(jq -r --arg node "$node_a" --arg ns "$pod_ns" '
+      .env[]? | [.name, (if .value != null then .value
+        else (.valueFrom.fieldRef.fieldPath // "") as $f
+          | if $f == "spec.nodeName" then $node elif $f == "metadata.namespace" then $ns
+            elif $f == "metadata.name" then "watchmux-chart-check" elif ($f | test("IPs?$")) then "127.0.0.1"
+            else empty end end)] | @tsv' <<<"$cjson")
     while read -r arg; do
+      for n in "${!envv[@]}"; do pat="\$($n)"; arg="${arg//"$pat"/${envv[$n]}}"; done
       case "$arg" in
         --listen=*) args+=("--listen=127.0.0.1:$port") ;;
         --admin-listen=*) args+=("--admin-listen=127.0.0.1:$admin_port") ;;
@@ -372,27 +567,48 @@ else
         --tls-private-key-file=*) args+=("--tls-private-key-file=$d/tls.key") ;;
         *) args+=("$arg") ;;
       esac
-    done <"$d/args"
-    args+=("--kubeconfig=$kubeconfig")  # in a cluster: the pod's service account
+    done < <(jq -r '.args[]' <<<"$cjson")
+    args+=("--kubeconfig=$upstream")  # in a cluster: the pod's service account
     "$watchmux_bin" "${args[@]}" >"$d/watchmux.log" 2>&1 &
     proxy_pid=$!
-    local ready=0
-    for _ in $(seq 1 100); do
+    local ready=0 started=$SECONDS
+    for _ in $(seq 1 300); do  # 60s: with --cache-warm, every initial list
       if [[ "$(curl -fsS --max-time 2 "http://127.0.0.1:$admin_port/readyz" 2>/dev/null)" == ok ]]; then ready=1; break; fi
       kill -0 "$proxy_pid" 2>/dev/null || break
       sleep 0.2
     done
-    local version="" listed=""
+    local took=$((SECONDS - started)) version="" listed="" pods_ok=1 pods_note="" scoped=0 want got lists objects resources
     if [[ $ready == 1 ]]; then
       version="$("$kubectl" --kubeconfig "$d/client.kubeconfig" get --raw /version 2>"$d/kubectl.err" | jq -r .gitVersion)" || true
       listed="$("$kubectl" --kubeconfig "$d/client.kubeconfig" get namespace "$ns_restricted" -o name 2>>"$d/kubectl.err")" || true
+      # Pods through watchmux: from its cache when pods are cached; only its
+      # own node's when the cache is scoped to the node.
+      resources="$(printf '%s\n' "${args[@]}" | sed -n 's/^--cache-resources=//p')"
+      if [[ $scratch_pods == 1 && ,$resources, =~ ,(pods|\*), ]]; then
+        if printf '%s\n' "${args[@]}" | grep -qx -- "--cache-scope=pods=fieldSelector=spec.nodeName=$node_a"; then
+          scoped=1; want="chart-check-a"
+          got="$("$kubectl" --kubeconfig "$d/client.kubeconfig" get --raw \
+            "/api/v1/namespaces/$ns_restricted/pods?fieldSelector=spec.nodeName%3D$node_a" 2>>"$d/kubectl.err" | jq -r '[.items[].metadata.name] | sort | join(" ")')" || true
+        else
+          want="chart-check-a chart-check-b"
+          got="$("$kubectl" --kubeconfig "$d/client.kubeconfig" get --raw \
+            "/api/v1/namespaces/$ns_restricted/pods?labelSelector=app.kubernetes.io%2Fname%3Dchart-check" 2>>"$d/kubectl.err" | jq -r '[.items[].metadata.name] | sort | join(" ")')" || true
+        fi
+        lists="$(metric "$admin_port" watchmux_cache_list_total pods)"
+        objects="$(metric "$admin_port" watchmux_watch_cache_objects pods)"
+        pods_note="; pods $([[ $scoped == 1 ]] && echo "on $node_a" || echo "by label"): [$got] from the cache (lists ${lists:-0}, cached pods ${objects:-?})"
+        if [[ $got != "$want" ]]; then pods_ok=0; pods_note+=", want [$want]"; fi
+        if [[ ${lists:-0} == 0 ]]; then pods_ok=0; pods_note+=", but not served from the cache"; fi
+        if [[ $scoped == 1 && ${objects:-} != 1 ]]; then pods_ok=0; pods_note+=", but the node-scoped cache should hold exactly 1 pod"; fi
+      fi
     fi
     kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; proxy_pid=""
-    if [[ $ready == 1 && -n $version && $listed == "namespace/$ns_restricted" ]]; then
-      say "ok   end to end $name: watchmux ${args[*]//$tmp\//} answered kubectl with the chart's kubeconfig ($(yq -r '.clusters[0].cluster | "\(.server) tls-server-name=\(.["tls-server-name"] // "-")"' "$d/client.kubeconfig"); upstream $version)"
+    if [[ $ready == 1 && -n $version && $listed == "namespace/$ns_restricted" && $pods_ok == 1 ]]; then
+      say "ok   end to end $name${who:+ ($who)}: watchmux ${args[*]//$tmp\//} ready after ${took}s, answered kubectl with the chart's kubeconfig ($(yq -r '.clusters[0].cluster | "\(.server) tls-server-name=\(.["tls-server-name"] // "-")"' "$d/client.kubeconfig"); upstream $version)$pods_note"
     else
       tail -n 20 "$d/watchmux.log" >&2; cat "$d/kubectl.err" >&2 2>/dev/null || true
-      fail "end to end $name: watchmux with the chart's args and kubeconfig did not answer (ready=$ready)"
+      curl -fsS --max-time 2 "http://127.0.0.1:$admin_port/readyz" >&2 2>/dev/null || true
+      fail "end to end $name${who:+ ($who)}: watchmux with the chart's args and kubeconfig did not answer (ready=$ready after ${took}s, version=${version:--}, namespace=${listed:--}$pods_note)"
     fi
   }
   if [[ -z $watchmux_bin ]]; then
@@ -400,9 +616,30 @@ else
   elif ! command -v yq >/dev/null || ! command -v curl >/dev/null; then
     note "yq or curl missing: end-to-end runs skipped"
   else
+    # Two pods (never started: no kubelet owns these nodes) bound to two
+    # made-up nodes, for the caches to hold.
+    scratch_pods=1
+    {
+      echo "{\"apiVersion\": \"v1\", \"kind\": \"ServiceAccount\", \"metadata\": {\"name\": \"chart-check\"}}"
+      for p in a b; do
+        n="$node_a"; [[ $p == b ]] && n="$node_b"
+        jq -nc --arg name "chart-check-$p" --arg node "$n" '{apiVersion: "v1", kind: "Pod",
+          metadata: {name: $name, labels: {"app.kubernetes.io/name": "chart-check"}},
+          spec: {nodeName: $node, serviceAccountName: "chart-check", automountServiceAccountToken: false,
+            securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: "RuntimeDefault"}},
+            containers: [{name: "pause", image: "registry.k8s.io/pause:3.10",
+              securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: ["ALL"]}}}]}}'
+      done
+    } | jq -s '{apiVersion: "v1", kind: "List", items: .}' >"$tmp/scratch-pods.json"
+    if k -n "$ns_restricted" create -f "$tmp/scratch-pods.json" >/dev/null 2>"$tmp/scratch-pods.err"; then
+      say "scratch pods: chart-check-a on node $node_a, chart-check-b on node $node_b (in $ns_restricted)"
+    else
+      cat "$tmp/scratch-pods.err" >&2; fail "creating the scratch pods"; scratch_pods=0
+    fi
     smoke_test nodelocal
     smoke_test tier
     smoke_test sidecar
+    smoke_test tier-cache-all
   fi
 
   # A real install and upgrade: the generated CA and serving certificate stay.
@@ -410,8 +647,32 @@ else
   # chart-check may be running against the same cluster.
   rel="wmcheck-$$"
   secret_data() { k -n "$ns_privileged" get secret "$rel-watchmux-$1" -o "jsonpath={.data.$2}" 2>/dev/null; }
+  # The release's ServiceAccount, with a token from the TokenRequest API, is
+  # all watchmux needs to warm its caches (the installed args, run locally),
+  # and may not do more than the cache needs. Expectations: "verb resource yes|no".
+  installed_check() {  # installed_check <label> <expectation>...
+    local label="$1" sa="$rel-watchmux" token e verb res sub want got bad=0 seen=()
+    shift
+    "$helm" get manifest "$rel" --kubeconfig "$kubeconfig" -n "$ns_privileged" >"$tmp/installed-$label.yaml"
+    if ! token="$(k -n "$ns_privileged" create token "$sa" --duration=10m 2>"$tmp/token.err")"; then
+      cat "$tmp/token.err" >&2; fail "installed $label: no token for ServiceAccount $sa"; return
+    fi
+    k config view --raw --minify --flatten -o json | jq --arg t "$token" '.users[0].user = {token: $t}' >"$tmp/sa-$label.kubeconfig"
+    [[ -z $watchmux_bin ]] || smoke_test "installed-$label" "$tmp/sa-$label.kubeconfig" "upstream as ServiceAccount $sa"
+    for e in "$@"; do
+      read -r verb res want <<<"$e"
+      sub=(); if [[ $res == */* ]]; then sub=(--subresource="${res#*/}"); res="${res%%/*}"; fi
+      got="$(k auth can-i "$verb" "$res" "${sub[@]}" --as="system:serviceaccount:$ns_privileged:$sa" 2>/dev/null)" || true
+      seen+=("$verb $res${sub[*]:+ ${sub[*]}}: $got")
+      [[ $got == "$want" ]] || { fail "installed $label: ServiceAccount $sa can-i $verb $res ${sub[*]}: $got, want $want"; bad=1; }
+    done
+    local joined; printf -v joined '%s; ' "${seen[@]}"
+    [[ $bad == 1 ]] || say "ok   installed $label: ServiceAccount $sa ${joined%; }"
+  }
   rel_installed=1  # from here on, cleanup uninstalls it if this run stops half-way
   if "$helm" install "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal >"$tmp/install.log" 2>&1; then
+    installed_check default "list pods yes" "watch configmaps yes" "get endpointslices.discovery.k8s.io yes" \
+      "list secrets no" "get customresourcedefinitions.apiextensions.k8s.io no" "create pods no"
     ca1="$(secret_data ca 'tls\.crt')"; crt1="$(secret_data tls 'tls\.crt')"
     if "$helm" upgrade "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal \
           --set logFormat=text >"$tmp/upgrade.log" 2>&1; then
@@ -428,6 +689,13 @@ else
         say "ok   a new subject alt name re-issued the serving certificate from the same CA"
       else
         fail "changing tls.extraDNSNames did not re-issue the certificate from the kept CA"
+      fi
+      if "$helm" upgrade "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal \
+            --set 'cache.resources={*}' >"$tmp/upgrade3.log" 2>&1; then
+        installed_check all "list secrets yes" "watch leases.coordination.k8s.io yes" "get secrets no" \
+          "get nodes/proxy no" "get pods/log no" "get customresourcedefinitions.apiextensions.k8s.io yes" "create pods no"
+      else
+        cat "$tmp/upgrade3.log" >&2; fail "helm upgrade (cache.resources *)"
       fi
     else
       cat "$tmp/upgrade.log" >&2; fail "helm upgrade"
@@ -448,6 +716,7 @@ else
   fi
 fi
 
+if [[ $scratch_pods == 1 ]]; then delete_scratch_pods || true; fi
 if [[ ${#namespaces[@]} -gt 0 ]]; then
   delete_namespaces "${namespaces[@]}" || true
   namespaces=()

@@ -193,6 +193,121 @@ is reused while its subject alternative names are unchanged.
 {{- end }}
 {{- end }}
 
+{{/* Cache ---------------------------------------------------------------------- */}}
+
+{{/* "true" when cache.resources holds "*": every listable, watchable resource. */}}
+{{- define "watchmux.cacheAll" -}}
+{{- if and .Values.cache.enabled (has "*" .Values.cache.resources) }}true{{ end }}
+{{- end }}
+
+{{/* resource[.group] names that cache.watchCacheSizes turns off (size 0), as a YAML list. */}}
+{{- define "watchmux.cacheOff" -}}
+{{- $off := list }}
+{{- range .Values.cache.watchCacheSizes }}
+{{- $parts := splitn "#" 2 . }}
+{{- if eq (int $parts._1) 0 }}{{ $off = append $off $parts._0 }}{{ end }}
+{{- end }}
+{{- toYaml $off }}
+{{- end }}
+
+{{/* The resources that are cached, as a YAML list of resource[.group]: empty
+with the cache off or with "*" (which watchmux resolves by discovery). */}}
+{{- define "watchmux.cachedResources" -}}
+{{- $out := list }}
+{{- if and .Values.cache.enabled (not (include "watchmux.cacheAll" .)) }}
+{{- $off := include "watchmux.cacheOff" . | fromYamlArray }}
+{{- range .Values.cache.resources }}
+{{- if not (has . $off) }}{{ $out = append $out . }}{{ end }}
+{{- end }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/* "true" when resource[.group] (the argument is (list $ name)) is cached. */}}
+{{- define "watchmux.isCached" -}}
+{{- $ := index . 0 }}
+{{- $name := index . 1 }}
+{{- if include "watchmux.cacheAll" $ }}
+{{- if not (has $name (include "watchmux.cacheOff" $ | fromYamlArray)) }}true{{ end }}
+{{- else if has $name (include "watchmux.cachedResources" $ | fromYamlArray) }}true{{ end }}
+{{- end }}
+
+{{/* "true" for --cache-warm: cache.warm, or by default in nodeLocal and tier. */}}
+{{- define "watchmux.cacheWarm" -}}
+{{- if .Values.cache.enabled }}
+{{- if kindIs "bool" .Values.cache.warm }}
+{{- if .Values.cache.warm }}true{{ end }}
+{{- else if ne .Values.mode "sidecar" }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* The --cache-scope entries as a YAML map RESOURCE: SELECTORS: cache.scopes,
+and in nodeLocal the node's own pods unless cache.scopes has a pods entry. */}}
+{{- define "watchmux.cacheScopes" -}}
+{{- $scopes := dict }}
+{{- if .Values.cache.enabled }}
+{{- $scopes = deepCopy .Values.cache.scopes }}
+{{- if and (eq .Values.mode "nodeLocal") .Values.nodeLocal.scopePodsToNode (not (hasKey $scopes "pods")) (include "watchmux.isCached" (list . "pods")) }}
+{{- $_ := set $scopes "pods" "fieldSelector=spec.nodeName=$(NODE_NAME)" }}
+{{- end }}
+{{- end }}
+{{- toYaml $scopes }}
+{{- end }}
+
+{{/* API groups the binary treats as built in (src/cache/resource_info.rs,
+is_builtin_group); resources of any other group are custom, and watchmux reads
+their CustomResourceDefinition for its selectableFields. */}}
+{{- define "watchmux.builtinGroups" -}}
+{{- toYaml (list "" "admissionregistration.k8s.io" "apiextensions.k8s.io" "apiregistration.k8s.io" "apps" "authentication.k8s.io" "authorization.k8s.io" "autoscaling" "batch" "certificates.k8s.io" "coordination.k8s.io" "discovery.k8s.io" "events.k8s.io" "flowcontrol.apiserver.k8s.io" "internal.apiserver.k8s.io" "networking.k8s.io" "node.k8s.io" "policy" "rbac.authorization.k8s.io" "resource.k8s.io" "scheduling.k8s.io" "storage.k8s.io" "storagemigration.k8s.io") }}
+{{- end }}
+
+{{/* ClusterRole rules for what the cache lists and watches (none with the
+cache off): get/list/watch on each cached resource, grouped by API group, and
+get on the CustomResourceDefinitions of cached custom resources. "*" gets
+list/watch on everything but not get: RBAC's "*" also matches subresources,
+and get on nodes/proxy, pods/log, pods/exec or services/proxy is far more than
+reading objects. */}}
+{{- define "watchmux.cacheRules" -}}
+{{- if include "watchmux.cacheAll" . }}
+# cache.resources "*": list and watch everything; get only the
+# CustomResourceDefinitions (selectableFields). No get on "*", which would
+# match subresources such as nodes/proxy and pods/exec too.
+- apiGroups: ["*"]
+  resources: ["*"]
+  verbs: ["list", "watch"]
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["get"]
+{{- else }}
+{{- $builtin := include "watchmux.builtinGroups" . | fromYamlArray }}
+{{- $byGroup := dict }}
+{{- $crds := list }}
+{{- range include "watchmux.cachedResources" . | fromYamlArray }}
+{{- $parts := splitn "." 2 . }}
+{{- $group := $parts._1 | default "" }}
+{{- $_ := set $byGroup $group (append (get $byGroup $group | default list) $parts._0) }}
+{{- if not (has $group $builtin) }}{{ $crds = append $crds . }}{{ end }}
+{{- end }}
+{{- if $byGroup }}
+# The cached resources (cache.resources, minus what cache.watchCacheSizes
+# turns off).
+{{- end }}
+{{- range $group := keys $byGroup | sortAlpha }}
+- apiGroups: [{{ $group | quote }}]
+  resources: {{ index $byGroup $group | toJson }}
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- with $crds }}
+# The CustomResourceDefinitions of the cached custom resources, for their
+# selectableFields.
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  resourceNames: {{ toJson . }}
+  verbs: ["get"]
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* Container ---------------------------------------------------------------- */}}
 
 {{- define "watchmux.args" -}}
@@ -214,15 +329,22 @@ is reused while its subject alternative names are unchanged.
 - --log-format={{ .Values.logFormat }}
 - --shutdown-grace={{ .Values.shutdownGrace }}
 {{- if .Values.cache.enabled }}
-{{- /* Future flags (not in the binary yet): see values.yaml "cache". */}}
 - --cache-resources={{ join "," .Values.cache.resources }}
-{{- $scopes := deepCopy .Values.cache.scopes }}
-{{- if and (eq .Values.mode "nodeLocal") .Values.nodeLocal.scopePodsToNode (not (hasKey $scopes "pods")) }}
-{{- $_ := set $scopes "pods" "fieldSelector=spec.nodeName=$(NODE_NAME)" }}
+{{- with .Values.cache.watchCacheSizes }}
+- --watch-cache-sizes={{ join "," . }}
 {{- end }}
+{{- if include "watchmux.cacheWarm" . }}
+- --cache-warm
+{{- end }}
+- --events-history-window={{ .Values.cache.historyWindow }}
+- --slow-watcher-grace={{ .Values.cache.slowWatcherGrace }}
+{{- $scopes := include "watchmux.cacheScopes" . | fromYaml }}
 {{- range $resource := keys $scopes | sortAlpha }}
-- --cache-scope={{ $resource }}={{ index $scopes $resource }}
+- {{ printf "--cache-scope=%s=%s" $resource (index $scopes $resource) | quote }}
 {{- end }}
+{{- else }}
+{{- /* The binary caches its default resources unless told otherwise. */}}
+- --cache-resources=
 {{- end }}
 {{- if .Values.auth.mode }}
 {{- /* Future flags (not in the binary yet): see values.yaml "auth". */}}
@@ -490,5 +612,16 @@ spec:
 {{- end }}
 {{- if and .Values.upstream.apiserverPort (not .Values.upstream.apiserverHost) }}
 {{- fail "upstream.apiserverPort needs upstream.apiserverHost" }}
+{{- end }}
+{{- if .Values.cache.enabled }}
+{{- $all := include "watchmux.cacheAll" . }}
+{{- range $resource := keys .Values.cache.scopes | sortAlpha }}
+{{- if not (include "watchmux.isCached" (list $ $resource)) }}
+{{- fail (printf "cache.scopes.%s: %s is not cached (not in cache.resources, or turned off by cache.watchCacheSizes)" $resource $resource) }}
+{{- end }}
+{{- end }}
+{{- if and (not $all) (not (include "watchmux.cachedResources" . | fromYamlArray)) }}
+{{- fail "cache.watchCacheSizes turns off every resource in cache.resources: set cache.enabled=false instead" }}
+{{- end }}
 {{- end }}
 {{- end }}
