@@ -116,11 +116,7 @@ impl Server {
             let registry = Arc::new(Registry::new(upstream.clone(), config, background_stop.clone()));
             if warm {
                 let registry = registry.clone();
-                tokio::spawn(async move {
-                    if let Err(err) = registry.warm().await {
-                        tracing::warn!(error = %err, "warming the caches failed; they start on first use");
-                    }
-                });
+                tokio::spawn(async move { registry.warm_until_done().await });
             }
             Arc::new(CacheService::new(registry, streams_stop.clone()))
         });

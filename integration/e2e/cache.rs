@@ -579,3 +579,27 @@ async fn a_scoped_cache_serves_only_requests_inside_its_scope() {
     let got = take(&mut rx, 1).await;
     assert_eq!((got[0].kind.as_str(), got[0].name.as_str()), ("ADDED", "new-on-n1"));
 }
+
+/// With --cache-warm, an upstream that is down at start-up delays
+/// readiness, not forever: warming is retried until the caches are synced.
+#[tokio::test]
+async fn warming_is_retried_until_the_upstream_answers() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let api: std::net::SocketAddr = "127.0.0.1:16443".parse().unwrap();
+    let relay = Relay::start(api).await;
+    relay.cut();
+    let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig)
+        .unwrap()
+        .replace("https://127.0.0.1:16443", &format!("https://{}", relay.addr));
+    let dir = tempfile::tempdir().unwrap();
+    let relayed = dir.path().join("kubeconfig");
+    std::fs::write(&relayed, kubeconfig).unwrap();
+    let wm = Watchmux::spawn_with_kubeconfig(&relayed, &["--cache-resources", "configmaps", "--cache-warm"]);
+    // Down: not ready.
+    let (code, _) = read(wm.wait_for_admin("/readyz").await).await;
+    assert_eq!(code, 503);
+    relay.restore();
+    wm.wait_ready().await;
+    wait_initialized(wm.admin, "configmaps", 1.0).await;
+}

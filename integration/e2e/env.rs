@@ -96,6 +96,13 @@ impl Watchmux {
 
     /// Starts watchmux with an upstream kubeconfig of the test's choosing.
     pub async fn start_with_kubeconfig(_cluster: &Cluster, upstream: &Path, extra: &[&str]) -> Self {
+        let wm = Self::spawn_with_kubeconfig(upstream, extra);
+        wm.wait_ready().await;
+        wm
+    }
+
+    /// Starts watchmux without waiting for it to be ready.
+    pub fn spawn_with_kubeconfig(upstream: &Path, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -121,13 +128,22 @@ impl Watchmux {
             ),
         )
         .unwrap();
-        let wm = Self { addr, admin, kubeconfig, child, _dir: dir };
-        wm.wait_ready().await;
-        wm
+        Self { addr, admin, kubeconfig, child, _dir: dir }
+    }
+
+    /// Waits (bounded) until the admin port answers `path`, whatever the status.
+    pub async fn wait_for_admin(&self, path: &str) -> Response<Incoming> {
+        for _ in 0..200 {
+            if let Ok(resp) = try_get(self.admin, path).await {
+                return resp;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("watchmux's admin port never answered; log:\n{}", self.log());
     }
 
     /// Waits (bounded) until the admin endpoint reports the upstream ready.
-    async fn wait_ready(&self) {
+    pub async fn wait_ready(&self) {
         for _ in 0..200 {
             if let Ok(resp) = try_get(self.admin, "/readyz").await {
                 if resp.status().is_success() {

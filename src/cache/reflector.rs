@@ -140,6 +140,7 @@ impl Reflector {
                     Ok((objects, rv)) => {
                         let count = objects.len();
                         self.cache.replace(objects, rv);
+                        self.cache.set_initial_list_failing(false);
                         metrics::counter!(m::CACHE_INITIALIZATIONS, "resource" => label.clone()).increment(1);
                         metrics::histogram!(m::CACHE_INITIALIZATION_DURATION, "resource" => label.clone())
                             .record(started.elapsed().as_secs_f64());
@@ -149,6 +150,9 @@ impl Reflector {
                     }
                     Err(err) => {
                         tracing::warn!(resource = %label, error = %err, "upstream list failed");
+                        if !self.cache.is_ready() {
+                            self.cache.set_initial_list_failing(true);
+                        }
                         self.back_off(ReflectorState::Listing)
                     }
                 }

@@ -156,6 +156,8 @@ pub struct Registry {
     config: CacheConfig,
     caches: DashMap<Gvr, Arc<ResourceCache>>,
     stop: CancellationToken,
+    /// Set once `--cache-warm` has started every configured cache.
+    warmed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Registry {
@@ -166,7 +168,14 @@ impl std::fmt::Debug for Registry {
 
 impl Registry {
     pub fn new(upstream: Arc<Upstream>, config: CacheConfig, stop: CancellationToken) -> Self {
-        Self { discovery: Discovery::new(upstream.clone()), upstream, config, caches: DashMap::new(), stop }
+        Self {
+            discovery: Discovery::new(upstream.clone()),
+            upstream,
+            config,
+            caches: DashMap::new(),
+            stop,
+            warmed: Default::default(),
+        }
     }
 
     pub fn upstream(&self) -> &Arc<Upstream> {
@@ -203,6 +212,13 @@ impl Registry {
         self.caches.iter().map(|e| e.value().clone()).collect()
     }
 
+    /// With `--cache-warm`: every configured cache started and synced. A
+    /// configuration that caches nothing the upstream serves is ready as soon
+    /// as that is known.
+    pub fn warm_and_synced(&self) -> bool {
+        self.warmed.load(std::sync::atomic::Ordering::Acquire) && self.all_synced()
+    }
+
     /// True when every started cache has completed its initial list.
     pub fn all_synced(&self) -> bool {
         self.caches.iter().all(|c| c.is_ready())
@@ -229,6 +245,29 @@ impl Registry {
             tokio::spawn(Reflector::new(cache, self.upstream.clone()).run(self.stop.clone()));
         }
         cache
+    }
+
+    /// Starts the configured caches now, retrying discovery with backoff
+    /// until it succeeds (the upstream may be down when watchmux starts).
+    pub async fn warm_until_done(&self) {
+        let mut failures = 0u32;
+        loop {
+            match self.warm().await {
+                Ok(()) => {
+                    self.warmed.store(true, std::sync::atomic::Ordering::Release);
+                    return;
+                }
+                Err(err) => {
+                    let delay = super::reflector::backoff_delay(failures, &mut rand::rng());
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(error = %err, retry_in = ?delay, "warming the caches failed");
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
     }
 
     /// Starts the configured caches now instead of on first use.

@@ -76,6 +76,9 @@ pub struct ResourceCache {
     rv_tx: watch::Sender<u64>,
     ready: AtomicBool,
     ready_tx: watch::Sender<bool>,
+    /// Set while the initial list keeps failing (403, upstream down...):
+    /// requests then pass through at once instead of waiting for readiness.
+    initial_list_failing: AtomicBool,
     next_watcher_id: AtomicU64,
     /// Whether list items of this resource carry `kind`/`apiVersion`.
     list_items_typed: AtomicBool,
@@ -127,6 +130,7 @@ impl ResourceCache {
             rv_tx: watch::channel(0).0,
             ready: AtomicBool::new(false),
             ready_tx: watch::channel(false).0,
+            initial_list_failing: AtomicBool::new(false),
             next_watcher_id: AtomicU64::new(1),
             list_items_typed: AtomicBool::new(typed),
             label,
@@ -259,10 +263,19 @@ impl ResourceCache {
         metrics::gauge!(m::CACHE_OBJECTS, "resource" => self.label.clone()).set(st.store.len() as f64);
     }
 
-    /// Waits up to `timeout` for the initial list to complete.
+    /// Records whether the latest attempt at the initial list failed.
+    pub fn set_initial_list_failing(&self, failing: bool) {
+        self.initial_list_failing.store(failing, Ordering::Release);
+    }
+
+    /// Waits up to `timeout` for the initial list to complete; at once false
+    /// when the last attempt failed (waiting would only delay the request).
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
         if self.is_ready() {
             return true;
+        }
+        if self.initial_list_failing.load(Ordering::Acquire) {
+            return false;
         }
         let mut rx = self.ready_tx.subscribe();
         tokio::time::timeout(timeout, rx.wait_for(|ready| *ready)).await.is_ok_and(|r| r.is_ok())
@@ -420,6 +433,20 @@ mod tests {
         tokio::task::yield_now().await;
         c.bookmark(30);
         assert!(waiter.await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_initial_list_does_not_make_requests_wait() {
+        let c = ResourceCache::new(cm_shape(), Scope::default(), CacheSettings::default());
+        let before = Instant::now();
+        c.set_initial_list_failing(true);
+        assert!(!c.wait_ready(Duration::from_secs(3)).await);
+        assert_eq!(Instant::now(), before, "waited although the list is failing");
+        c.set_initial_list_failing(false);
+        assert!(!c.wait_ready(Duration::from_secs(3)).await);
+        assert_eq!(Instant::now() - before, Duration::from_secs(3), "a starting cache is waited for");
+        c.replace(Objects::new(), 5);
+        assert!(c.wait_ready(Duration::from_secs(3)).await);
     }
 
     #[tokio::test]

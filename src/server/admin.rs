@@ -48,7 +48,7 @@ pub async fn handle(state: Arc<AdminState>, req: Request<Incoming>) -> Result<Re
                 text(StatusCode::SERVICE_UNAVAILABLE, "[-]shutdown: shutting down\n")
             } else if !state.upstream.is_ready() {
                 text(StatusCode::SERVICE_UNAVAILABLE, "[-]upstream: not reachable or not ready\n")
-            } else if state.caches.as_ref().is_some_and(|r| r.caches().is_empty() || !r.all_synced()) {
+            } else if state.caches.as_ref().is_some_and(|r| !r.warm_and_synced()) {
                 text(StatusCode::SERVICE_UNAVAILABLE, "[-]caches: not synced yet\n")
             } else {
                 text(StatusCode::OK, "ok")
