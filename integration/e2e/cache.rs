@@ -148,7 +148,7 @@ async fn cached_reads_answer_like_the_api_server() {
     for i in 0..3 {
         configmap(&direct, "create", &ns, &format!("cm-{i}")).await;
     }
-    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps,nodes", "--cache-warm"]).await;
     wait_initialized(wm.admin, "configmaps", 1.0).await;
     let lists_before = watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[]).await;
 
@@ -182,6 +182,10 @@ async fn cached_reads_answer_like_the_api_server() {
         // A named GET with watch=1 is a GET, for the API server and the cache.
         format!("/api/v1/namespaces/{ns}/configmaps/cm-0?watch=1&resourceVersion=0"),
         format!("/api/v1/namespaces/{ns}/configmaps/missing?resourceVersion=0"),
+        // Paths without a route: a cluster-scoped resource under a namespace,
+        // a namespaced object named without one.
+        format!("/api/v1/namespaces/{ns}/nodes?resourceVersion=0"),
+        "/api/v1/configmaps/cm-0?resourceVersion=0".to_owned(),
         format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0&fieldSelector=spec.nope%3Dx"),
         format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=abc"),
         format!("/api/v1/namespaces/{ns}/configmaps?watch=1&sendInitialEvents=true"),

@@ -124,6 +124,17 @@ impl CacheService {
         {
             return Served::Passthrough("invalid_selector");
         }
+        // Paths the API server has no route for (a cluster-scoped resource
+        // under a namespace, a namespaced object named without one) get its
+        // own 404. `/api/v1/namespaces/foo` names itself as its namespace.
+        let unrouted = if shape.info.namespaced {
+            info.name.is_some() && info.namespace.is_none()
+        } else {
+            info.namespace.is_some() && info.namespace != info.name
+        };
+        if unrouted {
+            return Served::Passthrough("no_route");
+        }
         let namespace = if shape.info.namespaced { info.namespace.clone() } else { None };
         let name = info.name.clone();
         let filter = Filter::new(namespace, name, labels, field_sel);
