@@ -62,7 +62,12 @@ impl Passthrough {
         }
         let upstream_req = Request::from_parts(parts, body::boxed(incoming));
 
-        let resp = match self.upstream.send(upstream_req).await {
+        let sent = if info.is_long_running() {
+            self.upstream.send_long_running(upstream_req).await
+        } else {
+            self.upstream.send(upstream_req).await
+        };
+        let resp = match sent {
             Ok(resp) => resp,
             Err(err) => return upstream_failure(&err, verb),
         };

@@ -4,7 +4,10 @@
 //! connection multiplexes every stream), else over pooled HTTP/1.1
 //! connections. Upgrades (exec, attach, port-forward) always use a separate
 //! HTTP/1.1-only client, because HTTP/1.1 `Upgrade` is what those protocols
-//! speak. watchmux's own credentials are added here and nowhere else.
+//! speak, and long-running requests (watches, `logs -f`) that pass through
+//! get a connection of their own too, so they never queue behind the API
+//! server's limit of concurrent HTTP/2 streams. watchmux's own credentials
+//! are added here and nowhere else.
 
 pub mod credentials;
 pub mod tls;
@@ -68,7 +71,8 @@ pub struct Upstream {
     /// The server URL's path, without a trailing slash (usually empty).
     path_prefix: String,
     client: HttpsClient,
-    upgrade_client: HttpsClient,
+    /// HTTP/1.1, one connection per request: upgrades and long-running requests.
+    dedicated_client: HttpsClient,
     credentials: Credentials,
     ready: AtomicBool,
 }
@@ -118,7 +122,7 @@ impl Upstream {
             .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
             .http2_keep_alive_while_idle(true)
             .build(connector(!opts.http1_only));
-        let upgrade_client = Client::builder(TokioExecutor::new())
+        let dedicated_client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_max_idle_per_host(0)
             .build(connector(false));
@@ -128,7 +132,7 @@ impl Upstream {
             authority,
             path_prefix: cfg.server.path().trim_end_matches('/').to_owned(),
             client,
-            upgrade_client,
+            dedicated_client,
             credentials: Credentials::new(&cfg.auth)?,
             ready: AtomicBool::new(false),
         })
@@ -154,13 +158,29 @@ impl Upstream {
         self.client.request(req).await
     }
 
+    /// Sends a long-running request (a watch, `logs -f`) upstream over
+    /// HTTP/1.1, on a connection of its own.
+    ///
+    /// kube-apiserver allows 100 concurrent streams per HTTP/2 connection,
+    /// and the pooled client does not open a second connection when they are
+    /// used up: the 101st watch passed through would wait for one of the
+    /// others to end. Go's client opens more connections instead; giving each
+    /// long-running request its own HTTP/1.1 connection has the same effect.
+    pub async fn send_long_running(
+        &self,
+        req: Request<ProxyBody>,
+    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+        let req = self.prepare(req);
+        self.dedicated_client.request(req).await
+    }
+
     /// Sends an HTTP/1.1 upgrade request upstream, on a connection of its own.
     pub async fn send_upgrade(
         &self,
         req: Request<ProxyBody>,
     ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
         let req = self.prepare(req);
-        self.upgrade_client.request(req).await
+        self.dedicated_client.request(req).await
     }
 
     fn prepare(&self, mut req: Request<ProxyBody>) -> Request<ProxyBody> {

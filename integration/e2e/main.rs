@@ -241,3 +241,35 @@ fn run_watchcheck(cluster: &Cluster, wm: &Watchmux, ns: &str, watch_list: &str) 
     assert_eq!(summary["ok"], true);
     assert_eq!((&summary["adds"], &summary["updates"], &summary["deletes"]), (&25.into(), &25.into(), &25.into()));
 }
+
+/// More pass-through watches than kube-apiserver allows streams on one
+/// HTTP/2 connection (100): every one is answered and streams.
+#[tokio::test]
+async fn pass_through_watches_are_not_limited_by_upstream_http2_streams() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    // Secrets are not cached by default: these watches pass through.
+    let wm = Watchmux::start(&cluster, &[]).await;
+    let ns = namespace("many-watches");
+    let direct = cluster.direct_client();
+    create_namespace(&direct, &ns).await;
+    let mut bodies = Vec::new();
+    for _ in 0..150 {
+        let resp = tokio::time::timeout(
+            Duration::from_secs(10),
+            get(wm.addr, &format!("/api/v1/namespaces/{ns}/secrets?watch=1&resourceVersion=0")),
+        )
+        .await
+        .expect("a pass-through watch was not answered");
+        assert_eq!(resp.status(), 200);
+        bodies.push(resp.into_body());
+    }
+    let secret = serde_json::json!({"metadata": {"name": "s"}, "stringData": {"k": "v"}});
+    direct_json(&direct, http::Method::POST, &format!("/api/v1/namespaces/{ns}/secrets"), secret).await;
+    for (i, body) in bodies.iter_mut().enumerate() {
+        let frame = tokio::time::timeout(Duration::from_secs(10), http_body_util::BodyExt::frame(body))
+            .await
+            .unwrap_or_else(|_| panic!("watch {i} got no event"));
+        assert!(frame.is_some(), "watch {i} ended");
+    }
+}

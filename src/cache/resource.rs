@@ -194,7 +194,10 @@ impl ResourceCache {
         let mut dispatcher = self.dispatcher.lock();
         for event in replaced.events {
             let event = Arc::new(event);
-            if !replaced.versions_reused {
+            // The history needs strictly increasing versions; a difference
+            // event at or below its newest (which a well-behaved upstream never
+            // causes) is still delivered, just not kept for resuming.
+            if !replaced.versions_reused && event.rv > st.history.newest_rv() {
                 st.history.push(event.rv, now, event.clone());
             }
             self.dispatch(&mut dispatcher, &event, now);
