@@ -32,6 +32,11 @@ pub fn empty() -> ProxyBody {
     Empty::new().map_err(|never| match never {}).boxed()
 }
 
+/// A complete body of one [`Chunk`], its parts written as they are.
+pub fn chunk(chunk: Chunk) -> ProxyBody {
+    Full::new(chunk).map_err(|never| match never {}).boxed()
+}
+
 /// Boxes any body of plain bytes whose error converts into [`BoxError`].
 pub fn boxed<B>(body: B) -> ProxyBody
 where

@@ -46,10 +46,10 @@ impl Passthrough {
 
     /// Forwards one request and returns the upstream's answer, or a 503
     /// Status when the upstream cannot be reached.
-    pub async fn forward(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
-        let info = RequestInfo::classify(req.method(), req.uri());
+    /// `info` is the request's classification, made once by the caller.
+    pub async fn forward(&self, req: Request<Incoming>, peer: Peer, info: &RequestInfo) -> Response<ProxyBody> {
         if req.version() <= http::Version::HTTP_11 && headers::is_upgrade_request(req.headers()) {
-            return upgrade::forward(&self.upstream, req, peer, &info).await;
+            return upgrade::forward(&self.upstream, req, peer, info).await;
         }
 
         let started = Instant::now();
@@ -63,7 +63,7 @@ impl Passthrough {
         let upstream_req = Request::from_parts(parts, body::boxed(incoming));
 
         let sent = if info.is_long_running() {
-            self.upstream.send_long_running(upstream_req).await
+            self.upstream.send_on_own_connection(upstream_req).await
         } else {
             self.upstream.send(upstream_req).await
         };

@@ -60,13 +60,13 @@ struct ApiHandler {
 
 impl Handler for ApiHandler {
     async fn handle(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
+        let info = RequestInfo::classify(req.method(), req.uri());
         if let Some(cache) = &self.cache {
-            let info = RequestInfo::classify(req.method(), req.uri());
             if let Served::Response(resp) = cache.serve(req.method(), req.uri(), req.headers(), &info).await {
                 return resp;
             }
         }
-        self.passthrough.forward(req, peer).await
+        self.passthrough.forward(req, peer, &info).await
     }
 }
 

@@ -158,24 +158,16 @@ impl Upstream {
         self.client.request(req).await
     }
 
-    /// Sends a long-running request (a watch, `logs -f`) upstream over
-    /// HTTP/1.1, on a connection of its own.
+    /// Sends a request upstream over HTTP/1.1 on a connection of its own:
+    /// for upgrades (exec, attach, port-forward switch protocols on it) and
+    /// long-running requests (watches, `logs -f`).
     ///
     /// kube-apiserver allows 100 concurrent streams per HTTP/2 connection,
     /// and the pooled client does not open a second connection when they are
     /// used up: the 101st watch passed through would wait for one of the
     /// others to end. Go's client opens more connections instead; giving each
     /// long-running request its own HTTP/1.1 connection has the same effect.
-    pub async fn send_long_running(
-        &self,
-        req: Request<ProxyBody>,
-    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
-        let req = self.prepare(req);
-        self.dedicated_client.request(req).await
-    }
-
-    /// Sends an HTTP/1.1 upgrade request upstream, on a connection of its own.
-    pub async fn send_upgrade(
+    pub async fn send_on_own_connection(
         &self,
         req: Request<ProxyBody>,
     ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {

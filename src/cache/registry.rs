@@ -207,11 +207,6 @@ impl Registry {
         Ok(self.start(info).await)
     }
 
-    /// Every cache started so far.
-    pub fn caches(&self) -> Vec<Arc<ResourceCache>> {
-        self.caches.iter().map(|e| e.value().clone()).collect()
-    }
-
     /// With `--cache-warm`: every configured cache started and synced. A
     /// configuration that caches nothing the upstream serves is ready as soon
     /// as that is known.

@@ -27,6 +27,35 @@ use super::watcher::{Delivery, WatcherHandle};
 use crate::metrics as m;
 use crate::selector::{FieldSelector, LabelSelector};
 
+/// The metric handles a cache updates per event and per watcher, looked up
+/// once: the per-call macros would build and hash the label set each time.
+struct CacheMetrics {
+    events_received: metrics::Counter,
+    events_dispatched: metrics::Counter,
+    deliveries: metrics::Counter,
+    terminated_watchers: metrics::Counter,
+    registered_watchers: metrics::Gauge,
+    capacity: metrics::Gauge,
+    objects: metrics::Gauge,
+    read_wait: metrics::Histogram,
+}
+
+impl CacheMetrics {
+    fn new(label: &str) -> Self {
+        let l = || [("resource", label.to_owned())];
+        Self {
+            events_received: metrics::counter!(m::CACHE_EVENTS_RECEIVED, &l()),
+            events_dispatched: metrics::counter!(m::CACHE_EVENTS_DISPATCHED, &l()),
+            deliveries: metrics::counter!(m::CACHE_DELIVERIES, &l()),
+            terminated_watchers: metrics::counter!(m::TERMINATED_WATCHERS, &l()),
+            registered_watchers: metrics::gauge!(m::REGISTERED_WATCHERS, &l()),
+            capacity: metrics::gauge!(m::CACHE_CAPACITY, &l()),
+            objects: metrics::gauge!(m::CACHE_OBJECTS, &l()),
+            read_wait: metrics::histogram!(m::CACHE_READ_WAIT, &l()),
+        }
+    }
+}
+
 /// Snapshots kept at most for paginated lists.
 const MAX_KEPT_SNAPSHOTS: usize = 32;
 
@@ -83,6 +112,7 @@ pub struct ResourceCache {
     /// Whether list items of this resource carry `kind`/`apiVersion`.
     list_items_typed: AtomicBool,
     label: String,
+    metrics: CacheMetrics,
     freshness: super::freshness::Freshness,
     /// Snapshots kept for paginated lists and exact-version reads, by version.
     snapshots: Mutex<std::collections::BTreeMap<u64, (super::store::Objects, Instant)>>,
@@ -133,6 +163,7 @@ impl ResourceCache {
             initial_list_failing: AtomicBool::new(false),
             next_watcher_id: AtomicU64::new(1),
             list_items_typed: AtomicBool::new(typed),
+            metrics: CacheMetrics::new(&label),
             label,
             freshness: Default::default(),
             snapshots: Mutex::new(Default::default()),
@@ -214,7 +245,7 @@ impl ResourceCache {
     /// Applies one upstream event.
     pub fn apply(&self, kind: EventType, object: CachedObject) {
         let now = Instant::now();
-        metrics::counter!(m::CACHE_EVENTS_RECEIVED, "resource" => self.label.clone()).increment(1);
+        self.metrics.events_received.increment(1);
         let mut st = self.state.write();
         if object.rv <= st.store.rv() {
             // Already seen (a replay after a resumed watch): applying it again
@@ -243,12 +274,11 @@ impl ResourceCache {
 
     fn dispatch(&self, dispatcher: &mut Dispatcher, event: &Arc<CacheEvent>, now: Instant) {
         let out = dispatcher.dispatch(event, now);
-        metrics::counter!(m::CACHE_EVENTS_DISPATCHED, "resource" => self.label.clone()).increment(1);
-        metrics::counter!(m::CACHE_DELIVERIES, "resource" => self.label.clone()).increment(out.delivered as u64);
+        self.metrics.events_dispatched.increment(1);
+        self.metrics.deliveries.increment(out.delivered as u64);
         if out.terminated > 0 {
-            metrics::counter!(m::TERMINATED_WATCHERS, "resource" => self.label.clone())
-                .increment(out.terminated as u64);
-            metrics::gauge!(m::REGISTERED_WATCHERS, "resource" => self.label.clone()).decrement(out.terminated as f64);
+            self.metrics.terminated_watchers.increment(out.terminated as u64);
+            self.metrics.registered_watchers.decrement(out.terminated as f64);
         }
     }
 
@@ -262,8 +292,8 @@ impl ResourceCache {
     }
 
     fn record_gauges(&self, st: &State) {
-        metrics::gauge!(m::CACHE_CAPACITY, "resource" => self.label.clone()).set(st.history.capacity() as f64);
-        metrics::gauge!(m::CACHE_OBJECTS, "resource" => self.label.clone()).set(st.store.len() as f64);
+        self.metrics.capacity.set(st.history.capacity() as f64);
+        self.metrics.objects.set(st.store.len() as f64);
     }
 
     /// Records whether the latest attempt at the initial list failed.
@@ -292,8 +322,7 @@ impl ResourceCache {
         let started = Instant::now();
         let mut rx = self.rv_tx.subscribe();
         let reached = tokio::time::timeout(timeout, rx.wait_for(|cur| *cur >= rv)).await.is_ok_and(|r| r.is_ok());
-        metrics::histogram!(m::CACHE_READ_WAIT, "resource" => self.label.clone())
-            .record(started.elapsed().as_secs_f64());
+        self.metrics.read_wait.record(started.elapsed().as_secs_f64());
         reached
     }
 
@@ -350,7 +379,7 @@ impl ResourceCache {
         let handle = Arc::new(WatcherHandle::new(id, filter, start_rv, self.settings.slow_watcher_grace));
         self.dispatcher.lock().add(handle.clone());
         drop(st);
-        metrics::gauge!(m::REGISTERED_WATCHERS, "resource" => self.label.clone()).increment(1.0);
+        self.metrics.registered_watchers.increment(1.0);
         Ok(Registration { handle, snapshot, backlog, start_rv })
     }
 
@@ -360,7 +389,7 @@ impl ResourceCache {
         let before = d.len();
         d.remove(handle);
         if d.len() < before {
-            metrics::gauge!(m::REGISTERED_WATCHERS, "resource" => self.label.clone()).decrement(1.0);
+            self.metrics.registered_watchers.decrement(1.0);
         }
     }
 }

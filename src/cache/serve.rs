@@ -6,7 +6,6 @@
 //! why), so that the upstream gives its own, exact answer. Bad input is in
 //! that second group: the API server's error is by definition the right one.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +24,7 @@ use super::params::{ReadParams, Rv, RvMatch};
 use super::registry::{NotCached, Registry};
 use super::resource::{ResourceCache, StartAt};
 use super::stream::{StreamOptions, WatchStream};
-use crate::body::{self, Chunk, ChunkList, ProxyBody};
+use crate::body::{self, Chunk, ProxyBody};
 use crate::encode::negotiate::{ContentVariant, Endpoint, Negotiation, negotiate};
 use crate::encode::status::{Status, StatusReason};
 use crate::metrics as m;
@@ -205,10 +204,7 @@ impl CacheService {
                 Rv::At(rv) => {
                     if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
                         let status = too_large_rv(rv, cache.current_rv());
-                        return Served::Response(watch_response(
-                            variant,
-                            body::full(chunk_bytes(error_frame(&status))),
-                        ));
+                        return Served::Response(watch_response(variant, body::chunk(error_frame(&status))));
                     }
                     StartAt::CurrentState
                 }
@@ -226,7 +222,7 @@ impl CacheService {
             }
             Err(too_old) => {
                 let status = Status::new(StatusCode::GONE, StatusReason::Expired, too_old.to_string());
-                Served::Response(watch_response(variant, body::full(chunk_bytes(error_frame(&status)))))
+                Served::Response(watch_response(variant, body::chunk(error_frame(&status))))
             }
         }
     }
@@ -265,7 +261,7 @@ impl CacheService {
                 metrics::counter!(m::CACHE_GET_TOTAL, "resource" => label).increment(1);
                 // The API server's encoder ends every body with a newline.
                 let chunk = Chunk::parts(Bytes::new(), obj.encoded(variant), Bytes::from_static(b"\n"));
-                let mut resp = Response::new(body::boxed_chunks(ChunkList::new(VecDeque::from([chunk]))));
+                let mut resp = Response::new(body::chunk(chunk));
                 set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::Get));
                 Served::Response(resp)
             }
@@ -332,10 +328,4 @@ fn watch_response(variant: ContentVariant, body: ProxyBody) -> Response<ProxyBod
     let mut resp = Response::new(body);
     set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::Watch));
     resp
-}
-
-fn chunk_bytes(mut chunk: Chunk) -> Bytes {
-    use bytes::Buf;
-    let n = chunk.remaining();
-    chunk.copy_to_bytes(n)
 }

@@ -27,7 +27,7 @@ pub(super) async fn forward(
     if let Some(addr) = peer.addr {
         headers::append_forwarded_for(&mut parts.headers, addr.ip());
     }
-    let mut resp = match upstream.send_upgrade(Request::from_parts(parts, body::boxed(incoming))).await {
+    let mut resp = match upstream.send_on_own_connection(Request::from_parts(parts, body::boxed(incoming))).await {
         Ok(resp) => resp,
         Err(err) => return upstream_failure(&err, verb),
     };
