@@ -21,6 +21,10 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body type of every request and response watchmux forwards or writes.
+/// A response that ends a request before its real work (a 401, 403, 413,
+/// 429), boxed so the `Result`s that carry it stay small.
+pub type Refusal = Box<http::Response<ProxyBody>>;
+
 pub type ProxyBody = BoxBody<Chunk, BoxError>;
 
 /// A complete body from bytes watchmux produced itself.

@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{ArgAction, Parser, ValueEnum};
+
+pub use crate::auth::AuthMode;
 
 /// watchmux: a transparent caching watch proxy for the Kubernetes API.
 ///
@@ -96,6 +98,64 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub slow_watcher_grace: Duration,
 
+    /// How downstream clients are trusted. `trusted-local`: clients are not
+    /// authenticated and act with watchmux's identity (one pod, one identity);
+    /// the API listener must then be loopback or a unix socket. `delegated`:
+    /// clients authenticate with a client certificate (--client-ca-file) or a
+    /// bearer token (TokenReview), reads served from the cache are authorized
+    /// with SubjectAccessReviews, and everything else goes upstream
+    /// impersonating the caller.
+    #[arg(long, value_enum, default_value_t = AuthMode::TrustedLocal)]
+    pub auth_mode: AuthMode,
+
+    /// Let trusted-local mode listen on a non-loopback address. Anyone who can
+    /// reach the port then acts with watchmux's identity.
+    #[arg(long)]
+    pub allow_unauthenticated_remote: bool,
+
+    /// PEM CA bundle that client certificates are verified against
+    /// (delegated mode, with --tls-cert-file). The subject's CN is the user,
+    /// its O entries the groups, as kube-apiserver reads them.
+    #[arg(long, value_name = "PATH", requires = "tls_cert_file")]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// Delegated mode: a request without credentials acts as system:anonymous,
+    /// as kube-apiserver's own default does; `false` answers it 401.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    pub anonymous_auth: bool,
+
+    /// How long an accepted bearer token is trusted before it is reviewed
+    /// again (never past the token's own expiry).
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
+    pub authentication_token_cache_ttl: Duration,
+
+    /// How long a rejected bearer token stays rejected without a new review.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub authentication_token_negative_cache_ttl: Duration,
+
+    /// How long an "allowed" SubjectAccessReview answer is reused.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub authorization_cache_authorized_ttl: Duration,
+
+    /// How long a "denied" SubjectAccessReview answer is reused.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub authorization_cache_unauthorized_ttl: Duration,
+
+    /// Requests other than watches and other long-running ones that may be in
+    /// progress at once; more get 429 with Retry-After. 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = 400)]
+    pub max_requests_inflight: usize,
+
+    /// Downstream connections that may be open at once; requests on further
+    /// connections get 429 and the connection is closed. 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = 20_000)]
+    pub max_connections: usize,
+
+    /// Largest request body (by Content-Length) of a create, update, patch or
+    /// delete; larger ones get the API server's 413. 0: no limit.
+    #[arg(long, value_name = "BYTES", default_value_t = 3 * 1024 * 1024)]
+    pub max_request_body_bytes: u64,
+
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -105,6 +165,42 @@ pub struct Args {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+impl Args {
+    /// Checks the flags that clap cannot check alone. `Ok` may carry a
+    /// warning to log at start-up.
+    pub fn check_trust(&self) -> Result<Option<String>, String> {
+        match self.auth_mode {
+            AuthMode::TrustedLocal => {
+                if self.client_ca_file.is_some() {
+                    return Err("--client-ca-file needs --auth-mode delegated".into());
+                }
+                if self.listen.ip().is_loopback() {
+                    Ok(None)
+                } else if self.allow_unauthenticated_remote {
+                    Ok(Some(format!(
+                        "--auth-mode trusted-local on {}: anyone who can reach it acts with watchmux's identity",
+                        self.listen
+                    )))
+                } else {
+                    Err(format!(
+                        "--auth-mode trusted-local does not authenticate clients, so it listens only on loopback \
+                         or a unix socket; {} is neither. Use --auth-mode delegated, or \
+                         --allow-unauthenticated-remote if every client may act as watchmux",
+                        self.listen
+                    ))
+                }
+            }
+            AuthMode::Delegated if self.tls_cert_file.is_none() && !self.listen.ip().is_loopback() => {
+                Ok(Some(format!(
+                    "--auth-mode delegated without TLS on {}: bearer tokens cross the network in clear",
+                    self.listen
+                )))
+            }
+            AuthMode::Delegated => Ok(None),
+        }
+    }
 }
 
 /// Parses `30s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
@@ -154,6 +250,33 @@ mod tests {
     fn tls_cert_requires_key() {
         assert!(Args::try_parse_from(["watchmux", "--tls-cert-file", "c.pem"]).is_err());
         assert!(Args::try_parse_from(["watchmux", "--tls-cert-file", "c", "--tls-private-key-file", "k"]).is_ok());
+    }
+
+    #[test]
+    fn trusted_local_stays_on_loopback_unless_told_otherwise() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["watchmux"];
+            argv.extend_from_slice(extra);
+            Args::try_parse_from(argv).unwrap()
+        };
+        assert_eq!(parse(&[]).check_trust(), Ok(None));
+        assert!(parse(&["--listen", "0.0.0.0:6443"]).check_trust().is_err());
+        let warned = parse(&["--listen", "0.0.0.0:6443", "--allow-unauthenticated-remote"]).check_trust();
+        assert!(warned.unwrap().unwrap().contains("watchmux's identity"));
+        assert_eq!(
+            parse(&["--listen", "0.0.0.0:6443", "--auth-mode", "delegated"]).check_trust().map(|w| w.is_some()),
+            Ok(true)
+        );
+        let mtls = ["--auth-mode", "delegated", "--listen", "0.0.0.0:6443", "--tls-cert-file", "c"];
+        let mut mtls = mtls.to_vec();
+        mtls.extend(["--tls-private-key-file", "k", "--client-ca-file", "ca"]);
+        assert_eq!(parse(&mtls).check_trust(), Ok(None));
+        assert!(
+            parse(&["--tls-cert-file", "c", "--tls-private-key-file", "k", "--client-ca-file", "ca"])
+                .check_trust()
+                .is_err()
+        );
+        assert!(!parse(&["--auth-mode", "delegated", "--anonymous-auth=false"]).anonymous_auth);
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! produces (Status errors), and [`metrics`] names everything it counts.
 //! [`cache`] answers LIST, GET and WATCH from one upstream list+watch per
 //! resource, with [`selector`] for label and field selectors. [`config`]
-//! holds the flags and kubeconfig loading.
+//! holds the flags and kubeconfig loading. [`auth`] authenticates and
+//! authorizes clients in delegated mode.
 
+pub mod auth;
 pub mod body;
 pub mod cache;
 pub mod config;
@@ -48,7 +50,31 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             slow_watcher_grace: args.slow_watcher_grace,
         },
     )?;
-    let opts = ServerOptions { shutdown_grace: args.shutdown_grace, metrics: Some(metrics), cache: Some(cache) };
+    match args.check_trust() {
+        Ok(None) => {}
+        Ok(Some(warning)) => tracing::warn!("{warning}"),
+        Err(refusal) => anyhow::bail!(refusal),
+    }
+    let delegated = (args.auth_mode == auth::AuthMode::Delegated).then_some(auth::DelegatedSettings {
+        anonymous: args.anonymous_auth,
+        token_ttl: args.authentication_token_cache_ttl,
+        token_negative_ttl: args.authentication_token_negative_cache_ttl,
+        authorized_ttl: args.authorization_cache_authorized_ttl,
+        unauthorized_ttl: args.authorization_cache_unauthorized_ttl,
+        cache_capacity: auth::CACHE_CAPACITY,
+    });
+    tracing::info!(mode = ?args.auth_mode, client_certificates = args.client_ca_file.is_some(), "client auth");
+    let opts = ServerOptions {
+        shutdown_grace: args.shutdown_grace,
+        metrics: Some(metrics),
+        cache: Some(cache),
+        delegated,
+        limits: server::Limits {
+            max_requests_inflight: args.max_requests_inflight,
+            max_connections: args.max_connections,
+            max_request_body_bytes: args.max_request_body_bytes,
+        },
+    };
     let server = Server::bind(&args, upstream, opts).await?;
     tracing::info!(admin = %server.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");
     server.serve(server::shutdown::signal()).await

@@ -63,6 +63,31 @@ pub const UPSTREAM_WATCH_RESTARTS: &str = "watchmux_upstream_watch_restarts_tota
 /// Upstream relists after the first, by resource and cause.
 pub const UPSTREAM_RELISTS: &str = "watchmux_upstream_relists_total";
 
+/// Requests refused by a limit before any work was done, by limit
+/// (`inflight` 429, `connections` 429, `body_size` 413).
+pub const REQUESTS_REJECTED: &str = "watchmux_requests_rejected_total";
+
+/// TokenReview and SubjectAccessReview requests sent upstream, by review and outcome.
+pub const AUTH_REVIEWS: &str = "watchmux_auth_reviews_total";
+/// How long each upstream review took.
+pub const AUTH_REVIEW_DURATION: &str = "watchmux_auth_review_duration_seconds";
+/// Authentication and authorization checks, by review and how the answer was found (hit, miss, coalesced, error).
+pub const AUTH_CACHE_LOOKUPS: &str = "watchmux_auth_cache_lookups_total";
+/// Time a request spent in one check, cache lookup and review included.
+pub const AUTH_CHECK_DURATION: &str = "watchmux_auth_check_duration_seconds";
+/// Authenticated requests, by method (x509, token, anonymous).
+pub const AUTH_AUTHENTICATED: &str = "watchmux_auth_authenticated_total";
+/// Requests answered 401, by reason.
+pub const AUTH_UNAUTHENTICATED: &str = "watchmux_auth_unauthenticated_total";
+/// Authorization decisions made by watchmux (reads it serves and impersonation), by result.
+pub const AUTH_AUTHORIZED: &str = "watchmux_auth_authorization_decisions_total";
+/// Requests refused because a review could not reach the upstream, by review.
+pub const AUTH_FAIL_CLOSED: &str = "watchmux_auth_fail_closed_total";
+
+/// Buckets for the auth checks: a cached answer takes microseconds.
+const AUTH_CHECK_BUCKETS: &[f64] =
+    &[0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0, 10.0];
+
 /// Latency buckets, in seconds, for every `_seconds` histogram: from 1 ms (a
 /// cached answer) to a minute (a slow upstream LIST).
 const LATENCY_BUCKETS: &[f64] =
@@ -73,6 +98,7 @@ const LATENCY_BUCKETS: &[f64] =
 /// Returns the handle the admin endpoint renders `/metrics` from.
 pub fn install() -> anyhow::Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(AUTH_CHECK_DURATION.into()), AUTH_CHECK_BUCKETS)?
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)?
         .upkeep_timeout(Duration::from_secs(5))
         .install_recorder()?;
@@ -81,6 +107,18 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
 }
 
 fn describe() {
+    describe_counter!(REQUESTS_REJECTED, "Requests refused by a limit before any work was done, by limit.");
+    describe_counter!(
+        AUTH_REVIEWS,
+        "TokenReview and SubjectAccessReview requests sent upstream, by review and outcome."
+    );
+    describe_histogram!(AUTH_REVIEW_DURATION, Unit::Seconds, "How long each upstream review took.");
+    describe_counter!(AUTH_CACHE_LOOKUPS, "Auth checks, by review and lookup (hit, miss, coalesced, error).");
+    describe_histogram!(AUTH_CHECK_DURATION, Unit::Seconds, "Time a request spent in one auth check.");
+    describe_counter!(AUTH_AUTHENTICATED, "Authenticated requests, by method.");
+    describe_counter!(AUTH_UNAUTHENTICATED, "Requests answered 401, by reason.");
+    describe_counter!(AUTH_AUTHORIZED, "Authorization decisions made by watchmux, by result.");
+    describe_counter!(AUTH_FAIL_CLOSED, "Requests refused because a review could not reach the upstream.");
     describe_counter!(PASSTHROUGH_REQUESTS, "Requests forwarded to the upstream API server, by verb and HTTP code.");
     describe_histogram!(
         PASSTHROUGH_DURATION,

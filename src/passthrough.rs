@@ -18,6 +18,7 @@ use metrics::{counter, gauge, histogram};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::user::UserInfo;
 use crate::body::{self, EndOnShutdown, ProxyBody};
 use crate::encode::status::Status;
 use crate::metrics as m;
@@ -25,10 +26,15 @@ use crate::request::RequestInfo;
 use crate::upstream::Upstream;
 
 /// What the proxy knows about the downstream connection a request came on.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 pub struct Peer {
     /// The client's address; `None` on a unix socket.
     pub addr: Option<SocketAddr>,
+    /// Who the client certificate verified during the TLS handshake says the
+    /// client is (only with `--client-ca-file`).
+    pub client_cert: Option<Arc<UserInfo>>,
+    /// The connection is over `--max-connections`: its requests get 429.
+    pub over_connection_limit: bool,
 }
 
 /// Forwards requests to the upstream.

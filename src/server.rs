@@ -2,6 +2,7 @@
 //! graceful shutdown that ties them together.
 
 pub mod admin;
+pub mod limits;
 pub mod listener;
 pub mod shutdown;
 pub mod tls;
@@ -14,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::server::graceful::GracefulShutdown;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -22,15 +23,19 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::reviews::ReviewClient;
+use crate::auth::{CallerGate, Delegated, DelegatedSettings, impersonation};
 use crate::body::ProxyBody;
 use crate::cache::registry::{CacheConfig, Registry};
-use crate::cache::serve::{CacheService, Served};
+use crate::cache::serve::{CacheService, Open, Served};
 use crate::config::Args;
+use crate::encode::status::{Status, StatusReason};
 use crate::passthrough::{Passthrough, Peer};
 use crate::request::RequestInfo;
 use crate::upstream::Upstream;
 use admin::AdminState;
-use listener::{AdminHandler, Handler};
+use limits::{ConnectionBudget, RequestLimits};
+use listener::{AdminHandler, Handler, Serving};
 
 /// Everything the server needs besides its listeners.
 pub struct ServerOptions {
@@ -38,6 +43,23 @@ pub struct ServerOptions {
     pub metrics: Option<PrometheusHandle>,
     /// What to cache; `None` passes everything through.
     pub cache: Option<CacheConfig>,
+    /// Delegated authentication and authorization; `None` is trusted-local.
+    pub delegated: Option<DelegatedSettings>,
+    pub limits: Limits,
+}
+
+/// The request and connection limits of the API listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_requests_inflight: usize,
+    pub max_connections: usize,
+    pub max_request_body_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { max_requests_inflight: 400, max_connections: 20_000, max_request_body_bytes: 3 * 1024 * 1024 }
+    }
 }
 
 /// Bound listeners, ready to serve.
@@ -50,21 +72,51 @@ pub struct Server {
     opts: ServerOptions,
 }
 
-/// The API service: reads the cache can answer are served from it,
-/// everything else passes through.
+/// The API service: limits first, then (in delegated mode) who the caller
+/// is; reads the cache can answer are served from it, everything else
+/// passes through.
 #[derive(Clone)]
 struct ApiHandler {
     passthrough: Passthrough,
     cache: Option<Arc<CacheService>>,
+    delegated: Option<Arc<Delegated>>,
+    limits: RequestLimits,
 }
 
 impl Handler for ApiHandler {
-    async fn handle(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
+    async fn handle(&self, mut req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
+        if peer.over_connection_limit {
+            return limits::too_many_requests("connections", true);
+        }
         let info = RequestInfo::classify(req.method(), req.uri());
+        let _admitted = match self.limits.admit(&info, req.headers()) {
+            Ok(admitted) => admitted,
+            Err(refused) => return *refused,
+        };
+        let Some(delegated) = &self.delegated else {
+            if let Some(cache) = &self.cache {
+                if let Served::Response(resp) = cache.serve(req.method(), req.uri(), req.headers(), &info, &Open).await
+                {
+                    return resp;
+                }
+            }
+            return self.passthrough.forward(req, peer, &info).await;
+        };
+
+        let caller = match delegated.caller(req.headers(), &peer).await {
+            Ok(caller) => caller,
+            Err(refused) => return *refused,
+        };
         if let Some(cache) = &self.cache {
-            if let Served::Response(resp) = cache.serve(req.method(), req.uri(), req.headers(), &info).await {
+            let gate = CallerGate { auth: delegated, caller: &caller };
+            if let Served::Response(resp) = cache.serve(req.method(), req.uri(), req.headers(), &info, &gate).await {
                 return resp;
             }
+        }
+        if let Err(err) = impersonation::impersonate(req.headers_mut(), &caller) {
+            tracing::warn!(error = %err, user = %caller.name, "cannot pass the caller on to the upstream");
+            return Status::new(StatusCode::INTERNAL_SERVER_ERROR, StatusReason::InternalError, err.to_string())
+                .into_response();
         }
         self.passthrough.forward(req, peer, &info).await
     }
@@ -76,7 +128,7 @@ impl Server {
     pub async fn bind(args: &Args, upstream: Arc<Upstream>, opts: ServerOptions) -> anyhow::Result<Self> {
         let api = TcpListener::bind(args.listen).await.with_context(|| format!("binding --listen {}", args.listen))?;
         let api_tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
-            (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+            (Some(cert), Some(key)) => Some(tls::acceptor(cert, key, args.client_ca_file.as_deref())?),
             _ => None,
         };
         let api_unix = match &args.listen_unix {
@@ -120,8 +172,17 @@ impl Server {
             }
             Arc::new(CacheService::new(registry, streams_stop.clone()))
         });
-        let api_handler =
-            ApiHandler { passthrough: Passthrough::new(upstream.clone(), streams_stop.clone()), cache: cache.clone() };
+        let delegated = opts
+            .delegated
+            .clone()
+            .map(|settings| Arc::new(Delegated::new(ReviewClient::new(upstream.clone()), settings)));
+        let api_handler = ApiHandler {
+            passthrough: Passthrough::new(upstream.clone(), streams_stop.clone()),
+            cache: cache.clone(),
+            delegated,
+            limits: RequestLimits::new(opts.limits.max_requests_inflight, opts.limits.max_request_body_bytes),
+        };
+        let budget = ConnectionBudget::new(opts.limits.max_connections);
         let admin_state = Arc::new(AdminState {
             upstream: upstream.clone(),
             metrics: opts.metrics.clone(),
@@ -135,8 +196,15 @@ impl Server {
             let stop = background_stop.clone();
             let builder = builder.clone();
             async move {
-                listener::accept_tcp(admin, "admin", None, &builder, &admin_graceful, AdminHandler(admin_state), stop)
-                    .await;
+                let serving = Serving {
+                    name: "admin",
+                    builder: &builder,
+                    graceful: &admin_graceful,
+                    handler: AdminHandler(admin_state),
+                    budget: None,
+                    stop,
+                };
+                listener::accept_tcp(admin, None, serving).await;
             }
         };
         let admin_task = tokio::spawn(admin_task);
@@ -144,20 +212,19 @@ impl Server {
         tracing::info!(addr = %api.local_addr()?, tls = api_tls.is_some(), "serving the API");
         let unix_path = api_unix.as_ref().map(|(_, p)| p.clone());
         let accepting = async {
-            let tcp = listener::accept_tcp(
-                api,
-                "api",
-                api_tls,
-                &builder,
-                &graceful,
-                api_handler.clone(),
-                accept_stop.clone(),
-            );
+            let serving = |name| Serving {
+                name,
+                builder: &builder,
+                graceful: &graceful,
+                handler: api_handler.clone(),
+                budget: Some(budget.clone()),
+                stop: accept_stop.clone(),
+            };
+            let tcp = listener::accept_tcp(api, api_tls, serving("api"));
             match api_unix {
                 Some((unix, path)) => {
                     tracing::info!(path = %path.display(), "serving the API on a unix socket");
-                    let unix =
-                        listener::accept_unix(unix, &builder, &graceful, api_handler.clone(), accept_stop.clone());
+                    let unix = listener::accept_unix(unix, serving("unix"));
                     tokio::join!(tcp, unix);
                 }
                 None => tcp.await,

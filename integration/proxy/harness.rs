@@ -95,10 +95,18 @@ pub async fn start_proxy(upstream: SocketAddr, extra: &[&str]) -> Proxy {
     let args = <Args as clap::Parser>::try_parse_from(argv).unwrap();
     let cfg = watchmux::config::kubeconfig::resolve(args.kubeconfig.as_deref(), None).unwrap();
     let up = Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap());
-    let server =
-        Server::bind(&args, up, ServerOptions { shutdown_grace: args.shutdown_grace, metrics: None, cache: None })
-            .await
-            .unwrap();
+    let opts = ServerOptions {
+        shutdown_grace: args.shutdown_grace,
+        metrics: None,
+        cache: None,
+        delegated: None,
+        limits: watchmux::server::Limits {
+            max_requests_inflight: args.max_requests_inflight,
+            max_connections: args.max_connections,
+            max_request_body_bytes: args.max_request_body_bytes,
+        },
+    };
+    let server = Server::bind(&args, up, opts).await.unwrap();
     let (addr, admin) = (server.api_addr(), server.admin_addr());
     let (stop, stopped) = oneshot::channel::<()>();
     let done = tokio::spawn(server.serve(async {

@@ -6,6 +6,7 @@
 //! why), so that the upstream gives its own, exact answer. Bad input is in
 //! that second group: the API server's error is by definition the right one.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ use super::params::{ReadParams, Rv, RvMatch};
 use super::registry::{NotCached, Registry};
 use super::resource::{ResourceCache, StartAt};
 use super::stream::{StreamOptions, WatchStream};
-use crate::body::{self, Chunk, ProxyBody};
+use crate::body::{self, Chunk, ProxyBody, Refusal};
 use crate::encode::negotiate::{ContentVariant, Endpoint, Negotiation, negotiate};
 use crate::encode::status::{Status, StatusReason};
 use crate::metrics as m;
@@ -45,6 +46,28 @@ pub enum Served {
     Passthrough(&'static str),
 }
 
+/// The last say before the cache answers: delegated auth authorizes the
+/// caller here, once the cache knows it will answer and before any byte of
+/// the answer exists. Requests that pass through are left to the API server.
+pub trait ReadGate: Sync {
+    /// `Err` carries the response to send instead (a 403).
+    fn admit(
+        &self,
+        info: &RequestInfo,
+        label_selector: &str,
+        field_selector: &str,
+    ) -> impl Future<Output = Result<(), Refusal>> + Send;
+}
+
+/// No gate: trusted-local mode, where every client is watchmux itself.
+pub struct Open;
+
+impl ReadGate for Open {
+    async fn admit(&self, _: &RequestInfo, _: &str, _: &str) -> Result<(), Refusal> {
+        Ok(())
+    }
+}
+
 /// The read path in front of the registry.
 pub struct CacheService {
     registry: Arc<Registry>,
@@ -62,8 +85,15 @@ impl CacheService {
     }
 
     /// Serves a request from the cache, or says why it must pass through.
-    pub async fn serve(&self, method: &Method, uri: &Uri, headers: &HeaderMap, info: &RequestInfo) -> Served {
-        let served = self.try_serve(method, uri, headers, info).await;
+    pub async fn serve(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        info: &RequestInfo,
+        gate: &impl ReadGate,
+    ) -> Served {
+        let served = self.try_serve(method, uri, headers, info, gate).await;
         if let Served::Passthrough(reason) = &served {
             if *reason != "not_a_read" {
                 metrics::counter!(m::PASSTHROUGH_REASONS, "reason" => *reason).increment(1);
@@ -72,7 +102,14 @@ impl CacheService {
         served
     }
 
-    async fn try_serve(&self, method: &Method, uri: &Uri, headers: &HeaderMap, info: &RequestInfo) -> Served {
+    async fn try_serve(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        info: &RequestInfo,
+        gate: &impl ReadGate,
+    ) -> Served {
         let arrival = Instant::now();
         let endpoint = match info.verb {
             Some(Verb::Get) => Endpoint::Get,
@@ -139,20 +176,16 @@ impl CacheService {
         let filter = Filter::new(namespace, name, labels, field_sel);
         let scoped = !cache.scope.is_everything();
         let request_in_scope = filter.labels.implies(&cache.scope.labels) && filter.fields.implies(&cache.scope.fields);
+        if scoped && !request_in_scope && endpoint != Endpoint::Get {
+            return Served::Passthrough("outside_scope");
+        }
+        if let Err(denied) = gate.admit(info, &params.label_selector, &params.field_selector).await {
+            return Served::Response(*denied);
+        }
 
         match endpoint {
-            Endpoint::Watch => {
-                if scoped && !request_in_scope {
-                    return Served::Passthrough("outside_scope");
-                }
-                self.watch(cache, filter, params, variant, arrival).await
-            }
-            Endpoint::List => {
-                if scoped && !request_in_scope {
-                    return Served::Passthrough("outside_scope");
-                }
-                self.list(cache, filter, params, variant, arrival).await
-            }
+            Endpoint::Watch => self.watch(cache, filter, params, variant, arrival).await,
+            Endpoint::List => self.list(cache, filter, params, variant, arrival).await,
             Endpoint::Get => self.get(cache, filter, params, variant, scoped, arrival).await,
         }
     }

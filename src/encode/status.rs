@@ -20,6 +20,8 @@ pub enum StatusReason {
     NotAcceptable,
     RequestEntityTooLarge,
     TooManyRequests,
+    Unauthorized,
+    Forbidden,
     InternalError,
     ServiceUnavailable,
     Timeout,
@@ -36,6 +38,8 @@ impl StatusReason {
             Self::NotAcceptable => "NotAcceptable",
             Self::RequestEntityTooLarge => "RequestEntityTooLarge",
             Self::TooManyRequests => "TooManyRequests",
+            Self::Unauthorized => "Unauthorized",
+            Self::Forbidden => "Forbidden",
             Self::InternalError => "InternalError",
             Self::ServiceUnavailable => "ServiceUnavailable",
             Self::Timeout => "Timeout",
@@ -55,11 +59,14 @@ pub struct Status {
     pub details: Option<Map<String, Value>>,
     /// Seconds for a `Retry-After` header and `details.retryAfterSeconds`.
     pub retry_after_seconds: Option<u32>,
+    /// Send `X-Content-Type-Options: nosniff`, as the API server does with
+    /// the errors its filters write (403 among them).
+    pub nosniff: bool,
 }
 
 impl Status {
     pub fn new(code: StatusCode, reason: StatusReason, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: None, retry_after_seconds: None }
+        Self { code, reason, message: message.into(), details: None, retry_after_seconds: None, nosniff: false }
     }
 
     /// The answer when the upstream API server cannot be reached.
@@ -110,6 +117,9 @@ impl Status {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
         if let Some(secs) = self.retry_after_seconds {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.nosniff {
+            headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
         }
         resp
     }

@@ -23,6 +23,8 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use super::limits::ConnectionBudget;
+use crate::auth::user::UserInfo;
 use crate::body::ProxyBody;
 use crate::metrics as m;
 use crate::passthrough::Peer;
@@ -62,16 +64,20 @@ pub trait Handler: Clone + Send + Sync + 'static {
     fn handle(&self, req: Request<Incoming>, peer: Peer) -> impl Future<Output = Response<ProxyBody>> + Send;
 }
 
+/// Where an accept loop serves its connections, and what it counts them against.
+pub struct Serving<'a, H> {
+    pub name: &'static str,
+    pub builder: &'a auto::Builder<TokioExecutor>,
+    pub graceful: &'a GracefulShutdown,
+    pub handler: H,
+    /// `--max-connections`; `None` for the admin listener.
+    pub budget: Option<Arc<ConnectionBudget>>,
+    pub stop: CancellationToken,
+}
+
 /// Accepts TCP connections until `stop` is cancelled.
-pub async fn accept_tcp<H: Handler>(
-    listener: TcpListener,
-    name: &'static str,
-    tls: Option<TlsAcceptor>,
-    builder: &auto::Builder<TokioExecutor>,
-    graceful: &GracefulShutdown,
-    handler: H,
-    stop: CancellationToken,
-) {
+pub async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAcceptor>, serving: Serving<'_, H>) {
+    let Serving { name, builder, graceful, handler, budget, stop } = serving;
     loop {
         let (stream, addr) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -86,7 +92,12 @@ pub async fn accept_tcp<H: Handler>(
             },
         };
         let _ = stream.set_nodelay(true);
-        let peer = Peer { addr: Some(addr) };
+        let slot = budget.as_ref().map(ConnectionBudget::open);
+        let peer = Peer {
+            addr: Some(addr),
+            client_cert: None,
+            over_connection_limit: slot.as_ref().is_some_and(|s| !s.within),
+        };
         let watcher = graceful.watcher();
         let builder = builder.clone();
         let handler = handler.clone();
@@ -95,10 +106,14 @@ pub async fn accept_tcp<H: Handler>(
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let _open = OpenConnection::new(name);
+                let _slot = slot;
                 match tls {
                     Some(acceptor) => {
                         match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                            Ok(Ok(tls_stream)) => serve(tls_stream, peer, name, &builder, watcher, handler).await,
+                            Ok(Ok(tls_stream)) => {
+                                let peer = Peer { client_cert: client_identity(&tls_stream), ..peer };
+                                serve(tls_stream, peer, name, &builder, watcher, handler).await
+                            }
                             Ok(Err(err)) => connection_error(name, "tls", &err),
                             Err(_) => connection_error(name, "tls", &"handshake timed out"),
                         }
@@ -112,13 +127,8 @@ pub async fn accept_tcp<H: Handler>(
 }
 
 /// Accepts unix-socket connections until `stop` is cancelled.
-pub async fn accept_unix<H: Handler>(
-    listener: UnixListener,
-    builder: &auto::Builder<TokioExecutor>,
-    graceful: &GracefulShutdown,
-    handler: H,
-    stop: CancellationToken,
-) {
+pub async fn accept_unix<H: Handler>(listener: UnixListener, serving: Serving<'_, H>) {
+    let Serving { name: _, builder, graceful, handler, budget, stop } = serving;
     const NAME: &str = "unix";
     loop {
         let stream = tokio::select! {
@@ -135,9 +145,12 @@ pub async fn accept_unix<H: Handler>(
         let watcher = graceful.watcher();
         let builder = builder.clone();
         let handler = handler.clone();
+        let slot = budget.as_ref().map(ConnectionBudget::open);
+        let peer = Peer { over_connection_limit: slot.as_ref().is_some_and(|s| !s.within), ..Peer::default() };
         tokio::spawn(async move {
             let _open = OpenConnection::new(NAME);
-            serve(stream, Peer { addr: None }, NAME, &builder, watcher, handler).await;
+            let _slot = slot;
+            serve(stream, peer, NAME, &builder, watcher, handler).await;
         });
     }
 }
@@ -155,12 +168,21 @@ async fn serve<I, H>(
 {
     let service = service_fn(move |req| {
         let handler = handler.clone();
+        let peer = peer.clone();
         async move { Ok::<_, Infallible>(handler.handle(req, peer).await) }
     });
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     if let Err(err) = watcher.watch(conn.into_owned()).await {
         connection_error(name, "http", &*err);
     }
+}
+
+/// The identity of a verified client certificate. rustls has verified the
+/// chain against `--client-ca-file` by the time the handshake completes, so
+/// any certificate present here is trusted.
+fn client_identity<I>(tls: &tokio_rustls::server::TlsStream<I>) -> Option<Arc<UserInfo>> {
+    let leaf = tls.get_ref().1.peer_certificates()?.first()?;
+    crate::auth::cert::identity(leaf).map(Arc::new)
 }
 
 /// Bad input from one client is expected, not actionable: logged at debug

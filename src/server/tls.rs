@@ -25,11 +25,16 @@ pub enum ServingTlsError {
         #[source]
         source: rustls::pki_types::pem::Error,
     },
+    #[error(transparent)]
+    ClientCa(#[from] crate::auth::cert::ClientCaError),
     #[error("building the TLS server configuration")]
     Build(#[source] rustls::Error),
 }
 
-pub fn acceptor(cert_file: &Path, key_file: &Path) -> Result<TlsAcceptor, ServingTlsError> {
+/// The acceptor for the API listener. With `client_ca`, client certificates
+/// are requested and verified against it (clients without one may still
+/// use a bearer token).
+pub fn acceptor(cert_file: &Path, key_file: &Path, client_ca: Option<&Path>) -> Result<TlsAcceptor, ServingTlsError> {
     let cert_path = cert_file.display().to_string();
     let chain = CertificateDer::pem_file_iter(cert_file)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
@@ -39,12 +44,14 @@ pub fn acceptor(cert_file: &Path, key_file: &Path) -> Result<TlsAcceptor, Servin
     }
     let key = PrivateKeyDer::from_pem_file(key_file)
         .map_err(|source| ServingTlsError::Key { path: key_file.display().to_string(), source })?;
-    let mut config = ServerConfig::builder_with_provider(crate::upstream::tls::provider())
+    let builder = ServerConfig::builder_with_provider(crate::upstream::tls::provider())
         .with_safe_default_protocol_versions()
-        .map_err(ServingTlsError::Build)?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
         .map_err(ServingTlsError::Build)?;
+    let builder = match client_ca {
+        Some(ca) => builder.with_client_cert_verifier(crate::auth::cert::verifier(ca)?),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(chain, key).map_err(ServingTlsError::Build)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }

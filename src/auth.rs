@@ -1,0 +1,356 @@
+//! Who is asking, and may they: nobody reads through watchmux what they could
+//! not read from kube-apiserver directly.
+//!
+//! Two modes (`--auth-mode`):
+//!
+//! - `trusted-local` (the default, the sidecar case): one pod, one identity.
+//!   Clients are not authenticated and everything is done with watchmux's own
+//!   credentials, so the listener must be loopback or a unix socket unless
+//!   `--allow-unauthenticated-remote` says otherwise.
+//! - `delegated` (node-local and shared proxies): every request is
+//!   authenticated (a client certificate verified against `--client-ca-file`,
+//!   or a bearer token checked with a TokenReview), and
+//!   - a read the cache answers is authorized first with a
+//!     SubjectAccessReview carrying the caller and the request's attributes,
+//!     selectors included;
+//!   - a request that passes through goes upstream with impersonation of the
+//!     caller, so the API server decides with the caller's own rights.
+//!
+//! Reviews are cached with the API server's webhook TTLs (shorter for a "no")
+//! and bounded in number; concurrent identical reviews share one request.
+//! When the upstream cannot be reached, cached answers serve until they
+//! expire and new questions are refused (fail closed), counted in
+//! `watchmux_auth_fail_closed_total`.
+
+pub mod cert;
+pub mod impersonation;
+pub mod review_cache;
+pub mod reviews;
+pub mod user;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, StatusCode, header};
+use metrics::{counter, histogram};
+use tokio::time::Instant;
+
+use crate::body::Refusal;
+use crate::cache::serve::ReadGate;
+use crate::encode::status::{Status, StatusReason};
+use crate::metrics as m;
+use crate::passthrough::Peer;
+use crate::request::RequestInfo;
+use review_cache::{Lookup, ReviewCache};
+use reviews::{Decision, ResourceAttributes, ReviewClient, ReviewError};
+use user::UserInfo;
+
+/// How downstream clients are trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    /// Clients are not authenticated; watchmux acts with its own identity.
+    TrustedLocal,
+    /// Clients are authenticated and authorized by the upstream API server.
+    Delegated,
+}
+
+/// Delegated mode's settings, from the flags.
+#[derive(Debug, Clone)]
+pub struct DelegatedSettings {
+    /// Requests without credentials act as `system:anonymous` (the API
+    /// server's own default) instead of getting 401.
+    pub anonymous: bool,
+    pub token_ttl: Duration,
+    pub token_negative_ttl: Duration,
+    pub authorized_ttl: Duration,
+    pub unauthorized_ttl: Duration,
+    /// Entries each cache may hold.
+    pub cache_capacity: usize,
+}
+
+/// Entries each review cache holds at most (tokens, decisions). An entry
+/// is a few hundred bytes.
+pub const CACHE_CAPACITY: usize = 32_768;
+
+/// A request's authenticated caller.
+pub type Caller = Arc<UserInfo>;
+
+/// The key of a token's cache entry: its SHA-256, so tokens themselves are
+/// never kept.
+type TokenKey = [u8; 32];
+
+/// Delegated authentication and authorization.
+pub struct Delegated {
+    reviews: ReviewClient,
+    tokens: ReviewCache<TokenKey, Option<Caller>>,
+    decisions: ReviewCache<(Caller, ResourceAttributes), Decision>,
+    settings: DelegatedSettings,
+}
+
+impl Delegated {
+    pub fn new(reviews: ReviewClient, settings: DelegatedSettings) -> Self {
+        Self {
+            reviews,
+            tokens: ReviewCache::new(settings.cache_capacity),
+            decisions: ReviewCache::new(settings.cache_capacity),
+            settings,
+        }
+    }
+
+    /// Authenticates a request and applies any impersonation it asks for:
+    /// the identity to act as, or the error response to send.
+    pub async fn caller(&self, headers: &HeaderMap, peer: &Peer) -> Result<Caller, Refusal> {
+        let requestor = self.authenticate(headers, peer).await?;
+        let wanted = match impersonation::requested(headers) {
+            Ok(None) => return Ok(requestor),
+            Ok(Some(wanted)) => wanted,
+            Err(bad_request) => return Err(Box::new(bad_request.into_response())),
+        };
+        for check in impersonation::checks(&wanted) {
+            self.authorize(&requestor, check).await?;
+        }
+        Ok(Arc::new(impersonation::resolve(wanted)))
+    }
+
+    /// Who the request is from, by the API server's order: a verified client
+    /// certificate, then a bearer token, then anonymous if allowed.
+    async fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<Caller, Refusal> {
+        if let Some(user) = &peer.client_cert {
+            counter!(m::AUTH_AUTHENTICATED, "method" => "x509").increment(1);
+            return Ok(user.clone());
+        }
+        match bearer_token(headers) {
+            Some(token) => self.authenticate_token(token).await,
+            None if self.settings.anonymous => {
+                counter!(m::AUTH_AUTHENTICATED, "method" => "anonymous").increment(1);
+                Ok(Arc::new(UserInfo::anonymous()))
+            }
+            None => Err(unauthorized("no credentials")),
+        }
+    }
+
+    async fn authenticate_token(&self, token: &str) -> Result<Caller, Refusal> {
+        if token.is_empty() {
+            return Err(unauthorized("empty bearer token"));
+        }
+        let key: TokenKey = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
+            .as_ref()
+            .try_into()
+            .expect("SHA-256 is 32 bytes");
+        let expiry = jwt_expiry(token);
+        let (positive, negative) = (self.settings.token_ttl, self.settings.token_negative_ttl);
+        let started = Instant::now();
+        let looked_up = self
+            .tokens
+            .get_or_review(
+                &key,
+                |user| match user {
+                    // A token is not trusted past its own expiry.
+                    Some(_) => expiry.map_or(positive, |left| left.min(positive)),
+                    None => negative,
+                },
+                || async { Ok::<_, ReviewError>(self.reviews.token(token).await?.map(Arc::new)) },
+            )
+            .await;
+        record_check("token", started, looked_up.as_ref().map(|(_, l)| *l).ok());
+        match looked_up {
+            Ok((Some(user), _)) => {
+                counter!(m::AUTH_AUTHENTICATED, "method" => "token").increment(1);
+                Ok(user)
+            }
+            Ok((None, _)) => Err(unauthorized("token rejected")),
+            Err(err) => {
+                counter!(m::AUTH_FAIL_CLOSED, "review" => "token").increment(1);
+                tracing::warn!(error = %err, "cannot review a token; refusing it");
+                Err(unauthorized("token review failed"))
+            }
+        }
+    }
+
+    /// Allows `caller` to do what `attrs` describe, or answers the API
+    /// server's 403.
+    pub async fn authorize(&self, caller: &Caller, attrs: ResourceAttributes) -> Result<(), Refusal> {
+        let key = (caller.clone(), attrs);
+        let (allowed_ttl, denied_ttl) = (self.settings.authorized_ttl, self.settings.unauthorized_ttl);
+        let started = Instant::now();
+        let looked_up = self
+            .decisions
+            .get_or_review(
+                &key,
+                |d| if d.allowed { allowed_ttl } else { denied_ttl },
+                || self.reviews.access(caller, &key.1),
+            )
+            .await;
+        record_check("access", started, looked_up.as_ref().map(|(_, l)| *l).ok());
+        let (decision, attrs) = match looked_up {
+            Ok((decision, _)) => (decision, &key.1),
+            Err(err) => {
+                counter!(m::AUTH_FAIL_CLOSED, "review" => "access").increment(1);
+                tracing::warn!(error = %err, "cannot review access; refusing the request");
+                let reason = format!("watchmux could not confirm access with the API server: {err}");
+                (Decision { allowed: false, reason }, &key.1)
+            }
+        };
+        let result = if decision.allowed { "allowed" } else { "denied" };
+        counter!(m::AUTH_AUTHORIZED, "result" => result).increment(1);
+        if decision.allowed {
+            Ok(())
+        } else {
+            Err(Box::new(forbidden(&caller.name, attrs, &decision.reason).into_response()))
+        }
+    }
+}
+
+/// The cache's gate for one caller: every read the cache would answer is
+/// first put to a SubjectAccessReview.
+pub struct CallerGate<'a> {
+    pub auth: &'a Delegated,
+    pub caller: &'a Caller,
+}
+
+impl ReadGate for CallerGate<'_> {
+    async fn admit(&self, info: &RequestInfo, labels: &str, fields: &str) -> Result<(), Refusal> {
+        self.auth.authorize(self.caller, ResourceAttributes::of_read(info, labels, fields)).await
+    }
+}
+
+fn record_check(review: &'static str, started: Instant, lookup: Option<Lookup>) {
+    let lookup = lookup.map_or("error", Lookup::as_str);
+    counter!(m::AUTH_CACHE_LOOKUPS, "review" => review, "lookup" => lookup).increment(1);
+    histogram!(m::AUTH_CHECK_DURATION, "review" => review, "lookup" => lookup).record(started.elapsed().as_secs_f64());
+}
+
+/// The bearer token of an `Authorization` header, by the API server's
+/// parsing: scheme case-insensitive, the token up to the next space.
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let mut parts = value.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+}
+
+/// How long a JWT has left by its `exp` claim (unverified: the TokenReview
+/// verifies; this only keeps the cache from outliving the token).
+fn jwt_expiry(token: &str) -> Option<Duration> {
+    use base64::Engine as _;
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+    let exp = serde_json::from_slice::<serde_json::Value>(&bytes).ok()?.get("exp")?.as_u64()?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+    Some(Duration::from_secs(exp.saturating_sub(now)))
+}
+
+/// The API server's 401: the same body whatever went wrong (the reason is
+/// for watchmux's debug log only).
+fn unauthorized(why: &'static str) -> Refusal {
+    counter!(m::AUTH_UNAUTHENTICATED, "reason" => why).increment(1);
+    tracing::debug!(reason = why, "unauthenticated request");
+    Box::new(Status::new(StatusCode::UNAUTHORIZED, StatusReason::Unauthorized, "Unauthorized").into_response())
+}
+
+/// The API server's 403 for a resource request, message and details alike.
+pub fn forbidden(user: &str, attrs: &ResourceAttributes, reason: &str) -> Status {
+    let mut resource = attrs.resource.clone();
+    if !attrs.subresource.is_empty() {
+        resource = format!("{resource}/{}", attrs.subresource);
+    }
+    let scope = if attrs.namespace.is_empty() {
+        "at the cluster scope".to_owned()
+    } else {
+        format!("in the namespace {:?}", attrs.namespace)
+    };
+    let what = sanitize(&format!(
+        "User {user:?} cannot {} resource {resource:?} in API group {:?} {scope}",
+        attrs.verb, attrs.group
+    ));
+    let why = if reason.is_empty() { what } else { format!("{what}: {reason}") };
+    let qualified =
+        if attrs.group.is_empty() { attrs.resource.clone() } else { format!("{}.{}", attrs.resource, attrs.group) };
+    let message = if attrs.name.is_empty() {
+        format!("{qualified} is forbidden: {why}")
+    } else {
+        format!("{qualified} {:?} is forbidden: {why}", attrs.name)
+    };
+    let mut details = serde_json::Map::new();
+    if !attrs.name.is_empty() {
+        details.insert("name".into(), attrs.name.clone().into());
+    }
+    if !attrs.group.is_empty() {
+        details.insert("group".into(), attrs.group.clone().into());
+    }
+    details.insert("kind".into(), attrs.resource.clone().into());
+    let mut status = Status::new(StatusCode::FORBIDDEN, StatusReason::Forbidden, message);
+    status.details = Some(details);
+    status.nosniff = true;
+    status
+}
+
+/// The API server escapes these in the part of a 403 message it builds.
+fn sanitize(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forbidden_messages_match_the_api_servers() {
+        let attrs = ResourceAttributes {
+            verb: "list".into(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+            namespace: "other".into(),
+            ..Default::default()
+        };
+        let s = forbidden("alice", &attrs, "");
+        assert_eq!(
+            s.message,
+            r#"configmaps is forbidden: User "alice" cannot list resource "configmaps" in API group "" in the namespace "other""#
+        );
+        let attrs = ResourceAttributes {
+            verb: "get".into(),
+            group: "apps".into(),
+            resource: "deployments".into(),
+            subresource: "scale".into(),
+            name: "web".into(),
+            ..Default::default()
+        };
+        let s = forbidden("system:node:n1", &attrs, "no relationship found between node 'n1' and this object");
+        assert_eq!(
+            s.message,
+            r#"deployments.apps "web" is forbidden: User "system:node:n1" cannot get resource "deployments/scale" in API group "apps" at the cluster scope: no relationship found between node 'n1' and this object"#
+        );
+        let v = s.to_json();
+        assert_eq!(v["details"], serde_json::json!({"name": "web", "group": "apps", "kind": "deployments"}));
+        assert_eq!(v["reason"], "Forbidden");
+        assert_eq!(v["code"], 403);
+    }
+
+    #[test]
+    fn bearer_tokens_are_parsed_like_the_api_server_does() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::AUTHORIZATION, v.parse().unwrap());
+            m
+        };
+        assert_eq!(bearer_token(&h("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&h("bearer abc extra")), Some("abc"));
+        assert_eq!(bearer_token(&h("Basic dXNlcjpwdw==")), None);
+        assert_eq!(bearer_token(&h("Bearer")), None);
+        assert_eq!(bearer_token(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn jwt_expiry_caps_the_cache() {
+        use base64::Engine as _;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!(r#"{{"exp":{}}}"#, now + 30));
+        let left = jwt_expiry(&format!("e30.{claims}.sig")).unwrap();
+        assert!(left <= Duration::from_secs(30) && left >= Duration::from_secs(28), "{left:?}");
+        assert_eq!(jwt_expiry("not-a-jwt"), None);
+        let expired = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"exp":1}"#);
+        assert_eq!(jwt_expiry(&format!("e30.{expired}.sig")), Some(Duration::ZERO));
+    }
+}

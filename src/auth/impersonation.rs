@@ -1,0 +1,334 @@
+//! Impersonation headers, both ways.
+//!
+//! Outgoing: in delegated mode a request that passes through goes upstream
+//! under watchmux's identity with `Impersonate-User`, `-Group`, `-Uid` and
+//! `-Extra-*` naming the caller, so the API server applies the caller's own
+//! rights. Whatever a client sent in those headers, and its credentials,
+//! never reach the upstream.
+//!
+//! Incoming: a client may itself ask to impersonate someone. watchmux
+//! honours that only after the checks of the API server's original
+//! ("legacy") impersonation mode pass as SubjectAccessReviews for the
+//! client: `impersonate` on the user (or service account), uid, each group
+//! and each extra value. The constrained impersonation modes of newer API
+//! servers (`impersonate:<mode>` verbs) are not evaluated, so a client
+//! allowed only by them is refused: watchmux may grant less than the API
+//! server would, never more.
+
+use std::collections::BTreeMap;
+
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+use super::reviews::ResourceAttributes;
+use super::user::{ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED, UserInfo};
+use crate::encode::status::{Status, StatusReason};
+
+pub const USER: &str = "impersonate-user";
+pub const GROUP: &str = "impersonate-group";
+pub const UID: &str = "impersonate-uid";
+pub const EXTRA_PREFIX: &str = "impersonate-extra-";
+
+/// What a client asked to become.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Wanted {
+    pub name: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// The impersonation a client's headers ask for, `None` without any; a 400
+/// Status when they name groups, a uid or extras but no user, as the API
+/// server answers.
+pub fn requested(headers: &HeaderMap) -> Result<Option<Wanted>, Status> {
+    let text = |v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
+    let mut wanted = Wanted {
+        name: headers.get(USER).map(text).unwrap_or_default(),
+        uid: headers.get(UID).map(text).unwrap_or_default(),
+        groups: headers.get_all(GROUP).iter().map(text).collect(),
+        extra: BTreeMap::new(),
+    };
+    let mut has_extra = false;
+    for (name, value) in headers {
+        if let Some(key) = name.as_str().strip_prefix(EXTRA_PREFIX) {
+            has_extra = true;
+            wanted.extra.entry(unescape_extra_key(key)).or_default().push(text(value));
+        }
+    }
+    if wanted.name.is_empty() {
+        if !wanted.uid.is_empty() || !wanted.groups.is_empty() || has_extra {
+            let message = format!("requested {} without impersonating a user name", go_syntax(&wanted));
+            return Err(Status::new(StatusCode::BAD_REQUEST, StatusReason::BadRequest, message));
+        }
+        return Ok(None);
+    }
+    Ok(Some(wanted))
+}
+
+/// True when the client sent any impersonation header.
+pub fn any_requested(headers: &HeaderMap) -> bool {
+    headers.keys().any(|k| is_impersonation_header(k.as_str()))
+}
+
+fn is_impersonation_header(name: &str) -> bool {
+    name == USER || name == GROUP || name == UID || name.starts_with(EXTRA_PREFIX)
+}
+
+/// The `impersonate` checks the API server's legacy mode makes, in its
+/// order: the user (or service account), the uid, each group, each extra value.
+pub fn checks(wanted: &Wanted) -> Vec<ResourceAttributes> {
+    let check = |group: &str, version: &str, resource: &str, name: &str| ResourceAttributes {
+        verb: "impersonate".into(),
+        group: group.into(),
+        version: version.into(),
+        resource: resource.into(),
+        name: name.into(),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    match service_account(&wanted.name) {
+        Some((namespace, name)) => {
+            let mut sa = check("", "v1", "serviceaccounts", name);
+            sa.namespace = namespace.into();
+            out.push(sa);
+        }
+        None => out.push(check("", "v1", "users", &wanted.name)),
+    }
+    if !wanted.uid.is_empty() {
+        out.push(check("authentication.k8s.io", "v1", "uids", &wanted.uid));
+    }
+    for group in &wanted.groups {
+        out.push(check("", "v1", "groups", group));
+    }
+    for (key, values) in &wanted.extra {
+        for value in values {
+            let mut extra = check("authentication.k8s.io", "v1", "userextras", value);
+            extra.subresource = key.clone();
+            out.push(extra);
+        }
+    }
+    out
+}
+
+/// The identity a permitted impersonation results in: a service account
+/// gets its groups when none were named, everyone gets
+/// `system:authenticated` (or the anonymous user `system:unauthenticated`).
+pub fn resolve(wanted: Wanted) -> UserInfo {
+    let mut groups = wanted.groups;
+    if groups.is_empty() {
+        if let Some((namespace, _)) = service_account(&wanted.name) {
+            groups = vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{namespace}")];
+        }
+    }
+    if wanted.name == ANONYMOUS {
+        if !groups.iter().any(|g| g == UNAUTHENTICATED) {
+            groups.push(UNAUTHENTICATED.into());
+        }
+    } else if !groups.iter().any(|g| g == AUTHENTICATED || g == UNAUTHENTICATED) {
+        groups.push(AUTHENTICATED.into());
+    }
+    UserInfo { name: wanted.name, uid: wanted.uid, groups, extra: wanted.extra }
+}
+
+/// `system:serviceaccount:<namespace>:<name>` split into its parts.
+fn service_account(user: &str) -> Option<(&str, &str)> {
+    let rest = user.strip_prefix("system:serviceaccount:")?;
+    let (namespace, name) = rest.split_once(':')?;
+    (!namespace.is_empty() && !name.is_empty() && !name.contains(':')).then_some((namespace, name))
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the identity cannot be sent as impersonation headers: {0}")]
+pub struct Unrepresentable(String);
+
+/// Replaces whatever identity headers the client sent with impersonation of
+/// `user`. The client's `Authorization` goes too (the upstream client sets
+/// watchmux's own).
+pub fn impersonate(headers: &mut HeaderMap, user: &UserInfo) -> Result<(), Unrepresentable> {
+    strip(headers);
+    let value = |s: &str| HeaderValue::from_str(s).map_err(|_| Unrepresentable(format!("{s:?}")));
+    headers.insert(USER, value(&user.name)?);
+    for group in &user.groups {
+        headers.append(GROUP, value(group)?);
+    }
+    if !user.uid.is_empty() {
+        headers.insert(UID, value(&user.uid)?);
+    }
+    for (key, values) in &user.extra {
+        let name = HeaderName::try_from(format!("{EXTRA_PREFIX}{}", escape_extra_key(key)))
+            .map_err(|_| Unrepresentable(format!("extra key {key:?}")))?;
+        for v in values {
+            headers.append(name.clone(), value(v)?);
+        }
+    }
+    Ok(())
+}
+
+/// Removes the client's credentials and impersonation headers.
+pub fn strip(headers: &mut HeaderMap) {
+    headers.remove(http::header::AUTHORIZATION);
+    let names: Vec<HeaderName> = headers.keys().filter(|k| is_impersonation_header(k.as_str())).cloned().collect();
+    for name in names {
+        headers.remove(name);
+    }
+}
+
+/// Extra keys may hold characters a header name cannot (`/` in
+/// `authentication.kubernetes.io/credential-id`): they are %-escaped, as
+/// client-go does, and the API server unescapes them.
+fn escape_extra_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        let token_char = b.is_ascii_alphanumeric() || b"!#$&'*+-.^_`|~".contains(&b);
+        if token_char {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The API server's reading of an extra key: lower case, %-unescaped (kept
+/// as sent when the escaping is malformed).
+fn unescape_extra_key(key: &str) -> String {
+    let key = key.to_ascii_lowercase();
+    let bytes = key.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+            match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                Some(b) => {
+                    out.push(b);
+                    i += 3;
+                    continue;
+                }
+                None => return key,
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or(key)
+}
+
+/// The wanted user in the Go syntax the API server's 400 message prints.
+fn go_syntax(w: &Wanted) -> String {
+    let strings = |v: &[String]| v.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
+    let groups =
+        if w.groups.is_empty() { "[]string(nil)".to_owned() } else { format!("[]string{{{}}}", strings(&w.groups)) };
+    let extra = if w.extra.is_empty() {
+        "map[string][]string(nil)".to_owned()
+    } else {
+        let entries: Vec<String> = w.extra.iter().map(|(k, v)| format!("{k:?}:[]string{{{}}}", strings(v))).collect();
+        format!("map[string][]string{{{}}}", entries.join(", "))
+    };
+    format!("&user.DefaultInfo{{Name:{:?}, UID:{:?}, Groups:{groups}, Extra:{extra}}}", w.name, w.uid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn no_headers_no_impersonation() {
+        assert_eq!(requested(&headers(&[("accept", "application/json")])).unwrap(), None);
+        assert!(!any_requested(&headers(&[("authorization", "Bearer x")])));
+    }
+
+    #[test]
+    fn groups_without_a_user_are_a_bad_request() {
+        let err = requested(&headers(&[("impersonate-group", "system:masters")])).unwrap_err();
+        assert_eq!(err.code, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            err.message,
+            r#"requested &user.DefaultInfo{Name:"", UID:"", Groups:[]string{"system:masters"}, Extra:map[string][]string(nil)} without impersonating a user name"#
+        );
+    }
+
+    #[test]
+    fn checks_follow_the_legacy_order() {
+        let wanted = requested(&headers(&[
+            ("impersonate-user", "system:serviceaccount:ns1:builder"),
+            ("impersonate-uid", "u-1"),
+            ("impersonate-group", "g1"),
+            ("impersonate-extra-scopes", "view"),
+            ("impersonate-extra-scopes", "edit"),
+        ]))
+        .unwrap()
+        .unwrap();
+        let got: Vec<_> = checks(&wanted)
+            .into_iter()
+            .map(|c| format!("{}/{}/{}/{}/{}", c.group, c.resource, c.subresource, c.namespace, c.name))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "/serviceaccounts//ns1/builder",
+                "authentication.k8s.io/uids///u-1",
+                "/groups///g1",
+                "authentication.k8s.io/userextras/scopes//view",
+                "authentication.k8s.io/userextras/scopes//edit",
+            ]
+        );
+    }
+
+    #[test]
+    fn resolved_identity_gets_the_api_servers_groups() {
+        let sa = resolve(Wanted { name: "system:serviceaccount:ns1:b".into(), ..Default::default() });
+        assert_eq!(sa.groups, ["system:serviceaccounts", "system:serviceaccounts:ns1", AUTHENTICATED]);
+        let anon = resolve(Wanted { name: ANONYMOUS.into(), ..Default::default() });
+        assert_eq!(anon.groups, [UNAUTHENTICATED]);
+        let named = resolve(Wanted { name: "bob".into(), groups: vec!["dev".into()], ..Default::default() });
+        assert_eq!(named.groups, ["dev", AUTHENTICATED]);
+    }
+
+    #[test]
+    fn impersonation_replaces_client_identity_headers() {
+        let mut h = headers(&[
+            ("authorization", "Bearer client-token"),
+            ("impersonate-user", "someone-else"),
+            ("impersonate-extra-x", "y"),
+            ("accept", "application/json"),
+        ]);
+        let user = UserInfo {
+            name: "system:node:n1".into(),
+            uid: String::new(),
+            groups: vec!["system:nodes".into(), AUTHENTICATED.into()],
+            extra: [("authentication.kubernetes.io/credential-id".to_owned(), vec!["X509SHA256=ab".to_owned()])].into(),
+        };
+        impersonate(&mut h, &user).unwrap();
+        assert!(h.get("authorization").is_none());
+        assert!(h.get("impersonate-extra-x").is_none());
+        assert_eq!(h["impersonate-user"], "system:node:n1");
+        let groups: Vec<_> = h.get_all("impersonate-group").iter().collect();
+        assert_eq!(groups, ["system:nodes", AUTHENTICATED]);
+        assert_eq!(h["impersonate-extra-authentication.kubernetes.io%2Fcredential-id"], "X509SHA256=ab");
+        assert_eq!(h["accept"], "application/json");
+        // And it reads back as the same identity.
+        let back = resolve(requested(&h).unwrap().unwrap());
+        assert_eq!(back, user);
+    }
+
+    #[test]
+    fn values_a_header_cannot_carry_are_refused() {
+        let user = UserInfo { name: "bad\nname".into(), ..Default::default() };
+        assert!(impersonate(&mut HeaderMap::new(), &user).is_err());
+    }
+
+    #[test]
+    fn malformed_escapes_are_kept_as_sent() {
+        assert_eq!(unescape_extra_key("a%2Fb"), "a/b");
+        assert_eq!(unescape_extra_key("A%zz"), "a%zz");
+    }
+}

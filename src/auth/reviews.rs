@@ -1,0 +1,282 @@
+//! TokenReview and SubjectAccessReview requests to the upstream API server,
+//! made with watchmux's own identity. The API server answers them with the
+//! same authenticators and authorizers it applies to its own requests (the
+//! Node authorizer and selectors included), which is what makes a cached
+//! answer as strict as a direct one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use metrics::{counter, histogram};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use super::user::UserInfo;
+use crate::body;
+use crate::metrics as m;
+use crate::passthrough::error_chain;
+use crate::request::{RequestInfo, Verb};
+use crate::selector::FieldSelector;
+use crate::upstream::Upstream;
+
+/// How long one review may take before it counts as failed.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("the upstream did not answer: {0}")]
+    Unreachable(String),
+    #[error("the upstream did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the upstream answered {status}: {body}")]
+    Status { status: StatusCode, body: String },
+    #[error("the upstream's answer could not be decoded: {0}")]
+    Decode(String),
+}
+
+/// What a resource request asks to do, in the API server's authorizer terms.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceAttributes {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    pub verb: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    pub resource: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub subresource: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// The request's raw selectors; the API server parses them into the
+    /// requirements its authorizers see (the Node authorizer allows a
+    /// kubelet's pod watch only with `spec.nodeName=<its node>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field_selector: Option<RawSelector>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<RawSelector>,
+}
+
+impl ResourceAttributes {
+    /// The attributes kube-apiserver derives for a read (get, list, watch):
+    /// a list or watch narrowed to one name by `metadata.name=<name>` names
+    /// it, as the API server's request info does (the Node authorizer lets a
+    /// kubelet watch a secret only that way).
+    pub fn of_read(info: &RequestInfo, label_selector: &str, field_selector: &str) -> Self {
+        let mut name = info.name.clone().unwrap_or_default();
+        if name.is_empty() && matches!(info.verb, Some(Verb::List | Verb::Watch)) {
+            if let Ok(fields) = FieldSelector::parse(field_selector) {
+                if let Some(n) = fields.exact("metadata.name").filter(|n| is_path_segment_name(n)) {
+                    name = n.to_owned();
+                }
+            }
+        }
+        Self {
+            namespace: info.namespace.clone().unwrap_or_default(),
+            verb: info.verb_label().to_owned(),
+            group: info.api_group.clone(),
+            version: info.api_version.clone(),
+            resource: info.resource.clone(),
+            subresource: info.subresource.clone().unwrap_or_default(),
+            name,
+            field_selector: RawSelector::from_query(field_selector),
+            label_selector: RawSelector::from_query(label_selector),
+        }
+    }
+}
+
+/// A name that can stand in a URL path segment, by the API server's rule.
+fn is_path_segment_name(name: &str) -> bool {
+    name != "." && name != ".." && !name.contains(['/', '%'])
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawSelector {
+    pub raw_selector: String,
+}
+
+impl RawSelector {
+    /// `None` for an empty selector, which selects everything.
+    pub fn from_query(raw: &str) -> Option<Self> {
+        (!raw.is_empty()).then(|| Self { raw_selector: raw.to_owned() })
+    }
+}
+
+/// The API server's answer to a SubjectAccessReview.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// Why, as the authorizers put it; the 403 message ends with it.
+    pub reason: String,
+}
+
+/// Makes reviews against one upstream.
+#[derive(Clone)]
+pub struct ReviewClient {
+    upstream: Arc<Upstream>,
+}
+
+impl ReviewClient {
+    pub fn new(upstream: Arc<Upstream>) -> Self {
+        Self { upstream }
+    }
+
+    /// Who `token` belongs to, or `None` when the API server does not accept
+    /// it (unknown, expired, forged, or for another audience).
+    pub async fn token(&self, token: &str) -> Result<Option<UserInfo>, ReviewError> {
+        let body = serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        });
+        let review: TokenReview = self.post("token", TOKEN_REVIEWS, &body).await?;
+        let status = review.status.unwrap_or_default();
+        let user = status.user.unwrap_or_default();
+        if !status.authenticated || user.username.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(
+            UserInfo { name: user.username, uid: user.uid, groups: user.groups, extra: user.extra }
+                .with_authenticated_group(),
+        ))
+    }
+
+    /// May `user` do what `attrs` describe?
+    pub async fn access(&self, user: &UserInfo, attrs: &ResourceAttributes) -> Result<Decision, ReviewError> {
+        let body = serde_json::json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "resourceAttributes": attrs,
+                "user": user.name,
+                "groups": user.groups,
+                "extra": user.extra,
+                "uid": user.uid,
+            },
+        });
+        let review: AccessReview = self.post("access", ACCESS_REVIEWS, &body).await?;
+        let status = review.status.unwrap_or_default();
+        Ok(Decision { allowed: status.allowed && !status.denied, reason: status.reason })
+    }
+
+    async fn post<T: for<'de> Deserialize<'de>>(
+        &self,
+        kind: &'static str,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<T, ReviewError> {
+        let started = Instant::now();
+        let result = tokio::time::timeout(REVIEW_TIMEOUT, self.send(path, body)).await;
+        let result = result.unwrap_or(Err(ReviewError::Timeout(REVIEW_TIMEOUT)));
+        histogram!(m::AUTH_REVIEW_DURATION, "review" => kind).record(started.elapsed().as_secs_f64());
+        let outcome = if result.is_ok() { "answered" } else { "error" };
+        counter!(m::AUTH_REVIEWS, "review" => kind, "outcome" => outcome).increment(1);
+        let bytes = result?;
+        serde_json::from_slice(&bytes).map_err(|e| ReviewError::Decode(e.to_string()))
+    }
+
+    async fn send(&self, path: &str, body: &serde_json::Value) -> Result<bytes::Bytes, ReviewError> {
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json")
+            .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")))
+            .body(body::full(bytes::Bytes::from(body.to_string())))
+            .expect("valid request");
+        let resp = self.upstream.send(req).await.map_err(|e| ReviewError::Unreachable(error_chain(&e)))?;
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await.map_err(|e| ReviewError::Unreachable(e.to_string()))?.to_bytes();
+        if status != StatusCode::CREATED && status != StatusCode::OK {
+            let mut body = String::from_utf8_lossy(&bytes).into_owned();
+            body.truncate(512);
+            return Err(ReviewError::Status { status, body });
+        }
+        Ok(bytes)
+    }
+}
+
+#[derive(Deserialize)]
+struct TokenReview {
+    status: Option<TokenReviewStatus>,
+}
+
+#[derive(Deserialize, Default)]
+struct TokenReviewStatus {
+    #[serde(default)]
+    authenticated: bool,
+    user: Option<ReviewedUser>,
+}
+
+#[derive(Deserialize, Default)]
+struct ReviewedUser {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    uid: String,
+    #[serde(default)]
+    groups: Vec<String>,
+    #[serde(default)]
+    extra: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Deserialize)]
+struct AccessReview {
+    status: Option<AccessReviewStatus>,
+}
+
+#[derive(Deserialize, Default)]
+struct AccessReviewStatus {
+    #[serde(default)]
+    allowed: bool,
+    #[serde(default)]
+    denied: bool,
+    #[serde(default)]
+    reason: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_by_metadata_name_names_the_object() {
+        let info = RequestInfo::classify(
+            &http::Method::GET,
+            &"/api/v1/namespaces/ns1/secrets?watch=1&fieldSelector=metadata.name%3Ds1".parse().unwrap(),
+        );
+        let attrs = ResourceAttributes::of_read(&info, "", "metadata.name=s1");
+        assert_eq!((attrs.verb.as_str(), attrs.name.as_str(), attrs.namespace.as_str()), ("watch", "s1", "ns1"));
+        let attrs = ResourceAttributes::of_read(&info, "", "metadata.name!=s1");
+        assert_eq!(attrs.name, "");
+        let attrs = ResourceAttributes::of_read(&info, "", "metadata.name=a/b");
+        assert_eq!(attrs.name, "");
+    }
+
+    #[test]
+    fn resource_attributes_serialize_as_the_api_expects() {
+        let attrs = ResourceAttributes {
+            verb: "watch".into(),
+            version: "v1".into(),
+            resource: "pods".into(),
+            field_selector: RawSelector::from_query("spec.nodeName=n1"),
+            label_selector: RawSelector::from_query(""),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&attrs).unwrap(),
+            serde_json::json!({
+                "verb": "watch", "version": "v1", "resource": "pods",
+                "fieldSelector": {"rawSelector": "spec.nodeName=n1"},
+            })
+        );
+    }
+}
