@@ -109,7 +109,7 @@ impl Status {
     /// The Status as a complete HTTP response with a JSON body.
     pub fn into_response(self) -> Response<ProxyBody> {
         // The API server's encoder ends the body with a newline.
-        let bytes = Bytes::from(self.to_json().to_string() + "\n");
+        let bytes = Bytes::from(go_json_escape(&self.to_json().to_string()) + "\n");
         let mut resp = Response::new(body::full(bytes));
         *resp.status_mut() = self.code;
         let headers = resp.headers_mut();
@@ -123,6 +123,22 @@ impl Status {
         }
         resp
     }
+}
+
+/// Go's encoding/json escapes `&`, `<`, `>` and the line and paragraph
+/// separators inside strings; the API server's errors are written with it,
+/// so a message with `&` must read `\u0026` to be the same bytes. None of
+/// these characters can occur outside a string in JSON, so replacing them
+/// everywhere is exact.
+fn go_json_escape(json: &str) -> String {
+    if !json.contains(['&', '<', '>', '\u{2028}', '\u{2029}']) {
+        return json.to_owned();
+    }
+    json.replace('&', "\\u0026")
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
 }
 
 #[cfg(test)]
@@ -145,6 +161,16 @@ mod tests {
         assert_eq!(v["code"], 503);
         assert_eq!(v["details"]["retryAfterSeconds"], 1);
         assert!(v["message"].as_str().unwrap().contains("connection refused"));
+    }
+
+    #[tokio::test]
+    async fn bodies_escape_html_characters_as_go_does() {
+        let resp = Status::new(StatusCode::BAD_REQUEST, StatusReason::BadRequest, "a & <b>").into_response();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let text = std::str::from_utf8(&body).unwrap();
+        assert!(text.contains(r#""message":"a \u0026 \u003cb\u003e""#), "{text}");
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["message"], "a & <b>");
     }
 
     #[test]
