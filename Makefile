@@ -6,7 +6,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e bench bench-passthrough bench-fanout fmt clean
+.PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e bench bench-passthrough bench-fanout bench-auth fmt clean
 
 all: build
 
@@ -45,7 +45,7 @@ test-e2e:
 	bash integration/scripts/e2e.sh
 
 ## Benchmarks (not part of make test); figures in docs/benchmarks.md.
-bench: bench-passthrough bench-fanout
+bench: bench-passthrough bench-fanout bench-auth
 
 ## Pass-through overhead, direct vs through watchmux.
 bench-passthrough:
@@ -54,6 +54,10 @@ bench-passthrough:
 ## Fan-out to many watchers, direct vs through watchmux.
 bench-fanout:
 	bash integration/scripts/bench-fanout.sh
+
+## Added latency of delegated auth on cached reads.
+bench-auth:
+	bash integration/scripts/bench-auth.sh
 
 fmt:
 	$(CARGO) fmt
