@@ -3,7 +3,9 @@
 #
 #   docker build -t watchmux:dev .
 #   docker run --rm -p 6443:6443 -p 9444:9444 -v ~/.kube:/kube:ro watchmux:dev \
-#     --kubeconfig=/kube/config --listen=0.0.0.0:6443 --admin-listen=0.0.0.0:9444
+#     --kubeconfig=/kube/config --listen=0.0.0.0:6443 --admin-listen=0.0.0.0:9444 \
+#     --auth-mode=delegated
+# (the default trusted-local mode listens only on loopback: see docs/auth.md)
 #
 # In Kubernetes the Helm chart (charts/watchmux) passes every flag itself.
 
@@ -34,6 +36,9 @@ USER 65532:65532
 # 9444: the admin listener (/metrics, /healthz, /livez, /readyz).
 EXPOSE 6443 9444
 ENTRYPOINT ["/watchmux"]
-# The binary listens on loopback by default; in a container the ports must be
-# reachable from outside it. Any arguments given at run time replace these.
-CMD ["--listen=0.0.0.0:6443", "--admin-listen=0.0.0.0:9444"]
+# The admin port must be reachable from outside the container (probes,
+# metrics). The API listener stays on loopback: in the default trusted-local
+# mode every client acts as watchmux, so only the pod itself may reach it (a
+# sidecar). Shared proxies pass --auth-mode=delegated --listen=0.0.0.0:6443.
+# Any arguments given at run time replace these.
+CMD ["--listen=127.0.0.1:6443", "--admin-listen=0.0.0.0:9444"]

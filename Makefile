@@ -6,7 +6,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e bench bench-passthrough bench-fanout bench-auth fmt clean
+.PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e bench bench-passthrough bench-fanout bench-auth audit fmt clean
 
 all: build
 
@@ -54,6 +54,10 @@ bench-passthrough:
 ## Fan-out to many watchers, direct vs through watchmux.
 bench-fanout:
 	bash integration/scripts/bench-fanout.sh
+
+## Dependency advisories (cargo-audit, local database: AUDIT_DB=...).
+audit:
+	bash integration/scripts/audit.sh
 
 ## Added latency of delegated auth on cached reads.
 bench-auth:
