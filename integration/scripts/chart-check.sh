@@ -8,8 +8,11 @@
 #     ServiceMonitor on; cert-manager on; the example values files);
 #   - values the chart must refuse (schema and template checks) are refused;
 #   - every --flag the chart passes is one `watchmux --help` lists (a case may
-#     name the not-yet-implemented flags it passes on purpose: --auth-mode,
-#     --client-ca-file);
+#     name flags it passes on purpose that the binary lacks; none do today);
+#   - auth: --auth-mode is always rendered, delegated by default in nodeLocal
+#     and tier (with TokenReview/SubjectAccessReview/impersonate RBAC),
+#     trusted-local in sidecar; nodeLocal+delegated without auth.clientCA is
+#     refused with instructions;
 #   - the cache: values.yaml's cache.resources is the binary's own
 #     --cache-resources default and the chart's built-in API groups are the
 #     binary's; per case, the ClusterRole grants get/list/watch on every cached
@@ -35,7 +38,9 @@
 #     with the rendered args (addresses and file paths made local, $(VAR)s
 #     expanded as the kubelet does) and the rendered certificate gets ready
 #     (with --cache-warm: its caches synced) and answers kubectl using the
-#     rendered client kubeconfig; pod lists are served from the cache, and the
+#     rendered client kubeconfig (delegated: with a real token, or for nodeLocal
+#     the kubelet kubeconfig with a client certificate minted from the test
+#     cluster's CA, --client-ca-file being the API server's client CA); pod lists are served from the cache, and the
 #     nodeLocal cache holds only the pods of its own node (two scratch pods
 #     bound to two made-up nodes);
 #   - a real install + upgrade (nodeLocal) shows the generated CA and serving
@@ -82,8 +87,9 @@ cleanup() {
 trap cleanup EXIT
 
 # --- cases ---------------------------------------------------------------------
-# name | namespace kind (restricted|privileged) | not-yet-implemented flags the
+# name | namespace kind (restricted|privileged) | flags the binary lacks that the
 # case passes on purpose (comma-separated, or -) | helm args
+# nodeLocal defaults to delegated auth, which needs auth.clientCA.configMap.
 examples="$chart/examples"
 cases=(
   "tier|restricted|-|--set mode=tier"
@@ -93,21 +99,30 @@ cases=(
   "tier-certmanager|restricted|-|--set mode=tier --set certManager.enabled=true"
   "tier-plain-existing-issuer|restricted|-|--set mode=tier --set tls.enabled=false --set certManager.enabled=true --set certManager.issuerRef.name=corp-ca --set certManager.issuerRef.kind=ClusterIssuer"
   "tier-example-values|restricted|-|-f $examples/tier-values.yaml"
-  "nodelocal|privileged|-|--set mode=nodeLocal"
-  "nodelocal-servicemonitor|privileged|-|--set mode=nodeLocal --set serviceMonitor.enabled=true --set admin.listenAddress='\$(HOST_IP)'"
-  "nodelocal-certmanager|privileged|-|--set mode=nodeLocal --set certManager.enabled=true"
-  "nodelocal-hostport|privileged|-|--set mode=nodeLocal --set nodeLocal.hostNetwork=false --set nodeLocal.hostIP=0.0.0.0 --set upstream.apiserverHost=kubernetes.example --set upstream.apiserverPort=6443"
+  "nodelocal|privileged|-|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca"
+  "nodelocal-servicemonitor|privileged|-|--set mode=nodeLocal --set serviceMonitor.enabled=true --set admin.listenAddress='\$(HOST_IP)' --set auth.clientCA.configMap=client-ca"
+  "nodelocal-certmanager|privileged|-|--set mode=nodeLocal --set certManager.enabled=true --set auth.clientCA.configMap=client-ca"
+  "nodelocal-hostport|privileged|-|--set mode=nodeLocal --set nodeLocal.hostNetwork=false --set nodeLocal.hostIP=0.0.0.0 --set upstream.apiserverHost=kubernetes.example --set upstream.apiserverPort=6443 --set auth.clientCA.configMap=client-ca"
   "nodelocal-example-values|privileged|-|-f $examples/node-local-values.yaml"
-  "nodelocal-cache-custom|privileged|-|--set mode=nodeLocal --set 'cache.resources={pods,nodes,leases.coordination.k8s.io,widgets.example.com}' --set 'cache.watchCacheSizes={nodes#0,pods#1000}' --set cache.warm=false --set cache.historyWindow=2m --set cache.slowWatcherGrace=10s"
-  "nodelocal-unscoped|privileged|-|--set mode=nodeLocal --set nodeLocal.scopePodsToNode=false"
+  "nodelocal-cache-custom|privileged|-|--set mode=nodeLocal --set 'cache.resources={pods,nodes,leases.coordination.k8s.io,widgets.example.com}' --set 'cache.watchCacheSizes={nodes#0,pods#1000}' --set cache.warm=false --set cache.historyWindow=2m --set cache.slowWatcherGrace=10s --set auth.clientCA.configMap=client-ca"
+  "nodelocal-unscoped|privileged|-|--set mode=nodeLocal --set nodeLocal.scopePodsToNode=false --set auth.clientCA.configMap=client-ca"
   "sidecar|restricted|-|--set mode=sidecar"
   "sidecar-warm-scoped|restricted|-|--set mode=sidecar --set cache.warm=true --set 'cache.resources={pods}' --set cache.scopes.pods='fieldSelector=metadata.namespace=\$(POD_NAMESPACE)'"
   "sidecar-servicemonitor|restricted|-|--set mode=sidecar --set serviceMonitor.enabled=true"
   "sidecar-example-values|restricted|-|-f $examples/sidecar-values.yaml"
-  "nodelocal-future-flags|privileged|--auth-mode,--client-ca-file|--set mode=nodeLocal --set auth.mode=delegated --set auth.clientCA.configMap=client-ca --set 'rbac.extraClusterRoles[0]=system:node'"
+  "nodelocal-delegated-tuned|privileged|-|--set mode=nodeLocal --set auth.mode=delegated --set auth.clientCA.configMap=client-ca --set auth.anonymous=false --set auth.cacheTTL.token=1m --set auth.cacheTTL.tokenNegative=5s --set auth.cacheTTL.authorized=2m --set auth.cacheTTL.unauthorized=10s --set limits.maxRequestsInflight=800 --set limits.maxConnections=0 --set limits.maxRequestBodyBytes=1048576"
+  "nodelocal-trusted-local|privileged|-|--set mode=nodeLocal --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true --set 'rbac.extraClusterRoles[0]=system:node'"
+  "tier-trusted-local-remote|restricted|-|--set mode=tier --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true --set networkPolicy.enabled=true"
+  "tier-delegated-client-ca|restricted|-|--set mode=tier --set auth.clientCA.configMap=client-ca"
 )
-# Values the chart must refuse: name | helm args
+# Values the chart must refuse: name | helm args [| text the error must contain]
 refusals=(
+  "nodelocal-delegated-without-client-ca|--set mode=nodeLocal|nodeLocal with delegated auth (the default) needs auth.clientCA.configMap"
+  "client-ca-with-trusted-local|--set mode=tier --set auth.mode=trusted-local --set auth.clientCA.configMap=client-ca|only for delegated auth"
+  "client-ca-without-tls|--set mode=tier --set tls.enabled=false --set auth.clientCA.configMap=client-ca|needs TLS on the listener"
+  "auth-bad-mode|--set auth.mode=open"
+  "auth-bad-ttl|--set auth.cacheTTL.token=1d"
+  "limits-negative|--set limits.maxConnections=-1"
   "unknown-mode|--set mode=daemon"
   "unknown-key|--set replicas=3"
   "certmanager-and-existing-secret|--set certManager.enabled=true --set tls.existingSecret=mine"
@@ -260,17 +275,30 @@ cache_jq='
         ($custom[] | select(allows("apiextensions.k8s.io"; "customresourcedefinitions"; "get"; .) | not) | "no get on customresourcedefinitions/\(.)"),
         (select(($custom | length) == 0 and allows("apiextensions.k8s.io"; "customresourcedefinitions"; "get"; "x.example.com")) | "get on customresourcedefinitions without custom resources")
       end),
-      # nothing else (the delegated-auth reviews aside)
+      # nothing else (the delegated-auth reviews and impersonation aside)
       ($rules[] | . as $rule | .apiGroups[] as $g | .resources[] as $r
         | (if $g == "" then $r else "\($r).\($g)" end) as $n
         | select(
             (($g == "*" or $r == "*") and $all and ($rule.verbs - ["list", "watch"] | length) == 0) or
+            ($delegated and $g == "authentication.k8s.io" and $r == "*" and $rule.verbs == ["impersonate"]
+              and $rule.resourceNames == null) or
             (($cached | index([$n]) != null) and ($rule.verbs - ["get", "list", "watch"] | length) == 0 and $rule.resourceNames == null) or
             ($n == "customresourcedefinitions.apiextensions.k8s.io" and $rule.verbs == ["get"]
               and (($all and $rule.resourceNames == null) or (($custom | length) > 0 and $rule.resourceNames == $custom))) or
-            ($n == "tokenreviews.authentication.k8s.io" or $n == "subjectaccessreviews.authorization.k8s.io")
+            ($delegated and ($n == "tokenreviews.authentication.k8s.io" or $n == "subjectaccessreviews.authorization.k8s.io")
+              and $rule.verbs == ["create"]) or
+            ($delegated and ($n == "users" or $n == "groups" or $n == "serviceaccounts"
+              or $n == "userextras.authentication.k8s.io" or $n == "uids.authentication.k8s.io")
+              and $rule.verbs == ["impersonate"] and $rule.resourceNames == null)
           | not)
         | "ClusterRole grants more than the cache needs: \($rule.verbs) on \($n)\(if $rule.resourceNames then " \($rule.resourceNames)" else "" end)"),
+      # delegated: authentication, authorization and impersonation granted
+      (if $delegated then
+        (["authentication.k8s.io", "tokenreviews", "create"], ["authorization.k8s.io", "subjectaccessreviews", "create"],
+         ["", "users", "impersonate"], ["", "groups", "impersonate"], ["", "serviceaccounts", "impersonate"],
+         ["authentication.k8s.io", "userextras", "impersonate"], ["authentication.k8s.io", "uids", "impersonate"])
+        | select(allows(.[0]; .[1]; .[2]; null) | not) | "delegated auth: ClusterRole lacks \(.[2]) on \(.[1])"
+      else empty end),
       # warm where expected
       (if ($c.args | index(["--cache-warm"]) != null) != $warm then "--cache-warm \(if $warm then "missing" else "unexpected" end)" else empty end),
       # scopes only for cached resources; nodeLocal pods on their own node
@@ -295,6 +323,8 @@ check_cache() {  # check_cache <case> <helm args> [ClusterRole rules JSON instea
   IFS=$'\t' read -r mode cjson < <(container_json "$tmp/$name.yaml") || true
   if [[ -z ${cjson:-} ]]; then fail "$name: no watchmux container rendered"; return; fi
   rules="${3:-$(yq -c 'select(.kind == "ClusterRole") | .rules // []' "$tmp/$name.yaml")}"
+  local delegated=false
+  if jq -e '.args | index(["--auth-mode=delegated"]) != null' <<<"$cjson" >/dev/null; then delegated=true; fi
   case "$args" in
     *cache.enabled=false*|*cache.warm=false*) warm=false ;;
     *cache.warm=true*) warm=true ;;
@@ -302,7 +332,7 @@ check_cache() {  # check_cache <case> <helm args> [ClusterRole rules JSON instea
   esac
   [[ $args == *scopePodsToNode=false* ]] && nodescope=false
   if ! problems="$(jq -nr --argjson c "$cjson" --argjson rules "${rules:-[]}" --argjson builtin "$builtin_json" \
-        --arg mode "$mode" --argjson warm "$warm" --argjson nodescope "$nodescope" "$cache_jq" 2>&1)"; then
+        --arg mode "$mode" --argjson warm "$warm" --argjson nodescope "$nodescope" --argjson delegated "$delegated" "$cache_jq" 2>&1)"; then
     fail "$name: cache check did not run: $problems"; return
   fi
   if [[ -n $problems ]]; then
@@ -320,7 +350,7 @@ done
 if [[ -s $tmp/nodelocal.yaml ]]; then
   for tamper in 'map(select(.resources != ["csidrivers"]))' '. + [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]'; do
     rules="$(yq -c "select(.kind == \"ClusterRole\") | .rules | $tamper" "$tmp/nodelocal.yaml")"
-    out="$(check_cache nodelocal "--set mode=nodeLocal" "$rules" 2>&1)"  # its failures stay in the subshell
+    out="$(check_cache nodelocal "--set mode=nodeLocal --set auth.clientCA.configMap=client-ca" "$rules" 2>&1)"  # its failures stay in the subshell
     if [[ $out != *"FAIL: "* ]]; then
       fail "the cache check accepted a tampered ClusterRole ($tamper)"
     else
@@ -339,10 +369,13 @@ if [[ -n $binary_flags ]]; then
 fi
 
 for r in "${refusals[@]}"; do
-  IFS='|' read -r name args <<<"$r"
+  IFS='|' read -r name args want <<<"$r"
   eval "set -- $args"
   if "$helm" template watchmux "$chart" "$@" >/dev/null 2>"$tmp/refusal.err"; then
     fail "refusal $name: helm template accepted $args"
+  elif [[ -n $want ]] && ! grep -qF -- "$want" "$tmp/refusal.err"; then
+    cat "$tmp/refusal.err" >&2
+    fail "refusal $name: refused, but without the expected message ($want)"
   else
     say "ok   refused $name: $(grep -m1 -E '^- at |execution error' "$tmp/refusal.err" | sed 's/.*execution error at //' | cut -c1-150)"
   fi
@@ -528,21 +561,50 @@ else
     IFS=$'\t' read -r mode cjson < <(container_json "$tmp/$name.yaml") || true
     if [[ -z ${cjson:-} ]]; then fail "end to end $name: no watchmux container rendered"; return; fi
     pod_ns="$(yq -r 'select(.kind == "ConfigMap") | .metadata.namespace' "$tmp/$name.yaml" | head -1)"
+    local delegated=0 kckey=kubeconfig
+    if jq -e '.args | index(["--auth-mode=delegated"]) != null' <<<"$cjson" >/dev/null; then delegated=1; fi
     port="$(free_port)"; admin_port="$(free_port)"
     for f in "$tmp/docs-$name"/*.yaml; do
       case "$(doc_field kind "$f"):$(doc_name "$f")" in
         ConfigMap:*-kubeconfig)
           # Dial the local process; verify the certificate for the name the
-          # kubeconfig dials in a cluster; a stand-in for the pod's token file.
-          echo unused-by-trusted-local >"$d/token"
+          # kubeconfig dials in a cluster; a stand-in for the pod's token file
+          # (delegated: the admin's token, which watchmux reviews with a
+          # TokenReview; trusted-local replaces it with its own identity).
+          if [[ $delegated == 1 ]]; then
+            yq -r '.users[0].user.token // empty' "$kubeconfig" >"$d/token"
+          else
+            echo unused-by-trusted-local >"$d/token"
+          fi
+          # nodeLocal+delegated: the kubelet's kubeconfig, with a client
+          # certificate minted from the test cluster's CA (the API server's
+          # --client-ca-file) standing in for kubelet-client-current.pem. Its
+          # identity is a stand-in too: O=system:masters rather than a node,
+          # since the Node authorizer would not let a made-up node read the
+          # namespace this check lists.
+          if [[ -n $(yq -r '.data["kubelet-kubeconfig"] // empty' "$f") ]]; then
+            if [[ -f $root/.run/cluster/ca.key ]]; then
+              kckey=kubelet-kubeconfig
+              openssl req -new -newkey rsa:2048 -nodes -keyout "$d/kubelet.key" -subj "/O=system:masters/CN=chart-check-kubelet" \
+                -out "$d/kubelet.csr" 2>/dev/null
+              openssl x509 -req -in "$d/kubelet.csr" -CA "$root/.run/cluster/ca.crt" -CAkey "$root/.run/cluster/ca.key" \
+                -CAcreateserial -CAserial "$d/ca.srl" -days 1 -out "$d/kubelet.crt" \
+                -extfile <(printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n') 2>/dev/null
+              cat "$d/kubelet.crt" "$d/kubelet.key" >"$d/kubelet-client-current.pem"
+            else
+              note "end to end $name: no $root/.run/cluster/ca.key to mint a kubelet client certificate: using the pod kubeconfig"
+            fi
+          fi
           # shellcheck disable=SC2016 # a jq program, not shell
-          yq -y --arg port "$port" --arg token "$d/token" '
+          yq -y --arg port "$port" --arg token "$d/token" --arg pem "$d/kubelet-client-current.pem" '
             (.clusters[0].cluster.server | capture("^(?<scheme>https?)://(?<host>[^:/]+)")) as $u
             | .clusters[0].cluster.server = "\($u.scheme)://127.0.0.1:\($port)"
             | if $u.scheme == "https" and (.clusters[0].cluster["tls-server-name"] == null)
               then .clusters[0].cluster["tls-server-name"] = $u.host else . end
             | if .users[0].user.tokenFile then .users[0].user.tokenFile = $token else . end
-          ' <(yq -r '.data.kubeconfig' "$f") >"$d/client.kubeconfig" ;;
+            | if .users[0].user["client-certificate"] then .users[0].user["client-certificate"] = $pem
+                | .users[0].user["client-key"] = $pem else . end
+          ' <(yq -r --arg k "$kckey" '.data[$k]' "$f") >"$d/client.kubeconfig" ;;
         Secret:*-tls)
           yq -r '.data["tls.crt"]' "$f" | base64 -d >"$d/tls.crt"
           yq -r '.data["tls.key"]' "$f" | base64 -d >"$d/tls.key" ;;
@@ -565,6 +627,11 @@ else
         --admin-listen=*) args+=("--admin-listen=127.0.0.1:$admin_port") ;;
         --tls-cert-file=*) args+=("--tls-cert-file=$d/tls.crt") ;;
         --tls-private-key-file=*) args+=("--tls-private-key-file=$d/tls.key") ;;
+        --client-ca-file=*)
+          # What the chart's refusal message tells users to copy into
+          # auth.clientCA.configMap.
+          k -n kube-system get configmap extension-apiserver-authentication -o jsonpath='{.data.client-ca-file}' >"$d/client-ca.crt"
+          args+=("--client-ca-file=$d/client-ca.crt") ;;
         *) args+=("$arg") ;;
       esac
     done < <(jq -r '.args[]' <<<"$cjson")
@@ -670,11 +737,13 @@ else
     [[ $bad == 1 ]] || say "ok   installed $label: ServiceAccount $sa ${joined%; }"
   }
   rel_installed=1  # from here on, cleanup uninstalls it if this run stops half-way
-  if "$helm" install "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal >"$tmp/install.log" 2>&1; then
+  if "$helm" install "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal --set auth.clientCA.configMap=client-ca >"$tmp/install.log" 2>&1; then
     installed_check default "list pods yes" "watch configmaps yes" "get endpointslices.discovery.k8s.io yes" \
-      "list secrets no" "get customresourcedefinitions.apiextensions.k8s.io no" "create pods no"
+      "list secrets no" "get customresourcedefinitions.apiextensions.k8s.io no" "create pods no" \
+      "create tokenreviews.authentication.k8s.io yes" "create subjectaccessreviews.authorization.k8s.io yes" \
+      "impersonate users yes" "impersonate groups yes" "impersonate serviceaccounts yes"
     ca1="$(secret_data ca 'tls\.crt')"; crt1="$(secret_data tls 'tls\.crt')"
-    if "$helm" upgrade "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal \
+    if "$helm" upgrade "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal --set auth.clientCA.configMap=client-ca \
           --set logFormat=text >"$tmp/upgrade.log" 2>&1; then
       ca2="$(secret_data ca 'tls\.crt')"; crt2="$(secret_data tls 'tls\.crt')"
       if [[ -n $ca1 && $ca1 == "$ca2" && $crt1 == "$crt2" ]]; then
@@ -682,7 +751,7 @@ else
       else
         fail "helm upgrade replaced the generated CA or serving certificate"
       fi
-      "$helm" upgrade "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal \
+      "$helm" upgrade "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal --set auth.clientCA.configMap=client-ca \
         --set 'tls.extraDNSNames[0]=watchmux.example' >"$tmp/upgrade2.log" 2>&1 || fail "helm upgrade (new SAN)"
       ca3="$(secret_data ca 'tls\.crt')"; crt3="$(secret_data tls 'tls\.crt')"
       if [[ $ca3 == "$ca1" && $crt3 != "$crt1" ]] && base64 -d <<<"$crt3" | openssl x509 -noout -ext subjectAltName | grep -q watchmux.example; then
@@ -690,7 +759,7 @@ else
       else
         fail "changing tls.extraDNSNames did not re-issue the certificate from the kept CA"
       fi
-      if "$helm" upgrade "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal \
+      if "$helm" upgrade "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal --set auth.clientCA.configMap=client-ca \
             --set 'cache.resources={*}' >"$tmp/upgrade3.log" 2>&1; then
         installed_check all "list secrets yes" "watch leases.coordination.k8s.io yes" "get secrets no" \
           "get nodes/proxy no" "get pods/log no" "get customresourcedefinitions.apiextensions.k8s.io yes" "create pods no"

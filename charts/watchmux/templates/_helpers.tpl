@@ -308,6 +308,27 @@ reading objects. */}}
 {{- end }}
 {{- end }}
 
+{{/* Auth ----------------------------------------------------------------------- */}}
+
+{{/* The effective --auth-mode: auth.mode, or the mode's default: trusted-local
+for sidecar (it listens on loopback), delegated for nodeLocal and tier (they
+listen where other pods and kubelets reach them; the binary refuses
+trusted-local there without --allow-unauthenticated-remote). */}}
+{{- define "watchmux.authMode" -}}
+{{- if .Values.auth.mode }}
+{{- .Values.auth.mode }}
+{{- else if eq .Values.mode "sidecar" }}
+{{- "trusted-local" }}
+{{- else }}
+{{- "delegated" }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the client CA ConfigMap is mounted (--client-ca-file). */}}
+{{- define "watchmux.clientCAActive" -}}
+{{- if and (eq (include "watchmux.authMode" .) "delegated") .Values.auth.clientCA.configMap }}true{{ end }}
+{{- end }}
+
 {{/* Container ---------------------------------------------------------------- */}}
 
 {{- define "watchmux.args" -}}
@@ -346,13 +367,34 @@ reading objects. */}}
 {{- /* The binary caches its default resources unless told otherwise. */}}
 - --cache-resources=
 {{- end }}
-{{- if .Values.auth.mode }}
-{{- /* Future flags (not in the binary yet): see values.yaml "auth". */}}
-- --auth-mode={{ .Values.auth.mode }}
+{{- $authMode := include "watchmux.authMode" . }}
+- --auth-mode={{ $authMode }}
+{{- if and (eq $authMode "trusted-local") .Values.auth.allowUnauthenticatedRemote }}
+- --allow-unauthenticated-remote
+{{- end }}
+{{- if eq $authMode "delegated" }}
 {{- if .Values.auth.clientCA.configMap }}
 - --client-ca-file=/etc/watchmux/client-ca/{{ .Values.auth.clientCA.key }}
 {{- end }}
+{{- if not .Values.auth.anonymous }}
+- --anonymous-auth=false
 {{- end }}
+{{- with .Values.auth.cacheTTL.token }}
+- --authentication-token-cache-ttl={{ . }}
+{{- end }}
+{{- with .Values.auth.cacheTTL.tokenNegative }}
+- --authentication-token-negative-cache-ttl={{ . }}
+{{- end }}
+{{- with .Values.auth.cacheTTL.authorized }}
+- --authorization-cache-authorized-ttl={{ . }}
+{{- end }}
+{{- with .Values.auth.cacheTTL.unauthorized }}
+- --authorization-cache-unauthorized-ttl={{ . }}
+{{- end }}
+{{- end }}
+- --max-requests-inflight={{ int .Values.limits.maxRequestsInflight }}
+- --max-connections={{ int .Values.limits.maxConnections }}
+- --max-request-body-bytes={{ int64 .Values.limits.maxRequestBodyBytes }}
 {{- with .Values.extraArgs }}
 {{ toYaml . }}
 {{- end }}
@@ -487,7 +529,7 @@ volumeMounts:
   mountPath: /etc/watchmux/upstream
   readOnly: true
 {{- end }}
-{{- if and .Values.auth.mode .Values.auth.clientCA.configMap }}
+{{- if include "watchmux.clientCAActive" . }}
 - name: client-ca
   mountPath: /etc/watchmux/client-ca
   readOnly: true
@@ -513,7 +555,7 @@ volumeMounts:
   secret:
     secretName: {{ .Values.upstream.kubeconfigSecret.name }}
 {{- end }}
-{{- if and .Values.auth.mode .Values.auth.clientCA.configMap }}
+{{- if include "watchmux.clientCAActive" . }}
 - name: client-ca
   configMap:
     name: {{ .Values.auth.clientCA.configMap }}
@@ -609,6 +651,16 @@ spec:
 {{- end }}
 {{- if and (not (kindIs "invalid" .Values.tier.pdb.minAvailable)) (not (kindIs "invalid" .Values.tier.pdb.maxUnavailable)) }}
 {{- fail "tier.pdb: set minAvailable or maxUnavailable, not both (set the other to null)" }}
+{{- end }}
+{{- $authMode := include "watchmux.authMode" . }}
+{{- if and (eq $authMode "delegated") (eq .Values.mode "nodeLocal") (not .Values.auth.clientCA.configMap) }}
+{{- fail (printf "nodeLocal with delegated auth (the default) needs auth.clientCA.configMap: kubelets authenticate with their client certificates, which watchmux verifies against the cluster's client CA. Copy client-ca-file from kube-system's extension-apiserver-authentication ConfigMap into a ConfigMap in the release namespace: kubectl -n kube-system get configmap extension-apiserver-authentication -o jsonpath='{.data.client-ca-file}' >ca.crt && kubectl -n %s create configmap watchmux-client-ca --from-file=ca.crt; then set auth.clientCA.configMap=watchmux-client-ca (auth.clientCA.key: ca.crt)" .Release.Namespace) }}
+{{- end }}
+{{- if and (eq $authMode "delegated") .Values.auth.clientCA.configMap (not (include "watchmux.tlsActive" .)) }}
+{{- fail "auth.clientCA.configMap (--client-ca-file) needs TLS on the listener: client certificates are only presented over TLS (tls.enabled, and not sidecar mode)" }}
+{{- end }}
+{{- if and (eq $authMode "trusted-local") .Values.auth.clientCA.configMap }}
+{{- fail "auth.clientCA.configMap (--client-ca-file) is only for delegated auth; trusted-local does not authenticate clients" }}
 {{- end }}
 {{- if and .Values.upstream.apiserverPort (not .Values.upstream.apiserverHost) }}
 {{- fail "upstream.apiserverPort needs upstream.apiserverHost" }}
