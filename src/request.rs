@@ -102,12 +102,12 @@ impl RequestInfo {
             rest = &rest[1..];
         }
 
-        if rest.first() == Some(&"namespaces") {
-            if let Some(ns) = rest.get(1) {
-                info.namespace = Some((*ns).to_owned());
-                if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2]) {
-                    rest = &rest[2..];
-                }
+        if rest.first() == Some(&"namespaces")
+            && let Some(ns) = rest.get(1)
+        {
+            info.namespace = Some((*ns).to_owned());
+            if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2]) {
+                rest = &rest[2..];
             }
         }
         match rest {

@@ -115,10 +115,10 @@ async fn collect_events(resp: http::Response<Incoming>, tx: tokio::sync::mpsc::U
         while let Some(end) = buf.iter().position(|&b| b == b'\n') {
             let line = buf.split_to(end + 1);
             let v: serde_json::Value = serde_json::from_slice(&line[..end]).unwrap();
-            if let Some(seq) = v["object"]["data"]["seq"].as_str().and_then(|s| s.parse().ok()) {
-                if tx.send((seq, now)).is_err() {
-                    return;
-                }
+            if let Some(seq) = v["object"]["data"]["seq"].as_str().and_then(|s| s.parse().ok())
+                && tx.send((seq, now)).is_err()
+            {
+                return;
             }
         }
     }

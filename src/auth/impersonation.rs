@@ -115,10 +115,10 @@ pub fn checks(wanted: &Wanted) -> Vec<ResourceAttributes> {
 /// `system:authenticated` (or the anonymous user `system:unauthenticated`).
 pub fn resolve(wanted: Wanted) -> UserInfo {
     let mut groups = wanted.groups;
-    if groups.is_empty() {
-        if let Some((namespace, _)) = service_account(&wanted.name) {
-            groups = vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{namespace}")];
-        }
+    if groups.is_empty()
+        && let Some((namespace, _)) = service_account(&wanted.name)
+    {
+        groups = vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{namespace}")];
     }
     if wanted.name == ANONYMOUS {
         if !groups.iter().any(|g| g == UNAUTHENTICATED) {

@@ -101,10 +101,10 @@ where
 
     /// The slot for `key`, replacing an expired answer with an empty slot.
     fn slot(&self, key: &K, now: Instant) -> (Slot<V>, bool) {
-        if let Some(slot) = self.slots.get(key) {
-            if slot.get().is_none_or(|a| a.expires > now) {
-                return (slot.clone(), false);
-            }
+        if let Some(slot) = self.slots.get(key)
+            && slot.get().is_none_or(|a| a.expires > now)
+        {
+            return (slot.clone(), false);
         }
         match self.slots.entry(key.clone()) {
             Entry::Occupied(mut e) => {

@@ -71,12 +71,12 @@ impl ResourceAttributes {
     /// kubelet watch a secret only that way).
     pub fn of_read(info: &RequestInfo, label_selector: &str, field_selector: &str) -> Self {
         let mut name = info.name.clone().unwrap_or_default();
-        if name.is_empty() && matches!(info.verb, Some(Verb::List | Verb::Watch)) {
-            if let Ok(fields) = FieldSelector::parse(field_selector) {
-                if let Some(n) = fields.exact("metadata.name").filter(|n| is_path_segment_name(n)) {
-                    name = n.to_owned();
-                }
-            }
+        if name.is_empty()
+            && matches!(info.verb, Some(Verb::List | Verb::Watch))
+            && let Ok(fields) = FieldSelector::parse(field_selector)
+            && let Some(n) = fields.exact("metadata.name").filter(|n| is_path_segment_name(n))
+        {
+            name = n.to_owned();
         }
         Self {
             namespace: info.namespace.clone().unwrap_or_default(),

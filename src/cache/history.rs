@@ -527,7 +527,7 @@ mod tests {
         let capacity = history.capacity();
         prop_assert_eq!(capacity, model.capacity);
         prop_assert!((LOWER_BOUND..=model.upper).contains(&capacity));
-        prop_assert!(capacity % 100 == 0 && (capacity / 100).is_power_of_two());
+        prop_assert!(capacity.is_multiple_of(100) && (capacity / 100).is_power_of_two());
         prop_assert!(history.len() <= capacity);
         prop_assert_eq!(history.len(), model.buffered().len());
         prop_assert_eq!(history.is_empty(), model.buffered().is_empty());
@@ -605,7 +605,7 @@ mod tests {
         fn upper_bound_is_the_smallest_power_of_two_multiple_covering_the_window(millis in 0u64..400_000_000) {
             let window = Duration::from_millis(millis);
             let bound = upper_bound(window);
-            prop_assert!(bound % 102_400 == 0);
+            prop_assert!(bound.is_multiple_of(102_400));
             let ratio = u32::try_from(bound / 102_400).unwrap();
             prop_assert!(ratio.is_power_of_two());
             prop_assert!(ratio <= 1 << 14);

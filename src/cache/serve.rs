@@ -94,10 +94,10 @@ impl CacheService {
         gate: &impl ReadGate,
     ) -> Served {
         let served = self.try_serve(method, uri, headers, info, gate).await;
-        if let Served::Passthrough(reason) = &served {
-            if *reason != "not_a_read" {
-                metrics::counter!(m::PASSTHROUGH_REASONS, "reason" => *reason).increment(1);
-            }
+        if let Served::Passthrough(reason) = &served
+            && *reason != "not_a_read"
+        {
+            metrics::counter!(m::PASSTHROUGH_REASONS, "reason" => *reason).increment(1);
         }
         served
     }

@@ -160,11 +160,11 @@ impl Body for WatchStream {
             this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
             return this.frame(event_frame(d.kind, d.object(), variant));
         }
-        if let Some(rv) = this.initial_end_rv.take() {
-            if this.opts.allow_bookmarks {
-                let chunk = this.bookmark_chunk(rv, true);
-                return this.frame(chunk);
-            }
+        if let Some(rv) = this.initial_end_rv.take()
+            && this.opts.allow_bookmarks
+        {
+            let chunk = this.bookmark_chunk(rv, true);
+            return this.frame(chunk);
         }
         // Read the published version before looking at the queue: if the
         // queue is then empty, every event up to that version was sent, and a
@@ -178,20 +178,20 @@ impl Body for WatchStream {
             Ok(None) => {}
             Err(Terminated) => return this.end(),
         }
-        if let Some(timer) = &mut this.bookmark {
-            if timer.as_mut().poll(cx).is_ready() {
-                let now = Instant::now();
-                this.bookmark = next_bookmark_time(now, this.deadline_at)
-                    .filter(|at| *at > now)
-                    .map(|at| Box::pin(tokio::time::sleep_until(at)));
-                if published > this.last_sent_rv {
-                    this.last_sent_rv = published;
-                    let chunk = this.bookmark_chunk(published, false);
-                    return this.frame(chunk);
-                }
-                if let Some(timer) = &mut this.bookmark {
-                    let _ = timer.as_mut().poll(cx);
-                }
+        if let Some(timer) = &mut this.bookmark
+            && timer.as_mut().poll(cx).is_ready()
+        {
+            let now = Instant::now();
+            this.bookmark = next_bookmark_time(now, this.deadline_at)
+                .filter(|at| *at > now)
+                .map(|at| Box::pin(tokio::time::sleep_until(at)));
+            if published > this.last_sent_rv {
+                this.last_sent_rv = published;
+                let chunk = this.bookmark_chunk(published, false);
+                return this.frame(chunk);
+            }
+            if let Some(timer) = &mut this.bookmark {
+                let _ = timer.as_mut().poll(cx);
             }
         }
         Poll::Pending
