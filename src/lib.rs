@@ -74,6 +74,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             max_connections: args.max_connections,
             max_request_body_bytes: args.max_request_body_bytes,
         },
+        h2_write_batching: args.h2_write_batching,
     };
     let server = Server::bind(&args, upstream, opts).await?;
     tracing::info!(admin = %server.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");

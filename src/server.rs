@@ -6,6 +6,7 @@ pub mod limits;
 pub mod listener;
 pub mod shutdown;
 pub mod tls;
+pub mod write_behind;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -46,6 +47,8 @@ pub struct ServerOptions {
     /// Delegated authentication and authorization; `None` is trusted-local.
     pub delegated: Option<DelegatedSettings>,
     pub limits: Limits,
+    /// One socket write per batch of HTTP/2 frames (`--h2-write-batching`).
+    pub h2_write_batching: bool,
 }
 
 /// The request and connection limits of the API listener.
@@ -94,11 +97,10 @@ impl Handler for ApiHandler {
             Err(refused) => return *refused,
         };
         let Some(delegated) = &self.delegated else {
-            if let Some(cache) = &self.cache {
-                if let Served::Response(resp) = cache.serve(req.method(), req.uri(), req.headers(), &info, &Open).await
-                {
-                    return resp;
-                }
+            if let Some(cache) = &self.cache
+                && let Served::Response(resp) = cache.serve(req.method(), req.uri(), req.headers(), &info, &Open).await
+            {
+                return resp;
             }
             return self.passthrough.forward(req, peer, &info).await;
         };
@@ -202,6 +204,7 @@ impl Server {
                     graceful: &admin_graceful,
                     handler: AdminHandler(admin_state),
                     budget: None,
+                    h2_write_batching: false,
                     stop,
                 };
                 listener::accept_tcp(admin, None, serving).await;
@@ -218,6 +221,7 @@ impl Server {
                 graceful: &graceful,
                 handler: api_handler.clone(),
                 budget: Some(budget.clone()),
+                h2_write_batching: opts.h2_write_batching,
                 stop: accept_stop.clone(),
             };
             let tcp = listener::accept_tcp(api, api_tls, serving("api"));

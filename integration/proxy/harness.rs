@@ -105,6 +105,7 @@ pub async fn start_proxy(upstream: SocketAddr, extra: &[&str]) -> Proxy {
             max_connections: args.max_connections,
             max_request_body_bytes: args.max_request_body_bytes,
         },
+        h2_write_batching: args.h2_write_batching,
     };
     let server = Server::bind(&args, up, opts).await.unwrap();
     let (addr, admin) = (server.api_addr(), server.admin_addr());

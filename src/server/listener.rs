@@ -24,6 +24,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::limits::ConnectionBudget;
+use super::write_behind::WriteBehind;
 use crate::auth::user::UserInfo;
 use crate::body::ProxyBody;
 use crate::metrics as m;
@@ -72,12 +73,14 @@ pub struct Serving<'a, H> {
     pub handler: H,
     /// `--max-connections`; `None` for the admin listener.
     pub budget: Option<Arc<ConnectionBudget>>,
+    /// Put HTTP/2 connections behind a write-behind buffer (`--h2-write-batching`).
+    pub h2_write_batching: bool,
     pub stop: CancellationToken,
 }
 
 /// Accepts TCP connections until `stop` is cancelled.
 pub async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAcceptor>, serving: Serving<'_, H>) {
-    let Serving { name, builder, graceful, handler, budget, stop } = serving;
+    let Serving { name, builder, graceful, handler, budget, h2_write_batching, stop } = serving;
     loop {
         let (stream, addr) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -112,11 +115,20 @@ pub async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAccept
                         match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                             Ok(Ok(tls_stream)) => {
                                 let peer = Peer { client_cert: client_identity(&tls_stream), ..peer };
-                                serve(tls_stream, peer, name, &builder, watcher, handler).await
+                                let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                                if h2 && h2_write_batching {
+                                    let io = WriteBehind::new(tls_stream);
+                                    serve(io, peer, name, &builder, watcher, handler).await
+                                } else {
+                                    serve(tls_stream, peer, name, &builder, watcher, handler).await
+                                }
                             }
                             Ok(Err(err)) => connection_error(name, "tls", &err),
                             Err(_) => connection_error(name, "tls", &"handshake timed out"),
                         }
+                    }
+                    None if h2_write_batching && starts_with_h2_preface(&stream).await => {
+                        serve(WriteBehind::new(stream), peer, name, &builder, watcher, handler).await
                     }
                     None => serve(stream, peer, name, &builder, watcher, handler).await,
                 }
@@ -128,7 +140,7 @@ pub async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAccept
 
 /// Accepts unix-socket connections until `stop` is cancelled.
 pub async fn accept_unix<H: Handler>(listener: UnixListener, serving: Serving<'_, H>) {
-    let Serving { name: _, builder, graceful, handler, budget, stop } = serving;
+    let Serving { name: _, builder, graceful, handler, budget, h2_write_batching: _, stop } = serving;
     const NAME: &str = "unix";
     loop {
         let stream = tokio::select! {
@@ -175,6 +187,26 @@ async fn serve<I, H>(
     if let Err(err) = watcher.watch(conn.into_owned()).await {
         connection_error(name, "http", &*err);
     }
+}
+
+/// True when a plain-text client opens with the HTTP/2 preface (h2c by
+/// prior knowledge). Peeking leaves the bytes for hyper; a client that sends
+/// nothing within the header timeout is left to hyper's own timeout.
+async fn starts_with_h2_preface(stream: &tokio::net::TcpStream) -> bool {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
+    let mut buf = [0u8; 16];
+    let peek = async {
+        loop {
+            let n = stream.peek(&mut buf).await.ok()?;
+            if n == 0 || n >= PREFACE.len() || !PREFACE.starts_with(&buf[..n]) {
+                return Some(n >= PREFACE.len() && buf[..PREFACE.len()] == *PREFACE);
+            }
+            // A partial match: wait for more bytes.
+            stream.readable().await.ok()?;
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(HEADER_READ_TIMEOUT, peek).await.ok().flatten().unwrap_or(false)
 }
 
 /// The identity of a verified client certificate. rustls has verified the

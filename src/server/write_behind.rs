@@ -1,0 +1,287 @@
+//! Write-behind for HTTP/2 connections: one socket write per batch of
+//! frames instead of one per frame.
+//!
+//! The h2 crate writes a DATA frame over 256 bytes on its own and flushes
+//! before it takes the next frame, so an event delivered to 1,000 watches on
+//! one connection costs 1,000 `writev` calls: the main cost of a large
+//! fan-out, and what sets its latency tail. This adapter sits between hyper
+//! and the socket: writes are appended to a buffer and reported done at once,
+//! flushes return at once, and a task of the connection's own writes out
+//! whatever has accumulated, in one call, each time the socket accepts more.
+//! While it writes one batch the next accumulates, so a burst goes out in a
+//! few large writes.
+//!
+//! Backpressure is kept: past [`HIGH_WATER`] bytes waiting, writes wait for
+//! the writer, as they would wait for the socket. Order is kept: there is one
+//! buffer and one writer. A write error is reported on the next write or
+//! flush. Shutdown (and drop) writes out what is left before closing.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf, ReadHalf, WriteHalf};
+use tokio::sync::Notify;
+
+/// Bytes that may wait for the writer before writes wait too.
+pub const HIGH_WATER: usize = 1 << 20;
+/// How long the writer keeps trying to deliver what is left once the
+/// connection is dropped without a shutdown.
+const DRAIN_ON_DROP: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+struct State {
+    buf: BytesMut,
+    /// The first write error; every later write and flush reports it.
+    error: Option<(io::ErrorKind, String)>,
+    /// Set by shutdown or drop: write out the rest, then close.
+    closing: bool,
+    /// The writer has closed the socket (or given up).
+    finished: bool,
+    /// A write or shutdown waiting for the writer.
+    waiting: Option<Waker>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the writer when there is something to do.
+    work: Notify,
+}
+
+/// An IO whose writes go through a write-behind buffer.
+pub struct WriteBehind<IO> {
+    read: ReadHalf<IO>,
+    shared: Arc<Shared>,
+}
+
+impl<IO> WriteBehind<IO>
+where
+    IO: AsyncRead + AsyncWrite + Send + 'static,
+{
+    /// Splits `io` and starts its writer task.
+    pub fn new(io: IO) -> Self {
+        let (read, write) = tokio::io::split(io);
+        let shared = Arc::new(Shared { state: Mutex::new(State::default()), work: Notify::new() });
+        tokio::spawn(writer(write, shared.clone()));
+        Self { read, shared }
+    }
+}
+
+async fn writer<IO: AsyncWrite>(mut write: WriteHalf<IO>, shared: Arc<Shared>) {
+    loop {
+        let (batch, closing) = {
+            let mut st = shared.state.lock();
+            (st.buf.split(), st.closing)
+        };
+        if batch.is_empty() {
+            if closing {
+                break;
+            }
+            shared.work.notified().await;
+            continue;
+        }
+        let result = if closing {
+            tokio::time::timeout(DRAIN_ON_DROP, write.write_all(&batch))
+                .await
+                .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))
+        } else {
+            write.write_all(&batch).await
+        };
+        let mut st = shared.state.lock();
+        if let Err(err) = result {
+            st.error = Some((err.kind(), err.to_string()));
+            st.buf.clear();
+            st.finished = true;
+            if let Some(w) = st.waiting.take() {
+                w.wake();
+            }
+            return;
+        }
+        // Reuse the allocation of a batch that went out whole, so a busy
+        // connection does not allocate per batch.
+        if st.buf.is_empty() {
+            let mut reused = batch;
+            reused.clear();
+            st.buf = reused;
+        }
+        if let Some(w) = st.waiting.take() {
+            w.wake();
+        }
+    }
+    let _ = tokio::time::timeout(DRAIN_ON_DROP, write.shutdown()).await;
+    let mut st = shared.state.lock();
+    st.finished = true;
+    if let Some(w) = st.waiting.take() {
+        w.wake();
+    }
+}
+
+impl<IO> WriteBehind<IO> {
+    fn check_error(st: &State) -> io::Result<()> {
+        match &st.error {
+            Some((kind, msg)) => Err(io::Error::new(*kind, msg.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn append(&self, cx: &mut Context<'_>, bufs: &[&[u8]]) -> Poll<io::Result<usize>> {
+        let mut st = self.shared.state.lock();
+        Self::check_error(&st)?;
+        if st.closing {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        if st.buf.len() >= HIGH_WATER {
+            st.waiting = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        let was_empty = st.buf.is_empty();
+        let mut n = 0;
+        for b in bufs {
+            st.buf.extend_from_slice(b);
+            n += b.len();
+        }
+        drop(st);
+        if was_empty && n > 0 {
+            self.shared.work.notify_one();
+        }
+        Poll::Ready(Ok(n))
+    }
+}
+
+impl<IO: AsyncRead> AsyncRead for WriteBehind<IO> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.read).poll_read(cx, buf)
+    }
+}
+
+impl<IO> AsyncWrite for WriteBehind<IO> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.append(cx, &[buf])
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
+        self.append(cx, &slices)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    /// Returns at once: the writer delivers without being asked. (h2 flushes
+    /// after every large frame; honouring that is the cost this avoids.)
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Self::check_error(&self.shared.state.lock()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut st = self.shared.state.lock();
+        if st.finished {
+            return Poll::Ready(Self::check_error(&st));
+        }
+        st.closing = true;
+        st.waiting = Some(cx.waker().clone());
+        drop(st);
+        self.shared.work.notify_one();
+        Poll::Pending
+    }
+}
+
+impl<IO> Drop for WriteBehind<IO> {
+    fn drop(&mut self) {
+        self.shared.state.lock().closing = true;
+        self.shared.work.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, duplex};
+
+    #[tokio::test]
+    async fn bytes_arrive_in_order_and_the_peer_sees_the_close() {
+        let (a, mut b) = duplex(64);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            b.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let mut w = WriteBehind::new(a);
+        for i in 0..100u8 {
+            w.write_all(&[i; 10]).await.unwrap();
+            w.flush().await.unwrap();
+        }
+        w.shutdown().await.unwrap();
+        let got = reader.await.unwrap();
+        let want: Vec<u8> = (0..100u8).flat_map(|i| [i; 10]).collect();
+        assert_eq!(got, want);
+    }
+
+    #[tokio::test]
+    async fn writes_wait_when_the_peer_does_not_read() {
+        let (a, mut b) = duplex(1024);
+        let mut w = WriteBehind::new(a);
+        let chunk = vec![7u8; 64 * 1024];
+        // One batch in the writer's hands plus up to HIGH_WATER waiting;
+        // then writes must wait.
+        let mut written = 0;
+        let blocked = loop {
+            match tokio::time::timeout(Duration::from_millis(200), w.write_all(&chunk)).await {
+                Ok(r) => {
+                    r.unwrap();
+                    written += chunk.len();
+                    assert!(written <= 2 * (HIGH_WATER + chunk.len()), "no backpressure after {written} bytes");
+                }
+                Err(_) => break true,
+            }
+        };
+        assert!(blocked);
+        // Reading drains it and lets writes through again.
+        let reader = tokio::spawn(async move {
+            let mut sink = Vec::new();
+            b.read_to_end(&mut sink).await.unwrap();
+            sink.len()
+        });
+        w.write_all(&chunk).await.unwrap();
+        w.shutdown().await.unwrap();
+        drop(w);
+        let total = reader.await.unwrap();
+        assert!(total >= written + chunk.len(), "{total} < {}", written + chunk.len());
+    }
+
+    #[tokio::test]
+    async fn a_write_error_is_reported_to_later_writes() {
+        let (a, b) = duplex(16);
+        drop(b);
+        let mut w = WriteBehind::new(a);
+        let mut failed = false;
+        for _ in 0..100 {
+            if w.write_all(b"hello").await.is_err() || w.flush().await.is_err() {
+                failed = true;
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(failed, "the broken pipe surfaced");
+    }
+
+    #[tokio::test]
+    async fn dropping_without_shutdown_still_delivers_what_was_written() {
+        let (a, mut b) = duplex(8);
+        let mut w = WriteBehind::new(a);
+        w.write_all(b"last words").await.unwrap();
+        drop(w);
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"last words");
+    }
+}
