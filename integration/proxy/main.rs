@@ -408,3 +408,81 @@ async fn tls_listener_rejects_garbage_and_serves_h2_by_alpn() {
     assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "over tls");
     proxy.shutdown().await;
 }
+
+/// Limits answer as the API server does for the same limit: 413 Status for
+/// an oversized write, 429 text with Retry-After for too many requests in
+/// flight or too many connections (and then the connection closes).
+#[tokio::test]
+async fn limits_refuse_with_the_api_servers_answers() {
+    let (release, released) = tokio::sync::watch::channel(false);
+    let upstream = fake_upstream(handler(move |req: Request<hyper::body::Incoming>| {
+        let mut released = released.clone();
+        async move {
+            if req.uri().path() == "/slow" {
+                let _ = released.wait_for(|r| *r).await;
+            }
+            Response::new(body::full("ok"))
+        }
+    }))
+    .await;
+    let proxy = start_proxy(
+        upstream,
+        &["--max-requests-inflight", "1", "--max-connections", "2", "--max-request-body-bytes", "100"],
+    )
+    .await;
+
+    // 413: the Content-Length of a write over the limit, before any upstream work.
+    let mut c1 = h1(proxy.addr).await;
+    let big = Request::post("/api/v1/namespaces/a/configmaps")
+        .header("host", "w")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(vec![b' '; 101])))
+        .unwrap();
+    let resp = c1.send_request(big).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let status = body_json(resp).await;
+    assert_eq!(status["message"], "Request entity too large: limit is 100");
+    assert_eq!(status["reason"], "RequestEntityTooLarge");
+
+    // 429 in flight: one slow request holds the only slot; a watch does not count.
+    let mut c2 = h1(proxy.addr).await;
+    let slow = tokio::spawn(c2.send_request(Request::get("/slow").header("host", "w").body(Full::default()).unwrap()));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let refused = loop {
+        c1.ready().await.unwrap();
+        let resp =
+            c1.send_request(Request::get("/api").header("host", "w").body(Full::default()).unwrap()).await.unwrap();
+        if resp.status() == StatusCode::TOO_MANY_REQUESTS {
+            break resp;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the slow request never took the slot");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert_eq!(
+        refused.into_body().collect().await.unwrap().to_bytes(),
+        Bytes::from_static(b"Too many requests, please try again later.\n")
+    );
+    release.send(true).unwrap();
+    assert_eq!(slow.await.unwrap().unwrap().status(), StatusCode::OK);
+
+    // 429 for a third connection while two are open, then it is closed.
+    let mut c3 = h1(proxy.addr).await;
+    let resp = c3.send_request(Request::get("/api").header("host", "w").body(Full::default()).unwrap()).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(resp.headers()["connection"], "close");
+    drop(c2);
+    // With a connection gone, a new one is served.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut c4 = h1(proxy.addr).await;
+        let resp =
+            c4.send_request(Request::get("/api").header("host", "w").body(Full::default()).unwrap()).await.unwrap();
+        if resp.status() == StatusCode::OK {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the freed connection slot was never reused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.shutdown().await;
+}
