@@ -6,8 +6,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 scripts="$root/integration/scripts"
 cd "$root"
-listen="127.0.0.1:${BENCH_PORT:-16490}"
-admin="127.0.0.1:${BENCH_ADMIN_PORT:-16491}"
+listen="127.0.0.1:${BENCH_PORT:-17590}"
+admin="127.0.0.1:${BENCH_ADMIN_PORT:-17591}"
 
 cargo build --locked --release -q
 cargo bench --locked --bench passthrough --no-run -q 2>/dev/null

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Plots of the benchmark results: reads the JSON the benches wrote to
+.run/bench-{fanout,kubelet,restart}/ and writes PNGs to docs/img/.
+
+Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
+
+Run by integration/scripts/bench-plots.sh with matplotlib from a venv under
+.run/. A scenario without results is skipped (said on stderr).
+"""
+import glob
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+RUN = sys.argv[1] if len(sys.argv) > 1 else ".run"
+OUT = sys.argv[2] if len(sys.argv) > 2 else "docs/img"
+COLORS = {"direct": "#d62728", "watchmux": "#1f77b4"}
+LABELS = {"direct": "straight at kube-apiserver", "watchmux": "through watchmux"}
+
+
+def load(pattern):
+    out = []
+    for path in sorted(glob.glob(os.path.join(RUN, pattern))):
+        with open(path) as f:
+            out.append(json.load(f))
+    return out
+
+
+def size_label(b):
+    return f"{b / 1024:.0f} KiB" if b >= 1024 else f"{b} B"
+
+
+def save(fig, name):
+    os.makedirs(OUT, exist_ok=True)
+    path = os.path.join(OUT, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"bench-plots: {path}")
+
+
+def fanout_cells(runs):
+    """(config label, cell label, side, cell dict), in run order."""
+    rows = []
+    for r in sorted(runs, key=lambda r: (r["shape"] != "h2", r["n"])):
+        conf = f"N={r['n']:,} {r['shape']}"
+        for s in r["sides"]:
+            for c in s["cells"]:
+                rows.append((conf, f"{c['rate']}/s {size_label(c['size'])}", s["side"], c))
+    return rows
+
+
+def grouped_bars(ax, rows, value, ylabel, log=True, target=None, target_label=None):
+    keys = []
+    for conf, cell, _, _ in rows:
+        if (conf, cell) not in keys:
+            keys.append((conf, cell))
+    width = 0.4
+    for i, side in enumerate(["direct", "watchmux"]):
+        xs, ys = [], []
+        for k, key in enumerate(keys):
+            for conf, cell, sd, c in rows:
+                if (conf, cell) == key and sd == side:
+                    v = value(c)
+                    if v is not None and (not log or v > 0):
+                        xs.append(k + (i - 0.5) * width)
+                        ys.append(v)
+        ax.bar(xs, ys, width, color=COLORS[side], label=LABELS[side])
+    ax.set_xticks(range(len(keys)))
+    ax.set_xticklabels([f"{c}\n{cell}" for c, cell in keys], rotation=60, ha="right", fontsize=7)
+    if log:
+        ax.set_yscale("log")
+    if target is not None:
+        ax.axhline(target, color="k", ls="--", lw=1, label=target_label)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def side_bars(ax, groups, value, labels):
+    """Bars for each side over `groups` (run results), `value(side result)` each."""
+    for i, side in enumerate(["direct", "watchmux"]):
+        xs, ys = [], []
+        for k, r in enumerate(groups):
+            for s in r["sides"]:
+                if s["side"] == side and value(s) is not None:
+                    xs.append(k + (i - 0.5) * 0.4)
+                    ys.append(value(s))
+        ax.bar(xs, ys, 0.4, color=COLORS[side], label=LABELS[side])
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(labels)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def plot_fanout(runs):
+    rows = fanout_cells(runs)
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    grouped_bars(ax, rows, lambda c: c["cpu_ms_per_1000_events"], "server CPU per 1,000 delivered events, ms")
+    ax.set_title("Fan-out: CPU of the serving process per 1,000 events (net of the writes' own cost)")
+    save(fig, "bench-fanout-cpu.png")
+
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    grouped_bars(ax, rows, lambda c: c["latency_ack_ms"]["p99"], "p99, write acknowledged → received, ms",
+                 target=50, target_label="target: 50 ms")
+    ax.set_title("Fan-out: delivery latency p99")
+    save(fig, "bench-fanout-latency.png")
+
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    grouped_bars(ax, rows, lambda c: c["write_syscalls_per_event"], "write system calls per delivered event")
+    ax.axhline(1, color="k", ls=":", lw=1, label="one per event")
+    ax.legend(fontsize=8)
+    ax.set_title("Fan-out: write system calls (syscw) per delivered event")
+    save(fig, "bench-fanout-syscalls.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    confs = sorted(runs, key=lambda r: (r["shape"] != "h2", r["n"]))
+    side_bars(ax, confs, lambda s: s["rss_per_idle_watcher_kib"], [f"N={r['n']:,} {r['shape']}" for r in confs])
+    ax.axhline(8, color="k", ls="--", lw=1, label="target: 8 KiB")
+    ax.set_ylabel("resident memory per idle watcher, KiB")
+    ax.set_title("Fan-out: memory per idle watcher (RSS growth / N)")
+    ax.legend(fontsize=8)
+    save(fig, "bench-fanout-memory.png")
+
+
+def plot_kubelet(runs):
+    if not runs:
+        return
+    runs = sorted(runs, key=lambda r: r["m"])
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    metrics = [
+        ("kube-apiserver WATCHes held", lambda s: s["apiserver_watches_open"]),
+        ("kube-apiserver RSS change, MiB", lambda s: (s["apiserver_rss"][1] - s["apiserver_rss"][0]) / 2**20),
+        ("kube-apiserver CPU over the writes, net, ms", lambda s: s["apiserver_cpu_net_ms"]),
+    ]
+    for ax, (title, f) in zip(axes, metrics):
+        side_bars(ax, runs, f, [f"M={r['m']:,}" for r in runs])
+        ax.set_title(title, fontsize=10)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Kubelet-shaped load: M kubelets × 5 list+watches")
+    save(fig, "bench-kubelet.png")
+
+
+def plot_restart(runs):
+    if not runs:
+        return
+    r = max(runs, key=lambda r: r["n"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    verbs = sorted({v for s in r["sides"] for v, _ in s["apiserver_configmap_requests_by_verb"]})
+    for i, s in enumerate(r["sides"]):
+        counts = dict(s["apiserver_configmap_requests_by_verb"])
+        xs = [k + (i - 0.5) * 0.4 for k in range(len(verbs))]
+        axes[0].bar(xs, [counts.get(v, 0) for v in verbs], 0.4, color=COLORS[s["side"]], label=LABELS[s["side"]])
+    axes[0].set_xticks(range(len(verbs)))
+    axes[0].set_xticklabels(verbs)
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("configmaps requests to the new kube-apiserver")
+    axes[0].set_title(f"Requests reaching kube-apiserver after its restart, N={r['n']:,}", fontsize=10)
+    axes[0].grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    for s in r["sides"]:
+        lat = s["from_marker_ms"]
+        xs = [lat["p50"], lat["p99"], lat["max"]]
+        if None in xs:
+            continue
+        axes[1].bar([k + (0.2 if s["side"] == "watchmux" else -0.2) for k in range(3)], xs, 0.4,
+                    color=COLORS[s["side"]], label=LABELS[s["side"]])
+    axes[1].set_xticks(range(3))
+    axes[1].set_xticklabels(["p50", "p99", "max"])
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("ms after the first post-restart write was acknowledged")
+    axes[1].set_title("Until each watcher has seen the first write after the restart", fontsize=10)
+    axes[1].grid(axis="y", alpha=0.3)
+    axes[1].legend(fontsize=8)
+    save(fig, "bench-restart.png")
+
+
+def main():
+    done = 0
+    for name, pattern, plot in [
+        ("fanout", "bench-fanout/fanout-*.json", plot_fanout),
+        ("kubelet", "bench-kubelet/kubelet-*.json", plot_kubelet),
+        ("restart", "bench-restart/restart-*.json", plot_restart),
+    ]:
+        runs = load(pattern)
+        if not runs:
+            print(f"bench-plots: no {name} results in {RUN}", file=sys.stderr)
+            continue
+        plot(runs)
+        done += 1
+    return 0 if done else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
