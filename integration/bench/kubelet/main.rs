@@ -17,10 +17,11 @@
 //! the WATCHes kube-apiserver holds (`apiserver_longrunning_requests`, by
 //! resource), the requests it served while the kubelets started
 //! (`apiserver_request_total` by verb), its resident memory and Go heap, and
-//! its CPU while a writer changes R objects a second (each change is to one
-//! kubelet's ConfigMap or Secret, as an annotation `seq`), net of the same
-//! writes without kubelets; every change must reach its kubelet (lost = 0),
-//! timed from the write's acknowledgement.
+//! its CPU while the kubelets start, and while a writer changes R objects a
+//! second (as an annotation `seq`: one change in ten to a Service, which
+//! every kubelet watches, the others to one kubelet's ConfigMap or Secret),
+//! net of the same writes without kubelets; every change must reach every
+//! kubelet that watches it (lost = 0), timed from the write's acknowledgement.
 //!
 //! Environment: as `fanout` (`WATCHMUX_BENCH_*`, `CLK_TCK`, `BENCH_OUT`), and
 //! `KUBELET_M` (100), `KUBELET_RATE` (changes a second, 20),
@@ -206,16 +207,27 @@ async fn kubelet(
     .await
 }
 
-/// The writes of a hold phase: change `k` goes to kubelet `k % m`'s ConfigMap
-/// (even k) or Secret (odd k), as annotation `seq` = `seq_base + k + 1`.
+/// Change `k` of a hold phase goes to every kubelet when it is a Service
+/// change (one in ten), otherwise to one kubelet.
+fn is_service_change(k: usize) -> bool {
+    k % 10 == 9
+}
+
+/// The writes of a hold phase: change `k` is to a Service (one in ten; every
+/// kubelet watches them all), or to kubelet `k % m`'s ConfigMap (even k) or
+/// Secret (odd k), as annotation `seq` = `seq_base + k + 1`.
 async fn churn(api: &Arc<Api>, m: usize, rate: u32, count: usize, seq_base: u64) -> Vec<Option<Instant>> {
     let start = Instant::now();
     let period = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
     let mut tasks = Vec::with_capacity(count);
     for k in 0..count {
         tokio::time::sleep_until((start + period * k as u32).into()).await;
-        let kind = if k % 2 == 0 { "configmaps/kubelet-cm" } else { "secrets/kubelet-secret" };
-        let path = format!("/api/v1/namespaces/{NS}/{kind}-{}", (k / 2) % m);
+        let path = if is_service_change(k) {
+            format!("/api/v1/namespaces/{NS}/services/kubelet-svc-{}", (k / 10) % SERVICES)
+        } else {
+            let kind = if k % 2 == 0 { "configmaps/kubelet-cm" } else { "secrets/kubelet-secret" };
+            format!("/api/v1/namespaces/{NS}/{kind}-{}", (k / 2) % m)
+        };
         let patch = format!(r#"{{"metadata":{{"annotations":{{"seq":"{}"}}}}}}"#, seq_base + k as u64 + 1);
         let api = api.clone();
         tasks.push(tokio::spawn(async move {
@@ -253,7 +265,10 @@ struct SideResult {
     phase: Sample,
     phase_secs: f64,
     writes_ok: usize,
+    expected: usize,
     received: usize,
+    /// The processes' CPU while the kubelets started and stayed idle 5 s.
+    start_cpu: Sample,
     latency: Vec<Duration>,
     stream_errors: usize,
 }
@@ -296,6 +311,7 @@ impl Bench {
         let requests0 = prom::by_label(&metrics0, "apiserver_request_total", "verb", &[]);
         let heap0 = prom::sum(&metrics0, "go_memstats_heap_inuse_bytes", &[]);
         let (api_rss0, server_rss0) = (rss_bytes(api_pid)?, rss_bytes(server_pid)?);
+        let s0 = Sample::take(server_pid, api_pid)?;
 
         // The kubelets start.
         let shared = Arc::new(Shared::default());
@@ -323,14 +339,19 @@ impl Bench {
             prom::delta(&requests0, &prom::by_label(&metrics1, "apiserver_request_total", "verb", &[]));
         let heap1 = prom::sum(&metrics1, "go_memstats_heap_inuse_bytes", &[]);
         let (api_rss1, server_rss1) = (rss_bytes(api_pid)?, rss_bytes(server_pid)?);
+        let start_cpu = s0.delta(&Sample::take(server_pid, api_pid)?);
 
         // The writes, with the kubelets.
         let p0 = Sample::take(server_pid, api_pid)?;
         let t0 = Instant::now();
         let acked = churn(api, self.m, self.rate, self.writes, seq_base).await;
         let writes_ok = acked.iter().flatten().count();
+        let expected: usize = (0..acked.len())
+            .filter(|&k| acked[k].is_some())
+            .map(|k| if is_service_change(k) { started } else { 1 })
+            .sum();
         let deadline = Instant::now() + DELIVERY_DEADLINE;
-        while (shared.received.load(Ordering::Relaxed) as usize) < writes_ok && Instant::now() < deadline {
+        while (shared.received.load(Ordering::Relaxed) as usize) < expected && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         tokio::time::sleep_until((t0 + window).into()).await;
@@ -377,7 +398,9 @@ impl Bench {
             phase,
             phase_secs,
             writes_ok,
+            expected,
             received,
+            start_cpu,
             latency,
             stream_errors,
         })
@@ -425,6 +448,14 @@ fn report(b: &Bench, sides: &[SideResult]) {
         SideKind::Direct => "–".into(),
         SideKind::Watchmux => format!("{} → {}", mib(s.server_rss.0 as f64), mib(s.server_rss.1 as f64)),
     });
+    t.row("kube-apiserver / watchmux CPU while the kubelets started (LIST, WATCH) and 5 s idle, ms", |s| {
+        match s.kind {
+            SideKind::Direct => format!("{} / –", fmt0(ticks_ms(s.start_cpu.apiserver))),
+            SideKind::Watchmux => {
+                format!("{} / {}", fmt0(ticks_ms(s.start_cpu.apiserver)), fmt0(ticks_ms(s.start_cpu.server)))
+            }
+        }
+    });
     t.row("**kube-apiserver CPU over the writes, net of baseline, ms**", |s| {
         format!("**{}**", fmt0(s.net_ms(|x| x.apiserver)))
     });
@@ -432,8 +463,8 @@ fn report(b: &Bench, sides: &[SideResult]) {
         SideKind::Direct => "–".into(),
         SideKind::Watchmux => fmt0(s.net_ms(|x| x.server)),
     });
-    t.row("changes acknowledged / received by their kubelet / **lost**", |s| {
-        format!("{} / {} / **{}**", s.writes_ok, s.received, s.writes_ok.saturating_sub(s.received))
+    t.row("changes acknowledged; deliveries expected / received / **lost**", |s| {
+        format!("{}; {} / {} / **{}**", s.writes_ok, s.expected, s.received, s.expected.saturating_sub(s.received))
     });
     t.row("latency ack → receipt p50 / p99 / max, ms", |s| p50_p99_max(&s.latency));
     t.row("streams that ended or failed before the end", |s| s.stream_errors.to_string());
@@ -466,8 +497,11 @@ fn json(b: &Bench, sides: &[SideResult]) -> serde_json::Value {
             "apiserver_cpu_net_ms": s.net_ms(|x| x.apiserver),
             "server_cpu_net_ms": s.net_ms(|x| x.server),
             "writes_ok": s.writes_ok,
+            "expected": s.expected,
             "received": s.received,
-            "lost": s.writes_ok.saturating_sub(s.received),
+            "lost": s.expected.saturating_sub(s.received),
+            "apiserver_cpu_start_ms": ticks_ms(s.start_cpu.apiserver),
+            "server_cpu_start_ms": ticks_ms(s.start_cpu.server),
             "latency_ack_ms": latency_json(&s.latency),
             "stream_errors": s.stream_errors,
         })).collect::<Vec<_>>(),
