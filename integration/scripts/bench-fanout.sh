@@ -23,12 +23,12 @@
 # seconds (600), watchmux gets 10 s to stop after SIGTERM.
 listen="127.0.0.1:${BENCH_PORT:-17592}"
 admin="127.0.0.1:${BENCH_ADMIN_PORT:-17593}"
-# shellcheck source=bench-lib.sh
+# shellcheck source-path=SCRIPTDIR source=bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
 if [[ $# -gt 0 ]]; then ns=("$@"); else read -r -a ns <<< "${FANOUT_NS:-100 1000 10000}"; fi
 read -r -a h1_ns <<< "${FANOUT_H1_NS-1000}"
 logs="$root/.run/bench-fanout"
-rm -f "$logs"/fanout-*.json
+[[ ${BENCH_KEEP:-0} == 1 ]] || rm -f "$logs"/fanout-*.json  # BENCH_KEEP=1: add to the last results
 bench_build fanout "$logs"
 bench_cluster_up
 machine_line

@@ -10,11 +10,11 @@
 # its default --cache-resources). JSON per M in .run/bench-kubelet/.
 listen="127.0.0.1:${BENCH_PORT:-17594}"
 admin="127.0.0.1:${BENCH_ADMIN_PORT:-17595}"
-# shellcheck source=bench-lib.sh
+# shellcheck source-path=SCRIPTDIR source=bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
 if [[ $# -gt 0 ]]; then ms=("$@"); else read -r -a ms <<< "${KUBELET_MS:-100 1000}"; fi
 logs="$root/.run/bench-kubelet"
-rm -f "$logs"/kubelet-*.json
+[[ ${BENCH_KEEP:-0} == 1 ]] || rm -f "$logs"/kubelet-*.json  # BENCH_KEEP=1: add to the last results
 bench_build kubelet "$logs"
 bench_cluster_up
 machine_line

@@ -61,20 +61,28 @@ def grouped_bars(ax, rows, value, ylabel, log=True, target=None, target_label=No
         if (conf, cell) not in keys:
             keys.append((conf, cell))
     width = 0.4
+    missing = []
     for i, side in enumerate(["direct", "watchmux"]):
         xs, ys = [], []
         for k, key in enumerate(keys):
             for conf, cell, sd, c in rows:
                 if (conf, cell) == key and sd == side:
                     v = value(c)
+                    x = k + (i - 0.5) * width
                     if v is not None and (not log or v > 0):
-                        xs.append(k + (i - 0.5) * width)
+                        xs.append(x)
                         ys.append(v)
+                    else:
+                        # No figure (e.g. a baseline noisier than the effect): say so.
+                        missing.append((x, side))
         ax.bar(xs, ys, width, color=COLORS[side], label=LABELS[side])
     ax.set_xticks(range(len(keys)))
     ax.set_xticklabels([f"{c}\n{cell}" for c, cell in keys], rotation=60, ha="right", fontsize=7)
     if log:
         ax.set_yscale("log")
+    bottom = ax.get_ylim()[0]
+    for x, side in missing:
+        ax.text(x, bottom, " n/a", rotation=90, va="bottom", ha="center", fontsize=7, color=COLORS[side])
     if target is not None:
         ax.axhline(target, color="k", ls="--", lw=1, label=target_label)
     ax.set_ylabel(ylabel)

@@ -11,11 +11,11 @@
 # .run/bench-restart/.
 listen="127.0.0.1:${BENCH_PORT:-17596}"
 admin="127.0.0.1:${BENCH_ADMIN_PORT:-17597}"
-# shellcheck source=bench-lib.sh
+# shellcheck source-path=SCRIPTDIR source=bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
 if [[ $# -gt 0 ]]; then ns=("$@"); else read -r -a ns <<< "${RESTART_NS:-1000}"; fi
 logs="$root/.run/bench-restart"
-rm -f "$logs"/restart-*.json
+[[ ${BENCH_KEEP:-0} == 1 ]] || rm -f "$logs"/restart-*.json  # BENCH_KEEP=1: add to the last results
 bench_build restart "$logs"
 bench_cluster_up
 machine_line
