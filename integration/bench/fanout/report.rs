@@ -113,7 +113,10 @@ pub fn markdown(
     t.row("kube-apiserver configmaps WATCHes held: before → open", |s| {
         format!("{} → {}", s.api_watches.0, s.api_watches.1)
     });
-    t.row("duplicates / streams ended early / stream errors / ERROR events", |s| {
+    t.row("watches the server closed and the watcher resumed (watchers)", |s| {
+        format!("{} ({})", s.resumed, s.watchers_resumed)
+    });
+    t.row("duplicates / streams ended for good / stream errors / ERROR events", |s| {
         format!("{} / {} / {} / {}", s.duplicates, s.ended_early, s.stream_errors.len(), s.error_events)
     });
     t.print();
@@ -240,6 +243,8 @@ pub fn json(bench: &Bench, sides: &[SideResult], skipped: &[Skipped]) -> serde_j
             "apiserver_configmap_watches": [s.api_watches.0, s.api_watches.1],
             "duplicates": s.duplicates,
             "ended_early": s.ended_early,
+            "resumed": s.resumed,
+            "watchers_resumed": s.watchers_resumed,
             "stream_errors": s.stream_errors.len(),
             "error_events": s.error_events,
             "cells": bench.cells.iter().zip(&s.cells).map(|(p, c)| cell_json(p, s, c)).collect::<Vec<_>>(),

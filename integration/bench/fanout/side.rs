@@ -85,6 +85,9 @@ pub struct SideResult {
     pub api_watches: (f64, f64),
     pub duplicates: u64,
     pub ended_early: usize,
+    /// Watches the server closed that their watcher resumed.
+    pub resumed: u64,
+    pub watchers_resumed: usize,
     pub stream_errors: Vec<String>,
     pub error_events: u64,
     pub error_line_sample: Option<String>,
@@ -97,8 +100,8 @@ impl SideResult {
     }
 }
 
-fn all_watchers_path(ns: &str, rv: &str) -> Arc<str> {
-    format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion={rv}").into()
+fn all_watchers_path(ns: &str) -> Arc<str> {
+    format!("/api/v1/namespaces/{ns}/configmaps?watch=1").into()
 }
 
 impl Bench {
@@ -143,7 +146,8 @@ impl Bench {
         let spec = WatchSpec {
             target: target.clone(),
             shape: cfg.shape,
-            path: all_watchers_path(&cfg.ns, &rv),
+            base_path: all_watchers_path(&cfg.ns),
+            rv: rv.into(),
             permits: Arc::new(Semaphore::new(OPEN_CONCURRENCY)),
             shared: shared.clone(),
             stop: stop.clone(),
@@ -259,6 +263,7 @@ impl Bench {
         let mut failure_samples = Vec::new();
         let mut stream_errors = Vec::new();
         let (mut duplicates, mut error_events, mut ended_early) = (0u64, 0u64, 0);
+        let (mut resumed, mut watchers_resumed) = (0u64, 0usize);
         let mut error_line_sample = None;
         for o in &outcomes {
             if o.status != Some(StatusCode::OK) {
@@ -272,6 +277,8 @@ impl Bench {
                 continue;
             }
             duplicates += o.duplicates as u64;
+            resumed += o.resumed as u64;
+            watchers_resumed += usize::from(o.resumed > 0);
             error_events += o.error_events as u64;
             match &o.end {
                 Some(End::Ended) => ended_early += 1,
@@ -375,6 +382,8 @@ impl Bench {
             api_watches: (api_watches_before, api_watches_open),
             duplicates,
             ended_early,
+            resumed,
+            watchers_resumed,
             stream_errors,
             error_events,
             error_line_sample,
