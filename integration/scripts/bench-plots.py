@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart}/ and writes PNGs to docs/img/.
+.run/bench-{fanout,kubelet,restart}/ and writes PNGs to docs/img/, and the
+headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
 
@@ -189,7 +190,85 @@ def plot_restart(runs):
     save(fig, "bench-restart.png")
 
 
+def fmt(v, digits=1):
+    return "–" if v is None else f"{v:,.{digits}f}"
+
+
+def summary(fanout, kubelet, restart):
+    """Headline tables (Markdown) of the results, against the issue's targets."""
+    out = []
+    if fanout:
+        out += ["### Fan-out", "",
+                "| N, connections | changes/s (achieved direct / watchmux) | object | CPU per 1,000 events, ms: "
+                "direct / watchmux (ratio; target ≤ 0.20) | p99 ack → receipt, ms: direct / watchmux | "
+                "lost: direct / watchmux (watches the server closed and the watcher resumed, over the whole side) | watchmux write syscalls "
+                "per event | watchmux bytes written per event | encodes = changes × 1 |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(fanout, key=lambda r: (r["shape"] != "h2", r["n"])):
+            sides = {s["side"]: s for s in r["sides"]}
+            d, w = sides.get("direct"), sides.get("watchmux")
+            if not d or not w:
+                continue
+            for cd, cw in zip(d["cells"], w["cells"]):
+                a, b = cd["cpu_ms_per_1000_events"], cw["cpu_ms_per_1000_events"]
+                ratio = f"{b / a:.2f}" if a and b and a > 0 and b > 0 else "–"
+                enc = "yes" if cw["encodes"] == cw["encodes_expected"] else f"no ({cw['encodes']})"
+                out.append(
+                    f"| {r['n']:,} {r['shape']} | {cd['rate']} ({cd['achieved_rate']:.0f} / {cw['achieved_rate']:.0f}) "
+                    f"| {size_label(cd['size'])} | {fmt(a)} / {fmt(b)} ({ratio}) "
+                    f"| {fmt(cd['latency_ack_ms']['p99'])} / {fmt(cw['latency_ack_ms']['p99'])} "
+                    f"| {cd['lost']:,} / {cw['lost']:,} ({d['resumed']:,} / {w['resumed']:,}) "
+                    f"| {fmt(cw['write_syscalls_per_event'], 2)} | {fmt(cw['bytes_written_per_event'], 0)} | {enc} |")
+            for sk in r.get("skipped", []):
+                out.append(f"| {r['n']:,} {r['shape']} | {sk['rate']} | {size_label(sk['size'])} "
+                           f"| left out: {sk['why']} | | | | | |")
+        out += ["", "| N, connections | server RSS per idle watcher, KiB: direct / watchmux (target ≤ 8) |", "|---|---|"]
+        for r in sorted(fanout, key=lambda r: (r["shape"] != "h2", r["n"])):
+            sides = {s["side"]: s for s in r["sides"]}
+            if "direct" in sides and "watchmux" in sides:
+                out.append(f"| {r['n']:,} {r['shape']} | {fmt(sides['direct']['rss_per_idle_watcher_kib'])} / "
+                           f"{fmt(sides['watchmux']['rss_per_idle_watcher_kib'])} |")
+        out.append("")
+    if kubelet:
+        out += ["### Kubelet-shaped load", "",
+                "| M | side | kube-apiserver WATCHes held | its requests while starting | its RSS / heap change, MiB "
+                "| its CPU while starting, ms | its CPU over the changes (net), ms | watchmux RSS, MiB | lost |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(kubelet, key=lambda r: r["m"]):
+            for s in r["sides"]:
+                reqs = ", ".join(f"{v} {n:.0f}" for v, n in s["apiserver_requests_by_verb"])
+                rss = (s["apiserver_rss"][1] - s["apiserver_rss"][0]) / 2**20
+                heap = (s["apiserver_heap"][1] - s["apiserver_heap"][0]) / 2**20
+                wm = f"{s['server_rss'][1] / 2**20:.1f}" if s["side"] == "watchmux" else "–"
+                out.append(f"| {r['m']:,} | {LABELS[s['side']]} | {s['apiserver_watches_before']:.0f} → "
+                           f"{s['apiserver_watches_open']:.0f} | {reqs} | {rss:+.1f} / {heap:+.1f} "
+                           f"| {fmt(s.get('apiserver_cpu_start_ms'), 0)} | {fmt(s['apiserver_cpu_net_ms'], 0)} "
+                           f"| {wm} | {s['lost']} |")
+        out.append("")
+    if restart:
+        out += ["### Restart storm", "",
+                "| N | side | configmaps requests reaching the new kube-apiserver | all its requests "
+                "| every watcher current, s after the restart command | from the post-restart write's ack: "
+                "p50 / p99 / max, ms | its CPU until then, ms |",
+                "|---|---|---|---|---|---|---|"]
+        for r in sorted(restart, key=lambda r: r["n"]):
+            for s in r["sides"]:
+                reqs = ", ".join(f"{v} {n:.0f}" for v, n in s["apiserver_configmap_requests_by_verb"])
+                m = s["from_marker_ms"]
+                cur = fmt(s["all_current_from_restart_s"]) if s["current"] == r["n"] else \
+                    f"{s['current']} of {r['n']} only"
+                out.append(f"| {r['n']:,} | {LABELS[s['side']]} | {reqs} | {s['apiserver_all_requests']:.0f} | {cur} "
+                           f"| {fmt(m['p50'])} / {fmt(m['p99'])} / {fmt(m['max'])} | {s['apiserver_cpu_ms']:.0f} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main():
+    text = summary(load("bench-fanout/fanout-*.json"), load("bench-kubelet/kubelet-*.json"),
+                   load("bench-restart/restart-*.json"))
+    with open(os.path.join(RUN, "bench-summary.md"), "w") as f:
+        f.write(text + "\n")
+    print(f"bench-plots: {os.path.join(RUN, 'bench-summary.md')}")
     done = 0
     for name, pattern, plot in [
         ("fanout", "bench-fanout/fanout-*.json", plot_fanout),
