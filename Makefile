@@ -6,7 +6,8 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e bench bench-passthrough bench-fanout bench-auth audit fmt clean
+.PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e \
+	bench bench-passthrough bench-fanout bench-kubelet bench-restart bench-plots bench-auth audit fmt clean
 
 all: build
 
@@ -44,16 +45,32 @@ test-unit:
 test-e2e:
 	bash integration/scripts/e2e.sh
 
-## Benchmarks (not part of make test); figures in docs/benchmarks.md.
-bench: bench-passthrough bench-fanout bench-auth
+## Benchmarks (not part of make test); figures in docs/benchmarks.md. The
+## whole set, with the cluster started once and the plots at the end (about
+## 30 minutes on 2 cores; the matrix is chosen by the FANOUT_*, KUBELET_MS and
+## RESTART_NS variables, see integration/scripts/bench-all.sh).
+bench:
+	bash integration/scripts/bench-all.sh
 
 ## Pass-through overhead, direct vs through watchmux.
 bench-passthrough:
 	bash integration/scripts/bench-passthrough.sh
 
-## Fan-out to many watchers, direct vs through watchmux.
+## Fan-out to many watchers at several change rates and object sizes.
 bench-fanout:
 	bash integration/scripts/bench-fanout.sh
+
+## Kubelet-shaped load: M kubelets' pod, node, service, configmap, secret watches.
+bench-kubelet:
+	bash integration/scripts/bench-kubelet.sh
+
+## Restart storm: kube-apiserver restarted under N watchers.
+bench-restart:
+	bash integration/scripts/bench-restart.sh
+
+## PNG plots of the last results (.run/bench-*/) into docs/img/.
+bench-plots:
+	bash integration/scripts/bench-plots.sh
 
 ## Dependency advisories (cargo-audit, local database: AUDIT_DB=...).
 audit:

@@ -210,8 +210,17 @@ async fn main() {
     for ((name, _), rx) in sides.iter().zip(receivers.iter_mut()) {
         let mut lat = Vec::with_capacity(WATCH_EVENTS);
         while lat.len() < WATCH_EVENTS {
-            let (seq, at) = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
-            lat.push(at.saturating_duration_since(issued[seq - 1]));
+            match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
+                Ok(Some((seq, at))) => lat.push(at.saturating_duration_since(issued[seq - 1])),
+                other => {
+                    let why = if other.is_ok() { "the stream ended" } else { "nothing for 30 s" };
+                    eprintln!("passthrough: {name}: {why} after {} of {WATCH_EVENTS} events", lat.len());
+                    break;
+                }
+            }
+        }
+        if lat.is_empty() {
+            continue;
         }
         lat.sort();
         println!(

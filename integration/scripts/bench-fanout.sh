@@ -1,113 +1,78 @@
 #!/usr/bin/env bash
 # Fan-out to many watchers, straight at kube-apiserver and through watchmux, in
-# one run against the real API server (see integration/bench/fanout.rs).
+# one run against the real API server (see integration/bench/fanout/main.rs).
 #
-# Usage: bench-fanout.sh [N...]        (default: 1000 10000; or FANOUT_NS="...")
+# Usage: bench-fanout.sh [N...]        (default: 100 1000 10000; or FANOUT_NS="...")
 #
-# For each N: N watches multiplexed over HTTP/2 connections; and for N=1000
-# also one HTTP/1.1 connection per watcher. Each configuration gets a fresh
-# release watchmux (--cache-resources configmaps --cache-warm) so that its
-# memory figures start from the same point; the API server is shared (and may
-# be in use by other tests). Prints the machine line and one Markdown table
-# per configuration; docs/benchmarks.md records them.
+# For each N: N watches multiplexed over HTTP/2 connections; and for each N in
+# FANOUT_H1_NS (default 1000) also one HTTP/1.1 connection per watcher. In each
+# configuration, one cell per change rate (FANOUT_RATES, default 10 100 1000 a
+# second) and object size (FANOUT_SIZES, default 1024 20480 bytes), each
+# writing for FANOUT_SECONDS (5; shortened, or left out, where a cell would
+# deliver more than the bench's bounds: see the bench's header). Each
+# configuration gets a fresh release watchmux (--cache-resources configmaps
+# --cache-warm) so that its memory figures start from the same point.
 #
-# Bounded: each bench run is cut off after BENCH_RUN_TIMEOUT seconds (240),
-# watchmux gets 10 s to stop after SIGTERM.
-set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-scripts="$root/integration/scripts"
-cd "$root"
-listen="127.0.0.1:${BENCH_PORT:-16492}"
-admin="127.0.0.1:${BENCH_ADMIN_PORT:-16493}"
-run_timeout="${BENCH_RUN_TIMEOUT:-240}"
-if [[ $# -gt 0 ]]; then ns=("$@"); else read -r -a ns <<< "${FANOUT_NS:-1000 10000}"; fi
+# Then, unless FANOUT_STRACE=0, one more configuration through watchmux only
+# (N=FANOUT_STRACE_N, 1000, HTTP/2, 100 changes/s of 1 KiB) with
+# `strace -c -f -e trace=write,writev,sendmsg,sendto` on watchmux: system
+# calls per delivered event, counted by the kernel's other witness.
+#
+# Prints the machine line and Markdown tables; JSON per configuration in
+# .run/bench-fanout/. Bounded: each run is cut off after BENCH_RUN_TIMEOUT
+# seconds (600), watchmux gets 10 s to stop after SIGTERM.
+listen="127.0.0.1:${BENCH_PORT:-17592}"
+admin="127.0.0.1:${BENCH_ADMIN_PORT:-17593}"
+# shellcheck source-path=SCRIPTDIR source=bench-lib.sh
+source "$(dirname "$0")/bench-lib.sh"
+if [[ $# -gt 0 ]]; then ns=("$@"); else read -r -a ns <<< "${FANOUT_NS:-100 1000 10000}"; fi
+read -r -a h1_ns <<< "${FANOUT_H1_NS-1000}"
 logs="$root/.run/bench-fanout"
-mkdir -p "$logs"
-
-# The HTTP/1.1 mode holds one fd per watcher in the bench and in watchmux
-# (each has its own limit, inherited from here): ask for the hard limit.
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-if (( $(ulimit -n) < 2048 )); then
-  echo "bench-fanout: ulimit -n is $(ulimit -n); the HTTP/1.1 mode needs over 1,000 fds per process" >&2
-fi
-
-cargo build --locked --release -q
-cargo bench --locked --bench fanout --no-run -q
-# Run copies of both binaries, so that a rebuild during the run (cargo bench
-# rebuilds the package's binaries too) cannot swap them under the benchmark.
-bench_exe="$(cargo bench --locked --bench fanout --no-run --message-format=json -q 2>/dev/null |
-  grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | grep '/fanout-' | tail -1)"
-[[ -x $bench_exe ]] || { echo "bench-fanout: no fanout bench executable" >&2; exit 1; }
-cp -f "$bench_exe" "$logs/fanout-bench"
-cp -f "$root/target/release/watchmux" "$logs/watchmux"
-
-started_cluster=0
-if ! bash "$scripts/cluster-up.sh" --check >/dev/null 2>&1; then
-  started_cluster=1
-  bash "$scripts/cluster-up.sh" >/dev/null
-fi
-pid=""
-stop_watchmux() {
-  [[ -n $pid ]] || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  pid=""
-}
-cleanup() {
-  stop_watchmux
-  if [[ $started_cluster == 1 ]]; then bash "$scripts/cluster-down.sh" >/dev/null || true; fi
-}
-trap cleanup EXIT
-
-start_watchmux() {  # start_watchmux <log file>
-  RUST_LOG=warn "$logs/watchmux" --kubeconfig "$root/.run/kubeconfig" \
-    --listen "$listen" --admin-listen "$admin" \
-    --cache-resources configmaps --cache-warm > "$1" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 150); do
-    curl -fs "http://$admin/readyz" >/dev/null 2>&1 && return 0
-    kill -0 "$pid" 2>/dev/null || { echo "bench-fanout: watchmux exited" >&2; cat "$1" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "bench-fanout: watchmux not ready in 15 s" >&2; cat "$1" >&2; exit 1
-}
-
-run() {  # run <N> <h2|h1>
-  local log="$logs/watchmux-$1-$2.log"
-  start_watchmux "$log"
-  WATCHMUX_BENCH_KUBECONFIG="$root/.run/kubeconfig" WATCHMUX_BENCH_PROXY="$listen" \
-  WATCHMUX_BENCH_ADMIN="$admin" WATCHMUX_BENCH_PROXY_PID="$pid" \
-  WATCHMUX_BENCH_APISERVER_PIDFILE="$root/.run/cluster/apiserver.pid" CLK_TCK="$(getconf CLK_TCK)" \
-  FANOUT_N="$1" FANOUT_SHAPE="$2" \
-    timeout --signal=INT --kill-after=10 "$run_timeout" "$logs/fanout-bench" --bench ||
-    echo "bench-fanout: the N=$1 $2 run failed (exit $?); watchmux alive: $(kill -0 "$pid" 2>/dev/null && echo yes || echo no)"
-  stop_watchmux
-  local warnings
-  warnings="$(grep -cE ' (WARN|ERROR) ' "$log" || true)"
-  if [[ $warnings != 0 ]]; then
-    echo
-    echo "watchmux logged $warnings warning/error line(s) during this configuration ($log), first lines:"
-    echo
-    grep -E ' (WARN|ERROR) ' "$log" | head -5 | sed 's/^/    /'
-  fi
-}
-
-other_watches="$(
-  # shellcheck disable=SC1091
-  source "$root/.run/cluster/env"
-  curl -fsS --cacert "$CA_CERT" -H "Authorization: Bearer $ADMIN_TOKEN" "$APISERVER_URL/metrics" |
-    awk '/^apiserver_longrunning_requests\{/ && /verb="WATCH"/ {s += $NF} END {print s+0}'
-)"
-echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(date -u +%F);" \
-  "kube-apiserver $("$root/.run/bin/kube-apiserver" --version 2>/dev/null | awk '{print $2}');" \
-  "load average $(cut -d' ' -f1-3 /proc/loadavg) at start; $other_watches watches already held by the API server"
-echo "cluster: $([[ $started_cluster == 1 ]] && echo "started by this run" || echo "already running (shared with other tests)")"
+[[ ${BENCH_KEEP:-0} == 1 ]] || rm -f "$logs"/fanout-*.json  # BENCH_KEEP=1: add to the last results
+bench_build fanout "$logs"
+bench_cluster_up
+machine_line
+export FANOUT_RATES="${FANOUT_RATES:-10 100 1000}" FANOUT_SIZES="${FANOUT_SIZES:-1024 20480}"
+echo "cells: rates ${FANOUT_RATES// /, } changes/s; sizes ${FANOUT_SIZES// /, } bytes; ${FANOUT_SECONDS:-5} s each"
 
 for n in "${ns[@]}"; do
-  run "$n" h2
-  if [[ $n == 1000 ]]; then run "$n" h1; fi
+  run_config fanout "$n-h2" configmaps FANOUT_N="$n" FANOUT_SHAPE=h2
+  for h in "${h1_ns[@]}"; do
+    [[ $n == "$h" ]] && run_config fanout "$n-h1" configmaps FANOUT_N="$n" FANOUT_SHAPE=h1
+  done
 done
+
+if [[ ${FANOUT_STRACE:-1} != 0 ]] && command -v strace >/dev/null; then
+  n="${FANOUT_STRACE_N:-1000}"
+  log="$logs/watchmux-strace.log"
+  start_watchmux "$logs/watchmux" "$log" --cache-resources configmaps --cache-warm
+  bench_env
+  strace -c -f -e trace=write,writev,sendmsg,sendto -p "$wm_pid" -o "$logs/strace.txt" 2>/dev/null &
+  strace_pid=$!
+  sleep 1
+  FANOUT_N="$n" FANOUT_SHAPE=h2 FANOUT_SIDES=watchmux FANOUT_RATES=100 FANOUT_SIZES=1024 \
+    BENCH_OUT="$logs/strace-$n-h2.json" \
+    timeout --signal=INT --kill-after=10 "${BENCH_RUN_TIMEOUT:-600}" "$logs/fanout-bench" --bench > "$logs/strace-run.md" ||
+    echo "bench-fanout: the strace run failed"
+  kill -INT "$strace_pid" 2>/dev/null || true
+  wait "$strace_pid" 2>/dev/null || true
+  stop_watchmux
+  if [[ -s $logs/strace.txt && -s $logs/strace-$n-h2.json ]]; then
+    delivered="$(jq '.sides[0].cells[0].received' "$logs/strace-$n-h2.json")"
+    echo
+    echo "### System calls per delivered event, strace (watchmux only, N=$n, HTTP/2, 100 changes/s of 1 KiB)"
+    echo
+    echo "Over the whole run (open, idle, the baseline's and the cell's writes), $delivered events delivered;"
+    echo "strace slows watchmux down, so its CPU and latency in this run are not figures."
+    echo
+    echo '| system call | calls | per delivered event |'
+    echo '|---|---|---|'
+    awk -v d="$delivered" '$NF ~ /^(write|writev|sendmsg|sendto)$/ {
+      calls = $4; printf "| %s | %s | %.3f |\n", $NF, calls, calls / d }' \
+      "$logs/strace.txt"
+    jq -n --arg d "$delivered" --rawfile s "$logs/strace.txt" '{delivered: ($d|tonumber), strace: $s}' \
+      > "$logs/strace-summary.json"
+  fi
+fi
 echo
 echo "bench-fanout: done in ${SECONDS}s"

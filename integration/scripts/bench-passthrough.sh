@@ -6,8 +6,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 scripts="$root/integration/scripts"
 cd "$root"
-listen="127.0.0.1:${BENCH_PORT:-16490}"
-admin="127.0.0.1:${BENCH_ADMIN_PORT:-16491}"
+listen="127.0.0.1:${BENCH_PORT:-17590}"
+admin="127.0.0.1:${BENCH_ADMIN_PORT:-17591}"
 
 cargo build --locked --release -q
 cargo bench --locked --bench passthrough --no-run -q 2>/dev/null
@@ -22,8 +22,9 @@ cleanup() {
 trap cleanup EXIT
 bash "$scripts/cluster-up.sh" >/dev/null
 
+# ConfigMaps are cached by default; this bench measures forwarding, so their cache is off.
 RUST_LOG=warn "$root/target/release/watchmux" --kubeconfig "$root/.run/kubeconfig" \
-  --listen "$listen" --admin-listen "$admin" &
+  --listen "$listen" --admin-listen "$admin" --watch-cache-sizes 'configmaps#0' &
 pid=$!
 for _ in $(seq 1 100); do curl -fs "http://$admin/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
 

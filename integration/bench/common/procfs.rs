@@ -1,0 +1,88 @@
+//! Readings of a process from `/proc`: CPU ticks, resident memory, writes.
+
+use anyhow::{Context as _, anyhow};
+
+/// utime + stime of a process, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    let stat =
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // The command name is in parentheses and may hold spaces: count fields after the last ')'.
+    let rest = &stat[stat.rfind(')').ok_or_else(|| anyhow!("odd /proc/{pid}/stat"))? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After ')': state is field 3 of the whole line, so utime (14) and stime (15) are at 11 and 12.
+    let utime: u64 = fields.get(11).ok_or_else(|| anyhow!("short stat"))?.parse()?;
+    let stime: u64 = fields.get(12).ok_or_else(|| anyhow!("short stat"))?.parse()?;
+    Ok(utime + stime)
+}
+
+pub fn self_cpu_ticks() -> u64 {
+    cpu_ticks(std::process::id()).unwrap_or(0)
+}
+
+/// VmRSS of a process, in bytes.
+pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).ok_or_else(|| anyhow!("no VmRSS for {pid}"))?;
+    let kb: u64 = line.split_whitespace().nth(1).ok_or_else(|| anyhow!("odd VmRSS"))?.parse()?;
+    Ok(kb * 1024)
+}
+
+/// Write system calls (write, writev, sendmsg...) a process has made and the
+/// bytes they carried: `syscw` and `wchar` in /proc/<pid>/io (0 if unreadable).
+pub fn write_io(pid: u32) -> (u64, u64) {
+    let Ok(io) = std::fs::read_to_string(format!("/proc/{pid}/io")) else { return (0, 0) };
+    let field =
+        |name: &str| io.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok())).unwrap_or(0);
+    (field("syscw:"), field("wchar:"))
+}
+
+/// `pid` read from a pid file (re-read each time: the API server may be restarted).
+pub fn pid_from_file(path: &str) -> anyhow::Result<u32> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    Ok(text.trim().parse()?)
+}
+
+/// CPU and write counters of the measured processes at one instant.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Sample {
+    /// The server process measured on this side (kube-apiserver or watchmux).
+    pub server: u64,
+    pub apiserver: u64,
+    pub bench: u64,
+    pub server_syscw: u64,
+    pub server_wchar: u64,
+}
+
+impl Sample {
+    pub fn take(server_pid: u32, api_pid: u32) -> anyhow::Result<Self> {
+        let (syscw, wchar) = write_io(server_pid);
+        Ok(Self {
+            server: cpu_ticks(server_pid)?,
+            apiserver: cpu_ticks(api_pid).context("kube-apiserver gone (restarted?)")?,
+            bench: self_cpu_ticks(),
+            server_syscw: syscw,
+            server_wchar: wchar,
+        })
+    }
+
+    /// `later - self`, field by field.
+    pub fn delta(&self, later: &Sample) -> Sample {
+        Sample {
+            server: later.server.saturating_sub(self.server),
+            apiserver: later.apiserver.saturating_sub(self.apiserver),
+            bench: later.bench.saturating_sub(self.bench),
+            server_syscw: later.server_syscw.saturating_sub(self.server_syscw),
+            server_wchar: later.server_wchar.saturating_sub(self.server_wchar),
+        }
+    }
+}
+
+/// Clock ticks per second (`CLK_TCK`, from `getconf CLK_TCK` in the scripts).
+pub fn clk_tck() -> f64 {
+    std::env::var("CLK_TCK").ok().and_then(|v| v.parse().ok()).unwrap_or(100.0)
+}
+
+pub fn ticks_ms(ticks: u64) -> f64 {
+    ticks as f64 * 1000.0 / clk_tck()
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Shared by the bench-*.sh scripts (sourced, not run): the test cluster (started
+# if it is not running, stopped at the end only in that case), a release
+# watchmux started fresh per configuration, copies of the binaries (so that a
+# rebuild during a run cannot swap them), and the machine line.
+#
+# Ports: the cluster's come from cluster-up.sh's variables (ETCD_PORT,
+# ETCD_PEER_PORT, APISERVER_PORT); watchmux listens on 127.0.0.1:$BENCH_PORT
+# (admin $BENCH_ADMIN_PORT), defaults set by each script. Results go to
+# .run/bench-<name>/ (logs, and one JSON file per configuration).
+# The sourcing script sets listen, admin (watchmux's addresses) and logs (its results folder).
+# shellcheck disable=SC2154
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+scripts="$root/integration/scripts"
+cd "$root"
+
+# One fd per watcher in the bench and in watchmux for HTTP/1.1 shapes and
+# per kubelet: ask for the hard limit (children inherit it).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+# bench_build <bench name> <log dir>: release watchmux and the bench, copied to <log dir>.
+bench_build() {
+  mkdir -p "$2"
+  cargo build --locked --release -q
+  local exe
+  exe="$(cargo bench --locked --bench "$1" --no-run --message-format=json -q 2>/dev/null |
+    jq -r "select(.executable != null and .target.name == \"$1\") | .executable" | tail -1)"
+  [[ -x $exe ]] || { echo "bench: no $1 bench executable" >&2; exit 1; }
+  cp -f "$exe" "$2/$1-bench"
+  cp -f "$root/target/release/watchmux" "$2/watchmux"
+}
+
+started_cluster=0
+bench_cluster_up() {
+  if ! bash "$scripts/cluster-up.sh" --check >/dev/null 2>&1; then
+    started_cluster=1
+    bash "$scripts/cluster-up.sh" >/dev/null
+  fi
+}
+
+wm_pid=""
+stop_watchmux() {
+  [[ -n $wm_pid ]] || return 0
+  kill -TERM "$wm_pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$wm_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$wm_pid" 2>/dev/null || true
+  wait "$wm_pid" 2>/dev/null || true
+  wm_pid=""
+}
+bench_cleanup() {
+  stop_watchmux
+  if [[ $started_cluster == 1 ]]; then bash "$scripts/cluster-down.sh" >/dev/null || true; fi
+}
+trap bench_cleanup EXIT
+
+# start_watchmux <binary> <log file> <flags...>: on $listen / $admin, waits for /readyz.
+start_watchmux() {
+  local bin="$1" log="$2"; shift 2
+  RUST_LOG=warn "$bin" --kubeconfig "$root/.run/kubeconfig" --listen "$listen" --admin-listen "$admin" \
+    "$@" > "$log" 2>&1 &
+  wm_pid=$!
+  for _ in $(seq 1 300); do
+    curl -fs "http://$admin/readyz" >/dev/null 2>&1 && return 0
+    kill -0 "$wm_pid" 2>/dev/null || { echo "bench: watchmux exited" >&2; cat "$log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "bench: watchmux not ready in 30 s" >&2; cat "$log" >&2; exit 1
+}
+
+# watchmux_warnings <log>: says so when watchmux logged warnings or errors.
+watchmux_warnings() {
+  local n
+  n="$(grep -cE ' (WARN|ERROR) ' "$1" || true)"
+  if [[ $n != 0 ]]; then
+    echo
+    echo "watchmux logged $n warning/error line(s) ($1), first lines:"
+    echo
+    grep -E ' (WARN|ERROR) ' "$1" | head -5 | sed 's/^/    /'
+  fi
+}
+
+# run_config <bench> <tag> <cache resources> [VAR=value...]: one configuration
+# of a bench with a fresh watchmux (--cache-resources <list> --cache-warm);
+# results to $logs/<bench>-<tag>.json, watchmux's log to $logs/watchmux-<tag>.log.
+run_config() {
+  local bench="$1" tag="$2" resources="$3"; shift 3
+  local log="$logs/watchmux-$tag.log"
+  start_watchmux "$logs/watchmux" "$log" --cache-resources "$resources" --cache-warm
+  bench_env
+  env "$@" BENCH_OUT="$logs/$bench-$tag.json" \
+    timeout --signal=INT --kill-after=10 "${BENCH_RUN_TIMEOUT:-600}" "$logs/$bench-bench" --bench ||
+    echo "bench-$bench: the $tag run failed (exit $?); watchmux alive: $(kill -0 "$wm_pid" 2>/dev/null && echo yes || echo no)"
+  stop_watchmux
+  watchmux_warnings "$log"
+}
+
+# The variables every bench binary reads.
+bench_env() {
+  local clk_tck
+  clk_tck="$(getconf CLK_TCK)"
+  export WATCHMUX_BENCH_KUBECONFIG="$root/.run/kubeconfig" WATCHMUX_BENCH_PROXY="$listen" \
+    WATCHMUX_BENCH_ADMIN="$admin" WATCHMUX_BENCH_PROXY_PID="$wm_pid" \
+    WATCHMUX_BENCH_APISERVER_PIDFILE="$root/.run/cluster/apiserver.pid" CLK_TCK="$clk_tck"
+}
+
+machine_line() {
+  echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(date -u '+%F %H:%M UTC');" \
+    "kube-apiserver $("$root/.run/bin/kube-apiserver" --version 2>/dev/null | awk '{print $2}');" \
+    "load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+  echo "cluster: $([[ $started_cluster == 1 ]] && echo "started by this run" || echo "already running")"
+}

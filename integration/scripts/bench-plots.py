@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""Plots of the benchmark results: reads the JSON the benches wrote to
+.run/bench-{fanout,kubelet,restart}/ and writes PNGs to docs/img/, and the
+headline tables to .run/bench-summary.md.
+
+Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
+
+Run by integration/scripts/bench-plots.sh with matplotlib from a venv under
+.run/. A scenario without results is skipped (said on stderr).
+"""
+import glob
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+RUN = sys.argv[1] if len(sys.argv) > 1 else ".run"
+OUT = sys.argv[2] if len(sys.argv) > 2 else "docs/img"
+COLORS = {"direct": "#d62728", "watchmux": "#1f77b4"}
+LABELS = {"direct": "straight at kube-apiserver", "watchmux": "through watchmux"}
+
+
+def load(pattern):
+    out = []
+    for path in sorted(glob.glob(os.path.join(RUN, pattern))):
+        with open(path) as f:
+            out.append(json.load(f))
+    return out
+
+
+def size_label(b):
+    return f"{b / 1024:.0f} KiB" if b >= 1024 else f"{b} B"
+
+
+def save(fig, name):
+    os.makedirs(OUT, exist_ok=True)
+    path = os.path.join(OUT, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"bench-plots: {path}")
+
+
+def fanout_cells(runs):
+    """(config label, cell label, side, cell dict), in run order."""
+    rows = []
+    for r in sorted(runs, key=lambda r: (r["shape"] != "h2", r["n"])):
+        conf = f"N={r['n']:,} {r['shape']}"
+        for s in r["sides"]:
+            for c in s["cells"]:
+                rows.append((conf, f"{c['rate']}/s {size_label(c['size'])}", s["side"], c))
+    return rows
+
+
+def grouped_bars(ax, rows, value, ylabel, log=True, target=None, target_label=None):
+    keys = []
+    for conf, cell, _, _ in rows:
+        if (conf, cell) not in keys:
+            keys.append((conf, cell))
+    width = 0.4
+    missing = []
+    for i, side in enumerate(["direct", "watchmux"]):
+        xs, ys = [], []
+        for k, key in enumerate(keys):
+            for conf, cell, sd, c in rows:
+                if (conf, cell) == key and sd == side:
+                    v = value(c)
+                    x = k + (i - 0.5) * width
+                    if v is not None and (not log or v > 0):
+                        xs.append(x)
+                        ys.append(v)
+                    else:
+                        # No figure (e.g. a baseline noisier than the effect): say so.
+                        missing.append((x, side))
+        ax.bar(xs, ys, width, color=COLORS[side], label=LABELS[side])
+    ax.set_xticks(range(len(keys)))
+    ax.set_xticklabels([f"{c}\n{cell}" for c, cell in keys], rotation=60, ha="right", fontsize=7)
+    if log:
+        ax.set_yscale("log")
+    bottom = ax.get_ylim()[0]
+    for x, side in missing:
+        ax.text(x, bottom, " n/a", rotation=90, va="bottom", ha="center", fontsize=7, color=COLORS[side])
+    if target is not None:
+        ax.axhline(target, color="k", ls="--", lw=1, label=target_label)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def side_bars(ax, groups, value, labels):
+    """Bars for each side over `groups` (run results), `value(side result)` each."""
+    for i, side in enumerate(["direct", "watchmux"]):
+        xs, ys = [], []
+        for k, r in enumerate(groups):
+            for s in r["sides"]:
+                if s["side"] == side and value(s) is not None:
+                    xs.append(k + (i - 0.5) * 0.4)
+                    ys.append(value(s))
+        ax.bar(xs, ys, 0.4, color=COLORS[side], label=LABELS[side])
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(labels)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def plot_fanout(runs):
+    rows = fanout_cells(runs)
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    grouped_bars(ax, rows, lambda c: c["cpu_ms_per_1000_events"], "server CPU per 1,000 delivered events, ms")
+    ax.set_title("Fan-out: CPU of the serving process per 1,000 events (net of the writes' own cost)")
+    save(fig, "bench-fanout-cpu.png")
+
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    grouped_bars(ax, rows, lambda c: c["latency_ack_ms"]["p99"], "p99, write acknowledged → received, ms",
+                 target=50, target_label="target: 50 ms")
+    ax.set_title("Fan-out: delivery latency p99")
+    save(fig, "bench-fanout-latency.png")
+
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    grouped_bars(ax, rows, lambda c: c["write_syscalls_per_event"], "write system calls per delivered event")
+    ax.axhline(1, color="k", ls=":", lw=1, label="one per event")
+    ax.legend(fontsize=8)
+    ax.set_title("Fan-out: write system calls (syscw) per delivered event")
+    save(fig, "bench-fanout-syscalls.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    confs = sorted(runs, key=lambda r: (r["shape"] != "h2", r["n"]))
+    side_bars(ax, confs, lambda s: s["rss_per_idle_watcher_kib"], [f"N={r['n']:,} {r['shape']}" for r in confs])
+    ax.axhline(8, color="k", ls="--", lw=1, label="target: 8 KiB")
+    ax.set_ylabel("resident memory per idle watcher, KiB")
+    ax.set_title("Fan-out: memory per idle watcher (RSS growth / N)")
+    ax.legend(fontsize=8)
+    save(fig, "bench-fanout-memory.png")
+
+
+def plot_kubelet(runs):
+    if not runs:
+        return
+    runs = sorted(runs, key=lambda r: r["m"])
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    metrics = [
+        ("kube-apiserver WATCHes held", lambda s: s["apiserver_watches_open"]),
+        ("kube-apiserver CPU while the kubelets start, ms", lambda s: s.get("apiserver_cpu_start_ms")),
+        ("kube-apiserver CPU over the writes, net, ms", lambda s: s["apiserver_cpu_net_ms"]),
+    ]
+    for ax, (title, f) in zip(axes, metrics):
+        side_bars(ax, runs, f, [f"M={r['m']:,}" for r in runs])
+        ax.set_title(title, fontsize=10)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Kubelet-shaped load: M kubelets × 5 list+watches")
+    save(fig, "bench-kubelet.png")
+
+
+def plot_restart(runs):
+    if not runs:
+        return
+    r = max(runs, key=lambda r: r["n"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    verbs = sorted({v for s in r["sides"] for v, _ in s["apiserver_configmap_requests_by_verb"]})
+    for i, s in enumerate(r["sides"]):
+        counts = dict(s["apiserver_configmap_requests_by_verb"])
+        xs = [k + (i - 0.5) * 0.4 for k in range(len(verbs))]
+        axes[0].bar(xs, [counts.get(v, 0) for v in verbs], 0.4, color=COLORS[s["side"]], label=LABELS[s["side"]])
+    axes[0].set_xticks(range(len(verbs)))
+    axes[0].set_xticklabels(verbs)
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("configmaps requests to the new kube-apiserver")
+    axes[0].set_title(f"Requests reaching kube-apiserver after its restart, N={r['n']:,}", fontsize=10)
+    axes[0].grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    for s in r["sides"]:
+        lat = s["from_marker_ms"]
+        xs = [lat["p50"], lat["p99"], lat["max"]]
+        if None in xs:
+            continue
+        axes[1].bar([k + (0.2 if s["side"] == "watchmux" else -0.2) for k in range(3)], xs, 0.4,
+                    color=COLORS[s["side"]], label=LABELS[s["side"]])
+    axes[1].set_xticks(range(3))
+    axes[1].set_xticklabels(["p50", "p99", "max"])
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("ms after the first post-restart write was acknowledged")
+    axes[1].set_title("Until each watcher has seen the first write after the restart", fontsize=10)
+    axes[1].grid(axis="y", alpha=0.3)
+    axes[1].legend(fontsize=8)
+    save(fig, "bench-restart.png")
+
+
+def fmt(v, digits=1):
+    return "–" if v is None else f"{v:,.{digits}f}"
+
+
+def summary(fanout, kubelet, restart):
+    """Headline tables (Markdown) of the results, against the issue's targets."""
+    out = []
+    if fanout:
+        out += ["### Fan-out", "",
+                "| N, connections | changes/s (achieved direct / watchmux) | object | CPU per 1,000 events, ms: "
+                "direct / watchmux (ratio; target ≤ 0.20) | p99 ack → receipt, ms: direct / watchmux | "
+                "lost: direct / watchmux (watches the server closed and the watcher resumed, over the whole side) | watchmux write syscalls "
+                "per event | watchmux bytes written per event | encodes = changes × 1 |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(fanout, key=lambda r: (r["shape"] != "h2", r["n"])):
+            sides = {s["side"]: s for s in r["sides"]}
+            d, w = sides.get("direct"), sides.get("watchmux")
+            if not d or not w:
+                continue
+            for cd, cw in zip(d["cells"], w["cells"]):
+                a, b = cd["cpu_ms_per_1000_events"], cw["cpu_ms_per_1000_events"]
+                ratio = f"{b / a:.2f}" if a and b and a > 0 and b > 0 else "–"
+                enc = "yes" if cw["encodes"] == cw["encodes_expected"] else f"no ({cw['encodes']})"
+                out.append(
+                    f"| {r['n']:,} {r['shape']} | {cd['rate']} ({cd['achieved_rate']:.0f} / {cw['achieved_rate']:.0f}) "
+                    f"| {size_label(cd['size'])} | {fmt(a)} / {fmt(b)} ({ratio}) "
+                    f"| {fmt(cd['latency_ack_ms']['p99'])} / {fmt(cw['latency_ack_ms']['p99'])} "
+                    f"| {cd['lost']:,} / {cw['lost']:,} ({d['resumed']:,} / {w['resumed']:,}) "
+                    f"| {fmt(cw['write_syscalls_per_event'], 2)} | {fmt(cw['bytes_written_per_event'], 0)} | {enc} |")
+            for sk in r.get("skipped", []):
+                out.append(f"| {r['n']:,} {r['shape']} | {sk['rate']} | {size_label(sk['size'])} "
+                           f"| left out: {sk['why']} | | | | | |")
+        out += ["", "| N, connections | server RSS per idle watcher, KiB: direct / watchmux (target ≤ 8) |", "|---|---|"]
+        for r in sorted(fanout, key=lambda r: (r["shape"] != "h2", r["n"])):
+            sides = {s["side"]: s for s in r["sides"]}
+            if "direct" in sides and "watchmux" in sides:
+                out.append(f"| {r['n']:,} {r['shape']} | {fmt(sides['direct']['rss_per_idle_watcher_kib'])} / "
+                           f"{fmt(sides['watchmux']['rss_per_idle_watcher_kib'])} |")
+        out.append("")
+    if kubelet:
+        out += ["### Kubelet-shaped load", "",
+                "| M | side | kube-apiserver WATCHes held | its requests while starting | its RSS / heap change, MiB "
+                "| its CPU while starting, ms | its CPU over the changes (net), ms | watchmux RSS, MiB | lost |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(kubelet, key=lambda r: r["m"]):
+            for s in r["sides"]:
+                reqs = ", ".join(f"{v} {n:.0f}" for v, n in s["apiserver_requests_by_verb"])
+                rss = (s["apiserver_rss"][1] - s["apiserver_rss"][0]) / 2**20
+                heap = (s["apiserver_heap"][1] - s["apiserver_heap"][0]) / 2**20
+                wm = f"{s['server_rss'][1] / 2**20:.1f}" if s["side"] == "watchmux" else "–"
+                out.append(f"| {r['m']:,} | {LABELS[s['side']]} | {s['apiserver_watches_before']:.0f} → "
+                           f"{s['apiserver_watches_open']:.0f} | {reqs} | {rss:+.1f} / {heap:+.1f} "
+                           f"| {fmt(s.get('apiserver_cpu_start_ms'), 0)} | {fmt(s['apiserver_cpu_net_ms'], 0)} "
+                           f"| {wm} | {s['lost']} |")
+        out.append("")
+    if restart:
+        out += ["### Restart storm", "",
+                "| N | side | configmaps requests reaching the new kube-apiserver | all its requests "
+                "| every watcher current, s after the restart command | from the post-restart write's ack: "
+                "p50 / p99 / max, ms | its CPU until then, ms |",
+                "|---|---|---|---|---|---|---|"]
+        for r in sorted(restart, key=lambda r: r["n"]):
+            for s in r["sides"]:
+                reqs = ", ".join(f"{v} {n:.0f}" for v, n in s["apiserver_configmap_requests_by_verb"])
+                m = s["from_marker_ms"]
+                cur = fmt(s["all_current_from_restart_s"]) if s["current"] == r["n"] else \
+                    f"{s['current']} of {r['n']} only"
+                out.append(f"| {r['n']:,} | {LABELS[s['side']]} | {reqs} | {s['apiserver_all_requests']:.0f} | {cur} "
+                           f"| {fmt(m['p50'])} / {fmt(m['p99'])} / {fmt(m['max'])} | {s['apiserver_cpu_ms']:.0f} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main():
+    text = summary(load("bench-fanout/fanout-*.json"), load("bench-kubelet/kubelet-*.json"),
+                   load("bench-restart/restart-*.json"))
+    with open(os.path.join(RUN, "bench-summary.md"), "w") as f:
+        f.write(text + "\n")
+    print(f"bench-plots: {os.path.join(RUN, 'bench-summary.md')}")
+    done = 0
+    for name, pattern, plot in [
+        ("fanout", "bench-fanout/fanout-*.json", plot_fanout),
+        ("kubelet", "bench-kubelet/kubelet-*.json", plot_kubelet),
+        ("restart", "bench-restart/restart-*.json", plot_restart),
+    ]:
+        runs = load(pattern)
+        if not runs:
+            print(f"bench-plots: no {name} results in {RUN}", file=sys.stderr)
+            continue
+        plot(runs)
+        done += 1
+    return 0 if done else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
