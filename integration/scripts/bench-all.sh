@@ -13,6 +13,7 @@
 #                                      deliveries and bytes; see integration/bench/fanout/main.rs)
 #   KUBELET_MS     100 1000            simulated kubelets
 #   RESTART_NS     1000                watchers through the restart storm
+#   WATCHMUX_ARGS  (none)              extra flags for every watchmux started, e.g. --h2-write-batching=false
 # BENCH_KEEP=1 keeps earlier JSON results (the plots then show both). A quick subset, e.g.:
 #   FANOUT_NS=100 FANOUT_H1_NS= FANOUT_RATES=10 KUBELET_MS=100 RESTART_NS=100 make bench
 #

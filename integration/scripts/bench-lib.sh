@@ -55,10 +55,14 @@ bench_cleanup() {
 trap bench_cleanup EXIT
 
 # start_watchmux <binary> <log file> <flags...>: on $listen / $admin, waits for /readyz.
+# WATCHMUX_ARGS adds flags to every watchmux the benches start, e.g.
+# WATCHMUX_ARGS=--h2-write-batching=false to compare.
 start_watchmux() {
   local bin="$1" log="$2"; shift 2
+  local extra=()
+  read -r -a extra <<< "${WATCHMUX_ARGS:-}"
   RUST_LOG=warn "$bin" --kubeconfig "$root/.run/kubeconfig" --listen "$listen" --admin-listen "$admin" \
-    "$@" > "$log" 2>&1 &
+    "$@" "${extra[@]}" > "$log" 2>&1 &
   wm_pid=$!
   for _ in $(seq 1 300); do
     curl -fs "http://$admin/readyz" >/dev/null 2>&1 && return 0

@@ -36,6 +36,10 @@ const DRAIN_ON_DROP: Duration = Duration::from_secs(5);
 #[derive(Default)]
 struct State {
     buf: BytesMut,
+    /// The last batch's buffer, cleared, for the next swap: two buffers
+    /// take turns, so a busy connection neither allocates nor page-faults
+    /// a fresh megabyte per batch.
+    spare: Option<BytesMut>,
     /// The first write error; every later write and flush reports it.
     error: Option<(io::ErrorKind, String)>,
     /// Set by shutdown or drop: write out the rest, then close.
@@ -73,9 +77,10 @@ where
 
 async fn writer<IO: AsyncWrite>(mut write: WriteHalf<IO>, shared: Arc<Shared>) {
     loop {
-        let (batch, closing) = {
+        let (mut batch, closing) = {
             let mut st = shared.state.lock();
-            (st.buf.split(), st.closing)
+            let next = st.spare.take().unwrap_or_default();
+            (std::mem::replace(&mut st.buf, next), st.closing)
         };
         if batch.is_empty() {
             if closing {
@@ -101,12 +106,11 @@ async fn writer<IO: AsyncWrite>(mut write: WriteHalf<IO>, shared: Arc<Shared>) {
             }
             return;
         }
-        // Reuse the allocation of a batch that went out whole, so a busy
-        // connection does not allocate per batch.
-        if st.buf.is_empty() {
-            let mut reused = batch;
-            reused.clear();
-            st.buf = reused;
+        // Keep the batch's allocation for the next swap, unless a burst
+        // made it larger than the buffer is ever allowed to hold.
+        if batch.capacity() <= 2 * HIGH_WATER {
+            batch.clear();
+            st.spare = Some(batch);
         }
         if let Some(w) = st.waiting.take() {
             w.wake();
