@@ -487,3 +487,74 @@ async fn limits_refuse_with_the_api_servers_answers() {
     }
     proxy.shutdown().await;
 }
+
+/// Writes through to `io` but drops the first `skip` bytes, reporting them
+/// written: lets a test send part of a protocol's opening itself.
+struct SkipPrefix<IO> {
+    io: IO,
+    skip: usize,
+}
+
+impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for SkipPrefix<IO> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for SkipPrefix<IO> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.skip > 0 {
+            let n = self.skip.min(buf.len());
+            self.skip -= n;
+            return std::task::Poll::Ready(Ok(n));
+        }
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// A client whose HTTP/2 preface arrives in two pieces is served: the
+/// preface check (which picks the write-behind for HTTP/2) waits for the
+/// rest without consuming bytes or giving up on the connection.
+#[tokio::test]
+async fn an_h2c_preface_sent_in_pieces_is_recognised() {
+    let upstream = fake_upstream(handler(|req: Request<hyper::body::Incoming>| async move {
+        Response::new(body::full(req.uri().path().to_owned()))
+    }))
+    .await;
+    let proxy = start_proxy(upstream, &[]).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream.write_all(b"PRI * HT").await.unwrap();
+    // The rest of the preface comes later, after watchmux has seen the start.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let io = SkipPrefix { io: stream, skip: 8 };
+    let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io)).await.unwrap();
+    tokio::spawn(conn);
+    let req = Request::get("http://watchmux/version").body(Full::<Bytes>::default()).unwrap();
+    let resp = tokio::time::timeout(WAIT, send.send_request(req)).await.unwrap().unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "/version");
+    proxy.shutdown().await;
+}

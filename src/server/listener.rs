@@ -34,6 +34,8 @@ use crate::passthrough::Peer;
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client has to send a complete request head on HTTP/1.1.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a partly sent HTTP/2 preface is looked at again.
+const PREFACE_RETRY: Duration = Duration::from_millis(5);
 /// The largest request head accepted, as Go's net/http (and so kube-apiserver)
 /// does: 1 MiB plus its 4 KiB of slack. Larger heads get 431.
 pub const MAX_HEADER_BYTES: usize = (1 << 20) + 4096;
@@ -201,9 +203,10 @@ async fn starts_with_h2_preface(stream: &tokio::net::TcpStream) -> bool {
             if n == 0 || n >= PREFACE.len() || !PREFACE.starts_with(&buf[..n]) {
                 return Some(n >= PREFACE.len() && buf[..PREFACE.len()] == *PREFACE);
             }
-            // A partial match: wait for more bytes.
-            stream.readable().await.ok()?;
-            tokio::task::yield_now().await;
+            // A partial match: wait for more bytes. The socket stays readable
+            // while those bytes sit unread, so waiting for readiness would
+            // spin; a client that sends its preface in pieces waits a little.
+            tokio::time::sleep(PREFACE_RETRY).await;
         }
     };
     tokio::time::timeout(HEADER_READ_TIMEOUT, peek).await.ok().flatten().unwrap_or(false)
