@@ -130,7 +130,7 @@ pub async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAccept
                         }
                     }
                     None if h2_write_batching && starts_with_h2_preface(&stream).await => {
-                        serve(WriteBehind::new(stream), peer, name, &builder, watcher, handler).await
+                        serve(WriteBehind::tcp(stream), peer, name, &builder, watcher, handler).await
                     }
                     None => serve(stream, peer, name, &builder, watcher, handler).await,
                 }

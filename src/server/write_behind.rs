@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf, ReadHalf};
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::Notify;
 
 /// Bytes that may wait for the writer before writes wait too.
@@ -56,26 +58,44 @@ struct Shared {
     work: Notify,
 }
 
-/// An IO whose writes go through a write-behind buffer.
-pub struct WriteBehind<IO> {
-    read: ReadHalf<IO>,
+/// An IO whose writes go through a write-behind buffer; `R` is the read
+/// half of the underlying IO.
+pub struct WriteBehind<R> {
+    read: R,
     shared: Arc<Shared>,
 }
 
-impl<IO> WriteBehind<IO>
+impl<IO> WriteBehind<ReadHalf<IO>>
 where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
-    /// Splits `io` and starts its writer task.
+    /// Splits `io` (the halves share a lock, as a TLS stream must) and
+    /// starts its writer task.
     pub fn new(io: IO) -> Self {
         let (read, write) = tokio::io::split(io);
+        Self::from_halves(read, write)
+    }
+}
+
+impl WriteBehind<OwnedReadHalf> {
+    /// A TCP stream splits into halves that share no lock: the reader and
+    /// the writer task never wait for each other.
+    pub fn tcp(stream: TcpStream) -> Self {
+        let (read, write) = stream.into_split();
+        Self::from_halves(read, write)
+    }
+}
+
+impl<R> WriteBehind<R> {
+    fn from_halves<W: AsyncWrite + Send + 'static>(read: R, write: W) -> Self {
         let shared = Arc::new(Shared { state: Mutex::new(State::default()), work: Notify::new() });
         tokio::spawn(writer(write, shared.clone()));
         Self { read, shared }
     }
 }
 
-async fn writer<IO: AsyncWrite>(mut write: WriteHalf<IO>, shared: Arc<Shared>) {
+async fn writer<W: AsyncWrite>(write: W, shared: Arc<Shared>) {
+    tokio::pin!(write);
     loop {
         let (mut batch, closing) = {
             let mut st = shared.state.lock();
@@ -124,7 +144,7 @@ async fn writer<IO: AsyncWrite>(mut write: WriteHalf<IO>, shared: Arc<Shared>) {
     }
 }
 
-impl<IO> WriteBehind<IO> {
+impl<R> WriteBehind<R> {
     fn check_error(st: &State) -> io::Result<()> {
         match &st.error {
             Some((kind, msg)) => Err(io::Error::new(*kind, msg.clone())),
@@ -156,13 +176,13 @@ impl<IO> WriteBehind<IO> {
     }
 }
 
-impl<IO: AsyncRead> AsyncRead for WriteBehind<IO> {
+impl<R: AsyncRead + Unpin> AsyncRead for WriteBehind<R> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.read).poll_read(cx, buf)
     }
 }
 
-impl<IO> AsyncWrite for WriteBehind<IO> {
+impl<R> AsyncWrite for WriteBehind<R> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         self.append(cx, &[buf])
     }
@@ -199,7 +219,7 @@ impl<IO> AsyncWrite for WriteBehind<IO> {
     }
 }
 
-impl<IO> Drop for WriteBehind<IO> {
+impl<R> Drop for WriteBehind<R> {
     fn drop(&mut self) {
         self.shared.state.lock().closing = true;
         self.shared.work.notify_one();
@@ -260,6 +280,29 @@ mod tests {
         drop(w);
         let total = reader.await.unwrap();
         assert!(total >= written + chunk.len(), "{total} < {}", written + chunk.len());
+    }
+
+    #[tokio::test]
+    async fn tcp_halves_deliver_in_order_and_read_independently() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap());
+        let ((server, _), mut client) = tokio::join!(async { listener.accept().await.unwrap() }, async {
+            client.await.unwrap()
+        });
+        let mut w = WriteBehind::tcp(server);
+        for i in 0..200u8 {
+            w.write_all(&[i; 100]).await.unwrap();
+        }
+        // The read half works while writes are pending.
+        client.write_all(b"ping").await.unwrap();
+        let mut ping = [0u8; 4];
+        w.read_exact(&mut ping).await.unwrap();
+        assert_eq!(&ping, b"ping");
+        drop(w);
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        let want: Vec<u8> = (0..200u8).flat_map(|i| [i; 100]).collect();
+        assert_eq!(got, want);
     }
 
     #[tokio::test]
