@@ -548,24 +548,33 @@ async fn a_scoped_cache_serves_only_requests_inside_its_scope() {
     let direct = cluster.direct_client();
     let ns = namespace("scope");
     create_namespace(&direct, &ns).await;
+    // Node names of this run only: the scope is cluster-wide, and pods of
+    // earlier runs on a reused cluster must not fall inside it.
+    let (n1, n2) = (format!("{ns}-n1"), format!("{ns}-n2"));
     let pod = |name: &str, node: &str| {
         serde_json::json!({"metadata": {"name": name}, "spec": {"nodeName": node,
             "containers": [{"name": "c", "image": "registry.invalid/none:1"}]}})
     };
     let pods = format!("/api/v1/namespaces/{ns}/pods");
-    direct_json(&direct, http::Method::POST, &pods, pod("on-n1", "n1")).await;
-    direct_json(&direct, http::Method::POST, &pods, pod("on-n2", "n2")).await;
+    direct_json(&direct, http::Method::POST, &pods, pod("on-n1", &n1)).await;
+    direct_json(&direct, http::Method::POST, &pods, pod("on-n2", &n2)).await;
 
     let wm = Watchmux::start(
         &cluster,
-        &["--cache-resources", "pods", "--cache-scope", "pods=fieldSelector=spec.nodeName=n1", "--cache-warm"],
+        &[
+            "--cache-resources",
+            "pods",
+            "--cache-scope",
+            &format!("pods=fieldSelector=spec.nodeName={n1}"),
+            "--cache-warm",
+        ],
     )
     .await;
     wait_initialized(wm.admin, "pods", 1.0).await;
     assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_watch_cache_objects", &["resource=\"pods\""]).await, 1.0);
 
     // Inside the scope: from the cache, and the same as the API server's answer.
-    let inside = format!("{pods}?resourceVersion=0&fieldSelector=spec.nodeName%3Dn1");
+    let inside = format!("{pods}?resourceVersion=0&fieldSelector=spec.nodeName%3D{n1}");
     let (code, via) = read(get(wm.addr, &inside).await).await;
     let (_, dir) = get_direct(&direct, &inside).await;
     assert_eq!(code, 200);
@@ -574,7 +583,7 @@ async fn a_scoped_cache_serves_only_requests_inside_its_scope() {
     assert_eq!(via["items"], dir["items"]);
     assert_eq!(via["items"].as_array().unwrap().len(), 1);
     // Outside it: passed through, and still right.
-    let outside = format!("{pods}?resourceVersion=0&fieldSelector=spec.nodeName%3Dn2");
+    let outside = format!("{pods}?resourceVersion=0&fieldSelector=spec.nodeName%3D{n2}");
     let (_, via) = read(get(wm.addr, &outside).await).await;
     let via: serde_json::Value = serde_json::from_slice(&via).unwrap();
     assert_eq!(via["items"][0]["metadata"]["name"], "on-n2");
@@ -588,12 +597,12 @@ async fn a_scoped_cache_serves_only_requests_inside_its_scope() {
     assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &["resource=\"pods\""]).await, 1.0);
 
     // A kubelet-style watch of its node's pods sees a new pod bound to it.
-    let watch = format!("{pods}?watch=1&fieldSelector=spec.nodeName%3Dn1&resourceVersion={}", {
+    let watch = format!("{pods}?watch=1&fieldSelector=spec.nodeName%3D{n1}&resourceVersion={}", {
         via.get("metadata").and_then(|m| m["resourceVersion"].as_str()).unwrap_or("0").to_owned()
     });
     let (tx, mut rx) = mpsc::unbounded_channel();
     tokio::spawn(pump_watch(get(wm.addr, &watch).await, tx));
-    direct_json(&direct, http::Method::POST, &pods, pod("new-on-n1", "n1")).await;
+    direct_json(&direct, http::Method::POST, &pods, pod("new-on-n1", &n1)).await;
     let got = take(&mut rx, 1).await;
     assert_eq!((got[0].kind.as_str(), got[0].name.as_str()), ("ADDED", "new-on-n1"));
 }

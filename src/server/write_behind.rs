@@ -286,9 +286,8 @@ mod tests {
     async fn tcp_halves_deliver_in_order_and_read_independently() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap());
-        let ((server, _), mut client) = tokio::join!(async { listener.accept().await.unwrap() }, async {
-            client.await.unwrap()
-        });
+        let ((server, _), mut client) =
+            tokio::join!(async { listener.accept().await.unwrap() }, async { client.await.unwrap() });
         let mut w = WriteBehind::tcp(server);
         for i in 0..200u8 {
             w.write_all(&[i; 100]).await.unwrap();
