@@ -131,7 +131,7 @@ async fn until_direct(client: &Upstream, path: &str, cond: impl Fn(u16) -> bool)
 }
 
 /// A namespace with a service account allowed to read configmaps there.
-async fn reader_namespace(cluster: &Cluster, admin: &Upstream, test: &str) -> String {
+async fn reader_namespace(admin: &Upstream, test: &str) -> String {
     let ns = namespace(test);
     create_namespace(admin, &ns).await;
     let base = format!("/api/v1/namespaces/{ns}");
@@ -146,7 +146,6 @@ async fn reader_namespace(cluster: &Cluster, admin: &Upstream, test: &str) -> St
         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]});
     direct_json(admin, http::Method::POST, &format!("{rbac}/rolebindings"), binding).await;
     configmap(admin, "create", &ns, "cm1").await;
-    let _ = cluster;
     ns
 }
 
@@ -184,7 +183,7 @@ async fn a_service_account_reads_its_namespace_through_the_cache_and_is_denied_e
     let cluster = Cluster::from_env();
     let admin = cluster.direct_client();
     let dir = tempfile::tempdir().unwrap();
-    let ns = reader_namespace(&cluster, &admin, "authz").await;
+    let ns = reader_namespace(&admin, "authz").await;
     let other = namespace("authz-other");
     create_namespace(&admin, &other).await;
     let (wm, server) = start_delegated(&cluster, dir.path(), &[]).await;
@@ -391,7 +390,7 @@ async fn expired_forged_and_wrong_audience_tokens_get_the_api_servers_401() {
     let cluster = Cluster::from_env();
     let admin = cluster.direct_client();
     let dir = tempfile::tempdir().unwrap();
-    let ns = reader_namespace(&cluster, &admin, "authn").await;
+    let ns = reader_namespace(&admin, "authn").await;
     let (wm, server) = start_delegated(&cluster, dir.path(), &["--anonymous-auth=false"]).await;
     let api = cluster_api(&cluster);
     let path = format!("/api/v1/namespaces/{ns}/configmaps");
@@ -456,7 +455,7 @@ async fn impersonation_headers_are_honoured_only_for_clients_allowed_to_imperson
     let cluster = Cluster::from_env();
     let admin = cluster.direct_client();
     let dir = tempfile::tempdir().unwrap();
-    let ns = reader_namespace(&cluster, &admin, "imp").await;
+    let ns = reader_namespace(&admin, "imp").await;
     let (wm, server) = start_delegated(&cluster, dir.path(), &[]).await;
     let api = cluster_api(&cluster);
     let token = token_for(&cluster, &ns, &[]);
@@ -502,7 +501,7 @@ async fn a_thousand_watches_of_one_identity_cost_one_review_of_each_kind() {
     let _shared = CLUSTER.read().await;
     let cluster = Cluster::from_env();
     let admin = cluster.direct_client();
-    let ns = reader_namespace(&cluster, &admin, "reviews").await;
+    let ns = reader_namespace(&admin, "reviews").await;
     // Plain HTTP with h2c, bearer tokens only: 1,000 streams on one connection.
     let wm = Watchmux::start(&cluster, &["--auth-mode", "delegated"]).await;
     let token = token_for(&cluster, &ns, &[]);
@@ -558,7 +557,7 @@ async fn cached_decisions_outlive_an_upstream_outage_and_new_identities_are_refu
     let cluster = Cluster::from_env();
     let admin = cluster.direct_client();
     let dir = tempfile::tempdir().unwrap();
-    let ns = reader_namespace(&cluster, &admin, "failclosed").await;
+    let ns = reader_namespace(&admin, "failclosed").await;
     let api = cluster_api(&cluster);
     let target: std::net::SocketAddr = api.trim_start_matches("https://").parse().unwrap();
     let relay = crate::relay::Relay::start(target).await;
