@@ -51,18 +51,13 @@ pub struct ServerOptions {
     pub h2_write_batching: bool,
 }
 
-/// The request and connection limits of the API listener.
+/// The request and connection limits of the API listener (defaults: the
+/// flags').
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_requests_inflight: usize,
     pub max_connections: usize,
     pub max_request_body_bytes: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self { max_requests_inflight: 400, max_connections: 20_000, max_request_body_bytes: 3 * 1024 * 1024 }
-    }
 }
 
 /// Bound listeners, ready to serve.

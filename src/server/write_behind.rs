@@ -152,7 +152,11 @@ impl<R> WriteBehind<R> {
         }
     }
 
-    fn append(&self, cx: &mut Context<'_>, bufs: &[&[u8]]) -> Poll<io::Result<usize>> {
+    fn append<'b>(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: impl Iterator<Item = &'b [u8]> + Clone,
+    ) -> Poll<io::Result<usize>> {
         let mut st = self.shared.state.lock();
         Self::check_error(&st)?;
         if st.closing {
@@ -163,10 +167,10 @@ impl<R> WriteBehind<R> {
             return Poll::Pending;
         }
         let was_empty = st.buf.is_empty();
-        let mut n = 0;
+        let n: usize = bufs.clone().map(<[u8]>::len).sum();
+        st.buf.reserve(n);
         for b in bufs {
             st.buf.extend_from_slice(b);
-            n += b.len();
         }
         drop(st);
         if was_empty && n > 0 {
@@ -184,7 +188,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for WriteBehind<R> {
 
 impl<R> AsyncWrite for WriteBehind<R> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.append(cx, &[buf])
+        self.append(cx, std::iter::once(buf))
     }
 
     fn poll_write_vectored(
@@ -192,8 +196,8 @@ impl<R> AsyncWrite for WriteBehind<R> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
-        self.append(cx, &slices)
+        // Called once per frame: no allocation here, only the copy.
+        self.append(cx, bufs.iter().map(|b| &**b))
     }
 
     fn is_write_vectored(&self) -> bool {
