@@ -26,6 +26,11 @@ use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use watchmux::upstream::{Upstream, UpstreamOptions};
 
+#[path = "common/mod.rs"]
+mod common;
+use common::prom;
+use common::stats::{ms_f, percentile};
+
 const SAME: usize = 2000;
 const DISTINCT: usize = 500;
 const WARMUP: usize = 200;
@@ -92,8 +97,8 @@ async fn admin_json(up: &Upstream, method: http::Method, path: &str, body: Value
     serde_json::from_slice(&bytes).unwrap_or(Value::Null)
 }
 
-/// Latencies of sequential GETs of `paths` on one connection, in ms.
-async fn run(addr: SocketAddr, token: Option<&str>, paths: &[String], expect: u16) -> Vec<f64> {
+/// Latencies of sequential GETs of `paths` on one connection.
+async fn run(addr: SocketAddr, token: Option<&str>, paths: &[String], expect: u16) -> Vec<Duration> {
     let mut send = h1(addr).await.unwrap();
     let mut out = Vec::with_capacity(paths.len());
     for path in paths {
@@ -108,17 +113,18 @@ async fn run(addr: SocketAddr, token: Option<&str>, paths: &[String], expect: u1
         let resp = send.send_request(req.body(Empty::new()).unwrap()).await.unwrap();
         let status = resp.status().as_u16();
         resp.into_body().collect().await.unwrap();
-        out.push(started.elapsed().as_secs_f64() * 1e3);
+        out.push(started.elapsed());
         assert_eq!(status, expect, "GET {path}");
     }
     out
 }
 
-fn stats(mut v: Vec<f64>) -> (usize, f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let q = |p: f64| v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1];
-    let mean = v.iter().sum::<f64>() / v.len() as f64;
-    (v.len(), q(0.5), q(0.99), mean)
+/// n, p50, p99 and mean of latencies, in ms.
+fn stats(mut v: Vec<Duration>) -> (usize, f64, f64, f64) {
+    v.sort();
+    let mean = v.iter().sum::<Duration>().as_secs_f64() * 1e3 / v.len() as f64;
+    let ms = |p| ms_f(percentile(&v, p)).unwrap_or(f64::NAN);
+    (v.len(), ms(0.5), ms(0.99), mean)
 }
 
 /// Sum and count of watchmux's auth check histogram for one lookup kind.
@@ -127,14 +133,9 @@ async fn check_histogram(admin: SocketAddr, review: &str, lookup: &str) -> (f64,
     let req = Request::get("/metrics").header("host", admin.to_string()).body(Empty::new()).unwrap();
     let body = send.send_request(req).await.unwrap().into_body().collect().await.unwrap().to_bytes();
     let text = String::from_utf8_lossy(&body);
-    let value = |suffix: &str| {
-        text.lines()
-            .filter(|l| l.starts_with(&format!("watchmux_auth_check_duration_seconds_{suffix}{{")))
-            .filter(|l| l.contains(&format!("review=\"{review}\"")) && l.contains(&format!("lookup=\"{lookup}\"")))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>()
-    };
-    (value("sum"), value("count"))
+    let labels = [("review", review), ("lookup", lookup)];
+    let name = "watchmux_auth_check_duration_seconds";
+    (prom::sum(&text, &format!("{name}_sum"), &labels), prom::sum(&text, &format!("{name}_count"), &labels))
 }
 
 #[tokio::main]
