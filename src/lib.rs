@@ -40,6 +40,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Upstream::new(&upstream_cfg, UpstreamOptions { http1_only: args.upstream_http1_only })
             .context("configuring the upstream client")?,
     );
+    match args.check_trust() {
+        Ok(None) => {}
+        Ok(Some(warning)) => tracing::warn!("{warning}"),
+        Err(refusal) => anyhow::bail!(refusal),
+    }
+    let mut opts = server_options(&args)?;
+    opts.metrics = Some(metrics);
+    tracing::info!(mode = ?args.auth_mode, client_certificates = args.client_ca_file.is_some(), "client auth");
+    let server = Server::bind(&args, upstream, opts).await?;
+    tracing::info!(admin = %server.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");
+    server.serve(server::shutdown::signal()).await
+}
+
+/// The server's options from the flags (without a metrics recorder): the
+/// one mapping from flags to subsystems, used by [`run`] and by the
+/// in-process tests alike.
+pub fn server_options(args: &Args) -> anyhow::Result<ServerOptions> {
     let cache = cache::registry::CacheConfig::from_flags(
         &args.cache_resources,
         &args.watch_cache_sizes,
@@ -50,11 +67,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             slow_watcher_grace: args.slow_watcher_grace,
         },
     )?;
-    match args.check_trust() {
-        Ok(None) => {}
-        Ok(Some(warning)) => tracing::warn!("{warning}"),
-        Err(refusal) => anyhow::bail!(refusal),
-    }
     let delegated = (args.auth_mode == auth::AuthMode::Delegated).then_some(auth::DelegatedSettings {
         anonymous: args.anonymous_auth,
         token_ttl: args.authentication_token_cache_ttl,
@@ -63,10 +75,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         unauthorized_ttl: args.authorization_cache_unauthorized_ttl,
         cache_capacity: auth::CACHE_CAPACITY,
     });
-    tracing::info!(mode = ?args.auth_mode, client_certificates = args.client_ca_file.is_some(), "client auth");
-    let opts = ServerOptions {
+    Ok(ServerOptions {
         shutdown_grace: args.shutdown_grace,
-        metrics: Some(metrics),
+        metrics: None,
         cache: Some(cache),
         delegated,
         limits: server::Limits {
@@ -75,8 +86,5 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             max_request_body_bytes: args.max_request_body_bytes,
         },
         h2_write_batching: args.h2_write_batching,
-    };
-    let server = Server::bind(&args, upstream, opts).await?;
-    tracing::info!(admin = %server.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");
-    server.serve(server::shutdown::signal()).await
+    })
 }

@@ -7,6 +7,7 @@
 //! and `logs -f` work through the proxy. Upgrades are tunnelled as raw bytes.
 
 pub mod headers;
+pub mod identity;
 mod upgrade;
 
 use std::net::SocketAddr;
@@ -19,11 +20,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::user::UserInfo;
-use crate::body::{self, EndOnShutdown, ProxyBody};
-use crate::encode::status::Status;
+use crate::body::{self, EndOnShutdown, ProxyBody, Refusal};
+use crate::encode::status::{Status, StatusReason};
 use crate::metrics as m;
 use crate::request::RequestInfo;
-use crate::upstream::Upstream;
+use crate::upstream::{ConnectionKind, Upstream};
+use identity::UpstreamIdentity;
 
 /// What the proxy knows about the downstream connection a request came on.
 #[derive(Debug, Clone, Default)]
@@ -50,12 +52,18 @@ impl Passthrough {
         Self { upstream, streams_stop }
     }
 
-    /// Forwards one request and returns the upstream's answer, or a 503
-    /// Status when the upstream cannot be reached.
+    /// Forwards one request as `identity` and returns the upstream's answer,
+    /// or a 503 Status when the upstream cannot be reached.
     /// `info` is the request's classification, made once by the caller.
-    pub async fn forward(&self, req: Request<Incoming>, peer: Peer, info: &RequestInfo) -> Response<ProxyBody> {
+    pub async fn forward(
+        &self,
+        req: Request<Incoming>,
+        peer: Peer,
+        info: &RequestInfo,
+        identity: &UpstreamIdentity,
+    ) -> Response<ProxyBody> {
         if req.version() <= http::Version::HTTP_11 && headers::is_upgrade_request(req.headers()) {
-            return upgrade::forward(&self.upstream, req, peer, info).await;
+            return upgrade::forward(&self.upstream, req, peer, info, identity).await;
         }
 
         let started = Instant::now();
@@ -66,13 +74,14 @@ impl Passthrough {
         if let Some(addr) = peer.addr {
             headers::append_forwarded_for(&mut parts.headers, addr.ip());
         }
+        // Last: nothing after this may touch who the request is from.
+        if let Err(refusal) = set_identity(&mut parts.headers, identity) {
+            return *refusal;
+        }
         let upstream_req = Request::from_parts(parts, body::boxed(incoming));
 
-        let sent = if info.is_long_running() {
-            self.upstream.send_on_own_connection(upstream_req).await
-        } else {
-            self.upstream.send(upstream_req).await
-        };
+        let kind = if info.is_long_running() { ConnectionKind::Dedicated } else { ConnectionKind::Pooled };
+        let sent = self.upstream.send_as(upstream_req, &identity.credential(), kind).await;
         let resp = match sent {
             Ok(resp) => resp,
             Err(err) => return upstream_failure(&err, verb),
@@ -95,6 +104,16 @@ impl Passthrough {
         };
         Response::from_parts(parts, body)
     }
+}
+
+/// Writes the request's upstream identity, or answers 500 when it cannot be
+/// carried in headers (an identity from a TokenReview may hold anything).
+fn set_identity(headers: &mut http::HeaderMap, identity: &UpstreamIdentity) -> Result<(), Refusal> {
+    identity::apply(headers, identity).map_err(|err| {
+        tracing::warn!(error = %err, "cannot pass the caller on to the upstream");
+        let status = Status::new(http::StatusCode::INTERNAL_SERVER_ERROR, StatusReason::InternalError, err.to_string());
+        Box::new(status.into_response())
+    })
 }
 
 /// Maps a failure to reach the upstream to the 503 Status a client expects.

@@ -3,9 +3,15 @@
 //! kube-apiserver derives a `RequestInfo` (verb, group, version, namespace,
 //! resource, name, subresource) from every request before authorizing it.
 //! watchmux does the same, by the same rules, so that metrics, shutdown
-//! handling and (later) the cache and authorization agree with the API server
-//! on what a request is. Parsing never fails: anything that is not a resource
-//! request is a non-resource request, and the API server answers it.
+//! handling, the cache and authorization agree with the API server on what a
+//! request is. Parsing never fails: anything that is not a resource request
+//! is a non-resource request, and the API server answers it.
+//!
+//! The path is read as Go's `net/url` leaves it in `URL.Path`: percent-decoded
+//! before it is split, so `/api/v%31/namespaces/sec%2Da/pods` is the list of
+//! pods in `sec-a` and `%2F` separates segments. A path Go would refuse (a
+//! malformed escape) or that does not decode to UTF-8 is left a non-resource
+//! request: it passes through and the API server gives its own answer.
 
 use http::{Method, Uri};
 
@@ -55,6 +61,10 @@ pub struct RequestInfo {
     pub resource: String,
     pub name: Option<String>,
     pub subresource: Option<String>,
+    /// Reached by the legacy `/api/v1/watch/...` prefix. The API server names
+    /// the verb from the path then, so a `metadata.name` field selector does
+    /// not name the object for authorization as it does on `?watch=1`.
+    pub legacy_watch_path: bool,
 }
 
 /// Subresources of a namespace, which stay on the `namespaces` resource
@@ -69,7 +79,10 @@ impl RequestInfo {
     /// server's request-info factory.
     pub fn classify(method: &Method, uri: &Uri) -> Self {
         let mut info = RequestInfo::default();
-        let path = uri.path();
+        let Some(path) = decode_path(uri.path()) else {
+            info.verb = Some(Verb::Other(method_verb(method)));
+            return info;
+        };
         let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
 
         let rest = match parts.as_slice() {
@@ -99,6 +112,7 @@ impl RequestInfo {
         let mut special_verb = None;
         if rest.len() >= 2 && (rest[0] == "watch" || rest[0] == "proxy") {
             special_verb = Some(if rest[0] == "watch" { Verb::Watch } else { Verb::Other("proxy") });
+            info.legacy_watch_path = rest[0] == "watch";
             rest = &rest[1..];
         }
 
@@ -151,6 +165,31 @@ impl RequestInfo {
     pub fn verb_label(&self) -> &'static str {
         self.verb.map_or("unknown", Verb::as_str)
     }
+}
+
+/// The path as Go's `url.Parse` puts it in `URL.Path`: every `%XX` decoded.
+/// `None` where Go refuses the URL (a `%` without two hex digits) or the
+/// result is not UTF-8.
+pub fn decode_path(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if !raw.contains('%') {
+        return Some(std::borrow::Cow::Borrowed(raw));
+    }
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hi = (hex[0] as char).to_digit(16)?;
+            let lo = (hex[1] as char).to_digit(16)?;
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok().map(std::borrow::Cow::Owned)
 }
 
 fn method_verb(method: &Method) -> &'static str {
@@ -239,6 +278,37 @@ mod tests {
         assert_eq!(w.namespace.as_deref(), Some("ns1"));
         assert_eq!(w.resource, "configmaps");
         assert_eq!(w.name.as_deref(), Some("cm1"));
+        assert!(w.legacy_watch_path);
+        assert!(!info(Method::GET, "/api/v1/namespaces/ns1/configmaps?watch=1").legacy_watch_path);
+    }
+
+    #[test]
+    fn paths_are_percent_decoded_before_they_are_split_as_go_does() {
+        let i = info(Method::GET, "/api/v%31/namespaces/sec%2Da/pods");
+        assert_eq!(
+            (i.api_version.as_str(), i.namespace.as_deref(), i.resource.as_str()),
+            ("v1", Some("sec-a"), "pods")
+        );
+        let g = info(Method::GET, "/apis/%61pps/v1/deployments");
+        assert_eq!((g.api_group.as_str(), g.resource.as_str(), g.verb), ("apps", "deployments", Some(Verb::List)));
+        // An escaped slash separates segments, as in Go's URL.Path.
+        let s = info(Method::GET, "/api/v1/namespaces/a%2Fb/configmaps");
+        assert_eq!(
+            (s.namespace.as_deref(), s.resource.as_str(), s.name.as_deref()),
+            (Some("a"), "b", Some("configmaps"))
+        );
+        // Upper- and lower-case hex alike.
+        assert_eq!(info(Method::GET, "/api/v1/namespaces/%4a%4B/pods").namespace.as_deref(), Some("JK"));
+    }
+
+    #[test]
+    fn paths_go_would_refuse_are_not_resource_requests() {
+        for p in ["/api/v1/namespaces/a%zz/pods", "/api/v1/pods%", "/api/v1/pods%4", "/api/v1/namespaces/%ff/pods"] {
+            let i = RequestInfo::classify(&Method::GET, &p.parse().unwrap());
+            assert!(!i.is_resource_request, "{p}");
+        }
+        assert_eq!(decode_path("/a%2fb%20c").as_deref(), Some("/a/b c"));
+        assert_eq!(decode_path("/plain").as_deref(), Some("/plain"));
     }
 
     #[test]

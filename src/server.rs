@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::server::graceful::GracefulShutdown;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -25,12 +25,12 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::reviews::ReviewClient;
-use crate::auth::{CallerGate, Delegated, DelegatedSettings, impersonation};
+use crate::auth::{CallerGate, Delegated, DelegatedSettings};
 use crate::body::ProxyBody;
 use crate::cache::registry::{CacheConfig, Registry};
 use crate::cache::serve::{CacheService, Open, Served};
 use crate::config::Args;
-use crate::encode::status::{Status, StatusReason};
+use crate::passthrough::identity::UpstreamIdentity;
 use crate::passthrough::{Passthrough, Peer};
 use crate::request::RequestInfo;
 use crate::upstream::Upstream;
@@ -82,7 +82,7 @@ struct ApiHandler {
 }
 
 impl Handler for ApiHandler {
-    async fn handle(&self, mut req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
+    async fn handle(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
         if peer.over_connection_limit {
             return limits::too_many_requests("connections", true);
         }
@@ -97,7 +97,7 @@ impl Handler for ApiHandler {
             {
                 return resp;
             }
-            return self.passthrough.forward(req, peer, &info).await;
+            return self.passthrough.forward(req, peer, &info, &UpstreamIdentity::Own).await;
         };
 
         let caller = match delegated.caller(req.headers(), &peer).await {
@@ -110,12 +110,7 @@ impl Handler for ApiHandler {
                 return resp;
             }
         }
-        if let Err(err) = impersonation::impersonate(req.headers_mut(), &caller) {
-            tracing::warn!(error = %err, user = %caller.name, "cannot pass the caller on to the upstream");
-            return Status::new(StatusCode::INTERNAL_SERVER_ERROR, StatusReason::InternalError, err.to_string())
-                .into_response();
-        }
-        self.passthrough.forward(req, peer, &info).await
+        self.passthrough.forward(req, peer, &info, &UpstreamIdentity::Impersonate(caller)).await
     }
 }
 

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::body::{self, ProxyBody};
 use crate::config::kubeconfig::UpstreamConfig;
 use crate::metrics as m;
+pub use crate::passthrough::identity::UpstreamCredential;
 use credentials::{Credentials, CredentialsError};
 
 /// How often readiness is probed.
@@ -64,15 +65,35 @@ pub struct UpstreamOptions {
 
 type HttpsClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
 
+/// Which connections a request goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionKind {
+    /// The shared pool (HTTP/2 when offered).
+    Pooled,
+    /// HTTP/1.1 on a connection of its own: upgrades and long-running requests.
+    Dedicated,
+}
+
+/// The clients of one TLS identity: pooled and dedicated connections.
+struct Clients {
+    pooled: HttpsClient,
+    dedicated: HttpsClient,
+}
+
 /// The upstream API server, as one shared client.
 pub struct Upstream {
     scheme: Scheme,
     authority: http::uri::Authority,
     /// The server URL's path, without a trailing slash (usually empty).
     path_prefix: String,
-    client: HttpsClient,
-    /// HTTP/1.1, one connection per request: upgrades and long-running requests.
-    dedicated_client: HttpsClient,
+    /// Connections that present watchmux's client certificate, if any.
+    own: Clients,
+    /// Connections that present no client certificate, for requests sent
+    /// with a client's credentials or none: the API server authenticates a
+    /// client certificate before a bearer token, so those must never go on
+    /// a connection carrying watchmux's. The same clients as `own` when
+    /// watchmux has no client certificate.
+    bare: Option<Clients>,
     credentials: Credentials,
     ready: AtomicBool,
 }
@@ -90,14 +111,14 @@ impl Upstream {
             return Err(UpstreamError::Scheme(cfg.server.clone()));
         }
         let authority = cfg.server.authority().cloned().ok_or_else(|| UpstreamError::Scheme(cfg.server.clone()))?;
-        let tls = tls::client_config(cfg)?;
+        let has_client_cert = cfg.client_cert_pem.is_some();
         let server_name = cfg
             .tls_server_name
             .as_ref()
             .map(|n| ServerName::try_from(n.clone()).map_err(|_| UpstreamError::ServerName(n.clone())))
             .transpose()?;
 
-        let connector = |http2: bool| {
+        let connector = |tls: &rustls::ClientConfig, http2: bool| {
             let mut http = HttpConnector::new();
             http.enforce_http(false);
             http.set_nodelay(true);
@@ -114,25 +135,34 @@ impl Upstream {
                 builder.enable_http1().wrap_connector(http)
             }
         };
-        let client = Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
-            .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
-            .http2_keep_alive_while_idle(true)
-            .build(connector(!opts.http1_only));
-        let dedicated_client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_max_idle_per_host(0)
-            .build(connector(false));
+        let clients = |tls: &rustls::ClientConfig| Clients {
+            pooled: Client::builder(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .pool_timer(TokioTimer::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+                .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+                .http2_keep_alive_while_idle(true)
+                .build(connector(tls, !opts.http1_only)),
+            dedicated: Client::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .pool_max_idle_per_host(0)
+                .build(connector(tls, false)),
+        };
+        let own = clients(&tls::client_config(cfg)?);
+        let bare = if has_client_cert {
+            let anonymous = UpstreamConfig { client_cert_pem: None, client_key_pem: None, ..cfg.clone() };
+            Some(clients(&tls::client_config(&anonymous)?))
+        } else {
+            None
+        };
 
         Ok(Self {
             scheme,
             authority,
             path_prefix: cfg.server.path().trim_end_matches('/').to_owned(),
-            client,
-            dedicated_client,
+            own,
+            bare,
             credentials: Credentials::new(&cfg.auth)?,
             ready: AtomicBool::new(false),
         })
@@ -154,8 +184,27 @@ impl Upstream {
     /// is rewritten from its path and query; any `Authorization` it carries is
     /// replaced.
     pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
-        let req = self.prepare(req);
-        self.client.request(req).await
+        self.send_as(req, &UpstreamCredential::Own, ConnectionKind::Pooled).await
+    }
+
+    /// Sends a request upstream with the given credentials, on the given
+    /// kind of connection. Any `Authorization` the request carries is
+    /// replaced by the credential's.
+    pub async fn send_as(
+        &self,
+        req: Request<ProxyBody>,
+        credential: &UpstreamCredential,
+        kind: ConnectionKind,
+    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+        let req = self.prepare(req, credential);
+        let clients = match credential {
+            UpstreamCredential::Own => &self.own,
+            UpstreamCredential::Header(_) | UpstreamCredential::None => self.bare.as_ref().unwrap_or(&self.own),
+        };
+        match kind {
+            ConnectionKind::Pooled => clients.pooled.request(req).await,
+            ConnectionKind::Dedicated => clients.dedicated.request(req).await,
+        }
     }
 
     /// Sends a request upstream over HTTP/1.1 on a connection of its own:
@@ -171,18 +220,22 @@ impl Upstream {
         &self,
         req: Request<ProxyBody>,
     ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
-        let req = self.prepare(req);
-        self.dedicated_client.request(req).await
+        self.send_as(req, &UpstreamCredential::Own, ConnectionKind::Dedicated).await
     }
 
-    fn prepare(&self, mut req: Request<ProxyBody>) -> Request<ProxyBody> {
+    fn prepare(&self, mut req: Request<ProxyBody>, credential: &UpstreamCredential) -> Request<ProxyBody> {
         *req.uri_mut() = self.uri_for(req.uri().path_and_query());
         // The client picks HTTP/2 or HTTP/1.1 by what the connection negotiated;
         // a downstream HTTP/2 request must not force it.
         *req.version_mut() = Version::HTTP_11;
         let headers = req.headers_mut();
         headers.remove(header::HOST);
-        match self.credentials.authorization() {
+        let authorization = match credential {
+            UpstreamCredential::Own => self.credentials.authorization(),
+            UpstreamCredential::Header(value) => Some(value.clone()),
+            UpstreamCredential::None => None,
+        };
+        match authorization {
             Some(auth) => headers.insert(header::AUTHORIZATION, auth),
             None => headers.remove(header::AUTHORIZATION),
         };
@@ -264,11 +317,21 @@ mod tests {
             .header(header::AUTHORIZATION, "Bearer client")
             .body(body::empty())
             .unwrap();
-        let req = up.prepare(req);
+        let req = up.prepare(req, &UpstreamCredential::Own);
         assert_eq!(req.headers()[header::AUTHORIZATION], "Bearer t");
         assert!(req.headers().get(header::HOST).is_none());
         assert_eq!(req.version(), Version::HTTP_11);
         assert_eq!(req.uri(), "http://127.0.0.1:1/api");
+    }
+
+    #[test]
+    fn prepare_sends_a_clients_own_credentials_or_none() {
+        let up = Upstream::new(&cfg("http://127.0.0.1:1"), UpstreamOptions::default()).unwrap();
+        let req = || Request::get("/api").header(header::AUTHORIZATION, "Bearer x").body(body::empty()).unwrap();
+        let forwarded = up.prepare(req(), &UpstreamCredential::Header(http::HeaderValue::from_static("Bearer client")));
+        assert_eq!(forwarded.headers()[header::AUTHORIZATION], "Bearer client");
+        let anonymous = up.prepare(req(), &UpstreamCredential::None);
+        assert!(anonymous.headers().get(header::AUTHORIZATION).is_none());
     }
 
     #[test]

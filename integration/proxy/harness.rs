@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use watchmux::body::ProxyBody;
 use watchmux::config::Args;
-use watchmux::server::{Server, ServerOptions};
+use watchmux::server::Server;
 use watchmux::upstream::{Upstream, UpstreamOptions};
 
 pub type HandlerFn =
@@ -95,18 +95,11 @@ pub async fn start_proxy(upstream: SocketAddr, extra: &[&str]) -> Proxy {
     let args = <Args as clap::Parser>::try_parse_from(argv).unwrap();
     let cfg = watchmux::config::kubeconfig::resolve(args.kubeconfig.as_deref(), None).unwrap();
     let up = Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap());
-    let opts = ServerOptions {
-        shutdown_grace: args.shutdown_grace,
-        metrics: None,
-        cache: None,
-        delegated: None,
-        limits: watchmux::server::Limits {
-            max_requests_inflight: args.max_requests_inflight,
-            max_connections: args.max_connections,
-            max_request_body_bytes: args.max_request_body_bytes,
-        },
-        h2_write_batching: args.h2_write_batching,
-    };
+    let mut opts = watchmux::server_options(&args).unwrap();
+    // The pass-through tests run without the cache unless they ask for it.
+    if !extra.iter().any(|a| a.starts_with("--cache-resources")) {
+        opts.cache = None;
+    }
     let server = Server::bind(&args, up, opts).await.unwrap();
     let (addr, admin) = (server.api_addr(), server.admin_addr());
     let (stop, stopped) = oneshot::channel::<()>();

@@ -2,6 +2,7 @@
 //! streaming, upgrades, failure answers, bad input and shutdown. What real
 //! clients see against a real kube-apiserver is tested in `integration/e2e`.
 
+mod delegated;
 mod harness;
 
 use std::time::Duration;

@@ -70,7 +70,9 @@ pub fn any_requested(headers: &HeaderMap) -> bool {
     headers.keys().any(|k| is_impersonation_header(k.as_str()))
 }
 
-fn is_impersonation_header(name: &str) -> bool {
+/// True for `Impersonate-User`, `-Group`, `-Uid` and `-Extra-*` (header
+/// names arrive lower-cased).
+pub fn is_impersonation_header(name: &str) -> bool {
     name == USER || name == GROUP || name == UID || name.starts_with(EXTRA_PREFIX)
 }
 

@@ -68,10 +68,13 @@ impl ResourceAttributes {
     /// The attributes kube-apiserver derives for a read (get, list, watch):
     /// a list or watch narrowed to one name by `metadata.name=<name>` names
     /// it, as the API server's request info does (the Node authorizer lets a
-    /// kubelet watch a secret only that way).
+    /// kubelet watch a secret only that way). Not on the legacy
+    /// `/api/v1/watch/...` paths, whose verb the API server takes from the
+    /// path before it would look at selectors.
     pub fn of_read(info: &RequestInfo, label_selector: &str, field_selector: &str) -> Self {
         let mut name = info.name.clone().unwrap_or_default();
         if name.is_empty()
+            && !info.legacy_watch_path
             && matches!(info.verb, Some(Verb::List | Verb::Watch))
             && let Ok(fields) = FieldSelector::parse(field_selector)
             && let Some(n) = fields.exact("metadata.name").filter(|n| is_path_segment_name(n))
@@ -259,6 +262,16 @@ mod tests {
         assert_eq!(attrs.name, "");
         let attrs = ResourceAttributes::of_read(&info, "", "metadata.name=a/b");
         assert_eq!(attrs.name, "");
+    }
+
+    #[test]
+    fn a_legacy_watch_path_is_not_named_by_its_selector() {
+        let info = RequestInfo::classify(
+            &http::Method::GET,
+            &"/api/v1/watch/namespaces/ns1/secrets?fieldSelector=metadata.name%3Ds1".parse().unwrap(),
+        );
+        let attrs = ResourceAttributes::of_read(&info, "", "metadata.name=s1");
+        assert_eq!((attrs.verb.as_str(), attrs.name.as_str()), ("watch", ""));
     }
 
     #[test]

@@ -1,11 +1,20 @@
 //! Discovery: which resources the upstream serves, with their kind, scope
-//! and verbs, read from `/api/v1` and `/apis/{group}/{version}` on demand.
+//! and verbs, read from the upstream's discovery documents.
 //!
-//! A group version is fetched the first time a request names it and kept.
-//! A request naming a resource the kept list does not have refreshes it (at
-//! most once per [`REFRESH_INTERVAL`]), so custom resources created at run
-//! time are found.
+//! Requests name group versions and resources; any string can stand there,
+//! also in a request that is then refused. So nothing a request names is
+//! fetched or kept unless the upstream lists it:
+//!
+//! - the index of served group versions (`/api` and `/apis`) is fetched
+//!   first, and again on a miss at most once per [`REFRESH_INTERVAL`]
+//!   (single-flight, so a flood of misses makes one request);
+//! - a group version's resource list (`/api/v1`, `/apis/{group}/{version}`)
+//!   is fetched only for a group version the index lists, so the kept lists
+//!   are bounded by what the upstream serves, and refreshed on a miss at most
+//!   once per [`REFRESH_INTERVAL`], so custom resources created at run time
+//!   are found. No negative entry is ever stored.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +29,7 @@ use crate::body;
 use crate::passthrough::error_chain;
 use crate::upstream::Upstream;
 
-/// How often a group version may be fetched again because of a miss.
+/// How often the index or a group version may be fetched again because of a miss.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
@@ -59,8 +68,17 @@ struct ApiGroupList {
 #[derive(Deserialize)]
 struct ApiGroup {
     name: String,
+    #[serde(default)]
+    versions: Vec<GroupVersion>,
     #[serde(rename = "preferredVersion")]
     preferred_version: Option<GroupVersion>,
+}
+
+/// `/api`: the core group's versions.
+#[derive(Deserialize)]
+struct ApiVersions {
+    #[serde(default)]
+    versions: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -97,14 +115,34 @@ struct Fetched {
     at: Instant,
 }
 
+/// The group versions the upstream serves, and each group's preferred one.
+#[derive(Debug, Default)]
+struct Index {
+    served: HashSet<(String, String)>,
+    /// Every group (`""` for the core group) and its preferred version, in
+    /// the upstream's order.
+    preferred: Vec<(String, String)>,
+    /// When it was fetched; `None` before the first fetch.
+    at: Option<Instant>,
+}
+
 pub struct Discovery {
     upstream: Arc<Upstream>,
+    index: parking_lot::RwLock<Arc<Index>>,
+    /// Held while the index is fetched, so concurrent misses share one fetch.
+    index_refresh: tokio::sync::Mutex<()>,
+    /// Resource lists, only of group versions the index lists.
     group_versions: DashMap<(String, String), Fetched>,
 }
 
 impl Discovery {
     pub fn new(upstream: Arc<Upstream>) -> Self {
-        Self { upstream, group_versions: DashMap::new() }
+        Self {
+            upstream,
+            index: Default::default(),
+            index_refresh: tokio::sync::Mutex::new(()),
+            group_versions: DashMap::new(),
+        }
     }
 
     /// The resource `resource` of `group`/`version`, if the upstream serves it.
@@ -114,6 +152,9 @@ impl Discovery {
         version: &str,
         resource: &str,
     ) -> Result<Option<ResourceInfo>, DiscoveryError> {
+        if !self.serves(group, version).await? {
+            return Ok(None);
+        }
         let key = (group.to_owned(), version.to_owned());
         let cached = self.group_versions.get(&key).map(|f| (f.resources.clone(), f.at));
         if let Some((resources, at)) = &cached {
@@ -130,21 +171,67 @@ impl Discovery {
         Ok(found)
     }
 
+    /// True when the upstream's index lists `group`/`version`; a miss
+    /// refreshes the index unless it is younger than [`REFRESH_INTERVAL`].
+    async fn serves(&self, group: &str, version: &str) -> Result<bool, DiscoveryError> {
+        let key = (group.to_owned(), version.to_owned());
+        let index = self.index.read().clone();
+        if index.served.contains(&key) {
+            return Ok(true);
+        }
+        if index.at.is_some_and(|at| at.elapsed() < REFRESH_INTERVAL) {
+            return Ok(false);
+        }
+        Ok(self.refreshed_index(index.at).await?.served.contains(&key))
+    }
+
+    /// Fetches the index unless someone else did since `seen` was read.
+    async fn refreshed_index(&self, seen: Option<Instant>) -> Result<Arc<Index>, DiscoveryError> {
+        let _single = self.index_refresh.lock().await;
+        let current = self.index.read().clone();
+        if current.at != seen && current.at.is_some() {
+            return Ok(current);
+        }
+        let core: ApiVersions = self.get_json("/api").await?;
+        let groups: ApiGroupList = self.get_json("/apis").await?;
+        let mut index = Index { at: Some(Instant::now()), ..Index::default() };
+        for v in &core.versions {
+            index.served.insert((String::new(), v.clone()));
+        }
+        // The core group's preferred version is its first.
+        if let Some(v) = core.versions.first() {
+            index.preferred.push((String::new(), v.clone()));
+        }
+        for g in groups.groups {
+            for v in &g.versions {
+                index.served.insert((g.name.clone(), v.version.clone()));
+            }
+            if let Some(p) = g.preferred_version {
+                index.preferred.push((g.name, p.version));
+            }
+        }
+        // Resource lists of group versions no longer served are dropped.
+        self.group_versions.retain(|k, _| index.served.contains(k));
+        let index = Arc::new(index);
+        *self.index.write() = index.clone();
+        Ok(index)
+    }
+
+    /// The index, fetched if it never was.
+    async fn current_index(&self) -> Result<Arc<Index>, DiscoveryError> {
+        let index = self.index.read().clone();
+        if index.at.is_some() { Ok(index) } else { self.refreshed_index(None).await }
+    }
+
     /// The preferred version of `group` (`v1` for the core group).
     pub async fn preferred_version(&self, group: &str) -> Result<Option<String>, DiscoveryError> {
-        if group.is_empty() {
-            return Ok(Some("v1".into()));
-        }
-        let list: ApiGroupList = self.get_json("/apis").await?;
-        Ok(list.groups.into_iter().find(|g| g.name == group).and_then(|g| g.preferred_version).map(|v| v.version))
+        let index = self.current_index().await?;
+        Ok(index.preferred.iter().find(|(g, _)| g == group).map(|(_, v)| v.clone()))
     }
 
     /// Every group and its preferred version, the core group included.
     pub async fn all_preferred(&self) -> Result<Vec<(String, String)>, DiscoveryError> {
-        let list: ApiGroupList = self.get_json("/apis").await?;
-        let mut out = vec![(String::new(), "v1".to_owned())];
-        out.extend(list.groups.into_iter().filter_map(|g| Some((g.name, g.preferred_version?.version))));
-        Ok(out)
+        Ok(self.current_index().await?.preferred.clone())
     }
 
     /// Every resource of one group version.
@@ -152,6 +239,9 @@ impl Discovery {
         let key = (group.to_owned(), version.to_owned());
         if let Some(f) = self.group_versions.get(&key) {
             return Ok(f.resources.clone());
+        }
+        if !self.serves(group, version).await? {
+            return Ok(Arc::new(Vec::new()));
         }
         let resources = Arc::new(self.fetch_group_version(group, version).await?);
         self.group_versions.insert(key, Fetched { resources: resources.clone(), at: Instant::now() });

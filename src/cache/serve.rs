@@ -22,7 +22,7 @@ use super::event::error_frame;
 use super::filter::Filter;
 use super::object::ObjectKey;
 use super::params::{ReadParams, Rv, RvMatch};
-use super::registry::{NotCached, Registry};
+use super::registry::{GroupResource, NotCached, Registry};
 use super::resource::{ResourceCache, StartAt};
 use super::stream::{StreamOptions, WatchStream};
 use crate::body::{self, Chunk, ProxyBody, Refusal};
@@ -46,9 +46,10 @@ pub enum Served {
     Passthrough(&'static str),
 }
 
-/// The last say before the cache answers: delegated auth authorizes the
-/// caller here, once the cache knows it will answer and before any byte of
-/// the answer exists. Requests that pass through are left to the API server.
+/// Delegated auth's say on a read the cache may answer: the caller is
+/// authorized here, before any upstream work is done on its behalf and
+/// before any byte of an answer exists. Reads of resources that are not
+/// cached at all are left to the API server.
 pub trait ReadGate: Sync {
     /// `Err` carries the response to send instead (a 403).
     fn admit(
@@ -127,10 +128,26 @@ impl CacheService {
             Ok(p) => p,
             Err(unsupported) => return Served::Passthrough(unsupported.0),
         };
+        // A legacy watch path that names the object and also has a field
+        // selector: the API server answers 400 unless the selector is exactly
+        // that name. Its answer is the exact one.
+        if info.legacy_watch_path && info.name.is_some() && !params.field_selector.is_empty() {
+            return Served::Passthrough("name_and_field_selector");
+        }
         let variant = match negotiate(headers.get(header::ACCEPT), endpoint) {
             Negotiation::Cache(v) => v,
             Negotiation::Passthrough(reason) => return Served::Passthrough(reason.as_str()),
         };
+        let resource = GroupResource { group: info.api_group.clone(), resource: info.resource.clone() };
+        if !self.registry.config().is_enabled(&resource) {
+            return Served::Passthrough("not_cached");
+        }
+        // Authorized before any upstream work on the request's behalf
+        // (discovery, starting a cache): the API server, too, authorizes
+        // before it routes, so a refusal here is the answer it would give.
+        if let Err(denied) = gate.admit(info, &params.label_selector, &params.field_selector).await {
+            return Served::Response(*denied);
+        }
         let cache = match self.registry.cache_for(&info.api_group, &info.api_version, &info.resource).await {
             Ok(c) => c,
             Err(NotCached::Disabled) => return Served::Passthrough("not_cached"),
@@ -179,10 +196,6 @@ impl CacheService {
         if scoped && !request_in_scope && endpoint != Endpoint::Get {
             return Served::Passthrough("outside_scope");
         }
-        if let Err(denied) = gate.admit(info, &params.label_selector, &params.field_selector).await {
-            return Served::Response(*denied);
-        }
-
         match endpoint {
             Endpoint::Watch => self.watch(cache, filter, params, variant, arrival).await,
             Endpoint::List => self.list(cache, filter, params, variant, arrival).await,

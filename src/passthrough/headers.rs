@@ -19,7 +19,9 @@ const HOP_BY_HOP: &[HeaderName] = &[
 /// Non-standard hop-by-hop headers still seen in the wild.
 const LEGACY_HOP_BY_HOP: &[&str] = &["keep-alive", "proxy-connection"];
 
-/// Removes hop-by-hop headers, including every header `Connection` lists.
+/// Removes hop-by-hop headers, including every header `Connection` lists,
+/// except identity headers: who a request is from is decided by
+/// [`super::identity::apply`], never by a client's `Connection` header.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -27,6 +29,7 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .filter(|name| !super::identity::is_identity_header(name))
         .collect();
     for name in listed.iter().chain(HOP_BY_HOP) {
         headers.remove(name);
@@ -89,7 +92,8 @@ mod tests {
     #[test]
     fn hop_by_hop_and_connection_listed_headers_are_removed() {
         let mut h = map(&[
-            ("connection", "keep-alive, X-Custom"),
+            ("connection", "keep-alive, X-Custom, Impersonate-User, authorization"),
+            ("authorization", "Bearer t"),
             ("keep-alive", "timeout=5"),
             ("x-custom", "1"),
             ("transfer-encoding", "chunked"),
@@ -99,7 +103,11 @@ mod tests {
         ]);
         remove_hop_by_hop(&mut h);
         let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(left, vec!["accept", "impersonate-user"]);
+        assert_eq!(
+            left,
+            vec!["accept", "authorization", "impersonate-user"],
+            "identity headers are not Connection's to remove"
+        );
     }
 
     #[test]

@@ -8,17 +8,19 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use metrics::{counter, gauge};
 
-use super::{Peer, headers, upstream_failure};
+use super::identity::UpstreamIdentity;
+use super::{Peer, headers, set_identity, upstream_failure};
 use crate::body::{self, ProxyBody};
 use crate::metrics as m;
 use crate::request::RequestInfo;
-use crate::upstream::Upstream;
+use crate::upstream::{ConnectionKind, Upstream};
 
 pub(super) async fn forward(
     upstream: &Upstream,
     mut req: Request<Incoming>,
     peer: Peer,
     info: &RequestInfo,
+    identity: &UpstreamIdentity,
 ) -> Response<ProxyBody> {
     let verb = info.verb_label();
     let downstream_upgrade = hyper::upgrade::on(&mut req);
@@ -27,7 +29,12 @@ pub(super) async fn forward(
     if let Some(addr) = peer.addr {
         headers::append_forwarded_for(&mut parts.headers, addr.ip());
     }
-    let mut resp = match upstream.send_on_own_connection(Request::from_parts(parts, body::boxed(incoming))).await {
+    // Last, as for every other request: see `identity`.
+    if let Err(refusal) = set_identity(&mut parts.headers, identity) {
+        return *refusal;
+    }
+    let upstream_req = Request::from_parts(parts, body::boxed(incoming));
+    let mut resp = match upstream.send_as(upstream_req, &identity.credential(), ConnectionKind::Dedicated).await {
         Ok(resp) => resp,
         Err(err) => return upstream_failure(&err, verb),
     };

@@ -1,0 +1,180 @@
+//! Delegated mode against a fake upstream that answers TokenReviews and
+//! SubjectAccessReviews and records every other request: what goes upstream
+//! on a client's behalf, and what never does. The same cases against the
+//! real API server are in `integration/e2e/adversarial.rs`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+use watchmux::body;
+
+/// A request the fake upstream saw, other than a review.
+#[derive(Debug, Clone)]
+struct Seen {
+    path_and_query: String,
+    headers: http::HeaderMap,
+}
+
+/// The fake: `alice-token` is alice (group dev); alice may do anything in
+/// namespace `a`, nobody anything else. Discovery lists core v1 with
+/// configmaps, services and pods.
+async fn reviewing_upstream() -> (std::net::SocketAddr, Arc<Mutex<Vec<Seen>>>, Arc<Mutex<usize>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let reviews = Arc::new(Mutex::new(0usize));
+    let (seen2, reviews2) = (seen.clone(), reviews.clone());
+    let addr = fake_upstream(handler(move |req: Request<hyper::body::Incoming>| {
+        let (seen, reviews) = (seen2.clone(), reviews2.clone());
+        async move {
+            let path = req.uri().path().to_owned();
+            let pq = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+            let headers = req.headers().clone();
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let answer = match path.as_str() {
+                "/apis/authentication.k8s.io/v1/tokenreviews" => {
+                    *reviews.lock() += 1;
+                    let review: Value = serde_json::from_slice(&body).unwrap();
+                    let status = if review["spec"]["token"] == "alice-token" {
+                        json!({"authenticated": true, "user": {"username": "alice", "groups": ["dev"]}})
+                    } else {
+                        json!({"authenticated": false})
+                    };
+                    json!({"kind": "TokenReview", "status": status})
+                }
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
+                    *reviews.lock() += 1;
+                    let review: Value = serde_json::from_slice(&body).unwrap();
+                    let spec = &review["spec"];
+                    let allowed = spec["user"] == "alice" && spec["resourceAttributes"]["namespace"] == "a";
+                    json!({"kind": "SubjectAccessReview", "status": {"allowed": allowed}})
+                }
+                "/readyz" => json!({}),
+                _ => {
+                    seen.lock().push(Seen { path_and_query: pq, headers });
+                    match path.as_str() {
+                        "/api" => json!({"kind": "APIVersions", "versions": ["v1"]}),
+                        "/apis" => json!({"kind": "APIGroupList", "groups": []}),
+                        "/api/v1" => json!({"kind": "APIResourceList", "resources": [
+                            {"name": "configmaps", "namespaced": true, "kind": "ConfigMap", "verbs": ["get", "list", "watch"]},
+                            {"name": "services", "namespaced": true, "kind": "Service", "verbs": ["get", "list", "watch"]},
+                            {"name": "pods", "namespaced": true, "kind": "Pod", "verbs": ["get", "list", "watch"]},
+                        ]}),
+                        _ => json!({"kind": "Status", "status": "Success"}),
+                    }
+                }
+            };
+            http::Response::new(body::full(answer.to_string()))
+        }
+    }))
+    .await;
+    (addr, seen, reviews)
+}
+
+async fn send(proxy: &Proxy, req: Request<Full<Bytes>>) -> http::Response<hyper::body::Incoming> {
+    h1(proxy.addr).await.send_request(req).await.unwrap()
+}
+
+fn get(path: &str) -> http::request::Builder {
+    Request::get(path).header("host", "127.0.0.1")
+}
+
+/// The attack of issue 10: an anonymous client lists the headers watchmux
+/// adds in its `Connection` header, hoping hop-by-hop stripping removes
+/// them after they are set. The request must still reach the upstream as
+/// the anonymous user, whatever the request and whatever it names.
+#[tokio::test]
+async fn a_connection_header_cannot_strip_the_impersonation_of_an_anonymous_client() {
+    let (upstream, seen, _) = reviewing_upstream().await;
+    let proxy = start_proxy(upstream, &["--auth-mode", "delegated", "--cache-resources", "configmaps"]).await;
+    let tricks = [
+        "Impersonate-User, Impersonate-Group",
+        "impersonate-user,impersonate-group,impersonate-uid,authorization",
+        "keep-alive, IMPERSONATE-USER",
+        "Impersonate-Extra-Foo, X-Remote-User",
+    ];
+    for (i, connection) in tricks.iter().enumerate() {
+        let path = format!("/api/v1/namespaces/b/configmaps?pretty=1&n={i}");
+        let req = get(&path).header("connection", *connection).body(Full::default()).unwrap();
+        let resp = send(&proxy, req).await;
+        assert_eq!(resp.status(), StatusCode::OK, "{connection}");
+        let _ = resp.into_body().collect().await;
+        let seen = seen.lock().iter().find(|s| s.path_and_query == path).cloned().expect("passed through");
+        assert_eq!(seen.headers["impersonate-user"], "system:anonymous", "{connection}");
+        let groups: Vec<_> = seen.headers.get_all("impersonate-group").iter().collect();
+        assert_eq!(groups, ["system:unauthenticated"], "{connection}");
+        assert_eq!(seen.headers["authorization"], format!("Bearer {UPSTREAM_TOKEN}"));
+        assert!(seen.headers.get("x-remote-user").is_none());
+    }
+    proxy.shutdown().await;
+}
+
+/// A client's front-proxy headers and impersonation never reach the
+/// upstream as its own say-so: only the identity watchmux established.
+#[tokio::test]
+async fn client_identity_headers_are_replaced_by_the_authenticated_caller() {
+    let (upstream, seen, _) = reviewing_upstream().await;
+    let proxy = start_proxy(upstream, &["--auth-mode", "delegated", "--cache-resources", "configmaps"]).await;
+    let req = Request::post("/api/v1/namespaces/a/configmaps")
+        .header("host", "127.0.0.1")
+        .header("authorization", "Bearer alice-token")
+        .header("x-remote-user", "system:admin")
+        .header("x-remote-group", "system:masters")
+        .header("x-remote-extra-scopes", "all")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let resp = send(&proxy, req).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let seen = seen.lock().iter().find(|s| s.path_and_query == "/api/v1/namespaces/a/configmaps").cloned().unwrap();
+    assert_eq!(seen.headers["impersonate-user"], "alice");
+    let names: Vec<_> = seen.headers.keys().map(|k| k.as_str()).filter(|k| k.starts_with("x-remote")).collect();
+    assert!(names.is_empty(), "front-proxy headers forwarded: {names:?}");
+    proxy.shutdown().await;
+}
+
+/// A read the caller may not make is refused before watchmux does anything
+/// upstream on its behalf: no discovery, no list, no cache started.
+#[tokio::test]
+async fn a_denied_read_starts_no_upstream_work() {
+    let (upstream, seen, _) = reviewing_upstream().await;
+    let proxy = start_proxy(upstream, &["--auth-mode", "delegated", "--cache-resources", "configmaps,services"]).await;
+    for path in [
+        "/api/v1/namespaces/b/configmaps",
+        "/api/v1/namespaces/b/configmaps?watch=1",
+        "/api/v%31/namespaces/b/services",
+        "/api/v1/namespaces/b/configmaps/x",
+        "/api/v1/configmaps",
+    ] {
+        let resp = send(&proxy, get(path).body(Full::default()).unwrap()).await;
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{path}");
+    }
+    let seen: Vec<_> = seen.lock().iter().map(|s| s.path_and_query.clone()).collect();
+    assert!(seen.is_empty(), "upstream work for denied requests: {seen:?}");
+    proxy.shutdown().await;
+}
+
+/// Versions and groups the upstream does not serve cost nothing: the index
+/// of served group versions is fetched once, no resource list is fetched
+/// for a version it does not list, and the requests pass through.
+#[tokio::test]
+async fn unserved_versions_neither_start_caches_nor_grow_discovery() {
+    let (upstream, seen, _) = reviewing_upstream().await;
+    let proxy = start_proxy(upstream, &["--auth-mode", "delegated", "--cache-resources", "*"]).await;
+    for i in 0..50 {
+        let path = format!("/api/v{i}x/namespaces/a/pods");
+        let req = get(&path).header("authorization", "Bearer alice-token").body(Full::default()).unwrap();
+        let resp = send(&proxy, req).await;
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+    }
+    let seen: Vec<_> = seen.lock().iter().map(|s| s.path_and_query.clone()).collect();
+    let index_fetches = seen.iter().filter(|p| *p == "/api" || *p == "/apis").count();
+    assert_eq!(index_fetches, 2, "the index is fetched once within the refresh interval: {seen:?}");
+    let discovery: Vec<_> = seen.iter().filter(|p| p.starts_with("/api/v") && !p.contains("/namespaces/")).collect();
+    assert!(discovery.is_empty(), "resource lists fetched for unserved versions: {discovery:?}");
+    assert_eq!(seen.iter().filter(|p| p.ends_with("/namespaces/a/pods")).count(), 50, "each passes through");
+    proxy.shutdown().await;
+}
