@@ -115,12 +115,22 @@ impl Delegated {
     /// Who the request is from, by the API server's order: a verified client
     /// certificate, then a bearer token, then anonymous if allowed.
     async fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<Caller, Refusal> {
-        if let Some(user) = &peer.client_cert {
-            counter!(m::AUTH_AUTHENTICATED, "method" => "x509").increment(1);
-            return Ok(user.clone());
-        }
+        let cert_failed = match &peer.client_cert {
+            Some(Ok(user)) => {
+                counter!(m::AUTH_AUTHENTICATED, "method" => "x509").increment(1);
+                return Ok(user.clone());
+            }
+            Some(Err(invalid)) => {
+                tracing::debug!(error = %invalid, "client certificate not accepted as an identity");
+                true
+            }
+            None => false,
+        };
         match bearer_token(headers) {
             Some(token) => self.authenticate_token(token).await,
+            // A credential that failed is an error, not an absence: the API
+            // server's anonymous authenticator does not step in then.
+            None if cert_failed => Err(unauthorized("invalid client certificate")),
             None if self.settings.anonymous => {
                 counter!(m::AUTH_AUTHENTICATED, "method" => "anonymous").increment(1);
                 Ok(Arc::new(UserInfo::anonymous()))

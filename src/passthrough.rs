@@ -19,7 +19,7 @@ use metrics::{counter, gauge, histogram};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::user::UserInfo;
+use crate::auth::cert::CertIdentity;
 use crate::body::{self, EndOnShutdown, ProxyBody, Refusal};
 use crate::encode::status::{Status, StatusReason};
 use crate::metrics as m;
@@ -33,8 +33,9 @@ pub struct Peer {
     /// The client's address; `None` on a unix socket.
     pub addr: Option<SocketAddr>,
     /// Who the client certificate verified during the TLS handshake says the
-    /// client is (only with `--client-ca-file`).
-    pub client_cert: Option<Arc<UserInfo>>,
+    /// client is (only with `--client-ca-file`), or why the API server would
+    /// not accept it as anyone.
+    pub client_cert: Option<CertIdentity>,
     /// The connection is over `--max-connections`: its requests get 429.
     pub over_connection_limit: bool,
 }

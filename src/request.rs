@@ -83,7 +83,10 @@ impl RequestInfo {
             info.verb = Some(Verb::Other(method_verb(method)));
             return info;
         };
-        let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+        // As the API server's splitPath: outer slashes trimmed, inner empty
+        // segments kept (`/api/v1//pods` has an empty resource, and 404s).
+        let trimmed = path.trim_matches('/');
+        let parts: Vec<&str> = if trimmed.is_empty() { Vec::new() } else { trimmed.split('/').collect() };
 
         let rest = match parts.as_slice() {
             ["api", version, rest @ ..] => {
@@ -299,6 +302,21 @@ mod tests {
         );
         // Upper- and lower-case hex alike.
         assert_eq!(info(Method::GET, "/api/v1/namespaces/%4a%4B/pods").namespace.as_deref(), Some("JK"));
+    }
+
+    #[test]
+    fn inner_empty_segments_are_kept_as_the_api_server_keeps_them() {
+        let i = info(Method::GET, "/api/v1/namespaces/a//configmaps");
+        assert_eq!(
+            (i.namespace.as_deref(), i.resource.as_str(), i.name.as_deref()),
+            (Some("a"), "", Some("configmaps"))
+        );
+        let i = info(Method::GET, "/api/v1//pods");
+        assert_eq!((i.resource.as_str(), i.name.as_deref()), ("", Some("pods")));
+        // And dot segments are not cleaned: `..` is a resource like any other.
+        let i = info(Method::GET, "/api/v1/namespaces/a/../b/pods");
+        assert_eq!((i.namespace.as_deref(), i.resource.as_str(), i.name.as_deref()), (Some("a"), "..", Some("b")));
+        assert_eq!(i.subresource.as_deref(), Some("pods"));
     }
 
     #[test]

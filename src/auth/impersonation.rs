@@ -132,11 +132,29 @@ pub fn resolve(wanted: Wanted) -> UserInfo {
     UserInfo { name: wanted.name, uid: wanted.uid, groups, extra: wanted.extra }
 }
 
-/// `system:serviceaccount:<namespace>:<name>` split into its parts.
+/// `system:serviceaccount:<namespace>:<name>` split into its parts, by the
+/// API server's rule: exactly two parts, the namespace a DNS label and the
+/// name a DNS subdomain. Anything else is a plain user name to it (checked
+/// as `users`, given no service-account groups), and so to watchmux.
 fn service_account(user: &str) -> Option<(&str, &str)> {
     let rest = user.strip_prefix("system:serviceaccount:")?;
     let (namespace, name) = rest.split_once(':')?;
-    (!namespace.is_empty() && !name.is_empty() && !name.contains(':')).then_some((namespace, name))
+    (is_dns_label(namespace) && is_dns_subdomain(name) && !name.contains(':')).then_some((namespace, name))
+}
+
+/// RFC 1123 label, as Kubernetes validates namespace names.
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// RFC 1123 subdomain, as Kubernetes validates service account names.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -282,6 +300,29 @@ mod tests {
                 "authentication.k8s.io/userextras/scopes//view",
                 "authentication.k8s.io/userextras/scopes//edit",
             ]
+        );
+    }
+
+    #[test]
+    fn malformed_service_account_names_are_plain_users_as_in_the_api_server() {
+        for name in [
+            "system:serviceaccount:ns:Bad_Name",
+            "system:serviceaccount:Bad_NS:x",
+            "system:serviceaccount:ns:a:b",
+            "system:serviceaccount:-ns:x",
+            "system:serviceaccount:ns:x.",
+            "system:serviceaccount::x",
+        ] {
+            let wanted = Wanted { name: name.into(), ..Default::default() };
+            let first = &checks(&wanted)[0];
+            assert_eq!((first.resource.as_str(), first.name.as_str()), ("users", name), "{name}");
+            assert_eq!(resolve(wanted).groups, [AUTHENTICATED], "{name}");
+        }
+        let ok = Wanted { name: "system:serviceaccount:kube-system:a.b-c".into(), ..Default::default() };
+        let first = &checks(&ok)[0];
+        assert_eq!(
+            (first.resource.as_str(), first.namespace.as_str(), first.name.as_str()),
+            ("serviceaccounts", "kube-system", "a.b-c")
         );
     }
 

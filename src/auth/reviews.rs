@@ -89,8 +89,9 @@ impl ResourceAttributes {
             resource: info.resource.clone(),
             subresource: info.subresource.clone().unwrap_or_default(),
             name,
-            field_selector: RawSelector::from_query(field_selector),
-            label_selector: RawSelector::from_query(label_selector),
+            // The legacy watch paths carry no selectors to the authorizer.
+            field_selector: RawSelector::from_query(field_selector).filter(|_| !info.legacy_watch_path),
+            label_selector: RawSelector::from_query(label_selector).filter(|_| !info.legacy_watch_path),
         }
     }
 }
@@ -270,8 +271,9 @@ mod tests {
             &http::Method::GET,
             &"/api/v1/watch/namespaces/ns1/secrets?fieldSelector=metadata.name%3Ds1".parse().unwrap(),
         );
-        let attrs = ResourceAttributes::of_read(&info, "", "metadata.name=s1");
+        let attrs = ResourceAttributes::of_read(&info, "a=b", "metadata.name=s1");
         assert_eq!((attrs.verb.as_str(), attrs.name.as_str()), ("watch", ""));
+        assert_eq!((attrs.field_selector, attrs.label_selector), (None, None), "nor given its selectors");
     }
 
     #[test]

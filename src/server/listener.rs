@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::limits::ConnectionBudget;
 use super::write_behind::WriteBehind;
-use crate::auth::user::UserInfo;
+use crate::auth::cert::CertIdentity;
 use crate::body::ProxyBody;
 use crate::metrics as m;
 use crate::passthrough::Peer;
@@ -215,9 +215,9 @@ async fn starts_with_h2_preface(stream: &tokio::net::TcpStream) -> bool {
 /// The identity of a verified client certificate. rustls has verified the
 /// chain against `--client-ca-file` by the time the handshake completes, so
 /// any certificate present here is trusted.
-fn client_identity<I>(tls: &tokio_rustls::server::TlsStream<I>) -> Option<Arc<UserInfo>> {
+fn client_identity<I>(tls: &tokio_rustls::server::TlsStream<I>) -> Option<CertIdentity> {
     let leaf = tls.get_ref().1.peer_certificates()?.first()?;
-    crate::auth::cert::identity(leaf).map(Arc::new)
+    crate::auth::cert::identity(leaf)
 }
 
 /// Bad input from one client is expected, not actionable: logged at debug
