@@ -66,6 +66,8 @@ pub struct DelegatedSettings {
     pub unauthorized_ttl: Duration,
     /// Entries each cache may hold.
     pub cache_capacity: usize,
+    /// TokenReviews and SubjectAccessReviews in flight at once.
+    pub max_concurrent_reviews: usize,
 }
 
 /// Entries each review cache holds at most (tokens, decisions). An entry

@@ -141,6 +141,13 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub authorization_cache_unauthorized_ttl: Duration,
 
+    /// TokenReviews and SubjectAccessReviews sent upstream at once (delegated
+    /// mode). Clients choose what needs a review (tokens, selectors), so the
+    /// number in flight is bounded; a review that finds no free slot within
+    /// its 10 s limit fails closed (401 or 403).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_concurrent_reviews: usize,
+
     /// Requests other than watches and other long-running ones that may be in
     /// progress at once; more get 429 with Retry-After. 0: no limit.
     #[arg(long, value_name = "N", default_value_t = 400)]

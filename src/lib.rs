@@ -74,6 +74,7 @@ pub fn server_options(args: &Args) -> anyhow::Result<ServerOptions> {
         authorized_ttl: args.authorization_cache_authorized_ttl,
         unauthorized_ttl: args.authorization_cache_unauthorized_ttl,
         cache_capacity: auth::CACHE_CAPACITY,
+        max_concurrent_reviews: args.max_concurrent_reviews,
     });
     Ok(ServerOptions {
         shutdown_grace: args.shutdown_grace,

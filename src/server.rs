@@ -164,10 +164,10 @@ impl Server {
             }
             Arc::new(CacheService::new(registry, streams_stop.clone()))
         });
-        let delegated = opts
-            .delegated
-            .clone()
-            .map(|settings| Arc::new(Delegated::new(ReviewClient::new(upstream.clone()), settings)));
+        let delegated = opts.delegated.clone().map(|settings| {
+            let reviews = ReviewClient::new(upstream.clone(), settings.max_concurrent_reviews);
+            Arc::new(Delegated::new(reviews, settings))
+        });
         let api_handler = ApiHandler {
             passthrough: Passthrough::new(upstream.clone(), streams_stop.clone()),
             cache: cache.clone(),

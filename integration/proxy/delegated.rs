@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, Full};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+use crate::WAIT;
 use crate::harness::*;
 use watchmux::body;
 
@@ -25,11 +26,31 @@ struct Seen {
 /// namespace `a`, nobody anything else. Discovery lists core v1 with
 /// configmaps, services and pods.
 async fn reviewing_upstream() -> (std::net::SocketAddr, Arc<Mutex<Vec<Seen>>>, Arc<Mutex<usize>>) {
+    let (addr, seen, reviews, _) = reviewing_upstream_with_gate().await;
+    (addr, seen, reviews)
+}
+
+/// Reviews in flight at the fake, and a gate that holds reviews of tokens
+/// starting with `slow-` until it is opened.
+#[derive(Clone)]
+struct ReviewGate {
+    in_flight: tokio::sync::watch::Sender<usize>,
+    max_in_flight: Arc<Mutex<usize>>,
+    open: Arc<tokio::sync::Semaphore>,
+}
+
+async fn reviewing_upstream_with_gate() -> (std::net::SocketAddr, Arc<Mutex<Vec<Seen>>>, Arc<Mutex<usize>>, ReviewGate)
+{
     let seen = Arc::new(Mutex::new(Vec::new()));
     let reviews = Arc::new(Mutex::new(0usize));
-    let (seen2, reviews2) = (seen.clone(), reviews.clone());
+    let gate = ReviewGate {
+        in_flight: tokio::sync::watch::channel(0).0,
+        max_in_flight: Arc::default(),
+        open: Arc::new(tokio::sync::Semaphore::new(0)),
+    };
+    let (seen2, reviews2, gate2) = (seen.clone(), reviews.clone(), gate.clone());
     let addr = fake_upstream(handler(move |req: Request<hyper::body::Incoming>| {
-        let (seen, reviews) = (seen2.clone(), reviews2.clone());
+        let (seen, reviews, gate) = (seen2.clone(), reviews2.clone(), gate2.clone());
         async move {
             let path = req.uri().path().to_owned();
             let pq = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
@@ -39,6 +60,16 @@ async fn reviewing_upstream() -> (std::net::SocketAddr, Arc<Mutex<Vec<Seen>>>, A
                 "/apis/authentication.k8s.io/v1/tokenreviews" => {
                     *reviews.lock() += 1;
                     let review: Value = serde_json::from_slice(&body).unwrap();
+                    if review["spec"]["token"].as_str().is_some_and(|t| t.starts_with("slow-")) {
+                        gate.in_flight.send_modify(|n| *n += 1);
+                        {
+                            let now = *gate.in_flight.borrow();
+                            let mut max = gate.max_in_flight.lock();
+                            *max = (*max).max(now);
+                        }
+                        gate.open.acquire().await.unwrap().forget();
+                        gate.in_flight.send_modify(|n| *n -= 1);
+                    }
                     let status = if review["spec"]["token"] == "alice-token" {
                         json!({"authenticated": true, "user": {"username": "alice", "groups": ["dev"]}})
                     } else {
@@ -72,7 +103,7 @@ async fn reviewing_upstream() -> (std::net::SocketAddr, Arc<Mutex<Vec<Seen>>>, A
         }
     }))
     .await;
-    (addr, seen, reviews)
+    (addr, seen, reviews, gate)
 }
 
 async fn send(proxy: &Proxy, req: Request<Full<Bytes>>) -> http::Response<hyper::body::Incoming> {
@@ -176,5 +207,35 @@ async fn unserved_versions_neither_start_caches_nor_grow_discovery() {
     let discovery: Vec<_> = seen.iter().filter(|p| p.starts_with("/api/v") && !p.contains("/namespaces/")).collect();
     assert!(discovery.is_empty(), "resource lists fetched for unserved versions: {discovery:?}");
     assert_eq!(seen.iter().filter(|p| p.ends_with("/namespaces/a/pods")).count(), 50, "each passes through");
+    proxy.shutdown().await;
+}
+
+/// Junk tokens cost one TokenReview each, but never more in flight at once
+/// than `--max-concurrent-reviews`: the rest wait for a slot.
+#[tokio::test]
+async fn concurrent_reviews_are_bounded() {
+    let (upstream, _, reviews, gate) = reviewing_upstream_with_gate().await;
+    let proxy = start_proxy(upstream, &["--auth-mode", "delegated", "--max-concurrent-reviews", "2"]).await;
+    let clients: Vec<_> = (0..6)
+        .map(|i| {
+            let addr = proxy.addr;
+            tokio::spawn(async move {
+                let req = get("/api/v1/namespaces/a/configmaps")
+                    .header("authorization", format!("Bearer slow-{i}"))
+                    .body(Full::default())
+                    .unwrap();
+                h1(addr).await.send_request(req).await.unwrap().status()
+            })
+        })
+        .collect();
+    let mut in_flight = gate.in_flight.subscribe();
+    tokio::time::timeout(WAIT, in_flight.wait_for(|n| *n == 2)).await.unwrap().unwrap();
+    // Let every review through, one at a time, so each waiting one is seen.
+    gate.open.add_permits(6);
+    for client in clients {
+        assert_eq!(tokio::time::timeout(WAIT, client).await.unwrap().unwrap(), StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(*reviews.lock(), 6, "each junk token is reviewed once");
+    assert_eq!(*gate.max_in_flight.lock(), 2, "never more than the limit in flight");
     proxy.shutdown().await;
 }

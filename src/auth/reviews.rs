@@ -33,6 +33,8 @@ pub enum ReviewError {
     Unreachable(String),
     #[error("the upstream did not answer within {0:?}")]
     Timeout(Duration),
+    #[error("{0} reviews were already in flight for {1:?}")]
+    Busy(usize, Duration),
     #[error("the upstream answered {status}: {body}")]
     Status { status: StatusCode, body: String },
     #[error("the upstream's answer could not be decoded: {0}")]
@@ -122,15 +124,24 @@ pub struct Decision {
     pub reason: String,
 }
 
-/// Makes reviews against one upstream.
+/// Makes reviews against one upstream, at most a fixed number at once.
+///
+/// Every unknown token and every new (caller, request) pair costs a review,
+/// and clients choose both: without a bound, junk tokens or endless distinct
+/// selectors would turn into unbounded concurrent requests on watchmux's one
+/// identity. A review waits for a slot within its own time limit and fails
+/// (closed) when none frees up.
 #[derive(Clone)]
 pub struct ReviewClient {
     upstream: Arc<Upstream>,
+    slots: Arc<tokio::sync::Semaphore>,
+    max_concurrent: usize,
 }
 
 impl ReviewClient {
-    pub fn new(upstream: Arc<Upstream>) -> Self {
-        Self { upstream }
+    pub fn new(upstream: Arc<Upstream>, max_concurrent: usize) -> Self {
+        let max_concurrent = max_concurrent.max(1);
+        Self { upstream, slots: Arc::new(tokio::sync::Semaphore::new(max_concurrent)), max_concurrent }
     }
 
     /// Who `token` belongs to, or `None` when the API server does not accept
@@ -178,8 +189,13 @@ impl ReviewClient {
         body: &serde_json::Value,
     ) -> Result<T, ReviewError> {
         let started = Instant::now();
-        let result = tokio::time::timeout(REVIEW_TIMEOUT, self.send(path, body)).await;
-        let result = result.unwrap_or(Err(ReviewError::Timeout(REVIEW_TIMEOUT)));
+        let deadline = started + REVIEW_TIMEOUT;
+        let result = match tokio::time::timeout_at(deadline, self.slots.acquire()).await {
+            Ok(Ok(_slot)) => tokio::time::timeout_at(deadline, self.send(path, body))
+                .await
+                .unwrap_or(Err(ReviewError::Timeout(REVIEW_TIMEOUT))),
+            _ => Err(ReviewError::Busy(self.max_concurrent, REVIEW_TIMEOUT)),
+        };
         histogram!(m::AUTH_REVIEW_DURATION, "review" => kind).record(started.elapsed().as_secs_f64());
         let outcome = if result.is_ok() { "answered" } else { "error" };
         counter!(m::AUTH_REVIEWS, "review" => kind, "outcome" => outcome).increment(1);
