@@ -113,6 +113,15 @@ pub struct Args {
     #[arg(long)]
     pub allow_unauthenticated_remote: bool,
 
+    /// trusted-local: host names a request may name in Host (HTTP/2
+    /// :authority), as regular expressions matched without the port,
+    /// comma-separated, as `kubectl proxy --accept-hosts`. Others get 403:
+    /// this stops web pages that rebind their DNS to loopback from using
+    /// watchmux's identity through a browser. Not checked on the unix socket
+    /// or in delegated mode.
+    #[arg(long, value_name = "REGEXES", value_delimiter = ',', default_value = crate::server::hosts::DEFAULT_ACCEPT_HOSTS)]
+    pub accept_hosts: Vec<String>,
+
     /// PEM CA bundle that client certificates are verified against
     /// (delegated mode, with --tls-cert-file). The subject's CN is the user,
     /// its O entries the groups, as kube-apiserver reads them.

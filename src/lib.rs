@@ -87,5 +87,10 @@ pub fn server_options(args: &Args) -> anyhow::Result<ServerOptions> {
             max_request_body_bytes: args.max_request_body_bytes,
         },
         h2_write_batching: args.h2_write_batching,
+        // Delegated mode authenticates every request instead.
+        accept_hosts: match args.auth_mode {
+            auth::AuthMode::TrustedLocal => Some(server::hosts::AcceptHosts::new(&args.accept_hosts)?),
+            auth::AuthMode::Delegated => None,
+        },
     })
 }

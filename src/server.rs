@@ -2,6 +2,7 @@
 //! graceful shutdown that ties them together.
 
 pub mod admin;
+pub mod hosts;
 pub mod limits;
 pub mod listener;
 pub mod shutdown;
@@ -35,6 +36,7 @@ use crate::passthrough::{Passthrough, Peer};
 use crate::request::RequestInfo;
 use crate::upstream::Upstream;
 use admin::AdminState;
+use hosts::AcceptHosts;
 use limits::{ConnectionBudget, RequestLimits};
 use listener::{AdminHandler, Handler, Serving};
 
@@ -49,6 +51,8 @@ pub struct ServerOptions {
     pub limits: Limits,
     /// One socket write per batch of HTTP/2 frames (`--h2-write-batching`).
     pub h2_write_batching: bool,
+    /// trusted-local's Host check (`--accept-hosts`); `None` checks nothing.
+    pub accept_hosts: Option<AcceptHosts>,
 }
 
 /// The request and connection limits of the API listener (defaults: the
@@ -79,12 +83,19 @@ struct ApiHandler {
     cache: Option<Arc<CacheService>>,
     delegated: Option<Arc<Delegated>>,
     limits: RequestLimits,
+    accept_hosts: Option<AcceptHosts>,
 }
 
 impl Handler for ApiHandler {
     async fn handle(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
         if peer.over_connection_limit {
             return limits::too_many_requests("connections", true);
+        }
+        if let Some(hosts) = &self.accept_hosts
+            && peer.addr.is_some()
+            && !hosts.accepts(req.uri(), req.headers())
+        {
+            return hosts::forbidden();
         }
         let info = RequestInfo::classify(req.method(), req.uri());
         let _admitted = match self.limits.admit(&info, req.headers()) {
@@ -173,6 +184,7 @@ impl Server {
             cache: cache.clone(),
             delegated,
             limits: RequestLimits::new(opts.limits.max_requests_inflight, opts.limits.max_request_body_bytes),
+            accept_hosts: opts.accept_hosts.clone(),
         };
         let budget = ConnectionBudget::new(opts.limits.max_connections);
         let admin_state = Arc::new(AdminState {

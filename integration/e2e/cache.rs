@@ -102,7 +102,7 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_each_event_is_encoded_
     let mut watchers = Vec::new();
     for i in 0..JSON_WATCHERS + METADATA_WATCHERS {
         let mut send = conns[i % 2].clone();
-        let mut req = Request::get(format!("http://watchmux{path}"));
+        let mut req = Request::get(format!("http://localhost{path}"));
         if i >= JSON_WATCHERS {
             req = req.header("accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1");
         }

@@ -128,7 +128,7 @@ pub async fn h1(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Ful
 /// Sends a GET over a fresh HTTP/1.1 connection.
 pub async fn get(addr: SocketAddr, path: &str) -> Response<Incoming> {
     let mut send = h1(addr).await;
-    send.send_request(Request::get(path).header("host", "watchmux").body(Full::default()).unwrap()).await.unwrap()
+    send.send_request(Request::get(path).header("host", "localhost").body(Full::default()).unwrap()).await.unwrap()
 }
 
 pub async fn body_json(resp: Response<Incoming>) -> serde_json::Value {

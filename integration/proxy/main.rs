@@ -68,7 +68,7 @@ async fn request_passes_through_with_body_query_and_end_to_end_headers_only() {
 
     let mut send = h1(proxy.addr).await;
     let req = Request::post("/api/v1/namespaces/default/configmaps?dryRun=All&fieldManager=t")
-        .header("host", "watchmux")
+        .header("host", "localhost")
         .header("authorization", "Bearer client-token")
         .header("connection", "x-hop")
         .header("x-hop", "must-not-pass")
@@ -148,7 +148,7 @@ async fn upgrade_is_tunnelled_both_ways() {
 
     let mut send = h1(proxy.addr).await;
     let req = Request::post("/api/v1/namespaces/default/pods/p/exec?command=sh&stdin=true")
-        .header("host", "watchmux")
+        .header("host", "localhost")
         .header("connection", "Upgrade")
         .header("upgrade", "SPDY/3.1")
         .header("x-stream-protocol-version", "v4.channel.k8s.io")
@@ -179,7 +179,7 @@ async fn upgrade_refused_upstream_is_passed_on() {
     let proxy = start_proxy(upstream, &[]).await;
     let mut send = h1(proxy.addr).await;
     let req = Request::get("/api/v1/namespaces/default/pods/p/portforward")
-        .header("host", "watchmux")
+        .header("host", "localhost")
         .header("connection", "Upgrade")
         .header("upgrade", "websocket")
         .body(Full::default())
@@ -220,7 +220,7 @@ async fn h2c_prior_knowledge_is_served() {
     // Several requests multiplexed on one connection.
     let mut pending = Vec::new();
     for path in ["/api", "/apis", "/version"] {
-        let req = Request::get(format!("http://watchmux{path}")).body(Full::<Bytes>::default()).unwrap();
+        let req = Request::get(format!("http://localhost{path}")).body(Full::<Bytes>::default()).unwrap();
         pending.push((path, send.send_request(req)));
     }
     for (path, fut) in pending {
@@ -258,8 +258,10 @@ async fn malformed_and_oversized_requests_get_clean_errors() {
     let garbage = raw(vec![0x16, 0x03, 0x01, 0xff, 0xff, 0, 1, 2, 3, b'\r', b'\n', b'\r', b'\n']).await;
     assert!(garbage.is_empty() || garbage.starts_with("HTTP/1.1 400"), "{garbage}");
 
-    let resp =
-        healthy.send_request(Request::get("/api").header("host", "w").body(Full::default()).unwrap()).await.unwrap();
+    let resp = healthy
+        .send_request(Request::get("/api").header("host", "localhost").body(Full::default()).unwrap())
+        .await
+        .unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     proxy.shutdown().await;
 }
@@ -435,7 +437,7 @@ async fn limits_refuse_with_the_api_servers_answers() {
     // 413: the Content-Length of a write over the limit, before any upstream work.
     let mut c1 = h1(proxy.addr).await;
     let big = Request::post("/api/v1/namespaces/a/configmaps")
-        .header("host", "w")
+        .header("host", "localhost")
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(vec![b' '; 101])))
         .unwrap();
@@ -448,12 +450,15 @@ async fn limits_refuse_with_the_api_servers_answers() {
     // 429 in flight: one slow request holds the only slot (watches are exempt:
     // the unit tests of server::limits check that).
     let mut c2 = h1(proxy.addr).await;
-    let slow = tokio::spawn(c2.send_request(Request::get("/slow").header("host", "w").body(Full::default()).unwrap()));
+    let slow =
+        tokio::spawn(c2.send_request(Request::get("/slow").header("host", "localhost").body(Full::default()).unwrap()));
     let deadline = tokio::time::Instant::now() + WAIT;
     let refused = loop {
         c1.ready().await.unwrap();
-        let resp =
-            c1.send_request(Request::get("/api").header("host", "w").body(Full::default()).unwrap()).await.unwrap();
+        let resp = c1
+            .send_request(Request::get("/api").header("host", "localhost").body(Full::default()).unwrap())
+            .await
+            .unwrap();
         if resp.status() == StatusCode::TOO_MANY_REQUESTS {
             break resp;
         }
@@ -470,7 +475,8 @@ async fn limits_refuse_with_the_api_servers_answers() {
 
     // 429 for a third connection while two are open, then it is closed.
     let mut c3 = h1(proxy.addr).await;
-    let resp = c3.send_request(Request::get("/api").header("host", "w").body(Full::default()).unwrap()).await.unwrap();
+    let resp =
+        c3.send_request(Request::get("/api").header("host", "localhost").body(Full::default()).unwrap()).await.unwrap();
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(resp.headers()["connection"], "close");
     drop(c2);
@@ -478,8 +484,10 @@ async fn limits_refuse_with_the_api_servers_answers() {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let mut c4 = h1(proxy.addr).await;
-        let resp =
-            c4.send_request(Request::get("/api").header("host", "w").body(Full::default()).unwrap()).await.unwrap();
+        let resp = c4
+            .send_request(Request::get("/api").header("host", "localhost").body(Full::default()).unwrap())
+            .await
+            .unwrap();
         if resp.status() == StatusCode::OK {
             break;
         }
@@ -553,9 +561,50 @@ async fn an_h2c_preface_sent_in_pieces_is_recognised() {
     let io = SkipPrefix { io: stream, skip: 8 };
     let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io)).await.unwrap();
     tokio::spawn(conn);
-    let req = Request::get("http://watchmux/version").body(Full::<Bytes>::default()).unwrap();
+    let req = Request::get("http://localhost/version").body(Full::<Bytes>::default()).unwrap();
     let resp = tokio::time::timeout(WAIT, send.send_request(req)).await.unwrap().unwrap();
     assert_eq!(resp.version(), http::Version::HTTP_2);
     assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "/version");
+    proxy.shutdown().await;
+}
+
+/// trusted-local answers only requests that name a loopback host, as
+/// `kubectl proxy` does: a page that rebinds its DNS name to 127.0.0.1 gets
+/// its own name in Host, and 403, before anything reaches the upstream.
+#[tokio::test]
+async fn trusted_local_refuses_hosts_that_are_not_loopback_names() {
+    let (hits_tx, mut hits) = mpsc::unbounded_channel::<String>();
+    let upstream = fake_upstream(handler(move |req: Request<hyper::body::Incoming>| {
+        let _ = hits_tx.send(req.uri().path().to_owned());
+        async { Response::new(body::full("{}")) }
+    }))
+    .await;
+    let proxy = start_proxy(upstream, &[]).await;
+    for host in ["evil.example", "evil.example:6443", "localhost.evil.example", "127.0.0.1.nip.io"] {
+        let req = Request::get("/api/v1/secrets").header("host", host).body(Full::default()).unwrap();
+        let resp = h1(proxy.addr).await.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{host}");
+        assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "Forbidden");
+    }
+    while let Ok(path) = hits.try_recv() {
+        assert_eq!(path, "/readyz", "a refused request reached the upstream");
+    }
+    for host in ["localhost", "127.0.0.1:6443", "[::1]:1"] {
+        let req = Request::get("/api").header("host", host).body(Full::default()).unwrap();
+        let resp = h1(proxy.addr).await.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{host}");
+    }
+    proxy.shutdown().await;
+
+    let proxy = start_proxy(upstream, &["--accept-hosts", r"^watchmux\.svc$"]).await;
+    let status = |host: &'static str| {
+        let addr = proxy.addr;
+        async move {
+            let req = Request::get("/api").header("host", host).body(Full::default()).unwrap();
+            h1(addr).await.send_request(req).await.unwrap().status()
+        }
+    };
+    assert_eq!(status("watchmux.svc:443").await, StatusCode::OK);
+    assert_eq!(status("localhost").await, StatusCode::FORBIDDEN, "the list replaces the default");
     proxy.shutdown().await;
 }

@@ -372,6 +372,9 @@ trusted-local there without --allow-unauthenticated-remote). */}}
 {{- if and (eq $authMode "trusted-local") .Values.auth.allowUnauthenticatedRemote }}
 - --allow-unauthenticated-remote
 {{- end }}
+{{- if and (eq $authMode "trusted-local") .Values.auth.acceptHosts }}
+- {{ printf "--accept-hosts=%s" (join "," .Values.auth.acceptHosts) | quote }}
+{{- end }}
 {{- if eq $authMode "delegated" }}
 {{- if .Values.auth.clientCA.configMap }}
 - --client-ca-file=/etc/watchmux/client-ca/{{ .Values.auth.clientCA.key }}
