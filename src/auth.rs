@@ -40,6 +40,7 @@ use crate::cache::serve::ReadGate;
 use crate::encode::status::{Status, StatusReason};
 use crate::metrics as m;
 use crate::passthrough::Peer;
+use crate::passthrough::identity::UpstreamIdentity;
 use crate::request::RequestInfo;
 use review_cache::{Lookup, ReviewCache};
 use reviews::{Decision, ResourceAttributes, ReviewClient, ReviewError};
@@ -52,6 +53,22 @@ pub enum AuthMode {
     TrustedLocal,
     /// Clients are authenticated and authorized by the upstream API server.
     Delegated,
+}
+
+/// Who requests that pass through act as upstream in delegated mode
+/// (`--upstream-identity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UpstreamIdentityMode {
+    /// watchmux's credentials, impersonating the caller: needs the right to
+    /// impersonate anyone (shared and tier proxies).
+    Impersonate,
+    /// The caller's own credentials: a bearer token is forwarded as sent, an
+    /// anonymous request goes without credentials, and a client certificate
+    /// of watchmux's own upstream identity (the node's kubelet, when
+    /// watchmux holds the node's credentials) goes with watchmux's. Needs no
+    /// right beyond the caller's own: a node-local watchmux with node
+    /// credentials holds nothing more than the node.
+    Client,
 }
 
 /// Delegated mode's settings, from the flags.
@@ -68,6 +85,7 @@ pub struct DelegatedSettings {
     pub cache_capacity: usize,
     /// TokenReviews and SubjectAccessReviews in flight at once.
     pub max_concurrent_reviews: usize,
+    pub upstream_identity: UpstreamIdentityMode,
 }
 
 /// Entries each review cache holds at most (tokens, decisions). An entry
@@ -86,7 +104,27 @@ pub struct Delegated {
     reviews: ReviewClient,
     tokens: ReviewCache<TokenKey, Option<Caller>>,
     decisions: ReviewCache<(Caller, ResourceAttributes), Decision>,
+    /// watchmux's own upstream identity, learned once (client mode).
+    own: tokio::sync::OnceCell<UserInfo>,
     settings: DelegatedSettings,
+}
+
+/// How a request's caller was authenticated: what its own credential was.
+#[derive(Debug, Clone)]
+pub enum Credential {
+    /// A verified client certificate.
+    Certificate,
+    /// This `Authorization` header, checked with a TokenReview.
+    Token(http::HeaderValue),
+    /// None: the anonymous user.
+    Anonymous,
+}
+
+/// An authenticated request: who, and by which credential.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    pub user: Caller,
+    pub credential: Credential,
 }
 
 impl Delegated {
@@ -95,14 +133,26 @@ impl Delegated {
             reviews,
             tokens: ReviewCache::new(settings.cache_capacity),
             decisions: ReviewCache::new(settings.cache_capacity),
+            own: tokio::sync::OnceCell::new(),
             settings,
         }
+    }
+
+    /// The upstream identity mode (`--upstream-identity`).
+    pub fn upstream_identity_mode(&self) -> UpstreamIdentityMode {
+        self.settings.upstream_identity
     }
 
     /// Authenticates a request and applies any impersonation it asks for:
     /// the identity to act as, or the error response to send.
     pub async fn caller(&self, headers: &HeaderMap, peer: &Peer) -> Result<Caller, Refusal> {
-        let requestor = self.authenticate(headers, peer).await?;
+        let requestor = self.authenticate(headers, peer).await?.user;
+        self.impersonated(requestor, headers).await
+    }
+
+    /// The identity `requestor` acts as: itself, or whom its impersonation
+    /// headers name once the API server's (legacy) checks allow it.
+    pub async fn impersonated(&self, requestor: Caller, headers: &HeaderMap) -> Result<Caller, Refusal> {
         let wanted = match impersonation::requested(headers) {
             Ok(None) => return Ok(requestor),
             Ok(Some(wanted)) => wanted,
@@ -116,11 +166,11 @@ impl Delegated {
 
     /// Who the request is from, by the API server's order: a verified client
     /// certificate, then a bearer token, then anonymous if allowed.
-    async fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<Caller, Refusal> {
+    pub async fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<Authenticated, Refusal> {
         let cert_failed = match &peer.client_cert {
             Some(Ok(user)) => {
                 counter!(m::AUTH_AUTHENTICATED, "method" => "x509").increment(1);
-                return Ok(user.clone());
+                return Ok(Authenticated { user: user.clone(), credential: Credential::Certificate });
             }
             Some(Err(invalid)) => {
                 tracing::debug!(error = %invalid, "client certificate not accepted as an identity");
@@ -129,16 +179,67 @@ impl Delegated {
             None => false,
         };
         match bearer_token(headers) {
-            Some(token) => self.authenticate_token(token).await,
+            Some(token) => {
+                let user = self.authenticate_token(token).await?;
+                let header = headers.get(header::AUTHORIZATION).cloned().expect("a bearer token came from it");
+                Ok(Authenticated { user, credential: Credential::Token(header) })
+            }
             // A credential that failed is an error, not an absence: the API
             // server's anonymous authenticator does not step in then.
             None if cert_failed => Err(unauthorized("invalid client certificate")),
             None if self.settings.anonymous => {
                 counter!(m::AUTH_AUTHENTICATED, "method" => "anonymous").increment(1);
-                Ok(Arc::new(UserInfo::anonymous()))
+                Ok(Authenticated { user: Arc::new(UserInfo::anonymous()), credential: Credential::Anonymous })
             }
             None => Err(unauthorized("no credentials")),
         }
+    }
+
+    /// The identity a request that passes through goes upstream with.
+    /// `caller` is the impersonated identity (impersonate mode);
+    /// `authenticated` is the requestor and its own credential (client mode).
+    pub async fn upstream_identity(
+        &self,
+        caller: Caller,
+        authenticated: &Authenticated,
+    ) -> Result<UpstreamIdentity, Refusal> {
+        match self.settings.upstream_identity {
+            UpstreamIdentityMode::Impersonate => Ok(UpstreamIdentity::Impersonate(caller)),
+            UpstreamIdentityMode::Client => match &authenticated.credential {
+                Credential::Token(header) => Ok(UpstreamIdentity::ClientCredentials(header.clone())),
+                Credential::Anonymous => Ok(UpstreamIdentity::Anonymous),
+                Credential::Certificate => {
+                    let own = self.own_identity().await?;
+                    if own.name == authenticated.user.name {
+                        Ok(UpstreamIdentity::Own)
+                    } else {
+                        counter!(m::AUTH_AUTHORIZED, "result" => "unforwardable").increment(1);
+                        Err(Box::new(unforwardable_certificate(&authenticated.user.name, &own.name).into_response()))
+                    }
+                }
+            },
+        }
+    }
+
+    /// watchmux's own upstream identity, asked once; until the upstream
+    /// answers, certificate clients that would need it are refused (503).
+    async fn own_identity(&self) -> Result<&UserInfo, Refusal> {
+        self.own
+            .get_or_try_init(|| async {
+                let user = self.reviews.own_identity().await?;
+                tracing::info!(user = %user.name, "watchmux's own upstream identity");
+                Ok::<_, ReviewError>(user)
+            })
+            .await
+            .map_err(|err| {
+                counter!(m::AUTH_FAIL_CLOSED, "review" => "self").increment(1);
+                tracing::warn!(error = %err, "cannot learn watchmux's own upstream identity");
+                let message = format!("watchmux could not confirm its own identity with the API server: {err}");
+                Box::new(
+                    Status::new(StatusCode::SERVICE_UNAVAILABLE, StatusReason::ServiceUnavailable, message)
+                        .into_response(),
+                )
+            })
     }
 
     async fn authenticate_token(&self, token: &str) -> Result<Caller, Refusal> {
@@ -259,6 +360,22 @@ fn unauthorized(why: &'static str) -> Refusal {
     counter!(m::AUTH_UNAUTHENTICATED, "reason" => why).increment(1);
     tracing::debug!(reason = why, "unauthenticated request");
     Box::new(Status::new(StatusCode::UNAUTHORIZED, StatusReason::Unauthorized, "Unauthorized").into_response())
+}
+
+/// Client mode's refusal of a request watchmux cannot pass on as its
+/// caller: a client certificate proves an identity to watchmux, but
+/// watchmux cannot present it upstream.
+fn unforwardable_certificate(user: &str, own: &str) -> Status {
+    let mut status = Status::new(
+        StatusCode::FORBIDDEN,
+        StatusReason::Forbidden,
+        sanitize(&format!(
+            "watchmux cannot pass the client certificate of {user:?} upstream: with --upstream-identity=client \
+             only its own identity {own:?} and bearer tokens go through; use a bearer token, or reach the API server directly"
+        )),
+    );
+    status.nosniff = true;
+    status
 }
 
 /// The API server's 403 for a resource request, message and details alike.

@@ -150,6 +150,16 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub authorization_cache_unauthorized_ttl: Duration,
 
+    /// delegated: who requests that pass through act as upstream.
+    /// `impersonate`: watchmux's credentials impersonating the caller (needs
+    /// the right to impersonate anyone). `client`: the caller's own bearer
+    /// token as sent, no credentials for anonymous callers, and watchmux's
+    /// credentials only for a client certificate of watchmux's own identity;
+    /// other certificate clients are refused on pass-through. With a node's
+    /// kubelet credentials this holds no right the node does not have.
+    #[arg(long, value_enum, default_value_t = crate::auth::UpstreamIdentityMode::Impersonate)]
+    pub upstream_identity: crate::auth::UpstreamIdentityMode,
+
     /// TokenReviews and SubjectAccessReviews sent upstream at once (delegated
     /// mode). Clients choose what needs a review (tokens, selectors), so the
     /// number in flight is bounded; a review that finds no free slot within

@@ -75,6 +75,7 @@ pub fn server_options(args: &Args) -> anyhow::Result<ServerOptions> {
         unauthorized_ttl: args.authorization_cache_unauthorized_ttl,
         cache_capacity: auth::CACHE_CAPACITY,
         max_concurrent_reviews: args.max_concurrent_reviews,
+        upstream_identity: args.upstream_identity,
     });
     Ok(ServerOptions {
         shutdown_grace: args.shutdown_grace,

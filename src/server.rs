@@ -26,7 +26,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::reviews::ReviewClient;
-use crate::auth::{CallerGate, Delegated, DelegatedSettings};
+use crate::auth::{CallerGate, Delegated, DelegatedSettings, UpstreamIdentityMode, impersonation};
 use crate::body::ProxyBody;
 use crate::cache::registry::{CacheConfig, Registry};
 use crate::cache::serve::{CacheService, Open, Served};
@@ -111,17 +111,36 @@ impl Handler for ApiHandler {
             return self.passthrough.forward(req, peer, &info, &UpstreamIdentity::Own).await;
         };
 
-        let caller = match delegated.caller(req.headers(), &peer).await {
-            Ok(caller) => caller,
+        let authenticated = match delegated.authenticate(req.headers(), &peer).await {
+            Ok(authenticated) => authenticated,
             Err(refused) => return *refused,
         };
-        if let Some(cache) = &self.cache {
+        // With the client's own credentials upstream, a client's
+        // impersonation is the API server's to judge (all its modes), so such
+        // requests pass through as they are.
+        let client_impersonates = delegated.upstream_identity_mode() == UpstreamIdentityMode::Client
+            && impersonation::any_requested(req.headers());
+        let caller = if client_impersonates {
+            authenticated.user.clone()
+        } else {
+            match delegated.impersonated(authenticated.user.clone(), req.headers()).await {
+                Ok(caller) => caller,
+                Err(refused) => return *refused,
+            }
+        };
+        if let Some(cache) = &self.cache
+            && !client_impersonates
+        {
             let gate = CallerGate { auth: delegated, caller: &caller };
             if let Served::Response(resp) = cache.serve(req.method(), req.uri(), req.headers(), &info, &gate).await {
                 return resp;
             }
         }
-        self.passthrough.forward(req, peer, &info, &UpstreamIdentity::Impersonate(caller)).await
+        let identity = match delegated.upstream_identity(caller, &authenticated).await {
+            Ok(identity) => identity,
+            Err(refused) => return *refused,
+        };
+        self.passthrough.forward(req, peer, &info, &identity).await
     }
 }
 

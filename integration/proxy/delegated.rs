@@ -84,6 +84,9 @@ async fn reviewing_upstream_with_gate() -> (std::net::SocketAddr, Arc<Mutex<Vec<
                     let allowed = spec["user"] == "alice" && spec["resourceAttributes"]["namespace"] == "a";
                     json!({"kind": "SubjectAccessReview", "status": {"allowed": allowed}})
                 }
+                "/apis/authentication.k8s.io/v1/selfsubjectreviews" => {
+                    json!({"kind": "SelfSubjectReview", "status": {"userInfo": {"username": "system:node:n1"}}})
+                }
                 "/readyz" => json!({}),
                 _ => {
                     seen.lock().push(Seen { path_and_query: pq, headers });
@@ -237,5 +240,40 @@ async fn concurrent_reviews_are_bounded() {
     }
     assert_eq!(*reviews.lock(), 6, "each junk token is reviewed once");
     assert_eq!(*gate.max_in_flight.lock(), 2, "never more than the limit in flight");
+    proxy.shutdown().await;
+}
+
+/// `--upstream-identity=client`: what passes through carries the client's
+/// own credentials, and nothing of watchmux's: a bearer token as sent, no
+/// credentials at all for an anonymous client, and a client's impersonation
+/// left for the API server to judge against the client itself.
+#[tokio::test]
+async fn client_mode_forwards_the_clients_own_credentials_and_nothing_of_watchmuxs() {
+    let (upstream, seen, _) = reviewing_upstream().await;
+    let proxy = start_proxy(
+        upstream,
+        &["--auth-mode", "delegated", "--upstream-identity", "client", "--cache-resources", "configmaps"],
+    )
+    .await;
+    let cases: [(&str, Option<&str>, Option<&str>); 3] = [
+        ("/api/v1/namespaces/b/secrets?case=token", Some("Bearer alice-token"), None),
+        ("/api/v1/namespaces/b/secrets?case=anonymous", None, None),
+        ("/api/v1/namespaces/a/configmaps?case=impersonating", Some("Bearer alice-token"), Some("bob")),
+    ];
+    for (path, authorization, impersonate) in cases {
+        let mut req = get(path).header("connection", "Authorization, Impersonate-User");
+        if let Some(a) = authorization {
+            req = req.header("authorization", a);
+        }
+        if let Some(who) = impersonate {
+            req = req.header("impersonate-user", who);
+        }
+        let resp = send(&proxy, req.body(Full::default()).unwrap()).await;
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+        let seen = seen.lock().iter().find(|s| s.path_and_query == path).cloned().expect("passed through");
+        assert_eq!(seen.headers.get("authorization").map(|v| v.to_str().unwrap()), authorization, "{path}");
+        assert_eq!(seen.headers.get("impersonate-user").map(|v| v.to_str().unwrap()), impersonate, "{path}");
+        assert!(seen.headers.get("impersonate-group").is_none(), "{path}");
+    }
     proxy.shutdown().await;
 }

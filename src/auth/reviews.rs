@@ -26,6 +26,7 @@ use crate::upstream::Upstream;
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+const SELF_REVIEWS: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
@@ -164,6 +165,17 @@ impl ReviewClient {
         ))
     }
 
+    /// Who watchmux itself is to the upstream (a SelfSubjectReview).
+    pub async fn own_identity(&self) -> Result<UserInfo, ReviewError> {
+        let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+        let review: SelfReview = self.post("self", SELF_REVIEWS, &body).await?;
+        let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+        if user.username.is_empty() {
+            return Err(ReviewError::Decode("a SelfSubjectReview without a user".into()));
+        }
+        Ok(UserInfo { name: user.username, uid: user.uid, groups: user.groups, extra: user.extra })
+    }
+
     /// May `user` do what `attrs` describe?
     pub async fn access(&self, user: &UserInfo, attrs: &ResourceAttributes) -> Result<Decision, ReviewError> {
         let body = serde_json::json!({
@@ -234,6 +246,17 @@ struct TokenReviewStatus {
     #[serde(default)]
     authenticated: bool,
     user: Option<ReviewedUser>,
+}
+
+#[derive(Deserialize)]
+struct SelfReview {
+    status: Option<SelfReviewStatus>,
+}
+
+#[derive(Deserialize)]
+struct SelfReviewStatus {
+    #[serde(rename = "userInfo")]
+    user_info: Option<ReviewedUser>,
 }
 
 #[derive(Deserialize, Default)]

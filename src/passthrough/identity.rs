@@ -27,9 +27,11 @@ pub enum UpstreamIdentity {
     /// The client's own `Authorization` header, sent on a connection that
     /// carries no client certificate of watchmux's (delegated mode without
     /// impersonation rights: a node-local watchmux holding node credentials).
+    /// The client's own `Impersonate-*` headers stay, for the API server to
+    /// judge against the client's own identity, as it would directly.
     ClientCredentials(HeaderValue),
     /// No credentials at all: the API server sees an anonymous request, as
-    /// it would from the client directly.
+    /// it would from the client directly (impersonation headers included).
     Anonymous,
 }
 
@@ -69,12 +71,8 @@ pub fn apply(headers: &mut HeaderMap, identity: &UpstreamIdentity) -> Result<(),
     headers.remove(header::AUTHORIZATION);
     remove_front_proxy_headers(headers);
     match identity {
-        UpstreamIdentity::Own => Ok(()),
+        UpstreamIdentity::Own | UpstreamIdentity::ClientCredentials(_) | UpstreamIdentity::Anonymous => Ok(()),
         UpstreamIdentity::Impersonate(caller) => impersonation::impersonate(headers, caller),
-        UpstreamIdentity::ClientCredentials(_) | UpstreamIdentity::Anonymous => {
-            impersonation::strip(headers);
-            Ok(())
-        }
     }
 }
 
