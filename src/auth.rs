@@ -43,7 +43,7 @@ use crate::passthrough::Peer;
 use crate::passthrough::identity::UpstreamIdentity;
 use crate::request::RequestInfo;
 use review_cache::{Lookup, ReviewCache};
-use reviews::{Decision, ResourceAttributes, ReviewClient, ReviewError};
+use reviews::{Attributes, Decision, ResourceAttributes, ReviewClient, ReviewError};
 use user::UserInfo;
 
 /// How downstream clients are trusted.
@@ -103,7 +103,7 @@ type TokenKey = [u8; 32];
 pub struct Delegated {
     reviews: ReviewClient,
     tokens: ReviewCache<TokenKey, Option<Caller>>,
-    decisions: ReviewCache<(Caller, ResourceAttributes), Decision>,
+    decisions: ReviewCache<(Caller, Attributes), Decision>,
     /// watchmux's own upstream identity, learned once (client mode).
     own: tokio::sync::OnceCell<UserInfo>,
     settings: DelegatedSettings,
@@ -144,24 +144,62 @@ impl Delegated {
     }
 
     /// Authenticates a request and applies any impersonation it asks for:
-    /// the identity to act as, or the error response to send.
-    pub async fn caller(&self, headers: &HeaderMap, peer: &Peer) -> Result<Caller, Refusal> {
+    /// the identity to act as, or the error response to send. `request` is
+    /// what the request asks, which constrained impersonation reviews.
+    pub async fn caller(&self, headers: &HeaderMap, peer: &Peer, request: &Attributes) -> Result<Caller, Refusal> {
         let requestor = self.authenticate(headers, peer).await?.user;
-        self.impersonated(requestor, headers).await
+        self.impersonated(requestor, headers, request).await
     }
 
     /// The identity `requestor` acts as: itself, or whom its impersonation
-    /// headers name once the API server's (legacy) checks allow it.
-    pub async fn impersonated(&self, requestor: Caller, headers: &HeaderMap) -> Result<Caller, Refusal> {
+    /// headers name once one of the API server's impersonation modes allows
+    /// it (see [`impersonation::attempts`]); else the first mode's refusal.
+    pub async fn impersonated(
+        &self,
+        requestor: Caller,
+        headers: &HeaderMap,
+        request: &Attributes,
+    ) -> Result<Caller, Refusal> {
         let wanted = match impersonation::requested(headers) {
             Ok(None) => return Ok(requestor),
             Ok(Some(wanted)) => wanted,
             Err(bad_request) => return Err(Box::new(bad_request.into_response())),
         };
-        for check in impersonation::checks(&wanted) {
-            self.authorize(&requestor, check).await?;
+        let mut first_refusal = None;
+        for attempt in impersonation::attempts(&wanted, &requestor, request) {
+            let subject = if attempt.subject == *requestor { requestor.clone() } else { Arc::new(attempt.subject) };
+            match self.passes(&subject, &attempt.steps).await {
+                Ok(()) => {
+                    counter!(m::AUTH_IMPERSONATIONS, "mode" => attempt.mode).increment(1);
+                    return Ok(Arc::new(attempt.grants));
+                }
+                Err(refusal) => {
+                    first_refusal.get_or_insert(refusal);
+                }
+            }
         }
-        Ok(Arc::new(impersonation::resolve(wanted)))
+        Err(first_refusal.expect("the legacy mode always applies"))
+    }
+
+    /// Runs one impersonation mode's steps for `subject`.
+    async fn passes(&self, subject: &Caller, steps: &[impersonation::Step]) -> Result<(), Refusal> {
+        for step in steps {
+            match step {
+                impersonation::Step::Require(attrs) => self.authorize(subject, attrs.clone()).await?,
+                impersonation::Step::Refuse(attrs, reason) => {
+                    let attrs = Attributes::Resource(attrs.clone());
+                    return Err(Box::new(forbidden(&subject.name, &attrs, reason).into_response()));
+                }
+                impersonation::Step::WildcardOr(wildcard, each) => {
+                    if self.authorize(subject, wildcard.clone()).await.is_err() {
+                        for attrs in each {
+                            self.authorize(subject, attrs.clone()).await?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Who the request is from, by the API server's order: a verified client
@@ -282,8 +320,8 @@ impl Delegated {
 
     /// Allows `caller` to do what `attrs` describe, or answers the API
     /// server's 403.
-    pub async fn authorize(&self, caller: &Caller, attrs: ResourceAttributes) -> Result<(), Refusal> {
-        let key = (caller.clone(), attrs);
+    pub async fn authorize(&self, caller: &Caller, attrs: impl Into<Attributes>) -> Result<(), Refusal> {
+        let key = (caller.clone(), attrs.into());
         let (allowed_ttl, denied_ttl) = (self.settings.authorized_ttl, self.settings.unauthorized_ttl);
         let started = Instant::now();
         let looked_up = self
@@ -378,8 +416,19 @@ fn unforwardable_certificate(user: &str, own: &str) -> Status {
     status
 }
 
-/// The API server's 403 for a resource request, message and details alike.
-pub fn forbidden(user: &str, attrs: &ResourceAttributes, reason: &str) -> Status {
+/// The API server's 403, message and details alike.
+pub fn forbidden(user: &str, attrs: &Attributes, reason: &str) -> Status {
+    let attrs = match attrs {
+        Attributes::Resource(r) => r,
+        Attributes::NonResource(n) => {
+            let what = sanitize(&format!("User {user:?} cannot {} path {:?}", n.verb, n.path));
+            let why = if reason.is_empty() { what } else { format!("{what}: {reason}") };
+            let mut status = Status::new(StatusCode::FORBIDDEN, StatusReason::Forbidden, format!("forbidden: {why}"));
+            status.details = Some(serde_json::Map::new());
+            status.nosniff = true;
+            return status;
+        }
+    };
     let mut resource = attrs.resource.clone();
     if !attrs.subresource.is_empty() {
         resource = format!("{resource}/{}", attrs.subresource);
@@ -396,7 +445,10 @@ pub fn forbidden(user: &str, attrs: &ResourceAttributes, reason: &str) -> Status
     let why = if reason.is_empty() { what } else { format!("{what}: {reason}") };
     let qualified =
         if attrs.group.is_empty() { attrs.resource.clone() } else { format!("{}.{}", attrs.resource, attrs.group) };
-    let message = if attrs.name.is_empty() {
+    // apierrors.NewForbidden: an empty group resource names nothing.
+    let message = if attrs.group.is_empty() && attrs.resource.is_empty() {
+        format!("forbidden: {why}")
+    } else if attrs.name.is_empty() {
         format!("{qualified} is forbidden: {why}")
     } else {
         format!("{qualified} {:?} is forbidden: {why}", attrs.name)
@@ -408,7 +460,9 @@ pub fn forbidden(user: &str, attrs: &ResourceAttributes, reason: &str) -> Status
     if !attrs.group.is_empty() {
         details.insert("group".into(), attrs.group.clone().into());
     }
-    details.insert("kind".into(), attrs.resource.clone().into());
+    if !attrs.resource.is_empty() {
+        details.insert("kind".into(), attrs.resource.clone().into());
+    }
     let mut status = Status::new(StatusCode::FORBIDDEN, StatusReason::Forbidden, message);
     status.details = Some(details);
     status.nosniff = true;
@@ -433,7 +487,7 @@ mod tests {
             namespace: "other".into(),
             ..Default::default()
         };
-        let s = forbidden("alice", &attrs, "");
+        let s = forbidden("alice", &attrs.into(), "");
         assert_eq!(
             s.message,
             r#"configmaps is forbidden: User "alice" cannot list resource "configmaps" in API group "" in the namespace "other""#
@@ -446,13 +500,23 @@ mod tests {
             name: "web".into(),
             ..Default::default()
         };
-        let s = forbidden("system:node:n1", &attrs, "no relationship found between node 'n1' and this object");
+        let s = forbidden("system:node:n1", &attrs.into(), "no relationship found between node 'n1' and this object");
         assert_eq!(
             s.message,
             r#"deployments.apps "web" is forbidden: User "system:node:n1" cannot get resource "deployments/scale" in API group "apps" at the cluster scope: no relationship found between node 'n1' and this object"#
         );
         let v = s.to_json();
         assert_eq!(v["details"], serde_json::json!({"name": "web", "group": "apps", "kind": "deployments"}));
+        // An empty resource (`/api/v1/namespaces/a//configmaps`) names nothing.
+        let empty = ResourceAttributes {
+            verb: "get".into(),
+            namespace: "a".into(),
+            name: "configmaps".into(),
+            ..Default::default()
+        };
+        let s = forbidden("bob", &empty.into(), "");
+        assert_eq!(s.message, r#"forbidden: User "bob" cannot get resource "" in API group "" in the namespace "a""#);
+        assert_eq!(s.to_json()["details"], serde_json::json!({"name": "configmaps"}));
         assert_eq!(v["reason"], "Forbidden");
         assert_eq!(v["code"], 403);
     }

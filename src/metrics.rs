@@ -67,6 +67,9 @@ pub const UPSTREAM_RELISTS: &str = "watchmux_upstream_relists_total";
 /// (`inflight` 429, `connections` 429, `body_size` 413).
 pub const REQUESTS_REJECTED: &str = "watchmux_requests_rejected_total";
 
+/// Client impersonations watchmux allowed, by the API server's mode that allowed them.
+pub const AUTH_IMPERSONATIONS: &str = "watchmux_auth_impersonations_total";
+
 /// TokenReview and SubjectAccessReview requests sent upstream, by review and outcome.
 pub const AUTH_REVIEWS: &str = "watchmux_auth_reviews_total";
 /// How long each upstream review took.
@@ -108,6 +111,10 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
 
 fn describe() {
     describe_counter!(REQUESTS_REJECTED, "Requests refused by a limit before any work was done, by limit.");
+    describe_counter!(
+        AUTH_IMPERSONATIONS,
+        "Client impersonations allowed, by the impersonation mode that allowed them (associated-node, arbitrary-node, serviceaccount, user-info, legacy)."
+    );
     describe_counter!(
         AUTH_REVIEWS,
         "TokenReview and SubjectAccessReview requests sent upstream, by review and outcome."

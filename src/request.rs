@@ -170,6 +170,17 @@ impl RequestInfo {
     }
 }
 
+/// True when Go's `url.ParseRequestURI` refuses the path: a `%` not
+/// followed by two hex digits. Go's HTTP server answers such a request
+/// line itself, with a plain `400 Bad Request`, before any handler.
+pub fn has_malformed_escape(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    b.iter().enumerate().any(|(i, c)| {
+        *c == b'%'
+            && !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit) && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    })
+}
+
 /// The path as Go's `url.Parse` puts it in `URL.Path`: every `%XX` decoded.
 /// `None` where Go refuses the URL (a `%` without two hex digits) or the
 /// result is not UTF-8.
@@ -327,6 +338,12 @@ mod tests {
         }
         assert_eq!(decode_path("/a%2fb%20c").as_deref(), Some("/a/b c"));
         assert_eq!(decode_path("/plain").as_deref(), Some("/plain"));
+        for bad in ["/a%zz", "/a%", "/a%4", "/%g0"] {
+            assert!(has_malformed_escape(bad), "{bad}");
+        }
+        for good in ["/a%2F", "/plain", "/%ff", "/%4a%4B"] {
+            assert!(!has_malformed_escape(good), "{good}");
+        }
     }
 
     #[test]

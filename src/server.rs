@@ -25,6 +25,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::reviews::Attributes;
 use crate::auth::reviews::ReviewClient;
 use crate::auth::{CallerGate, Delegated, DelegatedSettings, UpstreamIdentityMode, impersonation};
 use crate::body::ProxyBody;
@@ -97,6 +98,9 @@ impl Handler for ApiHandler {
         {
             return hosts::forbidden();
         }
+        if crate::request::has_malformed_escape(req.uri().path()) {
+            return malformed_request_uri();
+        }
         let info = RequestInfo::classify(req.method(), req.uri());
         let _admitted = match self.limits.admit(&info, req.headers()) {
             Ok(admitted) => admitted,
@@ -123,7 +127,8 @@ impl Handler for ApiHandler {
         let caller = if client_impersonates {
             authenticated.user.clone()
         } else {
-            match delegated.impersonated(authenticated.user.clone(), req.headers()).await {
+            let request = Attributes::of_request(&info, req.uri());
+            match delegated.impersonated(authenticated.user.clone(), req.headers(), &request).await {
                 Ok(caller) => caller,
                 Err(refused) => return *refused,
             }
@@ -276,6 +281,18 @@ impl Server {
         let _ = admin_task.await;
         Ok(())
     }
+}
+
+/// Go's HTTP server's answer to a request line whose path it cannot parse
+/// (kube-apiserver's handlers never see it): plain text, then close. Sent
+/// upstream over HTTP/2 the same path would only reset the stream.
+fn malformed_request_uri() -> Response<ProxyBody> {
+    use http::header::{CONNECTION, CONTENT_TYPE, HeaderValue};
+    let mut resp = Response::new(crate::body::full("400 Bad Request"));
+    *resp.status_mut() = http::StatusCode::BAD_REQUEST;
+    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+    resp
 }
 
 /// Binds a unix socket, replacing a stale socket file left by a previous run.

@@ -25,7 +25,7 @@ use watchmux::upstream::{Upstream, UpstreamOptions};
 const WAIT: Duration = Duration::from_secs(20);
 
 /// The cluster's CA and service-account signing key (cluster-up.sh).
-fn cluster_file(cluster: &Cluster, name: &str) -> PathBuf {
+pub(crate) fn cluster_file(cluster: &Cluster, name: &str) -> PathBuf {
     cluster.kubeconfig.parent().unwrap().join("cluster").join(name)
 }
 
@@ -37,7 +37,7 @@ fn run(cmd: &mut Command) -> String {
 
 /// A certificate signed by the cluster CA: `client` for a client (CN user,
 /// O groups), else a serving certificate for 127.0.0.1.
-fn issue_cert(cluster: &Cluster, dir: &Path, stem: &str, subject: &str, client: bool) -> (PathBuf, PathBuf) {
+pub(crate) fn issue_cert(cluster: &Cluster, dir: &Path, stem: &str, subject: &str, client: bool) -> (PathBuf, PathBuf) {
     let (crt, key, ext) =
         (dir.join(format!("{stem}.crt")), dir.join(format!("{stem}.key")), dir.join(format!("{stem}.ext")));
     run(Command::new("openssl")
@@ -50,7 +50,20 @@ fn issue_cert(cluster: &Cluster, dir: &Path, stem: &str, subject: &str, client: 
     };
     std::fs::write(&ext, format!("basicConstraints=critical,CA:FALSE\n{usage}")).unwrap();
     let csr = dir.join(format!("{stem}.csr"));
-    run(Command::new("openssl").args(["req", "-new", "-subj", subject, "-key"]).arg(&key).arg("-out").arg(&csr));
+    // Names the API server's UID attribute, so subjects may say `/k8suid=...`.
+    let config = dir.join("openssl-uid.cnf");
+    std::fs::write(
+        &config,
+        "oid_section = oids\n[ oids ]\nk8suid = 1.3.6.1.4.1.57683.2\n[ req ]\ndistinguished_name = dn\n[ dn ]\n",
+    )
+    .unwrap();
+    run(Command::new("openssl")
+        .args(["req", "-new", "-config"])
+        .arg(&config)
+        .args(["-subj", subject, "-key"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&csr));
     run(Command::new("openssl")
         .args(["x509", "-req", "-days", "1", "-set_serial", "0x1234", "-in"])
         .arg(&csr)
@@ -66,7 +79,7 @@ fn issue_cert(cluster: &Cluster, dir: &Path, stem: &str, subject: &str, client: 
 }
 
 /// How a test client proves who it is.
-enum Credential<'a> {
+pub(crate) enum Credential<'a> {
     Token(&'a str),
     Cert(&'a Path, &'a Path),
     None,
@@ -74,7 +87,7 @@ enum Credential<'a> {
 
 /// A client for `server` (the API server or a watchmux) with `cred`,
 /// trusting the cluster CA; built from a kubeconfig like any client's.
-fn client(cluster: &Cluster, dir: &Path, server: &str, cred: Credential) -> Arc<Upstream> {
+pub(crate) fn client(cluster: &Cluster, dir: &Path, server: &str, cred: Credential) -> Arc<Upstream> {
     let user = match cred {
         Credential::Token(t) => json!({"token": t}),
         Credential::Cert(c, k) => json!({"client-certificate": c, "client-key": k}),
@@ -118,7 +131,7 @@ async fn same_answer(direct: &Upstream, via: &Upstream, path: &str, headers: &[(
 
 /// Polls the API server until `cond` holds for the answer to `path` (RBAC
 /// and the Node authorizer's graph update asynchronously).
-async fn until_direct(client: &Upstream, path: &str, cond: impl Fn(u16) -> bool) {
+pub(crate) async fn until_direct(client: &Upstream, path: &str, cond: impl Fn(u16) -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let (code, _) = get_with(client, path, &[]).await;
@@ -131,7 +144,7 @@ async fn until_direct(client: &Upstream, path: &str, cond: impl Fn(u16) -> bool)
 }
 
 /// A namespace with a service account allowed to read configmaps there.
-async fn reader_namespace(admin: &Upstream, test: &str) -> String {
+pub(crate) async fn reader_namespace(admin: &Upstream, test: &str) -> String {
     let ns = namespace(test);
     create_namespace(admin, &ns).await;
     let base = format!("/api/v1/namespaces/{ns}");
@@ -149,7 +162,7 @@ async fn reader_namespace(admin: &Upstream, test: &str) -> String {
     ns
 }
 
-fn token_for(cluster: &Cluster, ns: &str, extra: &[&str]) -> String {
+pub(crate) fn token_for(cluster: &Cluster, ns: &str, extra: &[&str]) -> String {
     let mut args = vec!["create", "token", "reader", "-n", ns, "--duration", "1h"];
     args.extend_from_slice(extra);
     let out = cluster.kubectl_direct(&args);
@@ -157,7 +170,7 @@ fn token_for(cluster: &Cluster, ns: &str, extra: &[&str]) -> String {
     out.stdout.trim().to_owned()
 }
 
-async fn start_delegated(cluster: &Cluster, dir: &Path, extra: &[&str]) -> (Watchmux, String) {
+pub(crate) async fn start_delegated(cluster: &Cluster, dir: &Path, extra: &[&str]) -> (Watchmux, String) {
     let (crt, key) = issue_cert(cluster, dir, "serving", "/CN=watchmux", false);
     let ca = cluster_file(cluster, "ca.crt");
     let mut args = vec![
@@ -360,7 +373,7 @@ async fn create_configmap(c: &Upstream, ns: &str) -> http::Response<hyper::body:
     c.send(req).await.unwrap()
 }
 
-fn cluster_api(cluster: &Cluster) -> String {
+pub(crate) fn cluster_api(cluster: &Cluster) -> String {
     String::from_utf8_lossy(&std::fs::read(&cluster.kubeconfig).unwrap())
         .lines()
         .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_owned))

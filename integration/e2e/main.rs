@@ -4,6 +4,7 @@
 //! Run with `make test-e2e` (part of `make test`), which builds and starts
 //! the API server on loopback and sets the environment `env.rs` reads.
 
+mod adversarial;
 mod auth;
 mod cache;
 mod differential;

@@ -7,17 +7,19 @@
 //! never reach the upstream.
 //!
 //! Incoming: a client may itself ask to impersonate someone. watchmux
-//! honours that only after the checks of the API server's original
-//! ("legacy") impersonation mode pass as SubjectAccessReviews for the
-//! client: `impersonate` on the user (or service account), uid, each group
-//! and each extra value. The constrained impersonation modes of newer API
-//! servers (`impersonate:<mode>` verbs) are not evaluated, so a client
-//! allowed only by them is refused: watchmux may grant less than the API
-//! server would, never more.
+//! honours that only after the API server's own checks pass as
+//! SubjectAccessReviews for the client: the constrained modes of
+//! kube-apiserver 1.36+ ([`modes`]) and the original ("legacy") mode last,
+//! `impersonate` on the user (or service account), uid, each group and
+//! each extra value.
+
+mod modes;
 
 use std::collections::BTreeMap;
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+pub use modes::{Attempt, Step, attempts};
 
 use super::reviews::ResourceAttributes;
 use super::user::{ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED, UserInfo};
@@ -136,14 +138,14 @@ pub fn resolve(wanted: Wanted) -> UserInfo {
 /// API server's rule: exactly two parts, the namespace a DNS label and the
 /// name a DNS subdomain. Anything else is a plain user name to it (checked
 /// as `users`, given no service-account groups), and so to watchmux.
-fn service_account(user: &str) -> Option<(&str, &str)> {
+pub(crate) fn service_account(user: &str) -> Option<(&str, &str)> {
     let rest = user.strip_prefix("system:serviceaccount:")?;
     let (namespace, name) = rest.split_once(':')?;
     (is_dns_label(namespace) && is_dns_subdomain(name) && !name.contains(':')).then_some((namespace, name))
 }
 
 /// RFC 1123 label, as Kubernetes validates namespace names.
-fn is_dns_label(s: &str) -> bool {
+pub(crate) fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
@@ -153,7 +155,7 @@ fn is_dns_label(s: &str) -> bool {
 }
 
 /// RFC 1123 subdomain, as Kubernetes validates service account names.
-fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 

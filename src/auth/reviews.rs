@@ -99,6 +99,66 @@ impl ResourceAttributes {
     }
 }
 
+/// What a non-resource request (`/healthz`, `/version`, discovery) asks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct NonResourceAttributes {
+    /// The path as the API server reads it (percent-decoded).
+    pub path: String,
+    /// The lower-case method: `get`, `post`...
+    pub verb: String,
+}
+
+/// What any request asks, as a SubjectAccessReview carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Attributes {
+    Resource(ResourceAttributes),
+    NonResource(NonResourceAttributes),
+}
+
+impl From<ResourceAttributes> for Attributes {
+    fn from(a: ResourceAttributes) -> Self {
+        Self::Resource(a)
+    }
+}
+
+impl Attributes {
+    /// The attributes the API server authorizes a request by: a resource
+    /// request's (selectors for list, watch and deletecollection only), or
+    /// a non-resource request's path and verb.
+    pub fn of_request(info: &RequestInfo, uri: &http::Uri) -> Self {
+        if !info.is_resource_request {
+            let path = crate::request::decode_path(uri.path()).map(|p| p.into_owned()).unwrap_or_default();
+            return Self::NonResource(NonResourceAttributes { path, verb: info.verb_label().to_owned() });
+        }
+        let (mut labels, mut fields) = (String::new(), String::new());
+        if matches!(info.verb, Some(Verb::List | Verb::Watch | Verb::DeleteCollection)) {
+            for (k, v) in form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
+                match &*k {
+                    "labelSelector" if labels.is_empty() => labels = v.into_owned(),
+                    "fieldSelector" if fields.is_empty() => fields = v.into_owned(),
+                    _ => {}
+                }
+            }
+        }
+        Self::Resource(ResourceAttributes::of_read(info, &labels, &fields))
+    }
+
+    /// The same attributes with another verb (`impersonate-on:<mode>:<verb>`).
+    pub fn with_verb(&self, verb: String) -> Self {
+        match self {
+            Self::Resource(r) => Self::Resource(ResourceAttributes { verb, ..r.clone() }),
+            Self::NonResource(n) => Self::NonResource(NonResourceAttributes { verb, ..n.clone() }),
+        }
+    }
+
+    pub fn verb(&self) -> &str {
+        match self {
+            Self::Resource(r) => &r.verb,
+            Self::NonResource(n) => &n.verb,
+        }
+    }
+}
+
 /// A name that can stand in a URL path segment, by the API server's rule.
 fn is_path_segment_name(name: &str) -> bool {
     name != "." && name != ".." && !name.contains(['/', '%'])
@@ -177,17 +237,22 @@ impl ReviewClient {
     }
 
     /// May `user` do what `attrs` describe?
-    pub async fn access(&self, user: &UserInfo, attrs: &ResourceAttributes) -> Result<Decision, ReviewError> {
+    pub async fn access(&self, user: &UserInfo, attrs: &Attributes) -> Result<Decision, ReviewError> {
+        let mut spec = serde_json::json!({
+            "user": user.name,
+            "groups": user.groups,
+            "extra": user.extra,
+            "uid": user.uid,
+        });
+        let (key, value) = match attrs {
+            Attributes::Resource(r) => ("resourceAttributes", serde_json::to_value(r)),
+            Attributes::NonResource(n) => ("nonResourceAttributes", serde_json::to_value(n)),
+        };
+        spec[key] = value.map_err(|e| ReviewError::Decode(e.to_string()))?;
         let body = serde_json::json!({
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
-            "spec": {
-                "resourceAttributes": attrs,
-                "user": user.name,
-                "groups": user.groups,
-                "extra": user.extra,
-                "uid": user.uid,
-            },
+            "spec": spec,
         });
         let review: AccessReview = self.post("access", ACCESS_REVIEWS, &body).await?;
         let status = review.status.unwrap_or_default();
@@ -313,6 +378,29 @@ mod tests {
         let attrs = ResourceAttributes::of_read(&info, "a=b", "metadata.name=s1");
         assert_eq!((attrs.verb.as_str(), attrs.name.as_str()), ("watch", ""));
         assert_eq!((attrs.field_selector, attrs.label_selector), (None, None), "nor given its selectors");
+    }
+
+    #[test]
+    fn request_attributes_carry_selectors_only_for_collections() {
+        let attrs = |m: http::Method, uri: &str| {
+            let uri: http::Uri = uri.parse().unwrap();
+            Attributes::of_request(&RequestInfo::classify(&m, &uri), &uri)
+        };
+        let Attributes::Resource(list) =
+            attrs(http::Method::GET, "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&labelSelector=a")
+        else {
+            panic!("a resource request")
+        };
+        assert_eq!(list.field_selector, RawSelector::from_query("spec.nodeName=n1"));
+        assert_eq!(list.label_selector, RawSelector::from_query("a"));
+        let Attributes::Resource(get) = attrs(http::Method::GET, "/api/v1/namespaces/a/pods/p?labelSelector=a") else {
+            panic!("a resource request")
+        };
+        assert_eq!((get.verb.as_str(), get.label_selector), ("get", None));
+        assert_eq!(
+            attrs(http::Method::POST, "/version%2Fx"),
+            Attributes::NonResource(NonResourceAttributes { path: "/version/x".into(), verb: "post".into() })
+        );
     }
 
     #[test]
