@@ -22,6 +22,9 @@ pub mod selector;
 pub mod server;
 pub mod upstream;
 
+#[cfg(test)]
+mod fuzz;
+
 use std::sync::Arc;
 
 use anyhow::Context as _;

@@ -321,7 +321,7 @@ pub(super) async fn upstream_get(
 
 /// Applies one upstream watch event line to `cache`; returns the version it
 /// carried (a bookmark's too).
-pub(super) fn apply_watch_line(cache: &ResourceCache, line: &Bytes) -> Result<Option<u64>, LineEnd> {
+pub(crate) fn apply_watch_line(cache: &ResourceCache, line: &Bytes) -> Result<Option<u64>, LineEnd> {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
@@ -358,7 +358,7 @@ pub(super) fn apply_watch_line(cache: &ResourceCache, line: &Bytes) -> Result<Op
     Ok(Some(rv))
 }
 
-pub(super) enum LineEnd {
+pub(crate) enum LineEnd {
     Expired,
     Failed(String),
 }

@@ -101,7 +101,9 @@ impl Store {
             }
         }
         let used: std::collections::BTreeSet<u64> = events.iter().map(|e| e.rv).collect();
-        let mut free = (floor + 1..=rv).filter(|v| !used.contains(v));
+        // The versions after `floor`, written so that a floor of u64::MAX (an upstream
+        // version the parser accepts) leaves none instead of overflowing.
+        let mut free = (floor..=rv).skip(1).filter(|v| !used.contains(v));
         let mut versions_reused = false;
         for (key, prev) in &old {
             if !self.objects.contains_key(key) {

@@ -33,9 +33,9 @@ enum Rejection {
 }
 
 /// One built-in resource with its own conversion func.
-struct Kind {
-    group: &'static str,
-    resource: &'static str,
+pub(crate) struct Kind {
+    pub(crate) group: &'static str,
+    pub(crate) resource: &'static str,
     /// Whether `metadata.namespace` is accepted: not for nodes, namespaces,
     /// the certificates kinds (PodCertificateRequest included, though it is
     /// namespaced) and resource slices.
@@ -90,7 +90,7 @@ const EVENTS_V1_FIELDS: &[&str] = &[
     "type",
 ];
 
-const KINDS: &[Kind] = &[
+pub(crate) const KINDS: &[Kind] = &[
     Kind {
         group: "",
         resource: "pods",
@@ -187,7 +187,7 @@ const KINDS: &[Kind] = &[
 /// Built-in resources of kube-apiserver v1.37 (the default-enabled API
 /// versions) with no conversion func of their own: only `metadata.name` and
 /// `metadata.namespace` (the latter also for cluster-scoped ones, where it is `""`).
-const PLAIN: &[(&str, &[&str])] = &[
+pub(crate) const PLAIN: &[(&str, &[&str])] = &[
     (
         "",
         &[
