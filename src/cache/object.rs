@@ -199,22 +199,27 @@ fn partial_object_metadata(json: &Bytes) -> Bytes {
 
 /// Rewrites `metadata.resourceVersion` in place, keeping every other byte.
 ///
-/// The API server writes `resourceVersion` before `labels`, `annotations` and
-/// everything user-controlled in metadata, and a JSON string cannot contain
-/// an unescaped `"`, so the first `"resourceVersion":"` inside the metadata
-/// object is the field itself.
+/// The field is found as a key of the metadata object itself, by a JSON
+/// parser: a label, an annotation or any other user-controlled string that
+/// happens to read `"resourceVersion":"` is never taken for it (a byte
+/// search would stamp the label instead, or break the JSON).
 fn stamp_resource_version(json: &Bytes, rv: u64) -> Bytes {
-    const KEY: &[u8] = b"\"resourceVersion\":\"";
+    #[derive(Deserialize)]
+    struct Rv<'a> {
+        #[serde(borrow, rename = "resourceVersion")]
+        resource_version: Option<&'a RawValue>,
+    }
     let Ok(meta) = serde_json::from_slice::<MetadataOnly>(json) else { return json.clone() };
-    let meta_str = meta.metadata.get().as_bytes();
-    let meta_start = meta_str.as_ptr() as usize - json.as_ptr() as usize;
-    let Some(pos) = meta_str.windows(KEY.len()).position(|w| w == KEY) else { return json.clone() };
-    let value_start = meta_start + pos + KEY.len();
-    let Some(len) = json[value_start..].iter().position(|&b| b == b'"') else { return json.clone() };
+    let Ok(Rv { resource_version: Some(value) }) = serde_json::from_str::<Rv>(meta.metadata.get()) else {
+        return json.clone();
+    };
+    // The raw value borrows from `json`: its place there is its offset.
+    let start = value.get().as_ptr() as usize - json.as_ptr() as usize;
+    let end = start + value.get().len();
     let mut out = BytesMut::with_capacity(json.len() + 20);
-    out.extend_from_slice(&json[..value_start]);
-    out.extend_from_slice(rv.to_string().as_bytes());
-    out.extend_from_slice(&json[value_start + len..]);
+    out.extend_from_slice(&json[..start]);
+    out.extend_from_slice(format!("\"{rv}\"").as_bytes());
+    out.extend_from_slice(&json[end..]);
     out.freeze()
 }
 
