@@ -9,7 +9,11 @@
 //! - [`freshness`]: proving the cache is current enough for a consistent read.
 //! - [`discovery`], [`resource_info`]: what the upstream serves.
 //! - [`params`]: the query parameters of a read; [`pagination`]: continue tokens.
+//! - `consistency` (tests): a model of the upstream proving that no watcher
+//!   misses a change after any version it holds, or it gets 410.
 
+#[cfg(test)]
+mod consistency;
 pub mod discovery;
 pub mod dispatcher;
 pub mod event;

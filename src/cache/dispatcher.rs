@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::event::CacheEvent;
 use super::filter::{IndexKey, node_of};
+use super::history::TooOld;
 use super::object::ObjectKey;
 use super::watcher::{Delivery, Offer, WatcherHandle};
 
@@ -58,6 +59,26 @@ impl Dispatcher {
 
     pub fn is_empty(&self) -> bool {
         self.count == 0
+    }
+
+    /// Ends with 410 every watcher that started strictly between `after` and
+    /// `before` (versions the cache never saw, see `History::mark_unobserved`)
+    /// and removes it; returns how many.
+    pub fn expire_started_between(&mut self, after: u64, before: u64) -> usize {
+        let mut expired = 0;
+        self.buckets.retain(|_, bucket| {
+            bucket.retain(|_, watcher| {
+                let inside = after < watcher.start_rv && watcher.start_rv < before;
+                if inside {
+                    watcher.expire(TooOld { requested: watcher.start_rv, oldest: before });
+                    expired += 1;
+                }
+                !inside
+            });
+            !bucket.is_empty()
+        });
+        self.count -= expired;
+        expired
     }
 
     /// Offers `event` to every interested watcher.

@@ -68,6 +68,11 @@ pub struct History<E> {
     start_rv: u64,
     /// Whether an event was dropped since `start_rv` (`removedEventSinceRelist`).
     evicted: bool,
+    /// Open ranges (after, before) of versions the cache never saw one by
+    /// one: a relist jumped from `after` to `before`. A client may hold a
+    /// version inside one from the upstream itself, and nobody knows which of
+    /// the relist's changes came after it, so a watch from it gets 410.
+    unobserved: Vec<(u64, u64)>,
 }
 
 impl<E> History<E> {
@@ -83,6 +88,15 @@ impl<E> History<E> {
             window,
             start_rv,
             evicted: false,
+            unobserved: Vec::new(),
+        }
+    }
+
+    /// Records that the cache jumped from `after` to `before` without seeing
+    /// the versions in between (a relist). Watches from inside are refused.
+    pub fn mark_unobserved(&mut self, after: u64, before: u64) {
+        if before > after.saturating_add(1) {
+            self.unobserved.push((after, before));
         }
     }
 
@@ -96,6 +110,9 @@ impl<E> History<E> {
         if self.is_full() {
             self.events.pop_front();
             self.evicted = true;
+            // A gap wholly below what the buffer bridges is refused anyway.
+            let oldest = self.oldest_bridgeable_rv();
+            self.unobserved.retain(|(_, before)| *before > oldest);
         }
         self.events.push_back(Entry { rv, recorded: at, event });
     }
@@ -110,6 +127,9 @@ impl<E> History<E> {
         if rv < oldest {
             return Err(TooOld { requested: rv, oldest });
         }
+        if let Some(&(_, before)) = self.unobserved.iter().find(|(after, before)| *after < rv && rv < *before) {
+            return Err(TooOld { requested: rv, oldest: before });
+        }
         let first = self.events.partition_point(|entry| entry.rv <= rv);
         Ok(self.events.range(first..).map(|entry| &entry.event))
     }
@@ -119,6 +139,7 @@ impl<E> History<E> {
         self.events.clear();
         self.start_rv = start_rv;
         self.evicted = false;
+        self.unobserved.clear();
     }
 
     pub fn capacity(&self) -> usize {

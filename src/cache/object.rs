@@ -66,6 +66,9 @@ impl ObjectShape {
 pub struct CachedObject {
     pub key: ObjectKey,
     pub rv: u64,
+    /// `metadata.uid`: one object's lifetime. A key whose uid changed was
+    /// deleted and created again.
+    pub uid: Box<str>,
     /// The object as a watch event carries it.
     json: Bytes,
     /// Length of the `"kind":…,"apiVersion":…,` run right after the opening
@@ -111,6 +114,7 @@ impl CachedObject {
         let namespace = meta.and_then(|m| m.get("namespace")).and_then(|n| n.as_str()).unwrap_or("");
         let rv_text = meta.and_then(|m| m.get("resourceVersion")).and_then(|n| n.as_str()).unwrap_or("");
         let rv = rv_text.parse().map_err(|_| DecodeError::ResourceVersion(rv_text.to_owned()))?;
+        let uid = meta.and_then(|m| m.get("uid")).and_then(|u| u.as_str()).unwrap_or("").into();
         let labels = meta
             .and_then(|m| m.get("labels"))
             .and_then(|l| l.as_object())
@@ -123,6 +127,7 @@ impl CachedObject {
         Ok(Self {
             key: ObjectKey { namespace: namespace.to_owned(), name: name.to_owned() },
             rv,
+            uid,
             json,
             type_meta_len,
             labels,
@@ -163,6 +168,7 @@ impl CachedObject {
         CachedObject {
             key: self.key.clone(),
             rv,
+            uid: self.uid.clone(),
             json: stamp_resource_version(&self.json, rv),
             type_meta_len: self.type_meta_len,
             labels: self.labels.clone(),

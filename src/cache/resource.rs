@@ -216,6 +216,7 @@ impl ResourceCache {
             self.ready_tx.send_replace(true);
             return;
         }
+        let before = st.store.rv();
         let replaced = st.store.replace(objects, rv);
         if replaced.versions_reused {
             // Events sharing a version cannot be resumed between; start the
@@ -223,6 +224,16 @@ impl ResourceCache {
             tracing::warn!(resource = %self.label, "relist produced deletions without distinct versions");
         }
         let mut dispatcher = self.dispatcher.lock();
+        // A watcher that started inside the gap (from a version a client got
+        // from the upstream, newer than the cache was) cannot be told which of
+        // the relist's changes came after its version: 410, before it is
+        // offered any of them. Watchers at or below `before` get the whole
+        // difference; those at `rv` or later need none of it.
+        let expired = dispatcher.expire_started_between(before, rv);
+        if expired > 0 {
+            self.metrics.terminated_watchers.increment(expired as u64);
+            self.metrics.registered_watchers.decrement(expired as f64);
+        }
         for event in replaced.events {
             let event = Arc::new(event);
             // The history needs strictly increasing versions; a difference
@@ -235,6 +246,8 @@ impl ResourceCache {
         }
         if replaced.versions_reused {
             st.history.reset(rv);
+        } else {
+            st.history.mark_unobserved(before, rv);
         }
         drop(dispatcher);
         self.record_gauges(&st);
@@ -450,9 +463,51 @@ mod tests {
         let seen = drain(&reg.handle);
         assert_eq!(seen, vec![(EventType::Deleted, "a".into(), 13), (EventType::Modified, "b".into(), 15)]);
         assert_eq!(c.current_rv(), 20);
-        // A watcher resuming from the first relist event sees the rest.
-        let later = c.register(Filter::default(), StartAt::After(13)).unwrap();
-        assert_eq!(later.backlog.len(), 1);
+        // From the version before the relist, a new watcher gets the whole
+        // difference; from the relist's version, none of it.
+        assert_eq!(c.register(Filter::default(), StartAt::After(12)).unwrap().backlog.len(), 2);
+        assert!(c.register(Filter::default(), StartAt::After(20)).unwrap().backlog.is_empty());
+        // Inside the gap the cache never saw, a version (made up for a
+        // deletion, or held by a client from the upstream) says nothing about
+        // which changes came after it: 410, so the client lists again.
+        for inside in [13, 15, 19] {
+            let err = c.register(Filter::default(), StartAt::After(inside)).err().expect("410");
+            assert_eq!(err.to_string(), format!("too old resource version: {inside} (20)"));
+        }
+    }
+
+    /// Issue 16's lost deletions: a client lists straight from the upstream
+    /// at 16 while the cache is behind at 12, then watches from 16 through
+    /// the cache. When the relist lands, the deletion of `a` (really after
+    /// 16) can only be given a version from the gap, below 16: the watcher
+    /// would skip it and keep `a` forever. It gets 410 instead, and nothing
+    /// of the relist before it.
+    #[tokio::test]
+    async fn a_watcher_from_inside_a_relist_gap_gets_410_not_a_partial_difference() {
+        let c = cache();
+        c.apply(EventType::Added, cm("a", 11, ""));
+        c.apply(EventType::Added, cm("b", 12, ""));
+        let from_upstream = c.register(Filter::default(), StartAt::After(16)).unwrap();
+        let before_gap = c.register(Filter::default(), StartAt::After(12)).unwrap();
+        let after_gap = c.register(Filter::default(), StartAt::After(20)).unwrap();
+        let mut fresh = Objects::new();
+        let b = Arc::new(cm("b", 18, ""));
+        fresh.insert(b.key.clone(), b);
+        c.replace(fresh, 20);
+        let waker = Waker::noop().clone();
+        match from_upstream.handle.take(&waker) {
+            Err(crate::cache::watcher::Terminated::Expired(too_old)) => {
+                assert_eq!(too_old.to_string(), "too old resource version: 16 (20)");
+            }
+            other => panic!("expected 410, got {other:?}"),
+        }
+        assert_eq!(
+            drain(&before_gap.handle),
+            vec![(EventType::Deleted, "a".into(), 13), (EventType::Modified, "b".into(), 18)]
+        );
+        assert!(drain(&after_gap.handle).is_empty());
+        c.apply(EventType::Added, cm("c", 21, ""));
+        assert_eq!(drain(&after_gap.handle), vec![(EventType::Added, "c".into(), 21)]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -78,8 +78,10 @@ impl Store {
 
     /// Replaces the whole store with a fresh LIST at `rv` and returns the
     /// difference as ordinary events with strictly increasing resourceVersions
-    /// in (old rv, `rv`]: ADDED and MODIFIED at each object's own version, and
-    /// a DELETED for every object that vanished.
+    /// in (old rv, `rv`]: ADDED and MODIFIED at each object's own version, a
+    /// DELETED for every object that vanished, and DELETED then ADDED for an
+    /// object deleted and created again (a new uid under the same key), as the
+    /// API server would have shown it.
     ///
     /// The version at which a vanished object was deleted is lost in the gap.
     /// Every deletion consumed a revision of its own that no surviving object
@@ -93,27 +95,59 @@ impl Store {
         let floor = self.rv;
         let old = std::mem::replace(&mut self.objects, fresh);
         let mut events: Vec<CacheEvent> = Vec::new();
+        // Deleted and created again in the gap: a new uid under the same key.
+        let recreated: Vec<(&ObjectKey, u64)> = self
+            .objects
+            .iter()
+            .filter_map(|(key, obj)| old.get(key).filter(|p| p.rv != obj.rv && p.uid != obj.uid).map(|_| (key, obj.rv)))
+            .collect();
+        let used: std::collections::BTreeSet<u64> = self
+            .objects
+            .iter()
+            .filter(|(key, obj)| old.get(*key).is_none_or(|p| p.rv != obj.rv))
+            .map(|(_, obj)| obj.rv)
+            .collect();
+        // The versions after `floor` that no surviving object carries, written so that a
+        // floor of u64::MAX (an upstream version the parser accepts) leaves none instead
+        // of overflowing. Every deletion in the gap consumed one of them.
+        let mut free: std::collections::BTreeSet<u64> = (floor..=rv).skip(1).filter(|v| !used.contains(v)).collect();
+        // A recreated object's deletion must come before its new life. Its real
+        // deletion version lies below the new object's own, so giving the lowest free
+        // version to the recreation with the lowest new version first always finds one.
+        let mut deleted_at: std::collections::BTreeMap<&ObjectKey, u64> = std::collections::BTreeMap::new();
+        let mut by_new_rv = recreated.clone();
+        by_new_rv.sort_by_key(|(_, new_rv)| *new_rv);
+        for (key, new_rv) in by_new_rv {
+            if let Some(&at) = free.iter().next().filter(|at| **at < new_rv) {
+                free.remove(&at);
+                deleted_at.insert(key, at);
+            }
+        }
         for (key, obj) in &self.objects {
             match old.get(key) {
                 Some(prev) if prev.rv == obj.rv => {}
+                Some(_) if deleted_at.contains_key(key) => {
+                    events.push(CacheEvent::new(EventType::Added, obj.clone(), None))
+                }
+                // A recreation the versions cannot order (an upstream that reuses
+                // revisions) is at least not lost: a modification.
                 Some(prev) => events.push(CacheEvent::new(EventType::Modified, obj.clone(), Some(prev.clone()))),
                 None => events.push(CacheEvent::new(EventType::Added, obj.clone(), None)),
             }
         }
-        let used: std::collections::BTreeSet<u64> = events.iter().map(|e| e.rv).collect();
-        // The versions after `floor`, written so that a floor of u64::MAX (an upstream
-        // version the parser accepts) leaves none instead of overflowing.
-        let mut free = (floor..=rv).skip(1).filter(|v| !used.contains(v));
+        let mut free = free.into_iter();
         let mut versions_reused = false;
         for (key, prev) in &old {
-            if !self.objects.contains_key(key) {
-                let at = free.next().unwrap_or_else(|| {
+            let at = match (self.objects.contains_key(key), deleted_at.get(key)) {
+                (_, Some(at)) => *at,
+                (true, None) => continue,
+                (false, None) => free.next().unwrap_or_else(|| {
                     versions_reused = true;
                     rv
-                });
-                let gone = Arc::new(prev.with_resource_version(at));
-                events.push(CacheEvent::new(EventType::Deleted, gone, Some(prev.clone())));
-            }
+                }),
+            };
+            let gone = Arc::new(prev.with_resource_version(at));
+            events.push(CacheEvent::new(EventType::Deleted, gone, Some(prev.clone())));
         }
         events.sort_by_key(|e| e.rv);
         self.rv = self.rv.max(rv);
@@ -159,6 +193,40 @@ mod tests {
         assert_eq!(snap.objects.len(), 1);
         assert_eq!(snap.rv, 2);
         assert_eq!(store.len(), 1);
+    }
+
+    fn with_uid(name: &str, rv: u64, uid: &str) -> Arc<CachedObject> {
+        let raw = format!(
+            r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","uid":"{uid}","resourceVersion":"{rv}"}}}}"#
+        );
+        Arc::new(CachedObject::decode(bytes::Bytes::from(raw), &crate::cache::object::tests::cm_shape()).unwrap())
+    }
+
+    #[test]
+    fn deleted_and_created_again_in_a_gap_is_deleted_then_added() {
+        let mut store = Store::default();
+        for (name, rv) in [("a", 2), ("c", 3)] {
+            store.apply(EventType::Added, with_uid(name, rv, &format!("{name}-1")));
+        }
+        // In the gap: c deleted (4) and created again (5), a deleted (6), b created (7).
+        let mut fresh = Objects::new();
+        for obj in [with_uid("c", 5, "c-2"), with_uid("b", 7, "b-1")] {
+            fresh.insert(obj.key.clone(), obj);
+        }
+        let replaced = store.replace(fresh, 8);
+        let seen: Vec<_> =
+            replaced.events.iter().map(|e| (e.kind, e.object.key.name.as_str(), e.rv, &*e.object.uid)).collect();
+        // c's deletion takes the lowest free version, below its new life.
+        assert_eq!(
+            seen,
+            [
+                (EventType::Deleted, "c", 4, "c-1"),
+                (EventType::Added, "c", 5, "c-2"),
+                (EventType::Deleted, "a", 6, "a-1"),
+                (EventType::Added, "b", 7, "b-1"),
+            ]
+        );
+        assert!(!replaced.versions_reused);
     }
 
     #[test]

@@ -14,13 +14,15 @@ use http_body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::event::{EventType, bookmark_frame, event_frame};
+use super::event::{EventType, bookmark_frame, error_frame, event_frame};
 use super::object::{CachedObject, ObjectKey};
 use super::resource::{Registration, ResourceCache};
 use super::store::Snapshot;
 use super::watcher::{Delivery, Terminated, WatcherHandle};
 use crate::body::{BoxError, Chunk};
 use crate::encode::negotiate::ContentVariant;
+use crate::encode::status::{Status, StatusReason};
+use http::StatusCode;
 
 /// How often a watcher that asked for bookmarks gets one.
 pub const BOOKMARK_FREQUENCY: Duration = Duration::from_secs(60);
@@ -176,7 +178,14 @@ impl Body for WatchStream {
                 return this.frame(event_frame(d.kind, d.object(), variant));
             }
             Ok(None) => {}
-            Err(Terminated) => return this.end(),
+            Err(Terminated::Behind) => return this.end(),
+            Err(Terminated::Expired(too_old)) => {
+                // The API server's answer to a watch from a version it cannot
+                // bridge; the client lists again.
+                this.finished = true;
+                let status = Status::new(StatusCode::GONE, StatusReason::Expired, too_old.to_string());
+                return Poll::Ready(Some(Ok(Frame::data(error_frame(&status)))));
+            }
         }
         if let Some(timer) = &mut this.bookmark
             && timer.as_mut().poll(cx).is_ready()

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use super::event::{CacheEvent, EventType};
 use super::filter::Filter;
+use super::history::TooOld;
 
 /// Events a watcher may lag behind before it counts as full.
 pub const QUEUE_SOFT_LIMIT: usize = 1024;
@@ -60,6 +61,9 @@ struct Queue {
     events: VecDeque<Delivery>,
     full_since: Option<Instant>,
     terminated: bool,
+    /// Set with `terminated` when the watcher's start lies in versions the
+    /// cache never saw: its stream ends with 410 instead of just ending.
+    expired: Option<TooOld>,
     /// The body waiting for events, if it is waiting.
     waker: Option<Waker>,
 }
@@ -104,12 +108,29 @@ impl WatcherHandle {
         if terminated { Offer::Terminated } else { Offer::Queued }
     }
 
+    /// Ends the watcher with 410: it started from a version inside a gap
+    /// the cache never saw (a relist), so it may have missed a change.
+    pub fn expire(&self, too_old: TooOld) {
+        let mut q = self.queue.lock();
+        q.terminated = true;
+        q.expired = Some(too_old);
+        q.events.clear();
+        let waker = q.waker.take();
+        drop(q);
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
     /// Takes the next delivery, or registers `waker` to be woken by the next
-    /// offer. `Err(())` once the watcher is terminated.
+    /// offer. `Err` once the watcher is terminated.
     pub fn take(&self, waker: &Waker) -> Result<Option<Delivery>, Terminated> {
         let mut q = self.queue.lock();
         if q.terminated {
-            return Err(Terminated);
+            return Err(match q.expired.take() {
+                Some(too_old) => Terminated::Expired(too_old),
+                None => Terminated::Behind,
+            });
         }
         match q.events.pop_front() {
             Some(d) => {
@@ -134,9 +155,16 @@ impl WatcherHandle {
     }
 }
 
-/// The watcher was closed for falling too far behind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Terminated;
+/// Why a watcher was closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Terminated {
+    /// It fell too far behind: the stream ends and the client resumes from
+    /// the last version it received.
+    Behind,
+    /// Its start lies in versions the cache never saw: the stream ends with
+    /// 410 and the client lists again.
+    Expired(TooOld),
+}
 
 #[cfg(test)]
 mod tests {
@@ -179,7 +207,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(matches!(h.offer(delivery(5001), Instant::now()), Offer::Terminated));
         let waker = Waker::from(Arc::new(Flag(Default::default())));
-        assert_eq!(h.take(&waker).unwrap_err(), Terminated);
+        assert_eq!(h.take(&waker).unwrap_err(), Terminated::Behind);
     }
 
     #[tokio::test(start_paused = true)]
