@@ -17,7 +17,7 @@ use super::relay::Relay;
 const WAIT: Duration = Duration::from_secs(30);
 
 /// Waits (bounded) until watchmux's cache for `resource` has initialized `times` times.
-async fn wait_initialized(admin: std::net::SocketAddr, resource: &str, times: f64) {
+pub(crate) async fn wait_initialized(admin: std::net::SocketAddr, resource: &str, times: f64) {
     let filter = format!("resource=\"{resource}\"");
     for _ in 0..300 {
         if watchmux_metric_sum(admin, "watchmux_watch_cache_initializations_total", &[&filter]).await >= times {
@@ -324,7 +324,7 @@ async fn an_api_server_restart_is_invisible_to_downstream_watchers() {
     drop(_exclusive);
 }
 
-fn base64_encode(data: &[u8]) -> String {
+pub(crate) fn base64_encode(data: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(data)
 }

@@ -10,6 +10,7 @@ mod cache;
 mod differential;
 mod env;
 mod relay;
+mod relist_gap;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

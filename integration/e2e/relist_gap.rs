@@ -1,0 +1,132 @@
+//! Issue 16's lost deletions against the real API server: a client lists
+//! straight from the API server while watchmux is cut off and behind, then
+//! watches from that version through watchmux. Objects are deleted after
+//! the client's version, etcd is compacted and the API server restarted, so
+//! watchmux can only learn of the deletions by relisting, where they have no
+//! versions of their own. The client must end with the API server's state:
+//! by receiving every change after its version, or by a 410 and a new list.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::cache::{base64_encode, wait_initialized};
+use super::env::*;
+use super::relay::Relay;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Names and versions of a list's items.
+fn items(list: &Value) -> BTreeMap<String, String> {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let m = &i["metadata"];
+            (m["name"].as_str().unwrap().to_owned(), m["resourceVersion"].as_str().unwrap().to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_client_holding_a_version_from_inside_a_relist_gap_misses_no_deletion() {
+    let _exclusive = CLUSTER.write().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let ns = namespace("gap");
+    create_namespace(&direct, &ns).await;
+    for name in ["a", "b", "c", "d"] {
+        configmap(&direct, "create", &ns, name).await;
+    }
+    let api: std::net::SocketAddr = "127.0.0.1:16443".parse().unwrap();
+    let relay = Relay::start(api).await;
+    let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig)
+        .unwrap()
+        .replace("https://127.0.0.1:16443", &format!("https://{}", relay.addr));
+    let dir = tempfile::tempdir().unwrap();
+    let relayed = dir.path().join("kubeconfig");
+    std::fs::write(&relayed, kubeconfig).unwrap();
+    let wm =
+        Watchmux::start_with_kubeconfig(&cluster, &relayed, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    wait_initialized(wm.admin, "configmaps", 1.0).await;
+
+    // watchmux is cut off; the world moves on.
+    relay.cut();
+    configmap(&direct, "update", &ns, "a").await;
+    configmap(&direct, "delete", &ns, "c").await;
+    configmap(&direct, "create", &ns, "e").await;
+    // The client lists straight from the API server: it holds version X,
+    // newer than anything watchmux has seen, and watches from X through watchmux.
+    let path = format!("/api/v1/namespaces/{ns}/configmaps");
+    let (code, body) = get_direct(&direct, &path).await;
+    assert_eq!(code, 200);
+    let listed: Value = serde_json::from_slice(&body).unwrap();
+    let x = listed["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let mut state = items(&listed);
+    let resp = get(wm.addr, &format!("{path}?watch=1&resourceVersion={x}&allowWatchBookmarks=true")).await;
+    assert_eq!(resp.status(), 200);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(pump_watch(resp, tx));
+    // Deleted after X: the client must learn of these.
+    configmap(&direct, "delete", &ns, "a").await;
+    configmap(&direct, "delete", &ns, "b").await;
+    // Compact past everything watchmux saw and restart the API server, so
+    // only a relist can bring watchmux up to date.
+    let key = base64_encode(b"compact_rev_key");
+    let rev = etcd_post("/v3/kv/range", serde_json::json!({"key": key})).await["header"]["revision"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    etcd_post("/v3/kv/compaction", serde_json::json!({"revision": rev, "physical": true})).await;
+    restart_apiserver();
+    let direct = cluster.direct_client();
+    relay.restore();
+    wait_initialized(wm.admin, "configmaps", 2.0).await;
+    // A change after the relist, so the client can tell it has caught up.
+    configmap(&direct, "create", &ns, "sentinel").await;
+
+    let mut got_410 = false;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let event = tokio::time::timeout_at(deadline, rx.recv()).await.expect("the watch progresses in time");
+        match event {
+            Some(Some(seen)) if seen.kind == "ERROR" => {
+                got_410 = true;
+                break;
+            }
+            Some(Some(seen)) if seen.kind == "BOOKMARK" => {}
+            Some(Some(seen)) if seen.kind == "DELETED" => {
+                state.remove(&seen.name);
+            }
+            Some(Some(seen)) => {
+                let done = seen.name == "sentinel";
+                state.insert(seen.name, seen.rv);
+                if done {
+                    break;
+                }
+            }
+            Some(None) | None => panic!("the watch ended without a 410 or the sentinel; state {state:?}"),
+        }
+    }
+    if got_410 {
+        // As an informer would: list again (through watchmux) and take that.
+        let (code, body) = read(get(wm.addr, &format!("{path}?resourceVersion=0")).await).await;
+        assert_eq!(code, 200);
+        state = items(&serde_json::from_slice(&body).unwrap());
+        if !state.contains_key("sentinel") {
+            // The relisted cache may not have the sentinel yet: a consistent list has it.
+            let (_, body) = read(get(wm.addr, &path).await).await;
+            state = items(&serde_json::from_slice(&body).unwrap());
+        }
+    }
+    let (_, body) = get_direct(&direct, &path).await;
+    let truth = items(&serde_json::from_slice(&body).unwrap());
+    assert!(!state.contains_key("a") && !state.contains_key("b"), "a deletion after X was lost: {state:?}");
+    assert_eq!(state, truth, "the client's final state (410: {got_410}) differs from the API server's");
+    // Registered from inside the gap, this client is told to list again.
+    assert!(got_410, "a watcher from inside the relist gap is expected to get 410");
+    drop(_exclusive);
+}
