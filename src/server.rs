@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod limits;
 pub mod listener;
+pub mod opening;
 pub mod shutdown;
 pub mod tls;
 pub mod write_behind;
@@ -200,6 +201,7 @@ impl Server {
                     handler: AdminHandler(admin_state),
                     budget: None,
                     h2_write_batching: false,
+                    setup_timeout: listener::CONNECTION_SETUP_TIMEOUT,
                     stop,
                 };
                 listener::accept_tcp(admin, None, serving).await;
@@ -217,6 +219,7 @@ impl Server {
                 handler: api_handler.clone(),
                 budget: Some(budget.clone()),
                 h2_write_batching: opts.h2_write_batching,
+                setup_timeout: listener::CONNECTION_SETUP_TIMEOUT,
                 stop: accept_stop.clone(),
             };
             let tcp = listener::accept_tcp(api, api_tls, serving("api"));

@@ -535,8 +535,8 @@ impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for SkipPrefix<IO>
 }
 
 /// A client whose HTTP/2 preface arrives in two pieces is served: the
-/// preface check (which picks the write-behind for HTTP/2) waits for the
-/// rest without consuming bytes or giving up on the connection.
+/// listener's read of the opening (which picks the write-behind for HTTP/2)
+/// waits for the rest, within its deadline, and replays it all to hyper.
 #[tokio::test]
 async fn an_h2c_preface_sent_in_pieces_is_recognised() {
     let upstream = fake_upstream(handler(|req: Request<hyper::body::Incoming>| async move {

@@ -1,10 +1,11 @@
 //! Accept loops and per-connection serving.
 //!
 //! Each accepted connection runs in a task of its own: a TLS handshake when
-//! the listener has TLS, then hyper's automatic HTTP/1.1-or-HTTP/2 server
-//! (ALPN on TLS, the HTTP/2 preface on plain text, so h2c works by prior
-//! knowledge). A failing connection, bad TLS or malformed HTTP, ends that
-//! connection alone.
+//! the listener has TLS, then its opening bytes (see [`super::opening`]),
+//! both within [`CONNECTION_SETUP_TIMEOUT`] of connecting; then hyper's
+//! automatic HTTP/1.1-or-HTTP/2 server (the HTTP/2 preface decides, so h2c
+//! works by prior knowledge). A failing connection, bad TLS, a client too
+//! slow to start or malformed HTTP, ends that connection alone.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,26 +17,33 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use metrics::{counter, gauge};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 
 use super::limits::ConnectionBudget;
+use super::opening::{Opening, Rewind, read_opening};
 use super::write_behind::WriteBehind;
 use crate::auth::user::UserInfo;
 use crate::body::ProxyBody;
 use crate::metrics as m;
-use crate::passthrough::Peer;
+use crate::passthrough::{Peer, error_chain};
 
-/// How long a client has to complete its TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a client has to send a complete request head on HTTP/1.1.
+/// How long a client has, from connecting, to finish its TLS handshake (on
+/// a TLS listener) and then send the first bytes of HTTP: the whole HTTP/2
+/// preface, or a first byte that shows it is not one. One deadline for both,
+/// so a client cannot spend it twice. Go's HTTP/2 server gives the preface
+/// 10 s too; kube-apiserver gives the TLS handshake its ReadHeaderTimeout,
+/// 32 s, which a client on a working network never needs.
+pub const CONNECTION_SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client has to send a complete request head on HTTP/1.1, once
+/// its first byte has arrived.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often a partly sent HTTP/2 preface is looked at again.
-const PREFACE_RETRY: Duration = Duration::from_millis(5);
 /// The largest request head accepted, as Go's net/http (and so kube-apiserver)
 /// does: 1 MiB plus its 4 KiB of slack. Larger heads get 431.
 pub const MAX_HEADER_BYTES: usize = (1 << 20) + 4096;
@@ -77,12 +85,45 @@ pub struct Serving<'a, H> {
     pub budget: Option<Arc<ConnectionBudget>>,
     /// Put HTTP/2 connections behind a write-behind buffer (`--h2-write-batching`).
     pub h2_write_batching: bool,
+    /// [`CONNECTION_SETUP_TIMEOUT`], shorter in tests.
+    pub setup_timeout: Duration,
+    /// Stops accepting, and ends connections still in their set-up.
     pub stop: CancellationToken,
+}
+
+/// Why a connection ended before HTTP was served on it.
+#[derive(Debug, thiserror::Error)]
+enum SetupError {
+    #[error("TLS handshake")]
+    Tls(#[source] std::io::Error),
+    #[error("TLS handshake not finished within {0:?} of connecting")]
+    TlsTimedOut(Duration),
+    #[error("reading the first bytes")]
+    Opening(#[source] std::io::Error),
+    #[error("no HTTP/2 preface or other first bytes within {0:?} of connecting")]
+    OpeningTimedOut(Duration),
+}
+
+impl SetupError {
+    /// The `stage` label of the connection error metric.
+    fn stage(&self) -> &'static str {
+        match self {
+            Self::Tls(_) | Self::TlsTimedOut(_) => "tls",
+            Self::Opening(_) | Self::OpeningTimedOut(_) => "preface",
+        }
+    }
+}
+
+/// A TCP connection ready for HTTP: TLS done if the listener has it, and
+/// its opening read.
+enum Accepted {
+    Plain(TcpStream, Opening),
+    Tls(Box<TlsStream<TcpStream>>, Opening),
 }
 
 /// Accepts TCP connections until `stop` is cancelled.
 pub async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAcceptor>, serving: Serving<'_, H>) {
-    let Serving { name, builder, graceful, handler, budget, h2_write_batching, stop } = serving;
+    let Serving { name, builder, graceful, handler, budget, h2_write_batching, setup_timeout, stop } = serving;
     loop {
         let (stream, addr) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -103,36 +144,39 @@ pub async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAccept
             client_cert: None,
             over_connection_limit: slot.as_ref().is_some_and(|s| !s.within),
         };
-        let watcher = graceful.watcher();
-        let builder = builder.clone();
-        let handler = handler.clone();
+        let conn = Conn { name, peer, builder: builder.clone(), watcher: graceful.watcher(), handler: handler.clone() };
         let tls = tls.clone();
+        let stop = stop.clone();
         let span = tracing::debug_span!("conn", listener = name, peer = %addr);
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let _open = OpenConnection::new(name);
                 let _slot = slot;
-                match tls {
-                    Some(acceptor) => {
-                        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                            Ok(Ok(tls_stream)) => {
-                                let peer = Peer { client_cert: client_identity(&tls_stream), ..peer };
-                                let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                                if h2 && h2_write_batching {
-                                    let io = WriteBehind::new(tls_stream);
-                                    serve(io, peer, name, &builder, watcher, handler).await
-                                } else {
-                                    serve(tls_stream, peer, name, &builder, watcher, handler).await
-                                }
-                            }
-                            Ok(Err(err)) => connection_error(name, "tls", &err),
-                            Err(_) => connection_error(name, "tls", &"handshake timed out"),
+                let deadline = Instant::now() + setup_timeout;
+                let accepted = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    accepted = set_up_tcp(stream, tls, deadline, setup_timeout) => accepted,
+                };
+                match accepted {
+                    Err(err) => setup_failed(name, &err),
+                    Ok(Accepted::Plain(stream, opening)) => {
+                        if h2_write_batching && opening.is_h2_preface() {
+                            conn.serve(Rewind::new(WriteBehind::tcp(stream), opening)).await
+                        } else {
+                            conn.serve(Rewind::new(stream, opening)).await
                         }
                     }
-                    None if h2_write_batching && starts_with_h2_preface(&stream).await => {
-                        serve(WriteBehind::tcp(stream), peer, name, &builder, watcher, handler).await
+                    Ok(Accepted::Tls(tls_stream, opening)) => {
+                        let conn =
+                            Conn { peer: Peer { client_cert: client_identity(&tls_stream), ..conn.peer }, ..conn };
+                        // ALPN decides; a client that skipped ALPN and sent the preface anyway is served HTTP/2 too.
+                        let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2") || opening.is_h2_preface();
+                        if h2_write_batching && h2 {
+                            conn.serve(Rewind::new(WriteBehind::new(*tls_stream), opening)).await
+                        } else {
+                            conn.serve(Rewind::new(*tls_stream, opening)).await
+                        }
                     }
-                    None => serve(stream, peer, name, &builder, watcher, handler).await,
                 }
             },
             span,
@@ -140,12 +184,43 @@ pub async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAccept
     }
 }
 
+/// The TLS handshake, when the listener has TLS, then the opening, both by
+/// `deadline`.
+async fn set_up_tcp(
+    mut stream: TcpStream,
+    tls: Option<TlsAcceptor>,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Accepted, SetupError> {
+    let Some(acceptor) = tls else {
+        let opening = read_opening_by(deadline, timeout, &mut stream).await?;
+        return Ok(Accepted::Plain(stream, opening));
+    };
+    let mut tls_stream = match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+        Ok(handshake) => Box::new(handshake.map_err(SetupError::Tls)?),
+        Err(_) => return Err(SetupError::TlsTimedOut(timeout)),
+    };
+    let opening = read_opening_by(deadline, timeout, &mut tls_stream).await?;
+    Ok(Accepted::Tls(tls_stream, opening))
+}
+
+async fn read_opening_by<IO: AsyncRead + Unpin>(
+    deadline: Instant,
+    timeout: Duration,
+    io: &mut IO,
+) -> Result<Opening, SetupError> {
+    match tokio::time::timeout_at(deadline, read_opening(io)).await {
+        Ok(read) => read.map_err(SetupError::Opening),
+        Err(_) => Err(SetupError::OpeningTimedOut(timeout)),
+    }
+}
+
 /// Accepts unix-socket connections until `stop` is cancelled.
 pub async fn accept_unix<H: Handler>(listener: UnixListener, serving: Serving<'_, H>) {
-    let Serving { name: _, builder, graceful, handler, budget, h2_write_batching: _, stop } = serving;
+    let Serving { name: _, builder, graceful, handler, budget, h2_write_batching: _, setup_timeout, stop } = serving;
     const NAME: &str = "unix";
     loop {
-        let stream = tokio::select! {
+        let mut stream = tokio::select! {
             _ = stop.cancelled() => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -156,68 +231,67 @@ pub async fn accept_unix<H: Handler>(listener: UnixListener, serving: Serving<'_
                 }
             },
         };
-        let watcher = graceful.watcher();
-        let builder = builder.clone();
-        let handler = handler.clone();
         let slot = budget.as_ref().map(ConnectionBudget::open);
         let peer = Peer { over_connection_limit: slot.as_ref().is_some_and(|s| !s.within), ..Peer::default() };
+        let conn =
+            Conn { name: NAME, peer, builder: builder.clone(), watcher: graceful.watcher(), handler: handler.clone() };
+        let stop = stop.clone();
         tokio::spawn(async move {
             let _open = OpenConnection::new(NAME);
             let _slot = slot;
-            serve(stream, peer, NAME, &builder, watcher, handler).await;
+            let deadline = Instant::now() + setup_timeout;
+            let opening = tokio::select! {
+                _ = stop.cancelled() => return,
+                opening = read_opening_by(deadline, setup_timeout, &mut stream) => opening,
+            };
+            match opening {
+                Ok(opening) => conn.serve(Rewind::new(stream, opening)).await,
+                Err(err) => setup_failed(NAME, &err),
+            }
         });
     }
 }
 
-async fn serve<I, H>(
-    io: I,
-    peer: Peer,
+/// One connection's serving, but for its IO.
+struct Conn<H> {
     name: &'static str,
-    builder: &auto::Builder<TokioExecutor>,
-    watcher: hyper_util::server::graceful::Watcher,
+    peer: Peer,
+    builder: auto::Builder<TokioExecutor>,
+    watcher: Watcher,
     handler: H,
-) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    H: Handler,
-{
-    let service = service_fn(move |req| {
-        let handler = handler.clone();
-        let peer = peer.clone();
-        async move { Ok::<_, Infallible>(handler.handle(req, peer).await) }
-    });
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    if let Err(err) = watcher.watch(conn.into_owned()).await {
-        connection_error(name, "http", &*err);
-    }
 }
 
-/// True when a plain-text client opens with the HTTP/2 preface (h2c by
-/// prior knowledge). Peeking leaves the bytes for hyper; a client that sends
-/// nothing within the header timeout is left to hyper's own timeout.
-async fn starts_with_h2_preface(stream: &tokio::net::TcpStream) -> bool {
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
-    let mut buf = [0u8; 16];
-    let peek = async {
-        loop {
-            let n = stream.peek(&mut buf).await.ok()?;
-            if n == 0 || n >= PREFACE.len() || !PREFACE.starts_with(&buf[..n]) {
-                return Some(n >= PREFACE.len() && buf[..PREFACE.len()] == *PREFACE);
-            }
-            // A partial match: wait for more bytes. The socket stays readable
-            // while those bytes sit unread, so waiting for readiness would
-            // spin; a client that sends its preface in pieces waits a little.
-            tokio::time::sleep(PREFACE_RETRY).await;
+impl<H: Handler> Conn<H> {
+    /// Serves HTTP/1.1 (with upgrades) or HTTP/2 on `io`, as its opening
+    /// says: hyper's own check of the preface is answered by the replayed
+    /// opening without waiting.
+    async fn serve<I>(self, io: Rewind<I>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Self { name, peer, builder, watcher, handler } = self;
+        let service = service_fn(move |req| {
+            let handler = handler.clone();
+            let peer = peer.clone();
+            async move { Ok::<_, Infallible>(handler.handle(req, peer).await) }
+        });
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        if let Err(err) = watcher.watch(conn.into_owned()).await {
+            connection_error(name, "http", &*err);
         }
-    };
-    tokio::time::timeout(HEADER_READ_TIMEOUT, peek).await.ok().flatten().unwrap_or(false)
+    }
 }
 
 /// The identity of a verified client certificate. rustls has verified the
 /// chain against `--client-ca-file` by the time the handshake completes, so
 /// any certificate present here is trusted.
-fn client_identity<I>(tls: &tokio_rustls::server::TlsStream<I>) -> Option<Arc<UserInfo>> {
+fn client_identity<I>(tls: &TlsStream<I>) -> Option<Arc<UserInfo>> {
     let leaf = tls.get_ref().1.peer_certificates()?.first()?;
     crate::auth::cert::identity(leaf).map(Arc::new)
+}
+
+fn setup_failed(name: &'static str, err: &SetupError) {
+    connection_error(name, err.stage(), &error_chain(err));
 }
 
 /// Bad input from one client is expected, not actionable: logged at debug
@@ -256,3 +330,6 @@ impl Handler for AdminHandler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
