@@ -5,7 +5,9 @@
 //! both within [`CONNECTION_SETUP_TIMEOUT`] of connecting; then hyper's
 //! automatic HTTP/1.1-or-HTTP/2 server (the HTTP/2 preface decides, so h2c
 //! works by prior knowledge). A failing connection, bad TLS, a client too
-//! slow to start or malformed HTTP, ends that connection alone.
+//! slow to start or malformed HTTP, ends that connection alone. The HTTP/2
+//! limits on frames a client can send without a request being served
+//! (resets, CONTINUATION) are set in [`http_builder`].
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -45,11 +47,37 @@ pub const CONNECTION_SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// its first byte has arrived.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest request head accepted, as Go's net/http (and so kube-apiserver)
-/// does: 1 MiB plus its 4 KiB of slack. Larger heads get 431.
+/// does: 1 MiB plus its 4 KiB of slack. Larger heads get 431. On HTTP/2 it
+/// also bounds a header block across CONTINUATION frames: h2 (since 0.4.4)
+/// ends a connection with GOAWAY ENHANCE_YOUR_CALM once a block runs to more
+/// CONTINUATION frames than this size needs (about 1.25 times it at the
+/// 16 KiB frame size), so a CONTINUATION flood (CVE-2024-27316's kind) costs
+/// about 1.3 MiB per connection, not memory without end. Go's server (since
+/// the CVE-2023-45288 fix) likewise closes a connection whose header frames
+/// run past its MaxHeaderBytes.
 pub const MAX_HEADER_BYTES: usize = (1 << 20) + 4096;
 /// Streams one HTTP/2 connection may carry at once. client-go multiplexes
-/// every watch of a process over one connection, so this is high.
+/// every watch of a process over one connection, so this is high: as the
+/// aggregated API servers' 1000, not kube-apiserver's 100 (its
+/// `--http2-max-streams-per-connection` is 0 by default, which it turns into
+/// 100, the limit Go's client assumes before SETTINGS).
 const H2_MAX_CONCURRENT_STREAMS: u32 = 1000;
+/// Streams a client may open and reset before the server has taken them up,
+/// before the connection ends with GOAWAY ENHANCE_YOUR_CALM: the rapid reset
+/// attack (CVE-2023-44487) sends HEADERS and RST_STREAM pairs as fast as it
+/// can, and each pair would otherwise cost a request's set-up for nothing.
+/// h2's own default, made explicit; a well-behaved client resets streams the
+/// server has already accepted (a cancelled watch), which this does not count.
+/// Go's server bounds the same attack differently: at most
+/// MaxConcurrentStreams handlers run, and past 4 times as many waiting it
+/// closes the connection.
+const H2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
+/// Streams the server may reset, over a connection's life, because the client
+/// broke the protocol on them, before the connection ends with GOAWAY
+/// ENHANCE_YOUR_CALM (RUSTSEC-2024-0003: invalid frames sent to make the
+/// server generate resets). hyper's default, made explicit; a client that
+/// errs on a thousand streams of one connection is not one to keep serving.
+const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
 
 /// The HTTP server settings every API connection shares.
 pub fn http_builder() -> auto::Builder<TokioExecutor> {
@@ -64,6 +92,8 @@ pub fn http_builder() -> auto::Builder<TokioExecutor> {
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+        .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESET_STREAMS)
+        .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESET_STREAMS)
         .max_header_list_size(MAX_HEADER_BYTES as u32)
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(10));
