@@ -2,6 +2,7 @@
 //! streaming, upgrades, failure answers, bad input and shutdown. What real
 //! clients see against a real kube-apiserver is tested in `integration/e2e`.
 
+mod h2_abuse;
 mod harness;
 
 use std::time::Duration;
@@ -549,12 +550,7 @@ async fn an_h2c_preface_sent_in_pieces_is_recognised() {
     stream.write_all(b"PRI * HT").await.unwrap();
     // The rest of the preface comes later, after watchmux has seen the start.
     tokio::time::sleep(Duration::from_millis(30)).await;
-    let io = SkipPrefix { io: stream, skip: 8 };
-    let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io)).await.unwrap();
-    tokio::spawn(conn);
-    let req = Request::get("http://watchmux/version").body(Full::<Bytes>::default()).unwrap();
-    let resp = tokio::time::timeout(WAIT, send.send_request(req)).await.unwrap().unwrap();
-    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let resp = h2_get(SkipPrefix { io: stream, skip: 8 }, "http://watchmux/version").await;
     assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "/version");
     proxy.shutdown().await;
 }
