@@ -2,6 +2,7 @@
 //! graceful shutdown that ties them together.
 
 pub mod admin;
+pub mod early_resets;
 pub mod limits;
 pub mod listener;
 pub mod opening;

@@ -7,7 +7,9 @@
 //! works by prior knowledge). A failing connection, bad TLS, a client too
 //! slow to start or malformed HTTP, ends that connection alone. The HTTP/2
 //! limits on frames a client can send without a request being served
-//! (resets, CONTINUATION) are set in [`http_builder`].
+//! (resets, CONTINUATION) are set in [`http_builder`]; a connection whose
+//! requests are mostly cancelled before an answer is closed (see
+//! [`super::early_resets`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -28,6 +30,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 
+use super::early_resets::EarlyResets;
 use super::limits::ConnectionBudget;
 use super::opening::{Opening, Rewind, read_opening};
 use super::write_behind::WriteBehind;
@@ -300,14 +303,29 @@ impl<H: Handler> Conn<H> {
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let Self { name, peer, builder, watcher, handler } = self;
+        let resets = EarlyResets::new();
+        let counted = resets.clone();
         let service = service_fn(move |req| {
             let handler = handler.clone();
             let peer = peer.clone();
-            async move { Ok::<_, Infallible>(handler.handle(req, peer).await) }
+            let unanswered = counted.start();
+            async move {
+                let resp = handler.handle(req, peer).await;
+                unanswered.answered();
+                Ok::<_, Infallible>(resp)
+            }
         });
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-        if let Err(err) = watcher.watch(conn.into_owned()).await {
-            connection_error(name, "http", &*err);
+        tokio::select! {
+            served = watcher.watch(conn.into_owned()) => if let Err(err) = served {
+                connection_error(name, "http", &*err);
+            },
+            // Dropping the connection closes the socket without a GOAWAY:
+            // the one handle that could send one (graceful shutdown) is the
+            // watcher's.
+            () = resets.tripped() => {
+                connection_error(name, "rapid_reset", &"most requests were cancelled before an answer");
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 //! still carries a packet); every wait is bounded.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -12,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
 use super::*;
+use crate::server::early_resets::MIN_EARLY_RESETS;
 use crate::server::limits;
 
 /// Far longer than any step here takes: a wait that reaches it is a failure.
@@ -20,23 +22,32 @@ const WAIT: Duration = Duration::from_secs(10);
 const SETUP: Duration = Duration::from_millis(300);
 
 /// Answers "hello", or the 429 of a connection over the limit, as the API
-/// handler does.
-#[derive(Clone)]
-struct Hello;
+/// handler does; never answers `/stall`, as a request waiting on the
+/// upstream, and counts those.
+#[derive(Clone, Default)]
+struct Hello {
+    stalled: Arc<AtomicUsize>,
+}
 
 impl Handler for Hello {
-    async fn handle(&self, _req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
+    async fn handle(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
         if peer.over_connection_limit {
             return limits::too_many_requests("connections", true);
+        }
+        if req.uri().path() == "/stall" {
+            self.stalled.fetch_add(1, Ordering::Relaxed);
+            std::future::pending::<()>().await;
         }
         Response::new(crate::body::full("hello"))
     }
 }
 
-/// Where a test listener is, and its stop switch.
+/// Where a test listener is, its stop switch, and its handler's count of
+/// requests that never got an answer.
 struct Listening {
     addr: SocketAddr,
     stop: CancellationToken,
+    stalled: Arc<AtomicUsize>,
 }
 
 impl Drop for Listening {
@@ -53,18 +64,30 @@ async fn listen(
     budget: Option<Arc<ConnectionBudget>>,
     setup_timeout: Duration,
 ) -> Listening {
+    listen_with(name, tls, budget, setup_timeout, http_builder()).await
+}
+
+async fn listen_with(
+    name: &'static str,
+    tls: Option<TlsAcceptor>,
+    budget: Option<Arc<ConnectionBudget>>,
+    setup_timeout: Duration,
+    builder: auto::Builder<TokioExecutor>,
+) -> Listening {
     metrics();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
     let serving_stop = stop.clone();
+    let handler = Hello::default();
+    let stalled = handler.stalled.clone();
     tokio::spawn(async move {
-        let (builder, graceful) = (http_builder(), GracefulShutdown::new());
+        let graceful = GracefulShutdown::new();
         let serving = Serving {
             name,
             builder: &builder,
             graceful: &graceful,
-            handler: Hello,
+            handler,
             budget,
             h2_write_batching: true,
             setup_timeout,
@@ -72,7 +95,7 @@ async fn listen(
         };
         accept_tcp(listener, tls, serving).await;
     });
-    Listening { addr, stop }
+    Listening { addr, stop, stalled }
 }
 
 /// The process-wide recorder, installed by the first test that asks.
@@ -273,7 +296,7 @@ async fn a_silent_unix_client_is_closed_at_the_setup_deadline() {
             name: "ignored",
             builder: &builder,
             graceful: &graceful,
-            handler: Hello,
+            handler: Hello::default(),
             budget: None,
             h2_write_batching: false,
             setup_timeout: SETUP,
@@ -292,4 +315,76 @@ async fn a_silent_unix_client_is_closed_at_the_setup_deadline() {
     let answer = closed_by_server(&mut client).await;
     assert!(String::from_utf8_lossy(&answer).ends_with("hello"));
     stop.cancel();
+}
+
+/// Streams the rapid-reset client opens and resets at most.
+const RESET_ATTEMPTS: usize = 10_000;
+
+/// Rapid reset (CVE-2023-44487) with a real h2 client over h2c: each stream
+/// asks for `/stall` and is reset as soon as it is opened (one HEADERS and
+/// RST_STREAM per write), as fast as the h2 crate lets it, or, with
+/// `paced`, each only once the server has started the last one's handler.
+/// Returns how many streams it reset and the error the connection ended
+/// with, if any (a plain close ends it without one).
+async fn rapid_reset(server: &Listening, paced: bool) -> (usize, Option<h2::Error>) {
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let (mut client, conn) = tokio::time::timeout(WAIT, h2::client::handshake(tcp)).await.unwrap().unwrap();
+    let conn = tokio::spawn(conn);
+    let attack = async {
+        let mut reset = 0;
+        while reset < RESET_ATTEMPTS && !conn.is_finished() {
+            if std::future::poll_fn(|cx| client.poll_ready(cx)).await.is_err() {
+                break;
+            }
+            let started = server.stalled.load(Ordering::Relaxed);
+            let req = Request::get("http://t/stall").body(()).unwrap();
+            let Ok((_response, mut stream)) = client.send_request(req, false) else { break };
+            stream.send_reset(h2::Reason::CANCEL);
+            reset += 1;
+            while paced && server.stalled.load(Ordering::Relaxed) == started && !conn.is_finished() {
+                tokio::task::yield_now().await;
+            }
+        }
+        reset
+    };
+    let reset = tokio::time::timeout(6 * WAIT, attack).await.expect("the attack neither ran out nor was stopped");
+    let ended = tokio::time::timeout(WAIT, conn).await.expect("the connection outlived the attack").unwrap();
+    (reset, ended.err())
+}
+
+/// The attack is cut off long before its end: by h2's GOAWAY
+/// ENHANCE_YOUR_CALM when resets outrun accepting, by the close of a
+/// connection whose requests are cancelled before their answers, or by h2's
+/// stream limit, since the h2 client sends new streams' HEADERS ahead of
+/// older streams' RST_STREAM and so keeps up to a thousand open. Other
+/// clients are served. Two worker threads, so client and server race as
+/// over a network. What is bounded is the requests watchmux started: how
+/// many the client got written depends on when it notices the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_reset_is_cut_off_and_other_clients_are_still_served() {
+    let server = listen("t-rapid-reset", None, None, SETUP).await;
+    let (_, err) = rapid_reset(&server, false).await;
+    if let Some(err) = err {
+        let calm = err.is_go_away() && err.is_remote() && err.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM);
+        // Without a GOAWAY, the server closed the socket under the client's writes.
+        assert!(calm || err.is_io(), "not the server's doing: {err}");
+    }
+    let started = server.stalled.load(Ordering::Relaxed);
+    assert!(started < RESET_ATTEMPTS, "{started} requests started for the attack");
+    assert!(get(server.addr).await.ends_with("hello"));
+}
+
+/// h2's limit counts streams reset before the server takes them up, so a
+/// client that waits for each to be taken up never trips it; it is still
+/// disconnected, once [`MIN_EARLY_RESETS`] requests were all cancelled
+/// before their answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paced_rapid_reset_is_cut_off_after_the_early_reset_minimum() {
+    let server = listen("t-paced-reset", None, None, SETUP).await;
+    let (reset, err) = rapid_reset(&server, true).await;
+    assert!(!err.as_ref().is_some_and(h2::Error::is_go_away), "h2's own limit tripped: {err:?}");
+    count_reaches("t-paced-reset", "rapid_reset", 1).await;
+    // The client notices the close a few streams late at most.
+    let min = MIN_EARLY_RESETS as usize;
+    assert!((min..2 * min).contains(&reset), "cut off after {reset} streams reset");
 }
