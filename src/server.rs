@@ -2,9 +2,11 @@
 //! graceful shutdown that ties them together.
 
 pub mod admin;
+pub mod early_resets;
 pub mod hosts;
 pub mod limits;
 pub mod listener;
+pub mod opening;
 pub mod shutdown;
 pub mod tls;
 pub mod write_behind;
@@ -231,6 +233,7 @@ impl Server {
                     handler: AdminHandler(admin_state),
                     budget: None,
                     h2_write_batching: false,
+                    setup_timeout: listener::CONNECTION_SETUP_TIMEOUT,
                     stop,
                 };
                 listener::accept_tcp(admin, None, serving).await;
@@ -248,6 +251,7 @@ impl Server {
                 handler: api_handler.clone(),
                 budget: Some(budget.clone()),
                 h2_write_batching: opts.h2_write_batching,
+                setup_timeout: listener::CONNECTION_SETUP_TIMEOUT,
                 stop: accept_stop.clone(),
             };
             let tcp = listener::accept_tcp(api, api_tls, serving("api"));

@@ -15,6 +15,7 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -123,6 +124,20 @@ pub async fn h1(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Ful
     let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
     tokio::spawn(conn.with_upgrades());
     send
+}
+
+/// Sends a GET over a fresh HTTP/2 connection on `io` (h2c by prior
+/// knowledge, or TLS that chose h2) and checks it is answered over HTTP/2.
+pub async fn h2_get<IO>(io: IO, uri: &str) -> Response<Incoming>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io)).await.unwrap();
+    tokio::spawn(conn);
+    let req = Request::get(uri).body(Full::<Bytes>::default()).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), send.send_request(req)).await.unwrap().unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    resp
 }
 
 /// Sends a GET over a fresh HTTP/1.1 connection.

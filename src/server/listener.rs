@@ -1,10 +1,15 @@
 //! Accept loops and per-connection serving.
 //!
 //! Each accepted connection runs in a task of its own: a TLS handshake when
-//! the listener has TLS, then hyper's automatic HTTP/1.1-or-HTTP/2 server
-//! (ALPN on TLS, the HTTP/2 preface on plain text, so h2c works by prior
-//! knowledge). A failing connection, bad TLS or malformed HTTP, ends that
-//! connection alone.
+//! the listener has TLS, then its opening bytes (see [`super::opening`]),
+//! both within [`CONNECTION_SETUP_TIMEOUT`] of connecting; then hyper's
+//! automatic HTTP/1.1-or-HTTP/2 server (the HTTP/2 preface decides, so h2c
+//! works by prior knowledge). A failing connection, bad TLS, a client too
+//! slow to start or malformed HTTP, ends that connection alone. The HTTP/2
+//! limits on frames a client can send without a request being served
+//! (resets, CONTINUATION) are set in [`http_builder`]; a connection whose
+//! requests are mostly cancelled before an answer is closed (see
+//! [`super::early_resets`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,32 +21,66 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use metrics::{counter, gauge};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 
+use super::early_resets::EarlyResets;
 use super::limits::ConnectionBudget;
+use super::opening::{Opening, Rewind, read_opening};
 use super::write_behind::WriteBehind;
 use crate::auth::cert::CertIdentity;
 use crate::body::ProxyBody;
 use crate::metrics as m;
-use crate::passthrough::Peer;
+use crate::passthrough::{Peer, error_chain};
 
-/// How long a client has to complete its TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a client has to send a complete request head on HTTP/1.1.
+/// How long a client has, from connecting, to finish its TLS handshake (on
+/// a TLS listener) and then send the first bytes of HTTP: the whole HTTP/2
+/// preface, or a first byte that shows it is not one. One deadline for both,
+/// so a client cannot spend it twice. Go's HTTP/2 server gives the preface
+/// 10 s too; kube-apiserver gives the TLS handshake its ReadHeaderTimeout,
+/// 32 s, which a client on a working network never needs.
+pub const CONNECTION_SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client has to send a complete request head on HTTP/1.1, once
+/// its first byte has arrived.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often a partly sent HTTP/2 preface is looked at again.
-const PREFACE_RETRY: Duration = Duration::from_millis(5);
 /// The largest request head accepted, as Go's net/http (and so kube-apiserver)
-/// does: 1 MiB plus its 4 KiB of slack. Larger heads get 431.
+/// does: 1 MiB plus its 4 KiB of slack. Larger heads get 431. On HTTP/2 it
+/// also bounds a header block across CONTINUATION frames: h2 (since 0.4.4)
+/// ends a connection with GOAWAY ENHANCE_YOUR_CALM once a block runs to more
+/// CONTINUATION frames than this size needs (about 1.25 times it at the
+/// 16 KiB frame size), so a CONTINUATION flood (CVE-2024-27316's kind) costs
+/// about 1.3 MiB per connection, not memory without end. Go's server (since
+/// the CVE-2023-45288 fix) likewise closes a connection whose header frames
+/// run past its MaxHeaderBytes.
 pub const MAX_HEADER_BYTES: usize = (1 << 20) + 4096;
 /// Streams one HTTP/2 connection may carry at once. client-go multiplexes
-/// every watch of a process over one connection, so this is high.
+/// every watch of a process over one connection, so this is high: as the
+/// aggregated API servers' 1000, not kube-apiserver's 100 (its
+/// `--http2-max-streams-per-connection` is 0 by default, which it turns into
+/// 100, the limit Go's client assumes before SETTINGS).
 const H2_MAX_CONCURRENT_STREAMS: u32 = 1000;
+/// Streams a client may open and reset before the server has taken them up,
+/// before the connection ends with GOAWAY ENHANCE_YOUR_CALM: the rapid reset
+/// attack (CVE-2023-44487) sends HEADERS and RST_STREAM pairs as fast as it
+/// can, and each pair would otherwise cost a request's set-up for nothing.
+/// h2's own default, made explicit; a well-behaved client resets streams the
+/// server has already accepted (a cancelled watch), which this does not count.
+/// Go's server bounds the same attack differently: at most
+/// MaxConcurrentStreams handlers run, and past 4 times as many waiting it
+/// closes the connection.
+const H2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
+/// Streams the server may reset, over a connection's life, because the client
+/// broke the protocol on them, before the connection ends with GOAWAY
+/// ENHANCE_YOUR_CALM (RUSTSEC-2024-0003: invalid frames sent to make the
+/// server generate resets). hyper's default, made explicit; a client that
+/// errs on a thousand streams of one connection is not one to keep serving.
+const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
 
 /// The HTTP server settings every API connection shares.
 pub fn http_builder() -> auto::Builder<TokioExecutor> {
@@ -56,6 +95,8 @@ pub fn http_builder() -> auto::Builder<TokioExecutor> {
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+        .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESET_STREAMS)
+        .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESET_STREAMS)
         .max_header_list_size(MAX_HEADER_BYTES as u32)
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(10));
@@ -77,12 +118,45 @@ pub struct Serving<'a, H> {
     pub budget: Option<Arc<ConnectionBudget>>,
     /// Put HTTP/2 connections behind a write-behind buffer (`--h2-write-batching`).
     pub h2_write_batching: bool,
+    /// [`CONNECTION_SETUP_TIMEOUT`], shorter in tests.
+    pub setup_timeout: Duration,
+    /// Stops accepting, and ends connections still in their set-up.
     pub stop: CancellationToken,
+}
+
+/// Why a connection ended before HTTP was served on it.
+#[derive(Debug, thiserror::Error)]
+enum SetupError {
+    #[error("TLS handshake")]
+    Tls(#[source] std::io::Error),
+    #[error("TLS handshake not finished within {0:?} of connecting")]
+    TlsTimedOut(Duration),
+    #[error("reading the first bytes")]
+    Opening(#[source] std::io::Error),
+    #[error("no HTTP/2 preface or other first bytes within {0:?} of connecting")]
+    OpeningTimedOut(Duration),
+}
+
+impl SetupError {
+    /// The `stage` label of the connection error metric.
+    fn stage(&self) -> &'static str {
+        match self {
+            Self::Tls(_) | Self::TlsTimedOut(_) => "tls",
+            Self::Opening(_) | Self::OpeningTimedOut(_) => "preface",
+        }
+    }
+}
+
+/// A TCP connection ready for HTTP: TLS done if the listener has it, and
+/// its opening read.
+enum Accepted {
+    Plain(TcpStream, Opening),
+    Tls(Box<TlsStream<TcpStream>>, Opening),
 }
 
 /// Accepts TCP connections until `stop` is cancelled.
 pub async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAcceptor>, serving: Serving<'_, H>) {
-    let Serving { name, builder, graceful, handler, budget, h2_write_batching, stop } = serving;
+    let Serving { name, builder, graceful, handler, budget, h2_write_batching, setup_timeout, stop } = serving;
     loop {
         let (stream, addr) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -103,36 +177,39 @@ pub async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAccept
             client_cert: None,
             over_connection_limit: slot.as_ref().is_some_and(|s| !s.within),
         };
-        let watcher = graceful.watcher();
-        let builder = builder.clone();
-        let handler = handler.clone();
+        let conn = Conn { name, peer, builder: builder.clone(), watcher: graceful.watcher(), handler: handler.clone() };
         let tls = tls.clone();
+        let stop = stop.clone();
         let span = tracing::debug_span!("conn", listener = name, peer = %addr);
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let _open = OpenConnection::new(name);
                 let _slot = slot;
-                match tls {
-                    Some(acceptor) => {
-                        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                            Ok(Ok(tls_stream)) => {
-                                let peer = Peer { client_cert: client_identity(&tls_stream), ..peer };
-                                let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                                if h2 && h2_write_batching {
-                                    let io = WriteBehind::new(tls_stream);
-                                    serve(io, peer, name, &builder, watcher, handler).await
-                                } else {
-                                    serve(tls_stream, peer, name, &builder, watcher, handler).await
-                                }
-                            }
-                            Ok(Err(err)) => connection_error(name, "tls", &err),
-                            Err(_) => connection_error(name, "tls", &"handshake timed out"),
+                let deadline = Instant::now() + setup_timeout;
+                let accepted = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    accepted = set_up_tcp(stream, tls, deadline, setup_timeout) => accepted,
+                };
+                match accepted {
+                    Err(err) => setup_failed(name, &err),
+                    Ok(Accepted::Plain(stream, opening)) => {
+                        if h2_write_batching && opening.is_h2_preface() {
+                            conn.serve(Rewind::new(WriteBehind::tcp(stream), opening)).await
+                        } else {
+                            conn.serve(Rewind::new(stream, opening)).await
                         }
                     }
-                    None if h2_write_batching && starts_with_h2_preface(&stream).await => {
-                        serve(WriteBehind::tcp(stream), peer, name, &builder, watcher, handler).await
+                    Ok(Accepted::Tls(tls_stream, opening)) => {
+                        let conn =
+                            Conn { peer: Peer { client_cert: client_identity(&tls_stream), ..conn.peer }, ..conn };
+                        // ALPN decides; a client that skipped ALPN and sent the preface anyway is served HTTP/2 too.
+                        let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2") || opening.is_h2_preface();
+                        if h2_write_batching && h2 {
+                            conn.serve(Rewind::new(WriteBehind::new(*tls_stream), opening)).await
+                        } else {
+                            conn.serve(Rewind::new(*tls_stream, opening)).await
+                        }
                     }
-                    None => serve(stream, peer, name, &builder, watcher, handler).await,
                 }
             },
             span,
@@ -140,12 +217,43 @@ pub async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAccept
     }
 }
 
+/// The TLS handshake, when the listener has TLS, then the opening, both by
+/// `deadline`.
+async fn set_up_tcp(
+    mut stream: TcpStream,
+    tls: Option<TlsAcceptor>,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Accepted, SetupError> {
+    let Some(acceptor) = tls else {
+        let opening = read_opening_by(deadline, timeout, &mut stream).await?;
+        return Ok(Accepted::Plain(stream, opening));
+    };
+    let mut tls_stream = match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+        Ok(handshake) => Box::new(handshake.map_err(SetupError::Tls)?),
+        Err(_) => return Err(SetupError::TlsTimedOut(timeout)),
+    };
+    let opening = read_opening_by(deadline, timeout, &mut tls_stream).await?;
+    Ok(Accepted::Tls(tls_stream, opening))
+}
+
+async fn read_opening_by<IO: AsyncRead + Unpin>(
+    deadline: Instant,
+    timeout: Duration,
+    io: &mut IO,
+) -> Result<Opening, SetupError> {
+    match tokio::time::timeout_at(deadline, read_opening(io)).await {
+        Ok(read) => read.map_err(SetupError::Opening),
+        Err(_) => Err(SetupError::OpeningTimedOut(timeout)),
+    }
+}
+
 /// Accepts unix-socket connections until `stop` is cancelled.
 pub async fn accept_unix<H: Handler>(listener: UnixListener, serving: Serving<'_, H>) {
-    let Serving { name: _, builder, graceful, handler, budget, h2_write_batching: _, stop } = serving;
+    let Serving { name: _, builder, graceful, handler, budget, h2_write_batching: _, setup_timeout, stop } = serving;
     const NAME: &str = "unix";
     loop {
-        let stream = tokio::select! {
+        let mut stream = tokio::select! {
             _ = stop.cancelled() => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -156,68 +264,82 @@ pub async fn accept_unix<H: Handler>(listener: UnixListener, serving: Serving<'_
                 }
             },
         };
-        let watcher = graceful.watcher();
-        let builder = builder.clone();
-        let handler = handler.clone();
         let slot = budget.as_ref().map(ConnectionBudget::open);
         let peer = Peer { over_connection_limit: slot.as_ref().is_some_and(|s| !s.within), ..Peer::default() };
+        let conn =
+            Conn { name: NAME, peer, builder: builder.clone(), watcher: graceful.watcher(), handler: handler.clone() };
+        let stop = stop.clone();
         tokio::spawn(async move {
             let _open = OpenConnection::new(NAME);
             let _slot = slot;
-            serve(stream, peer, NAME, &builder, watcher, handler).await;
+            let deadline = Instant::now() + setup_timeout;
+            let opening = tokio::select! {
+                _ = stop.cancelled() => return,
+                opening = read_opening_by(deadline, setup_timeout, &mut stream) => opening,
+            };
+            match opening {
+                Ok(opening) => conn.serve(Rewind::new(stream, opening)).await,
+                Err(err) => setup_failed(NAME, &err),
+            }
         });
     }
 }
 
-async fn serve<I, H>(
-    io: I,
-    peer: Peer,
+/// One connection's serving, but for its IO.
+struct Conn<H> {
     name: &'static str,
-    builder: &auto::Builder<TokioExecutor>,
-    watcher: hyper_util::server::graceful::Watcher,
+    peer: Peer,
+    builder: auto::Builder<TokioExecutor>,
+    watcher: Watcher,
     handler: H,
-) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    H: Handler,
-{
-    let service = service_fn(move |req| {
-        let handler = handler.clone();
-        let peer = peer.clone();
-        async move { Ok::<_, Infallible>(handler.handle(req, peer).await) }
-    });
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    if let Err(err) = watcher.watch(conn.into_owned()).await {
-        connection_error(name, "http", &*err);
-    }
 }
 
-/// True when a plain-text client opens with the HTTP/2 preface (h2c by
-/// prior knowledge). Peeking leaves the bytes for hyper; a client that sends
-/// nothing within the header timeout is left to hyper's own timeout.
-async fn starts_with_h2_preface(stream: &tokio::net::TcpStream) -> bool {
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
-    let mut buf = [0u8; 16];
-    let peek = async {
-        loop {
-            let n = stream.peek(&mut buf).await.ok()?;
-            if n == 0 || n >= PREFACE.len() || !PREFACE.starts_with(&buf[..n]) {
-                return Some(n >= PREFACE.len() && buf[..PREFACE.len()] == *PREFACE);
+impl<H: Handler> Conn<H> {
+    /// Serves HTTP/1.1 (with upgrades) or HTTP/2 on `io`, as its opening
+    /// says: hyper's own check of the preface is answered by the replayed
+    /// opening without waiting.
+    async fn serve<I>(self, io: Rewind<I>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Self { name, peer, builder, watcher, handler } = self;
+        let resets = EarlyResets::new();
+        let counted = resets.clone();
+        let service = service_fn(move |req| {
+            let handler = handler.clone();
+            let peer = peer.clone();
+            let unanswered = counted.start();
+            async move {
+                let resp = handler.handle(req, peer).await;
+                unanswered.answered();
+                Ok::<_, Infallible>(resp)
             }
-            // A partial match: wait for more bytes. The socket stays readable
-            // while those bytes sit unread, so waiting for readiness would
-            // spin; a client that sends its preface in pieces waits a little.
-            tokio::time::sleep(PREFACE_RETRY).await;
+        });
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        tokio::select! {
+            served = watcher.watch(conn.into_owned()) => if let Err(err) = served {
+                connection_error(name, "http", &*err);
+            },
+            // Dropping the connection closes the socket without a GOAWAY:
+            // the one handle that could send one (graceful shutdown) is the
+            // watcher's.
+            () = resets.tripped() => {
+                connection_error(name, "rapid_reset", &"most requests were cancelled before an answer");
+            }
         }
-    };
-    tokio::time::timeout(HEADER_READ_TIMEOUT, peek).await.ok().flatten().unwrap_or(false)
+    }
 }
 
 /// The identity of a verified client certificate. rustls has verified the
 /// chain against `--client-ca-file` by the time the handshake completes, so
 /// any certificate present here is trusted.
-fn client_identity<I>(tls: &tokio_rustls::server::TlsStream<I>) -> Option<CertIdentity> {
+fn client_identity<I>(tls: &TlsStream<I>) -> Option<CertIdentity> {
     let leaf = tls.get_ref().1.peer_certificates()?.first()?;
     crate::auth::cert::identity(leaf)
+}
+
+fn setup_failed(name: &'static str, err: &SetupError) {
+    connection_error(name, err.stage(), &error_chain(err));
 }
 
 /// Bad input from one client is expected, not actionable: logged at debug
@@ -256,3 +378,6 @@ impl Handler for AdminHandler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

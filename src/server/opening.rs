@@ -1,0 +1,205 @@
+//! The first bytes of a connection: read by the listener itself, under its
+//! deadline, then replayed to hyper.
+//!
+//! hyper-util's automatic server tells HTTP/2 from HTTP/1.1 by reading the
+//! 24-byte HTTP/2 preface, with no deadline of its own: a client that
+//! connects (or finishes TLS) and then sends nothing, or half a preface,
+//! holds its connection, and its `--max-connections` slot, for ever. Reading
+//! the opening here puts it under the same deadline as the TLS handshake,
+//! tells the listener whether the client speaks HTTP/2 (for the write-behind)
+//! without polling, and [`Rewind`] hands the bytes to hyper as if unread, so
+//! hyper's own check completes at once from them.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+
+/// What an HTTP/2 client sends first (RFC 9113 §3.4), prior knowledge or not.
+pub const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The bytes a connection opened with: the whole HTTP/2 preface, or as much
+/// of it as matched plus the first byte that did not (with what came in the
+/// same read), or less at end of file.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Opening {
+    buf: [u8; H2_PREFACE.len()],
+    len: usize,
+}
+
+impl Opening {
+    /// True when the client sent the whole HTTP/2 preface.
+    pub fn is_h2_preface(&self) -> bool {
+        self.buf[..self.len] == H2_PREFACE[..]
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+/// Reads until the opening is known: the full preface, the first byte that
+/// differs from it, or end of file. Waits as long as the client keeps to the
+/// preface; the caller bounds that with its deadline.
+pub async fn read_opening<IO: AsyncRead + Unpin>(io: &mut IO) -> io::Result<Opening> {
+    let mut opening = Opening::default();
+    while opening.len < H2_PREFACE.len() {
+        let n = io.read(&mut opening.buf[opening.len..]).await?;
+        if n == 0 {
+            break;
+        }
+        let start = opening.len;
+        opening.len += n;
+        if opening.buf[start..opening.len] != H2_PREFACE[start..opening.len] {
+            break;
+        }
+    }
+    Ok(opening)
+}
+
+/// An IO whose reads yield `opening` before anything else from `io`; writes
+/// go straight to `io`.
+pub struct Rewind<IO> {
+    opening: Opening,
+    /// How much of `opening` has been read back.
+    pos: usize,
+    io: IO,
+}
+
+impl<IO> Rewind<IO> {
+    pub fn new(io: IO, opening: Opening) -> Self {
+        Self { opening, pos: 0, io }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Rewind<IO> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let rest = &this.opening.as_bytes()[this.pos..];
+        if rest.is_empty() {
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        }
+        let n = rest.len().min(buf.remaining());
+        buf.put_slice(&rest[..n]);
+        this.pos += n;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Rewind<IO> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::io::{AsyncWriteExt, duplex};
+
+    /// Reads the opening `sent` makes, then everything after it through a
+    /// [`Rewind`]: the bytes come back whole and in order.
+    async fn open_and_replay(sent: &[&[u8]]) -> (Opening, Vec<u8>) {
+        let (mut client, mut server) = duplex(1024);
+        for piece in sent {
+            client.write_all(piece).await.unwrap();
+        }
+        drop(client);
+        let opening = read_opening(&mut server).await.unwrap();
+        let mut replayed = Vec::new();
+        Rewind::new(server, opening).read_to_end(&mut replayed).await.unwrap();
+        assert_eq!(replayed, sent.concat(), "the replay lost or reordered bytes");
+        (opening, replayed)
+    }
+
+    #[tokio::test]
+    async fn an_h2_preface_is_recognised_and_replayed() {
+        let (opening, _) = open_and_replay(&[H2_PREFACE, b"\0\0\0\x04\0\0\0\0\0"]).await;
+        assert!(opening.is_h2_preface());
+        assert_eq!(opening.as_bytes(), H2_PREFACE);
+    }
+
+    #[tokio::test]
+    async fn an_http1_request_stops_at_the_first_read() {
+        let (opening, _) = open_and_replay(&[b"GET /api HTTP/1.1\r\nHost: a\r\n\r\n"]).await;
+        assert!(!opening.is_h2_preface());
+        // One read of up to the preface's length, not the whole head.
+        assert_eq!(opening.as_bytes(), b"GET /api HTTP/1.1\r\nHost:");
+    }
+
+    #[tokio::test]
+    async fn a_mismatch_after_a_matching_start_is_http1() {
+        let (opening, _) = open_and_replay(&[b"PRI * HT", b"TP/1.1\r\n\r\n"]).await;
+        assert!(!opening.is_h2_preface());
+        assert_eq!(opening.as_bytes(), b"PRI * HTTP/1.1\r\n\r\n");
+    }
+
+    #[tokio::test]
+    async fn end_of_file_ends_the_opening() {
+        let (opening, _) = open_and_replay(&[b"PRI"]).await;
+        assert!(!opening.is_h2_preface());
+        let (opening, _) = open_and_replay(&[]).await;
+        assert!(opening.as_bytes().is_empty());
+    }
+
+    /// A client that stops inside the preface leaves the read waiting: the
+    /// listener's deadline is what ends it.
+    #[tokio::test(start_paused = true)]
+    async fn a_partial_preface_waits_for_more() {
+        let (mut client, mut server) = duplex(1024);
+        client.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+        let read = read_opening(&mut server);
+        tokio::pin!(read);
+        let early = tokio::time::timeout(Duration::from_secs(3600), &mut read).await;
+        assert!(early.is_err(), "the opening ended before the preface did: {early:?}");
+        // The rest of the preface, in a later piece, completes it.
+        client.write_all(b"\r\nSM\r\n\r\n").await.unwrap();
+        let opening = tokio::time::timeout(Duration::from_secs(1), read).await.unwrap().unwrap();
+        assert!(opening.is_h2_preface());
+    }
+
+    #[tokio::test]
+    async fn rewind_replays_into_small_buffers_and_writes_through() {
+        let (mut client, mut server) = duplex(1024);
+        client.write_all(H2_PREFACE).await.unwrap();
+        client.write_all(b"after").await.unwrap();
+        let opening = read_opening(&mut server).await.unwrap();
+        let mut io = Rewind::new(server, opening);
+        let mut got = Vec::new();
+        let mut small = [0u8; 5];
+        while got.len() < H2_PREFACE.len() + 5 {
+            let n = io.read(&mut small).await.unwrap();
+            assert!(n > 0 && n <= 5);
+            got.extend_from_slice(&small[..n]);
+        }
+        assert_eq!(&got[..24], H2_PREFACE);
+        assert_eq!(&got[24..], b"after");
+        io.write_all(b"reply").await.unwrap();
+        io.shutdown().await.unwrap();
+        let mut reply = Vec::new();
+        client.read_to_end(&mut reply).await.unwrap();
+        assert_eq!(reply, b"reply");
+    }
+}
