@@ -130,3 +130,57 @@ async fn a_client_holding_a_version_from_inside_a_relist_gap_misses_no_deletion(
     assert!(got_410, "a watcher from inside the relist gap is expected to get 410");
     drop(_exclusive);
 }
+
+/// The event types and names of a finished watch's body, bookmarks marked
+/// with their initial-events-end annotation.
+fn sequence(body: &[u8]) -> Vec<String> {
+    body.split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let v: Value = serde_json::from_slice(l).unwrap();
+            let m = &v["object"]["metadata"];
+            let end = m["annotations"]["k8s.io/initial-events-end"].as_str().unwrap_or("");
+            format!("{} {}{}", v["type"].as_str().unwrap(), m["name"].as_str().unwrap_or(""), end)
+        })
+        .collect()
+}
+
+/// Issue 16's smaller differences, compared with the API server: a watch
+/// from the current state ends its initial events with the
+/// initial-events-end bookmark when bookmarks are allowed (resourceVersion 0
+/// and unset alike), and a negative timeoutSeconds ends the watch at once.
+#[tokio::test]
+async fn watch_starts_and_timeouts_answer_as_the_api_server_does() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let ns = namespace("watchstart");
+    create_namespace(&direct, &ns).await;
+    for name in ["a", "b"] {
+        configmap(&direct, "create", &ns, name).await;
+    }
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    wait_initialized(wm.admin, "configmaps", 1.0).await;
+    let served_before = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await;
+    let base = format!("/api/v1/namespaces/{ns}/configmaps?watch=1&timeoutSeconds=1");
+    for query in ["&resourceVersion=0&allowWatchBookmarks=true", "&allowWatchBookmarks=true", "&resourceVersion=0"] {
+        let path = format!("{base}{query}");
+        let (code, via) = read(get(wm.addr, &path).await).await;
+        let (direct_code, direct_body) = get_direct(&direct, &path).await;
+        assert_eq!((code, direct_code), (200, 200), "{path}");
+        assert_eq!(sequence(&via), sequence(&direct_body), "{path}");
+    }
+    assert_eq!(
+        sequence(&get_direct(&direct, &format!("{base}&resourceVersion=0&allowWatchBookmarks=true")).await.1),
+        ["ADDED a", "ADDED b", "BOOKMARK true"],
+        "what the API server sends"
+    );
+    let path = format!("/api/v1/namespaces/{ns}/configmaps?watch=1&timeoutSeconds=-5&resourceVersion=0");
+    let started = tokio::time::Instant::now();
+    let (code, via) = read(get(wm.addr, &path).await).await;
+    assert!(started.elapsed() < Duration::from_secs(1), "a negative timeout ends the watch at once");
+    let (direct_code, direct_body) = get_direct(&direct, &path).await;
+    assert_eq!((code, via), (direct_code, direct_body));
+    let served_after = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await;
+    assert_eq!(served_after, served_before, "every watch here was served from the cache");
+}

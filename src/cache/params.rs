@@ -34,6 +34,7 @@ pub struct ReadParams {
     pub continue_token: Option<String>,
     pub label_selector: String,
     pub field_selector: String,
+    /// `Some(0)` for a negative `timeoutSeconds` (the watch ends at once); `None` for 0 or none.
     pub timeout_seconds: Option<u64>,
     pub allow_bookmarks: bool,
     pub send_initial_events: Option<bool>,
@@ -90,7 +91,9 @@ impl ReadParams {
                 "fieldSelector" => p.field_selector = value.into_owned(),
                 "timeoutSeconds" => {
                     let n: i64 = value.parse().map_err(|_| Unsupported("invalid_parameters"))?;
-                    p.timeout_seconds = (n > 0).then_some(n as u64);
+                    // 0 means none (the server picks one); a negative one ends
+                    // the watch at once, as in the API server.
+                    p.timeout_seconds = (n != 0).then_some(n.max(0) as u64);
                 }
                 "allowWatchBookmarks" => p.allow_bookmarks = flag(&value),
                 "sendInitialEvents" => p.send_initial_events = Some(flag(&value)),
@@ -159,6 +162,15 @@ mod tests {
         assert_eq!(p.rv, Rv::At(1234));
         assert_eq!(p.timeout_seconds, Some(417));
         assert_eq!(p.label_selector, "app=x");
+    }
+
+    #[test]
+    fn a_negative_timeout_ends_the_watch_at_once_and_zero_means_none() {
+        let timeout = |q: &str| ReadParams::parse(Some(q)).unwrap().timeout_seconds;
+        assert_eq!(timeout("watch=1&timeoutSeconds=-5"), Some(0));
+        assert_eq!(timeout("watch=1&timeoutSeconds=0"), None);
+        assert_eq!(timeout("watch=1&timeoutSeconds=30"), Some(30));
+        assert!(ReadParams::parse(Some("watch=1&timeoutSeconds=x")).is_err());
     }
 
     #[test]

@@ -226,16 +226,11 @@ impl CacheService {
             // or a rare form the cache leaves to the API server.
             _ => return Served::Passthrough("watch_parameters"),
         };
+        // A negative timeoutSeconds is a watch that ends at once (an empty
+        // 200), as in the API server; 0 or none, a random one.
         let timeout = match p.timeout_seconds {
             Some(s) => Duration::from_secs(s),
             None => MIN_REQUEST_TIMEOUT.mul_f64(rand::rng().random_range(1.0..2.0)),
-        };
-        let opts = StreamOptions {
-            variant,
-            allow_bookmarks: p.allow_bookmarks,
-            initial_events_end: watch_list,
-            timeout,
-            stop: self.streams_stop.clone(),
         };
         let start = if watch_list {
             match p.rv {
@@ -260,6 +255,17 @@ impl CacheService {
                 Rv::Unset | Rv::Any => StartAt::CurrentState,
                 Rv::At(rv) => StartAt::After(rv),
             }
+        };
+        let opts = StreamOptions {
+            variant,
+            allow_bookmarks: p.allow_bookmarks,
+            // The API server ends the initial events of every watch that
+            // starts from the current state (watch-list, and a watch at
+            // resourceVersion 0 or unset) with the initial-events-end
+            // bookmark, when the client allows bookmarks.
+            initial_events_end: watch_list || matches!(start, StartAt::CurrentState),
+            timeout,
+            stop: self.streams_stop.clone(),
         };
         match cache.register(filter, start) {
             Ok(reg) => {
