@@ -10,10 +10,16 @@
 #   - every --flag the chart passes is one `watchmux --help` lists (a case may
 #     name flags it passes on purpose that the binary lacks; none do today);
 #   - auth: --auth-mode is always rendered, delegated by default in nodeLocal
-#     and tier (with TokenReview/SubjectAccessReview/impersonate RBAC),
-#     trusted-local in sidecar; nodeLocal+delegated without auth.clientCA is
-#     refused with instructions;
-#   - the cache: values.yaml's cache.resources is the binary's own
+#     and tier, trusted-local in sidecar; nodeLocal+delegated without
+#     auth.clientCA is refused with instructions;
+#   - identity and RBAC per mode: tier/sidecar delegated get TokenReview/
+#     SubjectAccessReview/impersonate RBAC; trusted-local never impersonate;
+#     nodeLocal+delegated renders --upstream-identity=client, no ClusterRole,
+#     Role or binding at all, no service-account token in the pod, and (with
+#     the kubelet's credentials) --kubeconfig=<the kubelet's kubeconfig> from
+#     read-only hostPath mounts at the host's paths, caching only what the
+#     Node authorizer lets a node list and watch (anything else is refused);
+#   - the cache: the chart's default cache.resources (tier) is the binary's own
 #     --cache-resources default and the chart's built-in API groups are the
 #     binary's; per case, the ClusterRole grants get/list/watch on every cached
 #     resource and nothing more (list/watch only for "*"; CRD get only for
@@ -34,20 +40,29 @@
 #     deletes again; kinds whose API is not served (ServiceMonitor,
 #     cert-manager's Certificate/Issuer without their CRDs) are skipped with a
 #     note;
+#   - the Node authorizer, asked with a node client certificate minted from the
+#     test cluster's CA, lets a node list and watch exactly what the chart's
+#     node-listable table says (with the node's own name where it says so,
+#     and not without it), and not the binary's other default resources;
 #   - end to end, for nodeLocal, tier and sidecar: the watchmux binary started
 #     with the rendered args (addresses and file paths made local, $(VAR)s
 #     expanded as the kubelet does) and the rendered certificate gets ready
 #     (with --cache-warm: its caches synced) and answers kubectl using the
-#     rendered client kubeconfig (delegated: with a real token, or for nodeLocal
-#     the kubelet kubeconfig with a client certificate minted from the test
-#     cluster's CA, --client-ca-file being the API server's client CA); pod lists are served from the cache, and the
-#     nodeLocal cache holds only the pods of its own node (two scratch pods
-#     bound to two made-up nodes);
+#     rendered client kubeconfig (delegated: with a real token; for nodeLocal
+#     the kubelet kubeconfig, and as upstream credentials the "kubelet's
+#     kubeconfig", both with client certificates of node $node_a minted from
+#     the test cluster's CA, --client-ca-file being the API server's client
+#     CA); pod lists are served from the cache, and the nodeLocal cache holds
+#     only the pods of its own node (two scratch pods bound to two made-up
+#     nodes); nodeLocal: a pass-through the node may not do (list secrets) is
+#     the same 403 through watchmux as directly, and another node's
+#     certificate is refused on pass-through;
 #   - a real install + upgrade (nodeLocal) shows the generated CA and serving
 #     certificate are kept across upgrades, and the CA Secret across uninstall;
-#     the release's ServiceAccount (a token from the TokenRequest API) is
-#     enough for watchmux to warm every cache, with the default resources and
-#     with "*", and may not read what is not cached.
+#     installed nodeLocal (delegated) binds its ServiceAccount to nothing;
+#     upgraded to tier, the release's ServiceAccount (a token from the
+#     TokenRequest API) is enough for watchmux to warm every cache, with the
+#     default resources and with "*", and may not read what is not cached.
 #
 # Helm comes from integration/tools/helm (build-helm.sh), kubectl from
 # .run/kubectl (build-k8s.sh; override with KUBECTL). Exits non-zero on any
@@ -102,16 +117,18 @@ cases=(
   "nodelocal|privileged|-|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca"
   "nodelocal-servicemonitor|privileged|-|--set mode=nodeLocal --set serviceMonitor.enabled=true --set admin.listenAddress='\$(HOST_IP)' --set auth.clientCA.configMap=client-ca"
   "nodelocal-certmanager|privileged|-|--set mode=nodeLocal --set certManager.enabled=true --set auth.clientCA.configMap=client-ca"
-  "nodelocal-hostport|privileged|-|--set mode=nodeLocal --set nodeLocal.hostNetwork=false --set nodeLocal.hostIP=0.0.0.0 --set upstream.apiserverHost=kubernetes.example --set upstream.apiserverPort=6443 --set auth.clientCA.configMap=client-ca"
+  "nodelocal-hostport|privileged|-|--set mode=nodeLocal --set nodeLocal.hostNetwork=false --set nodeLocal.hostIP=0.0.0.0 --set auth.clientCA.configMap=client-ca"
   "nodelocal-example-values|privileged|-|-f $examples/node-local-values.yaml"
-  "nodelocal-cache-custom|privileged|-|--set mode=nodeLocal --set 'cache.resources={pods,nodes,leases.coordination.k8s.io,widgets.example.com}' --set 'cache.watchCacheSizes={nodes#0,pods#1000}' --set cache.warm=false --set cache.historyWindow=2m --set cache.slowWatcherGrace=10s --set auth.clientCA.configMap=client-ca"
-  "nodelocal-unscoped|privileged|-|--set mode=nodeLocal --set nodeLocal.scopePodsToNode=false --set auth.clientCA.configMap=client-ca"
+  "nodelocal-cache-custom|privileged|-|--set mode=nodeLocal --set 'cache.resources={pods,nodes,leases.coordination.k8s.io,widgets.example.com}' --set 'cache.watchCacheSizes={nodes#0,pods#1000}' --set cache.warm=false --set cache.historyWindow=2m --set cache.slowWatcherGrace=10s --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true"
+  "nodelocal-unscoped|privileged|-|--set mode=nodeLocal --set nodeLocal.scopePodsToNode=false --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true"
+  "nodelocal-kubelet-custom|privileged|-|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set 'cache.resources={pods,nodes,services,resourceslices.resource.k8s.io,certificatesigningrequests.certificates.k8s.io}' --set 'cache.watchCacheSizes={services#0}' --set nodeLocal.kubeletKubeconfig=/var/lib/kubelet/kubeconfig --set nodeLocal.kubeletPKIDir= --set upstream.context=default"
+  "nodelocal-kubeconfig-secret|privileged|-|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set upstream.kubeconfigSecret.name=watchmux-upstream"
   "sidecar|restricted|-|--set mode=sidecar"
   "sidecar-warm-scoped|restricted|-|--set mode=sidecar --set cache.warm=true --set 'cache.resources={pods}' --set cache.scopes.pods='fieldSelector=metadata.namespace=\$(POD_NAMESPACE)'"
   "sidecar-servicemonitor|restricted|-|--set mode=sidecar --set serviceMonitor.enabled=true"
   "sidecar-example-values|restricted|-|-f $examples/sidecar-values.yaml"
   "nodelocal-delegated-tuned|privileged|-|--set mode=nodeLocal --set auth.mode=delegated --set auth.clientCA.configMap=client-ca --set auth.anonymous=false --set auth.cacheTTL.token=1m --set auth.cacheTTL.tokenNegative=5s --set auth.cacheTTL.authorized=2m --set auth.cacheTTL.unauthorized=10s --set limits.maxRequestsInflight=800 --set limits.maxConnections=0 --set limits.maxRequestBodyBytes=1048576"
-  "nodelocal-trusted-local|privileged|-|--set mode=nodeLocal --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true --set 'rbac.extraClusterRoles[0]=system:node'"
+  "nodelocal-trusted-local|privileged|-|--set mode=nodeLocal --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true --set 'rbac.extraClusterRoles[0]=system:node' --set upstream.apiserverHost=kubernetes.example --set upstream.apiserverPort=6443"
   "tier-trusted-local-remote|restricted|-|--set mode=tier --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true --set networkPolicy.enabled=true"
   "tier-delegated-client-ca|restricted|-|--set mode=tier --set auth.clientCA.configMap=client-ca"
 )
@@ -136,6 +153,13 @@ refusals=(
   "cache-bad-scope|--set cache.scopes.pods=nodeName=node-1"
   "cache-scope-not-cached|--set cache.scopes.secrets=labelSelector=app=demo"
   "cache-all-turned-off|--set 'cache.resources={pods}' --set 'cache.watchCacheSizes={pods#0}'"
+  "nodelocal-kubelet-cache-all|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set 'cache.resources={*}'|cache.resources \"*\" cannot be cached with a node's credentials"
+  "nodelocal-kubelet-unlistable|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set 'cache.resources={pods,configmaps,endpoints,namespaces,endpointslices.discovery.k8s.io}'|configmaps, endpoints, namespaces, endpointslices.discovery.k8s.io cannot be cached with a node's credentials"
+  "nodelocal-kubelet-pods-unscoped|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.scopePodsToNode=false|a node may list and watch pods only with fieldSelector=spec.nodeName"
+  "nodelocal-kubelet-nodes-scope|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set cache.scopes.nodes=labelSelector=a=b|a node may list and watch nodes only with fieldSelector=metadata.name"
+  "nodelocal-kubelet-extra-rbac|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set 'rbac.extraClusterRoles[0]=system:node'|grant nothing in nodeLocal with delegated auth"
+  "nodelocal-kubelet-apiserver-host|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set upstream.apiserverHost=kubernetes.example|which watchmux reads only without a kubeconfig"
+  "nodelocal-kubelet-relative-path|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.kubeletKubeconfig=kubelet.conf"
 )
 
 ns_restricted="watchmux-chart-check-r-$$"
@@ -206,15 +230,18 @@ for c in "${cases[@]}"; do
 done
 
 # --- offline: the cache ----------------------------------------------------------
-# values.yaml's default list is the binary's default, and the API groups the
-# chart treats as built in (no CRD to read) are the binary's.
+# The chart's default list (cache.resources null, in tier) is the binary's
+# default, and the API groups the chart treats as built in (no CRD to read)
+# are the binary's.
 if [[ -n $watchmux_bin ]]; then
   binary_default="$("$watchmux_bin" --help | tr -s ' \n' ' ' | sed -nE 's/.*--cache-resources <LIST> .*\[default: ([^]]*)\] --watch-cache-sizes.*/\1/p' | tr -d ' ')"
-  chart_default="$(yq -r '.cache.resources | join(",")' "$chart/values.yaml")"
-  if [[ -n $binary_default && $binary_default == "$chart_default" ]]; then
-    say "ok   cache.resources defaults to the binary's --cache-resources default ($binary_default)"
+  chart_default="$(yq -r 'select(.kind == "Deployment") | .spec.template.spec.containers[0].args[] | select(startswith("--cache-resources=")) | ltrimstr("--cache-resources=")' "$tmp/tier.yaml")"
+  if [[ $(yq -r '.cache.resources' "$chart/values.yaml") != null ]]; then
+    fail "values.yaml cache.resources is not null (the mode's default)"
+  elif [[ -n $binary_default && $binary_default == "$chart_default" ]]; then
+    say "ok   cache.resources defaults (tier) to the binary's --cache-resources default ($binary_default)"
   else
-    fail "values.yaml cache.resources ($chart_default) is not the binary's --cache-resources default (${binary_default:-not found in --help})"
+    fail "the chart's default cache.resources in tier ($chart_default) is not the binary's --cache-resources default (${binary_default:-not found in --help})"
   fi
 fi
 builtin_src="$root/src/cache/resource_info.rs"
@@ -230,6 +257,10 @@ else
   note "no $builtin_src: built-in API groups not compared"
 fi
 builtin_json="$(tr ',' '\n' <<<"$chart_builtin" | jq -R . | jq -sc .)"
+# What the chart says a node may list and watch: resource[.group] -> the field
+# that must select the node itself ("" for none). The server-side checks ask
+# the API server whether it is so.
+node_listable_json="$(grep -A1 'define "watchmux.nodeListable"' "$chart/templates/_helpers.tpl" | tail -1 | grep -oE '"[^"]*"' | jq -sc '[range(0; length; 2) as $i | {key: .[$i], value: .[$i + 1]}] | from_entries')"
 
 # The watchmux container of a rendered case, as JSON (the workload's, or in
 # sidecar mode the snippet in the client ConfigMap), and the mode it runs in.
@@ -261,6 +292,18 @@ cache_jq='
     | ([$cached[] | select((gr.g) as $g | $builtin | index([$g]) == null)]) as $custom
     | ([values("--cache-scope")[] | capture("^(?<r>[^=]+)=(?<s>.*)$")]) as $scopes
     | def cached($r): ($cached | index([$r]) != null) or ($all and ($off | index([$r]) == null));
+      if $clientid then
+      # nodeLocal+delegated: no RBAC at all (watchmux uses the node credentials)
+      (select(($rules | length) > 0) | "nodeLocal with delegated auth renders ClusterRole rules: \($rules | map("\(.verbs | join("/")) \(.resources | join(","))") | join("; "))"),
+      (if $kubelet then
+        # kubelet credentials: only what a node may list and watch, its own objects where it must
+        (select($all) | "cache.resources * with the kubelet'"'"'s credentials"),
+        ($cached[] | select($listable[.] == null) | "\(.) is cached, but a node may not list and watch it (Node authorizer)"),
+        ($cached[] | . as $r | ($listable[$r] // "") as $f | select($f != "")
+          | select([$scopes[] | select(.r == $r and (.s | test("(^|&)fieldSelector=([^&]*,)?" + ($f | gsub("\\."; "\\.")) + "==?\\$\\(NODE_NAME\\)(,|&|$)")))] | length != 1)
+          | "\($r) is cached without --cache-scope=\($r)=fieldSelector=\($f)=$(NODE_NAME): a node may list only its own")
+      else empty end)
+      else
       # every cached resource can be read
       ($cached[] | . as $n | gr as $x | ("get", "list", "watch") as $v
         | select(allows($x.g; $x.r; $v; null) | not) | "ClusterRole lacks \($v) on \($n)"),
@@ -298,7 +341,8 @@ cache_jq='
          ["", "users", "impersonate"], ["", "groups", "impersonate"], ["", "serviceaccounts", "impersonate"],
          ["authentication.k8s.io", "userextras", "impersonate"], ["authentication.k8s.io", "uids", "impersonate"])
         | select(allows(.[0]; .[1]; .[2]; null) | not) | "delegated auth: ClusterRole lacks \(.[2]) on \(.[1])"
-      else empty end),
+      else empty end)
+      end,
       # warm where expected
       (if ($c.args | index(["--cache-warm"]) != null) != $warm then "--cache-warm \(if $warm then "missing" else "unexpected" end)" else empty end),
       # scopes only for cached resources; nodeLocal pods on their own node
@@ -323,8 +367,10 @@ check_cache() {  # check_cache <case> <helm args> [ClusterRole rules JSON instea
   IFS=$'\t' read -r mode cjson < <(container_json "$tmp/$name.yaml") || true
   if [[ -z ${cjson:-} ]]; then fail "$name: no watchmux container rendered"; return; fi
   rules="${3:-$(yq -c 'select(.kind == "ClusterRole") | .rules // []' "$tmp/$name.yaml")}"
-  local delegated=false
+  local delegated=false clientid=false kubelet=false
   if jq -e '.args | index(["--auth-mode=delegated"]) != null' <<<"$cjson" >/dev/null; then delegated=true; fi
+  if jq -e '.args | index(["--upstream-identity=client"]) != null' <<<"$cjson" >/dev/null; then clientid=true; fi
+  if [[ $clientid == true ]] && jq -e '[.args[] | select(startswith("--kubeconfig=") and (startswith("--kubeconfig=/etc/watchmux/") | not))] | length == 1' <<<"$cjson" >/dev/null; then kubelet=true; fi
   case "$args" in
     *cache.enabled=false*|*cache.warm=false*) warm=false ;;
     *cache.warm=true*) warm=true ;;
@@ -332,7 +378,8 @@ check_cache() {  # check_cache <case> <helm args> [ClusterRole rules JSON instea
   esac
   [[ $args == *scopePodsToNode=false* ]] && nodescope=false
   if ! problems="$(jq -nr --argjson c "$cjson" --argjson rules "${rules:-[]}" --argjson builtin "$builtin_json" \
-        --arg mode "$mode" --argjson warm "$warm" --argjson nodescope "$nodescope" --argjson delegated "$delegated" "$cache_jq" 2>&1)"; then
+        --arg mode "$mode" --argjson warm "$warm" --argjson nodescope "$nodescope" --argjson delegated "$delegated" \
+        --argjson clientid "$clientid" --argjson kubelet "$kubelet" --argjson listable "$node_listable_json" "$cache_jq" 2>&1)"; then
     fail "$name: cache check did not run: $problems"; return
   fi
   if [[ -n $problems ]]; then
@@ -345,14 +392,81 @@ for c in "${cases[@]}"; do
   IFS='|' read -r name _ _ args <<<"$c"
   [[ -s $tmp/$name.yaml ]] && check_cache "$name" "$args"
 done
+
+# Identity and RBAC per mode. nodeLocal+delegated: --upstream-identity=client,
+# no RBAC object at all, no service-account token, and with the kubelet's
+# credentials (--kubeconfig outside /etc/watchmux) hostPath mounts that are
+# read-only, at the host's own paths, of a kind that must exist (File or
+# Directory: a missing path fails the pod instead of becoming an empty
+# directory), run as uid 0 with every capability dropped. Elsewhere: no
+# hostPath, and trusted-local never impersonates.
+# shellcheck disable=SC2016 # a jq program, not shell
+identity_jq='
+  def arg($f): [$c.args[] | select(startswith($f + "=")) | .[($f | length) + 1:]];
+  (arg("--auth-mode")[0]) as $auth
+  | (arg("--upstream-identity")[0] // "impersonate") as $upstream
+  | (arg("--kubeconfig")[0] // "") as $kc
+  | ([$pod.volumes[]? | select(.hostPath)]) as $hp
+  | ($mode == "nodeLocal" and $auth == "delegated") as $clientid
+  | ($clientid and $kc != "" and ($kc | startswith("/etc/watchmux/") | not)) as $kubelet
+  | (if $clientid then
+      (select($upstream != "client") | "nodeLocal+delegated without --upstream-identity=client"),
+      (select($rbac != "") | "nodeLocal+delegated renders RBAC: \($rbac)"),
+      (select($pod.automountServiceAccountToken != false) | "nodeLocal+delegated mounts a service-account token")
+    else
+      (select($upstream != "impersonate") | "--upstream-identity=\($upstream) outside nodeLocal+delegated"),
+      (select($auth == "trusted-local" and $impersonate) | "trusted-local with the impersonate verb: every client could become anyone")
+    end),
+    (if $kubelet then
+      (select([$hp[] | select(.hostPath.path == $kc and .hostPath.type == "File")] | length != 1)
+        | "--kubeconfig=\($kc) is not a hostPath File volume"),
+      ($hp[] | . as $v | [$c.volumeMounts[]? | select(.name == $v.name)] as $m
+        | if ($m | length) == 0 then "hostPath \($v.hostPath.path) is not mounted"
+          else ($m[] | select(.readOnly != true or .mountPath != $v.hostPath.path)
+            | "hostPath \($v.hostPath.path) mounted at \(.mountPath), readOnly \(.readOnly // false)") end),
+      ($hp[] | select(.hostPath.type != "File" and .hostPath.type != "Directory")
+        | "hostPath \(.hostPath.path) of type \(.hostPath.type // "\"\"") (a missing path would be created)"),
+      (select($pod.securityContext.runAsUser != 0) | "the kubelet'"'"'s credentials (root'"'"'s, mode 0600) need uid 0"),
+      (select(($c.securityContext.capabilities.drop // []) != ["ALL"] or $c.securityContext.allowPrivilegeEscalation != false
+        or ($c.securityContext.capabilities.add // []) != []) | "uid 0 without every capability dropped")
+    else
+      ($hp[] | "hostPath \(.hostPath.path) without the kubelet'"'"'s credentials")
+    end)
+'
+check_identity() {  # check_identity <case>
+  local name="$1" f="$tmp/$1.yaml" mode cjson pod rbac impersonate=false problems summary
+  IFS=$'\t' read -r mode cjson < <(container_json "$f") || true
+  [[ -n ${cjson:-} ]] || return 0
+  pod="$(yq -c 'select(.kind == "DaemonSet" or .kind == "Deployment") | .spec.template.spec' "$f")"
+  [[ -n $pod ]] || pod='{}'  # sidecar: the application's pod
+  rbac="$(yq -r 'select(.kind | test("^(Cluster)?Role(Binding)?$")) | .kind' "$f" | sort | uniq -c | awk '{printf "%s%s", sep, ($1 > 1 ? $1 "x" : "") $2; sep=", "}')"
+  [[ -n $(yq -c 'select(.kind == "ClusterRole" or .kind == "Role") | .rules[]? | select(.verbs | index("impersonate"))' "$f") ]] && impersonate=true
+  if ! problems="$(jq -nr --argjson c "$cjson" --argjson pod "$pod" --arg mode "$mode" --arg rbac "$rbac" \
+        --argjson impersonate "$impersonate" "$identity_jq" 2>&1)"; then
+    fail "$name: identity check did not run: $problems"; return
+  fi
+  if [[ -n $problems ]]; then
+    while read -r p; do fail "$name: $p"; done <<<"$problems"
+    return
+  fi
+  summary="$(jq -r '[(.args[] | select(test("^--(auth-mode|upstream-identity|kubeconfig)="))),
+    (.volumeMounts[]? | select(.mountPath | startswith("/etc/watchmux") | not) | "\(.mountPath) ro=\(.readOnly // false)")] | join(" ")' <<<"$cjson")"
+  say "ok   identity $name: $summary; RBAC: ${rbac:-none}$([[ $impersonate == true ]] && echo ", may impersonate")"
+}
+for c in "${cases[@]}"; do
+  IFS='|' read -r name _ _ _ <<<"$c"
+  [[ -s $tmp/$name.yaml ]] && check_identity "$name"
+done
 # The check itself catches a ClusterRole that lacks a cached resource, and one
-# that grants more.
-if [[ -s $tmp/nodelocal.yaml ]]; then
-  for tamper in 'map(select(.resources != ["csidrivers"]))' '. + [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]'; do
-    rules="$(yq -c "select(.kind == \"ClusterRole\") | .rules | $tamper" "$tmp/nodelocal.yaml")"
-    out="$(check_cache nodelocal "--set mode=nodeLocal --set auth.clientCA.configMap=client-ca" "$rules" 2>&1)"  # its failures stay in the subshell
+# that grants more; and any rule at all with the kubelet's credentials.
+if [[ -s $tmp/tier.yaml && -s $tmp/nodelocal.yaml ]]; then
+  for tamper in 'tier|map(select(.resources != ["csidrivers"]))' 'tier|. + [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]' \
+      'nodelocal|[{"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"]}]'; do
+    case_name="${tamper%%|*}"; tamper="${tamper#*|}"
+    rules="$(yq -c "select(.kind == \"ClusterRole\") | .rules" "$tmp/$case_name.yaml" | jq -sc "(.[0] // []) | $tamper")"
+    out="$(check_cache "$case_name" "-" "$rules" 2>&1)"  # its failures stay in the subshell
     if [[ $out != *"FAIL: "* ]]; then
-      fail "the cache check accepted a tampered ClusterRole ($tamper)"
+      fail "the cache check accepted a tampered ClusterRole ($case_name: $tamper)"
     else
       say "ok   the cache check refuses a tampered ClusterRole: $(grep -m1 FAIL <<<"$out" | sed 's/.*FAIL: //')"
     fi
@@ -553,6 +667,19 @@ else
       awk -v n="$2" -v r="resource=\"$3\"" '!found && index($1, n "{") == 1 && index($1, r) { print $2; found = 1 }' || true
   }
   node_a="chart-check-a-$$"; node_b="chart-check-b-$$"  # made-up nodes
+  # A client certificate for a subject, signed by the test cluster's CA (the
+  # API server's --client-ca-file), as <out>.crt and <out>.key, and
+  # <out>.kubeconfig presenting it to the API server directly.
+  mint_client() {  # mint_client <out prefix> <subject>
+    openssl req -new -newkey rsa:2048 -nodes -keyout "$1.key" -subj "$2" -out "$1.csr" 2>/dev/null &&
+      openssl x509 -req -in "$1.csr" -CA "$root/.run/cluster/ca.crt" -CAkey "$root/.run/cluster/ca.key" \
+        -CAcreateserial -CAserial "$tmp/ca.srl" -days 1 -out "$1.crt" \
+        -extfile <(printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n') 2>/dev/null &&
+      k config view --raw --minify --flatten -o json |
+      jq --arg crt "$1.crt" --arg key "$1.key" '.users[0].user = {"client-certificate": $crt, "client-key": $key}' >"$1.kubeconfig"
+  }
+  node_subject() { echo "/O=system:nodes/CN=system:node:$1"; }
+  can_mint=0; [[ -f $root/.run/cluster/ca.key ]] && command -v openssl >/dev/null && can_mint=1
   smoke_test() {  # smoke_test <case> [upstream kubeconfig, default the admin's] [what the upstream identity is]
     local name="$1" upstream="${2:-$kubeconfig}" who="${3:-}" d="$tmp/smoke-$1" f args=() arg port admin_port
     local mode cjson pod_ns
@@ -561,8 +688,21 @@ else
     IFS=$'\t' read -r mode cjson < <(container_json "$tmp/$name.yaml") || true
     if [[ -z ${cjson:-} ]]; then fail "end to end $name: no watchmux container rendered"; return; fi
     pod_ns="$(yq -r 'select(.kind == "ConfigMap") | .metadata.namespace' "$tmp/$name.yaml" | head -1)"
-    local delegated=0 kckey=kubeconfig
+    local delegated=0 kubelet=0 kckey=kubeconfig
     if jq -e '.args | index(["--auth-mode=delegated"]) != null' <<<"$cjson" >/dev/null; then delegated=1; fi
+    # nodeLocal+delegated with the kubelet's credentials: watchmux's upstream
+    # kubeconfig (the "kubelet's kubeconfig" on the host) and the kubelet's
+    # own kubeconfig through watchmux carry two certificates of the same node,
+    # $node_a, minted from the test cluster's CA, as after a rotation.
+    if jq -e '(.args | index(["--upstream-identity=client"]) != null)
+        and ([.args[] | select(startswith("--kubeconfig=") and (startswith("--kubeconfig=/etc/watchmux/") | not))] | length == 1)' <<<"$cjson" >/dev/null; then
+      if [[ $can_mint == 0 ]]; then note "end to end $name: no $root/.run/cluster/ca.key to mint node certificates: skipped"; return; fi
+      kubelet=1 kckey=kubelet-kubeconfig
+      mint_client "$d/kubelet" "$(node_subject "$node_a")" && mint_client "$d/kubelet-client" "$(node_subject "$node_a")" &&
+        mint_client "$d/other-node" "$(node_subject "$node_b")" || { fail "end to end $name: minting node certificates"; return; }
+      cat "$d/kubelet-client.crt" "$d/kubelet-client.key" >"$d/kubelet-client-current.pem"
+      upstream="$d/kubelet.kubeconfig" who="upstream as system:node:$node_a, the kubelet's credentials"
+    fi
     port="$(free_port)"; admin_port="$(free_port)"
     for f in "$tmp/docs-$name"/*.yaml; do
       case "$(doc_field kind "$f"):$(doc_name "$f")" in
@@ -570,30 +710,12 @@ else
           # Dial the local process; verify the certificate for the name the
           # kubeconfig dials in a cluster; a stand-in for the pod's token file
           # (delegated: the admin's token, which watchmux reviews with a
-          # TokenReview; trusted-local replaces it with its own identity).
+          # TokenReview; trusted-local replaces it with its own identity) or
+          # for kubelet-client-current.pem.
           if [[ $delegated == 1 ]]; then
             yq -r '.users[0].user.token // empty' "$kubeconfig" >"$d/token"
           else
             echo unused-by-trusted-local >"$d/token"
-          fi
-          # nodeLocal+delegated: the kubelet's kubeconfig, with a client
-          # certificate minted from the test cluster's CA (the API server's
-          # --client-ca-file) standing in for kubelet-client-current.pem. Its
-          # identity is a stand-in too: O=system:masters rather than a node,
-          # since the Node authorizer would not let a made-up node read the
-          # namespace this check lists.
-          if [[ -n $(yq -r '.data["kubelet-kubeconfig"] // empty' "$f") ]]; then
-            if [[ -f $root/.run/cluster/ca.key ]]; then
-              kckey=kubelet-kubeconfig
-              openssl req -new -newkey rsa:2048 -nodes -keyout "$d/kubelet.key" -subj "/O=system:masters/CN=chart-check-kubelet" \
-                -out "$d/kubelet.csr" 2>/dev/null
-              openssl x509 -req -in "$d/kubelet.csr" -CA "$root/.run/cluster/ca.crt" -CAkey "$root/.run/cluster/ca.key" \
-                -CAcreateserial -CAserial "$d/ca.srl" -days 1 -out "$d/kubelet.crt" \
-                -extfile <(printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n') 2>/dev/null
-              cat "$d/kubelet.crt" "$d/kubelet.key" >"$d/kubelet-client-current.pem"
-            else
-              note "end to end $name: no $root/.run/cluster/ca.key to mint a kubelet client certificate: using the pod kubeconfig"
-            fi
           fi
           # shellcheck disable=SC2016 # a jq program, not shell
           yq -y --arg port "$port" --arg token "$d/token" --arg pem "$d/kubelet-client-current.pem" '
@@ -627,6 +749,7 @@ else
         --admin-listen=*) args+=("--admin-listen=127.0.0.1:$admin_port") ;;
         --tls-cert-file=*) args+=("--tls-cert-file=$d/tls.crt") ;;
         --tls-private-key-file=*) args+=("--tls-private-key-file=$d/tls.key") ;;
+        --kubeconfig=*) ;;  # the host's or a Secret's path: $upstream instead, below
         --client-ca-file=*)
           # What the chart's refusal message tells users to copy into
           # auth.clientCA.configMap.
@@ -635,7 +758,7 @@ else
         *) args+=("$arg") ;;
       esac
     done < <(jq -r '.args[]' <<<"$cjson")
-    args+=("--kubeconfig=$upstream")  # in a cluster: the pod's service account
+    args+=("--kubeconfig=$upstream")  # in a cluster: the pod's service account, or the kubelet's kubeconfig
     "$watchmux_bin" "${args[@]}" >"$d/watchmux.log" 2>&1 &
     proxy_pid=$!
     local ready=0 started=$SECONDS
@@ -645,9 +768,32 @@ else
       sleep 0.2
     done
     local took=$((SECONDS - started)) version="" listed="" pods_ok=1 pods_note="" scoped=0 want got lists objects resources
+    local node_ok=1 node_note="" direct via other
     if [[ $ready == 1 ]]; then
       version="$("$kubectl" --kubeconfig "$d/client.kubeconfig" get --raw /version 2>"$d/kubectl.err" | jq -r .gitVersion)" || true
-      listed="$("$kubectl" --kubeconfig "$d/client.kubeconfig" get namespace "$ns_restricted" -o name 2>>"$d/kubectl.err")" || true
+      if [[ $kubelet == 1 ]]; then
+        # The node may not list secrets cluster-wide: the API server's own 403,
+        # the same through watchmux (the node's credentials) as directly.
+        direct="$("$kubectl" --kubeconfig "$upstream" get --raw /api/v1/secrets 2>&1 >/dev/null)" || true
+        via="$("$kubectl" --kubeconfig "$d/client.kubeconfig" get --raw /api/v1/secrets 2>&1 >/dev/null)" || true
+        if [[ $direct == *"(Forbidden)"* && $via == "$direct" ]]; then
+          node_note="; list secrets: 403 through watchmux as directly"
+        else
+          node_ok=0; node_note="; list secrets directly: [${direct:-allowed}], through watchmux: [${via:-allowed}]"
+        fi
+        # Another node's certificate: watchmux does not lend it its credentials.
+        other="$(yq -y --arg crt "$d/other-node.crt" --arg key "$d/other-node.key" \
+          '.users[0].user = {"client-certificate": $crt, "client-key": $key}' "$d/client.kubeconfig" >"$d/other.kubeconfig" &&
+          "$kubectl" --kubeconfig "$d/other.kubeconfig" get --raw /version 2>&1 >/dev/null)" || true
+        if [[ $other == *"(Forbidden)"*"cannot pass the client certificate"* ]]; then
+          node_note+=", system:node:$node_b's certificate refused on pass-through (403)"
+        else
+          node_ok=0; node_note+=", system:node:$node_b's certificate on pass-through: [${other:-allowed}]"
+        fi
+        listed="-"
+      else
+        listed="$("$kubectl" --kubeconfig "$d/client.kubeconfig" get namespace "$ns_restricted" -o name 2>>"$d/kubectl.err")" || true
+      fi
       # Pods through watchmux: from its cache when pods are cached; only its
       # own node's when the cache is scoped to the node.
       resources="$(printf '%s\n' "${args[@]}" | sed -n 's/^--cache-resources=//p')"
@@ -670,14 +816,71 @@ else
       fi
     fi
     kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; proxy_pid=""
-    if [[ $ready == 1 && -n $version && $listed == "namespace/$ns_restricted" && $pods_ok == 1 ]]; then
-      say "ok   end to end $name${who:+ ($who)}: watchmux ${args[*]//$tmp\//} ready after ${took}s, answered kubectl with the chart's kubeconfig ($(yq -r '.clusters[0].cluster | "\(.server) tls-server-name=\(.["tls-server-name"] // "-")"' "$d/client.kubeconfig"); upstream $version)$pods_note"
+    local listed_ok=0
+    [[ $listed == "namespace/$ns_restricted" || ($kubelet == 1 && $listed == -) ]] && listed_ok=1
+    if [[ $ready == 1 && -n $version && $listed_ok == 1 && $pods_ok == 1 && $node_ok == 1 ]]; then
+      say "ok   end to end $name${who:+ ($who)}: watchmux ${args[*]//$tmp\//} ready after ${took}s, answered kubectl with the chart's kubeconfig ($(yq -r '.clusters[0].cluster | "\(.server) tls-server-name=\(.["tls-server-name"] // "-")"' "$d/client.kubeconfig"); upstream $version)$pods_note$node_note"
     else
       tail -n 20 "$d/watchmux.log" >&2; cat "$d/kubectl.err" >&2 2>/dev/null || true
       curl -fsS --max-time 2 "http://127.0.0.1:$admin_port/readyz" >&2 2>/dev/null || true
-      fail "end to end $name${who:+ ($who)}: watchmux with the chart's args and kubeconfig did not answer (ready=$ready after ${took}s, version=${version:--}, namespace=${listed:--}$pods_note)"
+      fail "end to end $name${who:+ ($who)}: watchmux with the chart's args and kubeconfig did not answer (ready=$ready after ${took}s, version=${version:--}, namespace=${listed:--}$pods_note$node_note)"
     fi
   }
+  # The chart's node-listable table (watchmux.nodeListable), which decides
+  # what nodeLocal+delegated may cache, against the real Node authorizer: with
+  # a node's certificate, each entry can be listed and watched (selecting the
+  # node itself where the table names a field, and then not without that
+  # selector, nor for another node), and the binary's other default resources
+  # cannot be listed or watched.
+  node_authz_check() {
+    local d="$tmp/node-authz" server r f q verb path want got bad=0 allowed=() refused=() checks=() others
+    mkdir -p "$d"
+    mint_client "$d/node" "$(node_subject "$node_a")" || { fail "Node authorizer: minting a node certificate"; return; }
+    server="$(jq -r '.clusters[0].cluster.server' "$d/node.kubeconfig")"
+    jq -r '.clusters[0].cluster["certificate-authority-data"]' "$d/node.kubeconfig" | base64 -d >"$d/server-ca.crt"
+    collection() {  # resource[.group] -> its cluster-wide collection path; nothing when not served
+      local res="${1%%.*}" group="" gv
+      [[ $1 == *.* ]] && group="${1#*.}"
+      if [[ -z $group ]]; then echo "/api/v1/$res"; return; fi
+      gv="$(k get --raw "/apis/$group" 2>/dev/null | jq -r '.preferredVersion.groupVersion // empty')" || true
+      [[ -z $gv ]] || echo "/apis/$gv/$res"
+    }
+    for r in $(jq -r 'keys[]' <<<"$node_listable_json"); do
+      f="$(jq -r --arg r "$r" '.[$r]' <<<"$node_listable_json")"
+      if [[ -n $f ]]; then
+        checks+=("$r|fieldSelector=$f%3D$node_a|200|$r[$f=self]" "$r||403|$r" "$r|fieldSelector=$f%3D$node_b|403|$r[$f=other]")
+      else
+        checks+=("$r||200|$r")
+      fi
+    done
+    others="$(yq -r 'select(.kind == "Deployment") | .spec.template.spec.containers[0].args[] | select(startswith("--cache-resources=")) | ltrimstr("--cache-resources=")' "$tmp/tier.yaml")"
+    for r in ${others//,/ }; do
+      jq -e --arg r "$r" 'has($r)' <<<"$node_listable_json" >/dev/null || checks+=("$r||403|$r")
+    done
+    local c label
+    for c in "${checks[@]}"; do
+      IFS='|' read -r r q want label <<<"$c"
+      if ! path="$(collection "$r")" || [[ -z $path ]]; then note "Node authorizer: $r is not served here: not checked"; continue; fi
+      for verb in list watch; do
+        if [[ $verb == list ]]; then f="limit=1"; else f="watch=1&timeoutSeconds=1"; fi
+        got="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 --cacert "$d/server-ca.crt" --cert "$d/node.crt" --key "$d/node.key" \
+          "$server$path?${q:+$q&}$f")" || true
+        if [[ $got != "$want" ]]; then
+          fail "Node authorizer: $verb $path${q:+?$q} as system:node:$node_a: $got, want $want (the chart's watchmux.nodeListable is wrong)"
+          bad=1
+        fi
+      done
+      if [[ $want == 200 ]]; then allowed+=("$label"); else refused+=("$label"); fi
+    done
+    local a b
+    printf -v a '%s, ' "${allowed[@]}"; printf -v b '%s, ' "${refused[@]}"
+    [[ $bad == 1 ]] || say "ok   the Node authorizer agrees with the chart: system:node:$node_a may list and watch ${a%, }; not ${b%, }"
+  }
+  if [[ $can_mint == 1 ]]; then
+    node_authz_check
+  else
+    note "no $root/.run/cluster/ca.key (or openssl) to mint a node certificate: Node authorizer not asked"
+  fi
   if [[ -z $watchmux_bin ]]; then
     note "no watchmux binary: end-to-end runs skipped"
   elif ! command -v yq >/dev/null || ! command -v curl >/dev/null; then
@@ -716,16 +919,23 @@ else
   secret_data() { k -n "$ns_privileged" get secret "$rel-watchmux-$1" -o "jsonpath={.data.$2}" 2>/dev/null; }
   # The release's ServiceAccount, with a token from the TokenRequest API, is
   # all watchmux needs to warm its caches (the installed args, run locally),
-  # and may not do more than the cache needs. Expectations: "verb resource yes|no".
-  installed_check() {  # installed_check <label> <expectation>...
-    local label="$1" sa="$rel-watchmux" token e verb res sub want got bad=0 seen=()
-    shift
+  # and may not do more than the cache needs; in nodeLocal+delegated it is
+  # bound to nothing (no smoke test: watchmux uses the node's credentials
+  # there, checked end to end above). Expectations: "verb resource yes|no".
+  installed_check() {  # installed_check <label> <smoke test with the ServiceAccount: yes|no> <expectation>...
+    local label="$1" smoke="$2" sa="$rel-watchmux" token e verb res sub want got bad=0 seen=() rbac
+    shift 2
     "$helm" get manifest "$rel" --kubeconfig "$kubeconfig" -n "$ns_privileged" >"$tmp/installed-$label.yaml"
-    if ! token="$(k -n "$ns_privileged" create token "$sa" --duration=10m 2>"$tmp/token.err")"; then
-      cat "$tmp/token.err" >&2; fail "installed $label: no token for ServiceAccount $sa"; return
+    rbac="$(yq -r 'select(.kind | test("^(Cluster)?Role(Binding)?$")) | "\(.kind)/\(.metadata.name)"' "$tmp/installed-$label.yaml" | paste -sd' ' -)"
+    if [[ $smoke == yes ]]; then
+      if ! token="$(k -n "$ns_privileged" create token "$sa" --duration=10m 2>"$tmp/token.err")"; then
+        cat "$tmp/token.err" >&2; fail "installed $label: no token for ServiceAccount $sa"; return
+      fi
+      k config view --raw --minify --flatten -o json | jq --arg t "$token" '.users[0].user = {token: $t}' >"$tmp/sa-$label.kubeconfig"
+      [[ -z $watchmux_bin ]] || smoke_test "installed-$label" "$tmp/sa-$label.kubeconfig" "upstream as ServiceAccount $sa"
+    elif [[ -n $rbac ]]; then
+      fail "installed $label: renders RBAC ($rbac), want none"; bad=1
     fi
-    k config view --raw --minify --flatten -o json | jq --arg t "$token" '.users[0].user = {token: $t}' >"$tmp/sa-$label.kubeconfig"
-    [[ -z $watchmux_bin ]] || smoke_test "installed-$label" "$tmp/sa-$label.kubeconfig" "upstream as ServiceAccount $sa"
     for e in "$@"; do
       read -r verb res want <<<"$e"
       sub=(); if [[ $res == */* ]]; then sub=(--subresource="${res#*/}"); res="${res%%/*}"; fi
@@ -734,14 +944,12 @@ else
       [[ $got == "$want" ]] || { fail "installed $label: ServiceAccount $sa can-i $verb $res ${sub[*]}: $got, want $want"; bad=1; }
     done
     local joined; printf -v joined '%s; ' "${seen[@]}"
-    [[ $bad == 1 ]] || say "ok   installed $label: ServiceAccount $sa ${joined%; }"
+    [[ $bad == 1 ]] || say "ok   installed $label: RBAC ${rbac:-none}; ServiceAccount $sa ${joined%; }"
   }
   rel_installed=1  # from here on, cleanup uninstalls it if this run stops half-way
   if "$helm" install "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal --set auth.clientCA.configMap=client-ca >"$tmp/install.log" 2>&1; then
-    installed_check default "list pods yes" "watch configmaps yes" "get endpointslices.discovery.k8s.io yes" \
-      "list secrets no" "get customresourcedefinitions.apiextensions.k8s.io no" "create pods no" \
-      "create tokenreviews.authentication.k8s.io yes" "create subjectaccessreviews.authorization.k8s.io yes" \
-      "impersonate users yes" "impersonate groups yes" "impersonate serviceaccounts yes"
+    installed_check nodelocal no "list pods no" "watch services no" "create tokenreviews.authentication.k8s.io no" \
+      "impersonate users no" "impersonate groups no" "impersonate serviceaccounts no"
     ca1="$(secret_data ca 'tls\.crt')"; crt1="$(secret_data tls 'tls\.crt')"
     if "$helm" upgrade "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal --set auth.clientCA.configMap=client-ca \
           --set logFormat=text >"$tmp/upgrade.log" 2>&1; then
@@ -759,12 +967,21 @@ else
       else
         fail "changing tls.extraDNSNames did not re-issue the certificate from the kept CA"
       fi
-      if "$helm" upgrade "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=nodeLocal --set auth.clientCA.configMap=client-ca \
+      # tier (delegated, impersonating): the ServiceAccount's ClusterRole.
+      if "$helm" upgrade "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=tier >"$tmp/upgrade-tier.log" 2>&1; then
+        installed_check default yes "list pods yes" "watch configmaps yes" "get endpointslices.discovery.k8s.io yes" \
+          "list secrets no" "get customresourcedefinitions.apiextensions.k8s.io no" "create pods no" \
+          "create tokenreviews.authentication.k8s.io yes" "create subjectaccessreviews.authorization.k8s.io yes" \
+          "impersonate users yes" "impersonate groups yes" "impersonate serviceaccounts yes"
+      else
+        cat "$tmp/upgrade-tier.log" >&2; fail "helm upgrade (tier)"
+      fi
+      if "$helm" upgrade "$rel" "$chart" --kubeconfig "$kubeconfig" -n "$ns_privileged" --set mode=tier \
             --set 'cache.resources={*}' >"$tmp/upgrade3.log" 2>&1; then
-        installed_check all "list secrets yes" "watch leases.coordination.k8s.io yes" "get secrets no" \
+        installed_check all yes "list secrets yes" "watch leases.coordination.k8s.io yes" "get secrets no" \
           "get nodes/proxy no" "get pods/log no" "get customresourcedefinitions.apiextensions.k8s.io yes" "create pods no"
       else
-        cat "$tmp/upgrade3.log" >&2; fail "helm upgrade (cache.resources *)"
+        cat "$tmp/upgrade3.log" >&2; fail "helm upgrade (tier, cache.resources *)"
       fi
     else
       cat "$tmp/upgrade.log" >&2; fail "helm upgrade"

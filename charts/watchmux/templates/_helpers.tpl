@@ -195,9 +195,37 @@ is reused while its subject alternative names are unchanged.
 
 {{/* Cache ---------------------------------------------------------------------- */}}
 
+{{/* The binary's own --cache-resources default (what kubelets, kube-proxy and
+node agents watch); chart-check.sh compares it with `watchmux --help`. */}}
+{{- define "watchmux.binaryDefaultResources" -}}
+{{- toYaml (list "pods" "nodes" "services" "endpoints" "endpointslices.discovery.k8s.io" "namespaces" "configmaps" "runtimeclasses.node.k8s.io" "csidrivers.storage.k8s.io") }}
+{{- end }}
+
+{{/* What the Node authorizer lets a node list and watch (kube-apiserver 1.37,
+checked against a real one by chart-check.sh), as resource[.group]: the field
+a list must select the node itself by ("$(NODE_NAME)"), or "" when a node may
+list them all. Everything else a node reads (configmaps, secrets, PVCs of its
+pods; endpoints) it may only get, or list one object at a time. */}}
+{{- define "watchmux.nodeListable" -}}
+{{- toYaml (dict "pods" "spec.nodeName" "nodes" "metadata.name" "resourceslices.resource.k8s.io" "spec.nodeName" "services" "" "runtimeclasses.node.k8s.io" "" "csidrivers.storage.k8s.io" "" "certificatesigningrequests.certificates.k8s.io" "") }}
+{{- end }}
+
+{{/* cache.resources, or when null the mode's default: with the kubelet's
+credentials what a node may list and watch and its kubelet reads, otherwise
+the binary's default. */}}
+{{- define "watchmux.cacheResources" -}}
+{{- if not (kindIs "invalid" .Values.cache.resources) }}
+{{- toYaml .Values.cache.resources }}
+{{- else if include "watchmux.kubeletCredentials" . }}
+{{- toYaml (list "pods" "nodes" "services" "runtimeclasses.node.k8s.io" "csidrivers.storage.k8s.io") }}
+{{- else }}
+{{- include "watchmux.binaryDefaultResources" . }}
+{{- end }}
+{{- end }}
+
 {{/* "true" when cache.resources holds "*": every listable, watchable resource. */}}
 {{- define "watchmux.cacheAll" -}}
-{{- if and .Values.cache.enabled (has "*" .Values.cache.resources) }}true{{ end }}
+{{- if and .Values.cache.enabled (has "*" (include "watchmux.cacheResources" . | fromYamlArray)) }}true{{ end }}
 {{- end }}
 
 {{/* resource[.group] names that cache.watchCacheSizes turns off (size 0), as a YAML list. */}}
@@ -216,7 +244,7 @@ with the cache off or with "*" (which watchmux resolves by discovery). */}}
 {{- $out := list }}
 {{- if and .Values.cache.enabled (not (include "watchmux.cacheAll" .)) }}
 {{- $off := include "watchmux.cacheOff" . | fromYamlArray }}
-{{- range .Values.cache.resources }}
+{{- range include "watchmux.cacheResources" . | fromYamlArray }}
 {{- if not (has . $off) }}{{ $out = append $out . }}{{ end }}
 {{- end }}
 {{- end }}
@@ -241,14 +269,24 @@ with the cache off or with "*" (which watchmux resolves by discovery). */}}
 {{- end }}
 {{- end }}
 
-{{/* The --cache-scope entries as a YAML map RESOURCE: SELECTORS: cache.scopes,
-and in nodeLocal the node's own pods unless cache.scopes has a pods entry. */}}
+{{/* The --cache-scope entries as a YAML map RESOURCE: SELECTORS: cache.scopes;
+in nodeLocal the node's own pods unless cache.scopes has a pods entry; with
+the kubelet's credentials also its own Node and ResourceSlices (a node may
+list those only so), unless cache.scopes has an entry. */}}
 {{- define "watchmux.cacheScopes" -}}
 {{- $scopes := dict }}
 {{- if .Values.cache.enabled }}
 {{- $scopes = deepCopy .Values.cache.scopes }}
 {{- if and (eq .Values.mode "nodeLocal") .Values.nodeLocal.scopePodsToNode (not (hasKey $scopes "pods")) (include "watchmux.isCached" (list . "pods")) }}
 {{- $_ := set $scopes "pods" "fieldSelector=spec.nodeName=$(NODE_NAME)" }}
+{{- end }}
+{{- if include "watchmux.kubeletCredentials" . }}
+{{- $listable := include "watchmux.nodeListable" . | fromYaml }}
+{{- range $resource := list "nodes" "resourceslices.resource.k8s.io" }}
+{{- if and (not (hasKey $scopes $resource)) (include "watchmux.isCached" (list $ $resource)) }}
+{{- $_ := set $scopes $resource (printf "fieldSelector=%s=$(NODE_NAME)" (index $listable $resource)) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- toYaml $scopes }}
@@ -324,6 +362,31 @@ trusted-local there without --allow-unauthenticated-remote). */}}
 {{- end }}
 {{- end }}
 
+{{/* "true" when requests that pass through go upstream with the caller's own
+credentials (--upstream-identity=client): nodeLocal with delegated auth. Its
+watchmux then holds no right of its own beyond its upstream credentials (the
+node's), instead of a ServiceAccount that may impersonate anyone: no RBAC, no
+service-account token in the pod. */}}
+{{- define "watchmux.clientIdentity" -}}
+{{- if and (eq .Values.mode "nodeLocal") (eq (include "watchmux.authMode" .) "delegated") }}true{{ end }}
+{{- end }}
+
+{{/* "true" when watchmux's upstream credentials are the node's kubelet's, read
+from the host (nodeLocal.kubeletKubeconfig, nodeLocal.kubeletPKIDir):
+clientIdentity, unless upstream.kubeconfigSecret names other credentials. */}}
+{{- define "watchmux.kubeletCredentials" -}}
+{{- if and (include "watchmux.clientIdentity" .) (not .Values.upstream.kubeconfigSecret.name) }}true{{ end }}
+{{- end }}
+
+{{/* The --kubeconfig watchmux is given, or "" for the in-cluster service account. */}}
+{{- define "watchmux.upstreamKubeconfig" -}}
+{{- if .Values.upstream.kubeconfigSecret.name }}
+{{- printf "/etc/watchmux/upstream/%s" .Values.upstream.kubeconfigSecret.key }}
+{{- else if include "watchmux.kubeletCredentials" . }}
+{{- .Values.nodeLocal.kubeletKubeconfig }}
+{{- end }}
+{{- end }}
+
 {{/* "true" when the client CA ConfigMap is mounted (--client-ca-file). */}}
 {{- define "watchmux.clientCAActive" -}}
 {{- if and (eq (include "watchmux.authMode" .) "delegated") .Values.auth.clientCA.configMap }}true{{ end }}
@@ -338,9 +401,9 @@ trusted-local there without --allow-unauthenticated-remote). */}}
 - --tls-cert-file=/etc/watchmux/tls/tls.crt
 - --tls-private-key-file=/etc/watchmux/tls/tls.key
 {{- end }}
-{{- if .Values.upstream.kubeconfigSecret.name }}
-- --kubeconfig=/etc/watchmux/upstream/{{ .Values.upstream.kubeconfigSecret.key }}
-{{- with .Values.upstream.context }}
+{{- with include "watchmux.upstreamKubeconfig" . }}
+- --kubeconfig={{ . }}
+{{- with $.Values.upstream.context }}
 - --context={{ . }}
 {{- end }}
 {{- end }}
@@ -350,7 +413,7 @@ trusted-local there without --allow-unauthenticated-remote). */}}
 - --log-format={{ .Values.logFormat }}
 - --shutdown-grace={{ .Values.shutdownGrace }}
 {{- if .Values.cache.enabled }}
-- --cache-resources={{ join "," .Values.cache.resources }}
+- --cache-resources={{ include "watchmux.cacheResources" . | fromYamlArray | join "," }}
 {{- with .Values.cache.watchCacheSizes }}
 - --watch-cache-sizes={{ join "," . }}
 {{- end }}
@@ -376,6 +439,9 @@ trusted-local there without --allow-unauthenticated-remote). */}}
 - {{ printf "--accept-hosts=%s" (join "," .Values.auth.acceptHosts) | quote }}
 {{- end }}
 {{- if eq $authMode "delegated" }}
+{{- if include "watchmux.clientIdentity" . }}
+- --upstream-identity=client
+{{- end }}
 {{- if .Values.auth.clientCA.configMap }}
 - --client-ca-file=/etc/watchmux/client-ca/{{ .Values.auth.clientCA.key }}
 {{- end }}
@@ -532,6 +598,19 @@ volumeMounts:
   mountPath: /etc/watchmux/upstream
   readOnly: true
 {{- end }}
+{{- if include "watchmux.kubeletCredentials" . }}
+{{- /* The kubelet's paths as they are on the host: the kubeconfig names its
+certificate by an absolute path, and kubelet-client-current.pem is an absolute
+symlink to the latest rotated certificate in the same directory. */}}
+- name: kubelet-kubeconfig
+  mountPath: {{ .Values.nodeLocal.kubeletKubeconfig }}
+  readOnly: true
+{{- with .Values.nodeLocal.kubeletPKIDir }}
+- name: kubelet-pki
+  mountPath: {{ . }}
+  readOnly: true
+{{- end }}
+{{- end }}
 {{- if include "watchmux.clientCAActive" . }}
 - name: client-ca
   mountPath: /etc/watchmux/client-ca
@@ -557,6 +636,18 @@ volumeMounts:
 - name: upstream-kubeconfig
   secret:
     secretName: {{ .Values.upstream.kubeconfigSecret.name }}
+{{- end }}
+{{- if include "watchmux.kubeletCredentials" . }}
+- name: kubelet-kubeconfig
+  hostPath:
+    path: {{ .Values.nodeLocal.kubeletKubeconfig }}
+    type: File
+{{- with .Values.nodeLocal.kubeletPKIDir }}
+- name: kubelet-pki
+  hostPath:
+    path: {{ . }}
+    type: Directory
+{{- end }}
 {{- end }}
 {{- if include "watchmux.clientCAActive" . }}
 - name: client-ca
@@ -587,14 +678,24 @@ metadata:
     {{- end }}
 spec:
   serviceAccountName: {{ include "watchmux.serviceAccountName" . }}
+  {{- if include "watchmux.clientIdentity" . }}
+  # watchmux acts upstream with the node's credentials and its clients' own:
+  # it has no use for a service-account token.
+  automountServiceAccountToken: false
+  {{- else }}
   automountServiceAccountToken: {{ .Values.serviceAccount.automount }}
+  {{- end }}
   {{- with .Values.imagePullSecrets }}
   imagePullSecrets:
     {{- toYaml . | nindent 4 }}
   {{- end }}
   {{- if eq .Values.mode "nodeLocal" }}
   hostNetwork: {{ .Values.nodeLocal.hostNetwork }}
-  {{- if .Values.nodeLocal.hostNetwork }}
+  {{- if include "watchmux.kubeletCredentials" . }}
+  # The node's resolver, as the kubelet's: its kubeconfig names the API server
+  # by a name the node resolves, and cluster DNS may itself need kube-proxy.
+  dnsPolicy: Default
+  {{- else if .Values.nodeLocal.hostNetwork }}
   dnsPolicy: ClusterFirstWithHostNet
   {{- end }}
   {{- end }}
@@ -606,8 +707,18 @@ spec:
   priorityClassName: {{ . }}
   {{- end }}
   terminationGracePeriodSeconds: {{ include "watchmux.terminationGrace" . }}
+  {{- $podSecurityContext := .Values.podSecurityContext }}
+  {{- if include "watchmux.kubeletCredentials" . }}
+  {{- /* The kubelet's kubeconfig and keys are root's, mode 0600. uid 0 reads
+  them as their owner; every capability stays dropped, so it reads nothing
+  that root does not own, and the container sees only what is mounted. */}}
+  {{- $podSecurityContext = deepCopy .Values.podSecurityContext }}
+  {{- $_ := set $podSecurityContext "runAsUser" 0 }}
+  {{- $_ = set $podSecurityContext "runAsGroup" 0 }}
+  {{- $_ = set $podSecurityContext "runAsNonRoot" false }}
+  {{- end }}
   securityContext:
-    {{- toYaml .Values.podSecurityContext | nindent 4 }}
+    {{- toYaml $podSecurityContext | nindent 4 }}
   containers:
     - {{ include "watchmux.container" . | indent 6 | trim }}
   {{- $volumes := include "watchmux.volumes" . | trim }}
@@ -667,6 +778,43 @@ spec:
 {{- end }}
 {{- if and .Values.upstream.apiserverPort (not .Values.upstream.apiserverHost) }}
 {{- fail "upstream.apiserverPort needs upstream.apiserverHost" }}
+{{- end }}
+{{- with include "watchmux.upstreamKubeconfig" . }}
+{{- if $.Values.upstream.apiserverHost }}
+{{- fail (printf "upstream.apiserverHost sets KUBERNETES_SERVICE_HOST, which watchmux reads only without a kubeconfig; it is given --kubeconfig=%s, whose server is the API server it uses (with the kubelet's credentials: the kubelet's own API server address, so no kube-proxy loop). Leave upstream.apiserverHost empty" .) }}
+{{- end }}
+{{- end }}
+{{- if include "watchmux.clientIdentity" . }}
+{{- if or .Values.rbac.extraRules .Values.rbac.extraClusterRoles }}
+{{- fail "rbac.extraRules and rbac.extraClusterRoles grant nothing in nodeLocal with delegated auth: watchmux acts upstream with the node's kubelet credentials (or upstream.kubeconfigSecret's) and its clients' own, never with its ServiceAccount, whose token the pod does not mount. Leave them empty" }}
+{{- end }}
+{{- end }}
+{{- if and (include "watchmux.kubeletCredentials" .) .Values.cache.enabled }}
+{{- $listable := include "watchmux.nodeListable" . | fromYaml }}
+{{- $why := "in nodeLocal with delegated auth watchmux lists and watches with the node's kubelet credentials, and the Node authorizer lets a node list and watch only: pods and resourceslices.resource.k8s.io of its own node (spec.nodeName), its own nodes object (metadata.name), services, runtimeclasses.node.k8s.io, csidrivers.storage.k8s.io and certificatesigningrequests.certificates.k8s.io. Other resources a node may at most get one object at a time (configmaps, secrets and PVCs its pods use; endpoints); requests for them pass through with the caller's own credentials. cache.resources: null picks what a kubelet reads" }}
+{{- if include "watchmux.cacheAll" . }}
+{{- fail (printf `cache.resources "*" cannot be cached with a node's credentials: %s` $why) }}
+{{- end }}
+{{- $unlistable := list }}
+{{- $scopes := include "watchmux.cacheScopes" . | fromYaml }}
+{{- range $resource := include "watchmux.cachedResources" . | fromYamlArray }}
+{{- if not (hasKey $listable $resource) }}
+{{- $unlistable = append $unlistable $resource }}
+{{- else if index $listable $resource }}
+{{- $field := index $listable $resource }}
+{{- $scope := index $scopes $resource | default "" }}
+{{- if not (regexMatch (printf `(^|&)fieldSelector=([^&]*,)?%s==?\$\(NODE_NAME\)(,|&|$)` (regexQuoteMeta $field)) $scope) }}
+{{- $fix := printf "Leave cache.scopes.%s out (the chart then scopes it to the node itself) or give it fieldSelector=%s=$(NODE_NAME), or leave %s out of cache.resources" $resource $field $resource }}
+{{- if eq $resource "pods" }}
+{{- $fix = printf "Keep nodeLocal.scopePodsToNode true and leave cache.scopes.pods out, or give cache.scopes.pods fieldSelector=spec.nodeName=$(NODE_NAME), or leave pods out of cache.resources" }}
+{{- end }}
+{{- fail (printf "cache %s: a node may list and watch %s only with fieldSelector=%s=<its own name>, and watchmux lists with the node's kubelet credentials here (nodeLocal with delegated auth). %s" $resource $resource $field $fix) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with $unlistable }}
+{{- fail (printf "cache.resources: %s cannot be cached with a node's credentials: %s" (join ", " .) $why) }}
+{{- end }}
 {{- end }}
 {{- if .Values.cache.enabled }}
 {{- $all := include "watchmux.cacheAll" . }}
