@@ -67,6 +67,11 @@ pub const UPSTREAM_RELISTS: &str = "watchmux_upstream_relists_total";
 /// (`inflight` 429, `connections` 429, `body_size` 413).
 pub const REQUESTS_REJECTED: &str = "watchmux_requests_rejected_total";
 
+/// Seconds since the upstream last confirmed a cache current (a list, an event or a bookmark), by resource.
+pub const CACHE_STALENESS: &str = "watchmux_watch_cache_staleness_seconds";
+/// 1 while a cache relists after having been in step with the upstream, by resource.
+pub const CACHE_RELIST_IN_PROGRESS: &str = "watchmux_watch_cache_relist_in_progress";
+
 /// Client impersonations watchmux allowed, by the API server's mode that allowed them.
 pub const AUTH_IMPERSONATIONS: &str = "watchmux_auth_impersonations_total";
 
@@ -111,6 +116,14 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
 
 fn describe() {
     describe_counter!(REQUESTS_REJECTED, "Requests refused by a limit before any work was done, by limit.");
+    describe_gauge!(
+        CACHE_STALENESS,
+        "Seconds since the upstream last confirmed the cache current: a list, an event or a bookmark (bookmarks come about once a minute on a quiet resource), by resource. Updated at each scrape."
+    );
+    describe_gauge!(
+        CACHE_RELIST_IN_PROGRESS,
+        "1 while a cache relists after having been in step with the upstream (its watchers are behind until it lands), by resource."
+    );
     describe_counter!(
         AUTH_IMPERSONATIONS,
         "Client impersonations allowed, by the impersonation mode that allowed them (associated-node, arbitrary-node, serviceaccount, user-info, legacy)."

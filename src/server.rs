@@ -217,7 +217,7 @@ impl Server {
             upstream: upstream.clone(),
             metrics: opts.metrics.clone(),
             shutting_down: shutting_down.clone(),
-            caches: cache.as_ref().filter(|c| c.registry().config().warm).map(|c| c.registry().clone()),
+            caches: cache.as_ref().map(|c| c.registry().clone()),
         });
         // The admin listener outlives the API's graceful phase, so /readyz can
         // say "shutting down" while in-flight requests finish.

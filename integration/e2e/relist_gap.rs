@@ -55,6 +55,7 @@ async fn a_client_holding_a_version_from_inside_a_relist_gap_misses_no_deletion(
 
     // watchmux is cut off; the world moves on.
     relay.cut();
+    let cut_at = tokio::time::Instant::now();
     configmap(&direct, "update", &ns, "a").await;
     configmap(&direct, "delete", &ns, "c").await;
     configmap(&direct, "create", &ns, "e").await;
@@ -83,8 +84,23 @@ async fn a_client_holding_a_version_from_inside_a_relist_gap_misses_no_deletion(
     etcd_post("/v3/kv/compaction", serde_json::json!({"revision": rev, "physical": true})).await;
     restart_apiserver();
     let direct = cluster.direct_client();
+    // While cut off: the upstream check says so, yet the instance stays
+    // ready (its synced cache can serve), and the cache's view is as old as
+    // the cut.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while read(get(wm.admin, "/readyz/upstream").await).await.0 != 503 {
+        assert!(tokio::time::Instant::now() < deadline, "/readyz/upstream never noticed the cut");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(read(get(wm.admin, "/readyz").await).await, (200, "ok".into()), "synced caches keep it ready");
+    let stale = watchmux_metric_sum(wm.admin, "watchmux_watch_cache_staleness_seconds", &["configmaps"]).await;
+    let cut_for = cut_at.elapsed().as_secs_f64();
+    assert!(stale >= cut_for - 1.0 && stale <= cut_for + 70.0, "staleness {stale} s after a cut of {cut_for} s");
     relay.restore();
     wait_initialized(wm.admin, "configmaps", 2.0).await;
+    let fresh = watchmux_metric_sum(wm.admin, "watchmux_watch_cache_staleness_seconds", &["configmaps"]).await;
+    assert!(fresh < 5.0, "the relist confirmed the cache current: staleness {fresh} s");
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_watch_cache_relist_in_progress", &["configmaps"]).await, 0.0);
     // A change after the relist, so the client can tell it has caught up.
     configmap(&direct, "create", &ns, "sentinel").await;
 

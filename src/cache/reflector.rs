@@ -136,10 +136,14 @@ impl Reflector {
         match state {
             ReflectorState::Listing => {
                 let started = Instant::now();
+                if self.cache.is_ready() {
+                    self.cache.set_relisting(true);
+                }
                 match self.list_all().await {
                     Ok((objects, rv)) => {
                         let count = objects.len();
                         self.cache.replace(objects, rv);
+                        self.cache.set_relisting(false);
                         self.cache.set_initial_list_failing(false);
                         metrics::counter!(m::CACHE_INITIALIZATIONS, "resource" => label.clone()).increment(1);
                         metrics::histogram!(m::CACHE_INITIALIZATION_DURATION, "resource" => label.clone())

@@ -219,6 +219,11 @@ impl Registry {
         self.caches.iter().all(|c| c.is_ready())
     }
 
+    /// Every started cache.
+    pub fn caches(&self) -> Vec<Arc<ResourceCache>> {
+        self.caches.iter().map(|c| c.value().clone()).collect()
+    }
+
     async fn start(&self, info: ResourceInfo) -> Arc<ResourceCache> {
         let key = (info.group.clone(), info.version.clone(), info.resource.clone());
         let custom = if info.is_builtin_group() { None } else { self.discovery.custom_selectable_fields(&info).await };

@@ -38,6 +38,8 @@ struct CacheMetrics {
     capacity: metrics::Gauge,
     objects: metrics::Gauge,
     read_wait: metrics::Histogram,
+    staleness: metrics::Gauge,
+    relisting: metrics::Gauge,
 }
 
 impl CacheMetrics {
@@ -52,6 +54,8 @@ impl CacheMetrics {
             capacity: metrics::gauge!(m::CACHE_CAPACITY, &l()),
             objects: metrics::gauge!(m::CACHE_OBJECTS, &l()),
             read_wait: metrics::histogram!(m::CACHE_READ_WAIT, &l()),
+            staleness: metrics::gauge!(m::CACHE_STALENESS, &l()),
+            relisting: metrics::gauge!(m::CACHE_RELIST_IN_PROGRESS, &l()),
         }
     }
 }
@@ -116,6 +120,12 @@ pub struct ResourceCache {
     freshness: super::freshness::Freshness,
     /// Snapshots kept for paginated lists and exact-version reads, by version.
     snapshots: Mutex<std::collections::BTreeMap<u64, (super::store::Objects, Instant)>>,
+    /// When the upstream last confirmed the cache current: a list, an
+    /// event or a bookmark arrived. `None` before the first list.
+    confirmed_at: Mutex<Option<Instant>>,
+    /// Set while a relist is under way (the reflector is listing again
+    /// after having been in step): watchers are behind until it lands.
+    relisting: AtomicBool,
 }
 
 impl std::fmt::Debug for ResourceCache {
@@ -167,7 +177,36 @@ impl ResourceCache {
             label,
             freshness: Default::default(),
             snapshots: Mutex::new(Default::default()),
+            confirmed_at: Mutex::new(None),
+            relisting: AtomicBool::new(false),
         }
+    }
+
+    /// How long since the upstream last confirmed the cache current (a
+    /// list, an event or a bookmark), also published as
+    /// `watchmux_watch_cache_staleness_seconds`. A quiet resource is
+    /// confirmed by the upstream's bookmarks, about once a minute.
+    pub fn staleness(&self, now: Instant) -> Option<Duration> {
+        let age = self.confirmed_at.lock().map(|at| now.saturating_duration_since(at));
+        if let Some(age) = age {
+            self.metrics.staleness.set(age.as_secs_f64());
+        }
+        age
+    }
+
+    fn confirm_current(&self) {
+        *self.confirmed_at.lock() = Some(Instant::now());
+    }
+
+    /// The reflector lists again after having been in step (or the list
+    /// ended): published as `watchmux_watch_cache_relist_in_progress`.
+    pub fn set_relisting(&self, relisting: bool) {
+        self.relisting.store(relisting, Ordering::Relaxed);
+        self.metrics.relisting.set(if relisting { 1.0 } else { 0.0 });
+    }
+
+    pub fn is_relisting(&self) -> bool {
+        self.relisting.load(Ordering::Relaxed)
     }
 
     /// `configmaps`, `deployments.apps`: the metric label of this cache.
@@ -206,6 +245,7 @@ impl ResourceCache {
     pub fn replace(&self, objects: Objects, rv: u64) {
         let now = Instant::now();
         let mut st = self.state.write();
+        self.confirm_current();
         if !self.is_ready() {
             st.store = Store::new(objects, rv);
             st.history = History::new(self.settings.history_window, rv);
@@ -259,6 +299,7 @@ impl ResourceCache {
     pub fn apply(&self, kind: EventType, object: CachedObject) {
         let now = Instant::now();
         self.metrics.events_received.increment(1);
+        self.confirm_current();
         let mut st = self.state.write();
         if object.rv <= st.store.rv() {
             // Already seen (a replay after a resumed watch): applying it again
@@ -278,6 +319,7 @@ impl ResourceCache {
 
     /// An upstream bookmark: nothing changed up to `rv`.
     pub fn bookmark(&self, rv: u64) {
+        self.confirm_current();
         let mut st = self.state.write();
         st.store.advance(rv);
         let rv = st.store.rv();

@@ -3,6 +3,18 @@
 //! It has a port of its own so that `/metrics`, `/healthz`, `/livez` and
 //! `/readyz` on the API port keep meaning the upstream API server's, as
 //! clients expect from a transparent proxy.
+//!
+//! The probes answer different questions:
+//! - `/livez` (`/healthz`): the process serves HTTP at all. Restart if not.
+//! - `/readyz`: this instance can serve, so a Service may send it traffic:
+//!   not shutting down, with `--cache-warm` every configured cache synced
+//!   once, and either the upstream reachable or caches synced that can
+//!   answer reads while it is away. An upstream outage alone does not take
+//!   a replica out of its Service exactly when cached reads matter most.
+//! - `/readyz/upstream`: the upstream's own state (its `/readyz`, probed
+//!   every 5 s), for monitoring and alerts, not for routing.
+//!
+//! `?verbose` lists each check, as the API server's `/readyz?verbose` does.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -25,42 +37,137 @@ pub struct AdminState {
     /// Set at the start of shutdown so load balancers stop sending traffic
     /// before the listeners close.
     pub shutting_down: Arc<AtomicBool>,
-    /// With `--cache-warm`, readiness also waits for every cache to sync.
+    /// The caches, when there are any: readiness looks at them, and their
+    /// staleness gauges are brought up to date at each scrape.
     pub caches: Option<Arc<Registry>>,
+}
+
+/// One readiness check's result.
+struct Check {
+    name: &'static str,
+    failure: Option<&'static str>,
+}
+
+impl AdminState {
+    fn readiness(&self) -> Vec<Check> {
+        let shutting_down = self.shutting_down.load(Ordering::Relaxed);
+        let upstream = self.upstream.is_ready();
+        let (warm_pending, can_serve_alone) = match &self.caches {
+            Some(r) => {
+                let caches = r.caches();
+                (r.config().warm && !r.warm_and_synced(), !caches.is_empty() && caches.iter().all(|c| c.is_ready()))
+            }
+            None => (false, false),
+        };
+        readiness_checks(shutting_down, upstream, warm_pending, can_serve_alone)
+    }
+}
+
+/// Whether an instance can serve: `upstream` ready, `--cache-warm` caches
+/// still `warm_pending`, and whether synced caches `can_serve_alone`.
+fn readiness_checks(shutting_down: bool, upstream: bool, warm_pending: bool, can_serve_alone: bool) -> Vec<Check> {
+    vec![
+        Check { name: "shutdown", failure: shutting_down.then_some("shutting down") },
+        Check { name: "caches", failure: warm_pending.then_some("not synced yet") },
+        Check {
+            name: "serving",
+            failure: (!upstream && !can_serve_alone)
+                .then_some("the upstream is not ready and no synced cache can answer without it"),
+        },
+    ]
+}
+
+/// The API server's health-check rendering: `ok` when every check passes,
+/// else (or with `?verbose`) one `[+]`/`[-]` line per check.
+fn report(what: &str, checks: &[Check], verbose: bool) -> Response<ProxyBody> {
+    let ok = checks.iter().all(|c| c.failure.is_none());
+    let status = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    if ok && !verbose {
+        return text(status, "ok".to_owned());
+    }
+    let mut out = String::new();
+    for c in checks {
+        match c.failure {
+            None => out.push_str(&format!("[+]{} ok\n", c.name)),
+            Some(why) => out.push_str(&format!("[-]{} failed: {why}\n", c.name)),
+        }
+    }
+    out.push_str(&format!("{what} check {}\n", if ok { "passed" } else { "failed" }));
+    text(status, out)
 }
 
 pub async fn handle(state: Arc<AdminState>, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"));
+        return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n".to_owned()));
     }
+    let verbose = req.uri().query().is_some_and(|q| q.split('&').any(|p| p == "verbose" || p.starts_with("verbose=")));
     Ok(match req.uri().path() {
         "/metrics" => match &state.metrics {
             Some(handle) => {
+                if let Some(registry) = &state.caches {
+                    let now = tokio::time::Instant::now();
+                    for cache in registry.caches() {
+                        cache.staleness(now);
+                    }
+                }
                 let mut resp = Response::new(body::full(handle.render()));
                 resp.headers_mut().insert(header::CONTENT_TYPE, "text/plain; version=0.0.4".parse().expect("static"));
                 resp
             }
-            None => text(StatusCode::NOT_FOUND, "metrics recorder not installed\n"),
+            None => text(StatusCode::NOT_FOUND, "metrics recorder not installed\n".to_owned()),
         },
-        "/healthz" | "/livez" => text(StatusCode::OK, "ok"),
-        "/readyz" => {
-            if state.shutting_down.load(Ordering::Relaxed) {
-                text(StatusCode::SERVICE_UNAVAILABLE, "[-]shutdown: shutting down\n")
-            } else if !state.upstream.is_ready() {
-                text(StatusCode::SERVICE_UNAVAILABLE, "[-]upstream: not reachable or not ready\n")
-            } else if state.caches.as_ref().is_some_and(|r| !r.warm_and_synced()) {
-                text(StatusCode::SERVICE_UNAVAILABLE, "[-]caches: not synced yet\n")
-            } else {
-                text(StatusCode::OK, "ok")
-            }
+        "/healthz" | "/livez" => text(StatusCode::OK, "ok".to_owned()),
+        "/readyz" => report("readyz", &state.readiness(), verbose),
+        "/readyz/upstream" => {
+            let failure = (!state.upstream.is_ready()).then_some("not reachable or not ready");
+            report("readyz", &[Check { name: "upstream", failure }], verbose)
         }
-        _ => text(StatusCode::NOT_FOUND, "404 page not found\n"),
+        _ => text(StatusCode::NOT_FOUND, "404 page not found\n".to_owned()),
     })
 }
 
-fn text(status: StatusCode, msg: &'static str) -> Response<ProxyBody> {
+fn text(status: StatusCode, msg: String) -> Response<ProxyBody> {
     let mut resp = Response::new(body::full(msg));
     *resp.status_mut() = status;
     resp.headers_mut().insert(header::CONTENT_TYPE, "text/plain; charset=utf-8".parse().expect("static"));
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(shutting_down: bool, upstream: bool, warm_pending: bool, can_serve_alone: bool) -> bool {
+        readiness_checks(shutting_down, upstream, warm_pending, can_serve_alone).iter().all(|c| c.failure.is_none())
+    }
+
+    #[test]
+    fn synced_caches_keep_an_instance_ready_through_an_upstream_outage() {
+        assert!(ready(false, true, false, false), "the upstream alone is enough");
+        assert!(ready(false, false, false, true), "synced caches serve while the upstream is away");
+        assert!(!ready(false, false, false, false), "nothing can serve");
+        assert!(!ready(false, true, true, true), "--cache-warm waits for its caches");
+        assert!(!ready(true, true, false, true), "shutting down");
+    }
+
+    #[tokio::test]
+    async fn reports_read_as_the_api_servers() {
+        let body = |resp: Response<ProxyBody>| async move {
+            let status = resp.status();
+            let bytes = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+            (status, String::from_utf8(bytes.to_vec()).unwrap())
+        };
+        let passing = readiness_checks(false, true, false, false);
+        assert_eq!(body(report("readyz", &passing, false)).await, (StatusCode::OK, "ok".into()));
+        assert_eq!(
+            body(report("readyz", &passing, true)).await.1,
+            "[+]shutdown ok\n[+]caches ok\n[+]serving ok\nreadyz check passed\n"
+        );
+        let failing = readiness_checks(false, false, false, false);
+        let (status, text) = body(report("readyz", &failing, false)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            text.contains("[-]serving failed: the upstream is not ready") && text.ends_with("readyz check failed\n")
+        );
+    }
 }
