@@ -223,6 +223,17 @@ impl Discovery {
         if index.at.is_some() { Ok(index) } else { self.refreshed_index(None).await }
     }
 
+    /// Forgets what was fetched about `group`/`version` (its resource list,
+    /// and the index's age), so the next request asks the upstream again:
+    /// a resource of it stopped being served.
+    pub fn forget(&self, group: &str, version: &str) {
+        self.group_versions.remove(&(group.to_owned(), version.to_owned()));
+        let mut index = self.index.write();
+        let mut fresh = Index { served: index.served.clone(), preferred: index.preferred.clone(), at: None };
+        fresh.served.remove(&(group.to_owned(), version.to_owned()));
+        *index = Arc::new(fresh);
+    }
+
     /// The preferred version of `group` (`v1` for the core group).
     pub async fn preferred_version(&self, group: &str) -> Result<Option<String>, DiscoveryError> {
         let index = self.current_index().await?;

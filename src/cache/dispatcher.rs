@@ -81,6 +81,20 @@ impl Dispatcher {
         expired
     }
 
+    /// Ends every watcher's stream (the resource is gone) and removes it;
+    /// returns how many.
+    pub fn end_all(&mut self) -> usize {
+        let ended = self.count;
+        for bucket in self.buckets.values() {
+            for watcher in bucket.values() {
+                watcher.end();
+            }
+        }
+        self.buckets.clear();
+        self.count = 0;
+        ended
+    }
+
     /// Offers `event` to every interested watcher.
     pub fn dispatch(&mut self, event: &Arc<CacheEvent>, now: Instant) -> Dispatched {
         let key = &event.object.key;

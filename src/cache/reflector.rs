@@ -8,6 +8,9 @@
 //! reaches watchers as ordinary events); on any other failure, `BackingOff`
 //! with exponential delay and jitter, then whichever step failed. Downstream
 //! watchers never see any of this: they are served from the cache throughout.
+//! When the upstream answers 404 for the collection (a deleted CRD, or a
+//! version no longer served), `Gone`: the cache closes, its watch streams
+//! end as the API server ends them, and the registry forgets it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +47,17 @@ pub enum ReflectorState {
     Watching { rv: u64 },
     /// Waiting out a failure before going on to `next`.
     BackingOff { delay: Duration, next: Box<ReflectorState> },
+    /// The upstream no longer serves the resource: the end.
+    Gone,
+}
+
+/// Why a reflector stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// watchmux is shutting down.
+    Stopped,
+    /// The upstream no longer serves the resource.
+    Gone,
 }
 
 /// How one upstream watch ended.
@@ -55,6 +69,8 @@ enum WatchEnd {
     Expired,
     /// Connection or protocol failure: back off, then resume from `rv`.
     Failed { rv: u64, error: String },
+    /// The upstream answered 404: the resource is not served any more.
+    Gone,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -120,13 +136,18 @@ impl Reflector {
     }
 
     /// Runs until `stop` is cancelled.
-    pub async fn run(mut self, stop: CancellationToken) {
+    pub async fn run(mut self, stop: CancellationToken) -> Exit {
         let mut state = ReflectorState::Listing;
         loop {
             state = tokio::select! {
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => return Exit::Stopped,
                 next = self.step(state) => next,
             };
+            if state == ReflectorState::Gone {
+                tracing::info!(resource = %self.cache.label(), "the upstream no longer serves this resource; closing its cache");
+                self.cache.close();
+                return Exit::Gone;
+            }
         }
     }
 
@@ -151,6 +172,10 @@ impl Reflector {
                         tracing::info!(resource = %label, objects = count, rv, "cache initialized from upstream list");
                         self.failures = 0;
                         ReflectorState::Watching { rv }
+                    }
+                    Err(ReflectorError::Status { status: StatusCode::NOT_FOUND, .. }) => {
+                        self.cache.set_relisting(false);
+                        ReflectorState::Gone
                     }
                     Err(err) => {
                         tracing::warn!(resource = %label, error = %err, "upstream list failed");
@@ -180,12 +205,14 @@ impl Reflector {
                         tracing::warn!(resource = %label, rv, error = %error, "upstream watch failed");
                         self.back_off(ReflectorState::Watching { rv })
                     }
+                    WatchEnd::Gone => ReflectorState::Gone,
                 }
             }
             ReflectorState::BackingOff { delay, next } => {
                 tokio::time::sleep(delay).await;
                 *next
             }
+            ReflectorState::Gone => ReflectorState::Gone,
         }
     }
 
@@ -263,6 +290,9 @@ impl Reflector {
         };
         if resp.status() == StatusCode::GONE {
             return WatchEnd::Expired;
+        }
+        if resp.status() == StatusCode::NOT_FOUND {
+            return WatchEnd::Gone;
         }
         if !resp.status().is_success() {
             let status = resp.status();

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::discovery::{Discovery, DiscoveryError};
 use super::object::ObjectShape;
-use super::reflector::Reflector;
+use super::reflector::{Exit, Reflector};
 use super::resource::{CacheSettings, ResourceCache, Scope};
 use super::resource_info::ResourceInfo;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -152,9 +152,11 @@ type Gvr = (String, String, String);
 
 pub struct Registry {
     upstream: Arc<Upstream>,
-    discovery: Discovery,
+    discovery: Arc<Discovery>,
     config: CacheConfig,
-    caches: DashMap<Gvr, Arc<ResourceCache>>,
+    /// Shared with the reflectors' tasks, which remove their cache when the
+    /// upstream stops serving its resource.
+    caches: Arc<DashMap<Gvr, Arc<ResourceCache>>>,
     stop: CancellationToken,
     /// Set once `--cache-warm` has started every configured cache.
     warmed: std::sync::atomic::AtomicBool,
@@ -169,10 +171,10 @@ impl std::fmt::Debug for Registry {
 impl Registry {
     pub fn new(upstream: Arc<Upstream>, config: CacheConfig, stop: CancellationToken) -> Self {
         Self {
-            discovery: Discovery::new(upstream.clone()),
+            discovery: Arc::new(Discovery::new(upstream.clone())),
             upstream,
             config,
-            caches: DashMap::new(),
+            caches: Arc::new(DashMap::new()),
             stop,
             warmed: Default::default(),
         }
@@ -232,7 +234,7 @@ impl Registry {
         let mut created = None;
         let cache = self
             .caches
-            .entry(key)
+            .entry(key.clone())
             .or_insert_with(|| {
                 let cache =
                     Arc::new(ResourceCache::new(ObjectShape::new(info, custom), scope, self.config.settings.clone()));
@@ -242,7 +244,18 @@ impl Registry {
             .clone();
         if let Some(cache) = created {
             tracing::info!(resource = %cache.label(), "starting cache");
-            tokio::spawn(Reflector::new(cache, self.upstream.clone()).run(self.stop.clone()));
+            let reflector = Reflector::new(cache.clone(), self.upstream.clone());
+            let (caches, discovery, stop) = (self.caches.clone(), self.discovery.clone(), self.stop.clone());
+            tokio::spawn(async move {
+                if reflector.run(stop).await == Exit::Gone {
+                    // A deleted CRD or a version no longer served: forget the
+                    // cache and what discovery said, so that requests find the
+                    // API server's 404 and a re-created CRD gets a fresh cache
+                    // with its current schema and selectable fields.
+                    caches.remove_if(&key, |_, c| Arc::ptr_eq(c, &cache));
+                    discovery.forget(&key.0, &key.1);
+                }
+            });
         }
         cache
     }

@@ -126,6 +126,8 @@ pub struct ResourceCache {
     /// Set while a relist is under way (the reflector is listing again
     /// after having been in step): watchers are behind until it lands.
     relisting: AtomicBool,
+    /// Set once the upstream stopped serving the resource: no new watcher.
+    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for ResourceCache {
@@ -179,6 +181,19 @@ impl ResourceCache {
             snapshots: Mutex::new(Default::default()),
             confirmed_at: Mutex::new(None),
             relisting: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// The upstream no longer serves the resource: every watch stream ends,
+    /// as the API server ends them when a CRD goes, and watchers that still
+    /// arrive get 410 (and find the resource gone when they list again).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let ended = self.dispatcher.lock().end_all();
+        if ended > 0 {
+            self.metrics.terminated_watchers.increment(ended as u64);
+            self.metrics.registered_watchers.decrement(ended as f64);
         }
     }
 
@@ -423,6 +438,13 @@ impl ResourceCache {
     pub fn register(&self, filter: Filter, start: StartAt) -> Result<Registration, TooOld> {
         let st = self.state.read();
         let current = st.store.rv();
+        if self.closed.load(Ordering::Acquire) {
+            let requested = match start {
+                StartAt::After(rv) => rv,
+                StartAt::CurrentState => current,
+            };
+            return Err(TooOld { requested, oldest: current });
+        }
         let (snapshot, backlog, start_rv) = match start {
             StartAt::CurrentState => (Some(st.store.snapshot()), Vec::new(), current),
             StartAt::After(rv) => {

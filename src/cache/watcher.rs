@@ -64,6 +64,8 @@ struct Queue {
     /// Set with `terminated` when the watcher's start lies in versions the
     /// cache never saw: its stream ends with 410 instead of just ending.
     expired: Option<TooOld>,
+    /// No more events will come: the stream ends once the queue is empty.
+    draining: bool,
     /// The body waiting for events, if it is waiting.
     waker: Option<Waker>,
 }
@@ -87,7 +89,7 @@ impl WatcherHandle {
     /// Offers one delivery; never blocks.
     pub fn offer(&self, delivery: Delivery, now: Instant) -> Offer {
         let mut q = self.queue.lock();
-        if q.terminated {
+        if q.terminated || q.draining {
             return Offer::Terminated;
         }
         q.events.push_back(delivery);
@@ -106,6 +108,19 @@ impl WatcherHandle {
             w.wake();
         }
         if terminated { Offer::Terminated } else { Offer::Queued }
+    }
+
+    /// Ends the watcher's stream cleanly once it has taken what is queued
+    /// (the DELETED events of a removed CRD's objects come before the end,
+    /// as from the API server): the resource is no longer served.
+    pub fn end(&self) {
+        let mut q = self.queue.lock();
+        q.draining = true;
+        let waker = q.waker.take();
+        drop(q);
+        if let Some(w) = waker {
+            w.wake();
+        }
     }
 
     /// Ends the watcher with 410: it started from a version inside a gap
@@ -143,6 +158,7 @@ impl WatcherHandle {
                 }
                 Ok(Some(d))
             }
+            None if q.draining => Err(Terminated::Behind),
             None => {
                 q.waker = Some(waker.clone());
                 Ok(None)
