@@ -33,9 +33,11 @@ demo: release
 
 test: test-unit test-e2e
 
-## Formatting, lints (Rust, Dockerfile), unit tests and the in-process proxy tests.
+## Formatting, lints (Rust, Dockerfile), the module graph (no cycles), unit
+## tests and the in-process proxy tests.
 test-unit:
 	$(CARGO) fmt --check
+	python3 integration/scripts/module-graph.py
 	bash integration/scripts/dockerfile-lint.sh
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) test --locked

@@ -24,9 +24,15 @@
 
 pub mod cert;
 pub mod impersonation;
+mod peer;
 pub mod review_cache;
 pub mod reviews;
+mod upstream_identity;
 pub mod user;
+
+pub use crate::config::{AuthMode, UpstreamIdentityMode};
+pub use peer::Peer;
+pub use upstream_identity::UpstreamIdentity;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,37 +45,10 @@ use crate::body::Refusal;
 use crate::cache::serve::ReadGate;
 use crate::encode::status::{Status, StatusReason};
 use crate::metrics as m;
-use crate::passthrough::Peer;
-use crate::passthrough::identity::UpstreamIdentity;
 use crate::request::RequestInfo;
 use review_cache::{Lookup, ReviewCache};
 use reviews::{Attributes, Decision, ResourceAttributes, ReviewClient, ReviewError};
 use user::UserInfo;
-
-/// How downstream clients are trusted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum AuthMode {
-    /// Clients are not authenticated; watchmux acts with its own identity.
-    TrustedLocal,
-    /// Clients are authenticated and authorized by the upstream API server.
-    Delegated,
-}
-
-/// Who requests that pass through act as upstream in delegated mode
-/// (`--upstream-identity`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum UpstreamIdentityMode {
-    /// watchmux's credentials, impersonating the caller: needs the right to
-    /// impersonate anyone (shared and tier proxies).
-    Impersonate,
-    /// The caller's own credentials: a bearer token is forwarded as sent, an
-    /// anonymous request goes without credentials, and a client certificate
-    /// of watchmux's own upstream identity (the node's kubelet, when
-    /// watchmux holds the node's credentials) goes with watchmux's. Needs no
-    /// right beyond the caller's own: a node-local watchmux with node
-    /// credentials holds nothing more than the node.
-    Client,
-}
 
 /// Delegated mode's settings, from the flags.
 #[derive(Debug, Clone)]

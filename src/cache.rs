@@ -7,6 +7,7 @@
 //! - [`dispatcher`], [`watcher`], [`filter`]: who gets which event, and per-watcher queues.
 //! - [`stream`]: a watch response body; [`serve`]: LIST/GET/WATCH semantics.
 //! - [`freshness`]: proving the cache is current enough for a consistent read.
+//! - [`upstream_watch`]: reading the upstream's watch and list responses.
 //! - [`discovery`], [`resource_info`]: what the upstream serves.
 //! - [`params`]: the query parameters of a read; [`pagination`]: continue tokens.
 //! - `consistency` (tests): a model of the upstream proving that no watcher
@@ -30,4 +31,5 @@ pub mod resource_info;
 pub mod serve;
 pub mod store;
 pub mod stream;
+pub mod upstream_watch;
 pub mod watcher;

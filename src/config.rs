@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser, ValueEnum};
 
-pub use crate::auth::AuthMode;
-
 /// watchmux: a transparent caching watch proxy for the Kubernetes API.
 ///
 /// Point clients' kubeconfig at watchmux instead of kube-apiserver. Requests
@@ -119,7 +117,7 @@ pub struct Args {
     /// this stops web pages that rebind their DNS to loopback from using
     /// watchmux's identity through a browser. Not checked on the unix socket
     /// or in delegated mode.
-    #[arg(long, value_name = "REGEXES", value_delimiter = ',', default_value = crate::server::hosts::DEFAULT_ACCEPT_HOSTS)]
+    #[arg(long, value_name = "REGEXES", value_delimiter = ',', default_value = DEFAULT_ACCEPT_HOSTS)]
     pub accept_hosts: Vec<String>,
 
     /// PEM CA bundle that client certificates are verified against
@@ -157,8 +155,8 @@ pub struct Args {
     /// credentials only for a client certificate of watchmux's own identity;
     /// other certificate clients are refused on pass-through. With a node's
     /// kubelet credentials this holds no right the node does not have.
-    #[arg(long, value_enum, default_value_t = crate::auth::UpstreamIdentityMode::Impersonate)]
-    pub upstream_identity: crate::auth::UpstreamIdentityMode,
+    #[arg(long, value_enum, default_value_t = UpstreamIdentityMode::Impersonate)]
+    pub upstream_identity: UpstreamIdentityMode,
 
     /// TokenReviews and SubjectAccessReviews sent upstream at once (delegated
     /// mode). Clients choose what needs a review (tokens, selectors), so the
@@ -252,6 +250,34 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     };
     Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
+
+/// How downstream clients are trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    /// Clients are not authenticated; watchmux acts with its own identity.
+    TrustedLocal,
+    /// Clients are authenticated and authorized by the upstream API server.
+    Delegated,
+}
+
+/// Who requests that pass through act as upstream in delegated mode
+/// (`--upstream-identity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UpstreamIdentityMode {
+    /// watchmux's credentials, impersonating the caller: needs the right to
+    /// impersonate anyone (shared and tier proxies).
+    Impersonate,
+    /// The caller's own credentials: a bearer token is forwarded as sent, an
+    /// anonymous request goes without credentials, and a client certificate
+    /// of watchmux's own upstream identity (the node's kubelet, when
+    /// watchmux holds the node's credentials) goes with watchmux's. Needs no
+    /// right beyond the caller's own: a node-local watchmux with node
+    /// credentials holds nothing more than the node.
+    Client,
+}
+
+/// `kubectl proxy`'s default `--accept-hosts`: the loopback names.
+pub const DEFAULT_ACCEPT_HOSTS: &str = r"^localhost$,^127\.0\.0\.1$,^\[::1\]$";
 
 #[cfg(test)]
 mod tests {

@@ -507,9 +507,9 @@ mod watch_lines {
     use super::{Words, config, one_of};
     use crate::cache::object::tests::cm_shape;
     use crate::cache::object::{CachedObject, ObjectKey};
-    use crate::cache::reflector::apply_watch_line;
     use crate::cache::resource::{CacheSettings, ResourceCache, Scope};
     use crate::cache::store::{Objects, Snapshot};
+    use crate::cache::upstream_watch::apply_watch_line;
     use crate::encode::negotiate::ContentVariant;
 
     /// Repeats weigh the choices toward events that apply.

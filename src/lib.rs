@@ -15,6 +15,7 @@ pub mod body;
 pub mod cache;
 pub mod config;
 pub mod encode;
+pub mod error;
 pub mod metrics;
 pub mod passthrough;
 pub mod request;

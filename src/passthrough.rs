@@ -10,7 +10,6 @@ pub mod headers;
 pub mod identity;
 mod upgrade;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::{Request, Response};
@@ -19,26 +18,14 @@ use metrics::{counter, gauge, histogram};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::cert::CertIdentity;
+use crate::auth::Peer;
+use crate::auth::UpstreamIdentity;
 use crate::body::{self, EndOnShutdown, ProxyBody, Refusal};
 use crate::encode::status::{Status, StatusReason};
+use crate::error::error_chain;
 use crate::metrics as m;
 use crate::request::RequestInfo;
 use crate::upstream::{ConnectionKind, Upstream};
-use identity::UpstreamIdentity;
-
-/// What the proxy knows about the downstream connection a request came on.
-#[derive(Debug, Clone, Default)]
-pub struct Peer {
-    /// The client's address; `None` on a unix socket.
-    pub addr: Option<SocketAddr>,
-    /// Who the client certificate verified during the TLS handshake says the
-    /// client is (only with `--client-ca-file`), or why the API server would
-    /// not accept it as anyone.
-    pub client_cert: Option<CertIdentity>,
-    /// The connection is over `--max-connections`: its requests get 429.
-    pub over_connection_limit: bool,
-}
 
 /// Forwards requests to the upstream.
 #[derive(Debug, Clone)]
@@ -124,19 +111,6 @@ fn upstream_failure(err: &hyper_util::client::legacy::Error, verb: &'static str)
     counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "code" => "503").increment(1);
     tracing::warn!(error = %error_chain(err), cause, "upstream request failed");
     Status::upstream_unavailable(error_chain(err)).into_response()
-}
-
-/// An error and its sources on one line, e.g. "client error (Connect): tcp
-/// connect error: Connection refused (os error 111)".
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// Counts a forwarded request as in flight until dropped.

@@ -29,7 +29,6 @@ use tokio_util::sync::CancellationToken;
 use crate::body::{self, ProxyBody};
 use crate::config::kubeconfig::UpstreamConfig;
 use crate::metrics as m;
-pub use crate::passthrough::identity::UpstreamCredential;
 use credentials::{Credentials, CredentialsError};
 
 /// How often readiness is probed.
@@ -64,6 +63,18 @@ pub struct UpstreamOptions {
 }
 
 type HttpsClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
+
+/// The credentials the upstream client attaches, the last header written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamCredential {
+    /// watchmux's own: its bearer token, and its client certificate if the
+    /// kubeconfig has one.
+    Own,
+    /// This `Authorization` value and no client certificate.
+    Header(http::HeaderValue),
+    /// Nothing: no `Authorization`, no client certificate.
+    None,
+}
 
 /// Which connections a request goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

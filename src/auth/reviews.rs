@@ -16,8 +16,8 @@ use tokio::time::Instant;
 
 use super::user::UserInfo;
 use crate::body;
+use crate::error::error_chain;
 use crate::metrics as m;
-use crate::passthrough::error_chain;
 use crate::request::{RequestInfo, Verb};
 use crate::selector::FieldSelector;
 use crate::upstream::Upstream;

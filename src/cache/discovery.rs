@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use super::resource_info::ResourceInfo;
 use crate::body;
-use crate::passthrough::error_chain;
+use crate::error::error_chain;
 use crate::upstream::Upstream;
 
 /// How often the index or a group version may be fetched again because of a miss.

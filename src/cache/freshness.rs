@@ -22,41 +22,22 @@
 //! and is counted as a fallback.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use http_body_util::BodyExt;
-use parking_lot::Mutex;
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::reflector::{LineEnd, apply_watch_line, collection_uri, upstream_get};
-use super::resource::ResourceCache;
+use super::resource::{Probe, ResourceCache};
+use super::upstream_watch::{Line, LineEnd, LineSplitter, apply_line, collection_uri, parse_line, upstream_get};
 use crate::upstream::Upstream;
 
 /// The catch-up watch's timeout: the API server sends its bookmark two
 /// seconds before a watch's deadline, so three seconds is the shortest that
 /// still gets one.
 const CATCH_UP_TIMEOUT_SECONDS: u64 = 3;
-
-#[derive(Default)]
-pub struct Freshness {
-    probe: Mutex<Option<Probe>>,
-    catching_up: AtomicBool,
-}
-
-impl std::fmt::Debug for Freshness {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Freshness").field("catching_up", &self.catching_up.load(Ordering::Relaxed)).finish()
-    }
-}
-
-struct Probe {
-    started: Instant,
-    result: watch::Receiver<Option<Option<u64>>>,
-}
 
 #[derive(Deserialize)]
 struct ListMetaOnly {
@@ -156,16 +137,18 @@ async fn catch_up(cache: &ResourceCache, upstream: &Upstream, from: u64) -> Resu
         return Err(format!("catch-up watch answered {}", resp.status()));
     }
     let mut body = resp.into_body();
-    let mut buf = BytesMut::new();
+    let mut lines = LineSplitter::default();
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() else { continue };
-        buf.extend_from_slice(&data);
-        while let Some(end) = buf.iter().position(|&b| b == b'\n') {
-            let line = buf.split_to(end + 1).freeze();
-            let line = line.slice(..end);
-            const BOOKMARK: &[u8] = b"\"type\":\"BOOKMARK\"";
-            let is_bookmark = line.windows(BOOKMARK.len()).any(|w| w == BOOKMARK);
-            match apply_watch_line(cache, &line) {
+        lines.push(&data);
+        while let Some(line) = lines.next_line() {
+            let line = match parse_line(&line) {
+                Ok(line) => line,
+                Err(LineEnd::Expired) => return Err("expired".into()),
+                Err(LineEnd::Failed(e)) => return Err(e),
+            };
+            let is_bookmark = matches!(line, Line::Bookmark(_));
+            match apply_line(cache, line) {
                 Ok(_) if is_bookmark => return Ok(()),
                 Ok(_) => {}
                 Err(LineEnd::Expired) => return Err("expired".into()),

@@ -15,8 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use http::{Request, StatusCode, header};
+use http::StatusCode;
 use http_body_util::BodyExt;
 use rand::Rng;
 use serde::Deserialize;
@@ -24,13 +23,14 @@ use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::event::EventType;
 use super::object::CachedObject;
 use super::resource::ResourceCache;
 use super::store::Objects;
-use crate::body;
+use super::upstream_watch::{
+    LineEnd, LineSplitter, ReflectorError, apply_line, collection_uri, parse_line, upstream_get,
+};
+use crate::error::error_chain;
 use crate::metrics as m;
-use crate::passthrough::error_chain;
 use crate::upstream::Upstream;
 
 /// Page size of the upstream LIST, as client-go's reflector uses.
@@ -73,18 +73,6 @@ enum WatchEnd {
     Gone,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub(super) enum ReflectorError {
-    #[error("upstream request failed: {0}")]
-    Request(String),
-    #[error("upstream answered {status}: {body}")]
-    Status { status: StatusCode, body: String },
-    #[error("reading the upstream response: {0}")]
-    Body(String),
-    #[error("decoding the upstream list: {0}")]
-    Decode(String),
-}
-
 #[derive(Deserialize)]
 struct ListPage<'a> {
     #[serde(default)]
@@ -99,28 +87,6 @@ struct ListMeta {
     resource_version: String,
     #[serde(default, rename = "continue")]
     continue_token: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct WatchLine<'a> {
-    #[serde(rename = "type")]
-    kind: &'a str,
-    #[serde(borrow)]
-    object: &'a RawValue,
-}
-
-#[derive(Deserialize)]
-struct StatusOrMeta {
-    #[serde(default)]
-    code: Option<u16>,
-    #[serde(default)]
-    metadata: Option<RvOnly>,
-}
-
-#[derive(Deserialize)]
-struct RvOnly {
-    #[serde(default, rename = "resourceVersion")]
-    resource_version: Option<String>,
 }
 
 pub struct Reflector {
@@ -303,7 +269,7 @@ impl Reflector {
         // backoff from the beginning.
         self.failures = 0;
         let mut body = resp.into_body();
-        let mut buf = BytesMut::new();
+        let mut lines = LineSplitter::default();
         loop {
             let frame = match body.frame().await {
                 None => return WatchEnd::Closed { rv },
@@ -311,10 +277,9 @@ impl Reflector {
                 Some(Ok(frame)) => frame,
             };
             let Ok(data) = frame.into_data() else { continue };
-            buf.extend_from_slice(&data);
-            while let Some(end) = buf.iter().position(|&b| b == b'\n') {
-                let line = buf.split_to(end + 1).freeze();
-                match self.apply_line(&line.slice(..end)) {
+            lines.push(&data);
+            while let Some(line) = lines.next_line() {
+                match parse_line(&line).and_then(|line| apply_line(&self.cache, line)) {
                     Ok(Some(new_rv)) => rv = rv.max(new_rv),
                     Ok(None) => {}
                     Err(end) => return end.with_rv(rv),
@@ -322,82 +287,14 @@ impl Reflector {
             }
         }
     }
-
-    fn apply_line(&self, line: &Bytes) -> Result<Option<u64>, LineEnd> {
-        apply_watch_line(&self.cache, line)
-    }
 }
 
-/// The cache's collection URL with `params` and the cache's scope selectors.
-pub(super) fn collection_uri(cache: &ResourceCache, params: &[(&str, String)]) -> String {
-    let mut query = form_urlencoded::Serializer::new(String::new());
-    for (k, v) in params {
-        query.append_pair(k, v);
-    }
-    for (k, v) in &cache.scope.query {
-        query.append_pair(k, v);
-    }
-    format!("{}?{}", cache.shape.info.collection_path(None), query.finish())
+/// How a line that ends the upstream watch ends it.
+trait EndsWatch {
+    fn with_rv(self, rv: u64) -> WatchEnd;
 }
 
-/// A JSON GET to the upstream with watchmux's identity.
-pub(super) async fn upstream_get(
-    upstream: &Upstream,
-    uri: String,
-) -> Result<http::Response<hyper::body::Incoming>, ReflectorError> {
-    let req = Request::get(uri)
-        .header(header::ACCEPT, "application/json")
-        .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")))
-        .body(body::empty())
-        .expect("valid request");
-    upstream.send(req).await.map_err(|e| ReflectorError::Request(error_chain(&e)))
-}
-
-/// Applies one upstream watch event line to `cache`; returns the version it
-/// carried (a bookmark's too).
-pub(crate) fn apply_watch_line(cache: &ResourceCache, line: &Bytes) -> Result<Option<u64>, LineEnd> {
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
-    }
-    let event: WatchLine = serde_json::from_slice(line).map_err(|e| LineEnd::Failed(e.to_string()))?;
-    let raw = line.slice_ref(event.object.get().as_bytes());
-    let kind = match event.kind {
-        "ADDED" => EventType::Added,
-        "MODIFIED" => EventType::Modified,
-        "DELETED" => EventType::Deleted,
-        "BOOKMARK" => {
-            let meta: StatusOrMeta = serde_json::from_slice(&raw).map_err(|e| LineEnd::Failed(e.to_string()))?;
-            let rv = meta
-                .metadata
-                .and_then(|m| m.resource_version)
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| LineEnd::Failed("bookmark without resourceVersion".into()))?;
-            cache.bookmark(rv);
-            return Ok(Some(rv));
-        }
-        "ERROR" => {
-            let status: StatusOrMeta =
-                serde_json::from_slice(&raw).unwrap_or(StatusOrMeta { code: None, metadata: None });
-            return Err(if status.code == Some(410) {
-                LineEnd::Expired
-            } else {
-                LineEnd::Failed(format!("ERROR event: {}", String::from_utf8_lossy(&raw)))
-            });
-        }
-        other => return Err(LineEnd::Failed(format!("unknown event type {other:?}"))),
-    };
-    let obj = CachedObject::decode(raw, &cache.shape).map_err(|e| LineEnd::Failed(e.to_string()))?;
-    let rv = obj.rv;
-    cache.apply(kind, obj);
-    Ok(Some(rv))
-}
-
-pub(crate) enum LineEnd {
-    Expired,
-    Failed(String),
-}
-
-impl LineEnd {
+impl EndsWatch for LineEnd {
     fn with_rv(self, rv: u64) -> WatchEnd {
         match self {
             LineEnd::Expired => WatchEnd::Expired,

@@ -60,6 +60,26 @@ impl CacheMetrics {
     }
 }
 
+/// The state of the freshness proof (`freshness.rs` holds its logic): the
+/// probe of the upstream's current version that requests share, and
+/// whether a catch-up watch is running.
+#[derive(Default)]
+pub struct Freshness {
+    pub(super) probe: Mutex<Option<Probe>>,
+    pub(super) catching_up: AtomicBool,
+}
+
+impl std::fmt::Debug for Freshness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Freshness").field("catching_up", &self.catching_up.load(Ordering::Relaxed)).finish()
+    }
+}
+
+pub(super) struct Probe {
+    pub(super) started: Instant,
+    pub(super) result: tokio::sync::watch::Receiver<Option<Option<u64>>>,
+}
+
 /// Snapshots kept at most for paginated lists.
 const MAX_KEPT_SNAPSHOTS: usize = 32;
 
@@ -117,7 +137,7 @@ pub struct ResourceCache {
     list_items_typed: AtomicBool,
     label: String,
     metrics: CacheMetrics,
-    freshness: super::freshness::Freshness,
+    freshness: Freshness,
     /// Snapshots kept for paginated lists and exact-version reads, by version.
     snapshots: Mutex<std::collections::BTreeMap<u64, (super::store::Objects, Instant)>>,
     /// When the upstream last confirmed the cache current: a list, an
@@ -229,7 +249,7 @@ impl ResourceCache {
         &self.label
     }
 
-    pub(super) fn freshness(&self) -> &super::freshness::Freshness {
+    pub(super) fn freshness(&self) -> &Freshness {
         &self.freshness
     }
 

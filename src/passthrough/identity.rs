@@ -9,54 +9,11 @@
 //! removes every identity header the client sent (credentials,
 //! impersonation, front-proxy `X-Remote-*`) and writes the chosen identity.
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName};
 
-use crate::auth::Caller;
+pub use crate::auth::UpstreamIdentity;
 use crate::auth::impersonation::{self, Unrepresentable};
-
-/// The identity a request goes upstream with.
-#[derive(Debug, Clone)]
-pub enum UpstreamIdentity {
-    /// watchmux's own credentials (trusted-local: every client is watchmux).
-    /// A client's `Impersonate-*` headers stay: the API server checks
-    /// watchmux's own right to impersonate, as for any client of it.
-    Own,
-    /// watchmux's credentials, impersonating the authenticated caller
-    /// (delegated mode with impersonation rights).
-    Impersonate(Caller),
-    /// The client's own `Authorization` header, sent on a connection that
-    /// carries no client certificate of watchmux's (delegated mode without
-    /// impersonation rights: a node-local watchmux holding node credentials).
-    /// The client's own `Impersonate-*` headers stay, for the API server to
-    /// judge against the client's own identity, as it would directly.
-    ClientCredentials(HeaderValue),
-    /// No credentials at all: the API server sees an anonymous request, as
-    /// it would from the client directly (impersonation headers included).
-    Anonymous,
-}
-
-/// The credentials the upstream client attaches, the last header written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UpstreamCredential {
-    /// watchmux's own: its bearer token, and its client certificate if the
-    /// kubeconfig has one.
-    Own,
-    /// This `Authorization` value and no client certificate.
-    Header(HeaderValue),
-    /// Nothing: no `Authorization`, no client certificate.
-    None,
-}
-
-impl UpstreamIdentity {
-    /// The credentials the upstream client must attach for this identity.
-    pub fn credential(&self) -> UpstreamCredential {
-        match self {
-            Self::Own | Self::Impersonate(_) => UpstreamCredential::Own,
-            Self::ClientCredentials(value) => UpstreamCredential::Header(value.clone()),
-            Self::Anonymous => UpstreamCredential::None,
-        }
-    }
-}
+pub use crate::upstream::UpstreamCredential;
 
 /// Headers the API server's front-proxy (request-header) authenticator reads
 /// by default. watchmux is no front proxy: a client's own are dropped, so an
@@ -95,7 +52,10 @@ pub fn is_identity_header(name: &HeaderName) -> bool {
 mod tests {
     use std::sync::Arc;
 
+    use http::HeaderValue;
+
     use super::*;
+    use crate::auth::Caller;
     use crate::auth::user::UserInfo;
     use crate::passthrough::headers::remove_hop_by_hop;
 

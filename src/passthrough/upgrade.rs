@@ -8,8 +8,8 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use metrics::{counter, gauge};
 
-use super::identity::UpstreamIdentity;
 use super::{Peer, headers, set_identity, upstream_failure};
+use crate::auth::UpstreamIdentity;
 use crate::body::{self, ProxyBody};
 use crate::metrics as m;
 use crate::request::RequestInfo;

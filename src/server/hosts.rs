@@ -18,8 +18,7 @@ use regex::RegexSet;
 use crate::body::{self, ProxyBody};
 use crate::metrics as m;
 
-/// `kubectl proxy`'s default `--accept-hosts`.
-pub const DEFAULT_ACCEPT_HOSTS: &str = r"^localhost$,^127\.0\.0\.1$,^\[::1\]$";
+pub use crate::config::DEFAULT_ACCEPT_HOSTS;
 
 /// Host name patterns (regular expressions, matched against the host
 /// without its port) that requests may name.

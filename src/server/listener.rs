@@ -34,10 +34,11 @@ use super::early_resets::EarlyResets;
 use super::limits::ConnectionBudget;
 use super::opening::{Opening, Rewind, read_opening};
 use super::write_behind::WriteBehind;
+use crate::auth::Peer;
 use crate::auth::cert::CertIdentity;
 use crate::body::ProxyBody;
+use crate::error::error_chain;
 use crate::metrics as m;
-use crate::passthrough::{Peer, error_chain};
 
 /// How long a client has, from connecting, to finish its TLS handshake (on
 /// a TLS listener) and then send the first bytes of HTTP: the whole HTTP/2

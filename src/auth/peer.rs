@@ -1,0 +1,21 @@
+//! What is known of the downstream connection a request came on: where from,
+//! the identity its verified client certificate proves, and whether it is
+//! over the connection limit. Authentication starts from it; the listener
+//! fills it in.
+
+use std::net::SocketAddr;
+
+use super::cert::CertIdentity;
+
+/// What the proxy knows about the downstream connection a request came on.
+#[derive(Debug, Clone, Default)]
+pub struct Peer {
+    /// The client's address; `None` on a unix socket.
+    pub addr: Option<SocketAddr>,
+    /// Who the client certificate verified during the TLS handshake says the
+    /// client is (only with `--client-ca-file`), or why the API server would
+    /// not accept it as anyone.
+    pub client_cert: Option<CertIdentity>,
+    /// The connection is over `--max-connections`: its requests get 429.
+    pub over_connection_limit: bool,
+}
