@@ -24,6 +24,7 @@ pub mod history;
 pub mod object;
 pub mod pagination;
 pub mod params;
+pub mod reason;
 pub mod reflector;
 pub mod registry;
 pub mod resource;

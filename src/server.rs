@@ -92,7 +92,7 @@ struct ApiHandler {
 impl Handler for ApiHandler {
     async fn handle(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
         if peer.over_connection_limit {
-            return limits::too_many_requests("connections", true);
+            return limits::too_many_requests(limits::Limit::Connections, true);
         }
         if let Some(hosts) = &self.accept_hosts
             && peer.addr.is_some()

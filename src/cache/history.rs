@@ -562,7 +562,7 @@ mod tests {
         }
 
         let middle = model.buffered().get(history.len() / 2).map_or(floor, |&(rv, _)| rv);
-        for probe in [floor.saturating_sub(1), floor, floor + 1, middle - 1, middle, newest, newest + 1] {
+        for probe in [floor.saturating_sub(1), floor, floor + 1, middle.saturating_sub(1), middle, newest, newest + 1] {
             let expected = model.buffered().iter().map(|&(rv, _)| rv).filter(|&rv| rv > probe);
             match history.since(probe) {
                 Ok(events) => {

@@ -5,6 +5,8 @@
 //! reject, is reported as [`Unsupported`]: the request then passes through and
 //! the API server gives its own answer, exact to the byte.
 
+use super::reason::Reason;
+
 /// `resourceVersion` as given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rv {
@@ -42,7 +44,7 @@ pub struct ReadParams {
 
 /// Why a request's parameters keep it out of the cache (a metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unsupported(pub &'static str);
+pub struct Unsupported(pub Reason);
 
 impl ReadParams {
     pub fn parse(query: Option<&str>) -> Result<Self, Unsupported> {
@@ -71,7 +73,7 @@ impl ReadParams {
                     p.rv = match &*value {
                         "" => Rv::Unset,
                         "0" => Rv::Any,
-                        v => Rv::At(v.parse().map_err(|_| Unsupported("invalid_resource_version"))?),
+                        v => Rv::At(v.parse().map_err(|_| Unsupported(Reason::InvalidResourceVersion))?),
                     }
                 }
                 "resourceVersionMatch" => {
@@ -79,18 +81,18 @@ impl ReadParams {
                         "" => RvMatch::Unset,
                         "NotOlderThan" => RvMatch::NotOlderThan,
                         "Exact" => RvMatch::Exact,
-                        _ => return Err(Unsupported("invalid_parameters")),
+                        _ => return Err(Unsupported(Reason::InvalidParameters)),
                     }
                 }
                 "limit" => {
-                    let n: i64 = value.parse().map_err(|_| Unsupported("invalid_parameters"))?;
+                    let n: i64 = value.parse().map_err(|_| Unsupported(Reason::InvalidParameters))?;
                     p.limit = (n > 0).then_some(n as u64);
                 }
                 "continue" => p.continue_token = Some(value.into_owned()).filter(|t| !t.is_empty()),
                 "labelSelector" => p.label_selector = value.into_owned(),
                 "fieldSelector" => p.field_selector = value.into_owned(),
                 "timeoutSeconds" => {
-                    let n: i64 = value.parse().map_err(|_| Unsupported("invalid_parameters"))?;
+                    let n: i64 = value.parse().map_err(|_| Unsupported(Reason::InvalidParameters))?;
                     // 0 means none (the server picks one); a negative one ends
                     // the watch at once, as in the API server.
                     p.timeout_seconds = (n != 0).then_some(n.max(0) as u64);
@@ -102,11 +104,11 @@ impl ReadParams {
                 // immediate and a watch's length is `timeoutSeconds`, so it
                 // changes nothing here, as long as the API server would accept it.
                 "timeout" if is_go_duration(&value) => {}
-                "timeout" => return Err(Unsupported("invalid_parameters")),
+                "timeout" => return Err(Unsupported(Reason::InvalidParameters)),
                 // Anything else may change the answer (pretty, as, ...): the API server decides.
                 other => {
                     tracing::debug!(parameter = other, "query parameter left to the API server");
-                    return Err(Unsupported("parameters"));
+                    return Err(Unsupported(Reason::Parameters));
                 }
             }
         }
@@ -194,10 +196,10 @@ mod tests {
 
     #[test]
     fn what_the_cache_leaves_to_the_api_server() {
-        assert_eq!(ReadParams::parse(Some("resourceVersion=abc")), Err(Unsupported("invalid_resource_version")));
-        assert_eq!(ReadParams::parse(Some("pretty=true")), Err(Unsupported("parameters")));
-        assert_eq!(ReadParams::parse(Some("limit=x")), Err(Unsupported("invalid_parameters")));
-        assert_eq!(ReadParams::parse(Some("resourceVersionMatch=Newest")), Err(Unsupported("invalid_parameters")));
+        assert_eq!(ReadParams::parse(Some("resourceVersion=abc")), Err(Unsupported(Reason::InvalidResourceVersion)));
+        assert_eq!(ReadParams::parse(Some("pretty=true")), Err(Unsupported(Reason::Parameters)));
+        assert_eq!(ReadParams::parse(Some("limit=x")), Err(Unsupported(Reason::InvalidParameters)));
+        assert_eq!(ReadParams::parse(Some("resourceVersionMatch=Newest")), Err(Unsupported(Reason::InvalidParameters)));
     }
 
     #[test]
@@ -208,7 +210,7 @@ mod tests {
         for bad in ["", "5", "1x", "-1s", "s", "1..2s"] {
             assert_eq!(
                 ReadParams::parse(Some(&format!("timeout={bad}"))),
-                Err(Unsupported("invalid_parameters")),
+                Err(Unsupported(Reason::InvalidParameters)),
                 "{bad}"
             );
         }

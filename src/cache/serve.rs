@@ -22,6 +22,7 @@ use super::event::error_frame;
 use super::filter::Filter;
 use super::object::ObjectKey;
 use super::params::{ReadParams, Rv, RvMatch};
+use super::reason::Reason;
 use super::registry::{GroupResource, NotCached, Registry};
 use super::resource::{ResourceCache, StartAt};
 use super::stream::{StreamOptions, WatchStream};
@@ -43,7 +44,7 @@ pub const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 /// The cache's answer, or why it has none.
 pub enum Served {
     Response(Response<ProxyBody>),
-    Passthrough(&'static str),
+    Passthrough(Reason),
 }
 
 /// Delegated auth's say on a read the cache may answer: the caller is
@@ -96,9 +97,9 @@ impl CacheService {
     ) -> Served {
         let served = self.try_serve(method, uri, headers, info, gate).await;
         if let Served::Passthrough(reason) = &served
-            && *reason != "not_a_read"
+            && reason.is_counted()
         {
-            metrics::counter!(m::PASSTHROUGH_REASONS, "reason" => *reason).increment(1);
+            metrics::counter!(m::PASSTHROUGH_REASONS, "reason" => reason.as_str()).increment(1);
         }
         served
     }
@@ -116,13 +117,13 @@ impl CacheService {
             Some(Verb::Get) => Endpoint::Get,
             Some(Verb::List) => Endpoint::List,
             Some(Verb::Watch) => Endpoint::Watch,
-            _ => return Served::Passthrough("not_a_read"),
+            _ => return Served::Passthrough(Reason::NotARead),
         };
         if *method != Method::GET || !info.is_resource_request || info.subresource.is_some() {
-            return Served::Passthrough("not_a_read");
+            return Served::Passthrough(Reason::NotARead);
         }
         if wants_pretty_output(headers) {
-            return Served::Passthrough("pretty");
+            return Served::Passthrough(Reason::Pretty);
         }
         let params = match ReadParams::parse(uri.query()) {
             Ok(p) => p,
@@ -132,15 +133,15 @@ impl CacheService {
         // selector: the API server answers 400 unless the selector is exactly
         // that name. Its answer is the exact one.
         if info.legacy_watch_path && info.name.is_some() && !params.field_selector.is_empty() {
-            return Served::Passthrough("name_and_field_selector");
+            return Served::Passthrough(Reason::NameAndFieldSelector);
         }
         let variant = match negotiate(headers.get(header::ACCEPT), endpoint) {
             Negotiation::Cache(v) => v,
-            Negotiation::Passthrough(reason) => return Served::Passthrough(reason.as_str()),
+            Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
         };
         let resource = GroupResource { group: info.api_group.clone(), resource: info.resource.clone() };
         if !self.registry.config().is_enabled(&resource) {
-            return Served::Passthrough("not_cached");
+            return Served::Passthrough(Reason::NotCached);
         }
         // Authorized before any upstream work on the request's behalf
         // (discovery, starting a cache): the API server, too, authorizes
@@ -150,20 +151,20 @@ impl CacheService {
         }
         let cache = match self.registry.cache_for(&info.api_group, &info.api_version, &info.resource).await {
             Ok(c) => c,
-            Err(NotCached::Disabled) => return Served::Passthrough("not_cached"),
-            Err(NotCached::NotCacheable) => return Served::Passthrough("not_cacheable"),
-            Err(NotCached::Discovery) => return Served::Passthrough("discovery"),
+            Err(NotCached::Disabled) => return Served::Passthrough(Reason::NotCached),
+            Err(NotCached::NotCacheable) => return Served::Passthrough(Reason::NotCacheable),
+            Err(NotCached::Discovery) => return Served::Passthrough(Reason::Discovery),
         };
         // A cache starting up (first use, or watchmux just started) is
         // usually ready in moments; waiting for it keeps a crowd of clients
         // arriving at once from all reaching the upstream.
         if !cache.wait_ready(NOT_READY_WAIT).await {
-            return Served::Passthrough("not_ready");
+            return Served::Passthrough(Reason::NotReady);
         }
         let (Ok(labels), Ok(field_sel)) =
             (LabelSelector::parse(&params.label_selector), FieldSelector::parse(&params.field_selector))
         else {
-            return Served::Passthrough("invalid_selector");
+            return Served::Passthrough(Reason::InvalidSelector);
         };
         let shape = &cache.shape;
         if fields::validate(
@@ -175,7 +176,7 @@ impl CacheService {
         )
         .is_err()
         {
-            return Served::Passthrough("invalid_selector");
+            return Served::Passthrough(Reason::InvalidSelector);
         }
         // Paths the API server has no route for (a cluster-scoped resource
         // under a namespace, a namespaced object named without one) get its
@@ -186,7 +187,7 @@ impl CacheService {
             info.namespace.is_some() && info.namespace != info.name
         };
         if unrouted {
-            return Served::Passthrough("no_route");
+            return Served::Passthrough(Reason::NoRoute);
         }
         let namespace = if shape.info.namespaced { info.namespace.clone() } else { None };
         let name = info.name.clone();
@@ -194,7 +195,7 @@ impl CacheService {
         let scoped = !cache.scope.is_everything();
         let request_in_scope = filter.labels.implies(&cache.scope.labels) && filter.fields.implies(&cache.scope.fields);
         if scoped && !request_in_scope && endpoint != Endpoint::Get {
-            return Served::Passthrough("outside_scope");
+            return Served::Passthrough(Reason::OutsideScope);
         }
         match endpoint {
             Endpoint::Watch => self.watch(cache, filter, params, variant, arrival).await,
@@ -224,7 +225,7 @@ impl CacheService {
             (Some(true), RvMatch::NotOlderThan) => true,
             // Everything else is either invalid (the API server answers 422)
             // or a rare form the cache leaves to the API server.
-            _ => return Served::Passthrough("watch_parameters"),
+            _ => return Served::Passthrough(Reason::WatchParameters),
         };
         // A negative timeoutSeconds is a watch that ends at once (an empty
         // 200), as in the API server; 0 or none, a random one.
@@ -237,7 +238,7 @@ impl CacheService {
                 // A consistent snapshot: at least as new as the upstream now.
                 Rv::Unset => {
                     if !self.consistent(&cache, arrival).await {
-                        return Served::Passthrough("consistent_read");
+                        return Served::Passthrough(Reason::ConsistentRead);
                     }
                     StartAt::CurrentState
                 }
@@ -289,13 +290,13 @@ impl CacheService {
         arrival: Instant,
     ) -> Served {
         if p.rv_match != RvMatch::Unset || p.limit.is_some() || p.continue_token.is_some() {
-            return Served::Passthrough("get_parameters");
+            return Served::Passthrough(Reason::GetParameters);
         }
         let label = cache.label().to_owned();
         match p.rv {
             Rv::Unset => {
                 if !self.consistent(&cache, arrival).await {
-                    return Served::Passthrough("consistent_read");
+                    return Served::Passthrough(Reason::ConsistentRead);
                 }
             }
             Rv::Any => {}
@@ -318,7 +319,7 @@ impl CacheService {
                 Served::Response(resp)
             }
             // A scoped cache does not hold everything: the object may exist outside the scope.
-            None if scoped => Served::Passthrough("outside_scope"),
+            None if scoped => Served::Passthrough(Reason::OutsideScope),
             None => {
                 metrics::counter!(m::CACHE_GET_TOTAL, "resource" => label).increment(1);
                 Served::Response(not_found(&cache, &name).into_response())

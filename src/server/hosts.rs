@@ -12,11 +12,9 @@
 
 use http::header::{self, HeaderMap};
 use http::{Response, StatusCode, Uri};
-use metrics::counter;
 use regex::RegexSet;
 
 use crate::body::{self, ProxyBody};
-use crate::metrics as m;
 
 pub use crate::config::DEFAULT_ACCEPT_HOSTS;
 
@@ -62,7 +60,7 @@ fn without_port(host: &str) -> &str {
 
 /// `kubectl proxy`'s answer to a host it does not accept.
 pub fn forbidden() -> Response<ProxyBody> {
-    counter!(m::REQUESTS_REJECTED, "limit" => "host").increment(1);
+    super::limits::Limit::Host.count();
     let mut resp = Response::new(body::full("Forbidden"));
     *resp.status_mut() = StatusCode::FORBIDDEN;
     resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; charset=utf-8"));

@@ -40,7 +40,7 @@ impl RequestLimits {
         let permit = match &self.inflight {
             Some(sem) if !info.is_long_running() => match sem.clone().try_acquire_owned() {
                 Ok(permit) => Some(permit),
-                Err(_) => return Err(Box::new(too_many_requests("inflight", false))),
+                Err(_) => return Err(Box::new(too_many_requests(Limit::Inflight, false))),
             },
             _ => None,
         };
@@ -62,7 +62,7 @@ impl RequestLimits {
         if !writes || info.is_long_running() || length <= self.max_body_bytes {
             return None;
         }
-        counter!(m::REQUESTS_REJECTED, "limit" => "body_size").increment(1);
+        Limit::BodySize.count();
         let message = format!("Request entity too large: limit is {}", self.max_body_bytes);
         Some(Box::new(
             Status::new(StatusCode::PAYLOAD_TOO_LARGE, StatusReason::RequestEntityTooLarge, message).into_response(),
@@ -94,9 +94,39 @@ impl ConnectionBudget {
         let before = self.open.fetch_add(1, Ordering::Relaxed);
         let within = self.max == 0 || before < self.max;
         if !within {
-            counter!(m::REQUESTS_REJECTED, "limit" => "connections").increment(1);
+            Limit::Connections.count();
         }
         OpenSlot { budget: self.clone(), within }
+    }
+}
+
+/// A limit that refuses a request before any work, as the `limit` label of
+/// `watchmux_requests_rejected_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// `--max-requests-inflight`.
+    Inflight,
+    /// `--max-request-body-bytes`.
+    BodySize,
+    /// `--max-connections` (counted once per connection, when it opens).
+    Connections,
+    /// trusted-local's `--accept-hosts`.
+    Host,
+}
+
+impl Limit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Inflight => "inflight",
+            Self::BodySize => "body_size",
+            Self::Connections => "connections",
+            Self::Host => "host",
+        }
+    }
+
+    /// Counts one refusal.
+    pub fn count(self) {
+        counter!(m::REQUESTS_REJECTED, "limit" => self.as_str()).increment(1);
     }
 }
 
@@ -114,9 +144,10 @@ impl Drop for OpenSlot {
 
 /// The API server's 429: plain text, `Retry-After: 1`. With `close`, the
 /// connection is closed after it.
-pub fn too_many_requests(limit: &'static str, close: bool) -> Response<ProxyBody> {
-    if limit != "connections" {
-        counter!(m::REQUESTS_REJECTED, "limit" => limit).increment(1);
+pub fn too_many_requests(limit: Limit, close: bool) -> Response<ProxyBody> {
+    // Connections over the limit are counted once, when they open.
+    if limit != Limit::Connections {
+        limit.count();
     }
     let mut resp = Response::new(body::full(Bytes::from_static(b"Too many requests, please try again later.\n")));
     *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;

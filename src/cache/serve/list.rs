@@ -16,6 +16,7 @@ use crate::cache::filter::Filter;
 use crate::cache::object::ObjectKey;
 use crate::cache::pagination::{self, KeyScope};
 use crate::cache::params::{ReadParams, Rv, RvMatch};
+use crate::cache::reason::Reason;
 use crate::cache::resource::ResourceCache;
 use crate::cache::store::Snapshot;
 use crate::encode::negotiate::{ContentVariant, Endpoint};
@@ -37,32 +38,32 @@ impl CacheService {
         arrival: Instant,
     ) -> Served {
         if p.send_initial_events.is_some() {
-            return Served::Passthrough("list_parameters");
+            return Served::Passthrough(Reason::ListParameters);
         }
         let key_scope = key_scope(&cache, &filter);
         let (snapshot, start, limit) = if let Some(token) = &p.continue_token {
             // The API server refuses a version next to a continue token.
             if p.rv != Rv::Unset || p.rv_match != RvMatch::Unset {
-                return Served::Passthrough("list_parameters");
+                return Served::Passthrough(Reason::ListParameters);
             }
             let Some(c) = pagination::decode(token, key_scope) else {
-                return Served::Passthrough("continue");
+                return Served::Passthrough(Reason::Continue);
             };
             let Some(snapshot) = cache.snapshot_at(c.rv) else {
-                return Served::Passthrough("snapshot_gone");
+                return Served::Passthrough(Reason::SnapshotGone);
             };
             (snapshot, Some(PageStart { after: c.after, exclusive: c.exclusive }), p.limit)
         } else {
             match (p.rv, p.rv_match) {
                 (Rv::Unset, RvMatch::Unset) => {
                     if !self.consistent(&cache, arrival).await {
-                        return Served::Passthrough("consistent_read");
+                        return Served::Passthrough(Reason::ConsistentRead);
                     }
                     (current(&cache, p.limit), None, p.limit)
                 }
                 // resourceVersionMatch needs a version; Exact cannot be 0:
                 // the API server answers these with its own 422.
-                (Rv::Unset, _) | (Rv::Any, RvMatch::Exact) => return Served::Passthrough("list_parameters"),
+                (Rv::Unset, _) | (Rv::Any, RvMatch::Exact) => return Served::Passthrough(Reason::ListParameters),
                 // Any version: the current state, and, as in the API server,
                 // no pages.
                 (Rv::Any, _) => (cache.snapshot(), None, None),
@@ -74,7 +75,7 @@ impl CacheService {
                         return Served::Response(too_large_rv(rv, cache.current_rv()).into_response());
                     }
                     let Some(snapshot) = cache.snapshot_at(rv) else {
-                        return Served::Passthrough("exact");
+                        return Served::Passthrough(Reason::Exact);
                     };
                     if p.limit.is_some() {
                         cache.keep_snapshot(&snapshot);

@@ -32,7 +32,7 @@ struct Hello {
 impl Handler for Hello {
     async fn handle(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
         if peer.over_connection_limit {
-            return limits::too_many_requests("connections", true);
+            return limits::too_many_requests(limits::Limit::Connections, true);
         }
         if req.uri().path() == "/stall" {
             self.stalled.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,132 @@
+//! Why a read the cache could have answered passes through to the API
+//! server: one typed reason per decision, whose [`Reason::as_str`] is the
+//! `reason` label of `watchmux_cache_passthrough_total`. Passing through on
+//! any doubt is the rule; each doubt has a name here.
+
+use crate::encode::negotiate::PassthroughReason;
+
+/// Why a read passes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// Not a GET, list or watch of a resource (writes, subresources,
+    /// non-resource paths): never the cache's, and not counted.
+    NotARead,
+    /// A person's client (curl, a browser) or `?pretty`: the API server
+    /// indents its JSON for them.
+    Pretty,
+    /// A query parameter the cache does not implement.
+    Parameters,
+    /// A malformed parameter: the API server's own error is the answer.
+    InvalidParameters,
+    /// A resourceVersion that is not a number.
+    InvalidResourceVersion,
+    /// A legacy watch path naming an object and a field selector too.
+    NameAndFieldSelector,
+    /// The Accept header asks for what the cache does not produce.
+    Negotiated(PassthroughReason),
+    /// The resource is not in `--cache-resources` (or is turned off).
+    NotCached,
+    /// The upstream does not serve it, or it cannot be listed and watched.
+    NotCacheable,
+    /// Discovery failed.
+    Discovery,
+    /// The cache has not completed its initial list in time.
+    NotReady,
+    /// A selector the API server would refuse.
+    InvalidSelector,
+    /// A path the API server has no route for.
+    NoRoute,
+    /// Selectors outside a scoped cache's scope.
+    OutsideScope,
+    /// A watch form the cache leaves to the API server.
+    WatchParameters,
+    /// A consistent read whose freshness could not be proven in time.
+    ConsistentRead,
+    /// A GET with list-only parameters.
+    GetParameters,
+    /// A list form the cache leaves to the API server.
+    ListParameters,
+    /// A continue token the cache did not issue.
+    Continue,
+    /// The snapshot a continue token points to is no longer kept.
+    SnapshotGone,
+    /// An exact-version list the cache cannot serve.
+    Exact,
+}
+
+impl Reason {
+    /// Every reason, for the metric's documentation and tests.
+    pub const ALL: &[Reason] = &[
+        Reason::NotARead,
+        Reason::Pretty,
+        Reason::Parameters,
+        Reason::InvalidParameters,
+        Reason::InvalidResourceVersion,
+        Reason::NameAndFieldSelector,
+        Reason::Negotiated(PassthroughReason::Table),
+        Reason::Negotiated(PassthroughReason::Protobuf),
+        Reason::Negotiated(PassthroughReason::OtherMediaType),
+        Reason::Negotiated(PassthroughReason::NotAcceptable),
+        Reason::NotCached,
+        Reason::NotCacheable,
+        Reason::Discovery,
+        Reason::NotReady,
+        Reason::InvalidSelector,
+        Reason::NoRoute,
+        Reason::OutsideScope,
+        Reason::WatchParameters,
+        Reason::ConsistentRead,
+        Reason::GetParameters,
+        Reason::ListParameters,
+        Reason::Continue,
+        Reason::SnapshotGone,
+        Reason::Exact,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotARead => "not_a_read",
+            Self::Pretty => "pretty",
+            Self::Parameters => "parameters",
+            Self::InvalidParameters => "invalid_parameters",
+            Self::InvalidResourceVersion => "invalid_resource_version",
+            Self::NameAndFieldSelector => "name_and_field_selector",
+            Self::Negotiated(r) => r.as_str(),
+            Self::NotCached => "not_cached",
+            Self::NotCacheable => "not_cacheable",
+            Self::Discovery => "discovery",
+            Self::NotReady => "not_ready",
+            Self::InvalidSelector => "invalid_selector",
+            Self::NoRoute => "no_route",
+            Self::OutsideScope => "outside_scope",
+            Self::WatchParameters => "watch_parameters",
+            Self::ConsistentRead => "consistent_read",
+            Self::GetParameters => "get_parameters",
+            Self::ListParameters => "list_parameters",
+            Self::Continue => "continue",
+            Self::SnapshotGone => "snapshot_gone",
+            Self::Exact => "exact",
+        }
+    }
+
+    /// Whether the pass-through is counted: reads only.
+    pub fn is_counted(self) -> bool {
+        self != Self::NotARead
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_has_its_own_label() {
+        let mut labels: Vec<_> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        labels.sort();
+        let before = labels.len();
+        labels.dedup();
+        assert_eq!(labels.len(), before, "two reasons share a label");
+        assert!(labels.iter().all(|l| l.chars().all(|c| c.is_ascii_lowercase() || c == '_')));
+    }
+}
