@@ -2,8 +2,7 @@
 //!
 //! Everything that passes through is forwarded byte for byte; this module holds
 //! the few bodies watchmux produces on its own, today the Kubernetes `Status`
-//! objects it answers errors with. The watch cache's frame builders and the
-//! per-object encoding memo will live here too.
+//! objects it answers errors with. Deciding which form a read gets is
+//! [`crate::negotiate`]'s.
 
-pub mod negotiate;
 pub mod status;

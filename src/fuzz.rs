@@ -398,7 +398,7 @@ mod accept_negotiation {
     use proptest::sample::select;
 
     use super::{Words, config, one_of};
-    use crate::encode::negotiate::{Endpoint, Negotiation, PassthroughReason, negotiate};
+    use crate::negotiate::{Endpoint, Negotiation, PassthroughReason, negotiate};
 
     const ENDPOINTS: [Endpoint; 3] = [Endpoint::Get, Endpoint::List, Endpoint::Watch];
     /// Repeats weigh the choices toward what clients send.
@@ -510,7 +510,7 @@ mod watch_lines {
     use crate::cache::resource::{CacheSettings, ResourceCache, Scope};
     use crate::cache::store::{Objects, Snapshot};
     use crate::cache::upstream_watch::apply_watch_line;
-    use crate::encode::negotiate::ContentVariant;
+    use crate::negotiate::ContentVariant;
 
     /// Repeats weigh the choices toward events that apply.
     const TYPES: Words = &[

@@ -17,6 +17,7 @@ pub mod config;
 pub mod encode;
 pub mod error;
 pub mod metrics;
+pub mod negotiate;
 pub mod passthrough;
 pub mod request;
 pub mod selector;

@@ -12,8 +12,8 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 
 use crate::body::Chunk;
-use crate::encode::negotiate::ContentVariant;
 use crate::encode::status::Status;
+use crate::negotiate::ContentVariant;
 
 use super::object::CachedObject;
 

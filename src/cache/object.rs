@@ -14,8 +14,8 @@ use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::encode::negotiate::ContentVariant;
 use crate::metrics as m;
+use crate::negotiate::ContentVariant;
 use crate::selector::{Fields, fields};
 
 use super::resource_info::ResourceInfo;

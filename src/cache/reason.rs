@@ -3,7 +3,7 @@
 //! `reason` label of `watchmux_cache_passthrough_total`. Passing through on
 //! any doubt is the rule; each doubt has a name here.
 
-use crate::encode::negotiate::PassthroughReason;
+use crate::negotiate::PassthroughReason;
 
 /// Why a read passes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,9 +27,9 @@ use super::registry::{GroupResource, NotCached, Registry};
 use super::resource::{ResourceCache, StartAt};
 use super::stream::{StreamOptions, WatchStream};
 use crate::body::{self, Chunk, ProxyBody, Refusal};
-use crate::encode::negotiate::{ContentVariant, Endpoint, Negotiation, negotiate};
 use crate::encode::status::{Status, StatusReason};
 use crate::metrics as m;
+use crate::negotiate::{ContentVariant, Endpoint, Negotiation, negotiate};
 use crate::request::{RequestInfo, Verb};
 use crate::selector::{FieldSelector, LabelSelector, fields};
 
@@ -233,6 +233,10 @@ impl CacheService {
             Some(s) => Duration::from_secs(s),
             None => MIN_REQUEST_TIMEOUT.mul_f64(rand::rng().random_range(1.0..2.0)),
         };
+        if timeout.is_zero() {
+            // Not even the initial events: the stream is over before it starts.
+            return Served::Response(watch_response(variant, body::empty()));
+        }
         let start = if watch_list {
             match p.rv {
                 // A consistent snapshot: at least as new as the upstream now.

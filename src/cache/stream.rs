@@ -20,8 +20,8 @@ use super::resource::{Registration, ResourceCache};
 use super::store::Snapshot;
 use super::watcher::{Delivery, Terminated, WatcherHandle};
 use crate::body::{BoxError, Chunk};
-use crate::encode::negotiate::ContentVariant;
 use crate::encode::status::{Status, StatusReason};
+use crate::negotiate::ContentVariant;
 use http::StatusCode;
 
 /// How often a watcher that asked for bookmarks gets one.

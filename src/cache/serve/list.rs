@@ -19,8 +19,8 @@ use crate::cache::params::{ReadParams, Rv, RvMatch};
 use crate::cache::reason::Reason;
 use crate::cache::resource::ResourceCache;
 use crate::cache::store::Snapshot;
-use crate::encode::negotiate::{ContentVariant, Endpoint};
 use crate::metrics as m;
+use crate::negotiate::{ContentVariant, Endpoint};
 
 /// Where a page starts in its snapshot.
 struct PageStart {

@@ -1,0 +1,324 @@
+//! Content negotiation: what happens to a read, decided from its `Accept`
+//! header before anything is encoded. It encodes nothing itself: the cache
+//! writes the variant chosen here (see `cache::object` and `cache::event`),
+//! and a request it cannot predict passes through. The Accept parser, a
+//! replay of Go's, is in [`accept`]; the tests in `negotiate/tests.rs`.
+//!
+//! The cache writes JSON only, in two forms: the object as stored, and `PartialObjectMetadata`
+//! (metadata only, what client-go metadata informers and kube-rs metadata calls ask for). For every
+//! GET, LIST and WATCH, [`negotiate`] reads the `Accept` header and decides: serve from the cache in
+//! one of those forms, or pass the request through to kube-apiserver, which then answers it exactly
+//! (a 406 included). Passing through is always correct; serving is only allowed when the cache's
+//! answer is one kube-apiserver could have given.
+//!
+//! # What kube-apiserver does with `Accept`
+//!
+//! Two steps, both replayed here byte for byte (Go compares case-sensitively and trims only spaces):
+//!
+//! 1. **Route filter** (go-restful `Route.matchesAccept`, in front of every built-in resource): some
+//!    comma-separated element, cut at its first `;` and trimmed, must be exactly `*/*` or a media
+//!    type the route produces (`application/json`, `application/yaml`,
+//!    `application/vnd.kubernetes.protobuf`); q is ignored. Otherwise 406. So `application/*` or
+//!    `*` alone is refused, although step 2 would take either.
+//! 2. **`NegotiateMediaTypeOptions`** (k8s.io/apiserver `endpoints/handlers/negotiation`) over
+//!    `goautoneg.ParseAccept`'s clauses. These are sorted by Go's `sort.Sort` with a comparator
+//!    that is no strict order (higher q first, else a concrete type before `*`, else a concrete
+//!    subtype before `*`); for up to 12 clauses that is an insertion sort, reproduced here, so
+//!    `*/*,application/yaml;q=0.5` gets YAML and `application/yaml;q=0.5,*/*` gets JSON. The first
+//!    clause naming JSON, YAML or protobuf (exactly, as `application/*` or as `*/*`, tried in that
+//!    order) with acceptable parameters wins; clauses for anything else are skipped. Parameters:
+//!    `as`/`g`/`v` must name `Table` (JSON and YAML only) or `PartialObjectMetadata[List]` of
+//!    `meta.k8s.io/v1` or `v1beta1`; `stream` must be `watch` (not on YAML); `sv` must be `v1`;
+//!    a parameter without a value is dropped; anything else is ignored. A q that does not parse
+//!    counts as 0, and q=0 still accepts.
+//!
+//! Then this module serves kube-apiserver's choice when it is JSON of a form the cache has, and
+//! passes everything else through, with one deliberate difference: when kube-apiserver would
+//! answer protobuf and the next thing the client accepts is JSON of the same form, the cache
+//! answers that JSON (the Content-Type tells the client's decoder; typed clientsets, the kubelet
+//! and metadata informers all send `protobuf, json`). When the header cannot be predicted exactly
+//! (hex or `_` q values, more than 12 clauses, leading or trailing tabs, CBOR, whose support is a
+//! server flag), the request passes through.
+//!
+//! # Checked against kube-apiserver v1.37.2
+//!
+//! `POM` is `as=PartialObjectMetadata;g=meta.k8s.io;v=v1`, `POML` the same with
+//! `as=PartialObjectMetadataList`; `pb` is `application/vnd.kubernetes.protobuf`.
+//!
+//! | request | Accept | answer |
+//! |---|---|---|
+//! | GET, LIST | none, `application/json`, `*/*`, `application/json;stream=watch` | 200 `application/json` |
+//! | GET | `application/json;POM` | 200 `application/json`, kind `PartialObjectMetadata` |
+//! | LIST | `application/json;POML` | 200 `application/json`, kind `PartialObjectMetadataList` (1) |
+//! | WATCH | none, `application/json`, `application/json;stream=watch`, `*/*` | 200 `application/json` (2) |
+//! | WATCH | `application/json;POM` | 200 `application/json`, events as in (3) |
+//! | GET, LIST | `pb`, `pb;POM`, `pb;POML` | 200 `application/vnd.kubernetes.protobuf` |
+//! | WATCH | `pb`, `pb;POM` | 200 `application/vnd.kubernetes.protobuf;stream=watch` |
+//! | any | `application/*` or `*` alone; `Application/JSON` | 406 from the route filter |
+//! | GET / LIST | `…;POML` / `…;POM` | 406 NotAcceptable |
+//! | WATCH | `application/json;POML` | 200 `application/json`, the stream ends at the first event |
+//! | WATCH | `application/yaml` first | 406, the Status written in YAML |
+//! | any | `…;v=v1beta1` metadata | objects with `apiVersion: meta.k8s.io/v1beta1` (passed through) |
+//!
+//! 1. Every list item is `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{...}}`;
+//!    an empty list has `"items":null`, where typed lists have `"items":[]`.
+//! 2. Without `;stream=watch`: `handlers/watch.go` writes JSON "as-is" and adds the parameter only
+//!    to other media types (protobuf).
+//! 3. Every event object, BOOKMARK included, becomes
+//!    `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{...}}` (the whole
+//!    `metadata`, managedFields too; a bookmark has only `resourceVersion`, plus the
+//!    `k8s.io/initial-events-end` annotation at the end of a watch-list); an ERROR event keeps its
+//!    `{"kind":"Status","apiVersion":"v1",...}`.
+
+mod accept;
+
+use http::HeaderValue;
+
+use accept::{
+    Clause, GO_INSERTION_SORT_MAX, Params, depends_on_transport, parse_clauses, passes_route_filter, sort_like_go,
+};
+
+/// The media type of every response the cache writes.
+const JSON: &str = "application/json";
+
+/// A representation the cache can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContentVariant {
+    /// The object as stored, with the resource's own `kind` and `apiVersion`.
+    Json,
+    /// `meta.k8s.io/v1` `PartialObjectMetadata` (GET and every WATCH event object, bookmarks too)
+    /// or `PartialObjectMetadataList` (LIST).
+    PartialObjectMetadataJson,
+}
+
+impl ContentVariant {
+    /// The Content-Type header of a response in this variant for this endpoint, exactly as
+    /// kube-apiserver sends it. It never echoes the request's parameters: the handlers write the
+    /// serializer's bare media type, and a JSON watch keeps it without `;stream=watch`
+    /// (k8s.io/apiserver `handlers/watch.go`, `serveWatchHandler`).
+    pub fn content_type(self, endpoint: Endpoint) -> &'static str {
+        match (self, endpoint) {
+            (Self::Json, Endpoint::Get | Endpoint::List | Endpoint::Watch) => JSON,
+            (Self::PartialObjectMetadataJson, Endpoint::Get | Endpoint::List | Endpoint::Watch) => JSON,
+        }
+    }
+}
+
+/// The kind of read a request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// One named object.
+    Get,
+    /// A collection.
+    List,
+    /// `?watch=true`, a watch-list, or the legacy `/watch/` paths.
+    Watch,
+}
+
+/// What to do with a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Negotiation {
+    /// Answer from the cache in this variant.
+    Cache(ContentVariant),
+    /// Forward to kube-apiserver.
+    Passthrough(PassthroughReason),
+}
+
+/// Why a request goes to kube-apiserver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassthroughReason {
+    /// kube-apiserver would answer a `meta.k8s.io` Table (kubectl get).
+    Table,
+    /// kube-apiserver would answer protobuf, and the client accepts no JSON of the same form
+    /// before anything else.
+    Protobuf,
+    /// kube-apiserver would answer YAML, CBOR or `meta.k8s.io/v1beta1` metadata, or its answer
+    /// cannot be predicted from the header alone.
+    OtherMediaType,
+    /// kube-apiserver refuses with 406 (a metadata list asked on a watch: a 200 stream that ends at
+    /// its first event).
+    NotAcceptable,
+}
+
+impl PassthroughReason {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Table => "table",
+            Self::Protobuf => "protobuf",
+            Self::OtherMediaType => "other_media_type",
+            Self::NotAcceptable => "not_acceptable",
+        }
+    }
+}
+
+/// Decides how to answer a read with this `Accept` header (the first one, as Go's
+/// `Header.Get` reads it).
+pub fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint) -> Negotiation {
+    use Negotiation::Passthrough;
+    use PassthroughReason::{NotAcceptable, OtherMediaType};
+
+    let header = accept.map_or(&b""[..], HeaderValue::as_bytes);
+    if header.is_empty() {
+        // NegotiateMediaTypeOptions gives an empty header the first serializer; go-restful reads
+        // it as */*.
+        return Negotiation::Cache(ContentVariant::Json);
+    }
+    if depends_on_transport(header) {
+        return Passthrough(OtherMediaType);
+    }
+    if !passes_route_filter(header) {
+        return Passthrough(NotAcceptable);
+    }
+    let Ok(mut clauses) = parse_clauses(header) else {
+        return Passthrough(OtherMediaType);
+    };
+    if clauses.len() > GO_INSERTION_SORT_MAX {
+        return Passthrough(OtherMediaType);
+    }
+    sort_like_go(&mut clauses);
+    let mut verdicts = clauses.iter().map(verdict).filter(|v| *v != Verdict::Skip);
+    match verdicts.next() {
+        None => Passthrough(NotAcceptable),
+        Some(Verdict::Skip | Verdict::Unknown) => Passthrough(OtherMediaType),
+        Some(Verdict::Serve(serializer, conversion)) => decide(serializer, conversion, endpoint, verdicts),
+    }
+}
+
+/// The answer once kube-apiserver's choice is known; `later` are the clauses after it that
+/// kube-apiserver would accept, in its order.
+fn decide(
+    serializer: Serializer,
+    conversion: Conversion,
+    endpoint: Endpoint,
+    later: impl Iterator<Item = Verdict>,
+) -> Negotiation {
+    use Negotiation::{Cache, Passthrough};
+    use PassthroughReason::{NotAcceptable, OtherMediaType, Protobuf, Table};
+
+    let variant = match conversion {
+        Conversion::Table => return Passthrough(Table),
+        // The handlers answer 406 for a list form on a single object and the reverse; a watch
+        // fails to encode its first event instead.
+        Conversion::Metadata { list, .. } if list != (endpoint == Endpoint::List) => {
+            return Passthrough(NotAcceptable);
+        }
+        Conversion::None => Some(ContentVariant::Json),
+        Conversion::Metadata { version: MetaVersion::V1, .. } => Some(ContentVariant::PartialObjectMetadataJson),
+        // The cache writes meta.k8s.io/v1 only.
+        Conversion::Metadata { version: MetaVersion::V1beta1, .. } => None,
+    };
+    match (serializer, variant) {
+        (Serializer::Json, Some(variant)) => Cache(variant),
+        (Serializer::Json | Serializer::Yaml, _) => Passthrough(OtherMediaType),
+        (Serializer::Protobuf, None) => Passthrough(Protobuf),
+        (Serializer::Protobuf, Some(variant)) => {
+            for next in later {
+                match next {
+                    Verdict::Serve(Serializer::Protobuf, _) => {}
+                    Verdict::Serve(Serializer::Json, same) if same == conversion => return Cache(variant),
+                    _ => break,
+                }
+            }
+            Passthrough(Protobuf)
+        }
+    }
+}
+
+/// The serializers kube-apiserver offers for built-in resources, in `SupportedMediaTypes` order.
+/// CBOR (alpha, off by default) would come last; see [`Verdict::Unknown`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Serializer {
+    Json,
+    Yaml,
+    Protobuf,
+}
+
+impl Serializer {
+    const ALL: [Self; 3] = [Self::Json, Self::Yaml, Self::Protobuf];
+
+    fn subtype(self) -> &'static [u8] {
+        match self {
+            Self::Json => b"json",
+            Self::Yaml => b"yaml",
+            Self::Protobuf => b"vnd.kubernetes.protobuf",
+        }
+    }
+
+    /// Whether it has a stream serializer, which `stream=watch` needs.
+    fn streams(self) -> bool {
+        !matches!(self, Self::Yaml)
+    }
+}
+
+/// The `as`/`g`/`v` transformation of a clause kube-apiserver accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Conversion {
+    None,
+    Table,
+    Metadata { list: bool, version: MetaVersion },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MetaVersion {
+    V1,
+    V1beta1,
+}
+
+/// What kube-apiserver does with one clause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Nothing it serves matches; it tries the next clause.
+    Skip,
+    /// It answers with this serializer and transformation.
+    Serve(Serializer, Conversion),
+    /// `application/cbor`: served only where the CBOR feature gate is on.
+    Unknown,
+}
+
+/// The inner loop of `NegotiateMediaTypeOptions` for one clause.
+fn verdict(clause: &Clause<'_>) -> Verdict {
+    if clause.media_type == b"application" && clause.subtype == b"cbor" {
+        return Verdict::Unknown;
+    }
+    Serializer::ALL
+        .into_iter()
+        .filter(|serializer| match (clause.media_type, clause.subtype) {
+            (b"*", b"*") | (b"application", b"*") => true,
+            (b"application", subtype) => subtype == serializer.subtype(),
+            _ => false,
+        })
+        .find_map(|serializer| {
+            accepted_conversion(&clause.params, serializer).map(|conversion| Verdict::Serve(serializer, conversion))
+        })
+        .unwrap_or(Verdict::Skip)
+}
+
+/// `acceptMediaTypeOptions` with the resource scope's `AllowsMediaTypeTransform`,
+/// `AllowsStreamSchema` and `AllowsServerVersion`; `None` when the clause is refused.
+fn accepted_conversion(params: &Params<'_>, serializer: Serializer) -> Option<Conversion> {
+    if params.stream.is_some_and(|s| !s.is_empty() && (!serializer.streams() || s != b"watch")) {
+        return None;
+    }
+    // The scope's MetaGroupVersion is meta.k8s.io/v1 for every group.
+    if params.server_version.is_some_and(|sv| !sv.is_empty() && sv != b"v1") {
+        return None;
+    }
+    if params.kind.is_none() && params.group.is_none() && params.version.is_none() {
+        return Some(Conversion::None);
+    }
+    let version = match (params.group.unwrap_or_default(), params.version.unwrap_or_default()) {
+        (b"meta.k8s.io", b"v1") => MetaVersion::V1,
+        (b"meta.k8s.io", b"v1beta1") => MetaVersion::V1beta1,
+        _ => return None,
+    };
+    match params.kind.unwrap_or_default() {
+        b"Table" => (serializer != Serializer::Protobuf).then_some(Conversion::Table),
+        b"PartialObjectMetadata" => Some(Conversion::Metadata { list: false, version }),
+        b"PartialObjectMetadataList" => Some(Conversion::Metadata { list: true, version }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;
