@@ -239,9 +239,13 @@ fn resource_verb(method: &Method, named: bool, watch: bool) -> Verb {
 /// and `false` (any case) are false; anything else, an empty value too, is true.
 pub fn query_flag(uri: &Uri, key: &str) -> bool {
     let Some(query) = uri.query() else { return false };
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == key)
-        .is_some_and(|(_, v)| !(v == "0" || v.eq_ignore_ascii_case("false")))
+    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == key).is_some_and(|(_, v)| flag_value(&v))
+}
+
+/// The API server's boolean parameter value: false only for `0` and `false`
+/// (any case); anything else, an empty value too, is true.
+pub fn flag_value(value: &str) -> bool {
+    !(value == "0" || value.eq_ignore_ascii_case("false"))
 }
 
 #[cfg(test)]

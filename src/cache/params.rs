@@ -28,7 +28,6 @@ pub enum RvMatch {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadParams {
-    pub watch: bool,
     pub rv: Rv,
     pub rv_match: RvMatch,
     /// `limit`, when positive.
@@ -49,7 +48,6 @@ pub struct Unsupported(pub Reason);
 impl ReadParams {
     pub fn parse(query: Option<&str>) -> Result<Self, Unsupported> {
         let mut p = ReadParams {
-            watch: false,
             rv: Rv::Unset,
             rv_match: RvMatch::Unset,
             limit: None,
@@ -68,7 +66,8 @@ impl ReadParams {
             }
             seen.push(key.to_string());
             match &*key {
-                "watch" => p.watch = flag(&value),
+                // Whether it is a watch is the request classifier's to say.
+                "watch" => {}
                 "resourceVersion" => {
                     p.rv = match &*value {
                         "" => Rv::Unset,
@@ -145,10 +144,7 @@ fn is_go_duration(s: &str) -> bool {
     true
 }
 
-/// The API server's boolean: false only for `0` and `false` (any case).
-fn flag(value: &str) -> bool {
-    !(value == "0" || value.eq_ignore_ascii_case("false"))
-}
+use crate::request::flag_value as flag;
 
 #[cfg(test)]
 mod tests {
@@ -160,7 +156,7 @@ mod tests {
             "allowWatchBookmarks=true&resourceVersion=1234&timeoutSeconds=417&watch=true&labelSelector=app%3Dx",
         ))
         .unwrap();
-        assert!(p.watch && p.allow_bookmarks);
+        assert!(p.allow_bookmarks);
         assert_eq!(p.rv, Rv::At(1234));
         assert_eq!(p.timeout_seconds, Some(417));
         assert_eq!(p.label_selector, "app=x");
@@ -189,7 +185,7 @@ mod tests {
     #[test]
     fn list_parameters() {
         let p = ReadParams::parse(Some("resourceVersion=0&limit=500")).unwrap();
-        assert_eq!((p.rv, p.limit, p.watch), (Rv::Any, Some(500), false));
+        assert_eq!((p.rv, p.limit), (Rv::Any, Some(500)));
         let p = ReadParams::parse(Some("limit=0&continue=")).unwrap();
         assert_eq!((p.limit, p.continue_token), (None, None));
     }

@@ -166,6 +166,7 @@ impl WatcherHandle {
         }
     }
 
+    #[cfg(test)]
     pub fn backlog(&self) -> usize {
         self.queue.lock().events.len()
     }
