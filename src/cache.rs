@@ -9,7 +9,8 @@
 //! - [`freshness`]: proving the cache is current enough for a consistent read.
 //! - [`upstream_watch`]: reading the upstream's watch and list responses.
 //! - [`discovery`], [`resource_info`]: what the upstream serves.
-//! - [`params`]: the query parameters of a read; [`pagination`]: continue tokens.
+//! - [`params`]: the query parameters of a read; [`pagination`]: continue tokens;
+//!   [`snapshots`]: the states later pages are served from.
 //! - `consistency` (tests): a model of the upstream proving that no watcher
 //!   misses a change after any version it holds, or it gets 410.
 
@@ -30,6 +31,7 @@ pub mod registry;
 pub mod resource;
 pub mod resource_info;
 pub mod serve;
+pub mod snapshots;
 pub mod store;
 pub mod stream;
 pub mod upstream_watch;

@@ -22,6 +22,7 @@ use super::event::{CacheEvent, EventType};
 use super::filter::Filter;
 use super::history::{History, TooOld};
 use super::object::{CachedObject, ObjectShape};
+use super::snapshots::KeptSnapshots;
 use super::store::{Objects, Snapshot, Store};
 use super::watcher::{Delivery, WatcherHandle};
 use crate::metrics as m;
@@ -80,9 +81,6 @@ pub(super) struct Probe {
     pub(super) result: tokio::sync::watch::Receiver<Option<Option<u64>>>,
 }
 
-/// Snapshots kept at most for paginated lists.
-const MAX_KEPT_SNAPSHOTS: usize = 32;
-
 /// Settings every resource cache shares.
 #[derive(Debug, Clone)]
 pub struct CacheSettings {
@@ -138,8 +136,8 @@ pub struct ResourceCache {
     label: String,
     metrics: CacheMetrics,
     freshness: Freshness,
-    /// Snapshots kept for paginated lists and exact-version reads, by version.
-    snapshots: Mutex<std::collections::BTreeMap<u64, (super::store::Objects, Instant)>>,
+    /// Snapshots kept for paginated lists and exact-version reads.
+    snapshots: KeptSnapshots,
     /// When the upstream last confirmed the cache current: a list, an
     /// event or a bookmark arrived. `None` before the first list.
     confirmed_at: Mutex<Option<Instant>>,
@@ -198,7 +196,7 @@ impl ResourceCache {
             metrics: CacheMetrics::new(&label),
             label,
             freshness: Default::default(),
-            snapshots: Mutex::new(Default::default()),
+            snapshots: KeptSnapshots::new(window),
             confirmed_at: Mutex::new(None),
             relisting: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -431,17 +429,7 @@ impl ResourceCache {
 
     /// Keeps `snap` for later pages that name its version.
     pub fn keep_snapshot(&self, snap: &Snapshot) {
-        let now = Instant::now();
-        let mut kept = self.snapshots.lock();
-        kept.entry(snap.rv).or_insert_with(|| (snap.objects.clone(), now)).1 = now;
-        // Pages are read within seconds; keep what the history window keeps,
-        // and never more than a few dozen states.
-        let window = self.settings.history_window;
-        kept.retain(|_, (_, at)| now.duration_since(*at) <= window);
-        while kept.len() > MAX_KEPT_SNAPSHOTS {
-            let oldest = *kept.keys().next().expect("non-empty");
-            kept.remove(&oldest);
-        }
+        self.snapshots.keep(snap);
     }
 
     /// The state at exactly `rv`, if the cache holds it: the current state
@@ -451,7 +439,7 @@ impl ResourceCache {
         if current.rv == rv {
             return Some(current);
         }
-        self.snapshots.lock().get(&rv).map(|(objects, _)| Snapshot { objects: objects.clone(), rv })
+        self.snapshots.get(rv)
     }
 
     /// Registers a watcher, atomically with respect to incoming events.
