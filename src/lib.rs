@@ -53,7 +53,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut opts = server_options(&args)?;
     opts.metrics = Some(metrics);
     tracing::info!(mode = ?args.auth_mode, client_certificates = args.client_ca_file.is_some(), "client auth");
-    let server = Server::bind(&args, upstream, opts).await?;
+    let server = Server::bind(upstream, opts).await?;
     tracing::info!(admin = %server.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");
     server.serve(server::shutdown::signal()).await
 }
@@ -82,7 +82,19 @@ pub fn server_options(args: &Args) -> anyhow::Result<ServerOptions> {
         max_concurrent_reviews: args.max_concurrent_reviews,
         upstream_identity: args.upstream_identity,
     });
+    let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(cert), Some(key)) => {
+            Some(server::TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: args.client_ca_file.clone() })
+        }
+        _ => None,
+    };
     Ok(ServerOptions {
+        listeners: server::Listeners {
+            api: args.listen,
+            tls,
+            unix: args.listen_unix.clone(),
+            admin: args.admin_listen,
+        },
         shutdown_grace: args.shutdown_grace,
         metrics: None,
         cache: Some(cache),

@@ -34,7 +34,6 @@ use crate::auth::{Peer, UpstreamIdentity};
 use crate::body::ProxyBody;
 use crate::cache::registry::{CacheConfig, Registry};
 use crate::cache::serve::{CacheService, Open, Served};
-use crate::config::Args;
 use crate::passthrough::Passthrough;
 use crate::request::RequestInfo;
 use crate::upstream::Upstream;
@@ -43,8 +42,29 @@ use hosts::AcceptHosts;
 use limits::{ConnectionBudget, RequestLimits};
 use listener::{AdminHandler, Handler, Serving};
 
-/// Everything the server needs besides its listeners.
+/// Where the server listens (from `--listen`, `--listen-unix`, the TLS
+/// flags and `--admin-listen`).
+#[derive(Debug, Clone)]
+pub struct Listeners {
+    pub api: SocketAddr,
+    /// Serving certificate and key, and the CA client certificates are
+    /// verified against; `None` serves plain HTTP.
+    pub tls: Option<TlsFiles>,
+    pub unix: Option<PathBuf>,
+    pub admin: SocketAddr,
+}
+
+/// The API listener's TLS files.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Everything the server needs.
 pub struct ServerOptions {
+    pub listeners: Listeners,
     pub shutdown_grace: Duration,
     pub metrics: Option<PrometheusHandle>,
     /// What to cache; `None` passes everything through.
@@ -154,19 +174,18 @@ impl Handler for ApiHandler {
 impl Server {
     /// Binds every listener the flags ask for. Binding happens before any
     /// serving so that a port conflict fails start-up, not the first request.
-    pub async fn bind(args: &Args, upstream: Arc<Upstream>, opts: ServerOptions) -> anyhow::Result<Self> {
-        let api = TcpListener::bind(args.listen).await.with_context(|| format!("binding --listen {}", args.listen))?;
-        let api_tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
-            (Some(cert), Some(key)) => Some(tls::acceptor(cert, key, args.client_ca_file.as_deref())?),
-            _ => None,
+    pub async fn bind(upstream: Arc<Upstream>, opts: ServerOptions) -> anyhow::Result<Self> {
+        let l = &opts.listeners;
+        let api = TcpListener::bind(l.api).await.with_context(|| format!("binding --listen {}", l.api))?;
+        let api_tls = match &l.tls {
+            Some(t) => Some(tls::acceptor(&t.cert, &t.key, t.client_ca.as_deref())?),
+            None => None,
         };
-        let api_unix = match &args.listen_unix {
+        let api_unix = match &l.unix {
             Some(path) => Some((bind_unix(path)?, path.clone())),
             None => None,
         };
-        let admin = TcpListener::bind(args.admin_listen)
-            .await
-            .with_context(|| format!("binding --admin-listen {}", args.admin_listen))?;
+        let admin = TcpListener::bind(l.admin).await.with_context(|| format!("binding --admin-listen {}", l.admin))?;
         Ok(Self { api, api_tls, api_unix, admin, upstream, opts })
     }
 

@@ -101,7 +101,7 @@ pub async fn start_proxy(upstream: SocketAddr, extra: &[&str]) -> Proxy {
     if !extra.iter().any(|a| a.starts_with("--cache-resources")) {
         opts.cache = None;
     }
-    let server = Server::bind(&args, up, opts).await.unwrap();
+    let server = Server::bind(up, opts).await.unwrap();
     let (addr, admin) = (server.api_addr(), server.admin_addr());
     let (stop, stopped) = oneshot::channel::<()>();
     let done = tokio::spawn(server.serve(async {
