@@ -196,7 +196,13 @@ async fn watch_starts_and_timeouts_answer_as_the_api_server_does() {
     let (code, via) = read(get(wm.addr, &path).await).await;
     assert!(started.elapsed() < Duration::from_secs(1), "a negative timeout ends the watch at once");
     let (direct_code, direct_body) = get_direct(&direct, &path).await;
-    assert_eq!((code, via), (direct_code, direct_body));
+    // The API server's answer races its own already-expired timer against
+    // the initial events: usually an empty 200, sometimes with some of the
+    // events first. watchmux gives the first answer, always.
+    assert_eq!((code, direct_code), (200, 200));
+    assert!(via.is_empty(), "watchmux: {}", String::from_utf8_lossy(&via));
+    let direct_events = sequence(&direct_body);
+    assert!(direct_events.iter().all(|e| e.starts_with("ADDED")), "{direct_events:?}");
     let served_after = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await;
     assert_eq!(served_after, served_before, "every watch here was served from the cache");
 }
