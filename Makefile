@@ -7,7 +7,8 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e \
-	bench bench-passthrough bench-fanout bench-kubelet bench-restart bench-plots bench-auth audit fmt clean
+	bench bench-passthrough bench-fanout bench-kubelet bench-restart bench-plots bench-auth \
+	chaos chaos-quick audit fmt clean
 
 all: build
 
@@ -73,6 +74,18 @@ bench-restart:
 ## PNG plots of the last results (.run/bench-*/) into docs/img/.
 bench-plots:
 	bash integration/scripts/bench-plots.sh
+
+## Fault cases through watchmux against the real API server (not part of
+## make test; cases and figures in docs/chaos.md): kube-apiserver frozen,
+## killed, half-open, compacted under a cut; etcd frozen; clients that never
+## read or send slowly; watchmux killed; connect/disconnect rounds; a CRD
+## deleted; large objects. About 4 minutes on 2 cores; CHAOS_CASES chooses.
+chaos:
+	bash integration/scripts/chaos.sh
+
+## The quick set: restart, compaction with a cut, CRD lifecycle (about 30 s).
+chaos-quick:
+	CHAOS_CASES=quick bash integration/scripts/chaos.sh
 
 ## Dependency advisories (cargo-audit, local database: AUDIT_DB=...).
 audit:

@@ -15,6 +15,8 @@
 # Usage: cluster-up.sh [--check | --restart-apiserver]
 #   --check: build and start nothing; exit 0 if the cluster is up and ready,
 #            1 if not (e2e.sh and demo.sh use it to know whether to stop it).
+#   --restart-apiserver: stop kube-apiserver with APISERVER_STOP_SIGNAL (TERM,
+#            as an upgrade; KILL, as a crash) and start it again on the same etcd.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 scripts="$root/integration/scripts"
@@ -152,7 +154,9 @@ start_apiserver() {
 if [[ "${1:-}" == "--restart-apiserver" ]]; then
   pid_alive etcd && pid_alive apiserver || { echo "cluster-up: not running" >&2; exit 1; }
   pid="$(cat "$state/apiserver.pid")"
-  kill -TERM "$pid"
+  stop_signal="${APISERVER_STOP_SIGNAL:-TERM}"
+  [[ $stop_signal == TERM || $stop_signal == KILL ]] || { echo "cluster-up: APISERVER_STOP_SIGNAL is TERM or KILL" >&2; exit 2; }
+  kill -"$stop_signal" "$pid"
   for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$pid" 2>/dev/null || true
   mv -f "$state/apiserver.log" "$state/apiserver.log.prev"

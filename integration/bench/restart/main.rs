@@ -28,18 +28,16 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use http::StatusCode;
-use http_body_util::BodyExt;
-use rand::Rng;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use common::api::Api;
-use common::client::{Sender, Shape, SideKind, Target};
+use common::client::{Shape, SideKind};
 use common::env::{env_list, env_or};
-use common::lines::{End, find_rv, find_seq, read_lines};
+use common::lines::find_seq;
 use common::procfs::{cpu_ticks, ticks_ms};
 use common::prom;
+use common::reflector::{Counters, Reflector, Slot, View};
 use common::stats::{SideTable, fmt1, latency_json, p50_p99_max, thousands};
 
 const NS: &str = "watchmux-bench-restart";
@@ -47,67 +45,25 @@ const MARKER: &str = "restart-marker";
 const OPEN_CONCURRENCY: usize = 256;
 const OPEN_DEADLINE: Duration = Duration::from_secs(120);
 const SETTLE: Duration = Duration::from_secs(4);
-/// client-go's reflector backs off from 800 ms, doubling to 30 s, with jitter.
-const BACKOFF_START: Duration = Duration::from_millis(800);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// Counters every watcher of a side shares.
+/// What every watcher of a side shares besides the reflector counters.
 #[derive(Default)]
 struct Shared {
-    ready: AtomicUsize,
     /// Watchers that have seen `target` or later.
     current: AtomicUsize,
     target: AtomicU64,
-    watch_requests: AtomicU64,
-    list_requests: AtomicU64,
-    reconnects: AtomicU64,
-    gone: AtomicU64,
-    refused: AtomicU64,
-}
-
-/// One connection slot shared by the watchers on it: made again when it breaks.
-struct Slot {
-    target: Target,
-    shape: Shape,
-    conn: tokio::sync::Mutex<Option<Sender>>,
-}
-
-impl Slot {
-    async fn sender(&self) -> anyhow::Result<Sender> {
-        let mut conn = self.conn.lock().await;
-        if let Some(s) = conn.as_ref().filter(|s| !s.is_closed()) {
-            return Ok(s.clone());
-        }
-        let s = self.target.connect(self.shape).await?;
-        *conn = Some(s.clone());
-        Ok(s)
-    }
-
-    async fn reset(&self, broken: &Sender) {
-        let mut conn = self.conn.lock().await;
-        if let (Some(Sender::H2(a)), Sender::H2(b)) = (conn.as_ref(), broken)
-            && !a.is_closed()
-            && !b.is_closed()
-        {
-            return;
-        }
-        *conn = None;
-    }
 }
 
 /// A watcher's view: the highest sequence number seen, and when `target` was reached.
-struct Watcher {
-    slot: Arc<Slot>,
+struct SeqView {
     shared: Arc<Shared>,
-    stop: CancellationToken,
-    list_path: String,
     seq: u64,
     /// When the watcher first had the target of `current_for` (or later).
     current_at: Option<Instant>,
     current_for: u64,
 }
 
-impl Watcher {
+impl SeqView {
     fn saw(&mut self, seq: u64, now: Instant) {
         if seq > self.seq {
             self.seq = seq;
@@ -120,123 +76,28 @@ impl Watcher {
         }
     }
 
-    /// A LIST: its resourceVersion; the marker's `seq` counts as seen.
-    /// The first LIST is with resourceVersion=0 (any cached state), later ones
-    /// (after 410 Gone) consistent, as client-go's reflector does.
-    async fn list(&mut self, conn: &Sender, first: bool) -> anyhow::Result<u64> {
-        self.shared.list_requests.fetch_add(1, Ordering::Relaxed);
-        let path = if first { format!("{}?resourceVersion=0", self.list_path) } else { self.list_path.clone() };
-        let resp = conn.send(self.slot.target.request(self.slot.shape, &path)).await?;
-        if resp.status() != StatusCode::OK {
-            bail!("LIST: {}", resp.status());
-        }
-        let body = resp.into_body().collect().await?.to_bytes();
-        let now = Instant::now();
-        let list: serde_json::Value = serde_json::from_slice(&body)?;
+    /// Its current time, if it was current for the last target.
+    fn current_time(&self) -> Option<Instant> {
+        self.current_at.filter(|_| self.current_for == self.shared.target.load(Ordering::SeqCst))
+    }
+}
+
+impl View for SeqView {
+    /// The marker's `seq` in a LIST counts as seen.
+    fn listed(&mut self, body: &[u8], now: Instant) -> Option<u64> {
+        let list: serde_json::Value = serde_json::from_slice(body).ok()?;
         for item in list["items"].as_array().into_iter().flatten() {
             if let Some(seq) = item["data"]["seq"].as_str().and_then(|s| s.parse().ok()) {
                 self.saw(seq, now);
             }
         }
-        list["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).context("LIST without RV")
+        list["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok())
     }
 
-    /// Lists and watches until `stop`, as a reflector does. Returns its current time.
-    async fn run(mut self) -> Option<Instant> {
-        let mut rv: Option<u64> = None;
-        let mut backoff = BACKOFF_START;
-        let mut first = true;
-        while !self.stop.is_cancelled() {
-            if !first {
-                // Jitter: a uniform factor in [1, 2), as client-go's.
-                let pause = backoff.mul_f64(1.0 + rand::rng().random::<f64>());
-                tokio::select! {
-                    _ = self.stop.cancelled() => break,
-                    _ = tokio::time::sleep(pause) => {}
-                }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-            }
-            let attempt = async {
-                let conn = self.slot.sender().await?;
-                let from = match rv {
-                    Some(v) => v,
-                    None => match self.list(&conn, first).await {
-                        Ok(v) => v,
-                        Err(e) => {
-                            self.slot.reset(&conn).await;
-                            return Err(e);
-                        }
-                    },
-                };
-                self.shared.watch_requests.fetch_add(1, Ordering::Relaxed);
-                let path = format!("{}?watch=1&allowWatchBookmarks=true&resourceVersion={from}", self.list_path);
-                match conn.send(self.slot.target.request(self.slot.shape, &path)).await {
-                    Ok(r) => anyhow::Ok((conn, from, r)),
-                    Err(e) => {
-                        self.slot.reset(&conn).await;
-                        Err(e)
-                    }
-                }
-            };
-            let (conn, from, resp) = match attempt.await {
-                Ok(x) => x,
-                Err(_) => {
-                    self.shared.refused.fetch_add(1, Ordering::Relaxed);
-                    first = false;
-                    continue;
-                }
-            };
-            if resp.status() == StatusCode::GONE {
-                self.shared.gone.fetch_add(1, Ordering::Relaxed);
-                rv = None;
-                first = false;
-                continue;
-            }
-            if resp.status() != StatusCode::OK {
-                self.shared.refused.fetch_add(1, Ordering::Relaxed);
-                first = false;
-                continue;
-            }
-            if first {
-                self.shared.ready.fetch_add(1, Ordering::Relaxed);
-            }
-            first = false;
-            let mut last = from;
-            let mut gone = false;
-            let (stop, shared) = (self.stop.clone(), self.shared.clone());
-            let end = read_lines(resp.into_body(), &stop, |line, now| {
-                if line.starts_with(b"{\"type\":\"ERROR\"") {
-                    // 410 Gone (expired): list again.
-                    if line.windows(5).any(|w| w == b"\"410\"" || w == b":410,") || line.ends_with(b":410}}") {
-                        gone = true;
-                    }
-                    return;
-                }
-                if let Some(v) = find_rv(line) {
-                    last = last.max(v);
-                }
-                if let Some(seq) = find_seq(line) {
-                    self.saw(seq, now);
-                }
-            })
-            .await;
-            if end == End::Cancelled {
-                break;
-            }
-            backoff = BACKOFF_START;
-            shared.reconnects.fetch_add(1, Ordering::Relaxed);
-            if gone {
-                shared.gone.fetch_add(1, Ordering::Relaxed);
-                rv = None;
-            } else {
-                rv = Some(last);
-            }
-            if matches!(end, End::Error(_)) {
-                self.slot.reset(&conn).await;
-            }
+    fn event(&mut self, line: &[u8], now: Instant) {
+        if let Some(seq) = find_seq(line) {
+            self.saw(seq, now);
         }
-        // Only a time for the last target counts.
-        self.current_at.filter(|_| self.current_for == self.shared.target.load(Ordering::SeqCst))
     }
 }
 
@@ -305,37 +166,35 @@ impl Bench {
         tokio::time::sleep(SETTLE).await;
         let per_conn = if self.shape == Shape::H1 { 1 } else { self.per_conn };
         let connections = self.n.div_ceil(per_conn);
-        let slots: Vec<Arc<Slot>> = (0..connections)
-            .map(|_| Arc::new(Slot { target: target.clone(), shape: self.shape, conn: Default::default() }))
-            .collect();
+        let slots: Vec<Arc<Slot>> = (0..connections).map(|_| Slot::new(target.clone(), self.shape)).collect();
         let shared = Arc::new(Shared::default());
+        let counters = Arc::new(Counters::default());
         let stop = CancellationToken::new();
         let _stop_on_drop = stop.clone().drop_guard();
         let open = Instant::now();
         let tasks: Vec<_> = (0..self.n)
             .map(|i| {
-                let w = Watcher {
+                let w = Reflector {
                     slot: slots[i / per_conn].clone(),
-                    shared: shared.clone(),
+                    counters: counters.clone(),
                     stop: stop.clone(),
                     list_path: format!("/api/v1/namespaces/{NS}/configmaps"),
-                    seq: 0,
-                    current_at: None,
-                    current_for: 0,
+                    view: SeqView { shared: shared.clone(), seq: 0, current_at: None, current_for: 0 },
+                    resume_from: None,
                 };
                 // The first list+watch is paced, OPEN_CONCURRENCY every 100 ms; reconnects are the storm.
                 let pace = Duration::from_millis((i / OPEN_CONCURRENCY) as u64 * 100);
                 tokio::spawn(async move {
                     tokio::time::sleep(pace).await;
-                    w.run().await
+                    w.run().await.current_time()
                 })
             })
             .collect();
-        while shared.ready.load(Ordering::Relaxed) < self.n && open.elapsed() < OPEN_DEADLINE {
+        while counters.ready.load(Ordering::Relaxed) < self.n && open.elapsed() < OPEN_DEADLINE {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let open_secs = open.elapsed().as_secs_f64();
-        let ready = shared.ready.load(Ordering::Relaxed);
+        let ready = counters.ready.load(Ordering::Relaxed);
         eprintln!("restart: {kind:?} N={}: {ready} watchers ready in {open_secs:.1}s", self.n);
 
         // All current before the restart.
@@ -350,10 +209,7 @@ impl Bench {
             SideKind::Watchmux => Some(self.api.watchmux_metrics().await?),
             SideKind::Direct => None,
         };
-        let counters = |s: &Shared| {
-            [&s.watch_requests, &s.list_requests, &s.reconnects, &s.gone, &s.refused].map(|a| a.load(Ordering::SeqCst))
-        };
-        let c0 = counters(&shared);
+        let c0 = counters.snapshot();
 
         // The restart, then the marker.
         let t_restart = Instant::now();
@@ -372,7 +228,7 @@ impl Bench {
         let marker_ack = self.write_marker(seq_base + 2).await?;
         self.wait_current(&shared, self.n, self.deadline).await;
         let current = shared.current.load(Ordering::SeqCst);
-        let c1 = counters(&shared);
+        let c1 = counters.snapshot();
         let api_cpu_ms = ticks_ms(cpu_ticks(new_pid).unwrap_or(0));
         let metrics = self.api.apiserver_metrics().await?;
         let wm_restarts = match (&wm0, kind) {

@@ -1,0 +1,45 @@
+//! The fault cases, by what they break: the upstream and watchmux itself,
+//! the relist gap, the clients, and what is watched.
+
+pub mod clients;
+pub mod compaction;
+pub mod objects;
+pub mod upstream;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use super::stage::{Ctx, Outcome};
+
+type Run = for<'a> fn(&'a Ctx) -> Pin<Box<dyn Future<Output = anyhow::Result<Outcome>> + 'a>>;
+
+/// A case: its name in `CHAOS_CASES`, what it does, and its run.
+pub struct Case {
+    pub id: &'static str,
+    pub what: &'static str,
+    pub run: Run,
+}
+
+macro_rules! case {
+    ($id:literal, $what:literal, $f:path) => {
+        Case { id: $id, what: $what, run: |ctx| Box::pin($f(ctx)) }
+    };
+}
+
+/// Every case, in the order they run.
+pub const ALL: &[Case] = &[
+    case!("freeze", "kube-apiserver frozen (SIGSTOP) ~20 s; writes after SIGCONT", upstream::apiserver_freeze),
+    case!("restart", "kube-apiserver killed (SIGKILL) and restarted", upstream::restart),
+    case!("half-open", "watchmux→API server connections frozen without a close ~30 s", upstream::half_open),
+    case!("compaction", "cut, changes, etcd compaction, API server restart; gap clients", compaction::compaction),
+    case!("etcd-freeze", "etcd frozen (SIGSTOP) ~10 s", upstream::etcd_freeze),
+    case!("non-readers", "watchers that never read beside normal ones", clients::non_readers),
+    case!("slowloris", "connections sending nothing or a request one byte a second", clients::slowloris),
+    case!("watchmux-kill", "watchmux killed (SIGKILL) and restarted", upstream::watchmux_kill),
+    case!("churn", "rounds of watchers connecting and leaving: no leak", clients::connect_rounds),
+    case!("crd", "a watched CRD deleted and created again", objects::crd_lifecycle),
+    case!("large", "ConfigMaps of 100 KiB", objects::large),
+];
+
+/// The quick set (`make chaos-quick`).
+pub const QUICK: &[&str] = &["restart", "compaction", "crd"];

@@ -1,0 +1,121 @@
+//! A TCP relay between watchmux and kube-apiserver that the harness can
+//! break in two ways: cut (every connection closed, new ones refused), or
+//! freeze (a half-open upstream: the connections it carries stop forwarding
+//! bytes in both directions but stay open, for good, so that only watchmux's
+//! own keepalives can tell them dead; new connections are refused while the
+//! freeze lasts and forwarded again after it).
+//!
+//! A packet that is silently dropped is out of reach on loopback without a
+//! packet filter: the relay's own kernel still acknowledges what watchmux
+//! sends, so TCP keepalive probes succeed and only an application-level
+//! ping (HTTP/2 PING) can detect a frozen connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    Forward,
+    Cut,
+    Freeze,
+    /// Freeze, and new connections are accepted and frozen too.
+    BlackHole,
+}
+
+pub struct Relay {
+    pub addr: SocketAddr,
+    mode: watch::Sender<Mode>,
+    /// Connections accepted and forwarded, refused, and frozen.
+    accepted: Arc<AtomicU64>,
+    refused: Arc<AtomicU64>,
+    frozen: Arc<AtomicU64>,
+    /// Ends every task and closes every socket, frozen ones included.
+    shutdown: CancellationToken,
+}
+
+impl Relay {
+    pub async fn start(target: SocketAddr) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (mode, _) = watch::channel(Mode::Forward);
+        let counter = || Arc::new(AtomicU64::new(0));
+        let (accepted, refused, frozen) = (counter(), counter(), counter());
+        let shutdown = CancellationToken::new();
+        let (mode_rx, stop) = (mode.subscribe(), shutdown.clone());
+        let (acc, rfs, frz) = (accepted.clone(), refused.clone(), frozen.clone());
+        tokio::spawn(async move {
+            loop {
+                let down = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    a = listener.accept() => match a {
+                        Ok((down, _)) => down,
+                        Err(_) => continue,
+                    },
+                };
+                match *mode_rx.borrow() {
+                    Mode::Forward => {}
+                    Mode::BlackHole => {
+                        rfs.fetch_add(1, Ordering::Relaxed);
+                        frz.fetch_add(1, Ordering::Relaxed);
+                        let stop = stop.clone();
+                        tokio::spawn(async move {
+                            stop.cancelled().await;
+                            drop(down);
+                        });
+                        continue;
+                    }
+                    Mode::Cut | Mode::Freeze => {
+                        rfs.fetch_add(1, Ordering::Relaxed);
+                        continue; // refused: dropped at once
+                    }
+                }
+                acc.fetch_add(1, Ordering::Relaxed);
+                let (mut mode_rx, frz, stop) = (mode_rx.clone(), frz.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let Ok(up) = TcpStream::connect(target).await else { return };
+                    let mut pair = (down, up);
+                    let broken = tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut pair.0, &mut pair.1) => return,
+                        _ = stop.cancelled() => return,
+                        m = mode_rx.wait_for(|m| *m != Mode::Forward) => m.map(|m| *m),
+                    };
+                    if matches!(broken, Ok(Mode::Freeze | Mode::BlackHole)) {
+                        // Half-open: both sockets stay open and silent until the relay goes.
+                        frz.fetch_add(1, Ordering::Relaxed);
+                        stop.cancelled().await;
+                    }
+                    drop(pair);
+                });
+            }
+        });
+        Ok(Self { addr, mode, accepted, refused, frozen, shutdown })
+    }
+
+    pub fn set(&self, mode: Mode) {
+        self.mode.send_replace(mode);
+    }
+
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Connections the relay was asked for: forwarded or refused.
+    pub fn attempts(&self) -> u64 {
+        self.accepted() + self.refused.load(Ordering::Relaxed)
+    }
+
+    pub fn frozen(&self) -> u64 {
+        self.frozen.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
