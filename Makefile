@@ -8,7 +8,7 @@ CARGO ?= cargo
 
 .PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e \
 	bench bench-passthrough bench-fanout bench-kubelet bench-restart bench-plots bench-auth \
-	chaos chaos-quick audit fmt clean
+	chaos chaos-quick test-chaos-quick audit fmt clean
 
 all: build
 
@@ -32,7 +32,7 @@ cluster-down:
 demo: release
 	bash integration/scripts/demo.sh
 
-test: test-unit test-e2e
+test: test-unit test-e2e test-chaos-quick
 
 ## Formatting, lints (Rust, Dockerfile), the module graph (no cycles), unit
 ## tests and the in-process proxy tests.
@@ -75,8 +75,8 @@ bench-restart:
 bench-plots:
 	bash integration/scripts/bench-plots.sh
 
-## Fault cases through watchmux against the real API server (not part of
-## make test; cases and figures in docs/chaos.md): kube-apiserver frozen,
+## Fault cases through watchmux against the real API server (the quick set
+## below is the last step of make test; cases and figures in docs/chaos.md): kube-apiserver frozen,
 ## killed, half-open, compacted under a cut; etcd frozen; clients that never
 ## read or send slowly; watchmux killed; connect/disconnect rounds; a CRD
 ## deleted; large objects. About 4 minutes on 2 cores; CHAOS_CASES chooses.
@@ -86,6 +86,10 @@ chaos:
 ## The quick set: restart, compaction with a cut, CRD lifecycle (about 30 s).
 chaos-quick:
 	CHAOS_CASES=quick bash integration/scripts/chaos.sh
+
+## The quick fault cases as the last step of make test (a release build,
+## then about 80 s: restart, compaction with a cut, CRD lifecycle).
+test-chaos-quick: chaos-quick
 
 ## Dependency advisories (cargo-audit, local database: AUDIT_DB=...).
 audit:
