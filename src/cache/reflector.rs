@@ -37,6 +37,12 @@ use crate::upstream::Upstream;
 const LIST_PAGE_SIZE: u32 = 500;
 const BACKOFF_BASE: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The longest an upstream watch may stay silent before it counts as dead
+/// and is resumed from its last version. The API server sends every watch
+/// that allows bookmarks one about once a minute, changes or not, so a live
+/// watch is never this quiet; a half-open connection is, forever, on
+/// HTTP/1.1 (HTTP/2's PINGs find it in 40 s).
+const WATCH_PROGRESS_DEADLINE: Duration = Duration::from_secs(150);
 
 /// The reflector's states.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -271,10 +277,16 @@ impl Reflector {
         let mut body = resp.into_body();
         let mut lines = LineSplitter::default();
         loop {
-            let frame = match body.frame().await {
-                None => return WatchEnd::Closed { rv },
-                Some(Err(e)) => return WatchEnd::Failed { rv, error: error_chain(&e) },
-                Some(Ok(frame)) => frame,
+            let frame = match tokio::time::timeout(WATCH_PROGRESS_DEADLINE, body.frame()).await {
+                // Silence past the bookmark period: a connection that died
+                // without a FIN or RST (HTTP/1.1 has no PING to find out).
+                Err(_) => {
+                    let error = format!("no byte from the upstream watch for {WATCH_PROGRESS_DEADLINE:?}");
+                    return WatchEnd::Failed { rv, error };
+                }
+                Ok(None) => return WatchEnd::Closed { rv },
+                Ok(Some(Err(e))) => return WatchEnd::Failed { rv, error: error_chain(&e) },
+                Ok(Some(Ok(frame))) => frame,
             };
             let Ok(data) = frame.into_data() else { continue };
             lines.push(&data);
