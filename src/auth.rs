@@ -122,14 +122,6 @@ impl Delegated {
         self.settings.upstream_identity
     }
 
-    /// Authenticates a request and applies any impersonation it asks for:
-    /// the identity to act as, or the error response to send. `request` is
-    /// what the request asks, which constrained impersonation reviews.
-    pub async fn caller(&self, headers: &HeaderMap, peer: &Peer, request: &Attributes) -> Result<Caller, Refusal> {
-        let requestor = self.authenticate(headers, peer).await?.user;
-        self.impersonated(requestor, headers, request).await
-    }
-
     /// The identity `requestor` acts as: itself, or whom its impersonation
     /// headers name once one of the API server's impersonation modes allows
     /// it (see [`impersonation::attempts`]); else the first mode's refusal.

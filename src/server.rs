@@ -146,7 +146,9 @@ impl Handler for ApiHandler {
         // requests pass through as they are.
         let client_impersonates = delegated.upstream_identity_mode() == UpstreamIdentityMode::Client
             && impersonation::any_requested(req.headers());
-        let caller = if client_impersonates {
+        // The request's attributes are built only for a request that asks
+        // to impersonate: constrained impersonation reviews them.
+        let caller = if client_impersonates || !impersonation::any_requested(req.headers()) {
             authenticated.user.clone()
         } else {
             let request = Attributes::of_request(&info, req.uri());

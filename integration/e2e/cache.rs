@@ -243,12 +243,8 @@ async fn a_relist_after_compaction_reaches_watchers_as_ordinary_events() {
     // watchmux reaches the API server through a relay the test can cut.
     let api: std::net::SocketAddr = "127.0.0.1:16443".parse().unwrap();
     let relay = Relay::start(api).await;
-    let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig)
-        .unwrap()
-        .replace("https://127.0.0.1:16443", &format!("https://{}", relay.addr));
     let dir = tempfile::tempdir().unwrap();
-    let relayed = dir.path().join("kubeconfig");
-    std::fs::write(&relayed, kubeconfig).unwrap();
+    let relayed = relay.kubeconfig(&cluster, dir.path());
     let wm =
         Watchmux::start_with_kubeconfig(&cluster, &relayed, &["--cache-resources", "configmaps", "--cache-warm"]).await;
     wait_initialized(wm.admin, "configmaps", 1.0).await;
@@ -616,12 +612,8 @@ async fn warming_is_retried_until_the_upstream_answers() {
     let api: std::net::SocketAddr = "127.0.0.1:16443".parse().unwrap();
     let relay = Relay::start(api).await;
     relay.cut();
-    let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig)
-        .unwrap()
-        .replace("https://127.0.0.1:16443", &format!("https://{}", relay.addr));
     let dir = tempfile::tempdir().unwrap();
-    let relayed = dir.path().join("kubeconfig");
-    std::fs::write(&relayed, kubeconfig).unwrap();
+    let relayed = relay.kubeconfig(&cluster, dir.path());
     let wm = Watchmux::spawn_with_kubeconfig(&relayed, &["--cache-resources", "configmaps", "--cache-warm"]);
     // Down: not ready.
     let (code, _) = read(wm.wait_for_admin("/readyz").await).await;

@@ -53,4 +53,14 @@ impl Relay {
     pub fn restore(&self) {
         self.cut.store(false, Ordering::SeqCst);
     }
+
+    /// A copy of the cluster's kubeconfig whose server is this relay, in `dir`.
+    pub fn kubeconfig(&self, cluster: &crate::env::Cluster, dir: &std::path::Path) -> std::path::PathBuf {
+        let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig)
+            .unwrap()
+            .replace("https://127.0.0.1:16443", &format!("https://{}", self.addr));
+        let path = dir.join("kubeconfig");
+        std::fs::write(&path, kubeconfig).unwrap();
+        path
+    }
 }

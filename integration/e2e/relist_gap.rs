@@ -43,12 +43,8 @@ async fn a_client_holding_a_version_from_inside_a_relist_gap_misses_no_deletion(
     }
     let api: std::net::SocketAddr = "127.0.0.1:16443".parse().unwrap();
     let relay = Relay::start(api).await;
-    let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig)
-        .unwrap()
-        .replace("https://127.0.0.1:16443", &format!("https://{}", relay.addr));
     let dir = tempfile::tempdir().unwrap();
-    let relayed = dir.path().join("kubeconfig");
-    std::fs::write(&relayed, kubeconfig).unwrap();
+    let relayed = relay.kubeconfig(&cluster, dir.path());
     let wm =
         Watchmux::start_with_kubeconfig(&cluster, &relayed, &["--cache-resources", "configmaps", "--cache-warm"]).await;
     wait_initialized(wm.admin, "configmaps", 1.0).await;

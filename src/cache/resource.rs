@@ -141,9 +141,6 @@ pub struct ResourceCache {
     /// When the upstream last confirmed the cache current: a list, an
     /// event or a bookmark arrived. `None` before the first list.
     confirmed_at: Mutex<Option<Instant>>,
-    /// Set while a relist is under way (the reflector is listing again
-    /// after having been in step): watchers are behind until it lands.
-    relisting: AtomicBool,
     /// Set once the upstream stopped serving the resource: no new watcher.
     closed: AtomicBool,
 }
@@ -198,7 +195,6 @@ impl ResourceCache {
             freshness: Default::default(),
             snapshots: KeptSnapshots::new(window),
             confirmed_at: Mutex::new(None),
-            relisting: AtomicBool::new(false),
             closed: AtomicBool::new(false),
         }
     }
@@ -215,31 +211,25 @@ impl ResourceCache {
         }
     }
 
-    /// How long since the upstream last confirmed the cache current (a
-    /// list, an event or a bookmark), also published as
-    /// `watchmux_watch_cache_staleness_seconds`. A quiet resource is
-    /// confirmed by the upstream's bookmarks, about once a minute.
-    pub fn staleness(&self, now: Instant) -> Option<Duration> {
-        let age = self.confirmed_at.lock().map(|at| now.saturating_duration_since(at));
-        if let Some(age) = age {
-            self.metrics.staleness.set(age.as_secs_f64());
+    /// Publishes how long ago the upstream last confirmed the cache current
+    /// (a list, an event or a bookmark) as
+    /// `watchmux_watch_cache_staleness_seconds`; called at each scrape. A
+    /// quiet resource is confirmed by the upstream's bookmarks, about once
+    /// a minute.
+    pub fn publish_staleness(&self, now: Instant) {
+        if let Some(at) = *self.confirmed_at.lock() {
+            self.metrics.staleness.set(now.saturating_duration_since(at).as_secs_f64());
         }
-        age
     }
 
-    fn confirm_current(&self) {
-        *self.confirmed_at.lock() = Some(Instant::now());
+    fn confirm_current(&self, now: Instant) {
+        *self.confirmed_at.lock() = Some(now);
     }
 
     /// The reflector lists again after having been in step (or the list
     /// ended): published as `watchmux_watch_cache_relist_in_progress`.
     pub fn set_relisting(&self, relisting: bool) {
-        self.relisting.store(relisting, Ordering::Relaxed);
         self.metrics.relisting.set(if relisting { 1.0 } else { 0.0 });
-    }
-
-    pub fn is_relisting(&self) -> bool {
-        self.relisting.load(Ordering::Relaxed)
     }
 
     /// `configmaps`, `deployments.apps`: the metric label of this cache.
@@ -278,7 +268,7 @@ impl ResourceCache {
     pub fn replace(&self, objects: Objects, rv: u64) {
         let now = Instant::now();
         let mut st = self.state.write();
-        self.confirm_current();
+        self.confirm_current(now);
         if !self.is_ready() {
             st.store = Store::new(objects, rv);
             st.history = History::new(self.settings.history_window, rv);
@@ -332,7 +322,7 @@ impl ResourceCache {
     pub fn apply(&self, kind: EventType, object: CachedObject) {
         let now = Instant::now();
         self.metrics.events_received.increment(1);
-        self.confirm_current();
+        self.confirm_current(now);
         let mut st = self.state.write();
         if object.rv <= st.store.rv() {
             // Already seen (a replay after a resumed watch): applying it again
@@ -352,7 +342,7 @@ impl ResourceCache {
 
     /// An upstream bookmark: nothing changed up to `rv`.
     pub fn bookmark(&self, rv: u64) {
-        self.confirm_current();
+        self.confirm_current(Instant::now());
         let mut st = self.state.write();
         st.store.advance(rv);
         let rv = st.store.rv();

@@ -107,7 +107,7 @@ pub async fn handle(state: Arc<AdminState>, req: Request<Incoming>) -> Result<Re
                 if let Some(registry) = &state.caches {
                     let now = tokio::time::Instant::now();
                     for cache in registry.caches() {
-                        cache.staleness(now);
+                        cache.publish_staleness(now);
                     }
                 }
                 let mut resp = Response::new(body::full(handle.render()));
