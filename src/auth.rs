@@ -22,17 +22,17 @@
 //! expire and new questions are refused (fail closed), counted in
 //! `watchmux_auth_fail_closed_total`.
 
-pub mod cert;
-pub mod impersonation;
+pub(crate) mod cert;
+pub(crate) mod impersonation;
 mod peer;
-pub mod review_cache;
-pub mod reviews;
+pub(crate) mod review_cache;
+pub(crate) mod reviews;
 mod upstream_identity;
-pub mod user;
+pub(crate) mod user;
 
-pub use crate::config::{AuthMode, UpstreamIdentityMode};
-pub use peer::Peer;
-pub use upstream_identity::UpstreamIdentity;
+pub(crate) use crate::config::{AuthMode, UpstreamIdentityMode};
+pub(crate) use peer::Peer;
+pub(crate) use upstream_identity::UpstreamIdentity;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,17 +69,17 @@ pub struct DelegatedSettings {
 
 /// Entries each review cache holds at most (tokens, decisions). An entry
 /// is a few hundred bytes.
-pub const CACHE_CAPACITY: usize = 32_768;
+pub(crate) const CACHE_CAPACITY: usize = 32_768;
 
 /// A request's authenticated caller.
-pub type Caller = Arc<UserInfo>;
+pub(crate) type Caller = Arc<UserInfo>;
 
 /// The key of a token's cache entry: its SHA-256, so tokens themselves are
 /// never kept.
 type TokenKey = [u8; 32];
 
 /// Delegated authentication and authorization.
-pub struct Delegated {
+pub(crate) struct Delegated {
     reviews: ReviewClient,
     tokens: ReviewCache<TokenKey, Option<Caller>>,
     decisions: ReviewCache<(Caller, Attributes), Decision>,
@@ -90,7 +90,7 @@ pub struct Delegated {
 
 /// How a request's caller was authenticated: what its own credential was.
 #[derive(Debug, Clone)]
-pub enum Credential {
+pub(crate) enum Credential {
     /// A verified client certificate.
     Certificate,
     /// This `Authorization` header, checked with a TokenReview.
@@ -101,13 +101,13 @@ pub enum Credential {
 
 /// An authenticated request: who, and by which credential.
 #[derive(Debug, Clone)]
-pub struct Authenticated {
+pub(crate) struct Authenticated {
     pub user: Caller,
     pub credential: Credential,
 }
 
 impl Delegated {
-    pub fn new(reviews: ReviewClient, settings: DelegatedSettings) -> Self {
+    pub(crate) fn new(reviews: ReviewClient, settings: DelegatedSettings) -> Self {
         Self {
             reviews,
             tokens: ReviewCache::new(settings.cache_capacity),
@@ -118,14 +118,14 @@ impl Delegated {
     }
 
     /// The upstream identity mode (`--upstream-identity`).
-    pub fn upstream_identity_mode(&self) -> UpstreamIdentityMode {
+    pub(crate) fn upstream_identity_mode(&self) -> UpstreamIdentityMode {
         self.settings.upstream_identity
     }
 
     /// The identity `requestor` acts as: itself, or whom its impersonation
     /// headers name once one of the API server's impersonation modes allows
     /// it (see [`impersonation::attempts`]); else the first mode's refusal.
-    pub async fn impersonated(
+    pub(crate) async fn impersonated(
         &self,
         requestor: Caller,
         headers: &HeaderMap,
@@ -175,7 +175,7 @@ impl Delegated {
 
     /// Who the request is from, by the API server's order: a verified client
     /// certificate, then a bearer token, then anonymous if allowed.
-    pub async fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<Authenticated, Refusal> {
+    pub(crate) async fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<Authenticated, Refusal> {
         let cert_failed = match &peer.client_cert {
             Some(Ok(user)) => {
                 counter!(m::AUTH_AUTHENTICATED, "method" => "x509").increment(1);
@@ -207,7 +207,7 @@ impl Delegated {
     /// The identity a request that passes through goes upstream with.
     /// `caller` is the impersonated identity (impersonate mode);
     /// `authenticated` is the requestor and its own credential (client mode).
-    pub async fn upstream_identity(
+    pub(crate) async fn upstream_identity(
         &self,
         caller: Caller,
         authenticated: &Authenticated,
@@ -291,7 +291,7 @@ impl Delegated {
 
     /// Allows `caller` to do what `attrs` describe, or answers the API
     /// server's 403.
-    pub async fn authorize(&self, caller: &Caller, attrs: impl Into<Attributes>) -> Result<(), Refusal> {
+    pub(crate) async fn authorize(&self, caller: &Caller, attrs: impl Into<Attributes>) -> Result<(), Refusal> {
         let key = (caller.clone(), attrs.into());
         let (allowed_ttl, denied_ttl) = (self.settings.authorized_ttl, self.settings.unauthorized_ttl);
         let started = Instant::now();
@@ -325,7 +325,7 @@ impl Delegated {
 
 /// The cache's gate for one caller: every read the cache would answer is
 /// first put to a SubjectAccessReview.
-pub struct CallerGate<'a> {
+pub(crate) struct CallerGate<'a> {
     pub auth: &'a Delegated,
     pub caller: &'a Caller,
 }
@@ -388,7 +388,7 @@ fn unforwardable_certificate(user: &str, own: &str) -> Status {
 }
 
 /// The API server's 403, message and details alike.
-pub fn forbidden(user: &str, attrs: &Attributes, reason: &str) -> Status {
+pub(crate) fn forbidden(user: &str, attrs: &Attributes, reason: &str) -> Status {
     let attrs = match attrs {
         Attributes::Resource(r) => r,
         Attributes::NonResource(n) => {

@@ -18,13 +18,14 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Empty, Full, combinators::BoxBody};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+/// The error of every body: whatever the upstream connection or a stream reports.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The body type of every request and response watchmux forwards or writes.
 /// A response that ends a request before its real work (a 401, 403, 413,
 /// 429), boxed so the `Result`s that carry it stay small.
 pub type Refusal = Box<http::Response<ProxyBody>>;
 
+/// The body type of every request and response watchmux forwards or writes.
 pub type ProxyBody = BoxBody<Chunk, BoxError>;
 
 /// A complete body from bytes watchmux produced itself.
@@ -32,6 +33,7 @@ pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
     Full::new(Chunk::from(bytes.into())).map_err(|never| match never {}).boxed()
 }
 
+/// A body with no bytes.
 pub fn empty() -> ProxyBody {
     Empty::new().map_err(|never| match never {}).boxed()
 }
@@ -67,6 +69,7 @@ pub struct ChunkList {
 }
 
 impl ChunkList {
+    /// The body of these chunks, in order.
     pub fn new(chunks: std::collections::VecDeque<Chunk>) -> Self {
         use bytes::Buf;
         let remaining = chunks.iter().map(|c| c.remaining() as u64).sum();
@@ -114,6 +117,7 @@ pin_project_lite::pin_project! {
 }
 
 impl<B> EndOnShutdown<B> {
+    /// `inner`, ended when `stop` is cancelled.
     pub fn new(inner: B, stop: CancellationToken) -> Self {
         Self { inner, stop: stop.cancelled_owned(), stopped: false }
     }

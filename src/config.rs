@@ -193,9 +193,12 @@ pub struct Args {
     pub log_format: LogFormat,
 }
 
+/// How log lines are written (`--log-format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// One human-readable line per event.
     Text,
+    /// One JSON object per line, for log collectors.
     Json,
 }
 

@@ -5,4 +5,4 @@
 //! objects it answers errors with. Deciding which form a read gets is
 //! [`crate::negotiate`]'s.
 
-pub mod status;
+pub(crate) mod status;

@@ -2,7 +2,7 @@
 
 /// An error and its sources on one line, e.g. "client error (Connect): tcp
 /// connect error: Connection refused (os error 111)".
-pub fn error_chain(err: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(s) = source {

@@ -207,8 +207,9 @@ mod field_selectors {
     use serde_json::{Number, Value};
 
     use super::{Words, config, one_of, prints_back, repeated, token_soup};
+    use crate::selector::field::{FieldOp, FieldRequirement};
     use crate::selector::fields::{KINDS, PLAIN, builtin_fields, extract, validate};
-    use crate::selector::{FieldOp, FieldRequirement, FieldSelector, FieldSet, Fields};
+    use crate::selector::{FieldSelector, FieldSet, Fields};
 
     const TOKENS: Words = &[
         &["metadata.name", "metadata.namespace", "spec.nodeName", "status.phase", "type", "x"],

@@ -10,17 +10,17 @@
 //! holds the flags and kubeconfig loading. [`auth`] authenticates and
 //! authorizes clients in delegated mode.
 
-pub mod auth;
+pub(crate) mod auth;
 pub mod body;
-pub mod cache;
+pub(crate) mod cache;
 pub mod config;
-pub mod encode;
-pub mod error;
-pub mod metrics;
-pub mod negotiate;
-pub mod passthrough;
-pub mod request;
-pub mod selector;
+pub(crate) mod encode;
+pub(crate) mod error;
+pub(crate) mod metrics;
+pub(crate) mod negotiate;
+pub(crate) mod passthrough;
+pub(crate) mod request;
+pub(crate) mod selector;
 pub mod server;
 pub mod upstream;
 

@@ -10,87 +10,87 @@ use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Requests forwarded to the upstream API server, by verb and HTTP code.
-pub const PASSTHROUGH_REQUESTS: &str = "watchmux_passthrough_requests_total";
+pub(crate) const PASSTHROUGH_REQUESTS: &str = "watchmux_passthrough_requests_total";
 /// Time from receiving a forwarded request to the upstream's response head.
-pub const PASSTHROUGH_DURATION: &str = "watchmux_passthrough_request_duration_seconds";
+pub(crate) const PASSTHROUGH_DURATION: &str = "watchmux_passthrough_request_duration_seconds";
 /// Forwarded requests in flight, long-running ones included.
-pub const PASSTHROUGH_INFLIGHT: &str = "watchmux_passthrough_inflight_requests";
+pub(crate) const PASSTHROUGH_INFLIGHT: &str = "watchmux_passthrough_inflight_requests";
 /// Requests that could not reach the upstream, by cause.
-pub const UPSTREAM_ERRORS: &str = "watchmux_upstream_errors_total";
+pub(crate) const UPSTREAM_ERRORS: &str = "watchmux_upstream_errors_total";
 /// Upgraded connections (exec, attach, port-forward) being tunnelled.
-pub const UPGRADED_TUNNELS: &str = "watchmux_upgraded_tunnels";
+pub(crate) const UPGRADED_TUNNELS: &str = "watchmux_upgraded_tunnels";
 /// Downstream connections accepted, by listener.
-pub const CONNECTIONS_ACCEPTED: &str = "watchmux_connections_accepted_total";
+pub(crate) const CONNECTIONS_ACCEPTED: &str = "watchmux_connections_accepted_total";
 /// Downstream connections open now, by listener.
-pub const CONNECTIONS_OPEN: &str = "watchmux_connections_open";
+pub(crate) const CONNECTIONS_OPEN: &str = "watchmux_connections_open";
 /// Downstream connections that ended in an error (bad TLS, malformed HTTP...).
-pub const CONNECTION_ERRORS: &str = "watchmux_connection_errors_total";
+pub(crate) const CONNECTION_ERRORS: &str = "watchmux_connection_errors_total";
 /// 1 when the upstream answered its last readiness probe, else 0.
-pub const UPSTREAM_READY: &str = "watchmux_upstream_ready";
+pub(crate) const UPSTREAM_READY: &str = "watchmux_upstream_ready";
 
 /// Pass-through requests that could have been served from the cache, by why they were not.
-pub const PASSTHROUGH_REASONS: &str = "watchmux_cache_passthrough_total";
+pub(crate) const PASSTHROUGH_REASONS: &str = "watchmux_cache_passthrough_total";
 /// Events received from the upstream watch, by resource.
-pub const CACHE_EVENTS_RECEIVED: &str = "watchmux_watch_cache_events_received_total";
+pub(crate) const CACHE_EVENTS_RECEIVED: &str = "watchmux_watch_cache_events_received_total";
 /// Events handed to the dispatcher, by resource.
-pub const CACHE_EVENTS_DISPATCHED: &str = "watchmux_watch_cache_events_dispatched_total";
+pub(crate) const CACHE_EVENTS_DISPATCHED: &str = "watchmux_watch_cache_events_dispatched_total";
 /// Event deliveries queued for watchers, by resource.
-pub const CACHE_DELIVERIES: &str = "watchmux_watch_cache_deliveries_total";
+pub(crate) const CACHE_DELIVERIES: &str = "watchmux_watch_cache_deliveries_total";
 /// The history ring's capacity, by resource.
-pub const CACHE_CAPACITY: &str = "watchmux_watch_cache_capacity";
+pub(crate) const CACHE_CAPACITY: &str = "watchmux_watch_cache_capacity";
 /// Objects in the store, by resource.
-pub const CACHE_OBJECTS: &str = "watchmux_watch_cache_objects";
+pub(crate) const CACHE_OBJECTS: &str = "watchmux_watch_cache_objects";
 /// Full initializations (initial list and relists) of a cache, by resource.
-pub const CACHE_INITIALIZATIONS: &str = "watchmux_watch_cache_initializations_total";
+pub(crate) const CACHE_INITIALIZATIONS: &str = "watchmux_watch_cache_initializations_total";
 /// How long a full initialization (a paginated upstream LIST) took.
-pub const CACHE_INITIALIZATION_DURATION: &str = "watchmux_watch_cache_initialization_duration_seconds";
+pub(crate) const CACHE_INITIALIZATION_DURATION: &str = "watchmux_watch_cache_initialization_duration_seconds";
 /// Time requests waited for the cache to reach a resourceVersion.
-pub const CACHE_READ_WAIT: &str = "watchmux_watch_cache_read_wait_seconds";
+pub(crate) const CACHE_READ_WAIT: &str = "watchmux_watch_cache_read_wait_seconds";
 /// Watchers closed for not keeping up, by resource.
-pub const TERMINATED_WATCHERS: &str = "watchmux_terminated_watchers_total";
+pub(crate) const TERMINATED_WATCHERS: &str = "watchmux_terminated_watchers_total";
 /// Watchers registered now, by resource.
-pub const REGISTERED_WATCHERS: &str = "watchmux_registered_watchers";
+pub(crate) const REGISTERED_WATCHERS: &str = "watchmux_registered_watchers";
 /// LIST requests answered from the cache, by resource.
-pub const CACHE_LIST_TOTAL: &str = "watchmux_cache_list_total";
+pub(crate) const CACHE_LIST_TOTAL: &str = "watchmux_cache_list_total";
 /// GET requests answered from the cache, by resource.
-pub const CACHE_GET_TOTAL: &str = "watchmux_cache_get_total";
+pub(crate) const CACHE_GET_TOTAL: &str = "watchmux_cache_get_total";
 /// Consistent reads, by resource and result (success: served from the cache; fallback: passed upstream).
-pub const CONSISTENT_READS: &str = "watchmux_watch_cache_consistent_read_total";
+pub(crate) const CONSISTENT_READS: &str = "watchmux_watch_cache_consistent_read_total";
 /// Encodings of an object into a content variant.
-pub const CACHE_ENCODES: &str = "watchmux_cache_encodes_total";
+pub(crate) const CACHE_ENCODES: &str = "watchmux_cache_encodes_total";
 /// Upstream watch (re)starts, by resource and cause.
-pub const UPSTREAM_WATCH_RESTARTS: &str = "watchmux_upstream_watch_restarts_total";
+pub(crate) const UPSTREAM_WATCH_RESTARTS: &str = "watchmux_upstream_watch_restarts_total";
 /// Upstream relists after the first, by resource and cause.
-pub const UPSTREAM_RELISTS: &str = "watchmux_upstream_relists_total";
+pub(crate) const UPSTREAM_RELISTS: &str = "watchmux_upstream_relists_total";
 
 /// Requests refused by a limit before any work was done, by limit
 /// (`inflight` 429, `connections` 429, `body_size` 413).
-pub const REQUESTS_REJECTED: &str = "watchmux_requests_rejected_total";
+pub(crate) const REQUESTS_REJECTED: &str = "watchmux_requests_rejected_total";
 
 /// Seconds since the upstream last confirmed a cache current (a list, an event or a bookmark), by resource.
-pub const CACHE_STALENESS: &str = "watchmux_watch_cache_staleness_seconds";
+pub(crate) const CACHE_STALENESS: &str = "watchmux_watch_cache_staleness_seconds";
 /// 1 while a cache relists after having been in step with the upstream, by resource.
-pub const CACHE_RELIST_IN_PROGRESS: &str = "watchmux_watch_cache_relist_in_progress";
+pub(crate) const CACHE_RELIST_IN_PROGRESS: &str = "watchmux_watch_cache_relist_in_progress";
 
 /// Client impersonations watchmux allowed, by the API server's mode that allowed them.
-pub const AUTH_IMPERSONATIONS: &str = "watchmux_auth_impersonations_total";
+pub(crate) const AUTH_IMPERSONATIONS: &str = "watchmux_auth_impersonations_total";
 
 /// TokenReview and SubjectAccessReview requests sent upstream, by review and outcome.
-pub const AUTH_REVIEWS: &str = "watchmux_auth_reviews_total";
+pub(crate) const AUTH_REVIEWS: &str = "watchmux_auth_reviews_total";
 /// How long each upstream review took.
-pub const AUTH_REVIEW_DURATION: &str = "watchmux_auth_review_duration_seconds";
+pub(crate) const AUTH_REVIEW_DURATION: &str = "watchmux_auth_review_duration_seconds";
 /// Authentication and authorization checks, by review and how the answer was found (hit, miss, coalesced, error).
-pub const AUTH_CACHE_LOOKUPS: &str = "watchmux_auth_cache_lookups_total";
+pub(crate) const AUTH_CACHE_LOOKUPS: &str = "watchmux_auth_cache_lookups_total";
 /// Time a request spent in one check, cache lookup and review included.
-pub const AUTH_CHECK_DURATION: &str = "watchmux_auth_check_duration_seconds";
+pub(crate) const AUTH_CHECK_DURATION: &str = "watchmux_auth_check_duration_seconds";
 /// Authenticated requests, by method (x509, token, anonymous).
-pub const AUTH_AUTHENTICATED: &str = "watchmux_auth_authenticated_total";
+pub(crate) const AUTH_AUTHENTICATED: &str = "watchmux_auth_authenticated_total";
 /// Requests answered 401, by reason.
-pub const AUTH_UNAUTHENTICATED: &str = "watchmux_auth_unauthenticated_total";
+pub(crate) const AUTH_UNAUTHENTICATED: &str = "watchmux_auth_unauthenticated_total";
 /// Authorization decisions made by watchmux (reads it serves and impersonation), by result.
-pub const AUTH_AUTHORIZED: &str = "watchmux_auth_authorization_decisions_total";
+pub(crate) const AUTH_AUTHORIZED: &str = "watchmux_auth_authorization_decisions_total";
 /// Requests refused because a review could not reach the upstream, by review.
-pub const AUTH_FAIL_CLOSED: &str = "watchmux_auth_fail_closed_total";
+pub(crate) const AUTH_FAIL_CLOSED: &str = "watchmux_auth_fail_closed_total";
 
 /// Buckets for the auth checks: a cached answer takes microseconds.
 const AUTH_CHECK_BUCKETS: &[f64] =
@@ -104,7 +104,7 @@ const LATENCY_BUCKETS: &[f64] =
 /// Installs the global Prometheus recorder and describes every metric.
 ///
 /// Returns the handle the admin endpoint renders `/metrics` from.
-pub fn install() -> anyhow::Result<PrometheusHandle> {
+pub(crate) fn install() -> anyhow::Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(AUTH_CHECK_DURATION.into()), AUTH_CHECK_BUCKETS)?
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)?

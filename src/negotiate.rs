@@ -83,7 +83,7 @@ const JSON: &str = "application/json";
 
 /// A representation the cache can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ContentVariant {
+pub(crate) enum ContentVariant {
     /// The object as stored, with the resource's own `kind` and `apiVersion`.
     Json,
     /// `meta.k8s.io/v1` `PartialObjectMetadata` (GET and every WATCH event object, bookmarks too)
@@ -96,7 +96,7 @@ impl ContentVariant {
     /// kube-apiserver sends it. It never echoes the request's parameters: the handlers write the
     /// serializer's bare media type, and a JSON watch keeps it without `;stream=watch`
     /// (k8s.io/apiserver `handlers/watch.go`, `serveWatchHandler`).
-    pub fn content_type(self, endpoint: Endpoint) -> &'static str {
+    pub(crate) fn content_type(self, endpoint: Endpoint) -> &'static str {
         match (self, endpoint) {
             (Self::Json, Endpoint::Get | Endpoint::List | Endpoint::Watch) => JSON,
             (Self::PartialObjectMetadataJson, Endpoint::Get | Endpoint::List | Endpoint::Watch) => JSON,
@@ -106,7 +106,7 @@ impl ContentVariant {
 
 /// The kind of read a request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     /// One named object.
     Get,
     /// A collection.
@@ -117,7 +117,7 @@ pub enum Endpoint {
 
 /// What to do with a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Negotiation {
+pub(crate) enum Negotiation {
     /// Answer from the cache in this variant.
     Cache(ContentVariant),
     /// Forward to kube-apiserver.
@@ -126,7 +126,7 @@ pub enum Negotiation {
 
 /// Why a request goes to kube-apiserver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PassthroughReason {
+pub(crate) enum PassthroughReason {
     /// kube-apiserver would answer a `meta.k8s.io` Table (kubectl get).
     Table,
     /// kube-apiserver would answer protobuf, and the client accepts no JSON of the same form
@@ -142,7 +142,7 @@ pub enum PassthroughReason {
 
 impl PassthroughReason {
     /// The metric label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Table => "table",
             Self::Protobuf => "protobuf",
@@ -154,7 +154,7 @@ impl PassthroughReason {
 
 /// Decides how to answer a read with this `Accept` header (the first one, as Go's
 /// `Header.Get` reads it).
-pub fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint) -> Negotiation {
+pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint) -> Negotiation {
     use Negotiation::Passthrough;
     use PassthroughReason::{NotAcceptable, OtherMediaType};
 

@@ -6,8 +6,8 @@
 //! downstream connection as soon as it is read, which is what makes `watch`
 //! and `logs -f` work through the proxy. Upgrades are tunnelled as raw bytes.
 
-pub mod headers;
-pub mod identity;
+pub(crate) mod headers;
+pub(crate) mod identity;
 mod upgrade;
 
 use std::sync::Arc;
@@ -29,21 +29,21 @@ use crate::upstream::{ConnectionKind, Upstream};
 
 /// Forwards requests to the upstream.
 #[derive(Debug, Clone)]
-pub struct Passthrough {
+pub(crate) struct Passthrough {
     upstream: Arc<Upstream>,
     /// Cancelled at shutdown: watch streams end cleanly when it is.
     streams_stop: CancellationToken,
 }
 
 impl Passthrough {
-    pub fn new(upstream: Arc<Upstream>, streams_stop: CancellationToken) -> Self {
+    pub(crate) fn new(upstream: Arc<Upstream>, streams_stop: CancellationToken) -> Self {
         Self { upstream, streams_stop }
     }
 
     /// Forwards one request as `identity` and returns the upstream's answer,
     /// or a 503 Status when the upstream cannot be reached.
     /// `info` is the request's classification, made once by the caller.
-    pub async fn forward(
+    pub(crate) async fn forward(
         &self,
         req: Request<Incoming>,
         peer: Peer,

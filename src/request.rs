@@ -17,7 +17,7 @@ use http::{Method, Uri};
 
 /// The verb of a request, as kube-apiserver's authorizer names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Verb {
+pub(crate) enum Verb {
     Get,
     List,
     Watch,
@@ -32,7 +32,7 @@ pub enum Verb {
 }
 
 impl Verb {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Get => "get",
             Self::List => "list",
@@ -49,7 +49,7 @@ impl Verb {
 
 /// What kube-apiserver would make of a request line.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RequestInfo {
+pub(crate) struct RequestInfo {
     /// False for paths outside `/api` and `/apis` resources (discovery,
     /// `/healthz`, `/version`, `/openapi`...).
     pub is_resource_request: bool,
@@ -77,7 +77,7 @@ const STREAMING_SUBRESOURCES: &[&str] = &["attach", "exec", "log", "portforward"
 impl RequestInfo {
     /// Classifies a request by method and URI, by the rules of the API
     /// server's request-info factory.
-    pub fn classify(method: &Method, uri: &Uri) -> Self {
+    pub(crate) fn classify(method: &Method, uri: &Uri) -> Self {
         let mut info = RequestInfo::default();
         let Some(path) = decode_path(uri.path()) else {
             info.verb = Some(Verb::Other(method_verb(method)));
@@ -148,7 +148,7 @@ impl RequestInfo {
     }
 
     /// True when the response is a watch stream that ends cleanly at shutdown.
-    pub fn is_watch(&self) -> bool {
+    pub(crate) fn is_watch(&self) -> bool {
         self.verb == Some(Verb::Watch)
     }
 
@@ -158,14 +158,14 @@ impl RequestInfo {
 
     /// True for streams and tunnels that run as long as the client wants:
     /// watches, logs, exec, attach, port-forward and proxy.
-    pub fn is_long_running(&self) -> bool {
+    pub(crate) fn is_long_running(&self) -> bool {
         self.is_watch()
             || self.is_proxy()
             || self.subresource.as_deref().is_some_and(|s| STREAMING_SUBRESOURCES.contains(&s))
     }
 
     /// The verb as a metric label.
-    pub fn verb_label(&self) -> &'static str {
+    pub(crate) fn verb_label(&self) -> &'static str {
         self.verb.map_or("unknown", Verb::as_str)
     }
 }
@@ -173,7 +173,7 @@ impl RequestInfo {
 /// True when Go's `url.ParseRequestURI` refuses the path: a `%` not
 /// followed by two hex digits. Go's HTTP server answers such a request
 /// line itself, with a plain `400 Bad Request`, before any handler.
-pub fn has_malformed_escape(raw: &str) -> bool {
+pub(crate) fn has_malformed_escape(raw: &str) -> bool {
     let b = raw.as_bytes();
     b.iter().enumerate().any(|(i, c)| {
         *c == b'%'
@@ -184,7 +184,7 @@ pub fn has_malformed_escape(raw: &str) -> bool {
 /// The path as Go's `url.Parse` puts it in `URL.Path`: every `%XX` decoded.
 /// `None` where Go refuses the URL (a `%` without two hex digits) or the
 /// result is not UTF-8.
-pub fn decode_path(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
+pub(crate) fn decode_path(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
     if !raw.contains('%') {
         return Some(std::borrow::Cow::Borrowed(raw));
     }
@@ -237,14 +237,14 @@ fn resource_verb(method: &Method, named: bool, watch: bool) -> Verb {
 
 /// Reads a boolean query parameter the way kube-apiserver does: absent, `0`
 /// and `false` (any case) are false; anything else, an empty value too, is true.
-pub fn query_flag(uri: &Uri, key: &str) -> bool {
+pub(crate) fn query_flag(uri: &Uri, key: &str) -> bool {
     let Some(query) = uri.query() else { return false };
     form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == key).is_some_and(|(_, v)| flag_value(&v))
 }
 
 /// The API server's boolean parameter value: false only for `0` and `false`
 /// (any case); anything else, an empty value too, is true.
-pub fn flag_value(value: &str) -> bool {
+pub(crate) fn flag_value(value: &str) -> bool {
     !(value == "0" || value.eq_ignore_ascii_case("false"))
 }
 

@@ -9,12 +9,12 @@
 //! reject too (or one too odd to be worth serving): the caller passes such a
 //! request through and lets the API server answer with its own exact error.
 
-mod field;
-pub mod fields;
+pub(crate) mod field;
+pub(crate) mod fields;
 mod label;
 
-pub use field::{FieldOp, FieldRequirement, FieldSelector, FieldSet, Fields};
-pub use label::{LabelOp, LabelRequirement, LabelSelector, LabelSet};
+pub(crate) use field::{FieldSelector, FieldSet, Fields};
+pub(crate) use label::LabelSelector;
 
 /// Why a selector string could not be parsed.
 ///

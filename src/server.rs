@@ -1,15 +1,15 @@
 //! The downstream side: listeners, the API and admin services, and the
 //! graceful shutdown that ties them together.
 
-pub mod admin;
-pub mod early_resets;
-pub mod hosts;
-pub mod limits;
-pub mod listener;
-pub mod opening;
-pub mod shutdown;
-pub mod tls;
-pub mod write_behind;
+pub(crate) mod admin;
+pub(crate) mod early_resets;
+pub(crate) mod hosts;
+pub(crate) mod limits;
+pub(crate) mod listener;
+pub(crate) mod opening;
+pub(crate) mod shutdown;
+pub(crate) mod tls;
+pub(crate) mod write_behind;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -46,31 +46,41 @@ use listener::{AdminHandler, Handler, Serving};
 /// flags and `--admin-listen`).
 #[derive(Debug, Clone)]
 pub struct Listeners {
+    /// The API listener (`--listen`).
     pub api: SocketAddr,
     /// Serving certificate and key, and the CA client certificates are
     /// verified against; `None` serves plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// A unix socket for the API (`--listen-unix`).
     pub unix: Option<PathBuf>,
+    /// Metrics and probes (`--admin-listen`).
     pub admin: SocketAddr,
 }
 
 /// The API listener's TLS files.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
+    /// The serving certificate chain, PEM (`--tls-cert-file`).
     pub cert: PathBuf,
+    /// Its private key, PEM (`--tls-private-key-file`).
     pub key: PathBuf,
+    /// CA bundle client certificates are verified against (`--client-ca-file`).
     pub client_ca: Option<PathBuf>,
 }
 
 /// Everything the server needs.
 pub struct ServerOptions {
+    /// Where to listen.
     pub listeners: Listeners,
+    /// How long a graceful shutdown waits for requests (`--shutdown-grace`).
     pub shutdown_grace: Duration,
+    /// The recorder `/metrics` renders; `None` serves no metrics.
     pub metrics: Option<PrometheusHandle>,
     /// What to cache; `None` passes everything through.
     pub cache: Option<CacheConfig>,
     /// Delegated authentication and authorization; `None` is trusted-local.
     pub delegated: Option<DelegatedSettings>,
+    /// Request and connection limits.
     pub limits: Limits,
     /// One socket write per batch of HTTP/2 frames (`--h2-write-batching`).
     pub h2_write_batching: bool,
@@ -82,8 +92,11 @@ pub struct ServerOptions {
 /// flags').
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// Requests in progress at once; more get 429 (`--max-requests-inflight`).
     pub max_requests_inflight: usize,
+    /// Open connections at once (`--max-connections`).
     pub max_connections: usize,
+    /// The largest request body (`--max-request-body-bytes`).
     pub max_request_body_bytes: u64,
 }
 
@@ -191,10 +204,12 @@ impl Server {
         Ok(Self { api, api_tls, api_unix, admin, upstream, opts })
     }
 
+    /// The address the API listener is bound to.
     pub fn api_addr(&self) -> SocketAddr {
         self.api.local_addr().expect("bound listener has an address")
     }
 
+    /// The address the admin listener is bound to.
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin.local_addr().expect("bound listener has an address")
     }

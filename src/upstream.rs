@@ -9,7 +9,7 @@
 //! server's limit of concurrent HTTP/2 streams. watchmux's own credentials
 //! are added here and nowhere else.
 
-pub mod credentials;
+pub(crate) mod credentials;
 pub mod tls;
 
 use std::sync::Arc;
@@ -44,18 +44,24 @@ const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// TCP keepalive, the same protection for HTTP/1.1 connections.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 
+/// Why the upstream client could not be configured.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
+    /// The TLS configuration (CA, client certificate) is unusable.
     #[error("building the upstream TLS configuration")]
     Tls(#[from] tls::TlsConfigError),
+    /// A credential (token file, ...) could not be loaded.
     #[error("loading upstream credentials")]
     Credentials(#[from] CredentialsError),
+    /// The server URL has another scheme.
     #[error("upstream server URL {0} must be http:// or https://")]
     Scheme(Uri),
+    /// `tls-server-name` is not a DNS name or IP address.
     #[error("invalid tls-server-name {0:?}")]
     ServerName(String),
 }
 
+/// How to talk to the upstream, beyond what the kubeconfig says.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UpstreamOptions {
     /// Never negotiate HTTP/2 with the upstream.
@@ -116,6 +122,7 @@ impl std::fmt::Debug for Upstream {
 }
 
 impl Upstream {
+    /// A client for the upstream `cfg` describes.
     pub fn new(cfg: &UpstreamConfig, opts: UpstreamOptions) -> Result<Self, UpstreamError> {
         let scheme = cfg.server.scheme().cloned().ok_or_else(|| UpstreamError::Scheme(cfg.server.clone()))?;
         if scheme != Scheme::HTTP && scheme != Scheme::HTTPS {

@@ -14,6 +14,9 @@
 //! WATCHMUX_BENCH_BIN (the release watchmux). Every GET goes over one
 //! kept-alive HTTP/1.1 connection per side, sequentially. Output: Markdown.
 
+// A bench is a binary: `pub` here marks what its modules share, not an API to document.
+#![allow(unreachable_pub, missing_docs)]
+
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -13,6 +13,9 @@
 //! holds the TLS HTTP/2 connection upstream. The difference is therefore the
 //! whole cost a client pays for going through watchmux on loopback.
 
+// A bench is a binary: `pub` here marks what its modules share, not an API to document.
+#![allow(unreachable_pub, missing_docs)]
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

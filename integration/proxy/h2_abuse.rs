@@ -17,6 +17,9 @@ use crate::WAIT;
 use crate::harness::*;
 use watchmux::body;
 
+/// The HTTP/2 client connection preface (RFC 9113 section 3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// Bytes of one header block the CONTINUATION flood sends at most.
 const FLOOD_BYTES: usize = 8 << 20;
 /// The largest frame payload a peer may send before SETTINGS say otherwise.
@@ -82,7 +85,7 @@ async fn continuation_flood<IO: AsyncRead + AsyncWrite + Send + 'static>(io: IO)
     block.push(rest as u8);
     block.resize(FRAME, b'a');
 
-    let mut opening = watchmux::server::opening::H2_PREFACE.to_vec();
+    let mut opening = H2_PREFACE.to_vec();
     opening.extend(frame(0x4, 0, 0, &[]));
     opening.extend(frame(0x1, 0, 1, &block));
     let continuation = frame(0x9, 0, 1, &[b'a'; FRAME]);

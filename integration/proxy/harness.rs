@@ -25,11 +25,11 @@ use watchmux::config::Args;
 use watchmux::server::Server;
 use watchmux::upstream::{Upstream, UpstreamOptions};
 
-pub type HandlerFn =
+pub(crate) type HandlerFn =
     Arc<dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<ProxyBody>> + Send>> + Send + Sync>;
 
 /// Wraps an async closure as an upstream handler.
-pub fn handler<F, Fut>(f: F) -> HandlerFn
+pub(crate) fn handler<F, Fut>(f: F) -> HandlerFn
 where
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
@@ -38,7 +38,7 @@ where
 }
 
 /// Starts a plain-HTTP fake upstream (HTTP/1.1 with upgrades) on loopback.
-pub async fn fake_upstream(handle: HandlerFn) -> SocketAddr {
+pub(crate) async fn fake_upstream(handle: HandlerFn) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -60,7 +60,7 @@ pub async fn fake_upstream(handle: HandlerFn) -> SocketAddr {
 }
 
 /// A running watchmux and what a test needs to reach and stop it.
-pub struct Proxy {
+pub(crate) struct Proxy {
     pub addr: SocketAddr,
     pub admin: SocketAddr,
     pub stop: Option<oneshot::Sender<()>>,
@@ -68,10 +68,10 @@ pub struct Proxy {
     _dir: tempfile::TempDir,
 }
 
-pub const UPSTREAM_TOKEN: &str = "upstream-secret-token";
+pub(crate) const UPSTREAM_TOKEN: &str = "upstream-secret-token";
 
 /// Starts watchmux in front of `upstream` with extra flags.
-pub async fn start_proxy(upstream: SocketAddr, extra: &[&str]) -> Proxy {
+pub(crate) async fn start_proxy(upstream: SocketAddr, extra: &[&str]) -> Proxy {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
@@ -112,14 +112,14 @@ pub async fn start_proxy(upstream: SocketAddr, extra: &[&str]) -> Proxy {
 
 impl Proxy {
     /// Signals shutdown and waits (bounded) for serve() to return.
-    pub async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         let _ = self.stop.take().unwrap().send(());
         tokio::time::timeout(Duration::from_secs(10), self.done).await.expect("shutdown in time").unwrap().unwrap();
     }
 }
 
 /// An HTTP/1.1 connection to `addr`.
-pub async fn h1(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+pub(crate) async fn h1(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
     let stream = TcpStream::connect(addr).await.unwrap();
     let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
     tokio::spawn(conn.with_upgrades());
@@ -128,7 +128,7 @@ pub async fn h1(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Ful
 
 /// Sends a GET over a fresh HTTP/2 connection on `io` (h2c by prior
 /// knowledge, or TLS that chose h2) and checks it is answered over HTTP/2.
-pub async fn h2_get<IO>(io: IO, uri: &str) -> Response<Incoming>
+pub(crate) async fn h2_get<IO>(io: IO, uri: &str) -> Response<Incoming>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -141,12 +141,12 @@ where
 }
 
 /// Sends a GET over a fresh HTTP/1.1 connection.
-pub async fn get(addr: SocketAddr, path: &str) -> Response<Incoming> {
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> Response<Incoming> {
     let mut send = h1(addr).await;
     send.send_request(Request::get(path).header("host", "localhost").body(Full::default()).unwrap()).await.unwrap()
 }
 
-pub async fn body_json(resp: Response<Incoming>) -> serde_json::Value {
+pub(crate) async fn body_json(resp: Response<Incoming>) -> serde_json::Value {
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)))
 }

@@ -23,7 +23,7 @@ use rustls::server::danger::ClientCertVerifier;
 use super::user::{CREDENTIAL_ID, UserInfo};
 
 #[derive(Debug, thiserror::Error)]
-pub enum ClientCaError {
+pub(crate) enum ClientCaError {
     #[error("reading --client-ca-file {path}")]
     Read {
         path: String,
@@ -39,7 +39,7 @@ pub enum ClientCaError {
 /// A verifier that accepts clients without a certificate and verifies the
 /// certificate of those that present one (chain to the CA, validity,
 /// the clientAuth extended key usage).
-pub fn verifier(ca_file: &Path) -> Result<Arc<dyn ClientCertVerifier>, ClientCaError> {
+pub(crate) fn verifier(ca_file: &Path) -> Result<Arc<dyn ClientCertVerifier>, ClientCaError> {
     let path = ca_file.display().to_string();
     let certs = CertificateDer::pem_file_iter(ca_file)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
@@ -60,7 +60,7 @@ const UID_OID: &str = "1.3.6.1.4.1.57683.2";
 
 /// A verified certificate the API server would not accept as an identity.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum InvalidCertificate {
+pub(crate) enum InvalidCertificate {
     #[error("expected 1 UID, but found multiple: {0:?}")]
     SeveralUids(Vec<String>),
     #[error("UID cannot be an empty string")]
@@ -70,12 +70,12 @@ pub enum InvalidCertificate {
 }
 
 /// What a verified client certificate says about who the client is.
-pub type CertIdentity = Result<Arc<UserInfo>, InvalidCertificate>;
+pub(crate) type CertIdentity = Result<Arc<UserInfo>, InvalidCertificate>;
 
 /// The identity a verified leaf certificate stands for; `None` when its
 /// subject has no common name or cannot be read (the API server then tries
 /// other authenticators, and so does watchmux).
-pub fn identity(leaf: &CertificateDer<'_>) -> Option<CertIdentity> {
+pub(crate) fn identity(leaf: &CertificateDer<'_>) -> Option<CertIdentity> {
     let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
     let subject: Vec<(String, Option<&str>)> =
         cert.subject().iter_attributes().map(|a| (a.attr_type().to_id_string(), a.as_str().ok())).collect();

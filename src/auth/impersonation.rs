@@ -19,20 +19,20 @@ use std::collections::BTreeMap;
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
-pub use modes::{Attempt, Step, attempts};
+pub(crate) use modes::{Step, attempts};
 
 use super::reviews::ResourceAttributes;
 use super::user::{ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED, UserInfo};
 use crate::encode::status::{Status, StatusReason};
 
-pub const USER: &str = "impersonate-user";
-pub const GROUP: &str = "impersonate-group";
-pub const UID: &str = "impersonate-uid";
-pub const EXTRA_PREFIX: &str = "impersonate-extra-";
+pub(crate) const USER: &str = "impersonate-user";
+pub(crate) const GROUP: &str = "impersonate-group";
+pub(crate) const UID: &str = "impersonate-uid";
+pub(crate) const EXTRA_PREFIX: &str = "impersonate-extra-";
 
 /// What a client asked to become.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     pub name: String,
     pub uid: String,
     pub groups: Vec<String>,
@@ -42,7 +42,7 @@ pub struct Wanted {
 /// The impersonation a client's headers ask for, `None` without any; a 400
 /// Status when they name groups, a uid or extras but no user, as the API
 /// server answers.
-pub fn requested(headers: &HeaderMap) -> Result<Option<Wanted>, Status> {
+pub(crate) fn requested(headers: &HeaderMap) -> Result<Option<Wanted>, Status> {
     let text = |v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
     let mut wanted = Wanted {
         name: headers.get(USER).map(text).unwrap_or_default(),
@@ -68,19 +68,19 @@ pub fn requested(headers: &HeaderMap) -> Result<Option<Wanted>, Status> {
 }
 
 /// True when the client sent any impersonation header.
-pub fn any_requested(headers: &HeaderMap) -> bool {
+pub(crate) fn any_requested(headers: &HeaderMap) -> bool {
     headers.keys().any(|k| is_impersonation_header(k.as_str()))
 }
 
 /// True for `Impersonate-User`, `-Group`, `-Uid` and `-Extra-*` (header
 /// names arrive lower-cased).
-pub fn is_impersonation_header(name: &str) -> bool {
+pub(crate) fn is_impersonation_header(name: &str) -> bool {
     name == USER || name == GROUP || name == UID || name.starts_with(EXTRA_PREFIX)
 }
 
 /// The `impersonate` checks the API server's legacy mode makes, in its
 /// order: the user (or service account), the uid, each group, each extra value.
-pub fn checks(wanted: &Wanted) -> Vec<ResourceAttributes> {
+pub(crate) fn checks(wanted: &Wanted) -> Vec<ResourceAttributes> {
     let check = |group: &str, version: &str, resource: &str, name: &str| ResourceAttributes {
         verb: "impersonate".into(),
         group: group.into(),
@@ -117,7 +117,7 @@ pub fn checks(wanted: &Wanted) -> Vec<ResourceAttributes> {
 /// The identity a permitted impersonation results in: a service account
 /// gets its groups when none were named, everyone gets
 /// `system:authenticated` (or the anonymous user `system:unauthenticated`).
-pub fn resolve(wanted: Wanted) -> UserInfo {
+pub(crate) fn resolve(wanted: Wanted) -> UserInfo {
     let mut groups = wanted.groups;
     if groups.is_empty()
         && let Some((namespace, _)) = service_account(&wanted.name)
@@ -161,12 +161,12 @@ pub(crate) fn is_dns_subdomain(s: &str) -> bool {
 
 #[derive(Debug, thiserror::Error)]
 #[error("the identity cannot be sent as impersonation headers: {0}")]
-pub struct Unrepresentable(String);
+pub(crate) struct Unrepresentable(String);
 
 /// Replaces whatever identity headers the client sent with impersonation of
 /// `user`. The client's `Authorization` goes too (the upstream client sets
 /// watchmux's own).
-pub fn impersonate(headers: &mut HeaderMap, user: &UserInfo) -> Result<(), Unrepresentable> {
+pub(crate) fn impersonate(headers: &mut HeaderMap, user: &UserInfo) -> Result<(), Unrepresentable> {
     strip(headers);
     let value = |s: &str| HeaderValue::from_str(s).map_err(|_| Unrepresentable(format!("{s:?}")));
     headers.insert(USER, value(&user.name)?);
@@ -187,7 +187,7 @@ pub fn impersonate(headers: &mut HeaderMap, user: &UserInfo) -> Result<(), Unrep
 }
 
 /// Removes the client's credentials and impersonation headers.
-pub fn strip(headers: &mut HeaderMap) {
+pub(crate) fn strip(headers: &mut HeaderMap) {
     headers.remove(http::header::AUTHORIZATION);
     let names: Vec<HeaderName> = headers.keys().filter(|k| is_impersonation_header(k.as_str())).cloned().collect();
     for name in names {

@@ -9,7 +9,7 @@ use super::cert::CertIdentity;
 
 /// What the proxy knows about the downstream connection a request came on.
 #[derive(Debug, Clone, Default)]
-pub struct Peer {
+pub(crate) struct Peer {
     /// The client's address; `None` on a unix socket.
     pub addr: Option<SocketAddr>,
     /// Who the client certificate verified during the TLS handshake says the

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 /// How an answer was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lookup {
+pub(crate) enum Lookup {
     /// A fresh cached answer.
     Hit,
     /// This asker ran the review.
@@ -34,7 +34,7 @@ pub enum Lookup {
 }
 
 impl Lookup {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Hit => "hit",
             Self::Miss => "miss",
@@ -51,7 +51,7 @@ struct Answer<V> {
 type Slot<V> = Arc<OnceCell<Answer<V>>>;
 
 /// The cache. `K` is the whole question (who asks what); `V` the answer.
-pub struct ReviewCache<K, V> {
+pub(crate) struct ReviewCache<K, V> {
     slots: DashMap<K, Slot<V>>,
     capacity: usize,
 }
@@ -61,14 +61,14 @@ where
     K: Eq + Hash + Clone,
     V: Clone,
 {
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self { slots: DashMap::new(), capacity: capacity.max(1) }
     }
 
     /// The answer to `key`: cached while fresh, else from `review`, shared
     /// with every concurrent asker. `ttl` says how long an answer stays
     /// fresh (a zero TTL answers this round of askers and no later one).
-    pub async fn get_or_review<E, Fut>(
+    pub(crate) async fn get_or_review<E, Fut>(
         &self,
         key: &K,
         ttl: impl FnOnce(&V) -> Duration,
@@ -144,12 +144,9 @@ where
         });
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.slots.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
     }
 }
 

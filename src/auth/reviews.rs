@@ -29,7 +29,7 @@ const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews
 const SELF_REVIEWS: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 
 #[derive(Debug, thiserror::Error)]
-pub enum ReviewError {
+pub(crate) enum ReviewError {
     #[error("the upstream did not answer: {0}")]
     Unreachable(String),
     #[error("the upstream did not answer within {0:?}")]
@@ -45,7 +45,7 @@ pub enum ReviewError {
 /// What a resource request asks to do, in the API server's authorizer terms.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ResourceAttributes {
+pub(crate) struct ResourceAttributes {
     #[serde(skip_serializing_if = "String::is_empty")]
     pub namespace: String,
     pub verb: String,
@@ -74,7 +74,7 @@ impl ResourceAttributes {
     /// kubelet watch a secret only that way). Not on the legacy
     /// `/api/v1/watch/...` paths, whose verb the API server takes from the
     /// path before it would look at selectors.
-    pub fn of_read(info: &RequestInfo, label_selector: &str, field_selector: &str) -> Self {
+    pub(crate) fn of_read(info: &RequestInfo, label_selector: &str, field_selector: &str) -> Self {
         let mut name = info.name.clone().unwrap_or_default();
         if name.is_empty()
             && !info.legacy_watch_path
@@ -101,7 +101,7 @@ impl ResourceAttributes {
 
 /// What a non-resource request (`/healthz`, `/version`, discovery) asks.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
-pub struct NonResourceAttributes {
+pub(crate) struct NonResourceAttributes {
     /// The path as the API server reads it (percent-decoded).
     pub path: String,
     /// The lower-case method: `get`, `post`...
@@ -110,7 +110,7 @@ pub struct NonResourceAttributes {
 
 /// What any request asks, as a SubjectAccessReview carries it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Attributes {
+pub(crate) enum Attributes {
     Resource(ResourceAttributes),
     NonResource(NonResourceAttributes),
 }
@@ -125,7 +125,7 @@ impl Attributes {
     /// The attributes the API server authorizes a request by: a resource
     /// request's (selectors for list, watch and deletecollection only), or
     /// a non-resource request's path and verb.
-    pub fn of_request(info: &RequestInfo, uri: &http::Uri) -> Self {
+    pub(crate) fn of_request(info: &RequestInfo, uri: &http::Uri) -> Self {
         if !info.is_resource_request {
             let path = crate::request::decode_path(uri.path()).map(|p| p.into_owned()).unwrap_or_default();
             return Self::NonResource(NonResourceAttributes { path, verb: info.verb_label().to_owned() });
@@ -144,14 +144,14 @@ impl Attributes {
     }
 
     /// The same attributes with another verb (`impersonate-on:<mode>:<verb>`).
-    pub fn with_verb(&self, verb: String) -> Self {
+    pub(crate) fn with_verb(&self, verb: String) -> Self {
         match self {
             Self::Resource(r) => Self::Resource(ResourceAttributes { verb, ..r.clone() }),
             Self::NonResource(n) => Self::NonResource(NonResourceAttributes { verb, ..n.clone() }),
         }
     }
 
-    pub fn verb(&self) -> &str {
+    pub(crate) fn verb(&self) -> &str {
         match self {
             Self::Resource(r) => &r.verb,
             Self::NonResource(n) => &n.verb,
@@ -166,20 +166,20 @@ fn is_path_segment_name(name: &str) -> bool {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RawSelector {
+pub(crate) struct RawSelector {
     pub raw_selector: String,
 }
 
 impl RawSelector {
     /// `None` for an empty selector, which selects everything.
-    pub fn from_query(raw: &str) -> Option<Self> {
+    pub(crate) fn from_query(raw: &str) -> Option<Self> {
         (!raw.is_empty()).then(|| Self { raw_selector: raw.to_owned() })
     }
 }
 
 /// The API server's answer to a SubjectAccessReview.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
+pub(crate) struct Decision {
     pub allowed: bool,
     /// Why, as the authorizers put it; the 403 message ends with it.
     pub reason: String,
@@ -193,21 +193,21 @@ pub struct Decision {
 /// identity. A review waits for a slot within its own time limit and fails
 /// (closed) when none frees up.
 #[derive(Clone)]
-pub struct ReviewClient {
+pub(crate) struct ReviewClient {
     upstream: Arc<Upstream>,
     slots: Arc<tokio::sync::Semaphore>,
     max_concurrent: usize,
 }
 
 impl ReviewClient {
-    pub fn new(upstream: Arc<Upstream>, max_concurrent: usize) -> Self {
+    pub(crate) fn new(upstream: Arc<Upstream>, max_concurrent: usize) -> Self {
         let max_concurrent = max_concurrent.max(1);
         Self { upstream, slots: Arc::new(tokio::sync::Semaphore::new(max_concurrent)), max_concurrent }
     }
 
     /// Who `token` belongs to, or `None` when the API server does not accept
     /// it (unknown, expired, forged, or for another audience).
-    pub async fn token(&self, token: &str) -> Result<Option<UserInfo>, ReviewError> {
+    pub(crate) async fn token(&self, token: &str) -> Result<Option<UserInfo>, ReviewError> {
         let body = serde_json::json!({
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
@@ -226,7 +226,7 @@ impl ReviewClient {
     }
 
     /// Who watchmux itself is to the upstream (a SelfSubjectReview).
-    pub async fn own_identity(&self) -> Result<UserInfo, ReviewError> {
+    pub(crate) async fn own_identity(&self) -> Result<UserInfo, ReviewError> {
         let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
         let review: SelfReview = self.post("self", SELF_REVIEWS, &body).await?;
         let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
@@ -237,7 +237,7 @@ impl ReviewClient {
     }
 
     /// May `user` do what `attrs` describe?
-    pub async fn access(&self, user: &UserInfo, attrs: &Attributes) -> Result<Decision, ReviewError> {
+    pub(crate) async fn access(&self, user: &UserInfo, attrs: &Attributes) -> Result<Decision, ReviewError> {
         let mut spec = serde_json::json!({
             "user": user.name,
             "groups": user.groups,

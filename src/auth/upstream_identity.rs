@@ -10,7 +10,7 @@ use super::Caller;
 
 /// The identity a request goes upstream with.
 #[derive(Debug, Clone)]
-pub enum UpstreamIdentity {
+pub(crate) enum UpstreamIdentity {
     /// watchmux's own credentials (trusted-local: every client is watchmux).
     /// A client's `Impersonate-*` headers stay: the API server checks
     /// watchmux's own right to impersonate, as for any client of it.
@@ -31,7 +31,7 @@ pub enum UpstreamIdentity {
 
 impl UpstreamIdentity {
     /// The credentials the upstream client must attach for this identity.
-    pub fn credential(&self) -> UpstreamCredential {
+    pub(crate) fn credential(&self) -> UpstreamCredential {
         match self {
             Self::Own | Self::Impersonate(_) => UpstreamCredential::Own,
             Self::ClientCredentials(value) => UpstreamCredential::Header(value.clone()),

@@ -6,16 +6,16 @@
 use std::collections::BTreeMap;
 
 /// The anonymous user and its group, as the API server names them.
-pub const ANONYMOUS: &str = "system:anonymous";
-pub const UNAUTHENTICATED: &str = "system:unauthenticated";
+pub(crate) const ANONYMOUS: &str = "system:anonymous";
+pub(crate) const UNAUTHENTICATED: &str = "system:unauthenticated";
 /// The group the API server adds to every authenticated user.
-pub const AUTHENTICATED: &str = "system:authenticated";
+pub(crate) const AUTHENTICATED: &str = "system:authenticated";
 /// The extra key under which the API server records which credential was used.
-pub const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
+pub(crate) const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
 
 /// Who a request is from. Holds no credential: safe to log and to cache.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct UserInfo {
+pub(crate) struct UserInfo {
     pub name: String,
     pub uid: String,
     pub groups: Vec<String>,
@@ -24,13 +24,13 @@ pub struct UserInfo {
 }
 
 impl UserInfo {
-    pub fn anonymous() -> Self {
+    pub(crate) fn anonymous() -> Self {
         Self { name: ANONYMOUS.into(), groups: vec![UNAUTHENTICATED.into()], ..Self::default() }
     }
 
     /// Adds `system:authenticated` unless the user already has it (or is
     /// anonymous), as the API server does after authentication.
-    pub fn with_authenticated_group(mut self) -> Self {
+    pub(crate) fn with_authenticated_group(mut self) -> Self {
         if self.name != ANONYMOUS && !self.groups.iter().any(|g| g == AUTHENTICATED || g == UNAUTHENTICATED) {
             self.groups.push(AUTHENTICATED.into());
         }

@@ -30,10 +30,10 @@ use crate::error::error_chain;
 use crate::upstream::Upstream;
 
 /// How often the index or a group version may be fetched again because of a miss.
-pub const REFRESH_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const REFRESH_INTERVAL: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
-pub enum DiscoveryError {
+pub(crate) enum DiscoveryError {
     #[error("upstream discovery request failed: {0}")]
     Request(String),
     #[error("upstream discovery answered {0}")]
@@ -126,7 +126,7 @@ struct Index {
     at: Option<Instant>,
 }
 
-pub struct Discovery {
+pub(crate) struct Discovery {
     upstream: Arc<Upstream>,
     index: parking_lot::RwLock<Arc<Index>>,
     /// Held while the index is fetched, so concurrent misses share one fetch.
@@ -136,7 +136,7 @@ pub struct Discovery {
 }
 
 impl Discovery {
-    pub fn new(upstream: Arc<Upstream>) -> Self {
+    pub(crate) fn new(upstream: Arc<Upstream>) -> Self {
         Self {
             upstream,
             index: Default::default(),
@@ -146,7 +146,7 @@ impl Discovery {
     }
 
     /// The resource `resource` of `group`/`version`, if the upstream serves it.
-    pub async fn resource(
+    pub(crate) async fn resource(
         &self,
         group: &str,
         version: &str,
@@ -226,7 +226,7 @@ impl Discovery {
     /// Forgets what was fetched about `group`/`version` (its resource list,
     /// and the index's age), so the next request asks the upstream again:
     /// a resource of it stopped being served.
-    pub fn forget(&self, group: &str, version: &str) {
+    pub(crate) fn forget(&self, group: &str, version: &str) {
         self.group_versions.remove(&(group.to_owned(), version.to_owned()));
         let mut index = self.index.write();
         let mut fresh = Index { served: index.served.clone(), preferred: index.preferred.clone(), at: None };
@@ -235,18 +235,18 @@ impl Discovery {
     }
 
     /// The preferred version of `group` (`v1` for the core group).
-    pub async fn preferred_version(&self, group: &str) -> Result<Option<String>, DiscoveryError> {
+    pub(crate) async fn preferred_version(&self, group: &str) -> Result<Option<String>, DiscoveryError> {
         let index = self.current_index().await?;
         Ok(index.preferred.iter().find(|(g, _)| g == group).map(|(_, v)| v.clone()))
     }
 
     /// Every group and its preferred version, the core group included.
-    pub async fn all_preferred(&self) -> Result<Vec<(String, String)>, DiscoveryError> {
+    pub(crate) async fn all_preferred(&self) -> Result<Vec<(String, String)>, DiscoveryError> {
         Ok(self.current_index().await?.preferred.clone())
     }
 
     /// Every resource of one group version.
-    pub async fn resources(&self, group: &str, version: &str) -> Result<Arc<Vec<ResourceInfo>>, DiscoveryError> {
+    pub(crate) async fn resources(&self, group: &str, version: &str) -> Result<Arc<Vec<ResourceInfo>>, DiscoveryError> {
         let key = (group.to_owned(), version.to_owned());
         if let Some(f) = self.group_versions.get(&key) {
             return Ok(f.resources.clone());
@@ -261,7 +261,7 @@ impl Discovery {
 
     /// The `selectableFields` of a custom resource's version, from its CRD;
     /// `None` when the resource is not defined by a CRD (an aggregated API).
-    pub async fn custom_selectable_fields(&self, info: &ResourceInfo) -> Option<Vec<String>> {
+    pub(crate) async fn custom_selectable_fields(&self, info: &ResourceInfo) -> Option<Vec<String>> {
         let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{}.{}", info.resource, info.group);
         let crd: Crd = self.get_json(&path).await.ok()?;
         let version = crd.spec.versions.into_iter().find(|v| v.name == info.version)?;

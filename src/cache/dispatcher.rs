@@ -19,14 +19,14 @@ use super::object::ObjectKey;
 use super::watcher::{Delivery, Offer, WatcherHandle};
 
 #[derive(Debug, Default)]
-pub struct Dispatcher {
+pub(crate) struct Dispatcher {
     buckets: HashMap<IndexKey, HashMap<u64, Arc<WatcherHandle>>>,
     count: usize,
 }
 
 /// What one dispatch did, for metrics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Dispatched {
+pub(crate) struct Dispatched {
     /// Watchers the event was queued for.
     pub delivered: usize,
     /// Watchers terminated for being too slow.
@@ -34,14 +34,14 @@ pub struct Dispatched {
 }
 
 impl Dispatcher {
-    pub fn add(&mut self, watcher: Arc<WatcherHandle>) {
+    pub(crate) fn add(&mut self, watcher: Arc<WatcherHandle>) {
         let key = watcher.filter.index_key();
         if self.buckets.entry(key).or_default().insert(watcher.id, watcher).is_none() {
             self.count += 1;
         }
     }
 
-    pub fn remove(&mut self, watcher: &WatcherHandle) {
+    pub(crate) fn remove(&mut self, watcher: &WatcherHandle) {
         let key = watcher.filter.index_key();
         if let Some(bucket) = self.buckets.get_mut(&key) {
             if bucket.remove(&watcher.id).is_some() {
@@ -53,18 +53,19 @@ impl Dispatcher {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.count
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.count == 0
     }
 
     /// Ends with 410 every watcher that started strictly between `after` and
     /// `before` (versions the cache never saw, see `History::mark_unobserved`)
     /// and removes it; returns how many.
-    pub fn expire_started_between(&mut self, after: u64, before: u64) -> usize {
+    pub(crate) fn expire_started_between(&mut self, after: u64, before: u64) -> usize {
         let mut expired = 0;
         self.buckets.retain(|_, bucket| {
             bucket.retain(|_, watcher| {
@@ -83,7 +84,7 @@ impl Dispatcher {
 
     /// Ends every watcher's stream (the resource is gone) and removes it;
     /// returns how many.
-    pub fn end_all(&mut self) -> usize {
+    pub(crate) fn end_all(&mut self) -> usize {
         let ended = self.count;
         for bucket in self.buckets.values() {
             for watcher in bucket.values() {
@@ -96,7 +97,7 @@ impl Dispatcher {
     }
 
     /// Offers `event` to every interested watcher.
-    pub fn dispatch(&mut self, event: &Arc<CacheEvent>, now: Instant) -> Dispatched {
+    pub(crate) fn dispatch(&mut self, event: &Arc<CacheEvent>, now: Instant) -> Dispatched {
         let key = &event.object.key;
         let mut keys: Vec<IndexKey> = Vec::with_capacity(5);
         keys.push(IndexKey::Object(key.clone()));

@@ -18,21 +18,13 @@ use crate::negotiate::ContentVariant;
 use super::object::CachedObject;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
+pub(crate) enum EventType {
     Added,
     Modified,
     Deleted,
 }
 
 impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Added => "ADDED",
-            Self::Modified => "MODIFIED",
-            Self::Deleted => "DELETED",
-        }
-    }
-
     fn header(self) -> Bytes {
         Bytes::from_static(match self {
             Self::Added => b"{\"type\":\"ADDED\",\"object\":",
@@ -46,7 +38,7 @@ const TAIL: &[u8] = b"}\n";
 
 /// One change to one object.
 #[derive(Debug)]
-pub struct CacheEvent {
+pub(crate) struct CacheEvent {
     pub rv: u64,
     pub kind: EventType,
     /// The new state; for DELETED, the last state with the deletion's RV.
@@ -58,12 +50,12 @@ pub struct CacheEvent {
 }
 
 impl CacheEvent {
-    pub fn new(kind: EventType, object: Arc<CachedObject>, prev: Option<Arc<CachedObject>>) -> Self {
+    pub(crate) fn new(kind: EventType, object: Arc<CachedObject>, prev: Option<Arc<CachedObject>>) -> Self {
         Self { rv: object.rv, kind, object, prev, prev_stamped: OnceLock::new() }
     }
 
     /// What a watcher whose filter is `matches` sees of this event, if anything.
-    pub fn as_seen_by(&self, matches: impl Fn(&CachedObject) -> bool) -> Option<(EventType, &CachedObject)> {
+    pub(crate) fn as_seen_by(&self, matches: impl Fn(&CachedObject) -> bool) -> Option<(EventType, &CachedObject)> {
         match self.kind {
             EventType::Added => matches(&self.object).then_some((EventType::Added, &*self.object)),
             EventType::Deleted => matches(&self.object).then_some((EventType::Deleted, &*self.object)),
@@ -81,7 +73,7 @@ impl CacheEvent {
     }
 
     /// The previous state stamped with this event's resourceVersion (memoized).
-    pub fn prev_stamped(&self) -> &CachedObject {
+    pub(crate) fn prev_stamped(&self) -> &CachedObject {
         self.prev_stamped.get_or_init(|| {
             let prev = self.prev.as_ref().expect("a transition out of a selector has a previous state");
             Arc::new(prev.with_resource_version(self.rv))
@@ -90,13 +82,19 @@ impl CacheEvent {
 }
 
 /// The frame of an event of type `kind` about `object`, in `variant`.
-pub fn event_frame(kind: EventType, object: &CachedObject, variant: ContentVariant) -> Chunk {
+pub(crate) fn event_frame(kind: EventType, object: &CachedObject, variant: ContentVariant) -> Chunk {
     Chunk::parts(kind.header(), object.encoded(variant), Bytes::from_static(TAIL))
 }
 
 /// A BOOKMARK frame: an empty object of the watched kind carrying only a
 /// resourceVersion, and the initial-events-end annotation when asked.
-pub fn bookmark_frame(kind: &str, api_version: &str, variant: ContentVariant, rv: u64, initial_end: bool) -> Chunk {
+pub(crate) fn bookmark_frame(
+    kind: &str,
+    api_version: &str,
+    variant: ContentVariant,
+    rv: u64,
+    initial_end: bool,
+) -> Chunk {
     let (kind, api_version) = match variant {
         ContentVariant::Json => (kind, api_version),
         ContentVariant::PartialObjectMetadataJson => ("PartialObjectMetadata", "meta.k8s.io/v1"),
@@ -111,7 +109,7 @@ pub fn bookmark_frame(kind: &str, api_version: &str, variant: ContentVariant, rv
 }
 
 /// An ERROR frame carrying a Status; the stream ends after it.
-pub fn error_frame(status: &Status) -> Chunk {
+pub(crate) fn error_frame(status: &Status) -> Chunk {
     Chunk::from(Bytes::from(format!("{{\"type\":\"ERROR\",\"object\":{}}}\n", status.to_json())))
 }
 

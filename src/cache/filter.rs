@@ -7,10 +7,10 @@ use crate::selector::{FieldSelector, FieldSet, LabelSelector};
 use super::object::{CachedObject, ObjectKey};
 
 /// The field the node index is built on.
-pub const NODE_FIELD: &str = "spec.nodeName";
+pub(crate) const NODE_FIELD: &str = "spec.nodeName";
 
 #[derive(Debug, Clone, Default)]
-pub struct Filter {
+pub(crate) struct Filter {
     /// From the request path.
     pub namespace: Option<String>,
     /// From a named path, or a `metadata.name=` field requirement.
@@ -21,7 +21,7 @@ pub struct Filter {
 
 /// The dispatcher bucket a watcher lives in, most selective first.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum IndexKey {
+pub(crate) enum IndexKey {
     /// One object: kubelets watch each secret and configmap their pods use this way.
     Object(ObjectKey),
     /// Objects bound to one node (pods by `spec.nodeName`).
@@ -31,20 +31,25 @@ pub enum IndexKey {
 }
 
 impl Filter {
-    pub fn new(namespace: Option<String>, name: Option<String>, labels: LabelSelector, fields: FieldSelector) -> Self {
+    pub(crate) fn new(
+        namespace: Option<String>,
+        name: Option<String>,
+        labels: LabelSelector,
+        fields: FieldSelector,
+    ) -> Self {
         let name = name.or_else(|| fields.exact("metadata.name").map(str::to_owned));
         let namespace = namespace.or_else(|| fields.exact("metadata.namespace").map(str::to_owned));
         Self { namespace, name, labels, fields }
     }
 
-    pub fn matches(&self, obj: &CachedObject) -> bool {
+    pub(crate) fn matches(&self, obj: &CachedObject) -> bool {
         self.namespace.as_ref().is_none_or(|ns| *ns == obj.key.namespace)
             && self.name.as_ref().is_none_or(|n| *n == obj.key.name)
             && self.labels.matches(&obj.labels)
             && self.fields.matches(&obj.fields)
     }
 
-    pub fn index_key(&self) -> IndexKey {
+    pub(crate) fn index_key(&self) -> IndexKey {
         if let Some(name) = &self.name {
             return IndexKey::Object(ObjectKey {
                 namespace: self.namespace.clone().unwrap_or_default(),
@@ -62,6 +67,6 @@ impl Filter {
 }
 
 /// The node an object is bound to, for the node index.
-pub fn node_of(obj: &CachedObject) -> Option<&str> {
+pub(crate) fn node_of(obj: &CachedObject) -> Option<&str> {
     obj.fields.get(NODE_FIELD).filter(|n| !n.is_empty())
 }

@@ -53,7 +53,12 @@ struct RvMeta {
 impl ResourceCache {
     /// Waits until the cache is at least as new as the upstream was at
     /// `arrival`; false if that cannot be shown by `arrival + budget`.
-    pub async fn ensure_fresh(self: &Arc<Self>, upstream: &Arc<Upstream>, arrival: Instant, budget: Duration) -> bool {
+    pub(crate) async fn ensure_fresh(
+        self: &Arc<Self>,
+        upstream: &Arc<Upstream>,
+        arrival: Instant,
+        budget: Duration,
+    ) -> bool {
         let deadline = arrival + budget;
         let Ok(Some(target)) = tokio::time::timeout_at(deadline, self.upstream_rv(upstream, arrival)).await else {
             return false;

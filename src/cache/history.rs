@@ -14,10 +14,10 @@ use tokio::time::Instant;
 
 /// The API server's default events-history window (`DefaultEventFreshDuration`: the one-minute
 /// bookmark frequency plus 15 s).
-pub const DEFAULT_WINDOW: Duration = Duration::from_secs(75);
+pub(crate) const DEFAULT_WINDOW: Duration = Duration::from_secs(75);
 
 /// The capacity a history starts at and never shrinks below (`defaultLowerBoundCapacity`).
-pub const LOWER_BOUND: usize = 100;
+pub(crate) const LOWER_BOUND: usize = 100;
 
 /// The upper bound for windows up to [`DEFAULT_WINDOW`] (`defaultUpperBoundCapacity`).
 const DEFAULT_UPPER_BOUND: usize = 100 * 1024;
@@ -27,7 +27,7 @@ const MAX_UPPER_BOUND_EXPONENT: u32 = 14;
 
 /// The most events a history with this window may hold (`capacityUpperBound`): 102400 for windows
 /// up to 75 s; beyond that 102400 times window / 75 s rounded up to a power of two, at most 2^14.
-pub fn upper_bound(window: Duration) -> usize {
+pub(crate) fn upper_bound(window: Duration) -> usize {
     // The smallest exponent with 75 s << exponent >= window: the API server's
     // ceil(log2(window / 75 s)), computed exactly in integers instead of floating point.
     let mut exponent = 0;
@@ -41,7 +41,7 @@ pub fn upper_bound(window: Duration) -> usize {
 /// with 410 `Expired` and exactly this message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("too old resource version: {requested} ({oldest})")]
-pub struct TooOld {
+pub(crate) struct TooOld {
     /// The RV the watch asked to start from.
     pub requested: u64,
     /// The oldest RV a watch could still start from, [`History::oldest_bridgeable_rv`]. This is
@@ -58,7 +58,7 @@ struct Entry<E> {
 
 /// The recent watch events of one resource, oldest first, with the API server's capacity rules.
 #[derive(Debug)]
-pub struct History<E> {
+pub(crate) struct History<E> {
     /// At most `capacity` events, RVs strictly increasing; the allocation follows `capacity`.
     events: VecDeque<Entry<E>>,
     capacity: usize,
@@ -80,7 +80,7 @@ impl<E> History<E> {
     ///
     /// `window` is the events-history window (`--events-history-window`); it sets the upper bound
     /// (see [`upper_bound`]) and decides when the capacity doubles or halves.
-    pub fn new(window: Duration, start_rv: u64) -> Self {
+    pub(crate) fn new(window: Duration, start_rv: u64) -> Self {
         History {
             events: VecDeque::with_capacity(LOWER_BOUND),
             capacity: LOWER_BOUND,
@@ -94,7 +94,7 @@ impl<E> History<E> {
 
     /// Records that the cache jumped from `after` to `before` without seeing
     /// the versions in between (a relist). Watches from inside are refused.
-    pub fn mark_unobserved(&mut self, after: u64, before: u64) {
+    pub(crate) fn mark_unobserved(&mut self, after: u64, before: u64) {
         if before > after.saturating_add(1) {
             self.unobserved.push((after, before));
         }
@@ -104,7 +104,7 @@ impl<E> History<E> {
     /// resizing first as the API server does, then evicting the oldest event if still full.
     ///
     /// `rv` must be greater than [`newest_rv`](Self::newest_rv): `since` relies on the order.
-    pub fn push(&mut self, rv: u64, at: Instant, event: E) {
+    pub(crate) fn push(&mut self, rv: u64, at: Instant, event: E) {
         debug_assert!(rv > self.newest_rv(), "RV {rv} pushed after RV {}", self.newest_rv());
         self.resize_before_push(at);
         if self.is_full() {
@@ -122,7 +122,7 @@ impl<E> History<E> {
     ///
     /// An `rv` at or beyond [`newest_rv`](Self::newest_rv) yields nothing; waiting for the cache
     /// to catch up is the caller's business.
-    pub fn since(&self, rv: u64) -> Result<impl ExactSizeIterator<Item = &E> + '_, TooOld> {
+    pub(crate) fn since(&self, rv: u64) -> Result<impl ExactSizeIterator<Item = &E> + '_, TooOld> {
         let oldest = self.oldest_bridgeable_rv();
         if rv < oldest {
             return Err(TooOld { requested: rv, oldest });
@@ -135,33 +135,35 @@ impl<E> History<E> {
     }
 
     /// Forget everything and start again from `start_rv` (after a relist); capacity is kept.
-    pub fn reset(&mut self, start_rv: u64) {
+    pub(crate) fn reset(&mut self, start_rv: u64) {
         self.events.clear();
         self.start_rv = start_rv;
         self.evicted = false;
         self.unobserved.clear();
     }
 
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.events.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.events.is_empty()
     }
 
     /// The RV of the newest event, or the start RV when empty.
-    pub fn newest_rv(&self) -> u64 {
+    pub(crate) fn newest_rv(&self) -> u64 {
         self.events.back().map_or(self.start_rv, |entry| entry.rv)
     }
 
     /// The oldest RV a watch can start from: the start RV until the first event is dropped, then
     /// one below the oldest buffered event (`oldest - 1` in the API server's `GetIntervalLocked`).
-    pub fn oldest_bridgeable_rv(&self) -> u64 {
+    pub(crate) fn oldest_bridgeable_rv(&self) -> u64 {
         match self.events.front() {
             // Once an event has been dropped the buffer is never empty again until `reset`.
             Some(oldest) if self.evicted => oldest.rv.saturating_sub(1),

@@ -23,13 +23,13 @@ use super::resource_info::ResourceInfo;
 /// Namespace (empty for cluster-scoped objects) and name: the store's key,
 /// ordered as the API server orders list results.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct ObjectKey {
+pub(crate) struct ObjectKey {
     pub namespace: String,
     pub name: String,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     #[error("object is not valid JSON")]
     Json(#[from] serde_json::Error),
     #[error("object has no metadata.name")]
@@ -42,7 +42,7 @@ pub enum DecodeError {
 
 /// What decoding needs to know about the resource the objects belong to.
 #[derive(Debug, Clone)]
-pub struct ObjectShape {
+pub(crate) struct ObjectShape {
     pub info: ResourceInfo,
     /// `{"kind":"ConfigMap","apiVersion":"v1",` (ready to splice after `{`).
     type_meta: Bytes,
@@ -51,7 +51,7 @@ pub struct ObjectShape {
 }
 
 impl ObjectShape {
-    pub fn new(info: ResourceInfo, custom_selectable: Option<Vec<String>>) -> Self {
+    pub(crate) fn new(info: ResourceInfo, custom_selectable: Option<Vec<String>>) -> Self {
         let type_meta = format!(
             "\"kind\":{},\"apiVersion\":{},",
             serde_json::to_string(&info.kind).expect("string"),
@@ -63,7 +63,7 @@ impl ObjectShape {
 
 /// One object as the cache holds it.
 #[derive(Debug)]
-pub struct CachedObject {
+pub(crate) struct CachedObject {
     pub key: ObjectKey,
     pub rv: u64,
     /// `metadata.uid`: one object's lifetime. A key whose uid changed was
@@ -88,7 +88,7 @@ struct MetadataOnly<'a> {
 impl CachedObject {
     /// Decodes an object as it arrives in a watch event or a list item. Type
     /// meta is added when the bytes lack it (items of typed lists).
-    pub fn decode(raw: Bytes, shape: &ObjectShape) -> Result<Self, DecodeError> {
+    pub(crate) fn decode(raw: Bytes, shape: &ObjectShape) -> Result<Self, DecodeError> {
         let value: serde_json::Value = serde_json::from_slice(&raw)?;
         let obj = value.as_object().ok_or(DecodeError::NotAnObject)?;
         let (json, type_meta_len) = if raw.get(1..).is_some_and(|rest| rest.starts_with(&shape.type_meta)) {
@@ -137,7 +137,7 @@ impl CachedObject {
     }
 
     /// The object's bytes in a content variant, computed at most once.
-    pub fn encoded(&self, variant: ContentVariant) -> Bytes {
+    pub(crate) fn encoded(&self, variant: ContentVariant) -> Bytes {
         match variant {
             ContentVariant::Json => self.json.clone(),
             ContentVariant::PartialObjectMetadataJson => self
@@ -152,7 +152,7 @@ impl CachedObject {
 
     /// The object as an item of a list response in `variant`, as up to two
     /// byte runs to splice: items of built-in typed lists carry no type meta.
-    pub fn list_item(&self, variant: ContentVariant, builtin: bool) -> [Bytes; 2] {
+    pub(crate) fn list_item(&self, variant: ContentVariant, builtin: bool) -> [Bytes; 2] {
         match variant {
             ContentVariant::Json if builtin && self.type_meta_len > 0 => {
                 [Bytes::from_static(b"{"), self.json.slice(1 + self.type_meta_len..)]
@@ -164,7 +164,7 @@ impl CachedObject {
     /// The same object with `metadata.resourceVersion` set to `rv`: the
     /// previous state of an object that stopped matching a watcher's
     /// selectors is sent as DELETED with the current event's version.
-    pub fn with_resource_version(&self, rv: u64) -> CachedObject {
+    pub(crate) fn with_resource_version(&self, rv: u64) -> CachedObject {
         CachedObject {
             key: self.key.clone(),
             rv,
@@ -178,13 +178,14 @@ impl CachedObject {
     }
 
     /// The raw JSON, for tests and diagnostics.
-    pub fn json(&self) -> &Bytes {
+    #[cfg(test)]
+    pub(crate) fn json(&self) -> &Bytes {
         &self.json
     }
 }
 
 /// The metric label of a content variant.
-pub fn variant_label(variant: ContentVariant) -> &'static str {
+pub(crate) fn variant_label(variant: ContentVariant) -> &'static str {
     match variant {
         ContentVariant::Json => "json",
         ContentVariant::PartialObjectMetadataJson => "partial_object_metadata_json",

@@ -26,7 +26,7 @@ struct Token {
 
 /// Where the next page starts, in a snapshot at `rv`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Continue {
+pub(crate) struct Continue {
     pub rv: u64,
     /// The first key of the next page is the first one after this
     /// (`exclusive`) or this one itself.
@@ -36,14 +36,14 @@ pub struct Continue {
 
 /// How the list's keys look: one namespace's, or across namespaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyScope<'a> {
+pub(crate) enum KeyScope<'a> {
     /// Cluster-scoped resources, and namespaced ones listed in one namespace.
     Name { namespace: &'a str },
     /// A namespaced resource listed across all namespaces.
     NamespaceAndName,
 }
 
-pub fn encode(rv: u64, last: &ObjectKey, scope: KeyScope<'_>) -> String {
+pub(crate) fn encode(rv: u64, last: &ObjectKey, scope: KeyScope<'_>) -> String {
     let start = match scope {
         KeyScope::Name { .. } => format!("/{}\u{0}", last.name),
         KeyScope::NamespaceAndName => format!("/{}/{}\u{0}", last.namespace, last.name),
@@ -54,7 +54,7 @@ pub fn encode(rv: u64, last: &ObjectKey, scope: KeyScope<'_>) -> String {
 
 /// Decodes a token; `None` for anything the cache should leave to the API
 /// server (which then answers with its own 400 or 410).
-pub fn decode(token: &str, scope: KeyScope<'_>) -> Option<Continue> {
+pub(crate) fn decode(token: &str, scope: KeyScope<'_>) -> Option<Continue> {
     let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token.trim_end_matches('=')).ok()?;
     let t: Token = serde_json::from_slice(&json).ok()?;
     if t.v != TOKEN_VERSION || t.rv == 0 || t.start.is_empty() {

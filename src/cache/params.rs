@@ -9,7 +9,7 @@ use super::reason::Reason;
 
 /// `resourceVersion` as given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rv {
+pub(crate) enum Rv {
     /// Absent or empty: the most recent (a consistent read, for LIST and GET).
     Unset,
     /// `"0"`: any version.
@@ -20,14 +20,14 @@ pub enum Rv {
 
 /// `resourceVersionMatch` as given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RvMatch {
+pub(crate) enum RvMatch {
     Unset,
     NotOlderThan,
     Exact,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadParams {
+pub(crate) struct ReadParams {
     pub rv: Rv,
     pub rv_match: RvMatch,
     /// `limit`, when positive.
@@ -43,10 +43,10 @@ pub struct ReadParams {
 
 /// Why a request's parameters keep it out of the cache (a metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unsupported(pub Reason);
+pub(crate) struct Unsupported(pub Reason);
 
 impl ReadParams {
-    pub fn parse(query: Option<&str>) -> Result<Self, Unsupported> {
+    pub(crate) fn parse(query: Option<&str>) -> Result<Self, Unsupported> {
         let mut p = ReadParams {
             rv: Rv::Unset,
             rv_match: RvMatch::Unset,

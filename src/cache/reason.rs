@@ -7,7 +7,7 @@ use crate::negotiate::PassthroughReason;
 
 /// Why a read passes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     /// Not a GET, list or watch of a resource (writes, subresources,
     /// non-resource paths): never the cache's, and not counted.
     NotARead,
@@ -56,7 +56,8 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for the metric's documentation and tests.
-    pub const ALL: &[Reason] = &[
+    #[cfg(test)]
+    pub(crate) const ALL: &[Reason] = &[
         Reason::NotARead,
         Reason::Pretty,
         Reason::Parameters,
@@ -84,7 +85,7 @@ impl Reason {
     ];
 
     /// The metric label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::NotARead => "not_a_read",
             Self::Pretty => "pretty",
@@ -111,7 +112,7 @@ impl Reason {
     }
 
     /// Whether the pass-through is counted: reads only.
-    pub fn is_counted(self) -> bool {
+    pub(crate) fn is_counted(self) -> bool {
         self != Self::NotARead
     }
 }

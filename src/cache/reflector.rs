@@ -46,7 +46,7 @@ const WATCH_PROGRESS_DEADLINE: Duration = Duration::from_secs(150);
 
 /// The reflector's states.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReflectorState {
+pub(crate) enum ReflectorState {
     /// A full LIST from scratch: the first, or after the upstream expired our version.
     Listing,
     /// Watching for changes after this version.
@@ -59,7 +59,7 @@ pub enum ReflectorState {
 
 /// Why a reflector stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
+pub(crate) enum Exit {
     /// watchmux is shutting down.
     Stopped,
     /// The upstream no longer serves the resource.
@@ -95,7 +95,7 @@ struct ListMeta {
     continue_token: Option<String>,
 }
 
-pub struct Reflector {
+pub(crate) struct Reflector {
     cache: Arc<ResourceCache>,
     upstream: Arc<Upstream>,
     failures: u32,
@@ -103,12 +103,12 @@ pub struct Reflector {
 }
 
 impl Reflector {
-    pub fn new(cache: Arc<ResourceCache>, upstream: Arc<Upstream>) -> Self {
+    pub(crate) fn new(cache: Arc<ResourceCache>, upstream: Arc<Upstream>) -> Self {
         Self { cache, upstream, failures: 0, started: false }
     }
 
     /// Runs until `stop` is cancelled.
-    pub async fn run(mut self, stop: CancellationToken) -> Exit {
+    pub(crate) async fn run(mut self, stop: CancellationToken) -> Exit {
         let mut state = ReflectorState::Listing;
         loop {
             state = tokio::select! {
@@ -124,7 +124,7 @@ impl Reflector {
     }
 
     /// One transition of the state machine.
-    pub async fn step(&mut self, state: ReflectorState) -> ReflectorState {
+    pub(crate) async fn step(&mut self, state: ReflectorState) -> ReflectorState {
         let label = self.cache.label().to_owned();
         match state {
             ReflectorState::Listing => {
@@ -321,7 +321,7 @@ fn item_has_type_meta(raw: &[u8]) -> bool {
 }
 
 /// Exponential backoff with ±50% jitter: 200 ms, 400 ms, ... up to 30 s.
-pub fn backoff_delay(failures: u32, rng: &mut impl Rng) -> Duration {
+pub(crate) fn backoff_delay(failures: u32, rng: &mut impl Rng) -> Duration {
     let exp = BACKOFF_BASE.saturating_mul(1u32 << failures.min(16));
     let capped = exp.min(BACKOFF_MAX);
     capped.mul_f64(rng.random_range(0.5..1.5))

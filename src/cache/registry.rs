@@ -39,7 +39,8 @@ impl std::fmt::Display for GroupResource {
 }
 
 /// The resources cached by default: what kubelets, kube-proxy and node agents watch.
-pub const DEFAULT_RESOURCES: &[&str] = &[
+#[cfg(test)]
+pub(crate) const DEFAULT_RESOURCES: &[&str] = &[
     "pods",
     "nodes",
     "services",
@@ -139,7 +140,7 @@ impl CacheConfig {
 
 /// Why a request for a resource is not served from a cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotCached {
+pub(crate) enum NotCached {
     /// Not in `--cache-resources`, or turned off.
     Disabled,
     /// The upstream does not serve it, or it cannot be listed and watched.
@@ -150,7 +151,7 @@ pub enum NotCached {
 
 type Gvr = (String, String, String);
 
-pub struct Registry {
+pub(crate) struct Registry {
     upstream: Arc<Upstream>,
     discovery: Arc<Discovery>,
     config: CacheConfig,
@@ -169,7 +170,7 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    pub fn new(upstream: Arc<Upstream>, config: CacheConfig, stop: CancellationToken) -> Self {
+    pub(crate) fn new(upstream: Arc<Upstream>, config: CacheConfig, stop: CancellationToken) -> Self {
         Self {
             discovery: Arc::new(Discovery::new(upstream.clone())),
             upstream,
@@ -180,16 +181,21 @@ impl Registry {
         }
     }
 
-    pub fn upstream(&self) -> &Arc<Upstream> {
+    pub(crate) fn upstream(&self) -> &Arc<Upstream> {
         &self.upstream
     }
 
-    pub fn config(&self) -> &CacheConfig {
+    pub(crate) fn config(&self) -> &CacheConfig {
         &self.config
     }
 
     /// The cache for a resource, started if needed.
-    pub async fn cache_for(&self, group: &str, version: &str, resource: &str) -> Result<Arc<ResourceCache>, NotCached> {
+    pub(crate) async fn cache_for(
+        &self,
+        group: &str,
+        version: &str,
+        resource: &str,
+    ) -> Result<Arc<ResourceCache>, NotCached> {
         let gr = GroupResource { group: group.to_owned(), resource: resource.to_owned() };
         if !self.config.is_enabled(&gr) {
             return Err(NotCached::Disabled);
@@ -212,17 +218,17 @@ impl Registry {
     /// With `--cache-warm`: every configured cache started and synced. A
     /// configuration that caches nothing the upstream serves is ready as soon
     /// as that is known.
-    pub fn warm_and_synced(&self) -> bool {
+    pub(crate) fn warm_and_synced(&self) -> bool {
         self.warmed.load(std::sync::atomic::Ordering::Acquire) && self.all_synced()
     }
 
     /// True when every started cache has completed its initial list.
-    pub fn all_synced(&self) -> bool {
+    pub(crate) fn all_synced(&self) -> bool {
         self.caches.iter().all(|c| c.is_ready())
     }
 
     /// Every started cache.
-    pub fn caches(&self) -> Vec<Arc<ResourceCache>> {
+    pub(crate) fn caches(&self) -> Vec<Arc<ResourceCache>> {
         self.caches.iter().map(|c| c.value().clone()).collect()
     }
 
@@ -262,7 +268,7 @@ impl Registry {
 
     /// Starts the configured caches now, retrying discovery with backoff
     /// until it succeeds (the upstream may be down when watchmux starts).
-    pub async fn warm_until_done(&self) {
+    pub(crate) async fn warm_until_done(&self) {
         let mut failures = 0u32;
         loop {
             match self.warm().await {
@@ -284,7 +290,7 @@ impl Registry {
     }
 
     /// Starts the configured caches now instead of on first use.
-    pub async fn warm(&self) -> Result<(), DiscoveryError> {
+    pub(crate) async fn warm(&self) -> Result<(), DiscoveryError> {
         let targets: Vec<(String, String)> = match &self.config.resources {
             ResourceSelection::All => self.discovery.all_preferred().await?,
             ResourceSelection::Only(set) => {

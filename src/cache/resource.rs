@@ -65,7 +65,7 @@ impl CacheMetrics {
 /// probe of the upstream's current version that requests share, and
 /// whether a catch-up watch is running.
 #[derive(Default)]
-pub struct Freshness {
+pub(crate) struct Freshness {
     pub(super) probe: Mutex<Option<Probe>>,
     pub(super) catching_up: AtomicBool,
 }
@@ -116,7 +116,7 @@ struct State {
     history: History<Arc<CacheEvent>>,
 }
 
-pub struct ResourceCache {
+pub(crate) struct ResourceCache {
     pub shape: ObjectShape,
     pub scope: Scope,
     settings: CacheSettings,
@@ -153,7 +153,7 @@ impl std::fmt::Debug for ResourceCache {
 
 /// Where a new watcher starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StartAt {
+pub(crate) enum StartAt {
     /// Synthetic ADDED events for every matching object in the current state,
     /// then changes.
     CurrentState,
@@ -162,7 +162,7 @@ pub enum StartAt {
 }
 
 /// A registered watcher and what it must be sent before live events.
-pub struct Registration {
+pub(crate) struct Registration {
     pub handle: Arc<WatcherHandle>,
     /// For [`StartAt::CurrentState`]: the snapshot whose objects are sent as ADDED.
     pub snapshot: Option<Snapshot>,
@@ -173,7 +173,7 @@ pub struct Registration {
 }
 
 impl ResourceCache {
-    pub fn new(shape: ObjectShape, scope: Scope, settings: CacheSettings) -> Self {
+    pub(crate) fn new(shape: ObjectShape, scope: Scope, settings: CacheSettings) -> Self {
         let label = shape.info.qualified_resource();
         let typed = !shape.info.is_builtin_group();
         let window = settings.history_window;
@@ -202,7 +202,7 @@ impl ResourceCache {
     /// The upstream no longer serves the resource: every watch stream ends,
     /// as the API server ends them when a CRD goes, and watchers that still
     /// arrive get 410 (and find the resource gone when they list again).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let ended = self.dispatcher.lock().end_all();
         if ended > 0 {
@@ -216,7 +216,7 @@ impl ResourceCache {
     /// `watchmux_watch_cache_staleness_seconds`; called at each scrape. A
     /// quiet resource is confirmed by the upstream's bookmarks, about once
     /// a minute.
-    pub fn publish_staleness(&self, now: Instant) {
+    pub(crate) fn publish_staleness(&self, now: Instant) {
         if let Some(at) = *self.confirmed_at.lock() {
             self.metrics.staleness.set(now.saturating_duration_since(at).as_secs_f64());
         }
@@ -228,12 +228,12 @@ impl ResourceCache {
 
     /// The reflector lists again after having been in step (or the list
     /// ended): published as `watchmux_watch_cache_relist_in_progress`.
-    pub fn set_relisting(&self, relisting: bool) {
+    pub(crate) fn set_relisting(&self, relisting: bool) {
         self.metrics.relisting.set(if relisting { 1.0 } else { 0.0 });
     }
 
     /// `configmaps`, `deployments.apps`: the metric label of this cache.
-    pub fn label(&self) -> &str {
+    pub(crate) fn label(&self) -> &str {
         &self.label
     }
 
@@ -241,31 +241,32 @@ impl ResourceCache {
         &self.freshness
     }
 
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
 
-    pub fn current_rv(&self) -> u64 {
+    pub(crate) fn current_rv(&self) -> u64 {
         self.current_rv.load(Ordering::Acquire)
     }
 
     /// True when list items of this resource carry `kind` and `apiVersion`.
-    pub fn list_items_typed(&self) -> bool {
+    pub(crate) fn list_items_typed(&self) -> bool {
         self.list_items_typed.load(Ordering::Relaxed)
     }
 
-    pub fn set_list_items_typed(&self, typed: bool) {
+    pub(crate) fn set_list_items_typed(&self, typed: bool) {
         self.list_items_typed.store(typed, Ordering::Relaxed);
     }
 
-    pub fn watcher_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn watcher_count(&self) -> usize {
         self.dispatcher.lock().len()
     }
 
     /// Installs the result of a full LIST at `rv`. The first time, the cache
     /// becomes ready. After that (a relist), the store is replaced in one step
     /// and watchers receive the difference as ordinary events.
-    pub fn replace(&self, objects: Objects, rv: u64) {
+    pub(crate) fn replace(&self, objects: Objects, rv: u64) {
         let now = Instant::now();
         let mut st = self.state.write();
         self.confirm_current(now);
@@ -319,7 +320,7 @@ impl ResourceCache {
     }
 
     /// Applies one upstream event.
-    pub fn apply(&self, kind: EventType, object: CachedObject) {
+    pub(crate) fn apply(&self, kind: EventType, object: CachedObject) {
         let now = Instant::now();
         self.metrics.events_received.increment(1);
         self.confirm_current(now);
@@ -341,7 +342,7 @@ impl ResourceCache {
     }
 
     /// An upstream bookmark: nothing changed up to `rv`.
-    pub fn bookmark(&self, rv: u64) {
+    pub(crate) fn bookmark(&self, rv: u64) {
         self.confirm_current(Instant::now());
         let mut st = self.state.write();
         st.store.advance(rv);
@@ -375,13 +376,13 @@ impl ResourceCache {
     }
 
     /// Records whether the latest attempt at the initial list failed.
-    pub fn set_initial_list_failing(&self, failing: bool) {
+    pub(crate) fn set_initial_list_failing(&self, failing: bool) {
         self.initial_list_failing.store(failing, Ordering::Release);
     }
 
     /// Waits up to `timeout` for the initial list to complete; at once false
     /// when the last attempt failed (waiting would only delay the request).
-    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+    pub(crate) async fn wait_ready(&self, timeout: Duration) -> bool {
         if self.is_ready() {
             return true;
         }
@@ -393,7 +394,7 @@ impl ResourceCache {
     }
 
     /// Waits up to `timeout` for the cache to be current at `rv` or later.
-    pub async fn wait_for_rv(&self, rv: u64, timeout: Duration) -> bool {
+    pub(crate) async fn wait_for_rv(&self, rv: u64, timeout: Duration) -> bool {
         if self.current_rv() >= rv {
             return true;
         }
@@ -405,26 +406,26 @@ impl ResourceCache {
     }
 
     /// A consistent view of the whole store.
-    pub fn snapshot(&self) -> Snapshot {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         self.state.read().store.snapshot()
     }
 
     /// The current state, kept so that later pages of a paginated list (and
     /// exact-version reads of this version) are served from the same state.
-    pub fn snapshot_for_pages(&self) -> Snapshot {
+    pub(crate) fn snapshot_for_pages(&self) -> Snapshot {
         let snap = self.snapshot();
         self.keep_snapshot(&snap);
         snap
     }
 
     /// Keeps `snap` for later pages that name its version.
-    pub fn keep_snapshot(&self, snap: &Snapshot) {
+    pub(crate) fn keep_snapshot(&self, snap: &Snapshot) {
         self.snapshots.keep(snap);
     }
 
     /// The state at exactly `rv`, if the cache holds it: the current state
     /// when it is at `rv`, or a snapshot kept for pagination.
-    pub fn snapshot_at(&self, rv: u64) -> Option<Snapshot> {
+    pub(crate) fn snapshot_at(&self, rv: u64) -> Option<Snapshot> {
         let current = self.snapshot();
         if current.rv == rv {
             return Some(current);
@@ -433,7 +434,7 @@ impl ResourceCache {
     }
 
     /// Registers a watcher, atomically with respect to incoming events.
-    pub fn register(&self, filter: Filter, start: StartAt) -> Result<Registration, TooOld> {
+    pub(crate) fn register(&self, filter: Filter, start: StartAt) -> Result<Registration, TooOld> {
         let st = self.state.read();
         let current = st.store.rv();
         if self.closed.load(Ordering::Acquire) {
@@ -459,7 +460,7 @@ impl ResourceCache {
     }
 
     /// Removes a watcher whose stream ended.
-    pub fn deregister(&self, handle: &WatcherHandle) {
+    pub(crate) fn deregister(&self, handle: &WatcherHandle) {
         let mut d = self.dispatcher.lock();
         let before = d.len();
         d.remove(handle);

@@ -3,7 +3,7 @@
 
 /// One resource of the API, as `/api/v1` or `/apis/{group}/{version}` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceInfo {
+pub(crate) struct ResourceInfo {
     /// `""` for the core group.
     pub group: String,
     pub version: String,
@@ -16,22 +16,22 @@ pub struct ResourceInfo {
 
 impl ResourceInfo {
     /// `v1` or `apps/v1`, the `apiVersion` of the resource's objects.
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
     }
 
     /// `configmaps` or `deployments.apps`, as the API server names a resource in messages.
-    pub fn qualified_resource(&self) -> String {
+    pub(crate) fn qualified_resource(&self) -> String {
         if self.group.is_empty() { self.resource.clone() } else { format!("{}.{}", self.resource, self.group) }
     }
 
     /// Only resources that can be listed and watched can be cached.
-    pub fn is_cacheable(&self) -> bool {
+    pub(crate) fn is_cacheable(&self) -> bool {
         self.verbs.iter().any(|v| v == "list") && self.verbs.iter().any(|v| v == "watch")
     }
 
     /// The collection path, cluster-wide or in one namespace.
-    pub fn collection_path(&self, namespace: Option<&str>) -> String {
+    pub(crate) fn collection_path(&self, namespace: Option<&str>) -> String {
         let prefix = if self.group.is_empty() {
             format!("/api/{}", self.version)
         } else {
@@ -46,7 +46,7 @@ impl ResourceInfo {
     /// True for the API server's own built-in groups, whose typed lists carry
     /// items without `kind` and `apiVersion`. Custom resources (and aggregated
     /// APIs served as unstructured) keep them on every item.
-    pub fn is_builtin_group(&self) -> bool {
+    pub(crate) fn is_builtin_group(&self) -> bool {
         const BUILTIN: &[&str] = &[
             "",
             "admissionregistration.k8s.io",

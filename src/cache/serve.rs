@@ -34,15 +34,15 @@ use crate::request::{RequestInfo, Verb};
 use crate::selector::{FieldSelector, LabelSelector, fields};
 
 /// How long a read for a resourceVersion newer than the cache waits for it.
-pub const TOO_LARGE_RV_WAIT: Duration = Duration::from_secs(3);
+pub(crate) const TOO_LARGE_RV_WAIT: Duration = Duration::from_secs(3);
 /// How long a request waits for a starting cache before passing through.
-pub const NOT_READY_WAIT: Duration = Duration::from_secs(3);
+pub(crate) const NOT_READY_WAIT: Duration = Duration::from_secs(3);
 /// The API server's default `--min-request-timeout`: watches without
 /// `timeoutSeconds` last a random time in [this, twice this).
-pub const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
+pub(crate) const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// The cache's answer, or why it has none.
-pub enum Served {
+pub(crate) enum Served {
     Response(Response<ProxyBody>),
     Passthrough(Reason),
 }
@@ -51,7 +51,7 @@ pub enum Served {
 /// authorized here, before any upstream work is done on its behalf and
 /// before any byte of an answer exists. Reads of resources that are not
 /// cached at all are left to the API server.
-pub trait ReadGate: Sync {
+pub(crate) trait ReadGate: Sync {
     /// `Err` carries the response to send instead (a 403).
     fn admit(
         &self,
@@ -62,7 +62,7 @@ pub trait ReadGate: Sync {
 }
 
 /// No gate: trusted-local mode, where every client is watchmux itself.
-pub struct Open;
+pub(crate) struct Open;
 
 impl ReadGate for Open {
     async fn admit(&self, _: &RequestInfo, _: &str, _: &str) -> Result<(), Refusal> {
@@ -71,23 +71,23 @@ impl ReadGate for Open {
 }
 
 /// The read path in front of the registry.
-pub struct CacheService {
+pub(crate) struct CacheService {
     registry: Arc<Registry>,
     /// Cancelled at shutdown: watch streams end cleanly.
     streams_stop: CancellationToken,
 }
 
 impl CacheService {
-    pub fn new(registry: Arc<Registry>, streams_stop: CancellationToken) -> Self {
+    pub(crate) fn new(registry: Arc<Registry>, streams_stop: CancellationToken) -> Self {
         Self { registry, streams_stop }
     }
 
-    pub fn registry(&self) -> &Arc<Registry> {
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
         &self.registry
     }
 
     /// Serves a request from the cache, or says why it must pass through.
-    pub async fn serve(
+    pub(crate) async fn serve(
         &self,
         method: &Method,
         uri: &Uri,

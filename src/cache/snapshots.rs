@@ -16,7 +16,7 @@ const MAX_KEPT: usize = 32;
 
 /// The kept states, by version; each is shared structure (`imbl`), not a copy.
 #[derive(Debug)]
-pub struct KeptSnapshots {
+pub(crate) struct KeptSnapshots {
     kept: Mutex<BTreeMap<u64, (Objects, Instant)>>,
     /// How long a state is kept since it was last asked for: the events
     /// history window, which bounds how long a paginated list may take.
@@ -24,12 +24,12 @@ pub struct KeptSnapshots {
 }
 
 impl KeptSnapshots {
-    pub fn new(window: Duration) -> Self {
+    pub(crate) fn new(window: Duration) -> Self {
         Self { kept: Mutex::new(BTreeMap::new()), window }
     }
 
     /// Keeps `snap` (again) for later pages that name its version.
-    pub fn keep(&self, snap: &Snapshot) {
+    pub(crate) fn keep(&self, snap: &Snapshot) {
         let now = Instant::now();
         let mut kept = self.kept.lock();
         kept.entry(snap.rv).or_insert_with(|| (snap.objects.clone(), now)).1 = now;
@@ -44,7 +44,7 @@ impl KeptSnapshots {
     }
 
     /// The state kept at exactly `rv`.
-    pub fn get(&self, rv: u64) -> Option<Snapshot> {
+    pub(crate) fn get(&self, rv: u64) -> Option<Snapshot> {
         self.kept.lock().get(&rv).map(|(objects, _)| Snapshot { objects: objects.clone(), rv })
     }
 }

@@ -11,50 +11,47 @@ use imbl::OrdMap;
 use super::event::{CacheEvent, EventType};
 use super::object::{CachedObject, ObjectKey};
 
-pub type Objects = OrdMap<ObjectKey, Arc<CachedObject>>;
+pub(crate) type Objects = OrdMap<ObjectKey, Arc<CachedObject>>;
 
 /// The objects at one resourceVersion.
 #[derive(Debug, Clone, Default)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub objects: Objects,
     pub rv: u64,
 }
 
 /// The objects and the resourceVersion they are current at.
 #[derive(Debug, Default)]
-pub struct Store {
+pub(crate) struct Store {
     objects: Objects,
     rv: u64,
 }
 
 impl Store {
-    pub fn new(objects: Objects, rv: u64) -> Self {
+    pub(crate) fn new(objects: Objects, rv: u64) -> Self {
         Self { objects, rv }
     }
 
-    pub fn rv(&self) -> u64 {
+    pub(crate) fn rv(&self) -> u64 {
         self.rv
     }
 
     /// Moves the store's resourceVersion forward without a change (a
     /// bookmark: nothing changed up to `rv`).
-    pub fn advance(&mut self, rv: u64) {
+    pub(crate) fn advance(&mut self, rv: u64) {
         self.rv = self.rv.max(rv);
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.objects.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.objects.is_empty()
     }
 
-    pub fn get(&self, key: &ObjectKey) -> Option<&Arc<CachedObject>> {
-        self.objects.get(key)
-    }
-
-    pub fn snapshot(&self) -> Snapshot {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         Snapshot { objects: self.objects.clone(), rv: self.rv }
     }
 
@@ -62,7 +59,7 @@ impl Store {
     /// the previous state. The upstream's event type is trusted for DELETED;
     /// ADDED and MODIFIED are decided by whether the key was present, so a
     /// replayed ADDED for a known object is a MODIFIED to watchers.
-    pub fn apply(&mut self, kind: EventType, object: Arc<CachedObject>) -> CacheEvent {
+    pub(crate) fn apply(&mut self, kind: EventType, object: Arc<CachedObject>) -> CacheEvent {
         self.rv = self.rv.max(object.rv);
         let prev = match kind {
             EventType::Deleted => self.objects.remove(&object.key),
@@ -91,7 +88,7 @@ impl Store {
     /// saw misses nothing and sees nothing twice. Should the range be short of
     /// versions (it cannot be unless the upstream reuses revisions), the
     /// remaining deletions share `rv` and `Replaced::versions_reused` says so.
-    pub fn replace(&mut self, fresh: Objects, rv: u64) -> Replaced {
+    pub(crate) fn replace(&mut self, fresh: Objects, rv: u64) -> Replaced {
         let floor = self.rv;
         let old = std::mem::replace(&mut self.objects, fresh);
         let mut events: Vec<CacheEvent> = Vec::new();
@@ -157,7 +154,7 @@ impl Store {
 
 /// What a relist changed.
 #[derive(Debug)]
-pub struct Replaced {
+pub(crate) struct Replaced {
     /// The difference, as events in resourceVersion order.
     pub events: Vec<CacheEvent>,
     /// True when some events had to share a resourceVersion.

@@ -25,14 +25,14 @@ use crate::negotiate::ContentVariant;
 use http::StatusCode;
 
 /// How often a watcher that asked for bookmarks gets one.
-pub const BOOKMARK_FREQUENCY: Duration = Duration::from_secs(60);
+pub(crate) const BOOKMARK_FREQUENCY: Duration = Duration::from_secs(60);
 /// A last bookmark goes out this long before a watch's deadline, so the
 /// client can resume from it.
 const BOOKMARK_BEFORE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// The next bookmark time, as the API server computes it: every minute, and
 /// once shortly before the deadline; none if that moment has passed.
-pub fn next_bookmark_time(now: Instant, deadline: Instant) -> Option<Instant> {
+pub(crate) fn next_bookmark_time(now: Instant, deadline: Instant) -> Option<Instant> {
     let heartbeat = now + BOOKMARK_FREQUENCY;
     let before_deadline = deadline.checked_sub(BOOKMARK_BEFORE_DEADLINE)?;
     let at = heartbeat.min(before_deadline);
@@ -40,7 +40,7 @@ pub fn next_bookmark_time(now: Instant, deadline: Instant) -> Option<Instant> {
 }
 
 /// Options of one watch stream.
-pub struct StreamOptions {
+pub(crate) struct StreamOptions {
     pub variant: ContentVariant,
     pub allow_bookmarks: bool,
     /// Send the initial-events-end bookmark after the initial events.
@@ -74,7 +74,7 @@ impl SnapshotCursor {
     }
 }
 
-pub struct WatchStream {
+pub(crate) struct WatchStream {
     cache: Arc<ResourceCache>,
     handle: Arc<WatcherHandle>,
     opts: StreamOptions,
@@ -90,7 +90,7 @@ pub struct WatchStream {
 }
 
 impl WatchStream {
-    pub fn new(cache: Arc<ResourceCache>, reg: Registration, opts: StreamOptions) -> Self {
+    pub(crate) fn new(cache: Arc<ResourceCache>, reg: Registration, opts: StreamOptions) -> Self {
         let now = Instant::now();
         let deadline_at = now + opts.timeout;
         let bookmark = if opts.allow_bookmarks {

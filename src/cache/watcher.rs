@@ -21,13 +21,13 @@ use super::filter::Filter;
 use super::history::TooOld;
 
 /// Events a watcher may lag behind before it counts as full.
-pub const QUEUE_SOFT_LIMIT: usize = 1024;
+pub(crate) const QUEUE_SOFT_LIMIT: usize = 1024;
 /// Events a watcher may lag behind at all.
-pub const QUEUE_HARD_LIMIT: usize = 4 * QUEUE_SOFT_LIMIT;
+pub(crate) const QUEUE_HARD_LIMIT: usize = 4 * QUEUE_SOFT_LIMIT;
 
 /// An event as one watcher sees it.
 #[derive(Debug, Clone)]
-pub struct Delivery {
+pub(crate) struct Delivery {
     pub event: Arc<CacheEvent>,
     pub kind: EventType,
     /// True when the watcher sees the previous state (a transition out of its
@@ -37,20 +37,20 @@ pub struct Delivery {
 
 impl Delivery {
     /// The delivery of `event` to a watcher with `filter`, if it sees it at all.
-    pub fn for_filter(event: &Arc<CacheEvent>, filter: &Filter) -> Option<Self> {
+    pub(crate) fn for_filter(event: &Arc<CacheEvent>, filter: &Filter) -> Option<Self> {
         let (kind, obj) = event.as_seen_by(|o| filter.matches(o))?;
         let previous_state = !std::ptr::eq(obj, &*event.object);
         Some(Self { event: event.clone(), kind, previous_state })
     }
 
     /// The object the watcher is sent.
-    pub fn object(&self) -> &super::object::CachedObject {
+    pub(crate) fn object(&self) -> &super::object::CachedObject {
         if self.previous_state { self.event.prev_stamped() } else { &self.event.object }
     }
 }
 
 #[derive(Debug)]
-pub enum Offer {
+pub(crate) enum Offer {
     Queued,
     /// The watcher is (now) terminated; remove it.
     Terminated,
@@ -72,7 +72,7 @@ struct Queue {
 
 /// The shared half of a watcher.
 #[derive(Debug)]
-pub struct WatcherHandle {
+pub(crate) struct WatcherHandle {
     pub id: u64,
     pub filter: Filter,
     /// Only events newer than this are offered.
@@ -82,12 +82,12 @@ pub struct WatcherHandle {
 }
 
 impl WatcherHandle {
-    pub fn new(id: u64, filter: Filter, start_rv: u64, grace: Duration) -> Self {
+    pub(crate) fn new(id: u64, filter: Filter, start_rv: u64, grace: Duration) -> Self {
         Self { id, filter, start_rv, grace, queue: Mutex::new(Queue::default()) }
     }
 
     /// Offers one delivery; never blocks.
-    pub fn offer(&self, delivery: Delivery, now: Instant) -> Offer {
+    pub(crate) fn offer(&self, delivery: Delivery, now: Instant) -> Offer {
         let mut q = self.queue.lock();
         if q.terminated || q.draining {
             return Offer::Terminated;
@@ -113,7 +113,7 @@ impl WatcherHandle {
     /// Ends the watcher's stream cleanly once it has taken what is queued
     /// (the DELETED events of a removed CRD's objects come before the end,
     /// as from the API server): the resource is no longer served.
-    pub fn end(&self) {
+    pub(crate) fn end(&self) {
         let mut q = self.queue.lock();
         q.draining = true;
         let waker = q.waker.take();
@@ -125,7 +125,7 @@ impl WatcherHandle {
 
     /// Ends the watcher with 410: it started from a version inside a gap
     /// the cache never saw (a relist), so it may have missed a change.
-    pub fn expire(&self, too_old: TooOld) {
+    pub(crate) fn expire(&self, too_old: TooOld) {
         let mut q = self.queue.lock();
         q.terminated = true;
         q.expired = Some(too_old);
@@ -139,7 +139,7 @@ impl WatcherHandle {
 
     /// Takes the next delivery, or registers `waker` to be woken by the next
     /// offer. `Err` once the watcher is terminated.
-    pub fn take(&self, waker: &Waker) -> Result<Option<Delivery>, Terminated> {
+    pub(crate) fn take(&self, waker: &Waker) -> Result<Option<Delivery>, Terminated> {
         let mut q = self.queue.lock();
         if q.terminated {
             return Err(match q.expired.take() {
@@ -167,14 +167,14 @@ impl WatcherHandle {
     }
 
     #[cfg(test)]
-    pub fn backlog(&self) -> usize {
+    pub(crate) fn backlog(&self) -> usize {
         self.queue.lock().events.len()
     }
 }
 
 /// Why a watcher was closed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Terminated {
+pub(crate) enum Terminated {
     /// It fell too far behind: the stream ends and the client resumes from
     /// the last version it received.
     Behind,

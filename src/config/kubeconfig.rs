@@ -22,12 +22,15 @@ pub struct UpstreamConfig {
     /// PEM bundle of the cluster's CA certificates; `None` uses no roots
     /// (then `insecure_skip_tls_verify` must be set for HTTPS to work).
     pub ca_pem: Option<Vec<u8>>,
+    /// Accept any server certificate (the kubeconfig's `insecure-skip-tls-verify`).
     pub insecure_skip_tls_verify: bool,
     /// Overrides the name checked against the server certificate.
     pub tls_server_name: Option<String>,
     /// PEM client certificate chain and key, for certificate authentication.
     pub client_cert_pem: Option<Vec<u8>>,
+    /// The PEM private key of `client_cert_pem`.
     pub client_key_pem: Option<Vec<u8>>,
+    /// Credentials sent in the `Authorization` header, if any.
     pub auth: UpstreamAuth,
     /// Where this configuration came from, for logs.
     pub source: String,
@@ -51,14 +54,18 @@ impl std::fmt::Debug for UpstreamConfig {
 /// How watchmux authenticates itself to the upstream, beyond a client certificate.
 #[derive(Clone, PartialEq, Eq)]
 pub enum UpstreamAuth {
+    /// No `Authorization` header (a client certificate may still authenticate).
     None,
     /// A fixed bearer token.
     Token(String),
     /// A bearer token read from a file and re-read as it rotates (projected
     /// service-account tokens are replaced on disk well before they expire).
     TokenFile(PathBuf),
+    /// HTTP basic authentication, for API servers that still accept it.
     Basic {
+        /// The kubeconfig's `username`.
         username: String,
+        /// The kubeconfig's `password`.
         password: String,
     },
 }
@@ -74,43 +81,73 @@ impl std::fmt::Debug for UpstreamAuth {
     }
 }
 
+/// Why the upstream could not be resolved; each variant's message says it.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
+    /// A kubeconfig file or credential file could not be read.
     #[error("reading {path}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
+
         #[source]
         source: std::io::Error,
     },
     #[error("parsing kubeconfig {path}")]
+    /// A kubeconfig file is not valid YAML of the expected shape.
     Parse {
+        /// The file.
         path: PathBuf,
+        /// The YAML error.
         #[source]
         source: serde_yaml_ng::Error,
     },
     #[error("no kubeconfig found: not in a cluster, $KUBECONFIG unset and {0} missing")]
+    /// No kubeconfig anywhere a client looks, and not in a cluster.
     NotFound(PathBuf),
     #[error("kubeconfig has no context {0:?}")]
+    /// `--context` names a context the kubeconfig lacks.
     NoContext(String),
     #[error("kubeconfig sets no current-context and no --context was given")]
+    /// Neither `current-context` nor `--context`.
     NoCurrentContext,
     #[error("kubeconfig context {context:?} names cluster {cluster:?}, which it does not define")]
-    NoCluster { context: String, cluster: String },
+    /// The context names a cluster the kubeconfig lacks.
+    NoCluster {
+        /// The context.
+        context: String,
+        /// The cluster it names.
+        cluster: String,
+    },
     #[error("kubeconfig context {context:?} names user {user:?}, which it does not define")]
-    NoUser { context: String, user: String },
+    /// The context names a user the kubeconfig lacks.
+    NoUser {
+        /// The context.
+        context: String,
+        /// The user it names.
+        user: String,
+    },
     #[error("invalid server URL {server:?}")]
+    /// The cluster's `server` is not a URL.
     Server {
+        /// The value as written.
         server: String,
+        /// Why it does not parse.
         #[source]
         source: http::uri::InvalidUri,
     },
     #[error("decoding base64 field {field}")]
+    /// A `*-data` field is not valid base64.
     Base64 {
+        /// The kubeconfig field.
         field: &'static str,
+        /// The decoding error.
         #[source]
         source: base64::DecodeError,
     },
     #[error("in-cluster configuration: {0}")]
+    /// In a pod, but the service-account files or environment are incomplete.
     InCluster(String),
 }
 
@@ -124,7 +161,7 @@ pub fn resolve(explicit: Option<&Path>, context: Option<&str>) -> Result<Upstrea
 /// The parts of the process environment resolution depends on, separated so
 /// tests can supply their own.
 #[derive(Debug, Default, Clone)]
-pub struct Env {
+pub(crate) struct Env {
     pub kubeconfig: Option<String>,
     pub home: Option<PathBuf>,
     pub service_host: Option<String>,
@@ -133,7 +170,7 @@ pub struct Env {
 }
 
 impl Env {
-    pub fn from_process() -> Self {
+    pub(crate) fn from_process() -> Self {
         Self {
             kubeconfig: std::env::var("KUBECONFIG").ok().filter(|s| !s.is_empty()),
             home: std::env::var_os("HOME").map(PathBuf::from),
@@ -144,7 +181,8 @@ impl Env {
     }
 }
 
-pub fn resolve_with(
+/// [`resolve`] against the given environment.
+pub(crate) fn resolve_with(
     explicit: Option<&Path>,
     context: Option<&str>,
     env: &Env,

@@ -13,45 +13,37 @@ use crate::body::{self, ProxyBody};
 
 /// The `reason` field of a Status, as kube-apiserver spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StatusReason {
+pub(crate) enum StatusReason {
     BadRequest,
     NotFound,
-    MethodNotAllowed,
-    NotAcceptable,
     RequestEntityTooLarge,
-    TooManyRequests,
     Unauthorized,
     Forbidden,
     InternalError,
     ServiceUnavailable,
     Timeout,
     Expired,
-    Invalid,
 }
 
 impl StatusReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::BadRequest => "BadRequest",
             Self::NotFound => "NotFound",
-            Self::MethodNotAllowed => "MethodNotAllowed",
-            Self::NotAcceptable => "NotAcceptable",
             Self::RequestEntityTooLarge => "RequestEntityTooLarge",
-            Self::TooManyRequests => "TooManyRequests",
             Self::Unauthorized => "Unauthorized",
             Self::Forbidden => "Forbidden",
             Self::InternalError => "InternalError",
             Self::ServiceUnavailable => "ServiceUnavailable",
             Self::Timeout => "Timeout",
             Self::Expired => "Expired",
-            Self::Invalid => "Invalid",
         }
     }
 }
 
 /// A failure Status as kube-apiserver would send it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Status {
+pub(crate) struct Status {
     pub code: StatusCode,
     pub reason: StatusReason,
     pub message: String,
@@ -65,12 +57,12 @@ pub struct Status {
 }
 
 impl Status {
-    pub fn new(code: StatusCode, reason: StatusReason, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: StatusCode, reason: StatusReason, message: impl Into<String>) -> Self {
         Self { code, reason, message: message.into(), details: None, retry_after_seconds: None, nosniff: false }
     }
 
     /// The answer when the upstream API server cannot be reached.
-    pub fn upstream_unavailable(detail: impl std::fmt::Display) -> Self {
+    pub(crate) fn upstream_unavailable(detail: impl std::fmt::Display) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             StatusReason::ServiceUnavailable,
@@ -79,13 +71,13 @@ impl Status {
         .retry_after(1)
     }
 
-    pub fn retry_after(mut self, seconds: u32) -> Self {
+    pub(crate) fn retry_after(mut self, seconds: u32) -> Self {
         self.retry_after_seconds = Some(seconds);
         self
     }
 
     /// The Status as a JSON value, fields in the API server's order.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let mut details = self.details.clone();
         if let Some(secs) = self.retry_after_seconds {
             details.get_or_insert_with(Map::new).insert("retryAfterSeconds".into(), json!(secs));
@@ -107,7 +99,7 @@ impl Status {
     }
 
     /// The Status as a complete HTTP response with a JSON body.
-    pub fn into_response(self) -> Response<ProxyBody> {
+    pub(crate) fn into_response(self) -> Response<ProxyBody> {
         // The API server's encoder ends the body with a newline.
         let bytes = Bytes::from(go_json_escape(&self.to_json().to_string()) + "\n");
         let mut resp = Response::new(body::full(bytes));

@@ -22,7 +22,7 @@ const LEGACY_HOP_BY_HOP: &[&str] = &["keep-alive", "proxy-connection"];
 /// Removes hop-by-hop headers, including every header `Connection` lists,
 /// except identity headers: who a request is from is decided by
 /// [`super::identity::apply`], never by a client's `Connection` header.
-pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -41,7 +41,7 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
 
 /// True for an HTTP/1.1 request asking to switch protocols (SPDY/3.1 for
 /// exec, attach and port-forward; WebSocket for their newer forms).
-pub fn is_upgrade_request(headers: &HeaderMap) -> bool {
+pub(crate) fn is_upgrade_request(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE) && connection_has_token(headers, "upgrade")
 }
 
@@ -55,7 +55,7 @@ fn connection_has_token(headers: &HeaderMap, token: &str) -> bool {
 }
 
 /// Removes hop-by-hop headers but keeps the upgrade handshake itself.
-pub fn remove_hop_by_hop_keep_upgrade(headers: &mut HeaderMap) {
+pub(crate) fn remove_hop_by_hop_keep_upgrade(headers: &mut HeaderMap) {
     let upgrade = headers.get(header::UPGRADE).cloned();
     remove_hop_by_hop(headers);
     if let Some(upgrade) = upgrade {
@@ -66,7 +66,7 @@ pub fn remove_hop_by_hop_keep_upgrade(headers: &mut HeaderMap) {
 
 /// Appends the client's address to `X-Forwarded-For`, which kube-apiserver
 /// records as the request's source IPs in audit logs.
-pub fn append_forwarded_for(headers: &mut HeaderMap, client: IpAddr) {
+pub(crate) fn append_forwarded_for(headers: &mut HeaderMap, client: IpAddr) {
     static XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
     let value = match headers.get(&XFF).and_then(|v| v.to_str().ok()) {
         Some(prior) if !prior.trim().is_empty() => format!("{prior}, {client}"),

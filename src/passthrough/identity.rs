@@ -11,9 +11,8 @@
 
 use http::header::{self, HeaderMap, HeaderName};
 
-pub use crate::auth::UpstreamIdentity;
+pub(crate) use crate::auth::UpstreamIdentity;
 use crate::auth::impersonation::{self, Unrepresentable};
-pub use crate::upstream::UpstreamCredential;
 
 /// Headers the API server's front-proxy (request-header) authenticator reads
 /// by default. watchmux is no front proxy: a client's own are dropped, so an
@@ -24,7 +23,7 @@ const FRONT_PROXY_PREFIX: &str = "x-remote-";
 /// Removes every identity header the client sent and writes `identity`'s.
 /// Call after hop-by-hop stripping; the upstream client then sets
 /// `Authorization` from [`UpstreamIdentity::credential`].
-pub fn apply(headers: &mut HeaderMap, identity: &UpstreamIdentity) -> Result<(), Unrepresentable> {
+pub(crate) fn apply(headers: &mut HeaderMap, identity: &UpstreamIdentity) -> Result<(), Unrepresentable> {
     headers.remove(header::AUTHORIZATION);
     remove_front_proxy_headers(headers);
     match identity {
@@ -43,7 +42,7 @@ fn remove_front_proxy_headers(headers: &mut HeaderMap) {
 
 /// True for the headers that say who a request is from. A client's
 /// `Connection` header may not remove them: they are [`apply`]'s to decide.
-pub fn is_identity_header(name: &HeaderName) -> bool {
+pub(crate) fn is_identity_header(name: &HeaderName) -> bool {
     let n = name.as_str();
     name == header::AUTHORIZATION || n.starts_with(FRONT_PROXY_PREFIX) || impersonation::is_impersonation_header(n)
 }
@@ -58,6 +57,7 @@ mod tests {
     use crate::auth::Caller;
     use crate::auth::user::UserInfo;
     use crate::passthrough::headers::remove_hop_by_hop;
+    use crate::upstream::UpstreamCredential;
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

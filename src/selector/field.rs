@@ -13,15 +13,15 @@ pub trait FieldSet {
 
 /// The selectable field values of one object, small and owned, sorted by field.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Fields(Vec<(Box<str>, Box<str>)>);
+pub(crate) struct Fields(Vec<(Box<str>, Box<str>)>);
 
 impl Fields {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Sets `field` to `value`, replacing an earlier value.
-    pub fn insert(&mut self, field: impl Into<Box<str>>, value: impl Into<Box<str>>) {
+    pub(crate) fn insert(&mut self, field: impl Into<Box<str>>, value: impl Into<Box<str>>) {
         let field = field.into();
         let value = value.into();
         match self.0.binary_search_by(|(f, _)| (**f).cmp(&field)) {
@@ -30,16 +30,14 @@ impl Fields {
         }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(f, v)| (&**f, &**v))
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 

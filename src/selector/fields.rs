@@ -14,7 +14,7 @@
 mod extract;
 mod go_fmt;
 
-pub use extract::extract;
+pub(crate) use extract::extract;
 
 use super::FieldSelector;
 use go_fmt::go_quote;
@@ -187,6 +187,7 @@ pub(crate) const KINDS: &[Kind] = &[
 /// Built-in resources of kube-apiserver v1.37 (the default-enabled API
 /// versions) with no conversion func of their own: only `metadata.name` and
 /// `metadata.namespace` (the latter also for cluster-scoped ones, where it is `""`).
+#[cfg(test)]
 pub(crate) const PLAIN: &[(&str, &[&str])] = &[
     (
         "",
@@ -246,6 +247,7 @@ fn kind(group: &str, resource: &str) -> Option<&'static Kind> {
     KINDS.iter().find(|k| k.group == group && k.resource == resource)
 }
 
+#[cfg(test)]
 fn is_plain(group: &str, resource: &str) -> bool {
     PLAIN.iter().any(|(g, resources)| *g == group && resources.contains(&resource))
 }
@@ -260,7 +262,8 @@ fn is_plain(group: &str, resource: &str) -> bool {
 /// rejects `metadata.namespace`, and cluster-scoped kinds without a
 /// conversion func of their own accept it (it is `""` there); [`validate`]
 /// knows both.
-pub fn builtin_fields(group: &str, resource: &str) -> Option<&'static [&'static str]> {
+#[cfg(test)]
+pub(crate) fn builtin_fields(group: &str, resource: &str) -> Option<&'static [&'static str]> {
     match kind(group, resource) {
         Some(k) => Some(k.extra),
         None if is_plain(group, resource) => Some(&[]),
@@ -275,7 +278,7 @@ pub fn builtin_fields(group: &str, resource: &str) -> Option<&'static [&'static 
 /// For resource slices the message names resource.k8s.io/v1, the only
 /// version v1.37 serves by default. A resource that is neither a known built-in
 /// nor a custom resource is checked as `DefaultMetaV1FieldSelectorConversion` would.
-pub fn validate(
+pub(crate) fn validate(
     group: &str,
     resource: &str,
     namespaced: bool,

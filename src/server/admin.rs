@@ -30,7 +30,7 @@ use crate::upstream::Upstream;
 
 /// State the admin endpoints report on.
 #[derive(Debug, Clone)]
-pub struct AdminState {
+pub(crate) struct AdminState {
     pub upstream: Arc<Upstream>,
     /// `None` when no global recorder is installed (tests).
     pub metrics: Option<PrometheusHandle>,
@@ -96,7 +96,7 @@ fn report(what: &str, checks: &[Check], verbose: bool) -> Response<ProxyBody> {
     text(status, out)
 }
 
-pub async fn handle(state: Arc<AdminState>, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+pub(crate) async fn handle(state: Arc<AdminState>, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n".to_owned()));
     }

@@ -29,11 +29,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio_util::sync::CancellationToken;
 
 /// Early resets a connection may have before the share of them is looked at.
-pub const MIN_EARLY_RESETS: u64 = 100;
+pub(crate) const MIN_EARLY_RESETS: u64 = 100;
 
 /// The answered and early-reset request counts of one connection.
 #[derive(Debug, Default)]
-pub struct EarlyResets {
+pub(crate) struct EarlyResets {
     answered: AtomicU64,
     reset: AtomicU64,
     /// Cancelled when the connection should be closed.
@@ -41,19 +41,19 @@ pub struct EarlyResets {
 }
 
 impl EarlyResets {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::default()
     }
 
     /// A request whose handler is starting. Unless [`Unanswered::answered`]
     /// is called, dropping the returned guard counts the request as reset
     /// early.
-    pub fn start(self: &Arc<Self>) -> Unanswered {
+    pub(crate) fn start(self: &Arc<Self>) -> Unanswered {
         Unanswered { resets: self.clone(), answered: false }
     }
 
     /// Resolves once the connection should be closed.
-    pub async fn tripped(&self) {
+    pub(crate) async fn tripped(&self) {
         self.tripped.cancelled().await
     }
 
@@ -67,13 +67,13 @@ impl EarlyResets {
 
 /// A request whose response head has not been produced yet.
 #[must_use = "dropping it at once counts the request as reset early"]
-pub struct Unanswered {
+pub(crate) struct Unanswered {
     resets: Arc<EarlyResets>,
     answered: bool,
 }
 
 impl Unanswered {
-    pub fn answered(mut self) {
+    pub(crate) fn answered(mut self) {
         self.answered = true;
         self.resets.answered.fetch_add(1, Ordering::Relaxed);
     }

@@ -16,8 +16,6 @@ use regex::RegexSet;
 
 use crate::body::{self, ProxyBody};
 
-pub use crate::config::DEFAULT_ACCEPT_HOSTS;
-
 /// Host name patterns (regular expressions, matched against the host
 /// without its port) that requests may name.
 #[derive(Debug, Clone)]
@@ -59,7 +57,7 @@ fn without_port(host: &str) -> &str {
 }
 
 /// `kubectl proxy`'s answer to a host it does not accept.
-pub fn forbidden() -> Response<ProxyBody> {
+pub(crate) fn forbidden() -> Response<ProxyBody> {
     super::limits::Limit::Host.count();
     let mut resp = Response::new(body::full("Forbidden"));
     *resp.status_mut() = StatusCode::FORBIDDEN;
@@ -70,6 +68,7 @@ pub fn forbidden() -> Response<ProxyBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DEFAULT_ACCEPT_HOSTS;
 
     fn accepts(hosts: &AcceptHosts, host: &str) -> bool {
         let mut h = HeaderMap::new();

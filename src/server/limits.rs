@@ -18,7 +18,7 @@ use crate::request::{RequestInfo, Verb};
 
 /// The request limits of the API listener.
 #[derive(Debug, Clone)]
-pub struct RequestLimits {
+pub(crate) struct RequestLimits {
     /// Permits for requests that are not long-running; `None`: no limit.
     inflight: Option<Arc<Semaphore>>,
     /// Largest Content-Length of a write; 0: no limit.
@@ -26,14 +26,14 @@ pub struct RequestLimits {
 }
 
 impl RequestLimits {
-    pub fn new(max_inflight: usize, max_body_bytes: u64) -> Self {
+    pub(crate) fn new(max_inflight: usize, max_body_bytes: u64) -> Self {
         Self { inflight: (max_inflight > 0).then(|| Arc::new(Semaphore::new(max_inflight))), max_body_bytes }
     }
 
     /// Admits a request, or answers why not. Watches and other long-running
     /// requests are not counted, as the API server does not count them in
     /// `--max-requests-inflight`: they would use the budget up.
-    pub fn admit(&self, info: &RequestInfo, headers: &HeaderMap) -> Result<Admitted, Refusal> {
+    pub(crate) fn admit(&self, info: &RequestInfo, headers: &HeaderMap) -> Result<Admitted, Refusal> {
         if let Some(too_large) = self.body_too_large(info, headers) {
             return Err(too_large);
         }
@@ -71,26 +71,26 @@ impl RequestLimits {
 }
 
 /// Holds an in-flight slot until dropped (when the response head is sent).
-pub struct Admitted {
+pub(crate) struct Admitted {
     _permit: Option<OwnedSemaphorePermit>,
 }
 
 /// Counts open API connections against `--max-connections`.
 #[derive(Debug)]
-pub struct ConnectionBudget {
+pub(crate) struct ConnectionBudget {
     open: AtomicUsize,
     max: usize,
 }
 
 impl ConnectionBudget {
-    pub fn new(max: usize) -> Arc<Self> {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
         Arc::new(Self { open: AtomicUsize::new(0), max })
     }
 
     /// Counts a new connection; `within` is false when it is over the limit.
     /// The connection still gets served, with a 429 to each request and a
     /// close, so the client learns why instead of seeing a reset.
-    pub fn open(self: &Arc<Self>) -> OpenSlot {
+    pub(crate) fn open(self: &Arc<Self>) -> OpenSlot {
         let before = self.open.fetch_add(1, Ordering::Relaxed);
         let within = self.max == 0 || before < self.max;
         if !within {
@@ -103,7 +103,7 @@ impl ConnectionBudget {
 /// A limit that refuses a request before any work, as the `limit` label of
 /// `watchmux_requests_rejected_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
+pub(crate) enum Limit {
     /// `--max-requests-inflight`.
     Inflight,
     /// `--max-request-body-bytes`.
@@ -115,7 +115,7 @@ pub enum Limit {
 }
 
 impl Limit {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Inflight => "inflight",
             Self::BodySize => "body_size",
@@ -125,13 +125,13 @@ impl Limit {
     }
 
     /// Counts one refusal.
-    pub fn count(self) {
+    pub(crate) fn count(self) {
         counter!(m::REQUESTS_REJECTED, "limit" => self.as_str()).increment(1);
     }
 }
 
 /// One counted connection.
-pub struct OpenSlot {
+pub(crate) struct OpenSlot {
     budget: Arc<ConnectionBudget>,
     pub within: bool,
 }
@@ -144,7 +144,7 @@ impl Drop for OpenSlot {
 
 /// The API server's 429: plain text, `Retry-After: 1`. With `close`, the
 /// connection is closed after it.
-pub fn too_many_requests(limit: Limit, close: bool) -> Response<ProxyBody> {
+pub(crate) fn too_many_requests(limit: Limit, close: bool) -> Response<ProxyBody> {
     // Connections over the limit are counted once, when they open.
     if limit != Limit::Connections {
         limit.count();

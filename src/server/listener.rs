@@ -46,7 +46,7 @@ use crate::metrics as m;
 /// so a client cannot spend it twice. Go's HTTP/2 server gives the preface
 /// 10 s too; kube-apiserver gives the TLS handshake its ReadHeaderTimeout,
 /// 32 s, which a client on a working network never needs.
-pub const CONNECTION_SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECTION_SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client has to send a complete request head on HTTP/1.1, once
 /// its first byte has arrived.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -59,7 +59,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// about 1.3 MiB per connection, not memory without end. Go's server (since
 /// the CVE-2023-45288 fix) likewise closes a connection whose header frames
 /// run past its MaxHeaderBytes.
-pub const MAX_HEADER_BYTES: usize = (1 << 20) + 4096;
+pub(crate) const MAX_HEADER_BYTES: usize = (1 << 20) + 4096;
 /// Streams one HTTP/2 connection may carry at once. client-go multiplexes
 /// every watch of a process over one connection, so this is high: as the
 /// aggregated API servers' 1000, not kube-apiserver's 100 (its
@@ -84,7 +84,7 @@ const H2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
 const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
 
 /// The HTTP server settings every API connection shares.
-pub fn http_builder() -> auto::Builder<TokioExecutor> {
+pub(crate) fn http_builder() -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -105,12 +105,12 @@ pub fn http_builder() -> auto::Builder<TokioExecutor> {
 }
 
 /// A request handler bound to one connection's peer.
-pub trait Handler: Clone + Send + Sync + 'static {
+pub(crate) trait Handler: Clone + Send + Sync + 'static {
     fn handle(&self, req: Request<Incoming>, peer: Peer) -> impl Future<Output = Response<ProxyBody>> + Send;
 }
 
 /// Where an accept loop serves its connections, and what it counts them against.
-pub struct Serving<'a, H> {
+pub(crate) struct Serving<'a, H> {
     pub name: &'static str,
     pub builder: &'a auto::Builder<TokioExecutor>,
     pub graceful: &'a GracefulShutdown,
@@ -156,7 +156,7 @@ enum Accepted {
 }
 
 /// Accepts TCP connections until `stop` is cancelled.
-pub async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAcceptor>, serving: Serving<'_, H>) {
+pub(crate) async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAcceptor>, serving: Serving<'_, H>) {
     let Serving { name, builder, graceful, handler, budget, h2_write_batching, setup_timeout, stop } = serving;
     loop {
         let (stream, addr) = tokio::select! {
@@ -250,7 +250,7 @@ async fn read_opening_by<IO: AsyncRead + Unpin>(
 }
 
 /// Accepts unix-socket connections until `stop` is cancelled.
-pub async fn accept_unix<H: Handler>(listener: UnixListener, serving: Serving<'_, H>) {
+pub(crate) async fn accept_unix<H: Handler>(listener: UnixListener, serving: Serving<'_, H>) {
     let Serving { name: _, builder, graceful, handler, budget, h2_write_batching: _, setup_timeout, stop } = serving;
     const NAME: &str = "unix";
     loop {
@@ -369,7 +369,7 @@ impl Drop for OpenConnection {
 
 /// The admin handler shares the accept loop; it has no graceful phase.
 #[derive(Clone)]
-pub struct AdminHandler(pub Arc<super::admin::AdminState>);
+pub(crate) struct AdminHandler(pub Arc<super::admin::AdminState>);
 
 impl Handler for AdminHandler {
     async fn handle(&self, req: Request<Incoming>, _peer: Peer) -> Response<ProxyBody> {

@@ -17,24 +17,24 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 /// What an HTTP/2 client sends first (RFC 9113 §3.4), prior knowledge or not.
-pub const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// The bytes a connection opened with: the whole HTTP/2 preface, or as much
 /// of it as matched plus the first byte that did not (with what came in the
 /// same read), or less at end of file.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Opening {
+pub(crate) struct Opening {
     buf: [u8; H2_PREFACE.len()],
     len: usize,
 }
 
 impl Opening {
     /// True when the client sent the whole HTTP/2 preface.
-    pub fn is_h2_preface(&self) -> bool {
+    pub(crate) fn is_h2_preface(&self) -> bool {
         self.buf[..self.len] == H2_PREFACE[..]
     }
 
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len]
     }
 }
@@ -42,7 +42,7 @@ impl Opening {
 /// Reads until the opening is known: the full preface, the first byte that
 /// differs from it, or end of file. Waits as long as the client keeps to the
 /// preface; the caller bounds that with its deadline.
-pub async fn read_opening<IO: AsyncRead + Unpin>(io: &mut IO) -> io::Result<Opening> {
+pub(crate) async fn read_opening<IO: AsyncRead + Unpin>(io: &mut IO) -> io::Result<Opening> {
     let mut opening = Opening::default();
     while opening.len < H2_PREFACE.len() {
         let n = io.read(&mut opening.buf[opening.len..]).await?;
@@ -60,7 +60,7 @@ pub async fn read_opening<IO: AsyncRead + Unpin>(io: &mut IO) -> io::Result<Open
 
 /// An IO whose reads yield `opening` before anything else from `io`; writes
 /// go straight to `io`.
-pub struct Rewind<IO> {
+pub(crate) struct Rewind<IO> {
     opening: Opening,
     /// How much of `opening` has been read back.
     pos: usize,
@@ -68,7 +68,7 @@ pub struct Rewind<IO> {
 }
 
 impl<IO> Rewind<IO> {
-    pub fn new(io: IO, opening: Opening) -> Self {
+    pub(crate) fn new(io: IO, opening: Opening) -> Self {
         Self { opening, pos: 0, io }
     }
 }

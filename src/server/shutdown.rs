@@ -1,7 +1,7 @@
 //! The shutdown signal: SIGTERM (what the kubelet sends) or SIGINT (Ctrl-C).
 
 /// Completes when the process is asked to stop.
-pub async fn signal() {
+pub(crate) async fn signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,

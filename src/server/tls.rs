@@ -10,7 +10,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ServingTlsError {
+pub(crate) enum ServingTlsError {
     #[error("reading the serving certificate {path}")]
     Cert {
         path: String,
@@ -34,7 +34,11 @@ pub enum ServingTlsError {
 /// The acceptor for the API listener. With `client_ca`, client certificates
 /// are requested and verified against it (clients without one may still
 /// use a bearer token).
-pub fn acceptor(cert_file: &Path, key_file: &Path, client_ca: Option<&Path>) -> Result<TlsAcceptor, ServingTlsError> {
+pub(crate) fn acceptor(
+    cert_file: &Path,
+    key_file: &Path,
+    client_ca: Option<&Path>,
+) -> Result<TlsAcceptor, ServingTlsError> {
     let cert_path = cert_file.display().to_string();
     let chain = CertificateDer::pem_file_iter(cert_file)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())

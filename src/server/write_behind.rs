@@ -30,7 +30,7 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::Notify;
 
 /// Bytes that may wait for the writer before writes wait too.
-pub const HIGH_WATER: usize = 1 << 20;
+pub(crate) const HIGH_WATER: usize = 1 << 20;
 /// How long the writer keeps trying to deliver what is left once the
 /// connection is dropped without a shutdown.
 const DRAIN_ON_DROP: Duration = Duration::from_secs(5);
@@ -60,7 +60,7 @@ struct Shared {
 
 /// An IO whose writes go through a write-behind buffer; `R` is the read
 /// half of the underlying IO.
-pub struct WriteBehind<R> {
+pub(crate) struct WriteBehind<R> {
     read: R,
     shared: Arc<Shared>,
 }
@@ -71,7 +71,7 @@ where
 {
     /// Splits `io` (the halves share a lock, as a TLS stream must) and
     /// starts its writer task.
-    pub fn new(io: IO) -> Self {
+    pub(crate) fn new(io: IO) -> Self {
         let (read, write) = tokio::io::split(io);
         Self::from_halves(read, write)
     }
@@ -80,7 +80,7 @@ where
 impl WriteBehind<OwnedReadHalf> {
     /// A TCP stream splits into halves that share no lock: the reader and
     /// the writer task never wait for each other.
-    pub fn tcp(stream: TcpStream) -> Self {
+    pub(crate) fn tcp(stream: TcpStream) -> Self {
         let (read, write) = stream.into_split();
         Self::from_halves(read, write)
     }

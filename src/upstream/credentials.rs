@@ -17,7 +17,7 @@ use crate::config::kubeconfig::UpstreamAuth;
 /// their lifetime has passed (at least hours), so re-reading every few seconds
 /// picks a new token up long before the old one expires, at the cost of one
 /// small read per interval on the request path.
-pub const TOKEN_FILE_REFRESH: Duration = Duration::from_secs(10);
+pub(crate) const TOKEN_FILE_REFRESH: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
@@ -35,14 +35,14 @@ pub enum CredentialsError {
 
 /// Produces the `Authorization` header for upstream requests.
 #[derive(Debug)]
-pub enum Credentials {
+pub(crate) enum Credentials {
     None,
     Fixed(HeaderValue),
     TokenFile { path: PathBuf, cached: Mutex<(HeaderValue, Instant)> },
 }
 
 impl Credentials {
-    pub fn new(auth: &UpstreamAuth) -> Result<Self, CredentialsError> {
+    pub(crate) fn new(auth: &UpstreamAuth) -> Result<Self, CredentialsError> {
         Ok(match auth {
             UpstreamAuth::None => Self::None,
             UpstreamAuth::Token(token) => Self::Fixed(bearer(token)?),
@@ -60,7 +60,7 @@ impl Credentials {
     /// The header to send now, re-reading a token file when it is due. A
     /// failed re-read keeps the previous token: it is likely still valid, and
     /// the upstream's 401 will say so if not.
-    pub fn authorization(&self) -> Option<HeaderValue> {
+    pub(crate) fn authorization(&self) -> Option<HeaderValue> {
         match self {
             Self::None => None,
             Self::Fixed(h) => Some(h.clone()),

@@ -12,20 +12,28 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 
 use crate::config::kubeconfig::UpstreamConfig;
 
+/// Why the upstream TLS configuration could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsConfigError {
+    /// The CA bundle is not PEM.
     #[error("reading the cluster CA certificates")]
     CaPem(#[source] rustls::pki_types::pem::Error),
+    /// A CA certificate is not usable as a trust anchor.
     #[error("adding a cluster CA certificate to the trust store")]
     CaCert(#[source] rustls::Error),
+    /// The CA bundle is empty.
     #[error("the cluster CA bundle holds no certificate")]
     NoCaCert,
+    /// The client certificate is not PEM.
     #[error("reading the client certificate")]
     ClientCert(#[source] rustls::pki_types::pem::Error),
+    /// The client key is not PEM.
     #[error("reading the client key")]
     ClientKey(#[source] rustls::pki_types::pem::Error),
+    /// Only one of certificate and key is given.
     #[error("the kubeconfig has a client certificate without a key, or a key without a certificate")]
     HalfClientIdentity,
+    /// rustls refused the configuration.
     #[error("building the TLS client configuration")]
     Build(#[source] rustls::Error),
 }

@@ -14,6 +14,9 @@
 //! knobs of `Config` below (`CHAOS_CASES`: a comma-separated list of case
 //! names, `all` or `quick`).
 
+// A bench is a binary: `pub` here marks what its modules share, not an API to document.
+#![allow(unreachable_pub, missing_docs)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

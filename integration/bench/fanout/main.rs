@@ -40,6 +40,9 @@
 //! knowledge, or HTTP/1.1) to watchmux, which holds its one upstream watch.
 //! The writer always goes straight to kube-apiserver on a connection of its own.
 
+// A bench is a binary: `pub` here marks what its modules share, not an API to document.
+#![allow(unreachable_pub, missing_docs)]
+
 #[path = "../common/mod.rs"]
 mod common;
 mod report;

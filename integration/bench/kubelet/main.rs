@@ -27,6 +27,9 @@
 //! `KUBELET_M` (100), `KUBELET_RATE` (changes a second, 20),
 //! `KUBELET_SECONDS` (writing time, 10), `KUBELET_SIDES` (`direct,watchmux`).
 
+// A bench is a binary: `pub` here marks what its modules share, not an API to document.
+#![allow(unreachable_pub, missing_docs)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

@@ -20,6 +20,9 @@
 //! (`direct,watchmux`), `RESTART_DEADLINE_S` (120), `RESTART_CMD` (the
 //! restart command, run by `bash -c` from the working directory).
 
+// A bench is a binary: `pub` here marks what its modules share, not an API to document.
+#![allow(unreachable_pub, missing_docs)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

@@ -32,7 +32,7 @@ const GROUP: &str = "authentication.k8s.io";
 
 /// One step of a mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// The review must allow these attributes.
     Require(Attributes),
     /// Refused before any review, with this reason.
@@ -44,7 +44,7 @@ pub enum Step {
 /// One mode that applies to a request: the reviews it needs, for whom, and
 /// the identity it grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attempt {
+pub(crate) struct Attempt {
     pub mode: &'static str,
     /// Whom the reviews are about: the requestor, or (associated-node) the
     /// requestor with its extras reduced to their keys.
@@ -55,7 +55,7 @@ pub struct Attempt {
 
 /// The modes that apply to `requestor` impersonating `wanted` for a request
 /// with the attributes `request`, in the API server's order.
-pub fn attempts(wanted: &Wanted, requestor: &UserInfo, request: &Attributes) -> Vec<Attempt> {
+pub(crate) fn attempts(wanted: &Wanted, requestor: &UserInfo, request: &Attributes) -> Vec<Attempt> {
     let only_name = wanted.uid.is_empty() && wanted.groups.is_empty() && wanted.extra.is_empty();
     let node = node_name(&wanted.name);
     let sa = service_account(&wanted.name).is_some();

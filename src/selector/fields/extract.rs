@@ -12,7 +12,7 @@ use super::go_fmt::go_float;
 ///
 /// A resource that is neither (`custom_selectable` is None and the table does
 /// not know it) gets `metadata.name` and, when namespaced, `metadata.namespace`.
-pub fn extract(
+pub(crate) fn extract(
     group: &str,
     resource: &str,
     namespaced: bool,
