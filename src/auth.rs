@@ -30,7 +30,6 @@ pub(crate) mod reviews;
 mod upstream_identity;
 pub(crate) mod user;
 
-pub(crate) use crate::config::{AuthMode, UpstreamIdentityMode};
 pub(crate) use peer::Peer;
 pub(crate) use upstream_identity::UpstreamIdentity;
 
@@ -65,6 +64,22 @@ pub struct DelegatedSettings {
     /// TokenReviews and SubjectAccessReviews in flight at once.
     pub max_concurrent_reviews: usize,
     pub upstream_identity: UpstreamIdentityMode,
+}
+
+/// Who requests that pass through act as upstream in delegated mode
+/// (`--upstream-identity`; its spelling and help are the config's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamIdentityMode {
+    /// watchmux's credentials, impersonating the caller: needs the right to
+    /// impersonate anyone (shared and tier proxies).
+    Impersonate,
+    /// The caller's own credentials: a bearer token is forwarded as sent, an
+    /// anonymous request goes without credentials, and a client certificate
+    /// of watchmux's own upstream identity (the node's kubelet, when
+    /// watchmux holds the node's credentials) goes with watchmux's. Needs no
+    /// right beyond the caller's own: a node-local watchmux with node
+    /// credentials holds nothing more than the node.
+    Client,
 }
 
 /// Entries each review cache holds at most (tokens, decisions). An entry

@@ -1,13 +1,19 @@
 //! Command-line flags and the defaults that go with them: the one place where
-//! watchmux's configuration is defined.
+//! watchmux's configuration is defined. `settings` maps them onto each
+//! subsystem's own settings type.
 
-pub mod kubeconfig;
+mod settings;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser, ValueEnum};
+
+pub use settings::{CacheScope, WatchCacheSize};
+
+use crate::auth::UpstreamIdentityMode;
+use crate::cache::registry::GroupResource;
 
 /// watchmux: a transparent caching watch proxy for the Kubernetes API.
 ///
@@ -65,15 +71,16 @@ pub struct Args {
         long,
         value_name = "LIST",
         value_delimiter = ',',
+        value_parser = settings::parse_cache_resource,
         default_value = "pods,nodes,services,endpoints,endpointslices.discovery.k8s.io,namespaces,configmaps,runtimeclasses.node.k8s.io,csidrivers.storage.k8s.io"
     )]
-    pub cache_resources: Vec<String>,
+    pub cache_resources: Vec<CacheResource>,
 
     /// Per-resource cache sizes in the API server's syntax, resource[.group]#size;
     /// a size of 0 turns that resource's cache off (other sizes are accepted and
     /// ignored: capacity adapts on its own).
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    pub watch_cache_sizes: Vec<String>,
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = settings::parse_watch_cache_size)]
+    pub watch_cache_sizes: Vec<WatchCacheSize>,
 
     /// Start the caches at start-up instead of on first request, and report
     /// ready only once they are synced.
@@ -83,8 +90,8 @@ pub struct Args {
     /// Narrows one resource's upstream watch, e.g.
     /// `pods=fieldSelector=spec.nodeName=node-1` on a node-local proxy. Requests
     /// whose selectors do not lie inside the scope pass through. Repeatable.
-    #[arg(long, value_name = "RESOURCE=SELECTORS")]
-    pub cache_scope: Vec<String>,
+    #[arg(long, value_name = "RESOURCE=SELECTORS", value_parser = settings::parse_cache_scope)]
+    pub cache_scope: Vec<CacheScope>,
 
     /// How long events are kept for watchers resuming from a resourceVersion;
     /// the history grows and shrinks to cover this window, as the API server's does.
@@ -263,20 +270,13 @@ pub enum AuthMode {
     Delegated,
 }
 
-/// Who requests that pass through act as upstream in delegated mode
-/// (`--upstream-identity`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum UpstreamIdentityMode {
-    /// watchmux's credentials, impersonating the caller: needs the right to
-    /// impersonate anyone (shared and tier proxies).
-    Impersonate,
-    /// The caller's own credentials: a bearer token is forwarded as sent, an
-    /// anonymous request goes without credentials, and a client certificate
-    /// of watchmux's own upstream identity (the node's kubelet, when
-    /// watchmux holds the node's credentials) goes with watchmux's. Needs no
-    /// right beyond the caller's own: a node-local watchmux with node
-    /// credentials holds nothing more than the node.
-    Client,
+/// One `--cache-resources` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheResource {
+    /// `*`: every resource that can be listed and watched.
+    All,
+    /// `resource[.group]`.
+    One(GroupResource),
 }
 
 /// `kubectl proxy`'s default `--accept-hosts`: the loopback names.
@@ -304,7 +304,9 @@ mod tests {
         assert_eq!(args.shutdown_grace, Duration::from_secs(30));
         assert!(args.kubeconfig.is_none() && args.listen_unix.is_none());
         assert_eq!(args.cache_resources.len(), 9);
-        assert!(args.cache_resources.contains(&"endpointslices.discovery.k8s.io".to_owned()));
+        assert!(
+            args.cache_resources.contains(&CacheResource::One(GroupResource::parse("endpointslices.discovery.k8s.io")))
+        );
         assert_eq!(args.events_history_window, Duration::from_secs(75));
         assert!(!args.cache_warm);
     }

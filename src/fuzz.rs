@@ -710,7 +710,7 @@ mod kubeconfig {
     use serde_json::{Value, json};
 
     use super::{Words, config, repeated, token_soup};
-    use crate::config::kubeconfig::{Env, KubeconfigError, UpstreamConfig, resolve_with};
+    use crate::upstream::kubeconfig::{Env, KubeconfigError, UpstreamConfig, resolve_with};
 
     const NAMES: &[&str] = &["a", "b", ""];
     /// Names of entries and the names linking them, mostly the same so that contexts resolve.

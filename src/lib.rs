@@ -7,7 +7,8 @@
 //! produces (Status errors), and [`metrics`] names everything it counts.
 //! [`cache`] answers LIST, GET and WATCH from one upstream list+watch per
 //! resource, with [`selector`] for label and field selectors. [`config`]
-//! holds the flags and kubeconfig loading. [`auth`] authenticates and
+//! holds the flags and maps them onto each subsystem's settings; the
+//! kubeconfig is the [`upstream`]'s. [`auth`] authenticates and
 //! authorizes clients in delegated mode.
 
 pub(crate) mod auth;
@@ -32,13 +33,13 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use config::Args;
-use server::{Server, ServerOptions};
+use server::Server;
 use upstream::{Upstream, UpstreamOptions};
 
 /// Runs watchmux with the given flags until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let metrics = metrics::install().context("installing the metrics recorder")?;
-    let upstream_cfg = config::kubeconfig::resolve(args.kubeconfig.as_deref(), args.context.as_deref())
+    let upstream_cfg = upstream::kubeconfig::resolve(args.kubeconfig.as_deref(), args.context.as_deref())
         .context("resolving the upstream API server")?;
     tracing::info!(server = %upstream_cfg.server, source = %upstream_cfg.source, "upstream");
     let upstream = Arc::new(
@@ -50,65 +51,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Ok(Some(warning)) => tracing::warn!("{warning}"),
         Err(refusal) => anyhow::bail!(refusal),
     }
-    let mut opts = server_options(&args)?;
+    let mut opts = args.server_options()?;
     opts.metrics = Some(metrics);
     tracing::info!(mode = ?args.auth_mode, client_certificates = args.client_ca_file.is_some(), "client auth");
     let server = Server::bind(upstream, opts).await?;
     tracing::info!(admin = %server.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");
     server.serve(server::shutdown::signal()).await
-}
-
-/// The server's options from the flags (without a metrics recorder): the
-/// one mapping from flags to subsystems, used by [`run`] and by the
-/// in-process tests alike.
-pub fn server_options(args: &Args) -> anyhow::Result<ServerOptions> {
-    let cache = cache::registry::CacheConfig::from_flags(
-        &args.cache_resources,
-        &args.watch_cache_sizes,
-        &args.cache_scope,
-        args.cache_warm,
-        cache::resource::CacheSettings {
-            history_window: args.events_history_window,
-            slow_watcher_grace: args.slow_watcher_grace,
-        },
-    )?;
-    let delegated = (args.auth_mode == auth::AuthMode::Delegated).then_some(auth::DelegatedSettings {
-        anonymous: args.anonymous_auth,
-        token_ttl: args.authentication_token_cache_ttl,
-        token_negative_ttl: args.authentication_token_negative_cache_ttl,
-        authorized_ttl: args.authorization_cache_authorized_ttl,
-        unauthorized_ttl: args.authorization_cache_unauthorized_ttl,
-        cache_capacity: auth::CACHE_CAPACITY,
-        max_concurrent_reviews: args.max_concurrent_reviews,
-        upstream_identity: args.upstream_identity,
-    });
-    let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
-        (Some(cert), Some(key)) => {
-            Some(server::TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: args.client_ca_file.clone() })
-        }
-        _ => None,
-    };
-    Ok(ServerOptions {
-        listeners: server::Listeners {
-            api: args.listen,
-            tls,
-            unix: args.listen_unix.clone(),
-            admin: args.admin_listen,
-        },
-        shutdown_grace: args.shutdown_grace,
-        metrics: None,
-        cache: Some(cache),
-        delegated,
-        limits: server::Limits {
-            max_requests_inflight: args.max_requests_inflight,
-            max_connections: args.max_connections,
-            max_request_body_bytes: args.max_request_body_bytes,
-        },
-        h2_write_batching: args.h2_write_batching,
-        // Delegated mode authenticates every request instead.
-        accept_hosts: match args.auth_mode {
-            auth::AuthMode::TrustedLocal => Some(server::hosts::AcceptHosts::new(&args.accept_hosts)?),
-            auth::AuthMode::Delegated => None,
-        },
-    })
 }

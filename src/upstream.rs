@@ -7,9 +7,11 @@
 //! speak, and long-running requests (watches, `logs -f`) that pass through
 //! get a connection of their own too, so they never queue behind the API
 //! server's limit of concurrent HTTP/2 streams. watchmux's own credentials
-//! are added here and nowhere else.
+//! are added here and nowhere else. Where the upstream is and which
+//! credentials to use come from a kubeconfig ([`kubeconfig`]).
 
 pub(crate) mod credentials;
+pub mod kubeconfig;
 pub mod tls;
 
 use std::sync::Arc;
@@ -27,8 +29,8 @@ use rustls::pki_types::ServerName;
 use tokio_util::sync::CancellationToken;
 
 use crate::body::{self, ProxyBody};
-use crate::config::kubeconfig::UpstreamConfig;
 use crate::metrics as m;
+use crate::upstream::kubeconfig::UpstreamConfig;
 use credentials::{Credentials, CredentialsError};
 
 /// How often readiness is probed.
@@ -304,7 +306,7 @@ impl Upstream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::kubeconfig::UpstreamAuth;
+    use crate::upstream::kubeconfig::UpstreamAuth;
 
     fn cfg(server: &str) -> UpstreamConfig {
         UpstreamConfig {

@@ -145,7 +145,7 @@ async fn check_histogram(admin: SocketAddr, review: &str, lookup: &str) -> (f64,
 async fn main() {
     let kubeconfig = std::env::var("WATCHMUX_BENCH_KUBECONFIG").expect("WATCHMUX_BENCH_KUBECONFIG");
     let bin = std::env::var("WATCHMUX_BENCH_BIN").expect("WATCHMUX_BENCH_BIN");
-    let cfg = watchmux::config::kubeconfig::resolve(Some(std::path::Path::new(&kubeconfig)), None).unwrap();
+    let cfg = watchmux::upstream::kubeconfig::resolve(Some(std::path::Path::new(&kubeconfig)), None).unwrap();
     let admin = Upstream::new(&cfg, UpstreamOptions::default()).unwrap();
 
     // A service account that may read configmaps in one namespace.

@@ -131,7 +131,7 @@ async fn collect_events(resp: http::Response<Incoming>, tx: tokio::sync::mpsc::U
 async fn main() {
     let kubeconfig = std::env::var("WATCHMUX_BENCH_KUBECONFIG").expect("WATCHMUX_BENCH_KUBECONFIG");
     let proxy: SocketAddr = std::env::var("WATCHMUX_BENCH_PROXY").expect("WATCHMUX_BENCH_PROXY").parse().unwrap();
-    let cfg = watchmux::config::kubeconfig::resolve(Some(kubeconfig.as_ref()), None).unwrap();
+    let cfg = watchmux::upstream::kubeconfig::resolve(Some(kubeconfig.as_ref()), None).unwrap();
     let direct = Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap());
     let sides = [("direct", Side::Direct(direct.clone())), ("through watchmux", Side::Proxy(proxy))];
 

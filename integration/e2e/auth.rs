@@ -103,7 +103,7 @@ pub(crate) fn client(cluster: &Cluster, dir: &Path, server: &str, cred: Credenti
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
     let path = dir.join(format!("kubeconfig-{nanos}"));
     std::fs::write(&path, cfg.to_string()).unwrap();
-    let resolved = watchmux::config::kubeconfig::resolve(Some(&path), None).unwrap();
+    let resolved = watchmux::upstream::kubeconfig::resolve(Some(&path), None).unwrap();
     Arc::new(Upstream::new(&resolved, UpstreamOptions::default()).unwrap())
 }
 

@@ -49,7 +49,7 @@ impl Cluster {
 
     /// A client straight to the API server, with the admin credentials.
     pub fn direct_client(&self) -> Arc<Upstream> {
-        let cfg = watchmux::config::kubeconfig::resolve(Some(&self.kubeconfig), None).unwrap();
+        let cfg = watchmux::upstream::kubeconfig::resolve(Some(&self.kubeconfig), None).unwrap();
         Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap())
     }
 }

@@ -94,9 +94,9 @@ pub(crate) async fn start_proxy(upstream: SocketAddr, extra: &[&str]) -> Proxy {
     ];
     argv.extend(extra.iter().map(|s| s.to_string()));
     let args = <Args as clap::Parser>::try_parse_from(argv).unwrap();
-    let cfg = watchmux::config::kubeconfig::resolve(args.kubeconfig.as_deref(), None).unwrap();
+    let cfg = watchmux::upstream::kubeconfig::resolve(args.kubeconfig.as_deref(), None).unwrap();
     let up = Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap());
-    let mut opts = watchmux::server_options(&args).unwrap();
+    let mut opts = args.server_options().unwrap();
     // The pass-through tests run without the cache unless they ask for it.
     if !extra.iter().any(|a| a.starts_with("--cache-resources")) {
         opts.cache = None;

@@ -12,7 +12,6 @@ use super::object::ObjectShape;
 use super::reflector::{Exit, Reflector};
 use super::resource::{CacheSettings, ResourceCache, Scope};
 use super::resource_info::ResourceInfo;
-use crate::selector::{FieldSelector, LabelSelector};
 use crate::upstream::Upstream;
 
 /// A resource and its group, as `--cache-resources` names them: `pods`,
@@ -38,37 +37,11 @@ impl std::fmt::Display for GroupResource {
     }
 }
 
-/// The resources cached by default: what kubelets, kube-proxy and node agents watch.
-#[cfg(test)]
-pub(crate) const DEFAULT_RESOURCES: &[&str] = &[
-    "pods",
-    "nodes",
-    "services",
-    "endpoints",
-    "endpointslices.discovery.k8s.io",
-    "namespaces",
-    "configmaps",
-    "runtimeclasses.node.k8s.io",
-    "csidrivers.storage.k8s.io",
-];
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResourceSelection {
     /// Every listable and watchable resource, custom resources included (`*`).
     All,
     Only(HashSet<GroupResource>),
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum CacheConfigError {
-    #[error("--watch-cache-sizes entry {0:?} is not resource[.group]#size")]
-    CacheSize(String),
-    #[error("--cache-scope {0:?} is not RESOURCE=SELECTORS, e.g. pods=fieldSelector=spec.nodeName=node-1")]
-    ScopeSyntax(String),
-    #[error("--cache-scope {0:?}: only labelSelector and fieldSelector may narrow a cache")]
-    ScopeParameter(String),
-    #[error("--cache-scope {entry:?}: {message}")]
-    ScopeSelector { entry: String, message: String },
 }
 
 /// What to cache and how, from the flags.
@@ -82,53 +55,6 @@ pub struct CacheConfig {
 }
 
 impl CacheConfig {
-    /// Builds the configuration from the flag values.
-    pub fn from_flags(
-        resources: &[String],
-        watch_cache_sizes: &[String],
-        scopes: &[String],
-        warm: bool,
-        settings: CacheSettings,
-    ) -> Result<Self, CacheConfigError> {
-        let resources = if resources.iter().any(|r| r.trim() == "*") {
-            ResourceSelection::All
-        } else {
-            ResourceSelection::Only(
-                resources.iter().map(|r| r.trim()).filter(|r| !r.is_empty()).map(GroupResource::parse).collect(),
-            )
-        };
-        let mut disabled = HashSet::new();
-        for entry in watch_cache_sizes {
-            let (name, size) = entry.split_once('#').ok_or_else(|| CacheConfigError::CacheSize(entry.clone()))?;
-            let size: u64 = size.trim().parse().map_err(|_| CacheConfigError::CacheSize(entry.clone()))?;
-            // As in the API server, only 0 means something now: no cache.
-            // Other sizes are accepted and ignored (capacity is dynamic).
-            if size == 0 {
-                disabled.insert(GroupResource::parse(name.trim()));
-            }
-        }
-        let mut scope_map = HashMap::new();
-        for entry in scopes {
-            let (resource, query) =
-                entry.split_once('=').ok_or_else(|| CacheConfigError::ScopeSyntax(entry.clone()))?;
-            let mut scope = Scope::default();
-            for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-                let err = |e: crate::selector::SelectorError| CacheConfigError::ScopeSelector {
-                    entry: entry.clone(),
-                    message: e.to_string(),
-                };
-                match &*k {
-                    "labelSelector" => scope.labels = LabelSelector::parse(&v).map_err(err)?,
-                    "fieldSelector" => scope.fields = FieldSelector::parse(&v).map_err(err)?,
-                    _ => return Err(CacheConfigError::ScopeParameter(entry.clone())),
-                }
-                scope.query.push((k.into_owned(), v.into_owned()));
-            }
-            scope_map.insert(GroupResource::parse(resource.trim()), scope);
-        }
-        Ok(Self { resources, disabled, scopes: scope_map, warm, settings })
-    }
-
     pub fn is_enabled(&self, gr: &GroupResource) -> bool {
         !self.disabled.contains(gr)
             && match &self.resources {
@@ -322,57 +248,11 @@ impl Registry {
 mod tests {
     use super::*;
 
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
     #[test]
-    fn resource_names_and_the_default_list() {
+    fn resource_names_put_the_group_after_the_first_dot() {
         assert_eq!(GroupResource::parse("pods"), GroupResource { group: "".into(), resource: "pods".into() });
         let es = GroupResource::parse("endpointslices.discovery.k8s.io");
         assert_eq!((es.group.as_str(), es.resource.as_str()), ("discovery.k8s.io", "endpointslices"));
         assert_eq!(es.to_string(), "endpointslices.discovery.k8s.io");
-        let cfg =
-            CacheConfig::from_flags(&strings(DEFAULT_RESOURCES), &[], &[], false, CacheSettings::default()).unwrap();
-        assert!(cfg.is_enabled(&GroupResource::parse("configmaps")));
-        assert!(!cfg.is_enabled(&GroupResource::parse("secrets")));
-    }
-
-    #[test]
-    fn star_and_watch_cache_sizes() {
-        let cfg = CacheConfig::from_flags(
-            &strings(&["*"]),
-            &strings(&["secrets#0", "pods#1000", "leases.coordination.k8s.io#0"]),
-            &[],
-            false,
-            CacheSettings::default(),
-        )
-        .unwrap();
-        assert!(cfg.is_enabled(&GroupResource::parse("widgets.example.com")));
-        assert!(cfg.is_enabled(&GroupResource::parse("pods")));
-        assert!(!cfg.is_enabled(&GroupResource::parse("secrets")));
-        assert!(!cfg.is_enabled(&GroupResource::parse("leases.coordination.k8s.io")));
-        assert!(CacheConfig::from_flags(&[], &strings(&["pods"]), &[], false, CacheSettings::default()).is_err());
-    }
-
-    #[test]
-    fn scopes() {
-        let cfg = CacheConfig::from_flags(
-            &strings(&["pods"]),
-            &[],
-            &strings(&["pods=fieldSelector=spec.nodeName=node-1"]),
-            false,
-            CacheSettings::default(),
-        )
-        .unwrap();
-        let scope = &cfg.scopes[&GroupResource::parse("pods")];
-        assert_eq!(scope.fields.exact("spec.nodeName"), Some("node-1"));
-        assert_eq!(scope.query, vec![("fieldSelector".to_owned(), "spec.nodeName=node-1".to_owned())]);
-        for bad in ["pods", "pods=limit=5"] {
-            assert!(
-                CacheConfig::from_flags(&[], &[], &strings(&[bad]), false, CacheSettings::default()).is_err(),
-                "{bad}"
-            );
-        }
     }
 }

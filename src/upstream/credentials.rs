@@ -9,7 +9,7 @@ use http::HeaderValue;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::config::kubeconfig::UpstreamAuth;
+use crate::upstream::kubeconfig::UpstreamAuth;
 
 /// How long a token read from a file is used before the file is read again.
 ///

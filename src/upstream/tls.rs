@@ -10,7 +10,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use crate::config::kubeconfig::UpstreamConfig;
+use crate::upstream::kubeconfig::UpstreamConfig;
 
 /// Why the upstream TLS configuration could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tokio::net::TcpStream;
-use watchmux::config::kubeconfig::UpstreamAuth;
+use watchmux::upstream::kubeconfig::UpstreamAuth;
 use watchmux::upstream::{Upstream, UpstreamOptions};
 
 use super::client::{Sender, Shape, Target, advertised_max_streams, tls_connect};
@@ -33,7 +33,7 @@ impl Api {
     /// From `WATCHMUX_BENCH_KUBECONFIG` (a bearer-token kubeconfig) and the other variables above.
     pub fn from_env() -> anyhow::Result<Self> {
         let kubeconfig = env("WATCHMUX_BENCH_KUBECONFIG")?;
-        let up = watchmux::config::kubeconfig::resolve(Some(kubeconfig.as_ref()), None)?;
+        let up = watchmux::upstream::kubeconfig::resolve(Some(kubeconfig.as_ref()), None)?;
         let direct = Arc::new(Upstream::new(&up, UpstreamOptions::default())?);
         let auth = match &up.auth {
             UpstreamAuth::Token(t) => HeaderValue::from_str(&format!("Bearer {t}"))?,

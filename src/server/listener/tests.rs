@@ -154,14 +154,14 @@ fn tls_pair(alpn: &[&[u8]]) -> (TlsAcceptor, tokio_rustls::TlsConnector, tempfil
     std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
     let acceptor = super::super::tls::acceptor(&cert_path, &key_path, None).unwrap();
     // The client is watchmux's own upstream TLS, trusting the test's CA.
-    let upstream = crate::config::kubeconfig::UpstreamConfig {
+    let upstream = crate::upstream::kubeconfig::UpstreamConfig {
         server: "https://localhost".parse().unwrap(),
         ca_pem: Some(cert.cert.pem().into_bytes()),
         insecure_skip_tls_verify: false,
         tls_server_name: None,
         client_cert_pem: None,
         client_key_pem: None,
-        auth: crate::config::kubeconfig::UpstreamAuth::None,
+        auth: crate::upstream::kubeconfig::UpstreamAuth::None,
         source: "test".into(),
     };
     let mut config = crate::upstream::tls::client_config(&upstream).unwrap();

@@ -1,0 +1,257 @@
+//! From flags to each subsystem's own settings: the one mapping, used by
+//! `watchmux::run` and by the in-process test harness alike.
+//!
+//! Each subsystem owns its settings type (`cache::registry::CacheConfig`,
+//! `auth::DelegatedSettings`, `server::ServerOptions`) and knows nothing of
+//! flags; the flags' syntax (`resource[.group]#size`, `RESOURCE=SELECTORS`)
+//! is parsed here, by clap's value parsers, so a bad value is refused with
+//! clap's own message before anything starts. Every default is written once,
+//! on its flag in [`super::Args`].
+
+use std::collections::{HashMap, HashSet};
+
+use clap::ValueEnum;
+use clap::builder::PossibleValue;
+
+use super::{AuthMode, CacheResource};
+use crate::auth::{self, DelegatedSettings, UpstreamIdentityMode};
+use crate::cache::registry::{CacheConfig, GroupResource, ResourceSelection};
+use crate::cache::resource::{CacheSettings, Scope};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::server::{self, ServerOptions};
+
+impl super::Args {
+    /// The server's options (without a metrics recorder, which the caller
+    /// installs): listeners, limits, auth and the cache.
+    pub fn server_options(&self) -> anyhow::Result<ServerOptions> {
+        let tls = match (&self.tls_cert_file, &self.tls_private_key_file) {
+            (Some(cert), Some(key)) => {
+                Some(server::TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: self.client_ca_file.clone() })
+            }
+            _ => None,
+        };
+        Ok(ServerOptions {
+            listeners: server::Listeners {
+                api: self.listen,
+                tls,
+                unix: self.listen_unix.clone(),
+                admin: self.admin_listen,
+            },
+            shutdown_grace: self.shutdown_grace,
+            metrics: None,
+            cache: Some(self.cache_config()),
+            delegated: self.delegated_settings(),
+            limits: server::Limits {
+                max_requests_inflight: self.max_requests_inflight,
+                max_connections: self.max_connections,
+                max_request_body_bytes: self.max_request_body_bytes,
+            },
+            h2_write_batching: self.h2_write_batching,
+            // Delegated mode authenticates every request instead.
+            accept_hosts: match self.auth_mode {
+                AuthMode::TrustedLocal => Some(server::hosts::AcceptHosts::new(&self.accept_hosts)?),
+                AuthMode::Delegated => None,
+            },
+        })
+    }
+
+    /// What to cache and how (`--cache-*`, `--watch-cache-sizes`, the history
+    /// window and the slow-watcher grace).
+    fn cache_config(&self) -> CacheConfig {
+        let resources = if self.cache_resources.contains(&CacheResource::All) {
+            ResourceSelection::All
+        } else {
+            ResourceSelection::Only(
+                self.cache_resources
+                    .iter()
+                    .filter_map(|r| match r {
+                        CacheResource::One(gr) => Some(gr.clone()),
+                        CacheResource::All => None,
+                    })
+                    .collect(),
+            )
+        };
+        // As in the API server, only a size of 0 means something now: no
+        // cache. Other sizes are accepted and ignored (capacity is dynamic).
+        let disabled: HashSet<GroupResource> =
+            self.watch_cache_sizes.iter().filter(|size| size.size == 0).map(|size| size.resource.clone()).collect();
+        let scopes: HashMap<GroupResource, Scope> =
+            self.cache_scope.iter().map(|s| (s.resource.clone(), s.scope.clone())).collect();
+        CacheConfig {
+            resources,
+            disabled,
+            scopes,
+            warm: self.cache_warm,
+            settings: CacheSettings {
+                history_window: self.events_history_window,
+                slow_watcher_grace: self.slow_watcher_grace,
+            },
+        }
+    }
+
+    /// Delegated authentication and authorization; `None` in trusted-local.
+    fn delegated_settings(&self) -> Option<DelegatedSettings> {
+        (self.auth_mode == AuthMode::Delegated).then_some(DelegatedSettings {
+            anonymous: self.anonymous_auth,
+            token_ttl: self.authentication_token_cache_ttl,
+            token_negative_ttl: self.authentication_token_negative_cache_ttl,
+            authorized_ttl: self.authorization_cache_authorized_ttl,
+            unauthorized_ttl: self.authorization_cache_unauthorized_ttl,
+            cache_capacity: auth::CACHE_CAPACITY,
+            max_concurrent_reviews: self.max_concurrent_reviews,
+            upstream_identity: self.upstream_identity,
+        })
+    }
+}
+
+/// One `--watch-cache-sizes` entry, `resource[.group]#size`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchCacheSize {
+    resource: GroupResource,
+    size: u64,
+}
+
+/// One `--cache-scope` entry, `RESOURCE=SELECTORS`.
+#[derive(Debug, Clone)]
+pub struct CacheScope {
+    resource: GroupResource,
+    scope: Scope,
+}
+
+/// `--cache-resources`: `*` or `resource[.group]`.
+pub(super) fn parse_cache_resource(entry: &str) -> Result<CacheResource, String> {
+    match entry.trim() {
+        "*" => Ok(CacheResource::All),
+        "" => Err("an empty resource name".into()),
+        name => Ok(CacheResource::One(GroupResource::parse(name))),
+    }
+}
+
+/// `--watch-cache-sizes`: `resource[.group]#size`, the API server's syntax.
+pub(super) fn parse_watch_cache_size(entry: &str) -> Result<WatchCacheSize, String> {
+    let bad = || format!("{entry:?} is not resource[.group]#size");
+    let (name, size) = entry.split_once('#').ok_or_else(bad)?;
+    let size = size.trim().parse().map_err(|_| bad())?;
+    Ok(WatchCacheSize { resource: GroupResource::parse(name.trim()), size })
+}
+
+/// `--cache-scope`: `RESOURCE=SELECTORS`, the selectors as query parameters.
+pub(super) fn parse_cache_scope(entry: &str) -> Result<CacheScope, String> {
+    let (resource, query) = entry
+        .split_once('=')
+        .ok_or_else(|| format!("{entry:?} is not RESOURCE=SELECTORS, e.g. pods=fieldSelector=spec.nodeName=node-1"))?;
+    let mut scope = Scope::default();
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        let invalid = |e: crate::selector::SelectorError| format!("{entry:?}: {e}");
+        match &*k {
+            "labelSelector" => scope.labels = LabelSelector::parse(&v).map_err(invalid)?,
+            "fieldSelector" => scope.fields = FieldSelector::parse(&v).map_err(invalid)?,
+            _ => return Err(format!("{entry:?}: only labelSelector and fieldSelector may narrow a cache")),
+        }
+        scope.query.push((k.into_owned(), v.into_owned()));
+    }
+    Ok(CacheScope { resource: GroupResource::parse(resource.trim()), scope })
+}
+
+// `auth` owns the mode and knows nothing of clap; its spelling and help on
+// the command line are written here.
+impl ValueEnum for UpstreamIdentityMode {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Self::Impersonate, Self::Client]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            Self::Impersonate => PossibleValue::new("impersonate").help(
+                "watchmux's credentials, impersonating the caller: needs the right to impersonate anyone \
+                 (shared and tier proxies)",
+            ),
+            Self::Client => PossibleValue::new("client").help(
+                "the caller's own credentials; a client certificate of watchmux's own upstream identity goes \
+                 with watchmux's (node-local with the node's credentials)",
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::config::Args;
+
+    fn args(extra: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("watchmux").chain(extra.iter().copied()))
+    }
+
+    fn gr(s: &str) -> GroupResource {
+        GroupResource::parse(s)
+    }
+
+    #[test]
+    fn the_default_resources_are_what_node_agents_watch() {
+        let cfg = args(&[]).unwrap().cache_config();
+        for cached in ["pods", "nodes", "configmaps", "endpointslices.discovery.k8s.io", "csidrivers.storage.k8s.io"] {
+            assert!(cfg.is_enabled(&gr(cached)), "{cached}");
+        }
+        assert!(!cfg.is_enabled(&gr("secrets")));
+        assert!(!cfg.is_enabled(&gr("endpointslices")), "the group is part of the name");
+    }
+
+    #[test]
+    fn star_caches_everything_but_what_watch_cache_sizes_turns_off() {
+        let cfg = args(&[
+            "--cache-resources",
+            "*",
+            "--watch-cache-sizes",
+            "secrets#0,pods#1000,leases.coordination.k8s.io#0",
+        ])
+        .unwrap()
+        .cache_config();
+        assert!(cfg.is_enabled(&gr("widgets.example.com")));
+        assert!(cfg.is_enabled(&gr("pods")), "a size other than 0 is ignored");
+        assert!(!cfg.is_enabled(&gr("secrets")));
+        assert!(!cfg.is_enabled(&gr("leases.coordination.k8s.io")));
+    }
+
+    #[test]
+    fn malformed_flag_values_are_refused_by_the_parser_with_the_entry_named() {
+        for (flag, bad) in [
+            ("--watch-cache-sizes", "pods"),
+            ("--watch-cache-sizes", "pods#many"),
+            ("--cache-scope", "pods"),
+            ("--cache-scope", "pods=limit=5"),
+            ("--cache-scope", "pods=labelSelector=a in (b"),
+            ("--cache-resources", "pods,,nodes"),
+        ] {
+            let err = args(&[flag, bad]).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{flag} {bad}");
+            assert!(err.to_string().contains(flag), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_scope_keeps_its_selectors_and_their_query_form() {
+        let cfg = args(&["--cache-scope", "pods=fieldSelector=spec.nodeName=node-1"]).unwrap().cache_config();
+        let scope = &cfg.scopes[&gr("pods")];
+        assert_eq!(scope.fields.exact("spec.nodeName"), Some("node-1"));
+        assert_eq!(scope.query, vec![("fieldSelector".to_owned(), "spec.nodeName=node-1".to_owned())]);
+    }
+
+    #[test]
+    fn the_history_window_default_is_the_api_servers() {
+        let cfg = args(&[]).unwrap().cache_config();
+        assert_eq!(cfg.settings.history_window, crate::cache::history::DEFAULT_WINDOW);
+    }
+
+    #[test]
+    fn delegated_settings_exist_only_in_delegated_mode() {
+        assert!(args(&[]).unwrap().delegated_settings().is_none());
+        let delegated = args(&["--auth-mode", "delegated", "--upstream-identity", "client"]).unwrap();
+        let settings = delegated.delegated_settings().unwrap();
+        assert_eq!(settings.upstream_identity, UpstreamIdentityMode::Client);
+        assert!(settings.anonymous);
+        assert!(args(&["--upstream-identity", "nobody"]).is_err());
+    }
+}
