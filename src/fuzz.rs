@@ -510,7 +510,7 @@ mod watch_lines {
     use crate::cache::object::{CachedObject, ObjectKey};
     use crate::cache::resource::{CacheSettings, ResourceCache, Scope};
     use crate::cache::store::{Objects, Snapshot};
-    use crate::cache::upstream_watch::apply_watch_line;
+    use crate::cache::upstream_watch::read_line;
     use crate::negotiate::ContentVariant;
 
     /// Repeats weigh the choices toward events that apply.
@@ -655,11 +655,11 @@ mod watch_lines {
 
         #[test]
         fn lines_never_move_the_cache_back_and_change_only_what_they_apply(lines in vec(line(), 1..16)) {
-            let cache = ResourceCache::new(cm_shape(), Scope::default(), CacheSettings::default());
+            let cache = ResourceCache::create(cm_shape(), Scope::default(), CacheSettings::default());
             cache.replace(Objects::new(), 10);
             for line in lines {
                 let before = cache.snapshot();
-                let result = apply_watch_line(&cache, &line);
+                let result = read_line(&cache, &line).map(|change| change.map(|change| cache.apply(change)));
                 let after = cache.snapshot();
                 prop_assert_eq!(after.rv, cache.current_rv());
                 match result {

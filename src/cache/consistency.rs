@@ -154,7 +154,7 @@ impl Client {
 }
 
 fn run(steps: Vec<Step>) -> Result<(usize, usize), TestCaseError> {
-    let cache = ResourceCache::new(cm_shape(), Scope::default(), CacheSettings::default());
+    let cache = ResourceCache::create(cm_shape(), Scope::default(), CacheSettings::default());
     let mut up = Upstream { rv: 1, objects: BTreeMap::new(), pending: Vec::new(), lives: 0 };
     cache.replace(Objects::new(), up.rv);
     let mut clients: Vec<Client> = Vec::new();
@@ -163,7 +163,7 @@ fn run(steps: Vec<Step>) -> Result<(usize, usize), TestCaseError> {
             Step::Write { key, delete } => up.write(key, delete),
             Step::Deliver(n) => {
                 for (kind, name, rv, uid) in up.pending.drain(..(n as usize).min(up.pending.len())) {
-                    cache.apply(kind, Upstream::object(&name, rv, &uid));
+                    cache.event(kind, Upstream::object(&name, rv, &uid));
                 }
             }
             Step::Relist => {
@@ -185,7 +185,7 @@ fn run(steps: Vec<Step>) -> Result<(usize, usize), TestCaseError> {
     }
     // The cache catches up with the upstream, by its watch or by a relist.
     for (kind, name, rv, uid) in std::mem::take(&mut up.pending) {
-        cache.apply(kind, Upstream::object(&name, rv, &uid));
+        cache.event(kind, Upstream::object(&name, rv, &uid));
     }
     let mut expired = 0;
     for (i, c) in clients.iter_mut().enumerate() {

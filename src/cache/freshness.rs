@@ -17,6 +17,8 @@
 //!    own current version (about a second later). Replayed events are applied
 //!    in order, and the bookmark moves the cache's version forward: together
 //!    they prove the cache is current at that version, which is at least `P`.
+//!    The catch-up watch does not write the cache itself: it queues what it
+//!    reads to the cache's one writer, the reflector (`resource::Writer`).
 //!
 //! If the proof does not arrive within the budget the read passes through,
 //! and is counted as a fallback.
@@ -30,8 +32,8 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::resource::{Probe, ResourceCache};
-use super::upstream_watch::{Line, LineEnd, LineSplitter, apply_line, collection_uri, parse_line, upstream_get};
+use super::resource::{Change, Probe, ResourceCache};
+use super::upstream_watch::{LineEnd, LineSplitter, collection_uri, read_line, upstream_get};
 use crate::upstream::Upstream;
 
 /// The catch-up watch's timeout: the API server sends its bookmark two
@@ -128,8 +130,13 @@ async fn probe_current_rv(cache: &ResourceCache, upstream: &Upstream) -> Option<
     meta.metadata.resource_version.parse().ok()
 }
 
-/// One short watch from `from`: applies what it replays, and the bookmark
-/// that follows; ends at that bookmark.
+/// How long the catch-up waits for the writer to take a change (it is
+/// relisting or backing off when it does not): then the catch-up ends,
+/// which is safe, since it never skips a change and queues a later one.
+const QUEUE_WAIT: Duration = Duration::from_secs(2);
+
+/// One short watch from `from`: queues what it replays, and the bookmark
+/// that follows, to the writer; ends at that bookmark.
 async fn catch_up(cache: &ResourceCache, upstream: &Upstream, from: u64) -> Result<(), String> {
     let params = [
         ("watch", "true".to_owned()),
@@ -147,17 +154,16 @@ async fn catch_up(cache: &ResourceCache, upstream: &Upstream, from: u64) -> Resu
         let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() else { continue };
         lines.push(&data);
         while let Some(line) = lines.next_line() {
-            let line = match parse_line(&line) {
-                Ok(line) => line,
+            let change = match read_line(cache, &line) {
+                Ok(Some(change)) => change,
+                Ok(None) => continue,
                 Err(LineEnd::Expired) => return Err("expired".into()),
                 Err(LineEnd::Failed(e)) => return Err(e),
             };
-            let is_bookmark = matches!(line, Line::Bookmark(_));
-            match apply_line(cache, line) {
-                Ok(_) if is_bookmark => return Ok(()),
-                Ok(_) => {}
-                Err(LineEnd::Expired) => return Err("expired".into()),
-                Err(LineEnd::Failed(e)) => return Err(e),
+            let is_bookmark = matches!(change, Change::Bookmark(_));
+            cache.freshness().catch_up.send_timeout(change, QUEUE_WAIT).await.map_err(|e| e.to_string())?;
+            if is_bookmark {
+                return Ok(());
             }
         }
     }

@@ -24,11 +24,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::object::CachedObject;
-use super::resource::ResourceCache;
+use super::resource::Writer;
 use super::store::Objects;
-use super::upstream_watch::{
-    LineEnd, LineSplitter, ReflectorError, apply_line, collection_uri, parse_line, upstream_get,
-};
+use super::upstream_watch::{LineEnd, LineSplitter, ReflectorError, collection_uri, read_line, upstream_get};
 use crate::error::error_chain;
 use crate::metrics as m;
 use crate::upstream::Upstream;
@@ -96,14 +94,15 @@ struct ListMeta {
 }
 
 pub(crate) struct Reflector {
-    cache: Arc<ResourceCache>,
+    /// The cache's one writer; reads go through it too (it derefs to the cache).
+    cache: Writer,
     upstream: Arc<Upstream>,
     failures: u32,
     started: bool,
 }
 
 impl Reflector {
-    pub(crate) fn new(cache: Arc<ResourceCache>, upstream: Arc<Upstream>) -> Self {
+    pub(crate) fn new(cache: Writer, upstream: Arc<Upstream>) -> Self {
         Self { cache, upstream, failures: 0, started: false }
     }
 
@@ -277,7 +276,16 @@ impl Reflector {
         let mut body = resp.into_body();
         let mut lines = LineSplitter::default();
         loop {
-            let frame = match tokio::time::timeout(WATCH_PROGRESS_DEADLINE, body.frame()).await {
+            // Changes a catch-up watch read for the freshness proof are
+            // applied here, between this watch's own lines (see `Writer`).
+            let next = tokio::select! {
+                next = tokio::time::timeout(WATCH_PROGRESS_DEADLINE, body.frame()) => next,
+                change = self.cache.next_catch_up() => {
+                    rv = rv.max(self.cache.apply(change));
+                    continue;
+                }
+            };
+            let frame = match next {
                 // Silence past the bookmark period: a connection that died
                 // without a FIN or RST (HTTP/1.1 has no PING to find out).
                 Err(_) => {
@@ -291,8 +299,8 @@ impl Reflector {
             let Ok(data) = frame.into_data() else { continue };
             lines.push(&data);
             while let Some(line) = lines.next_line() {
-                match parse_line(&line).and_then(|line| apply_line(&self.cache, line)) {
-                    Ok(Some(new_rv)) => rv = rv.max(new_rv),
+                match read_line(&self.cache, &line) {
+                    Ok(Some(change)) => rv = rv.max(self.cache.apply(change)),
                     Ok(None) => {}
                     Err(end) => return end.with_rv(rv),
                 }

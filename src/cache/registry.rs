@@ -168,23 +168,24 @@ impl Registry {
             .caches
             .entry(key.clone())
             .or_insert_with(|| {
-                let cache =
-                    Arc::new(ResourceCache::new(ObjectShape::new(info, custom), scope, self.config.settings.clone()));
-                created = Some(cache.clone());
+                let writer = ResourceCache::create(ObjectShape::new(info, custom), scope, self.config.settings.clone());
+                let cache = writer.cache().clone();
+                created = Some(writer);
                 cache
             })
             .clone();
-        if let Some(cache) = created {
-            tracing::info!(resource = %cache.label(), "starting cache");
-            let reflector = Reflector::new(cache.clone(), self.upstream.clone());
+        if let Some(writer) = created {
+            tracing::info!(resource = %writer.label(), "starting cache");
+            let reflector = Reflector::new(writer, self.upstream.clone());
             let (caches, discovery, stop) = (self.caches.clone(), self.discovery.clone(), self.stop.clone());
+            let mine = cache.clone();
             tokio::spawn(async move {
                 if reflector.run(stop).await == Exit::Gone {
                     // A deleted CRD or a version no longer served: forget the
                     // cache and what discovery said, so that requests find the
                     // API server's 404 and a re-created CRD gets a fresh cache
                     // with its current schema and selectable fields.
-                    caches.remove_if(&key, |_, c| Arc::ptr_eq(c, &cache));
+                    caches.remove_if(&key, |_, c| Arc::ptr_eq(c, &mine));
                     discovery.forget(&key.0, &key.1);
                 }
             });

@@ -1,7 +1,8 @@
 //! One resource's cache: the store, the history and the dispatcher behind
 //! one upstream list+watch, and the registration of downstream watchers.
 //!
-//! Concurrency: the reflector is the only writer. It applies an event under
+//! Concurrency: the reflector is the only writer: it owns the cache's
+//! [`Writer`], the one handle whose methods change it. It applies an event under
 //! the state's write lock and offers it to watchers before releasing it; a
 //! new watcher reads the history (or a snapshot) and registers under the read
 //! lock. So every event reaches a watcher exactly once: either in its initial
@@ -9,13 +10,17 @@
 //! resourceVersion is published after dispatch, which lets a watcher that
 //! finds its queue empty know it has sent everything up to that version.
 
+mod writer;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::watch;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
+
+pub(crate) use writer::{Change, Writer};
 
 use super::dispatcher::Dispatcher;
 use super::event::{CacheEvent, EventType};
@@ -62,12 +67,13 @@ impl CacheMetrics {
 }
 
 /// The state of the freshness proof (`freshness.rs` holds its logic): the
-/// probe of the upstream's current version that requests share, and
-/// whether a catch-up watch is running.
-#[derive(Default)]
+/// probe of the upstream's current version that requests share, whether a
+/// catch-up watch is running, and where it queues what it reads for the
+/// writer.
 pub(crate) struct Freshness {
     pub(super) probe: Mutex<Option<Probe>>,
     pub(super) catching_up: AtomicBool,
+    pub(super) catch_up: mpsc::Sender<Change>,
 }
 
 impl std::fmt::Debug for Freshness {
@@ -124,9 +130,11 @@ pub(crate) struct ResourceCache {
     dispatcher: Mutex<Dispatcher>,
     /// The resourceVersion the cache is current at, published after dispatch.
     current_rv: AtomicU64,
-    rv_tx: watch::Sender<u64>,
+    /// Set by the first complete list.
     ready: AtomicBool,
-    ready_tx: watch::Sender<bool>,
+    /// Wakes those waiting for `current_rv` or `ready` to change; they
+    /// look at the atomics again (the one source of each fact).
+    changed: Notify,
     /// Set while the initial list keeps failing (403, upstream down...):
     /// requests then pass through at once instead of waiting for readiness.
     initial_list_failing: AtomicBool,
@@ -173,7 +181,13 @@ pub(crate) struct Registration {
 }
 
 impl ResourceCache {
-    pub(crate) fn new(shape: ObjectShape, scope: Scope, settings: CacheSettings) -> Self {
+    /// A new, empty cache and its one writer.
+    pub(crate) fn create(shape: ObjectShape, scope: Scope, settings: CacheSettings) -> Writer {
+        let (tx, rx) = mpsc::channel(writer::CATCH_UP_QUEUE);
+        Writer::new(Arc::new(Self::new(shape, scope, settings, tx)), rx)
+    }
+
+    fn new(shape: ObjectShape, scope: Scope, settings: CacheSettings, catch_up: mpsc::Sender<Change>) -> Self {
         let label = shape.info.qualified_resource();
         let typed = !shape.info.is_builtin_group();
         let window = settings.history_window;
@@ -184,15 +198,14 @@ impl ResourceCache {
             state: RwLock::new(State { store: Store::default(), history: History::new(window, 0) }),
             dispatcher: Mutex::new(Dispatcher::default()),
             current_rv: AtomicU64::new(0),
-            rv_tx: watch::channel(0).0,
             ready: AtomicBool::new(false),
-            ready_tx: watch::channel(false).0,
+            changed: Notify::new(),
             initial_list_failing: AtomicBool::new(false),
             next_watcher_id: AtomicU64::new(1),
             list_items_typed: AtomicBool::new(typed),
             metrics: CacheMetrics::new(&label),
             label,
-            freshness: Default::default(),
+            freshness: Freshness { probe: Mutex::new(None), catching_up: AtomicBool::new(false), catch_up },
             snapshots: KeptSnapshots::new(window),
             confirmed_at: Mutex::new(None),
             closed: AtomicBool::new(false),
@@ -202,7 +215,7 @@ impl ResourceCache {
     /// The upstream no longer serves the resource: every watch stream ends,
     /// as the API server ends them when a CRD goes, and watchers that still
     /// arrive get 410 (and find the resource gone when they list again).
-    pub(crate) fn close(&self) {
+    fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let ended = self.dispatcher.lock().end_all();
         if ended > 0 {
@@ -228,7 +241,7 @@ impl ResourceCache {
 
     /// The reflector lists again after having been in step (or the list
     /// ended): published as `watchmux_watch_cache_relist_in_progress`.
-    pub(crate) fn set_relisting(&self, relisting: bool) {
+    fn set_relisting(&self, relisting: bool) {
         self.metrics.relisting.set(if relisting { 1.0 } else { 0.0 });
     }
 
@@ -254,7 +267,7 @@ impl ResourceCache {
         self.list_items_typed.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn set_list_items_typed(&self, typed: bool) {
+    fn set_list_items_typed(&self, typed: bool) {
         self.list_items_typed.store(typed, Ordering::Relaxed);
     }
 
@@ -266,7 +279,7 @@ impl ResourceCache {
     /// Installs the result of a full LIST at `rv`. The first time, the cache
     /// becomes ready. After that (a relist), the store is replaced in one step
     /// and watchers receive the difference as ordinary events.
-    pub(crate) fn replace(&self, objects: Objects, rv: u64) {
+    fn replace(&self, objects: Objects, rv: u64) {
         let now = Instant::now();
         let mut st = self.state.write();
         self.confirm_current(now);
@@ -275,9 +288,8 @@ impl ResourceCache {
             st.history = History::new(self.settings.history_window, rv);
             self.record_gauges(&st);
             drop(st);
-            self.publish(rv);
             self.ready.store(true, Ordering::Release);
-            self.ready_tx.send_replace(true);
+            self.publish(rv);
             return;
         }
         let before = st.store.rv();
@@ -320,7 +332,7 @@ impl ResourceCache {
     }
 
     /// Applies one upstream event.
-    pub(crate) fn apply(&self, kind: EventType, object: CachedObject) {
+    fn apply(&self, kind: EventType, object: CachedObject) {
         let now = Instant::now();
         self.metrics.events_received.increment(1);
         self.confirm_current(now);
@@ -342,7 +354,7 @@ impl ResourceCache {
     }
 
     /// An upstream bookmark: nothing changed up to `rv`.
-    pub(crate) fn bookmark(&self, rv: u64) {
+    fn bookmark(&self, rv: u64) {
         self.confirm_current(Instant::now());
         let mut st = self.state.write();
         st.store.advance(rv);
@@ -361,13 +373,29 @@ impl ResourceCache {
         }
     }
 
+    /// Publishes the version the cache is now current at (and readiness,
+    /// stored just before) to those waiting.
     fn publish(&self, rv: u64) {
         self.current_rv.fetch_max(rv, Ordering::AcqRel);
-        self.rv_tx.send_if_modified(|cur| {
-            let changed = rv > *cur;
-            *cur = (*cur).max(rv);
-            changed
-        });
+        self.changed.notify_waiters();
+    }
+
+    /// Waits up to `timeout` for `done` to hold, looking again each time
+    /// the cache publishes.
+    async fn wait_until(&self, timeout: Duration, done: impl Fn() -> bool) -> bool {
+        let until = async {
+            loop {
+                let changed = self.changed.notified();
+                let mut changed = std::pin::pin!(changed);
+                // Registered before looking, so a publish in between wakes us.
+                changed.as_mut().enable();
+                if done() {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        tokio::time::timeout(timeout, until).await.is_ok()
     }
 
     fn record_gauges(&self, st: &State) {
@@ -376,7 +404,7 @@ impl ResourceCache {
     }
 
     /// Records whether the latest attempt at the initial list failed.
-    pub(crate) fn set_initial_list_failing(&self, failing: bool) {
+    fn set_initial_list_failing(&self, failing: bool) {
         self.initial_list_failing.store(failing, Ordering::Release);
     }
 
@@ -389,8 +417,7 @@ impl ResourceCache {
         if self.initial_list_failing.load(Ordering::Acquire) {
             return false;
         }
-        let mut rx = self.ready_tx.subscribe();
-        tokio::time::timeout(timeout, rx.wait_for(|ready| *ready)).await.is_ok_and(|r| r.is_ok())
+        self.wait_until(timeout, || self.is_ready()).await
     }
 
     /// Waits up to `timeout` for the cache to be current at `rv` or later.
@@ -399,8 +426,7 @@ impl ResourceCache {
             return true;
         }
         let started = Instant::now();
-        let mut rx = self.rv_tx.subscribe();
-        let reached = tokio::time::timeout(timeout, rx.wait_for(|cur| *cur >= rv)).await.is_ok_and(|r| r.is_ok());
+        let reached = self.wait_until(timeout, || self.current_rv() >= rv).await;
         self.metrics.read_wait.record(started.elapsed().as_secs_f64());
         reached
     }
@@ -477,7 +503,7 @@ mod tests {
     use std::task::Waker;
 
     fn cache() -> ResourceCache {
-        let c = ResourceCache::new(cm_shape(), Scope::default(), CacheSettings::default());
+        let c = ResourceCache::new(cm_shape(), Scope::default(), CacheSettings::default(), mpsc::channel(1).0);
         c.replace(Objects::new(), 10);
         c
     }
@@ -587,7 +613,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_failing_initial_list_does_not_make_requests_wait() {
-        let c = ResourceCache::new(cm_shape(), Scope::default(), CacheSettings::default());
+        let c = ResourceCache::new(cm_shape(), Scope::default(), CacheSettings::default(), mpsc::channel(1).0);
         let before = Instant::now();
         c.set_initial_list_failing(true);
         assert!(!c.wait_ready(Duration::from_secs(3)).await);
@@ -601,7 +627,7 @@ mod tests {
 
     #[tokio::test]
     async fn too_old_versions_are_refused() {
-        let c = ResourceCache::new(cm_shape(), Scope::default(), CacheSettings::default());
+        let c = ResourceCache::new(cm_shape(), Scope::default(), CacheSettings::default(), mpsc::channel(1).0);
         c.replace(Objects::new(), 100);
         let err = c.register(Filter::default(), StartAt::After(5)).err().unwrap();
         assert_eq!(err.to_string(), "too old resource version: 5 (100)");

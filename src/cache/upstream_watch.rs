@@ -1,7 +1,8 @@
 //! The upstream's watch and list responses, read in one place: the URL of
 //! a cache's collection, the GET that fetches it, the splitter that cuts a
 //! watch body into lines, and one typed parse of a line (an event, a
-//! bookmark, an ERROR) before it is applied to the cache. The reflector's
+//! bookmark, an ERROR) decoded into the [`Change`] the cache's writer
+//! applies. The reflector's
 //! long watch and the freshness proof's short catch-up watch both read
 //! through here, so a bookmark is known by its parsed type, never by
 //! searching the bytes (an object's data may hold `"type":"BOOKMARK"`).
@@ -13,7 +14,7 @@ use serde_json::value::RawValue;
 
 use super::event::EventType;
 use super::object::CachedObject;
-use super::resource::ResourceCache;
+use super::resource::{Change, ResourceCache};
 use crate::body;
 use crate::error::error_chain;
 use crate::upstream::Upstream;
@@ -105,28 +106,23 @@ pub(crate) fn parse_line(line: &Bytes) -> Result<Line, LineEnd> {
     Ok(Line::Event(kind, raw))
 }
 
-/// Applies a parsed line to `cache`; returns the version it carried (a
-/// bookmark's too).
-pub(crate) fn apply_line(cache: &ResourceCache, line: Line) -> Result<Option<u64>, LineEnd> {
+/// Decodes a parsed line for `cache` into the change its writer applies;
+/// `None` for a blank line.
+pub(crate) fn decode_line(cache: &ResourceCache, line: Line) -> Result<Option<Change>, LineEnd> {
     match line {
         Line::Blank => Ok(None),
-        Line::Bookmark(rv) => {
-            cache.bookmark(rv);
-            Ok(Some(rv))
-        }
+        Line::Bookmark(rv) => Ok(Some(Change::Bookmark(rv))),
         Line::Event(kind, raw) => {
             let obj = CachedObject::decode(raw, &cache.shape).map_err(|e| LineEnd::Failed(e.to_string()))?;
-            let rv = obj.rv;
-            cache.apply(kind, obj);
-            Ok(Some(rv))
+            Ok(Some(Change::Event(kind, obj)))
         }
     }
 }
 
-/// Parses and applies one watch line: [`parse_line`] then [`apply_line`] (tests and fuzzing).
-#[cfg(test)]
-pub(crate) fn apply_watch_line(cache: &ResourceCache, line: &Bytes) -> Result<Option<u64>, LineEnd> {
-    apply_line(cache, parse_line(line)?)
+/// One watch line read as the writer reads it: [`parse_line`] then
+/// [`decode_line`].
+pub(crate) fn read_line(cache: &ResourceCache, line: &Bytes) -> Result<Option<Change>, LineEnd> {
+    decode_line(cache, parse_line(line)?)
 }
 
 /// Cuts a watch body into lines as its frames arrive (a line may span

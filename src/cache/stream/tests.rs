@@ -12,7 +12,7 @@ use tokio::time::advance;
 use super::*;
 use crate::cache::filter::Filter;
 use crate::cache::object::tests::{cm, cm_shape};
-use crate::cache::resource::{CacheSettings, Scope, StartAt};
+use crate::cache::resource::{CacheSettings, Scope, StartAt, Writer};
 use crate::cache::store::Objects;
 use crate::cache::watcher::QUEUE_SOFT_LIMIT;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -33,11 +33,11 @@ fn cm_in(ns: &str, name: &str, rv: u64, labels: &str) -> CachedObject {
 }
 
 /// A ready cache at resourceVersion 10 holding `objects`.
-fn cache_with(objects: impl IntoIterator<Item = CachedObject>) -> Arc<ResourceCache> {
-    let cache = ResourceCache::new(cm_shape(), Scope::default(), CacheSettings::default());
+fn cache_with(objects: impl IntoIterator<Item = CachedObject>) -> Writer {
+    let cache = ResourceCache::create(cm_shape(), Scope::default(), CacheSettings::default());
     let objects: Objects = objects.into_iter().map(|o| (o.key.clone(), Arc::new(o))).collect();
     cache.replace(objects, 10);
-    Arc::new(cache)
+    cache
 }
 
 fn filter(namespace: Option<&str>, labels: &str, fields: &str) -> Filter {
@@ -54,8 +54,8 @@ fn opts(allow_bookmarks: bool, timeout: Duration) -> StreamOptions {
     StreamOptions { variant, allow_bookmarks, initial_events_end: false, timeout, stop: CancellationToken::new() }
 }
 
-fn watch(cache: &Arc<ResourceCache>, filter: Filter, start: StartAt, opts: StreamOptions) -> WatchStream {
-    WatchStream::new(cache.clone(), cache.register(filter, start).unwrap(), opts)
+fn watch(cache: &Writer, filter: Filter, start: StartAt, opts: StreamOptions) -> WatchStream {
+    WatchStream::new(cache.cache().clone(), cache.register(filter, start).unwrap(), opts)
 }
 
 /// Polls `frame()` exactly once, so the paused clock never moves on its own: `Pending` when
@@ -184,7 +184,7 @@ async fn no_bookmark_when_nothing_advanced_since_the_last_event_sent() {
     // Still at the version the watch started from.
     advance(MINUTE).await;
     assert_pending(&mut body).await;
-    cache.apply(EventType::Added, cm("a", 11, ""));
+    cache.event(EventType::Added, cm("a", 11, ""));
     assert_eq!(brief(&next(&mut body).await), ev("ADDED", "a", 11));
     // At the version of the last event sent.
     advance(MINUTE).await;
@@ -204,7 +204,7 @@ async fn the_stream_ends_exactly_at_its_timeout() {
     let mut body = pin!(watch(&cache, everything(), StartAt::CurrentState, opts(false, secs(30))));
     assert_eq!(brief(&next(&mut body).await), ev("ADDED", "a", 5));
     advance(secs(29)).await;
-    cache.apply(EventType::Modified, cm("a", 11, ""));
+    cache.event(EventType::Modified, cm("a", 11, ""));
     assert_eq!(brief(&next(&mut body).await), ev("MODIFIED", "a", 11));
     advance(secs(1) - MS).await;
     assert_pending(&mut body).await;
@@ -219,11 +219,11 @@ async fn the_stream_ends_at_its_timeout_even_with_events_waiting() {
     let mut body = pin!(watch(&cache, everything(), StartAt::CurrentState, opts(false, secs(30))));
     // One event a second, read a second later: the reader always finds one waiting.
     for rv in 11..40 {
-        cache.apply(EventType::Modified, cm("a", rv, ""));
+        cache.event(EventType::Modified, cm("a", rv, ""));
         advance(secs(1)).await;
         assert_eq!(brief(&next(&mut body).await).2, rv);
     }
-    cache.apply(EventType::Modified, cm("a", 40, ""));
+    cache.event(EventType::Modified, cm("a", 40, ""));
     advance(secs(1)).await;
     assert_ended(&mut body).await;
 }
@@ -242,7 +242,7 @@ fn spread() -> [CachedObject; 5] {
 }
 
 /// The `namespace/name` of every initial event a watch with `filter` receives.
-async fn initial_keys(cache: &Arc<ResourceCache>, filter: Filter) -> Vec<String> {
+async fn initial_keys(cache: &Writer, filter: Filter) -> Vec<String> {
     let mut body = pin!(watch(cache, filter, StartAt::CurrentState, opts(false, LONG)));
     let mut keys = Vec::new();
     while let Poll::Ready(Some(v)) = poll_frame(&mut body).await {
@@ -270,9 +270,9 @@ async fn current_state_sends_the_snapshot_then_live_events_through_the_filter() 
     let cache = cache_with(spread());
     let mut body = pin!(watch(&cache, filter(Some("b"), "app=x", ""), StartAt::CurrentState, opts(false, LONG)));
     // Applied before the initial events are read: not in the snapshot, sent after it.
-    cache.apply(EventType::Added, cm_in("b", "d", 11, r#""app":"x""#));
-    cache.apply(EventType::Added, cm_in("a", "d", 12, r#""app":"x""#));
-    cache.apply(EventType::Added, cm_in("b", "e", 13, r#""app":"y""#));
+    cache.event(EventType::Added, cm_in("b", "d", 11, r#""app":"x""#));
+    cache.event(EventType::Added, cm_in("a", "d", 12, r#""app":"x""#));
+    cache.event(EventType::Added, cm_in("b", "e", 13, r#""app":"y""#));
     let mut seen = Vec::new();
     while let Poll::Ready(Some(v)) = poll_frame(&mut body).await {
         seen.push(brief(&v));
@@ -289,7 +289,7 @@ async fn a_watch_list_sends_the_end_bookmark_at_the_snapshot_version_right_after
     let cache = cache_with([cm("a", 5, ""), cm("b", 6, "")]);
     cache.bookmark(12);
     let mut body = pin!(watch(&cache, everything(), StartAt::CurrentState, watch_list(true)));
-    cache.apply(EventType::Added, cm("c", 13, ""));
+    cache.event(EventType::Added, cm("c", 13, ""));
     assert_eq!(brief(&next(&mut body).await), ev("ADDED", "a", 5));
     assert_eq!(brief(&next(&mut body).await), ev("ADDED", "b", 6));
     assert_eq!(next(&mut body).await, bookmark("ConfigMap", "v1", 12, true));
@@ -309,7 +309,7 @@ async fn a_watch_list_with_nothing_matching_sends_the_end_bookmark_first() {
 async fn a_watch_list_without_allow_watch_bookmarks_gets_no_end_bookmark() {
     let cache = cache_with([cm("a", 5, "")]);
     let mut body = pin!(watch(&cache, everything(), StartAt::CurrentState, watch_list(false)));
-    cache.apply(EventType::Added, cm("c", 11, ""));
+    cache.event(EventType::Added, cm("c", 11, ""));
     assert_eq!(brief(&next(&mut body).await), ev("ADDED", "a", 5));
     assert_eq!(brief(&next(&mut body).await), ev("ADDED", "c", 11));
     assert_pending(&mut body).await;
@@ -326,13 +326,13 @@ fn turn(rv: u64) -> CachedObject {
 async fn resuming_sends_the_history_after_the_version_then_live_events_exactly_once() {
     let cache = cache_with([]);
     for rv in 11..=15 {
-        cache.apply(EventType::Modified, turn(rv));
+        cache.event(EventType::Modified, turn(rv));
     }
     let mut body = pin!(watch(&cache, everything(), StartAt::After(12), opts(false, LONG)));
     let mut seen = Vec::new();
     for rv in 16..=30 {
         // Between two reads, sometimes one event is applied, sometimes two.
-        cache.apply(EventType::Modified, turn(rv));
+        cache.event(EventType::Modified, turn(rv));
         if rv % 2 == 0 {
             seen.push(brief(&next(&mut body).await));
         }
@@ -353,7 +353,7 @@ async fn resuming_from_a_future_version_waits_for_the_events_after_it() {
     advance(MINUTE).await;
     assert_pending(&mut body).await;
     for rv in 11..=13 {
-        cache.apply(EventType::Modified, turn(rv));
+        cache.event(EventType::Modified, turn(rv));
     }
     assert_eq!(brief(&next(&mut body).await), ev("ADDED", "o1", 13));
     assert_pending(&mut body).await;
@@ -388,7 +388,7 @@ async fn selector_transitions_arrive_as_added_and_deleted_with_the_new_version()
     let mut body = pin!(watch(&cache, filter(None, "app=x", ""), StartAt::CurrentState, opts(false, LONG)));
     assert_eq!(brief(&next(&mut body).await), ev("ADDED", "a", 5));
     for (kind, rv, labels, seen) in transitions() {
-        cache.apply(kind, cm("a", rv, labels));
+        cache.event(kind, cm("a", rv, labels));
         match seen {
             Some((kind, labels)) => assert_transition(&next(&mut body).await, kind, &labels, rv),
             None => assert_pending(&mut body).await,
@@ -400,7 +400,7 @@ async fn selector_transitions_arrive_as_added_and_deleted_with_the_new_version()
 async fn selector_transitions_from_the_history_are_seen_the_same_way() {
     let cache = cache_with([cm("a", 5, r#""app":"x""#)]);
     for (kind, rv, labels, _) in transitions() {
-        cache.apply(kind, cm("a", rv, labels));
+        cache.event(kind, cm("a", rv, labels));
     }
     let mut body = pin!(watch(&cache, filter(None, "app=x", ""), StartAt::After(10), opts(false, LONG)));
     for (_, rv, _, seen) in transitions() {
@@ -427,13 +427,13 @@ async fn a_slow_watcher_is_terminated_while_a_reading_watcher_gets_every_event()
         assert_eq!(cache.watcher_count(), 2);
         for _ in 0..events {
             rv += 1;
-            cache.apply(EventType::Modified, cm("a", rv, ""));
+            cache.event(EventType::Modified, cm("a", rv, ""));
             assert_eq!(brief(&next(&mut fast).await).2, rv);
         }
     }
     assert_eq!(cache.watcher_count(), 1);
     assert_ended(&mut slow).await;
-    cache.apply(EventType::Modified, cm("a", rv + 1, ""));
+    cache.event(EventType::Modified, cm("a", rv + 1, ""));
     assert_eq!(brief(&next(&mut fast).await).2, rv + 1);
     assert_pending(&mut fast).await;
 }
@@ -447,7 +447,7 @@ async fn cancelling_the_stop_token_ends_the_stream_cleanly_with_events_pending()
     let opts = StreamOptions { stop: stop.clone(), ..opts(true, LONG) };
     let mut body = pin!(watch(&cache, everything(), StartAt::CurrentState, opts));
     assert_eq!(brief(&next(&mut body).await), ev("ADDED", "a", 5));
-    cache.apply(EventType::Added, cm("c", 11, ""));
+    cache.event(EventType::Added, cm("c", 11, ""));
     stop.cancel();
     assert_ended(&mut body).await;
     assert_ended(&mut body).await;
@@ -463,7 +463,7 @@ async fn dropping_a_stream_deregisters_its_watcher() {
     assert_eq!(cache.watcher_count(), 1);
     drop(second);
     assert_eq!(cache.watcher_count(), 0);
-    cache.apply(EventType::Added, cm("a", 11, ""));
+    cache.event(EventType::Added, cm("a", 11, ""));
 }
 
 // Wake-ups: a reader awaiting `frame()` is woken by whatever it must see next.
@@ -473,10 +473,10 @@ async fn a_waiting_reader_is_woken_by_events_bookmarks_and_the_deadline() {
     let cache = cache_with([]);
     let mut body = pin!(watch(&cache, everything(), StartAt::CurrentState, opts(true, secs(150))));
     let start = Instant::now();
-    let writer = cache.clone();
+    let writer = cache;
     tokio::spawn(async move {
         tokio::time::sleep(secs(10)).await;
-        writer.apply(EventType::Added, cm("a", 11, ""));
+        writer.event(EventType::Added, cm("a", 11, ""));
         writer.bookmark(12);
     });
     assert_eq!(brief(&await_frame(&mut body).await.unwrap()), ev("ADDED", "a", 11));
@@ -524,9 +524,9 @@ async fn partial_object_metadata_frames_carry_the_meta_kind_for_events_and_bookm
     let pom = |rv, initial_end| bookmark("PartialObjectMetadata", "meta.k8s.io/v1", rv, initial_end);
     assert_partial_object_metadata(&next(&mut body).await, "ADDED", 5);
     assert_eq!(next(&mut body).await, pom(10, true));
-    cache.apply(EventType::Modified, cm("a", 11, r#""app":"x","v":"2""#));
+    cache.event(EventType::Modified, cm("a", 11, r#""app":"x","v":"2""#));
     assert_partial_object_metadata(&next(&mut body).await, "MODIFIED", 11);
-    cache.apply(EventType::Modified, cm("a", 12, r#""app":"y""#));
+    cache.event(EventType::Modified, cm("a", 12, r#""app":"y""#));
     assert_partial_object_metadata(&next(&mut body).await, "DELETED", 12);
     cache.bookmark(13);
     advance(MINUTE).await;
