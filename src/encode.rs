@@ -1,8 +1,14 @@
 //! Encoding of what watchmux itself writes to clients.
 //!
 //! Everything that passes through is forwarded byte for byte; this module holds
-//! the few bodies watchmux produces on its own, today the Kubernetes `Status`
-//! objects it answers errors with. Deciding which form a read gets is
-//! [`crate::negotiate`]'s.
+//! the bodies watchmux produces on its own: the forms an object is written in
+//! and what differs between them ([`variant`], [`object`]), list bodies ([`list`]), watch
+//! frames ([`watch`]) and the `Status` objects it answers errors with
+//! ([`status`]). The cache decides what to write and keeps each object's
+//! encoded bytes; deciding which form a read gets is [`crate::negotiate`]'s.
 
+pub(crate) mod list;
+pub(crate) mod object;
 pub(crate) mod status;
+pub(crate) mod variant;
+pub(crate) mod watch;

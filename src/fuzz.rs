@@ -399,7 +399,8 @@ mod accept_negotiation {
     use proptest::sample::select;
 
     use super::{Words, config, one_of};
-    use crate::negotiate::{Endpoint, Negotiation, PassthroughReason, negotiate};
+    use crate::encode::variant::Endpoint;
+    use crate::negotiate::{Negotiation, PassthroughReason, negotiate};
 
     const ENDPOINTS: [Endpoint; 3] = [Endpoint::Get, Endpoint::List, Endpoint::Watch];
     /// Repeats weigh the choices toward what clients send.
@@ -511,7 +512,7 @@ mod watch_lines {
     use crate::cache::resource::{CacheSettings, ResourceCache, Scope};
     use crate::cache::store::{Objects, Snapshot};
     use crate::cache::upstream_watch::read_line;
-    use crate::negotiate::ContentVariant;
+    use crate::encode::variant::ContentVariant;
 
     /// Repeats weigh the choices toward events that apply.
     const TYPES: Words = &[

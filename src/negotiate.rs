@@ -74,46 +74,11 @@ mod accept;
 
 use http::HeaderValue;
 
+use crate::encode::variant::{ContentVariant, Endpoint};
+
 use accept::{
     Clause, GO_INSERTION_SORT_MAX, Params, depends_on_transport, parse_clauses, passes_route_filter, sort_like_go,
 };
-
-/// The media type of every response the cache writes.
-const JSON: &str = "application/json";
-
-/// A representation the cache can write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum ContentVariant {
-    /// The object as stored, with the resource's own `kind` and `apiVersion`.
-    Json,
-    /// `meta.k8s.io/v1` `PartialObjectMetadata` (GET and every WATCH event object, bookmarks too)
-    /// or `PartialObjectMetadataList` (LIST).
-    PartialObjectMetadataJson,
-}
-
-impl ContentVariant {
-    /// The Content-Type header of a response in this variant for this endpoint, exactly as
-    /// kube-apiserver sends it. It never echoes the request's parameters: the handlers write the
-    /// serializer's bare media type, and a JSON watch keeps it without `;stream=watch`
-    /// (k8s.io/apiserver `handlers/watch.go`, `serveWatchHandler`).
-    pub(crate) fn content_type(self, endpoint: Endpoint) -> &'static str {
-        match (self, endpoint) {
-            (Self::Json, Endpoint::Get | Endpoint::List | Endpoint::Watch) => JSON,
-            (Self::PartialObjectMetadataJson, Endpoint::Get | Endpoint::List | Endpoint::Watch) => JSON,
-        }
-    }
-}
-
-/// The kind of read a request is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Endpoint {
-    /// One named object.
-    Get,
-    /// A collection.
-    List,
-    /// `?watch=true`, a watch-list, or the legacy `/watch/` paths.
-    Watch,
-}
 
 /// What to do with a request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,13 +19,13 @@ use std::task::Waker;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::event::EventType;
 use super::filter::Filter;
 use super::object::CachedObject;
 use super::object::tests::cm_shape;
 use super::resource::{CacheSettings, ResourceCache, Scope, StartAt};
 use super::store::Objects;
 use super::watcher::{Terminated, WatcherHandle};
+use crate::encode::watch::EventType;
 
 /// An object as a client holds it: its version and its life (uid).
 type State = BTreeMap<String, (u64, String)>;

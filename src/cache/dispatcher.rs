@@ -151,10 +151,10 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::event::EventType;
     use crate::cache::filter::Filter;
     use crate::cache::object::{CachedObject, ObjectShape};
     use crate::cache::resource_info::test_info;
+    use crate::encode::watch::EventType;
     use crate::selector::{FieldSelector, LabelSelector};
     use std::time::Duration;
 

@@ -14,8 +14,9 @@ use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::encode::object::partial_object_metadata_json;
+use crate::encode::variant::ContentVariant;
 use crate::metrics as m;
-use crate::negotiate::ContentVariant;
 use crate::selector::{Fields, fields};
 
 use super::resource_info::ResourceInfo;
@@ -123,7 +124,7 @@ impl CachedObject {
         let info = &shape.info;
         let fields =
             fields::extract(&info.group, &info.resource, info.namespaced, shape.custom_selectable.as_deref(), &value);
-        metrics::counter!(m::CACHE_ENCODES, "variant" => variant_label(ContentVariant::Json)).increment(1);
+        metrics::counter!(m::CACHE_ENCODES, "variant" => ContentVariant::Json.metric_label()).increment(1);
         Ok(Self {
             key: ObjectKey { namespace: namespace.to_owned(), name: name.to_owned() },
             rv,
@@ -143,8 +144,8 @@ impl CachedObject {
             ContentVariant::PartialObjectMetadataJson => self
                 .metadata_json
                 .get_or_init(|| {
-                    metrics::counter!(m::CACHE_ENCODES, "variant" => variant_label(variant)).increment(1);
-                    partial_object_metadata(&self.json)
+                    metrics::counter!(m::CACHE_ENCODES, "variant" => variant.metric_label()).increment(1);
+                    partial_object_metadata_json(&self.json)
                 })
                 .clone(),
         }
@@ -182,26 +183,6 @@ impl CachedObject {
     pub(crate) fn json(&self) -> &Bytes {
         &self.json
     }
-}
-
-/// The metric label of a content variant.
-pub(crate) fn variant_label(variant: ContentVariant) -> &'static str {
-    match variant {
-        ContentVariant::Json => "json",
-        ContentVariant::PartialObjectMetadataJson => "partial_object_metadata_json",
-    }
-}
-
-/// `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{…}}`
-/// with the metadata bytes copied from the object unchanged.
-fn partial_object_metadata(json: &Bytes) -> Bytes {
-    const HEAD: &[u8] = b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":";
-    let metadata = serde_json::from_slice::<MetadataOnly>(json).map(|m| m.metadata.get().as_bytes()).unwrap_or(b"{}");
-    let mut out = BytesMut::with_capacity(HEAD.len() + metadata.len() + 1);
-    out.extend_from_slice(HEAD);
-    out.extend_from_slice(metadata);
-    out.extend_from_slice(b"}");
-    out.freeze()
 }
 
 /// Rewrites `metadata.resourceVersion` in place, keeping every other byte.

@@ -23,13 +23,14 @@ use tokio::time::Instant;
 pub(crate) use writer::{Change, Writer};
 
 use super::dispatcher::Dispatcher;
-use super::event::{CacheEvent, EventType};
+use super::event::CacheEvent;
 use super::filter::Filter;
 use super::history::{History, TooOld};
 use super::object::{CachedObject, ObjectShape};
 use super::snapshots::KeptSnapshots;
 use super::store::{Objects, Snapshot, Store};
 use super::watcher::{Delivery, WatcherHandle};
+use crate::encode::watch::EventType;
 use crate::metrics as m;
 use crate::selector::{FieldSelector, LabelSelector};
 

@@ -18,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 
 mod list;
 
-use super::event::error_frame;
 use super::filter::Filter;
 use super::object::ObjectKey;
 use super::params::{ReadParams, Rv, RvMatch};
@@ -28,8 +27,10 @@ use super::resource::{ResourceCache, StartAt};
 use super::stream::{StreamOptions, WatchStream};
 use crate::body::{self, Chunk, ProxyBody, Refusal};
 use crate::encode::status::{Status, StatusReason};
+use crate::encode::variant::{ContentVariant, Endpoint};
+use crate::encode::watch::error_frame;
 use crate::metrics as m;
-use crate::negotiate::{ContentVariant, Endpoint, Negotiation, negotiate};
+use crate::negotiate::{Negotiation, negotiate};
 use crate::request::{RequestInfo, Verb};
 use crate::selector::{FieldSelector, LabelSelector, fields};
 

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use imbl::OrdMap;
 
-use super::event::{CacheEvent, EventType};
+use super::event::CacheEvent;
 use super::object::{CachedObject, ObjectKey};
+use crate::encode::watch::EventType;
 
 pub(crate) type Objects = OrdMap<ObjectKey, Arc<CachedObject>>;
 

@@ -14,14 +14,15 @@ use http_body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::event::{EventType, bookmark_frame, error_frame, event_frame};
 use super::object::{CachedObject, ObjectKey};
 use super::resource::{Registration, ResourceCache};
 use super::store::Snapshot;
 use super::watcher::{Delivery, Terminated, WatcherHandle};
 use crate::body::{BoxError, Chunk};
 use crate::encode::status::{Status, StatusReason};
-use crate::negotiate::ContentVariant;
+use crate::encode::variant::ContentVariant;
+use crate::encode::watch::EventType;
+use crate::encode::watch::{bookmark_frame, error_frame, event_frame};
 use http::StatusCode;
 
 /// How often a watcher that asked for bookmarks gets one.
@@ -154,13 +155,13 @@ impl Body for WatchStream {
         let variant = this.opts.variant;
         if let Some(cursor) = &mut this.initial {
             match cursor.next_matching(&this.handle) {
-                Some(obj) => return this.frame(event_frame(EventType::Added, &obj, variant)),
+                Some(obj) => return this.frame(event_frame(EventType::Added, obj.encoded(variant))),
                 None => this.initial = None,
             }
         }
         if let Some(d) = this.backlog.pop_front() {
             this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
-            return this.frame(event_frame(d.kind, d.object(), variant));
+            return this.frame(event_frame(d.kind, d.object().encoded(variant)));
         }
         if let Some(rv) = this.initial_end_rv.take()
             && this.opts.allow_bookmarks
@@ -175,7 +176,7 @@ impl Body for WatchStream {
         match this.handle.take(cx.waker()) {
             Ok(Some(d)) => {
                 this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
-                return this.frame(event_frame(d.kind, d.object(), variant));
+                return this.frame(event_frame(d.kind, d.object().encoded(variant)));
             }
             Ok(None) => {}
             Err(Terminated::Behind) => return this.end(),

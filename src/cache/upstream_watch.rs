@@ -12,10 +12,10 @@ use http::{Request, StatusCode, header};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::event::EventType;
 use super::object::CachedObject;
 use super::resource::{Change, ResourceCache};
 use crate::body;
+use crate::encode::watch::EventType;
 use crate::error::error_chain;
 use crate::upstream::Upstream;
 

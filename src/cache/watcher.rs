@@ -16,9 +16,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::event::{CacheEvent, EventType};
+use super::event::CacheEvent;
 use super::filter::Filter;
 use super::history::TooOld;
+use crate::encode::watch::EventType;
 
 /// Events a watcher may lag behind before it counts as full.
 pub(crate) const QUEUE_SOFT_LIMIT: usize = 1024;

@@ -4,6 +4,7 @@
 use super::*;
 use proptest::prelude::*;
 
+use crate::encode::variant::{ContentVariant, Endpoint};
 use ContentVariant::{Json, PartialObjectMetadataJson as Metadata};
 use Endpoint::{Get, List, Watch};
 use Negotiation::{Cache, Passthrough};

@@ -18,9 +18,9 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::ResourceCache;
-use crate::cache::event::EventType;
 use crate::cache::object::CachedObject;
 use crate::cache::store::Objects;
+use crate::encode::watch::EventType;
 
 /// Changes a catch-up watch may queue before it must wait for the writer.
 pub(super) const CATCH_UP_QUEUE: usize = 256;

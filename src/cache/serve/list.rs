@@ -19,8 +19,9 @@ use crate::cache::params::{ReadParams, Rv, RvMatch};
 use crate::cache::reason::Reason;
 use crate::cache::resource::ResourceCache;
 use crate::cache::store::Snapshot;
+use crate::encode::list::{ListMeta, list_body};
+use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::metrics as m;
-use crate::negotiate::{ContentVariant, Endpoint};
 
 /// Where a page starts in its snapshot.
 struct PageStart {
@@ -122,12 +123,6 @@ fn list_response(
     key_scope: KeyScope<'_>,
 ) -> Response<body::ProxyBody> {
     let info = &cache.shape.info;
-    let (kind, api_version) = match variant {
-        ContentVariant::Json => (format!("{}List", info.kind), info.api_version()),
-        ContentVariant::PartialObjectMetadataJson => {
-            ("PartialObjectMetadataList".to_owned(), "meta.k8s.io/v1".to_owned())
-        }
-    };
     let namespace = filter.namespace.clone().filter(|_| info.namespaced);
     let lower = match (&start, &namespace) {
         (Some(s), _) if s.exclusive => Bound::Excluded(s.after.clone()),
@@ -156,39 +151,17 @@ fn list_response(
         items.push_back(Chunk::parts(sep, a, b));
         last = Some(key);
     }
-    let mut meta = format!("{{\"resourceVersion\":\"{}\"", snapshot.rv);
+    let mut meta = ListMeta { rv: snapshot.rv, continue_token: None, remaining: None };
     if let (Some(remaining), Some(last)) = (cut, last) {
-        let token = pagination::encode(snapshot.rv, last, key_scope);
-        meta.push_str(&format!(",\"continue\":\"{token}\""));
+        meta.continue_token = Some(pagination::encode(snapshot.rv, last, key_scope));
         // The API server counts what remains only when the key range alone
         // decides what is listed.
         if filter.labels.is_empty() && filter.fields.is_empty() {
-            meta.push_str(&format!(",\"remainingItemCount\":{remaining}"));
+            meta.remaining = Some(remaining);
         }
     }
-    meta.push('}');
-    assemble(variant, &kind, &api_version, &meta, items)
-}
-
-fn assemble(
-    variant: ContentVariant,
-    kind: &str,
-    api_version: &str,
-    meta: &str,
-    mut items: VecDeque<Chunk>,
-) -> Response<body::ProxyBody> {
-    let empty = items.is_empty();
-    // The API server's metadata lists have no items slice at all when empty.
-    let (open, close): (&str, &[u8]) =
-        if empty && variant == ContentVariant::PartialObjectMetadataJson { ("null", b"}\n") } else { ("[", b"]}\n") };
-    let head = format!(
-        "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{meta},\"items\":{open}",
-        serde_json::to_string(kind).expect("string"),
-        serde_json::to_string(api_version).expect("string"),
-    );
-    items.push_front(Chunk::from(Bytes::from(head)));
-    items.push_back(Chunk::from(Bytes::from_static(close)));
-    let mut resp = Response::new(body::boxed_chunks(ChunkList::new(items)));
+    let chunks = list_body(variant, &info.kind, &info.api_version(), &meta, items);
+    let mut resp = Response::new(body::boxed_chunks(ChunkList::new(chunks)));
     set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::List));
     resp
 }
