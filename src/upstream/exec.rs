@@ -1,0 +1,475 @@
+//! Running a client-go credential plugin once: the kubeconfig's `exec`
+//! command, with its arguments and environment and `KUBERNETES_EXEC_INFO`,
+//! and reading the ExecCredential it prints.
+//!
+//! The plugin runs as a child process under tokio, never on a runtime
+//! thread's time: without stdin (watchmux is never interactive), with a
+//! deadline after which it is killed, and with bounded output. Caching and
+//! refreshing what it returns is [`super::exec_cache`]'s business.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::config::kubeconfig::{ExecConfig, UpstreamConfig};
+
+/// How long one run may take before the plugin is killed. Cloud plugins
+/// (`aws eks get-token`, `gke-gcloud-auth-plugin`, `kubelogin`) answer in
+/// a second or two; a refresh holds up the requests that need it.
+pub const PLUGIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most stdout read: an ExecCredential with a certificate chain is a
+/// few KiB.
+pub const MAX_STDOUT: usize = 1 << 20;
+/// How much of the end of stderr an error quotes.
+const STDERR_TAIL: usize = 1024;
+
+/// The environment variable client-go passes the ExecCredential spec in.
+const EXEC_INFO_ENV: &str = "KUBERNETES_EXEC_INFO";
+
+/// Why a run gave no credential. Every message names the kubeconfig user.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(
+        "exec plugin for kubeconfig user {user:?}: executable {command} not found{}",
+        hint.as_deref().map(|h| format!(" ({h})")).unwrap_or_default()
+    )]
+    NotFound { user: String, command: String, hint: Option<String> },
+    #[error("exec plugin for kubeconfig user {user:?}: starting {command}")]
+    Spawn {
+        user: String,
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("exec plugin for kubeconfig user {user:?}: reading the output of {command}")]
+    Io {
+        user: String,
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("exec plugin for kubeconfig user {user:?}: {command} did not finish within {timeout:?} and was killed")]
+    Timeout { user: String, command: String, timeout: Duration },
+    #[error("exec plugin for kubeconfig user {user:?}: {command} wrote more than {MAX_STDOUT} bytes to stdout")]
+    TooMuchOutput { user: String, command: String },
+    #[error(
+        "exec plugin for kubeconfig user {user:?}: {command} failed with {status}{}",
+        if stderr.is_empty() { String::new() } else { format!("; stderr: {stderr}") }
+    )]
+    Failed { user: String, command: String, status: std::process::ExitStatus, stderr: String },
+    #[error("exec plugin for kubeconfig user {user:?}: {command} printed {problem}")]
+    BadOutput { user: String, command: String, problem: String },
+}
+
+impl ExecError {
+    /// The message without the plugin's stderr: what a client of watchmux
+    /// may be told (stderr goes to watchmux's log only).
+    pub fn summary(&self) -> String {
+        match self {
+            Self::Failed { user, command, status, .. } => {
+                format!("exec plugin for kubeconfig user {user:?}: {command} failed with {status}")
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+/// A client certificate and key from a plugin, as PEM, with the parsed
+/// key pair (checked to belong together).
+pub struct ClientIdentity {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for ClientIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientIdentity(<redacted>)")
+    }
+}
+
+impl PartialEq for ClientIdentity {
+    fn eq(&self, other: &Self) -> bool {
+        self.cert_pem == other.cert_pem && self.key_pem == other.key_pem
+    }
+}
+
+/// What one run of the plugin gave.
+#[derive(Debug)]
+pub struct Issued {
+    pub token: Option<String>,
+    pub identity: Option<Arc<ClientIdentity>>,
+    /// `expirationTimestamp`: none means valid until the upstream says 401.
+    pub expires: Option<SystemTime>,
+}
+
+/// A plugin ready to run: its configuration and the ExecCredential spec it
+/// is given.
+#[derive(Debug)]
+pub struct ExecPlugin {
+    config: ExecConfig,
+    /// The JSON for `KUBERNETES_EXEC_INFO`.
+    exec_info: String,
+    /// Always [`PLUGIN_TIMEOUT`] but in tests that pause time around a
+    /// plugin's run (a pending timer would make tokio's paused clock jump).
+    timeout: Option<Duration>,
+}
+
+impl ExecPlugin {
+    pub fn new(config: &ExecConfig, upstream: &UpstreamConfig) -> Self {
+        let exec_info = exec_info(config, upstream).to_string();
+        Self { config: config.clone(), exec_info, timeout: Some(PLUGIN_TIMEOUT) }
+    }
+
+    /// The kubeconfig user the plugin authenticates as, for logs.
+    pub fn user(&self) -> &str {
+        &self.config.user
+    }
+
+    #[cfg(test)]
+    pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Runs the plugin once and reads its ExecCredential.
+    pub async fn run(&self) -> Result<Issued, ExecError> {
+        let stdout = self.run_for_stdout().await?;
+        parse(&stdout, &self.config).map_err(|problem| self.error_bad_output(problem))
+    }
+
+    fn command_display(&self) -> String {
+        self.config.command.display().to_string()
+    }
+
+    fn error_bad_output(&self, problem: String) -> ExecError {
+        ExecError::BadOutput { user: self.config.user.clone(), command: self.command_display(), problem }
+    }
+
+    async fn run_for_stdout(&self) -> Result<Vec<u8>, ExecError> {
+        let (user, command) = (self.config.user.clone(), self.command_display());
+        let mut child = tokio::process::Command::new(&self.config.command)
+            .args(&self.config.args)
+            .envs(self.config.env.iter().map(|(k, v)| (k, v)))
+            .env(EXEC_INFO_ENV, &self.exec_info)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            // A plugin past its deadline, or whose output is refused, must
+            // not linger: dropping the child kills it.
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::NotFound => ExecError::NotFound {
+                    user: user.clone(),
+                    command: command.clone(),
+                    hint: self.config.install_hint.clone(),
+                },
+                _ => ExecError::Spawn { user: user.clone(), command: command.clone(), source },
+            })?;
+        let mut out = child.stdout.take().expect("stdout is piped");
+        let mut err = child.stderr.take().expect("stderr is piped");
+        let io = |source| ExecError::Io { user: user.clone(), command: command.clone(), source };
+        let work = async {
+            let (stdout, stderr) =
+                tokio::try_join!(read_bounded(&mut out, MAX_STDOUT), read_tail(&mut err, STDERR_TAIL)).map_err(io)?;
+            let Some(stdout) = stdout else {
+                return Err(ExecError::TooMuchOutput { user: user.clone(), command: command.clone() });
+            };
+            let status = child.wait().await.map_err(io)?;
+            if !status.success() {
+                let stderr = String::from_utf8_lossy(&stderr).trim().to_owned();
+                return Err(ExecError::Failed { user: user.clone(), command: command.clone(), status, stderr });
+            }
+            Ok(stdout)
+        };
+        let Some(timeout) = self.timeout else { return work.await };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(result) => result,
+            Err(_) => Err(ExecError::Timeout { user, command, timeout }),
+        }
+    }
+}
+
+/// Reads to the end, or `None` once more than `limit` bytes arrived.
+async fn read_bounded(r: &mut (impl AsyncRead + Unpin), limit: usize) -> std::io::Result<Option<Vec<u8>>> {
+    let mut buf = Vec::new();
+    let n = r.take(limit as u64 + 1).read_to_end(&mut buf).await?;
+    Ok((n <= limit).then_some(buf))
+}
+
+/// Reads to the end, keeping only the last `keep` bytes.
+async fn read_tail(r: &mut (impl AsyncRead + Unpin), keep: usize) -> std::io::Result<Vec<u8>> {
+    let mut tail = Vec::with_capacity(keep * 2);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = r.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(tail);
+        }
+        tail.extend_from_slice(&chunk[..n]);
+        if tail.len() > keep {
+            tail.drain(..tail.len() - keep);
+        }
+    }
+}
+
+/// The ExecCredential spec client-go passes: never interactive, and the
+/// cluster when `provideClusterInfo` asks for it.
+fn exec_info(config: &ExecConfig, upstream: &UpstreamConfig) -> serde_json::Value {
+    let mut spec = serde_json::json!({ "interactive": false });
+    if config.provide_cluster_info {
+        // Field names and omissions as client-go's clientauthentication Cluster.
+        let mut cluster = serde_json::json!({ "server": upstream.server.to_string().trim_end_matches('/') });
+        if let Some(name) = &upstream.tls_server_name {
+            cluster["tls-server-name"] = name.clone().into();
+        }
+        if upstream.insecure_skip_tls_verify {
+            cluster["insecure-skip-tls-verify"] = true.into();
+        }
+        if let Some(ca) = &upstream.ca_pem {
+            cluster["certificate-authority-data"] = base64::engine::general_purpose::STANDARD.encode(ca).into();
+        }
+        if let Some(extension) = &config.cluster_config {
+            cluster["config"] = extension.clone();
+        }
+        spec["cluster"] = cluster;
+    }
+    serde_json::json!({ "kind": "ExecCredential", "apiVersion": config.api_version.as_str(), "spec": spec })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ExecCredential {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    status: Option<ExecCredentialStatus>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ExecCredentialStatus {
+    expiration_timestamp: Option<String>,
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    client_certificate_data: String,
+    #[serde(default)]
+    client_key_data: String,
+}
+
+/// Reads the plugin's stdout with client-go's checks; the error says what
+/// was wrong with it (never the credential itself).
+fn parse(stdout: &[u8], config: &ExecConfig) -> Result<Issued, String> {
+    let cred: ExecCredential =
+        serde_json::from_slice(stdout).map_err(|e| format!("output that is not an ExecCredential in JSON ({e})"))?;
+    if cred.kind != "ExecCredential" {
+        return Err(format!("kind {:?}, not ExecCredential", cred.kind));
+    }
+    if cred.api_version != config.api_version.as_str() {
+        return Err(format!(
+            "apiVersion {:?}, but the kubeconfig asks for {}",
+            cred.api_version,
+            config.api_version.as_str()
+        ));
+    }
+    let status = cred.status.ok_or("an ExecCredential without a status")?;
+    if status.token.is_empty() && status.client_certificate_data.is_empty() && status.client_key_data.is_empty() {
+        return Err("an ExecCredential with neither a token nor a client certificate and key".into());
+    }
+    if status.client_certificate_data.is_empty() != status.client_key_data.is_empty() {
+        return Err("an ExecCredential with a client certificate or key, not both".into());
+    }
+    let expires = status
+        .expiration_timestamp
+        .as_deref()
+        .map(|t| parse_rfc3339(t).ok_or_else(|| format!("an expirationTimestamp that is not RFC 3339: {t:?}")))
+        .transpose()?;
+    let identity = if status.client_certificate_data.is_empty() {
+        None
+    } else {
+        let (cert_pem, key_pem) = (status.client_certificate_data.into_bytes(), status.client_key_data.into_bytes());
+        check_key_pair(&cert_pem, &key_pem)?;
+        Some(Arc::new(ClientIdentity { cert_pem, key_pem }))
+    };
+    let token = Some(status.token).filter(|t| !t.is_empty());
+    if let Some(t) = &token
+        && http::HeaderValue::try_from(format!("Bearer {t}")).is_err()
+    {
+        return Err("a token that cannot be sent in an HTTP header".into());
+    }
+    Ok(Issued { token, identity, expires })
+}
+
+/// The certificate chain and key parse and belong together, so a bad pair
+/// fails here, at the refresh, not in every TLS handshake after it.
+fn check_key_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("clientCertificateData that is not PEM ({e})"))?;
+    if chain.is_empty() {
+        return Err("clientCertificateData without a certificate".into());
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("clientKeyData that is not a PEM key ({e})"))?;
+    CertifiedKey::from_der(chain, key, &super::tls::provider())
+        .map(drop)
+        .map_err(|e| format!("a client certificate and key that do not make a pair ({e})"))
+}
+
+/// Parses an RFC 3339 timestamp as Go's `time.RFC3339` layout reads it
+/// (`2026-11-30T19:25:00Z`, optional fraction, `Z` or `±hh:mm`).
+fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let part = s.get(r)?;
+        part.bytes().all(|c| c.is_ascii_digit()).then(|| part.parse().ok())?
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&month)
+        || day < 1
+        || day > days_in_month(year, month)
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return None;
+    }
+    let mut rest = &s[19..];
+    let mut nanos = 0u32;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let scaled = format!("{:0<9}", &frac[..digits.min(9)]);
+        nanos = scaled.parse().ok()?;
+        rest = &frac[digits..];
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let r = rest.as_bytes();
+            if r.len() != 6 || r[3] != b':' {
+                return None;
+            }
+            let (h, m) = (num(19 + 1..19 + 3)?, num(19 + 4..19 + 6)?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            sign * (h * 3600 + m * 60)
+        }
+    };
+    let secs = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset;
+    let base = if secs >= 0 {
+        SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs as u64))?
+    } else {
+        SystemTime::UNIX_EPOCH.checked_sub(Duration::from_secs(secs.unsigned_abs()))?
+    };
+    base.checked_add(Duration::from_nanos(nanos.into()))
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_as_go_reads_it() {
+        let at = |s| parse_rfc3339(s).map(|t| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs_f64());
+        assert_eq!(at("1970-01-01T00:00:00Z"), Some(0.0));
+        assert_eq!(at("2026-11-30T19:25:00Z"), Some(1_796_066_700.0));
+        assert_eq!(at("2026-11-30T21:25:00+02:00"), Some(1_796_066_700.0));
+        assert_eq!(at("2026-11-30T19:25:00.5Z"), Some(1_796_066_700.5));
+        assert_eq!(at("2024-02-29T00:00:00Z"), Some(1_709_164_800.0));
+        for bad in [
+            "",
+            "2026-11-30",
+            "2026-11-30 19:25:00Z",
+            "2026-13-01T00:00:00Z",
+            "2023-02-29T00:00:00Z",
+            "2026-11-30T19:25:00",
+            "2026-11-30T19:25:00.Z",
+            "2026-11-30T19:25:00+0200",
+            "2026-11-30T24:00:00Z",
+        ] {
+            assert_eq!(at(bad), None, "{bad:?}");
+        }
+    }
+
+    fn config(api_version: crate::config::kubeconfig::ExecApiVersion) -> ExecConfig {
+        ExecConfig {
+            user: "u".into(),
+            command: "p".into(),
+            args: vec![],
+            env: vec![],
+            api_version,
+            install_hint: None,
+            provide_cluster_info: false,
+            cluster_config: None,
+        }
+    }
+
+    #[test]
+    fn output_is_checked_as_client_go_checks_it() {
+        use crate::config::kubeconfig::ExecApiVersion::{V1, V1beta1};
+        let v1 = config(V1);
+        let ok = parse(br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t","expirationTimestamp":"2030-01-01T00:00:00Z"}}"#, &v1).unwrap();
+        assert_eq!(ok.token.as_deref(), Some("t"));
+        assert!(ok.expires.is_some() && ok.identity.is_none());
+        let beta =
+            br#"{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{"token":"t"}}"#;
+        assert!(parse(beta, &config(V1beta1)).is_ok());
+        let cases: [(&[u8], &str); 7] = [
+            (beta, "apiVersion"),
+            (b"token: t", "not an ExecCredential in JSON"),
+            (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"Status"}"#, "kind"),
+            (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential"}"#, "without a status"),
+            (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{}}"#, "neither"),
+            (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"clientKeyData":"k"}}"#, "not both"),
+            (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t","expirationTimestamp":"soon"}}"#, "RFC 3339"),
+        ];
+        for (out, problem) in cases {
+            let err = parse(out, &v1).unwrap_err();
+            assert!(err.contains(problem), "{err:?} should say {problem:?}");
+        }
+        let bad_cert = br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"clientCertificateData":"x","clientKeyData":"y"}}"#;
+        assert!(parse(bad_cert, &v1).unwrap_err().contains("clientCertificateData"));
+    }
+}
