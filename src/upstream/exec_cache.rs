@@ -187,7 +187,13 @@ impl ExecCredentials {
                 Ok(credential)
             }
             Err(err) => {
-                tracing::error!(error = %err, "exec plugin failed; upstream requests that need a new credential fail until it succeeds");
+                // The first run's failure is start-up's fatal error, printed
+                // there; later ones are only here (with the plugin's stderr).
+                if state.generation > 0 {
+                    tracing::error!(error = %err, "exec plugin failed; upstream requests that need a new credential fail until it succeeds");
+                } else {
+                    tracing::debug!(error = %err, "exec plugin failed");
+                }
                 let err = Arc::new(err);
                 state.last_failure = Some((now, err.clone()));
                 // An early renewal that failed leaves the credential usable
