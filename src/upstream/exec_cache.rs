@@ -111,15 +111,15 @@ impl ExecCredentials {
         let now = Instant::now();
         let runs_seen = {
             let state = self.state.lock();
+            let recent_failure =
+                state.last_failure.as_ref().filter(|(at, _)| now.duration_since(*at) < RETRY_AFTER_FAILURE);
             if let Some(c) = state.usable(now) {
-                if c.due(now) {
+                if c.due(now) && recent_failure.is_none() {
                     self.renew_in_background();
                 }
                 return Ok(c.clone());
             }
-            if let Some((at, err)) = &state.last_failure
-                && now.duration_since(*at) < RETRY_AFTER_FAILURE
-            {
+            if let Some((_, err)) = recent_failure {
                 return Err(err.clone());
             }
             state.runs
@@ -495,7 +495,13 @@ exit "$(cat "$dir/exit" 2>/dev/null || echo 0)"
         drop(creds.run.lock().await);
         assert_eq!(p.runs(), 2);
         assert_eq!(bearer(&creds.current().await.unwrap()), "Bearer tok-1", "still valid");
-        tokio::time::advance(Duration::from_secs(5)).await;
+        drop(creds.run.lock().await);
+        assert_eq!(p.runs(), 2, "a renewal that just failed is not retried by the next request");
+        tokio::time::advance(RETRY_AFTER_FAILURE).await;
+        assert_eq!(bearer(&creds.current().await.unwrap()), "Bearer tok-1");
+        drop(creds.run.lock().await);
+        assert_eq!(p.runs(), 3, "but a second after it is");
+        tokio::time::advance(Duration::from_secs(4)).await;
         assert!(creds.current().await.is_err(), "expired, and the plugin still fails");
     }
 
