@@ -176,11 +176,18 @@ impl ExecPlugin {
         let mut err = child.stderr.take().expect("stderr is piped");
         let io = |source| ExecError::Io { user: user.clone(), command: command.clone(), source };
         let work = async {
+            // Too much stdout ends both reads at once: the plugin, blocked
+            // on a full pipe, would otherwise hold stderr open until the
+            // deadline.
             let (stdout, stderr) =
-                tokio::try_join!(read_bounded(&mut out, MAX_STDOUT), read_tail(&mut err, STDERR_TAIL)).map_err(io)?;
-            let Some(stdout) = stdout else {
-                return Err(ExecError::TooMuchOutput { user: user.clone(), command: command.clone() });
-            };
+                tokio::try_join!(read_bounded(&mut out, MAX_STDOUT), read_tail(&mut err, STDERR_TAIL)).map_err(
+                    |source| match source.kind() {
+                        std::io::ErrorKind::FileTooLarge => {
+                            ExecError::TooMuchOutput { user: user.clone(), command: command.clone() }
+                        }
+                        _ => io(source),
+                    },
+                )?;
             let status = child.wait().await.map_err(io)?;
             if !status.success() {
                 let stderr = String::from_utf8_lossy(&stderr).trim().to_owned();
@@ -196,11 +203,14 @@ impl ExecPlugin {
     }
 }
 
-/// Reads to the end, or `None` once more than `limit` bytes arrived.
-async fn read_bounded(r: &mut (impl AsyncRead + Unpin), limit: usize) -> std::io::Result<Option<Vec<u8>>> {
+/// Reads to the end; more than `limit` bytes is a `FileTooLarge` error.
+async fn read_bounded(r: &mut (impl AsyncRead + Unpin), limit: usize) -> std::io::Result<Vec<u8>> {
     let mut buf = Vec::new();
     let n = r.take(limit as u64 + 1).read_to_end(&mut buf).await?;
-    Ok((n <= limit).then_some(buf))
+    if n > limit {
+        return Err(std::io::ErrorKind::FileTooLarge.into());
+    }
+    Ok(buf)
 }
 
 /// Reads to the end, keeping only the last `keep` bytes.
@@ -328,10 +338,11 @@ fn check_key_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
 /// (`2026-11-30T19:25:00Z`, optional fraction, `Z` or `±hh:mm`).
 fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     let b = s.as_bytes();
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let part = s.get(r)?;
+    let digits = |part: Option<&str>| -> Option<i64> {
+        let part = part?;
         part.bytes().all(|c| c.is_ascii_digit()).then(|| part.parse().ok())?
     };
+    let num = |r: std::ops::Range<usize>| digits(s.get(r));
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') || b[13] != b':' || b[16] != b':' {
         return None;
     }
@@ -369,7 +380,7 @@ fn parse_rfc3339(s: &str) -> Option<SystemTime> {
             if r.len() != 6 || r[3] != b':' {
                 return None;
             }
-            let (h, m) = (num(19 + 1..19 + 3)?, num(19 + 4..19 + 6)?);
+            let (h, m) = (digits(rest.get(1..3))?, digits(rest.get(4..6))?);
             if h > 23 || m > 59 {
                 return None;
             }
@@ -417,6 +428,7 @@ mod tests {
         assert_eq!(at("2026-11-30T19:25:00Z"), Some(1_796_066_700.0));
         assert_eq!(at("2026-11-30T21:25:00+02:00"), Some(1_796_066_700.0));
         assert_eq!(at("2026-11-30T19:25:00.5Z"), Some(1_796_066_700.5));
+        assert_eq!(at("2026-11-30T21:25:00.25+02:00"), Some(1_796_066_700.25), "a fraction and an offset");
         assert_eq!(at("2024-02-29T00:00:00Z"), Some(1_709_164_800.0));
         for bad in [
             "",
@@ -430,6 +442,45 @@ mod tests {
             "2026-11-30T24:00:00Z",
         ] {
             assert_eq!(at(bad), None, "{bad:?}");
+        }
+    }
+
+    fn leap(y: i64) -> bool {
+        (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
+    }
+
+    proptest::proptest! {
+        /// Any valid timestamp is the seconds a day-by-day count gives.
+        #[test]
+        fn a_valid_timestamp_is_its_seconds_since_the_epoch(
+            y in 1971i64..2400, m in 1i64..=12, d in 1i64..=31, h in 0i64..24, mi in 0i64..60, s in 0i64..60,
+            frac in proptest::option::of(0u32..1_000_000_000), off in proptest::option::of(-1439i64..=1439),
+        ) {
+            proptest::prop_assume!(d <= days_in_month(y, m));
+            let days = (1970..y).map(|yy| if leap(yy) { 366 } else { 365 }).sum::<i64>()
+                + (1..m).map(|mm| days_in_month(y, mm)).sum::<i64>() + d - 1;
+            let offset = off.unwrap_or(0);
+            let expected = days * 86_400 + h * 3600 + mi * 60 + s - offset * 60;
+            let zone = match off {
+                None => "Z".to_owned(),
+                Some(o) => format!("{}{:02}:{:02}", if o < 0 { '-' } else { '+' }, o.abs() / 60, o.abs() % 60),
+            };
+            let fraction = frac.map(|f| format!(".{f:09}")).unwrap_or_default();
+            let text = format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}{fraction}{zone}");
+            let at = parse_rfc3339(&text).unwrap().duration_since(SystemTime::UNIX_EPOCH).unwrap();
+            proptest::prop_assert_eq!(at.as_secs() as i64, expected, "{}", text);
+            proptest::prop_assert_eq!(at.subsec_nanos(), frac.unwrap_or(0), "{}", text);
+        }
+
+        /// Whatever a plugin prints is read or refused, never a panic.
+        #[test]
+        fn any_output_is_read_or_refused(
+            out in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+            stamp in "[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,12})?([Zz]|[+-][0-9]{2}:?[0-9]{2})?",
+        ) {
+            let _ = parse(&out, &config(crate::config::kubeconfig::ExecApiVersion::V1));
+            let _ = parse_rfc3339(&stamp);
+            let _ = parse_rfc3339(&String::from_utf8_lossy(&out));
         }
     }
 

@@ -523,6 +523,18 @@ exit "$(cat "$dir/exit" 2>/dev/null || echo 0)"
     }
 
     #[tokio::test]
+    async fn a_plugin_that_never_stops_writing_is_refused_without_waiting_for_the_deadline() {
+        let mut p = Plugin::new(ExecApiVersion::V1);
+        p.write("plugin-yes", "#!/bin/bash\nexec yes\n");
+        std::fs::set_permissions(p.path("plugin-yes"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        p.config.command = p.path("plugin-yes");
+        let started = std::time::Instant::now();
+        let err = p.credentials(false).current().await.unwrap_err();
+        assert!(matches!(*err, ExecError::TooMuchOutput { .. }), "{err}");
+        assert!(started.elapsed() < super::super::exec::PLUGIN_TIMEOUT / 2, "{:?}", started.elapsed());
+    }
+
+    #[tokio::test]
     async fn a_missing_plugin_names_its_install_hint() {
         let mut p = Plugin::new(ExecApiVersion::V1);
         p.config.command = p.path("no-such-plugin");
