@@ -12,8 +12,8 @@
 //! present it.
 
 pub mod credentials;
-pub mod exec;
-pub mod exec_cache;
+mod exec;
+mod exec_cache;
 pub mod tls;
 
 use std::sync::Arc;
@@ -34,7 +34,8 @@ use crate::body::{self, ProxyBody};
 use crate::config::kubeconfig::{UpstreamAuth, UpstreamConfig};
 use crate::metrics as m;
 use credentials::{Credentials, CredentialsError, Own};
-use exec::{ClientIdentity, ExecError};
+use exec::ClientIdentity;
+pub use exec::ExecError;
 
 /// How often readiness is probed.
 const READINESS_PROBE_INTERVAL: Duration = Duration::from_secs(5);

@@ -96,7 +96,7 @@ impl Credentials {
     /// failed re-read keeps the previous token: it is likely still valid, and
     /// the upstream's 401 will say so if not. An exec plugin's token comes
     /// from [`Self::own`] instead.
-    pub fn authorization(&self) -> Option<HeaderValue> {
+    fn authorization(&self) -> Option<HeaderValue> {
         match self {
             Self::None | Self::Exec(_) => None,
             Self::Fixed(h) => Some(h.clone()),
