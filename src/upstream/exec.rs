@@ -80,8 +80,8 @@ impl ExecError {
     }
 }
 
-/// A client certificate and key from a plugin, as PEM, with the parsed
-/// key pair (checked to belong together).
+/// A client certificate chain and key from a plugin, as PEM, checked when
+/// read to parse and to belong together.
 pub struct ClientIdentity {
     pub cert_pem: Vec<u8>,
     pub key_pem: Vec<u8>,
@@ -100,12 +100,22 @@ impl PartialEq for ClientIdentity {
 }
 
 /// What one run of the plugin gave.
-#[derive(Debug)]
 pub struct Issued {
     pub token: Option<String>,
     pub identity: Option<Arc<ClientIdentity>>,
     /// `expirationTimestamp`: none means valid until the upstream says 401.
     pub expires: Option<SystemTime>,
+}
+
+impl std::fmt::Debug for Issued {
+    // Hand-written so that the token can never reach a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Issued")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("identity", &self.identity)
+            .field("expires", &self.expires)
+            .finish()
+    }
 }
 
 /// A plugin ready to run: its configuration and the ExecCredential spec it
