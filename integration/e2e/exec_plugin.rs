@@ -1,7 +1,8 @@
 //! watchmux's own upstream credentials from a client-go exec plugin, against
 //! the real API server: a token plugin (a service account's token, after a
-//! first token the API server refuses) and a kubelet-style plugin that
-//! prints a client certificate and key, rotated when it expires.
+//! first token the API server refuses), a kubelet-style plugin that prints
+//! a client certificate and key, rotated when it expires, and plugins that
+//! fail at start-up (fatal) and later (a 503 Status).
 
 use std::path::Path;
 use std::time::Duration;
@@ -168,4 +169,49 @@ async fn an_exec_plugin_that_fails_at_start_up_stops_watchmux_naming_the_user_an
     let says = "printed apiVersion \"\", but the kubeconfig asks for client.authentication.k8s.io/v1";
     assert!(log.contains("kubeconfig user \"exec-user\"") && log.contains(says), "{log}");
     assert!(!log.contains("exec plugin failed"), "only the fatal error reports it: {log}");
+}
+
+#[tokio::test]
+async fn a_plugin_that_fails_after_start_up_gets_requests_a_503_status_and_its_stderr_only_in_the_log() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = exec_kubeconfig(&cluster, dir.path(), json!([{"name": "EXPIRES_IN", "value": "3"}]));
+    let tokens = std::fs::read_to_string(cluster_file(&cluster, "tokens.csv")).unwrap();
+    let admin_token = tokens.split(',').next().unwrap().to_owned();
+    let first = exec_credential(json!({"token": admin_token, "expirationTimestamp": "@EXPIRES@"}));
+    std::fs::write(dir.path().join("bin/out-1.json"), first).unwrap();
+    // Every later run fails, as a cloud CLI whose login has lapsed does.
+    let failing = "#!/bin/bash\necho 'error: login required (run `cloud login`)' >&2\nexit 2\n";
+    // (Until the script below replaces it, a second run prints nothing: an error too.)
+    std::fs::write(dir.path().join("bin/out.json"), "").unwrap();
+
+    let wm = Watchmux::start_with_kubeconfig(&cluster, &kubeconfig, &[]).await;
+    // Not cached: passes through with watchmux's credentials.
+    let path = "/api/v1/namespaces/default/serviceaccounts";
+    let (code, _) = read(get(wm.addr, path).await).await;
+    assert_eq!(code, 200);
+    let plugin = dir.path().join("bin/plugin");
+    std::fs::write(&plugin, failing).unwrap();
+
+    // Past the 3 s expiry no request can be sent upstream.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let body = loop {
+        let (code, body) = read(get(wm.addr, path).await).await;
+        if code == 503 {
+            break body;
+        }
+        assert_eq!(code, 200);
+        assert!(tokio::time::Instant::now() < deadline, "still 200 after {WAIT:?}; log:\n{}", wm.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let status: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status["kind"], "Status", "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(message.contains("kubeconfig user \"exec-user\"") && message.contains("exit status: 2"), "{message}");
+    assert!(!message.contains("login required"), "the plugin's stderr is for the log: {message}");
+    assert!(wm.log().contains("login required"), "{}", wm.log());
+    assert!(!wm.log().contains(&admin_token), "the token never reaches the log");
+    let failures = watchmux_metric_sum(wm.admin, "watchmux_upstream_errors_total", &["cause=\"credentials\""]).await;
+    assert!(failures >= 1.0, "{failures}");
 }
