@@ -46,6 +46,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Upstream::new(&upstream_cfg, UpstreamOptions { http1_only: args.upstream_http1_only })
             .context("configuring the upstream client")?,
     );
+    // An exec plugin runs now, so that one that fails stops watchmux here
+    // instead of every request failing later.
+    upstream.load_credentials().await.context("getting the upstream credentials")?;
     match args.check_trust() {
         Ok(None) => {}
         Ok(Some(warning)) => tracing::warn!("{warning}"),

@@ -104,9 +104,14 @@ fn set_identity(headers: &mut http::HeaderMap, identity: &UpstreamIdentity) -> R
     })
 }
 
-/// Maps a failure to reach the upstream to the 503 Status a client expects.
-fn upstream_failure(err: &hyper_util::client::legacy::Error, verb: &'static str) -> Response<ProxyBody> {
-    let cause = if err.is_connect() { "connect" } else { "request" };
+/// Maps a failure to reach the upstream (or to get watchmux's credentials
+/// for it) to the 503 Status a client expects.
+fn upstream_failure(err: &crate::upstream::SendError, verb: &'static str) -> Response<ProxyBody> {
+    let cause = match err {
+        crate::upstream::SendError::Credentials(_) | crate::upstream::SendError::ClientTls(_) => "credentials",
+        other if other.is_connect() => "connect",
+        _ => "request",
+    };
     counter!(m::UPSTREAM_ERRORS, "cause" => cause).increment(1);
     counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "code" => "503").increment(1);
     tracing::warn!(error = %error_chain(err), cause, "upstream request failed");

@@ -7,10 +7,14 @@
 //! speak, and long-running requests (watches, `logs -f`) that pass through
 //! get a connection of their own too, so they never queue behind the API
 //! server's limit of concurrent HTTP/2 streams. watchmux's own credentials
-//! are added here and nowhere else. Where the upstream is and which
-//! credentials to use come from a kubeconfig ([`kubeconfig`]).
+//! are added here and nowhere else; when an exec plugin issues a new client
+//! certificate, watchmux's connections are replaced so that new requests
+//! present it. Where the upstream is and which credentials to use come from
+//! a kubeconfig ([`kubeconfig`]).
 
 pub(crate) mod credentials;
+mod exec;
+mod exec_cache;
 pub mod kubeconfig;
 pub mod tls;
 
@@ -30,8 +34,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::body::{self, ProxyBody};
 use crate::metrics as m;
-use crate::upstream::kubeconfig::UpstreamConfig;
-use credentials::{Credentials, CredentialsError};
+use crate::upstream::kubeconfig::{UpstreamAuth, UpstreamConfig};
+use credentials::{Credentials, CredentialsError, Own};
+use exec::ClientIdentity;
+pub use exec::ExecError;
 
 /// How often readiness is probed.
 const READINESS_PROBE_INTERVAL: Duration = Duration::from_secs(5);
@@ -61,6 +67,32 @@ pub enum UpstreamError {
     /// `tls-server-name` is not a DNS name or IP address.
     #[error("invalid tls-server-name {0:?}")]
     ServerName(String),
+}
+
+/// Why a request could not be sent upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// watchmux has no usable credential: its exec plugin failed. The
+    /// plugin's stderr is left out (it is in the log): the message may go
+    /// to a client.
+    #[error("getting watchmux's upstream credentials: {}", .0.summary())]
+    Credentials(Arc<ExecError>),
+    /// A TLS configuration with the exec plugin's client certificate.
+    #[error("configuring TLS with the exec plugin's client certificate")]
+    ClientTls(#[source] tls::TlsConfigError),
+    /// The request failed on its way (connecting, TLS, the connection).
+    #[error(transparent)]
+    Request(#[from] hyper_util::client::legacy::Error),
+}
+
+impl SendError {
+    /// True when no connection could be made (or none tried: no credential).
+    pub fn is_connect(&self) -> bool {
+        match self {
+            Self::Request(e) => e.is_connect(),
+            Self::Credentials(_) | Self::ClientTls(_) => true,
+        }
+    }
 }
 
 /// How to talk to the upstream, beyond what the kubeconfig says.
@@ -99,20 +131,77 @@ struct Clients {
     dedicated: HttpsClient,
 }
 
+/// Builds [`Clients`]: connectors and pools, given a TLS configuration.
+struct ClientsBuilder {
+    server_name: Option<ServerName<'static>>,
+    opts: UpstreamOptions,
+}
+
+impl ClientsBuilder {
+    fn connector(&self, tls: &rustls::ClientConfig, http2: bool) -> HttpsConnector<HttpConnector> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.set_keepalive(Some(TCP_KEEPALIVE));
+        let builder = HttpsConnectorBuilder::new().with_tls_config(tls.clone()).https_or_http();
+        let builder = match &self.server_name {
+            Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(name.clone())),
+            None => builder,
+        };
+        if http2 {
+            builder.enable_http1().enable_http2().wrap_connector(http)
+        } else {
+            builder.enable_http1().wrap_connector(http)
+        }
+    }
+
+    fn build(&self, tls: &rustls::ClientConfig) -> Clients {
+        Clients {
+            pooled: Client::builder(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .pool_timer(TokioTimer::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+                .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+                .http2_keep_alive_while_idle(true)
+                .build(self.connector(tls, !self.opts.http1_only)),
+            dedicated: Client::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .pool_max_idle_per_host(0)
+                .build(self.connector(tls, false)),
+        }
+    }
+}
+
+/// watchmux's own connections, and the exec plugin's client certificate
+/// they present (none: the kubeconfig's, if any).
+struct OwnClients {
+    clients: Arc<Clients>,
+    identity: Option<Arc<ClientIdentity>>,
+}
+
 /// The upstream API server, as one shared client.
 pub struct Upstream {
     scheme: Scheme,
     authority: http::uri::Authority,
     /// The server URL's path, without a trailing slash (usually empty).
     path_prefix: String,
-    /// Connections that present watchmux's client certificate, if any.
-    own: Clients,
+    /// Connections that present watchmux's client certificate, if any;
+    /// replaced when an exec plugin's certificate changes (requests in
+    /// flight keep theirs, idle connections close as the old pool drops).
+    own: parking_lot::RwLock<OwnClients>,
+    builder: ClientsBuilder,
+    /// The upstream configuration without credentials, for TLS
+    /// configurations with an exec plugin's certificate.
+    tls_base: UpstreamConfig,
     /// Connections that present no client certificate, for requests sent
     /// with a client's credentials or none: the API server authenticates a
     /// client certificate before a bearer token, so those must never go on
     /// a connection carrying watchmux's. The same clients as `own` when
-    /// watchmux has no client certificate.
-    bare: Option<Clients>,
+    /// watchmux has no client certificate (and no exec plugin, which may
+    /// issue one).
+    bare: Option<Arc<Clients>>,
     credentials: Credentials,
     ready: AtomicBool,
 }
@@ -131,59 +220,28 @@ impl Upstream {
             return Err(UpstreamError::Scheme(cfg.server.clone()));
         }
         let authority = cfg.server.authority().cloned().ok_or_else(|| UpstreamError::Scheme(cfg.server.clone()))?;
-        let has_client_cert = cfg.client_cert_pem.is_some();
         let server_name = cfg
             .tls_server_name
             .as_ref()
             .map(|n| ServerName::try_from(n.clone()).map_err(|_| UpstreamError::ServerName(n.clone())))
             .transpose()?;
-
-        let connector = |tls: &rustls::ClientConfig, http2: bool| {
-            let mut http = HttpConnector::new();
-            http.enforce_http(false);
-            http.set_nodelay(true);
-            http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-            http.set_keepalive(Some(TCP_KEEPALIVE));
-            let builder = HttpsConnectorBuilder::new().with_tls_config(tls.clone()).https_or_http();
-            let builder = match &server_name {
-                Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(name.clone())),
-                None => builder,
-            };
-            if http2 {
-                builder.enable_http1().enable_http2().wrap_connector(http)
-            } else {
-                builder.enable_http1().wrap_connector(http)
-            }
-        };
-        let clients = |tls: &rustls::ClientConfig| Clients {
-            pooled: Client::builder(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                .pool_timer(TokioTimer::new())
-                .pool_idle_timeout(Duration::from_secs(90))
-                .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
-                .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
-                .http2_keep_alive_while_idle(true)
-                .build(connector(tls, !opts.http1_only)),
-            dedicated: Client::builder(TokioExecutor::new())
-                .pool_timer(TokioTimer::new())
-                .pool_max_idle_per_host(0)
-                .build(connector(tls, false)),
-        };
-        let own = clients(&tls::client_config(cfg)?);
-        let bare = if has_client_cert {
-            let anonymous = UpstreamConfig { client_cert_pem: None, client_key_pem: None, ..cfg.clone() };
-            Some(clients(&tls::client_config(&anonymous)?))
-        } else {
-            None
-        };
+        let builder = ClientsBuilder { server_name, opts };
+        let own = builder.build(&tls::client_config(cfg)?);
+        let anonymous =
+            UpstreamConfig { client_cert_pem: None, client_key_pem: None, auth: UpstreamAuth::None, ..cfg.clone() };
+        let may_present_cert = cfg.client_cert_pem.is_some() || matches!(cfg.auth, UpstreamAuth::Exec(_));
+        let bare =
+            if may_present_cert { Some(Arc::new(builder.build(&tls::client_config(&anonymous)?))) } else { None };
 
         Ok(Self {
             scheme,
             authority,
             path_prefix: cfg.server.path().trim_end_matches('/').to_owned(),
-            own,
+            own: parking_lot::RwLock::new(OwnClients { clients: Arc::new(own), identity: None }),
+            builder,
+            tls_base: anonymous,
             bare,
-            credentials: Credentials::new(&cfg.auth)?,
+            credentials: Credentials::new(&cfg.auth, cfg)?,
             ready: AtomicBool::new(false),
         })
     }
@@ -200,10 +258,17 @@ impl Upstream {
             .expect("scheme, authority and a path taken from a valid URI")
     }
 
+    /// Gets watchmux's own credentials now, running its exec plugin if the
+    /// kubeconfig has one: at start-up, so that a plugin that fails is a
+    /// fatal error and not a proxy that refuses every request.
+    pub async fn load_credentials(&self) -> Result<(), Arc<ExecError>> {
+        self.credentials.own().await.map(drop)
+    }
+
     /// Sends a request upstream with watchmux's credentials. The request's URI
     /// is rewritten from its path and query; any `Authorization` it carries is
     /// replaced.
-    pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+    pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
         self.send_as(req, &UpstreamCredential::Own, ConnectionKind::Pooled).await
     }
 
@@ -215,16 +280,57 @@ impl Upstream {
         req: Request<ProxyBody>,
         credential: &UpstreamCredential,
         kind: ConnectionKind,
-    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
-        let req = self.prepare(req, credential);
-        let clients = match credential {
-            UpstreamCredential::Own => &self.own,
-            UpstreamCredential::Header(_) | UpstreamCredential::None => self.bare.as_ref().unwrap_or(&self.own),
+    ) -> Result<Response<Incoming>, SendError> {
+        let (own, clients) = match credential {
+            UpstreamCredential::Own => {
+                let own = self.credentials.own().await.map_err(SendError::Credentials)?;
+                let clients = self.own_clients(&own).map_err(SendError::ClientTls)?;
+                (Some(own), clients)
+            }
+            UpstreamCredential::Header(_) | UpstreamCredential::None => {
+                (None, self.bare.clone().unwrap_or_else(|| self.own.read().clients.clone()))
+            }
         };
-        match kind {
+        let req = self.prepare(req, authorization(credential, own.as_ref()));
+        let resp = match kind {
             ConnectionKind::Pooled => clients.pooled.request(req).await,
             ConnectionKind::Dedicated => clients.dedicated.request(req).await,
+        }?;
+        if resp.status() == http::StatusCode::UNAUTHORIZED
+            && let Some(own) = &own
+        {
+            self.credentials.unauthorized(own);
         }
+        Ok(resp)
+    }
+
+    /// watchmux's connections for `own`: replaced first when the exec
+    /// plugin's client certificate is not the one they present.
+    fn own_clients(&self, own: &Own) -> Result<Arc<Clients>, tls::TlsConfigError> {
+        let identity = own.exec.as_ref().and_then(|c| c.identity.as_ref());
+        let same = |current: &OwnClients| match (&current.identity, identity) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        {
+            let current = self.own.read();
+            if same(&current) {
+                return Ok(current.clients.clone());
+            }
+        }
+        let mut current = self.own.write();
+        if !same(&current) {
+            let cfg = UpstreamConfig {
+                client_cert_pem: identity.map(|i| i.cert_pem.clone()),
+                client_key_pem: identity.map(|i| i.key_pem.clone()),
+                ..self.tls_base.clone()
+            };
+            let clients = self.builder.build(&tls::client_config(&cfg)?);
+            tracing::info!("new upstream connections for the exec plugin's client certificate");
+            *current = OwnClients { clients: Arc::new(clients), identity: identity.cloned() };
+        }
+        Ok(current.clients.clone())
     }
 
     /// Sends a request upstream over HTTP/1.1 on a connection of its own:
@@ -236,25 +342,19 @@ impl Upstream {
     /// used up: the 101st watch passed through would wait for one of the
     /// others to end. Go's client opens more connections instead; giving each
     /// long-running request its own HTTP/1.1 connection has the same effect.
-    pub async fn send_on_own_connection(
-        &self,
-        req: Request<ProxyBody>,
-    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+    pub async fn send_on_own_connection(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
         self.send_as(req, &UpstreamCredential::Own, ConnectionKind::Dedicated).await
     }
 
-    fn prepare(&self, mut req: Request<ProxyBody>, credential: &UpstreamCredential) -> Request<ProxyBody> {
+    /// Writes the URI and `authorization`, dropping `Host` and any
+    /// `Authorization` the request came with.
+    fn prepare(&self, mut req: Request<ProxyBody>, authorization: Option<http::HeaderValue>) -> Request<ProxyBody> {
         *req.uri_mut() = self.uri_for(req.uri().path_and_query());
         // The client picks HTTP/2 or HTTP/1.1 by what the connection negotiated;
         // a downstream HTTP/2 request must not force it.
         *req.version_mut() = Version::HTTP_11;
         let headers = req.headers_mut();
         headers.remove(header::HOST);
-        let authorization = match credential {
-            UpstreamCredential::Own => self.credentials.authorization(),
-            UpstreamCredential::Header(value) => Some(value.clone()),
-            UpstreamCredential::None => None,
-        };
         match authorization {
             Some(auth) => headers.insert(header::AUTHORIZATION, auth),
             None => headers.remove(header::AUTHORIZATION),
@@ -303,10 +403,19 @@ impl Upstream {
     }
 }
 
+/// The `Authorization` a request sends as `credential`; `own` is
+/// watchmux's, fetched for [`UpstreamCredential::Own`].
+fn authorization(credential: &UpstreamCredential, own: Option<&Own>) -> Option<http::HeaderValue> {
+    match credential {
+        UpstreamCredential::Own => own.and_then(|o| o.authorization.clone()),
+        UpstreamCredential::Header(value) => Some(value.clone()),
+        UpstreamCredential::None => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::kubeconfig::UpstreamAuth;
 
     fn cfg(server: &str) -> UpstreamConfig {
         UpstreamConfig {
@@ -328,8 +437,8 @@ mod tests {
         assert_eq!(up.uri_for(Some(&pq)), "https://10.1.2.3:6443/k8s/api/v1/pods?watch=1");
     }
 
-    #[test]
-    fn prepare_replaces_client_credentials_and_host() {
+    #[tokio::test]
+    async fn prepare_replaces_client_credentials_and_host() {
         let up = Upstream::new(&cfg("http://127.0.0.1:1"), UpstreamOptions::default()).unwrap();
         let req = Request::get("/api")
             .version(Version::HTTP_2)
@@ -337,7 +446,8 @@ mod tests {
             .header(header::AUTHORIZATION, "Bearer client")
             .body(body::empty())
             .unwrap();
-        let req = up.prepare(req, &UpstreamCredential::Own);
+        let own = up.credentials.own().await.unwrap();
+        let req = up.prepare(req, authorization(&UpstreamCredential::Own, Some(&own)));
         assert_eq!(req.headers()[header::AUTHORIZATION], "Bearer t");
         assert!(req.headers().get(header::HOST).is_none());
         assert_eq!(req.version(), Version::HTTP_11);
@@ -348,10 +458,93 @@ mod tests {
     fn prepare_sends_a_clients_own_credentials_or_none() {
         let up = Upstream::new(&cfg("http://127.0.0.1:1"), UpstreamOptions::default()).unwrap();
         let req = || Request::get("/api").header(header::AUTHORIZATION, "Bearer x").body(body::empty()).unwrap();
-        let forwarded = up.prepare(req(), &UpstreamCredential::Header(http::HeaderValue::from_static("Bearer client")));
+        let client = UpstreamCredential::Header(http::HeaderValue::from_static("Bearer client"));
+        let forwarded = up.prepare(req(), authorization(&client, None));
         assert_eq!(forwarded.headers()[header::AUTHORIZATION], "Bearer client");
-        let anonymous = up.prepare(req(), &UpstreamCredential::None);
+        let anonymous = up.prepare(req(), authorization(&UpstreamCredential::None, None));
         assert!(anonymous.headers().get(header::AUTHORIZATION).is_none());
+    }
+
+    /// A server that answers 200 to `Bearer new` and 401 to anything else.
+    async fn accepts_only_the_new_token() -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    let ok = req.headers().get(header::AUTHORIZATION).is_some_and(|v| v == "Bearer new");
+                    let status = if ok { http::StatusCode::OK } else { http::StatusCode::UNAUTHORIZED };
+                    Ok::<_, std::convert::Infallible>(Response::builder().status(status).body(body::empty()).unwrap())
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_401_to_the_exec_token_runs_the_plugin_again_for_the_next_request() {
+        let p = exec_cache::tests::Plugin::new(crate::upstream::kubeconfig::ExecApiVersion::V1);
+        p.prints(Some(1), r#""token":"old""#);
+        p.prints(None, r#""token":"new""#);
+        let addr = accepts_only_the_new_token().await;
+        let cfg = UpstreamConfig { server: format!("http://{addr}").parse().unwrap(), ca_pem: None, ..p.upstream() };
+        let up = Upstream::new(&cfg, UpstreamOptions::default()).unwrap();
+        up.load_credentials().await.unwrap();
+        let get = || Request::get("/api").body(body::empty()).unwrap();
+        assert_eq!(up.send(get()).await.unwrap().status(), 401);
+        assert_eq!(up.send(get()).await.unwrap().status(), 200);
+        assert_eq!(up.send(get()).await.unwrap().status(), 200);
+        assert_eq!(p.runs(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_failing_exec_plugin_fails_the_request_before_any_connection() {
+        let p = exec_cache::tests::Plugin::new(crate::upstream::kubeconfig::ExecApiVersion::V1);
+        p.write("exit", "1");
+        p.write("stderr", "secret-ish detail");
+        p.prints(None, r#""token":"t""#);
+        // Nothing listens on port 1: a request that got that far would fail otherwise.
+        let cfg = UpstreamConfig { server: "http://127.0.0.1:1".parse().unwrap(), ca_pem: None, ..p.upstream() };
+        let up = Upstream::new(&cfg, UpstreamOptions::default()).unwrap();
+        let startup = up.load_credentials().await.unwrap_err().to_string();
+        assert!(startup.contains("\"exec-user\"") && startup.contains("secret-ish detail"), "{startup}");
+        let err = up.send(Request::get("/api").body(body::empty()).unwrap()).await.unwrap_err();
+        assert!(matches!(err, SendError::Credentials(_)) && err.is_connect(), "{err:?}");
+        let told = crate::error::error_chain(&err);
+        assert!(told.contains("exec-user") && !told.contains("secret-ish"), "{told}");
+    }
+
+    #[tokio::test]
+    async fn a_new_exec_client_certificate_gets_new_connections() {
+        let p = exec_cache::tests::Plugin::new(crate::upstream::kubeconfig::ExecApiVersion::V1);
+        let (one, two) = (exec_cache::tests::test_identity("one"), exec_cache::tests::test_identity("two"));
+        for (run, (cert, key)) in [(1, one.clone()), (2, one), (3, two)] {
+            let status = format!(
+                r#""clientCertificateData":{},"clientKeyData":{}"#,
+                serde_json::Value::from(cert),
+                serde_json::Value::from(key)
+            );
+            p.prints(Some(run), &status);
+        }
+        let cfg = UpstreamConfig { server: "https://127.0.0.1:1".parse().unwrap(), ..p.upstream() };
+        let cfg = UpstreamConfig { ca_pem: None, insecure_skip_tls_verify: true, ..cfg };
+        let up = Upstream::new(&cfg, UpstreamOptions::default()).unwrap();
+        let clients = |up: &Upstream| Arc::as_ptr(&up.own.read().clients);
+        let initial = clients(&up);
+        let own = up.credentials.own().await.unwrap();
+        let first = Arc::as_ptr(&up.own_clients(&own).unwrap());
+        assert_ne!(first, initial, "the plugin's certificate needs connections of its own");
+        assert_eq!(Arc::as_ptr(&up.own_clients(&own).unwrap()), first);
+        up.credentials.unauthorized(&own);
+        let same_cert = up.credentials.own().await.unwrap();
+        assert_eq!(Arc::as_ptr(&up.own_clients(&same_cert).unwrap()), first, "an unchanged certificate keeps them");
+        up.credentials.unauthorized(&same_cert);
+        let rotated = up.credentials.own().await.unwrap();
+        assert_ne!(Arc::as_ptr(&up.own_clients(&rotated).unwrap()), first, "a new certificate replaces them");
+        assert_eq!(p.runs(), 3);
     }
 
     #[test]

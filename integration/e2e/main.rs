@@ -10,6 +10,7 @@ mod cache;
 mod crd_lifecycle;
 mod differential;
 mod env;
+mod exec_plugin;
 mod relay;
 mod relist_gap;
 

@@ -1,7 +1,9 @@
 //! The `Authorization` header watchmux sends upstream, including bearer
-//! tokens read from a file that rotates underneath it.
+//! tokens read from a file that rotates underneath it, and the credentials
+//! of an exec plugin (a token, a client certificate, or both).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -9,7 +11,9 @@ use http::HeaderValue;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::upstream::kubeconfig::UpstreamAuth;
+use super::exec::{ExecError, ExecPlugin};
+use super::exec_cache::{Credential, ExecCredentials};
+use crate::upstream::kubeconfig::{UpstreamAuth, UpstreamConfig};
 
 /// How long a token read from a file is used before the file is read again.
 ///
@@ -39,11 +43,23 @@ pub(crate) enum Credentials {
     None,
     Fixed(HeaderValue),
     TokenFile { path: PathBuf, cached: Mutex<(HeaderValue, Instant)> },
+    Exec(Arc<ExecCredentials>),
+}
+
+/// What one request goes upstream with as watchmux.
+#[derive(Debug, Default)]
+pub(crate) struct Own {
+    pub authorization: Option<HeaderValue>,
+    /// The exec plugin's credential, when that is where it came from: its
+    /// client certificate, and what a 401 names.
+    pub exec: Option<Arc<Credential>>,
 }
 
 impl Credentials {
-    pub(crate) fn new(auth: &UpstreamAuth) -> Result<Self, CredentialsError> {
+    /// `cfg` is the upstream an exec plugin is told about.
+    pub(crate) fn new(auth: &UpstreamAuth, cfg: &UpstreamConfig) -> Result<Self, CredentialsError> {
         Ok(match auth {
+            UpstreamAuth::Exec(exec) => Self::Exec(ExecCredentials::new(ExecPlugin::new(exec, cfg))),
             UpstreamAuth::None => Self::None,
             UpstreamAuth::Token(token) => Self::Fixed(bearer(token)?),
             UpstreamAuth::Basic { username, password } => {
@@ -57,12 +73,32 @@ impl Credentials {
         })
     }
 
+    /// The credentials to send now: the exec plugin's current ones (run
+    /// if none is usable), or [`Self::authorization`].
+    pub(crate) async fn own(&self) -> Result<Own, Arc<ExecError>> {
+        match self {
+            Self::Exec(exec) => {
+                let credential = exec.current().await?;
+                Ok(Own { authorization: credential.authorization.clone(), exec: Some(credential) })
+            }
+            other => Ok(Own { authorization: other.authorization(), exec: None }),
+        }
+    }
+
+    /// Tells the exec plugin's cache that the upstream answered 401 to `own`.
+    pub(crate) fn unauthorized(&self, own: &Own) {
+        if let (Self::Exec(exec), Some(credential)) = (self, &own.exec) {
+            exec.unauthorized(credential);
+        }
+    }
+
     /// The header to send now, re-reading a token file when it is due. A
     /// failed re-read keeps the previous token: it is likely still valid, and
-    /// the upstream's 401 will say so if not.
-    pub(crate) fn authorization(&self) -> Option<HeaderValue> {
+    /// the upstream's 401 will say so if not. An exec plugin's token comes
+    /// from [`Self::own`] instead.
+    fn authorization(&self) -> Option<HeaderValue> {
         match self {
-            Self::None => None,
+            Self::None | Self::Exec(_) => None,
             Self::Fixed(h) => Some(h.clone()),
             Self::TokenFile { path, cached } => {
                 let mut cached = cached.lock();
@@ -105,12 +141,25 @@ fn sensitive(value: String) -> Result<HeaderValue, CredentialsError> {
 mod tests {
     use super::*;
 
+    fn test_cfg() -> UpstreamConfig {
+        UpstreamConfig {
+            server: "https://127.0.0.1:6443".parse().unwrap(),
+            ca_pem: None,
+            insecure_skip_tls_verify: false,
+            tls_server_name: None,
+            client_cert_pem: None,
+            client_key_pem: None,
+            auth: UpstreamAuth::None,
+            source: "test".into(),
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn token_file_is_reread_after_the_refresh_interval() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "first\n").unwrap();
-        let creds = Credentials::new(&UpstreamAuth::TokenFile(path.clone())).unwrap();
+        let creds = Credentials::new(&UpstreamAuth::TokenFile(path.clone()), &test_cfg()).unwrap();
         assert_eq!(creds.authorization().unwrap(), "Bearer first");
 
         std::fs::write(&path, "second").unwrap();
@@ -126,7 +175,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "kept").unwrap();
-        let creds = Credentials::new(&UpstreamAuth::TokenFile(path.clone())).unwrap();
+        let creds = Credentials::new(&UpstreamAuth::TokenFile(path.clone()), &test_cfg()).unwrap();
         std::fs::remove_file(&path).unwrap();
         tokio::time::advance(TOKEN_FILE_REFRESH * 2).await;
         assert_eq!(creds.authorization().unwrap(), "Bearer kept");
@@ -137,12 +186,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "  \n").unwrap();
-        assert!(matches!(Credentials::new(&UpstreamAuth::TokenFile(path)), Err(CredentialsError::EmptyTokenFile(_))));
+        assert!(matches!(
+            Credentials::new(&UpstreamAuth::TokenFile(path), &test_cfg()),
+            Err(CredentialsError::EmptyTokenFile(_))
+        ));
     }
 
     #[test]
     fn basic_auth_and_sensitivity() {
-        let creds = Credentials::new(&UpstreamAuth::Basic { username: "u".into(), password: "p".into() }).unwrap();
+        let creds =
+            Credentials::new(&UpstreamAuth::Basic { username: "u".into(), password: "p".into() }, &test_cfg()).unwrap();
         let h = creds.authorization().unwrap();
         assert_eq!(h, "Basic dTpw");
         assert!(h.is_sensitive());

@@ -68,6 +68,65 @@ pub enum UpstreamAuth {
         /// The kubeconfig's `password`.
         password: String,
     },
+    /// A client-go credential plugin, run for a token or a client certificate.
+    Exec(Box<ExecConfig>),
+}
+
+/// A kubeconfig user's `exec` credential plugin, validated and with its
+/// command resolved as client-go resolves it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ExecConfig {
+    /// The kubeconfig user's name, for errors.
+    pub user: String,
+    /// A bare name is looked up in `$PATH`; one with a `/` was made absolute
+    /// against the kubeconfig's directory.
+    pub command: PathBuf,
+    /// The arguments it is run with.
+    pub args: Vec<String>,
+    /// Added to watchmux's own environment.
+    pub env: Vec<(String, String)>,
+    /// The ExecCredential version it speaks.
+    pub api_version: ExecApiVersion,
+    /// Shown when the command is not found (`installHint`).
+    pub install_hint: Option<String>,
+    /// Pass the cluster (server, CA, ...) in `KUBERNETES_EXEC_INFO`.
+    pub provide_cluster_info: bool,
+    /// The cluster's `client.authentication.k8s.io/exec` extension, passed
+    /// as the cluster's `config` when `provide_cluster_info` is set.
+    pub cluster_config: Option<serde_json::Value>,
+}
+
+impl std::fmt::Debug for ExecConfig {
+    // Plugins take secrets through their environment; only the names show.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecConfig")
+            .field("user", &self.user)
+            .field("command", &self.command)
+            .field("args", &self.args.len())
+            .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("api_version", &self.api_version)
+            .field("provide_cluster_info", &self.provide_cluster_info)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The ExecCredential versions client-go still speaks (v1alpha1 is gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecApiVersion {
+    /// `client.authentication.k8s.io/v1`.
+    V1,
+    /// `client.authentication.k8s.io/v1beta1`.
+    V1beta1,
+}
+
+impl ExecApiVersion {
+    /// The apiVersion as written in kubeconfigs and ExecCredentials.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V1 => "client.authentication.k8s.io/v1",
+            Self::V1beta1 => "client.authentication.k8s.io/v1beta1",
+        }
+    }
 }
 
 impl std::fmt::Debug for UpstreamAuth {
@@ -77,6 +136,7 @@ impl std::fmt::Debug for UpstreamAuth {
             Self::Token(_) => f.write_str("Token(<redacted>)"),
             Self::TokenFile(p) => f.debug_tuple("TokenFile").field(p).finish(),
             Self::Basic { username, .. } => f.debug_struct("Basic").field("username", username).finish_non_exhaustive(),
+            Self::Exec(exec) => f.debug_tuple("Exec").field(exec).finish(),
         }
     }
 }
@@ -91,6 +151,7 @@ pub enum KubeconfigError {
         path: PathBuf,
         /// The I/O error.
 
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
@@ -100,6 +161,7 @@ pub enum KubeconfigError {
         /// The file.
         path: PathBuf,
         /// The YAML error.
+        /// The underlying error.
         #[source]
         source: serde_yaml_ng::Error,
     },
@@ -134,6 +196,7 @@ pub enum KubeconfigError {
         /// The value as written.
         server: String,
         /// Why it does not parse.
+        /// The underlying error.
         #[source]
         source: http::uri::InvalidUri,
     },
@@ -143,12 +206,52 @@ pub enum KubeconfigError {
         /// The kubeconfig field.
         field: &'static str,
         /// The decoding error.
+        /// The underlying error.
         #[source]
         source: base64::DecodeError,
     },
     #[error("in-cluster configuration: {0}")]
     /// In a pod, but the service-account files or environment are incomplete.
     InCluster(String),
+    /// The exec plugin's apiVersion is not one client-go speaks.
+    #[error(
+        "kubeconfig user {user:?}: exec plugin apiVersion {api_version:?} is not client.authentication.k8s.io/v1 or v1beta1"
+    )]
+    ExecApiVersion {
+        /// The kubeconfig user.
+        user: String,
+        /// The apiVersion as written.
+        api_version: String,
+    },
+    /// The exec plugin names no command.
+    #[error("kubeconfig user {user:?}: exec plugin has no command")]
+    ExecNoCommand {
+        /// The kubeconfig user.
+        user: String,
+    },
+    /// v1 requires `interactiveMode`.
+    #[error("kubeconfig user {user:?}: exec plugin interactiveMode must be set for client.authentication.k8s.io/v1")]
+    ExecNoInteractiveMode {
+        /// The kubeconfig user.
+        user: String,
+    },
+    /// `interactiveMode: Always`, which watchmux cannot honour.
+    #[error(
+        "kubeconfig user {user:?}: exec plugin interactiveMode is Always, but watchmux has no terminal and never \
+         runs a plugin interactively: use a plugin configuration that can run unattended (Never or IfAvailable)"
+    )]
+    ExecAlwaysInteractive {
+        /// The kubeconfig user.
+        user: String,
+    },
+    /// An unknown `interactiveMode`.
+    #[error("kubeconfig user {user:?}: invalid exec plugin interactiveMode {mode:?}")]
+    ExecInteractiveMode {
+        /// The kubeconfig user.
+        user: String,
+        /// The mode as written.
+        mode: String,
+    },
 }
 
 /// Resolves the upstream as a Kubernetes client would.
@@ -258,7 +361,18 @@ struct Cluster {
     #[serde(default)]
     insecure_skip_tls_verify: bool,
     tls_server_name: Option<String>,
+    #[serde(default)]
+    extensions: Vec<NamedExtension>,
 }
+
+#[derive(Debug, Deserialize)]
+struct NamedExtension {
+    name: String,
+    extension: Option<serde_json::Value>,
+}
+
+/// The name of the cluster extension client-go passes to exec plugins.
+const EXEC_CLUSTER_EXTENSION: &str = "client.authentication.k8s.io/exec";
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -272,6 +386,32 @@ struct User {
     token_file: Option<PathBuf>,
     username: Option<String>,
     password: Option<String>,
+    exec: Option<Exec>,
+}
+
+/// `users[].user.exec`, as written (camelCase, unlike the rest of the user).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Exec {
+    #[serde(default)]
+    command: String,
+    #[serde(default)]
+    args: Option<Vec<String>>,
+    #[serde(default)]
+    env: Option<Vec<ExecEnvVar>>,
+    #[serde(default)]
+    api_version: String,
+    install_hint: Option<String>,
+    #[serde(default)]
+    provide_cluster_info: bool,
+    interactive_mode: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ExecEnvVar {
+    name: String,
+    #[serde(default)]
+    value: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -331,11 +471,12 @@ fn from_files(paths: &[PathBuf], context: Option<&str>) -> Result<UpstreamConfig
         .get(ctx.cluster.as_str())
         .ok_or_else(|| KubeconfigError::NoCluster { context: context_name.into(), cluster: ctx.cluster.clone() })?;
     let user = match &ctx.user {
-        Some(name) if !name.is_empty() => Some(
+        Some(name) if !name.is_empty() => Some((
+            name.as_str(),
             users
                 .get(name.as_str())
                 .ok_or_else(|| KubeconfigError::NoUser { context: context_name.into(), user: name.clone() })?,
-        ),
+        )),
         _ => None,
     };
 
@@ -355,7 +496,7 @@ fn from_files(paths: &[PathBuf], context: Option<&str>) -> Result<UpstreamConfig
         auth: UpstreamAuth::None,
         source: format!("kubeconfig {source}, context {context_name}"),
     };
-    if let Some(user) = user {
+    if let Some((user_name, user)) = user {
         let u = user.value;
         cfg.client_cert_pem = data_or_file(
             "client-certificate-data",
@@ -373,11 +514,63 @@ fn from_files(paths: &[PathBuf], context: Option<&str>) -> Result<UpstreamConfig
             UpstreamAuth::Token(token.clone())
         } else if let (Some(username), Some(password)) = (&u.username, &u.password) {
             UpstreamAuth::Basic { username: username.clone(), password: password.clone() }
+        } else if let Some(exec) = u.exec.as_ref().filter(|_| cfg.client_cert_pem.is_none()) {
+            // As in client-go, a plugin only runs when the user has no other
+            // credential: a token, basic auth or a client certificate wins.
+            let cluster_config = cluster
+                .value
+                .extensions
+                .iter()
+                .find(|e| e.name == EXEC_CLUSTER_EXTENSION)
+                .and_then(|e| e.extension.clone());
+            UpstreamAuth::Exec(Box::new(exec_config(user_name, exec, user.dir, cluster_config)?))
         } else {
             UpstreamAuth::None
         };
     }
     Ok(cfg)
+}
+
+/// Validates a user's `exec` as client-go does at load time, and refuses
+/// what an unattended proxy can never do: a plugin that must be interactive.
+fn exec_config(
+    user: &str,
+    exec: &Exec,
+    dir: &Path,
+    cluster_config: Option<serde_json::Value>,
+) -> Result<ExecConfig, KubeconfigError> {
+    let user = user.to_owned();
+    let api_version = match exec.api_version.as_str() {
+        "client.authentication.k8s.io/v1" => ExecApiVersion::V1,
+        "client.authentication.k8s.io/v1beta1" => ExecApiVersion::V1beta1,
+        other => return Err(KubeconfigError::ExecApiVersion { user, api_version: other.into() }),
+    };
+    if exec.command.is_empty() {
+        return Err(KubeconfigError::ExecNoCommand { user });
+    }
+    // v1beta1 defaults to IfAvailable; v1 must say (client-go's defaulting
+    // and validation). watchmux never has a terminal, so IfAvailable runs
+    // without stdin, as Never does.
+    match (exec.interactive_mode.as_deref().filter(|m| !m.is_empty()), api_version) {
+        (None, ExecApiVersion::V1) => return Err(KubeconfigError::ExecNoInteractiveMode { user }),
+        (None, ExecApiVersion::V1beta1) | (Some("Never" | "IfAvailable"), _) => {}
+        (Some("Always"), _) => return Err(KubeconfigError::ExecAlwaysInteractive { user }),
+        (Some(other), _) => return Err(KubeconfigError::ExecInteractiveMode { user, mode: other.into() }),
+    }
+    // client-go resolves a command against the kubeconfig's directory only
+    // when it names a path; a bare name is looked up in $PATH when run.
+    let command = PathBuf::from(&exec.command);
+    let command = if exec.command.contains('/') { dir.join(command) } else { command };
+    Ok(ExecConfig {
+        user,
+        command,
+        args: exec.args.clone().unwrap_or_default(),
+        env: exec.env.iter().flatten().map(|e| (e.name.clone(), e.value.clone())).collect(),
+        api_version,
+        install_hint: exec.install_hint.clone().filter(|h| !h.is_empty()),
+        provide_cluster_info: exec.provide_cluster_info,
+        cluster_config,
+    })
 }
 
 /// Inline base64 data wins over a file path, as in client-go.
@@ -533,6 +726,80 @@ contexts:
         let cfg = resolve_with(None, None, &env).unwrap();
         assert_eq!(cfg.server, "http://127.0.0.1:8080");
         assert_eq!(cfg.auth, UpstreamAuth::None);
+    }
+
+    fn exec_user(exec: &str) -> String {
+        format!(
+            "current-context: x\ncontexts:\n- name: x\n  context: {{cluster: c, user: eks}}\n\
+             clusters:\n- name: c\n  cluster:\n    server: https://10.0.0.1\n    extensions:\n\
+             \x20   - name: client.authentication.k8s.io/exec\n      extension: {{audience: kube}}\n\
+             users:\n- name: eks\n  user:\n    exec: {exec}\n"
+        )
+    }
+
+    fn resolve_exec(dir: &Path, exec: &str) -> Result<UpstreamConfig, KubeconfigError> {
+        let kc = write(dir, "config", &exec_user(exec));
+        resolve_with(Some(&kc), None, &Env::default())
+    }
+
+    #[test]
+    fn exec_plugin_is_read_with_a_path_command_relative_to_the_kubeconfig() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = resolve_exec(
+            dir.path(),
+            "{apiVersion: client.authentication.k8s.io/v1, command: bin/plugin, args: [a, b], \
+             env: [{name: K, value: s3cret}], interactiveMode: Never, provideClusterInfo: true, installHint: get it}",
+        )
+        .unwrap();
+        let UpstreamAuth::Exec(exec) = cfg.auth else { panic!("{:?}", cfg.auth) };
+        assert_eq!(exec.user, "eks");
+        assert_eq!(exec.command, dir.path().join("bin/plugin"));
+        assert_eq!(exec.args, ["a", "b"]);
+        assert_eq!(exec.env, [("K".to_owned(), "s3cret".to_owned())]);
+        assert_eq!(exec.api_version, ExecApiVersion::V1);
+        assert!(exec.provide_cluster_info);
+        assert_eq!(exec.install_hint.as_deref(), Some("get it"));
+        assert_eq!(exec.cluster_config, Some(serde_json::json!({"audience": "kube"})));
+        assert!(!format!("{exec:?}").contains("s3cret"), "env values stay out of logs");
+
+        // A bare name is looked up in $PATH when run, as client-go does.
+        let cfg = resolve_exec(dir.path(), "{apiVersion: client.authentication.k8s.io/v1beta1, command: aws}").unwrap();
+        let UpstreamAuth::Exec(exec) = cfg.auth else { panic!() };
+        assert_eq!(exec.command, Path::new("aws"));
+        assert_eq!(exec.api_version, ExecApiVersion::V1beta1, "v1beta1 defaults interactiveMode to IfAvailable");
+    }
+
+    #[test]
+    fn exec_plugins_watchmux_cannot_run_are_refused_naming_the_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            ("{apiVersion: client.authentication.k8s.io/v1, command: p}", "interactiveMode must be set"),
+            (
+                "{apiVersion: client.authentication.k8s.io/v1, command: p, interactiveMode: Always}",
+                "never runs a plugin interactively",
+            ),
+            ("{apiVersion: client.authentication.k8s.io/v1, command: p, interactiveMode: Sometimes}", "Sometimes"),
+            ("{apiVersion: client.authentication.k8s.io/v1alpha1, command: p}", "v1alpha1"),
+            ("{apiVersion: client.authentication.k8s.io/v1, interactiveMode: Never}", "no command"),
+        ];
+        for (exec, says) in cases {
+            let err = resolve_exec(dir.path(), exec).unwrap_err().to_string();
+            assert!(err.contains("user \"eks\"") && err.contains(says), "{exec}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_token_or_client_certificate_wins_over_an_exec_plugin() {
+        let dir = tempfile::tempdir().unwrap();
+        let exec = "{apiVersion: client.authentication.k8s.io/v1, command: p, interactiveMode: Never}";
+        let with = |extra: &str| {
+            let text = exec_user(exec).replace("    exec:", &format!("    {extra}\n    exec:"));
+            let kc = write(dir.path(), "config", &text);
+            resolve_with(Some(&kc), None, &Env::default()).unwrap()
+        };
+        assert_eq!(with("token: t").auth, UpstreamAuth::Token("t".into()));
+        let cert = with("client-certificate-data: Y2VydA==\n    client-key-data: a2V5");
+        assert_eq!(cert.auth, UpstreamAuth::None);
     }
 
     #[test]
