@@ -187,11 +187,11 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value_t = 3 * 1024 * 1024)]
     pub max_request_body_bytes: u64,
 
-    /// Write HTTP/2 connections of the TCP listener (TLS or h2c) through a
+    /// Write HTTP/2 connections (TLS, h2c and the unix socket) through a
     /// write-behind buffer: frames that queue up while the socket is busy go
     /// out in one write, instead of one write per frame (the h2 crate flushes
     /// after every large DATA frame). `false` writes each frame as hyper
-    /// hands it over. Unix-socket connections always do.
+    /// hands it over.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
     pub h2_write_batching: bool,
 

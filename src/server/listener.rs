@@ -13,6 +13,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use metrics::{counter, gauge};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -148,15 +149,50 @@ impl SetupError {
     }
 }
 
-/// A TCP connection ready for HTTP: TLS done if the listener has it, and
-/// its opening read.
-enum Accepted {
-    Plain(TcpStream, Opening),
-    Tls(Box<TlsStream<TcpStream>>, Opening),
+/// What differs between the listeners' accept loops: what a connection
+/// is, and who is at the other end.
+trait Listen {
+    type Stream: Send + 'static;
+    fn accept(&self) -> impl Future<Output = std::io::Result<(Self::Stream, Option<SocketAddr>)>> + Send;
 }
 
-/// Accepts TCP connections until `stop` is cancelled.
-pub(crate) async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAcceptor>, serving: Serving<'_, H>) {
+impl Listen for TcpListener {
+    type Stream = TcpStream;
+    async fn accept(&self) -> std::io::Result<(TcpStream, Option<SocketAddr>)> {
+        let (stream, addr) = TcpListener::accept(self).await?;
+        let _ = stream.set_nodelay(true);
+        Ok((stream, Some(addr)))
+    }
+}
+
+impl Listen for UnixListener {
+    type Stream = UnixStream;
+    async fn accept(&self) -> std::io::Result<(UnixStream, Option<SocketAddr>)> {
+        let (stream, _) = UnixListener::accept(self).await?;
+        Ok((stream, None))
+    }
+}
+
+/// A connection's set-up and serving, once accepted: `deadline` bounds its
+/// set-up, `stop` ends it while in set-up.
+struct Accepted<S, H> {
+    stream: S,
+    conn: Conn<H>,
+    deadline: Instant,
+    setup_timeout: Duration,
+    stop: CancellationToken,
+    h2_write_batching: bool,
+}
+
+/// Accepts connections until `stop` is cancelled, each counted against the
+/// budget and served by `serve` on a task of its own.
+async fn accept_loop<L, H, F, Fut>(listener: L, serving: Serving<'_, H>, serve: F)
+where
+    L: Listen,
+    H: Handler,
+    F: Fn(Accepted<L::Stream, H>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let Serving { name, builder, graceful, handler, budget, h2_write_batching, setup_timeout, stop } = serving;
     loop {
         let (stream, addr) = tokio::select! {
@@ -171,51 +207,91 @@ pub(crate) async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<Tl
                 }
             },
         };
-        let _ = stream.set_nodelay(true);
         let slot = budget.as_ref().map(ConnectionBudget::open);
-        let peer = Peer {
-            addr: Some(addr),
-            client_cert: None,
-            over_connection_limit: slot.as_ref().is_some_and(|s| !s.within),
-        };
+        let peer = Peer { addr, client_cert: None, over_connection_limit: slot.as_ref().is_some_and(|s| !s.within) };
         let conn = Conn { name, peer, builder: builder.clone(), watcher: graceful.watcher(), handler: handler.clone() };
-        let tls = tls.clone();
-        let stop = stop.clone();
-        let span = tracing::debug_span!("conn", listener = name, peer = %addr);
+        let accepted = Accepted {
+            stream,
+            conn,
+            deadline: Instant::now() + setup_timeout,
+            setup_timeout,
+            stop: stop.clone(),
+            h2_write_batching,
+        };
+        let served = serve(accepted);
+        let span = match addr {
+            Some(addr) => tracing::debug_span!("conn", listener = name, peer = %addr),
+            None => tracing::debug_span!("conn", listener = name),
+        };
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let _open = OpenConnection::new(name);
                 let _slot = slot;
-                let deadline = Instant::now() + setup_timeout;
-                let accepted = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    accepted = set_up_tcp(stream, tls, deadline, setup_timeout) => accepted,
-                };
-                match accepted {
-                    Err(err) => setup_failed(name, &err),
-                    Ok(Accepted::Plain(stream, opening)) => {
-                        if h2_write_batching && opening.is_h2_preface() {
-                            conn.serve(Rewind::new(WriteBehind::tcp(stream), opening)).await
-                        } else {
-                            conn.serve(Rewind::new(stream, opening)).await
-                        }
-                    }
-                    Ok(Accepted::Tls(tls_stream, opening)) => {
-                        let conn =
-                            Conn { peer: Peer { client_cert: client_identity(&tls_stream), ..conn.peer }, ..conn };
-                        // ALPN decides; a client that skipped ALPN and sent the preface anyway is served HTTP/2 too.
-                        let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2") || opening.is_h2_preface();
-                        if h2_write_batching && h2 {
-                            conn.serve(Rewind::new(WriteBehind::new(*tls_stream), opening)).await
-                        } else {
-                            conn.serve(Rewind::new(*tls_stream, opening)).await
-                        }
-                    }
-                }
+                served.await
             },
             span,
         ));
     }
+}
+
+/// A TCP connection ready for HTTP: TLS done if the listener has it, and
+/// its opening read.
+enum TcpReady {
+    Plain(TcpStream, Opening),
+    Tls(Box<TlsStream<TcpStream>>, Opening),
+}
+
+/// Accepts TCP connections until `stop` is cancelled.
+pub(crate) async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAcceptor>, serving: Serving<'_, H>) {
+    accept_loop(listener, serving, |a: Accepted<TcpStream, H>| {
+        let tls = tls.clone();
+        async move {
+            let ready = tokio::select! {
+                _ = a.stop.cancelled() => return,
+                ready = set_up_tcp(a.stream, tls, a.deadline, a.setup_timeout) => ready,
+            };
+            let conn = a.conn;
+            match ready {
+                Err(err) => setup_failed(conn.name, &err),
+                Ok(TcpReady::Plain(stream, opening)) => {
+                    if a.h2_write_batching && opening.is_h2_preface() {
+                        conn.serve(Rewind::new(WriteBehind::tcp(stream), opening)).await
+                    } else {
+                        conn.serve(Rewind::new(stream, opening)).await
+                    }
+                }
+                Ok(TcpReady::Tls(tls_stream, opening)) => {
+                    let conn = Conn { peer: Peer { client_cert: client_identity(&tls_stream), ..conn.peer }, ..conn };
+                    // ALPN decides; a client that skipped ALPN and sent the preface anyway is served HTTP/2 too.
+                    let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2") || opening.is_h2_preface();
+                    if a.h2_write_batching && h2 {
+                        conn.serve(Rewind::new(WriteBehind::new(*tls_stream), opening)).await
+                    } else {
+                        conn.serve(Rewind::new(*tls_stream, opening)).await
+                    }
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// Accepts unix-socket connections until `stop` is cancelled.
+pub(crate) async fn accept_unix<H: Handler>(listener: UnixListener, serving: Serving<'_, H>) {
+    accept_loop(listener, serving, |mut a: Accepted<UnixStream, H>| async move {
+        let opening = tokio::select! {
+            _ = a.stop.cancelled() => return,
+            opening = read_opening_by(a.deadline, a.setup_timeout, &mut a.stream) => opening,
+        };
+        match opening {
+            Err(err) => setup_failed(a.conn.name, &err),
+            Ok(opening) if a.h2_write_batching && opening.is_h2_preface() => {
+                a.conn.serve(Rewind::new(WriteBehind::unix(a.stream), opening)).await
+            }
+            Ok(opening) => a.conn.serve(Rewind::new(a.stream, opening)).await,
+        }
+    })
+    .await
 }
 
 /// The TLS handshake, when the listener has TLS, then the opening, both by
@@ -225,17 +301,17 @@ async fn set_up_tcp(
     tls: Option<TlsAcceptor>,
     deadline: Instant,
     timeout: Duration,
-) -> Result<Accepted, SetupError> {
+) -> Result<TcpReady, SetupError> {
     let Some(acceptor) = tls else {
         let opening = read_opening_by(deadline, timeout, &mut stream).await?;
-        return Ok(Accepted::Plain(stream, opening));
+        return Ok(TcpReady::Plain(stream, opening));
     };
     let mut tls_stream = match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
         Ok(handshake) => Box::new(handshake.map_err(SetupError::Tls)?),
         Err(_) => return Err(SetupError::TlsTimedOut(timeout)),
     };
     let opening = read_opening_by(deadline, timeout, &mut tls_stream).await?;
-    Ok(Accepted::Tls(tls_stream, opening))
+    Ok(TcpReady::Tls(tls_stream, opening))
 }
 
 async fn read_opening_by<IO: AsyncRead + Unpin>(
@@ -246,43 +322,6 @@ async fn read_opening_by<IO: AsyncRead + Unpin>(
     match tokio::time::timeout_at(deadline, read_opening(io)).await {
         Ok(read) => read.map_err(SetupError::Opening),
         Err(_) => Err(SetupError::OpeningTimedOut(timeout)),
-    }
-}
-
-/// Accepts unix-socket connections until `stop` is cancelled.
-pub(crate) async fn accept_unix<H: Handler>(listener: UnixListener, serving: Serving<'_, H>) {
-    let Serving { name: _, builder, graceful, handler, budget, h2_write_batching: _, setup_timeout, stop } = serving;
-    const NAME: &str = "unix";
-    loop {
-        let mut stream = tokio::select! {
-            _ = stop.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(err) => {
-                    tracing::warn!(error = %err, listener = NAME, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let slot = budget.as_ref().map(ConnectionBudget::open);
-        let peer = Peer { over_connection_limit: slot.as_ref().is_some_and(|s| !s.within), ..Peer::default() };
-        let conn =
-            Conn { name: NAME, peer, builder: builder.clone(), watcher: graceful.watcher(), handler: handler.clone() };
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let _open = OpenConnection::new(NAME);
-            let _slot = slot;
-            let deadline = Instant::now() + setup_timeout;
-            let opening = tokio::select! {
-                _ = stop.cancelled() => return,
-                opening = read_opening_by(deadline, setup_timeout, &mut stream) => opening,
-            };
-            match opening {
-                Ok(opening) => conn.serve(Rewind::new(stream, opening)).await,
-                Err(err) => setup_failed(NAME, &err),
-            }
-        });
     }
 }
 

@@ -86,6 +86,14 @@ impl WriteBehind<OwnedReadHalf> {
     }
 }
 
+impl WriteBehind<tokio::net::unix::OwnedReadHalf> {
+    /// A unix stream splits the same way.
+    pub(crate) fn unix(stream: tokio::net::UnixStream) -> Self {
+        let (read, write) = stream.into_split();
+        Self::from_halves(read, write)
+    }
+}
+
 impl<R> WriteBehind<R> {
     fn from_halves<W: AsyncWrite + Send + 'static>(read: R, write: W) -> Self {
         let shared = Arc::new(Shared { state: Mutex::new(State::default()), work: Notify::new() });

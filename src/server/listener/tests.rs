@@ -293,7 +293,7 @@ async fn a_silent_unix_client_is_closed_at_the_setup_deadline() {
     tokio::spawn(async move {
         let (builder, graceful) = (http_builder(), GracefulShutdown::new());
         let serving = Serving {
-            name: "ignored",
+            name: "t-unix",
             builder: &builder,
             graceful: &graceful,
             handler: Hello::default(),
@@ -308,8 +308,7 @@ async fn a_silent_unix_client_is_closed_at_the_setup_deadline() {
     let mut silent = UnixStream::connect(&path).await.unwrap();
     closed_by_server(&mut silent).await;
     assert!(start.elapsed() >= SETUP, "closed after {:?}, before the deadline", start.elapsed());
-    // No other test uses the unix listener's fixed name.
-    count_reaches("unix", "preface", 1).await;
+    count_reaches("t-unix", "preface", 1).await;
     let mut client = UnixStream::connect(&path).await.unwrap();
     client.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").await.unwrap();
     let answer = closed_by_server(&mut client).await;
