@@ -34,6 +34,7 @@ use tokio::time::Instant;
 
 use super::resource::{Change, Probe, ResourceCache};
 use super::upstream_watch::{LineEnd, LineSplitter, collection_uri, read_line, upstream_get};
+use crate::error::error_chain;
 use crate::upstream::Upstream;
 
 /// The catch-up watch's timeout: the API server sends its bookmark two
@@ -144,7 +145,7 @@ async fn catch_up(cache: &ResourceCache, upstream: &Upstream, from: u64) -> Resu
         ("resourceVersion", from.to_string()),
         ("timeoutSeconds", CATCH_UP_TIMEOUT_SECONDS.to_string()),
     ];
-    let resp = upstream_get(upstream, collection_uri(cache, &params)).await.map_err(|e| e.to_string())?;
+    let resp = upstream_get(upstream, collection_uri(cache, &params)).await.map_err(|e| error_chain(&e))?;
     if !resp.status().is_success() {
         return Err(format!("catch-up watch answered {}", resp.status()));
     }

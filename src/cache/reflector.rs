@@ -149,7 +149,7 @@ impl Reflector {
                         ReflectorState::Gone
                     }
                     Err(err) => {
-                        tracing::warn!(resource = %label, error = %err, "upstream list failed");
+                        tracing::warn!(resource = %label, error = %error_chain(&err), "upstream list failed");
                         if !self.cache.is_ready() {
                             self.cache.set_initial_list_failing(true);
                         }
@@ -214,15 +214,17 @@ impl Reflector {
             }
             let resp = self.get(self.collection_uri(&params)).await?;
             let status = resp.status();
-            let bytes = resp.into_body().collect().await.map_err(|e| ReflectorError::Body(e.to_string()))?.to_bytes();
+            let bytes = resp.into_body().collect().await.map_err(ReflectorError::Body)?.to_bytes();
             if !status.is_success() {
                 return Err(ReflectorError::Status { status, body: String::from_utf8_lossy(&bytes).into_owned() });
             }
-            let page: ListPage = serde_json::from_slice(&bytes).map_err(|e| ReflectorError::Decode(e.to_string()))?;
+            let page: ListPage = serde_json::from_slice(&bytes).map_err(ReflectorError::Decode)?;
             if continue_token.is_none() {
-                list_rv = page.metadata.resource_version.parse().map_err(|_| {
-                    ReflectorError::Decode(format!("list resourceVersion {:?}", page.metadata.resource_version))
-                })?;
+                list_rv = page
+                    .metadata
+                    .resource_version
+                    .parse()
+                    .map_err(|_| ReflectorError::ListVersion(page.metadata.resource_version.clone()))?;
             }
             for item in page.items.unwrap_or_default() {
                 let raw = bytes.slice_ref(item.get().as_bytes());
@@ -257,7 +259,7 @@ impl Reflector {
         ];
         let resp = match self.get(self.collection_uri(&params)).await {
             Ok(r) => r,
-            Err(e) => return WatchEnd::Failed { rv, error: e.to_string() },
+            Err(e) => return WatchEnd::Failed { rv, error: error_chain(&e) },
         };
         if resp.status() == StatusCode::GONE {
             return WatchEnd::Expired;

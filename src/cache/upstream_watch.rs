@@ -16,19 +16,20 @@ use super::object::CachedObject;
 use super::resource::{Change, ResourceCache};
 use crate::body;
 use crate::encode::watch::EventType;
-use crate::error::error_chain;
 use crate::upstream::Upstream;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ReflectorError {
-    #[error("upstream request failed: {0}")]
-    Request(String),
+    #[error("upstream request failed")]
+    Request(#[source] crate::upstream::SendError),
     #[error("upstream answered {status}: {body}")]
     Status { status: StatusCode, body: String },
-    #[error("reading the upstream response: {0}")]
-    Body(String),
-    #[error("decoding the upstream list: {0}")]
-    Decode(String),
+    #[error("reading the upstream response")]
+    Body(#[source] hyper::Error),
+    #[error("decoding the upstream list")]
+    Decode(#[source] serde_json::Error),
+    #[error("the upstream list's resourceVersion {0:?} is not a number")]
+    ListVersion(String),
 }
 
 #[derive(Deserialize)]
@@ -167,7 +168,7 @@ pub(crate) async fn upstream_get(
         .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")))
         .body(body::empty())
         .expect("valid request");
-    upstream.send(req).await.map_err(|e| ReflectorError::Request(error_chain(&e)))
+    upstream.send(req).await.map_err(ReflectorError::Request)
 }
 
 #[cfg(test)]
