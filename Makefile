@@ -18,6 +18,12 @@ build:
 release:
 	$(CARGO) build --locked --release
 
+## The OCI image, built from the Dockerfile without a container daemon:
+## .run/image/watchmux-oci.tar (and the layout .run/image/oci); docs/image.md.
+.PHONY: image
+image:
+	bash integration/scripts/image.sh
+
 ## The real kube-apiserver, kubectl and etcd, built from the Go modules in
 ## integration/go.mod (cached: rebuilt only when their inputs change).
 k8s:
