@@ -55,15 +55,15 @@ while read -r line; do
     /*) libs+=("${line%% (*}") ;;
   esac
 done < <(ldd "$bin")
-[[ ${#libs[@]} -gt 0 ]] || { echo "image: ldd found no libraries: a static binary needs none of this, but check" >&2; exit 1; }
+[[ ${#libs[@]} -gt 0 ]] || echo "image: ldd finds no shared libraries (a static binary): none copied"
 pkgs=()
-for lib in "${libs[@]}"; do
+for lib in ${libs[@]+"${libs[@]}"}; do
   install -D -m 0755 "$(readlink -f "$lib")" "$ctx/base$lib"
   if command -v dpkg >/dev/null && pkg="$(dpkg -S "$lib" 2>/dev/null | head -1 | cut -d: -f1)" && [[ -n $pkg ]]; then
     pkgs+=("$pkg")
   fi
 done
-for pkg in $(printf '%s\n' "${pkgs[@]}" | sort -u); do
+for pkg in $(printf '%s\n' ${pkgs[@]+"${pkgs[@]}"} | sort -u); do
   if [[ -f /usr/share/doc/$pkg/copyright ]]; then
     install -D -m 0644 "/usr/share/doc/$pkg/copyright" "$ctx/base/usr/share/doc/$pkg/copyright"
   fi
