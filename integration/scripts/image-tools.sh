@@ -6,7 +6,7 @@
 #
 # Skipped when both exist and were built from the same inputs (go.mod, go.sum,
 # the module's Go files, go version), recorded in .run/bin/.image-tools.stamp.
-# A cold build takes about a minute on two cores.
+# A cold build takes about 70 s on two cores (modules already downloaded).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 mod="$root/integration/tools/image"
