@@ -1,36 +1,31 @@
-# syntax=docker/dockerfile:1
-# watchmux container image: a static-ish Rust binary on distroless, non-root.
+# watchmux's container image: the release binary and the few shared libraries
+# it links, on nothing, run as a non-root user.
 #
-#   docker build -t watchmux:dev .
-#   docker run --rm -p 6443:6443 -p 9444:9444 -v ~/.kube:/kube:ro watchmux:dev \
-#     --kubeconfig=/kube/config --listen=0.0.0.0:6443 --admin-listen=0.0.0.0:9444 \
-#     --auth-mode=delegated
-# (the default trusted-local mode listens only on loopback: see docs/auth.md)
+# This file is the image's one recipe, and `make image` is how it is built:
+# integration/scripts/image.sh stages the build context in .run/image/context
+# (base/: the C library, libgcc_s, their copyright notices, /etc/passwd, group
+# and nsswitch.conf; watchmux: the release binary, debug info stripped) and
+# integration/tools/image (ocibuild, go-containerregistry) builds this file
+# on it into an OCI archive, without a container daemon. ocibuild knows only
+# the instructions below (and ENV, WORKDIR, STOPSIGNAL) and refuses any other,
+# so nothing here can be skipped silently. `make test` runs the image with
+# runc (integration/scripts/image-test.sh). See docs/image.md.
 #
-# In Kubernetes the Helm chart (charts/watchmux) passes every flag itself.
+# There is no build stage: building the binary is cargo's job, outside.
 
-ARG RUST_VERSION=1.95
+FROM scratch
 
-# --- build -----------------------------------------------------------------------
-# Debian 12 (bookworm), the same C library as the runtime image below.
-FROM rust:${RUST_VERSION}-slim-bookworm AS build
-WORKDIR /src
-# .dockerignore lets in only what the build reads: Cargo.toml, Cargo.lock, src/
-# and the Rust sources of the test targets the manifest names.
-COPY . .
-# The registry and target caches survive between builds (BuildKit); the binary
-# is copied out of the cached target directory.
-RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
-    --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
-    --mount=type=cache,target=/src/target,sharing=locked \
-    cargo build --release --locked --bin watchmux \
- && install -D -m 0755 target/release/watchmux /out/watchmux
+# Set by image.sh: the crate version, the git commit, the repository URL.
+ARG VERSION
+ARG REVISION
+ARG SOURCE
 
-# --- runtime ---------------------------------------------------------------------
-# glibc, libgcc and CA certificates only: no shell, no package manager.
-FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /out/watchmux /watchmux
-# distroless "nonroot": uid/gid 65532, as the chart's securityContext expects.
+# One layer that changes only with the build machine's C library, then one
+# with the binary.
+COPY base/ /
+COPY watchmux /watchmux
+
+# "nonroot" in base/etc/passwd; numeric, so a runtime can check runAsNonRoot.
 USER 65532:65532
 # 6443: the API listener (HTTP/1.1 + HTTP/2, TLS with --tls-cert-file).
 # 9444: the admin listener (/metrics, /healthz, /livez, /readyz).
@@ -42,3 +37,10 @@ ENTRYPOINT ["/watchmux"]
 # sidecar). Shared proxies pass --auth-mode=delegated --listen=0.0.0.0:6443.
 # Any arguments given at run time replace these.
 CMD ["--listen=127.0.0.1:6443", "--admin-listen=0.0.0.0:9444"]
+
+LABEL org.opencontainers.image.title="watchmux" \
+      org.opencontainers.image.description="A transparent caching watch proxy for the Kubernetes API" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}"

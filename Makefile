@@ -18,6 +18,17 @@ build:
 release:
 	$(CARGO) build --locked --release
 
+## The OCI image, built from the Dockerfile without a container daemon:
+## .run/image/watchmux-oci.tar (and the layout .run/image/oci); docs/image.md.
+.PHONY: image image-test
+image:
+	bash integration/scripts/image.sh
+
+## The image run with runc against the test API server (Linux, root; installs
+## runc if missing). Also part of make test, after the end-to-end suite.
+image-test:
+	bash integration/scripts/image-test.sh
+
 ## The real kube-apiserver, kubectl and etcd, built from the Go modules in
 ## integration/go.mod (cached: rebuilt only when their inputs change).
 k8s:
@@ -45,6 +56,7 @@ test-unit:
 
 ## Starts the API server (stopping it afterwards if it started it), then runs
 ## the end-to-end suite and the Helm chart checks against it.
+## Then the image under runc (image-test.sh; Linux and root).
 test-e2e:
 	bash integration/scripts/e2e.sh
 

@@ -6,7 +6,9 @@
 # Always (offline):
 #   - helm lint --strict, and helm template, for every case below (each mode;
 #     ServiceMonitor on; cert-manager on; the example values files);
-#   - values the chart must refuse (schema and template checks) are refused;
+#   - values the chart must refuse (schema and template checks) are refused,
+#     among them no image.repository (nothing is published: every other case
+#     renders with a placeholder registry.example/watchmux);
 #   - every --flag the chart passes is one `watchmux --help` lists (a case may
 #     name flags it passes on purpose that the binary lacks; none do today);
 #   - auth: --auth-mode is always rendered, delegated by default in nodeLocal
@@ -78,6 +80,20 @@ helm="$root/.run/helm"
 kubectl="${KUBECTL:-$root/.run/kubectl}"
 
 tmp="$(mktemp -d)"
+# No image is published, so the chart renders only with image.repository
+# set: every render, lint, install and upgrade below gets a placeholder one
+# first (a case's own -f or --set still wins); the refusal
+# image-repository-unset proves the chart refuses without it.
+printf 'image:\n  repository: registry.example/watchmux\n' >"$tmp/image-values.yaml"
+cat >"$tmp/helm" <<EOF
+#!/usr/bin/env bash
+case "\$1" in
+  template|lint|install|upgrade) sub="\$1"; shift; exec "$helm" "\$sub" -f "$tmp/image-values.yaml" "\$@" ;;
+esac
+exec "$helm" "\$@"
+EOF
+chmod +x "$tmp/helm"
+helm="$tmp/helm"
 failures=0
 namespaces=()
 say() { echo "chart-check: $*"; }
@@ -153,6 +169,7 @@ refusals=(
   "cache-bad-scope|--set cache.scopes.pods=nodeName=node-1"
   "cache-scope-not-cached|--set cache.scopes.secrets=labelSelector=app=demo"
   "cache-all-turned-off|--set 'cache.resources={pods}' --set 'cache.watchCacheSizes={pods#0}'"
+  "image-repository-unset|--set image.repository=|image.repository is required: no watchmux image is published"
   "nodelocal-kubelet-cache-all|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set 'cache.resources={*}'|cache.resources \"*\" cannot be cached with a node's credentials"
   "nodelocal-kubelet-unlistable|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set 'cache.resources={pods,configmaps,endpoints,namespaces,endpointslices.discovery.k8s.io}'|configmaps, endpoints, namespaces, endpointslices.discovery.k8s.io cannot be cached with a node's credentials"
   "nodelocal-kubelet-pods-unscoped|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.scopePodsToNode=false|a node may list and watch pods only with fieldSelector=spec.nodeName"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the end-to-end suite against a real kube-apiserver: starts the test
 # cluster unless one is already up (and then stops it again at the end), builds
-# the client-go checker, runs the Rust e2e tests and the Helm chart checks.
+# the client-go checker, runs the Rust e2e tests, the Helm chart checks, and
+# the OCI image under runc (image-test.sh: Linux and root).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 scripts="$root/integration/scripts"
@@ -28,3 +29,7 @@ cargo test --locked --test e2e -- --test-threads=4
 if [[ -x "$scripts/chart-check.sh" || -f "$scripts/chart-check.sh" ]]; then
   bash "$scripts/chart-check.sh" "$root/.run/kubeconfig"
 fi
+
+# The image (a release build, then the archive) run with runc against the
+# same cluster.
+bash "$scripts/image-test.sh"

@@ -760,6 +760,9 @@ spec:
 
 {{/* Checks that cannot be said in values.schema.json. */}}
 {{- define "watchmux.validate" -}}
+{{- if not .Values.image.repository }}
+{{- fail "image.repository is required: no watchmux image is published. Build one with `make image` in the watchmux repository (an OCI archive, .run/image/watchmux-oci.tar), push it to your registry (`crane push .run/image/oci REGISTRY/watchmux:TAG`, or `skopeo copy oci-archive:.run/image/watchmux-oci.tar docker://REGISTRY/watchmux:TAG`), then set image.repository=REGISTRY/watchmux and image.tag=TAG (or image.digest=sha256:...)" }}
+{{- end }}
 {{- if and .Values.certManager.enabled .Values.tls.existingSecret }}
 {{- fail "certManager.enabled and tls.existingSecret are exclusive: pick one source for the serving certificate" }}
 {{- end }}
