@@ -245,6 +245,12 @@ impl Args {
     }
 }
 
+/// A flag value as it is spelled on the command line (`trusted-local`, not
+/// `TrustedLocal`), for log lines that operators match against their flags.
+pub fn flag_value<E: ValueEnum>(value: &E) -> String {
+    value.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default()
+}
+
 /// Parses `30s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -309,6 +315,13 @@ mod tests {
         );
         assert_eq!(args.events_history_window, Duration::from_secs(75));
         assert!(!args.cache_warm);
+    }
+
+    #[test]
+    fn flag_values_are_logged_as_they_are_spelled_on_the_command_line() {
+        assert_eq!(flag_value(&AuthMode::TrustedLocal), "trusted-local");
+        assert_eq!(flag_value(&UpstreamIdentityMode::Impersonate), "impersonate");
+        assert_eq!(flag_value(&LogFormat::Json), "json");
     }
 
     #[test]

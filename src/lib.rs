@@ -56,7 +56,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut opts = args.server_options()?;
     opts.metrics = Some(metrics);
-    tracing::info!(mode = ?args.auth_mode, client_certificates = args.client_ca_file.is_some(), "client auth");
+    tracing::info!(
+        auth_mode = config::flag_value(&args.auth_mode),
+        upstream_identity = config::flag_value(&args.upstream_identity),
+        client_certificates = args.client_ca_file.is_some(),
+        "client auth"
+    );
     let server = Server::bind(upstream, opts).await?;
     tracing::info!(admin = %server.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");
     server.serve(server::shutdown::signal()).await

@@ -1,17 +1,36 @@
 //! The watchmux binary: parse flags, set up logging, run.
 
+use std::io::IsTerminal as _;
+use std::process::ExitCode;
+
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 use watchmux::config::{Args, LogFormat};
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let args = Args::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let subscriber = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: a log collector would keep
+    // the escape codes as text.
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match args.log_format {
         LogFormat::Text => subscriber.init(),
         LogFormat::Json => subscriber.json().init(),
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(watchmux::run(args)).inspect_err(|err| tracing::error!("{err:#}"))
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(watchmux::run(args)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // Logged once, in the log's own format; not printed again on exit.
+        Err(err) => {
+            tracing::error!("{err:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

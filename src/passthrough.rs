@@ -11,6 +11,7 @@ pub(crate) mod identity;
 mod upgrade;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -25,7 +26,7 @@ use crate::encode::status::{Status, StatusReason};
 use crate::error::error_chain;
 use crate::metrics as m;
 use crate::request::RequestInfo;
-use crate::upstream::{ConnectionKind, Upstream};
+use crate::upstream::{ConnectionKind, SendError, Upstream};
 
 /// Forwards requests to the upstream.
 #[derive(Debug, Clone)]
@@ -71,8 +72,11 @@ impl Passthrough {
         let kind = if info.is_long_running() { ConnectionKind::Dedicated } else { ConnectionKind::Pooled };
         let sent = self.upstream.send_as(upstream_req, &identity.credential(), kind).await;
         let resp = match sent {
-            Ok(resp) => resp,
-            Err(err) => return upstream_failure(&err, verb),
+            Ok(resp) => {
+                UPSTREAM_FAILING.succeeded();
+                resp
+            }
+            Err(err) => return upstream_failure(&self.upstream, &err, verb),
         };
         histogram!(m::PASSTHROUGH_DURATION, "verb" => verb).record(started.elapsed().as_secs_f64());
         counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "code" => resp.status().as_str().to_owned()).increment(1);
@@ -106,16 +110,48 @@ fn set_identity(headers: &mut http::HeaderMap, identity: &UpstreamIdentity) -> R
 
 /// Maps a failure to reach the upstream (or to get watchmux's credentials
 /// for it) to the 503 Status a client expects.
-fn upstream_failure(err: &crate::upstream::SendError, verb: &'static str) -> Response<ProxyBody> {
+///
+/// The Status names the upstream and the cause. A connection the upstream
+/// refused gets no Retry-After: a client that reached the API server
+/// directly would fail at once (connection refused), and client-go retries
+/// a 503 only when told when to, ten times over; with it, kubectl waited
+/// 50 s before showing the error. Other failures keep Retry-After: 1.
+fn upstream_failure(upstream: &Upstream, err: &SendError, verb: &'static str) -> Response<ProxyBody> {
     let cause = match err {
-        crate::upstream::SendError::Credentials(_) | crate::upstream::SendError::ClientTls(_) => "credentials",
+        SendError::Credentials(_) | SendError::ClientTls(_) => "credentials",
         other if other.is_connect() => "connect",
         _ => "request",
     };
     counter!(m::UPSTREAM_ERRORS, "cause" => cause).increment(1);
     counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "code" => "503").increment(1);
-    tracing::warn!(error = %error_chain(err), cause, "upstream request failed");
-    Status::upstream_unavailable(error_chain(err)).into_response()
+    UPSTREAM_FAILING.failed(cause, err);
+    let status = Status::upstream_unavailable(upstream.server(), error_chain(err));
+    let status = if cause == "connect" { status } else { status.retry_after(1) };
+    status.into_response()
+}
+
+/// Whether requests to the upstream are failing, so that a change is
+/// logged once, not once per request (an outage would log every client's
+/// every retry).
+static UPSTREAM_FAILING: FailureLog = FailureLog(AtomicBool::new(false));
+
+struct FailureLog(AtomicBool);
+
+impl FailureLog {
+    fn failed(&self, cause: &'static str, err: &SendError) {
+        if !self.0.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %error_chain(err), cause, "upstream requests are failing (logged again when they succeed)");
+        } else {
+            tracing::debug!(error = %error_chain(err), cause, "upstream request failed");
+        }
+    }
+
+    fn succeeded(&self) {
+        // A load first: the common case writes nothing shared.
+        if self.0.load(Ordering::Relaxed) && self.0.swap(false, Ordering::Relaxed) {
+            tracing::info!("upstream requests are succeeding again");
+        }
+    }
 }
 
 /// Counts a forwarded request as in flight until dropped.

@@ -265,6 +265,11 @@ impl Upstream {
         self.credentials.own().await.map(drop)
     }
 
+    /// The upstream's server URL as the kubeconfig names it, for messages.
+    pub(crate) fn server(&self) -> &Uri {
+        &self.tls_base.server
+    }
+
     /// Sends a request upstream with watchmux's credentials. The request's URI
     /// is rewritten from its path and query; any `Authorization` it carries is
     /// replaced.

@@ -241,7 +241,7 @@ async fn a_relist_after_compaction_reaches_watchers_as_ordinary_events() {
         configmap(&direct, "create", &ns, name).await;
     }
     // watchmux reaches the API server through a relay the test can cut.
-    let api: std::net::SocketAddr = "127.0.0.1:16443".parse().unwrap();
+    let api = cluster.api_addr();
     let relay = Relay::start(api).await;
     let dir = tempfile::tempdir().unwrap();
     let relayed = relay.kubeconfig(&cluster, dir.path());
@@ -609,7 +609,7 @@ async fn a_scoped_cache_serves_only_requests_inside_its_scope() {
 async fn warming_is_retried_until_the_upstream_answers() {
     let _shared = CLUSTER.read().await;
     let cluster = Cluster::from_env();
-    let api: std::net::SocketAddr = "127.0.0.1:16443".parse().unwrap();
+    let api = cluster.api_addr();
     let relay = Relay::start(api).await;
     relay.cut();
     let dir = tempfile::tempdir().unwrap();

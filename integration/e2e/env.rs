@@ -42,6 +42,16 @@ impl Cluster {
         c
     }
 
+    /// The API server's address, from the kubeconfig (cluster-up.sh's
+    /// `APISERVER_PORT` may move it off the default).
+    pub fn api_addr(&self) -> std::net::SocketAddr {
+        let cfg = watchmux::upstream::kubeconfig::resolve(Some(&self.kubeconfig), None).unwrap();
+        let authority = cfg.server.authority().expect("the kubeconfig's server has host:port").as_str();
+        authority
+            .parse()
+            .unwrap_or_else(|_| panic!("the kubeconfig's server {authority} is not an IP address and port"))
+    }
+
     /// kubectl against the API server directly.
     pub fn kubectl_direct(&self, args: &[&str]) -> Output {
         kubectl(&self.kubectl, &self.kubeconfig, args)

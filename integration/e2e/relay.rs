@@ -58,7 +58,7 @@ impl Relay {
     pub fn kubeconfig(&self, cluster: &crate::env::Cluster, dir: &std::path::Path) -> std::path::PathBuf {
         let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig)
             .unwrap()
-            .replace("https://127.0.0.1:16443", &format!("https://{}", self.addr));
+            .replace(&format!("https://{}", cluster.api_addr()), &format!("https://{}", self.addr));
         let path = dir.join("kubeconfig");
         std::fs::write(&path, kubeconfig).unwrap();
         path

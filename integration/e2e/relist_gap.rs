@@ -41,7 +41,7 @@ async fn a_client_holding_a_version_from_inside_a_relist_gap_misses_no_deletion(
     for name in ["a", "b", "c", "d"] {
         configmap(&direct, "create", &ns, name).await;
     }
-    let api: std::net::SocketAddr = "127.0.0.1:16443".parse().unwrap();
+    let api = cluster.api_addr();
     let relay = Relay::start(api).await;
     let dir = tempfile::tempdir().unwrap();
     let relayed = relay.kubeconfig(&cluster, dir.path());

@@ -192,18 +192,25 @@ async fn upgrade_refused_upstream_is_passed_on() {
 }
 
 #[tokio::test]
-async fn unreachable_upstream_answers_503_status() {
+async fn unreachable_upstream_answers_at_once_with_a_503_naming_it_and_no_retry_after() {
     // A port that was just bound and released: nothing listens there.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let proxy = start_proxy(closed, &[]).await;
     let resp = get(proxy.addr, "/api/v1/pods").await;
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(resp.headers()["content-type"], "application/json");
+    // client-go retries a 503 ten times when told when to: a refused
+    // connection must fail as fast as it would straight at the API server.
+    assert!(resp.headers().get("retry-after").is_none());
     let status = body_json(resp).await;
     assert_eq!(status["kind"], "Status");
     assert_eq!(status["status"], "Failure");
     assert_eq!(status["reason"], "ServiceUnavailable");
     assert_eq!(status["code"], 503);
+    assert!(status["details"].get("retryAfterSeconds").is_none(), "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(message.contains(&format!("upstream API server http://{closed}")), "{message}");
+    assert!(message.contains("onnection refused"), "{message}");
     proxy.shutdown().await;
 }
 

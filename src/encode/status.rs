@@ -62,13 +62,12 @@ impl Status {
     }
 
     /// The answer when the upstream API server cannot be reached.
-    pub(crate) fn upstream_unavailable(detail: impl std::fmt::Display) -> Self {
+    pub(crate) fn upstream_unavailable(server: impl std::fmt::Display, detail: impl std::fmt::Display) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             StatusReason::ServiceUnavailable,
-            format!("the upstream API server is unavailable: {detail}"),
+            format!("watchmux cannot reach the upstream API server {server}: {detail}"),
         )
-        .retry_after(1)
     }
 
     pub(crate) fn retry_after(mut self, seconds: u32) -> Self {
@@ -139,8 +138,9 @@ mod tests {
     use http_body_util::BodyExt;
 
     #[tokio::test]
-    async fn unavailable_upstream_is_a_503_status_with_retry_after() {
-        let resp = Status::upstream_unavailable("connection refused").into_response();
+    async fn unavailable_upstream_is_a_503_status_naming_the_upstream_and_the_cause() {
+        let resp =
+            Status::upstream_unavailable("https://10.0.0.1:6443", "connection refused").retry_after(1).into_response();
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
         assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
@@ -152,7 +152,10 @@ mod tests {
         assert_eq!(v["reason"], "ServiceUnavailable");
         assert_eq!(v["code"], 503);
         assert_eq!(v["details"]["retryAfterSeconds"], 1);
-        assert!(v["message"].as_str().unwrap().contains("connection refused"));
+        assert_eq!(
+            v["message"],
+            "watchmux cannot reach the upstream API server https://10.0.0.1:6443: connection refused"
+        );
     }
 
     #[tokio::test]

@@ -36,7 +36,7 @@ pub(super) async fn forward(
     let upstream_req = Request::from_parts(parts, body::boxed(incoming));
     let mut resp = match upstream.send_as(upstream_req, &identity.credential(), ConnectionKind::Dedicated).await {
         Ok(resp) => resp,
-        Err(err) => return upstream_failure(&err, verb),
+        Err(err) => return upstream_failure(upstream, &err, verb),
     };
     counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "code" => resp.status().as_str().to_owned()).increment(1);
 
