@@ -2,15 +2,15 @@
 // JSON-to-protobuf encoder (src/encode/protobuf.rs) follows.
 //
 // It walks client-go's scheme (every built-in kind and list of the pinned
-// k8s.io/api, plus the meta/v1 types registered beside them) and the few meta
-// types that are served without being registered (PartialObjectMetadata and
-// its list, Status, WatchEvent), and reads every field's `json` and
+// k8s.io/api, plus the meta/v1 types registered beside them), meta.k8s.io/v1
+// (PartialObjectMetadata and its list) and names Status and WatchEvent as
+// the API server serves them, and reads every field's `json` and
 // `protobuf` struct tags with reflection. The output is a line format, one
 // field a line, sorted, so that a new k8s.io/api version shows up as a
 // readable diff:
 //
 //	kind <apiVersion> <Kind> <type>
-//	message <type> [wrapper]
+//	message <type> [wrapper] [typemeta]
 //	  field <number> <jsonName> <shape> [ptr] [inline] [omitempty] [omitzero]
 //
 // Shapes: string, bool, int32, int64, bytes (a []byte, base64 in JSON),
@@ -18,7 +18,9 @@
 // Time or Quantity), []<shape> (repeated), map:<shape> (string keys, sorted).
 // A "wrapper" message is a named slice type ([]string) that protobuf carries
 // as a message whose only field 1 holds the items, while JSON shows the bare
-// array (authentication/v1.ExtraValue).
+// array (authentication/v1.ExtraValue). A "typemeta" message embeds TypeMeta:
+// its JSON may hold apiVersion and kind, which protobuf leaves to the
+// runtime.Unknown envelope.
 //
 // Anything the walker does not understand (a field with a json tag and no
 // protobuf tag, an unknown JSON or protobuf marshaller, a non-string map key,
@@ -62,14 +64,12 @@ var specials = map[reflect.Type]string{
 	reflect.TypeFor[runtime.Unknown]():      "Unknown",
 }
 
-// extraRoots are served by the API server (as=PartialObjectMetadata, error
-// bodies, watch frames) but are not kinds of client-go's scheme.
+// extraRoots are served by the API server (error bodies, watch frames) under
+// names that client-go's scheme and meta.k8s.io/v1 do not give them.
 var extraRoots = []struct {
 	apiVersion, kind string
 	t                reflect.Type
 }{
-	{"meta.k8s.io/v1", "PartialObjectMetadata", reflect.TypeFor[metav1.PartialObjectMetadata]()},
-	{"meta.k8s.io/v1", "PartialObjectMetadataList", reflect.TypeFor[metav1.PartialObjectMetadataList]()},
 	{"v1", "Status", reflect.TypeFor[metav1.Status]()},
 	{"meta.k8s.io/v1", "WatchEvent", reflect.TypeFor[metav1.WatchEvent]()},
 }
@@ -201,6 +201,13 @@ func (w *walker) message(t reflect.Type) {
 		return
 	}
 	lines := []string{"message " + name}
+	for i := 0; i < t.NumField(); i++ {
+		if typeMetas[t.Field(i).Type] {
+			// Its JSON may carry apiVersion and kind, which protobuf
+			// leaves to the envelope.
+			lines[0] += " typemeta"
+		}
+	}
 	type field struct {
 		num  int
 		line string
@@ -349,7 +356,16 @@ func main() {
 	w := &walker{messages: map[string][]string{}, types: map[string]reflect.Type{}}
 	var kinds []string
 	var skipped []string
-	for gvk, t := range scheme.Scheme.AllKnownTypes() {
+	// client-go's scheme and meta.k8s.io/v1 (PartialObjectMetadata[List],
+	// Table, TableOptions), the same scheme integration/cmd/protocorpus fuzzes.
+	s := runtime.NewScheme()
+	if err := scheme.AddToScheme(s); err != nil {
+		fail("%v", err)
+	}
+	if err := metav1.AddMetaToScheme(s); err != nil {
+		fail("%v", err)
+	}
+	for gvk, t := range s.AllKnownTypes() {
 		if gvk.Version == runtime.APIVersionInternal {
 			continue // never served
 		}
@@ -387,7 +403,7 @@ func main() {
 		b.WriteString("# Wire type from the Go type, not the tag: " + n + "\n")
 	}
 	b.WriteString(fmt.Sprintf("# Repetition from the Go type, not the tag: %d tags say rep where the Go type is single or the reverse\n", w.repeatedNotes))
-	b.WriteString("# Lines: kind <apiVersion> <Kind> <type> | message <type> [wrapper] | field <number> <jsonName|- if inline> <shape> [ptr] [inline] [omitempty] [omitzero]\n")
+	b.WriteString("# Lines: kind <apiVersion> <Kind> <type> | message <type> [wrapper] [typemeta] | field <number> <jsonName|- if inline> <shape> [ptr] [inline] [omitempty] [omitzero]\n")
 	for _, k := range kinds {
 		b.WriteString(k + "\n")
 	}
