@@ -5,4 +5,5 @@
 //! objects it answers errors with. Deciding which form a read gets is
 //! [`crate::negotiate`]'s.
 
+pub mod protobuf;
 pub mod status;
