@@ -67,6 +67,12 @@ pub enum Unplaceable {
     },
     #[error("{kind} is not a list of ListMeta and items")]
     NotAList { kind: String },
+    /// core/v1 List: Go's streaming list encoder (always on in
+    /// kube-apiserver) writes its RawExtension items as runtime.Unknown
+    /// messages, not as the RawExtension the table gives them. The API
+    /// server never serves this kind; refused rather than written wrong.
+    #[error("{kind}'s RawExtension items are written by Go as runtime.Unknown, which the table does not describe")]
+    RawExtensionItems { kind: String },
 }
 
 impl Unplaceable {
@@ -79,6 +85,7 @@ impl Unplaceable {
             Self::BadValue { .. } => "bad_value",
             Self::Json { .. } => "invalid_json",
             Self::NotAList { .. } => "not_a_list",
+            Self::RawExtensionItems { .. } => "raw_extension_items",
         }
     }
 }
@@ -142,9 +149,18 @@ pub fn encode_object(json: &[u8]) -> Result<Vec<u8>, Unplaceable> {
         return Err(Unplaceable::NoTypeMeta);
     };
     let ty = MessageType::lookup(&api_version, &kind)?;
+    refuse_raw_extension_items(ty, &kind)?;
     let mut body = Vec::with_capacity(json.len());
     Encoder { schema: Schema::get() }.entries(ty.0, &entries, &Path::Root, &mut body)?;
     Ok(envelope(&api_version, &kind, &body))
+}
+
+fn refuse_raw_extension_items(ty: MessageType, kind: &str) -> Result<(), Unplaceable> {
+    let fields = &Schema::get().messages[ty.0].fields;
+    if fields.iter().any(|f| f.shape == Shape::Repeated(Scalar::Special(schema::Special::RawExtension))) {
+        return Err(Unplaceable::RawExtensionItems { kind: kind.to_owned() });
+    }
+    Ok(())
 }
 
 /// `k8s\0` + `runtime.Unknown{typeMeta, raw: message, "", ""}`.
@@ -176,6 +192,7 @@ where
 {
     let schema = Schema::get();
     let ty = MessageType::lookup(api_version, list_kind)?;
+    refuse_raw_extension_items(ty, list_kind)?;
     let not_a_list = || Unplaceable::NotAList { kind: list_kind.to_owned() };
     let fields = &schema.messages[ty.0].fields;
     let [meta, items_field] = &fields[..] else { return Err(not_a_list()) };

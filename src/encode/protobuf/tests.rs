@@ -216,6 +216,11 @@ fn kinds_without_a_protobuf_form_are_refused() {
         encode_list("v1", "APIGroupList", b"{}", Vec::<Vec<u8>>::new()),
         Err(Unplaceable::NotAList { .. })
     ));
+    // core/v1 List: Go writes its items as runtime.Unknown (streaming lists).
+    assert!(matches!(
+        unplaceable(r#"{"kind":"List","apiVersion":"v1","metadata":{},"items":[]}"#),
+        Unplaceable::RawExtensionItems { .. }
+    ));
 }
 
 #[test]
