@@ -10,7 +10,8 @@
 // (k8s.io/kubernetes/pkg/api/testing.FuzzerFuncs: the generic overrides and
 // metafuzzer's ObjectMeta, Time, Quantity and friends apply to these external
 // types; the group funcs are written for internal types and do not fire),
-// from a fixed -seed. Each object is written as the API server would write
+// from a fixed -seed, with up to -elements elements per slice and map
+// (apitesting's own filler makes at most one, which never orders map keys). Each object is written as the API server would write
 // it: JSON with k8s.io/apimachinery's json serializer, protobuf with its
 // protobuf serializer (streaming collections on, as kube-apiserver has them),
 // and the protobuf watch frame an ADDED event of it makes (RawSerializer and
@@ -85,6 +86,7 @@ func main() {
 	seed := flag.Int64("seed", 1, "fuzzer seed")
 	n := flag.Int("n", 3, "objects per kind")
 	only := flag.String("kinds", "", "only kinds whose \"apiVersion Kind\" contains this")
+	maxElements := flag.Int("elements", 3, "at most this many elements per slice and map (apitesting's default is 1, which never orders map keys)")
 	golden := flag.Bool("golden", false, "read JSON objects on stdin, print the hex of their protobuf bodies")
 	flag.Parse()
 
@@ -183,7 +185,7 @@ func main() {
 
 	// legacyscheme.Codecs: the RawExtension filler of FuzzerFuncs encodes
 	// a random Pod, Deployment or Service with it.
-	f := fuzzer.FuzzerFor(kapitesting.FuzzerFuncs, rand.NewSource(*seed), legacyscheme.Codecs)
+	f := fuzzer.FuzzerFor(kapitesting.FuzzerFuncs, rand.NewSource(*seed), legacyscheme.Codecs).NumElements(0, *maxElements)
 
 	must(os.MkdirAll(*out, 0o755))
 	file, err := os.Create(filepath.Join(*out, "corpus.jsonl"))
