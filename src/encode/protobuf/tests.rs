@@ -9,6 +9,7 @@
 //! (integration/protobuf_corpus.rs) covers every kind; these pin the special
 //! types and the empty-against-absent rules one by one.
 
+use proptest::prelude::*;
 use serde_json::value::RawValue;
 
 use super::schema::Special;
@@ -239,5 +240,45 @@ fn every_kind_of_the_table_encodes_its_empty_object() {
     for (api_version, kind) in known_kinds() {
         let ty = MessageType::for_kind(api_version, kind).unwrap();
         encode_message(ty, b"{}").unwrap_or_else(|e| panic!("{api_version} {kind}: {e}"));
+    }
+}
+
+proptest! {
+    /// Go decodes JSON into structs and maps, so the order of members in
+    /// the upstream JSON never shows in the protobuf: maps come out sorted,
+    /// fields by number.
+    #[test]
+    fn member_order_does_not_change_the_bytes(
+        data in proptest::collection::btree_map("[a-z<&]{0,6}", "\\PC{0,8}", 0..6),
+        labels in proptest::collection::btree_map("[a-z./]{1,6}", "[a-z0-9]{0,4}", 0..4),
+    ) {
+        let object = |reverse: bool| {
+            let mut d: Vec<_> = data.iter().collect();
+            let mut l: Vec<_> = labels.iter().collect();
+            if reverse {
+                d.reverse();
+                l.reverse();
+            }
+            let mut meta = serde_json::Map::new();
+            let labels: serde_json::Map<_, _> = l.into_iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
+            meta.insert("labels".into(), labels.into());
+            meta.insert("name".into(), "n".into());
+            let data: serde_json::Map<_, _> = d.into_iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
+            let mut top = serde_json::Map::new();
+            if reverse {
+                top.insert("data".into(), data.into());
+                top.insert("metadata".into(), meta.into());
+                top.insert("apiVersion".into(), "v1".into());
+                top.insert("kind".into(), "ConfigMap".into());
+            } else {
+                top.insert("kind".into(), "ConfigMap".into());
+                top.insert("apiVersion".into(), "v1".into());
+                top.insert("metadata".into(), meta.into());
+                top.insert("data".into(), data.into());
+            }
+            serde_json::to_vec(&top).unwrap()
+        };
+        let forward = encode_object(&object(false)).unwrap();
+        prop_assert_eq!(encode_object(&object(true)).unwrap(), forward);
     }
 }

@@ -66,7 +66,29 @@ pub(super) fn end_len(out: &mut Vec<u8>, start: usize) {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Writing a body first and sliding its length in front gives the
+        /// bytes of writing the length first, for every length and field.
+        #[test]
+        fn a_body_written_in_place_is_framed_as_one_written_whole(
+            field in 1u32..(1 << 29),
+            len in prop_oneof![0usize..300, 16_000usize..17_000],
+            prefix in proptest::collection::vec(any::<u8>(), 0..4),
+        ) {
+            let body: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut whole = prefix.clone();
+            put_bytes(&mut whole, field, &body);
+            let mut in_place = prefix;
+            let start = begin_len(&mut in_place, field);
+            in_place.extend_from_slice(&body);
+            end_len(&mut in_place, start);
+            prop_assert_eq!(in_place, whole);
+        }
+    }
 
     #[test]
     fn negative_int32_takes_ten_bytes_as_in_go() {
