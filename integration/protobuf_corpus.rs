@@ -8,9 +8,12 @@
 //! PartialObjectMetadata messages. Prints the kinds and objects covered and
 //! every mismatch with the field path where the bytes part.
 //!
-//! `make protobuf-check` makes a small corpus (fixed seed) and runs this with
-//! `WATCHMUX_PROTOBUF_CORPUS` pointing at it; without the variable the test
-//! says so and passes. A longer run by hand:
+//! A second test holds the table against the OpenAPI v3 documents of the
+//! pinned Kubernetes, as the start-up drift check (`openapi_drift`) would.
+//!
+//! `make protobuf-check` makes a small corpus (fixed seed) and runs these with
+//! `WATCHMUX_PROTOBUF_CORPUS` and `WATCHMUX_OPENAPI_DIR` set; without the
+//! variables the tests say so and pass. A longer run by hand:
 //!
 //! ```sh
 //! (cd integration && go run ./cmd/protocorpus -out ../.run/pbc -seed 7 -n 50)
@@ -268,4 +271,60 @@ struct ListParts<'a> {
     metadata: Option<&'a serde_json::value::RawValue>,
     #[serde(borrow)]
     items: Option<Vec<&'a serde_json::value::RawValue>>,
+}
+
+/// The table against the OpenAPI v3 documents of the pinned Kubernetes
+/// (k8s.io/kubernetes' api/openapi-spec/v3, what kube-apiserver of that
+/// version serves at /openapi/v3): no drift for any kind they describe, so
+/// the start-up check (`openapi_drift`) stays quiet against the server the
+/// table was made for. `make protobuf-check` sets WATCHMUX_OPENAPI_DIR.
+#[test]
+fn the_table_fits_the_openapi_of_its_own_kubernetes_version() {
+    let Ok(dir) = std::env::var("WATCHMUX_OPENAPI_DIR") else {
+        println!("protobuf openapi: skipped, WATCHMUX_OPENAPI_DIR is unset (make protobuf-check sets it)");
+        return;
+    };
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .map(|e| e.expect("directory entry").path())
+        .collect();
+    entries.sort();
+    let kinds = protobuf::known_kinds();
+    let (mut documents, mut checked, mut absent) = (0, 0, Vec::new());
+    let mut drift = Vec::new();
+    for path in entries {
+        let file = path.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+        // api__v1_openapi.json, apis__apps__v1_openapi.json
+        let Some(stem) = file.strip_suffix("_openapi.json") else { continue };
+        let parts: Vec<&str> = stem.split("__").collect();
+        let api_version = match parts[..] {
+            ["api", v] => v.to_owned(),
+            ["apis", g, v] => format!("{g}/{v}"),
+            _ => continue,
+        };
+        documents += 1;
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("OpenAPI document")).expect("OpenAPI JSON");
+        for (v, k) in kinds.iter().filter(|(v, _)| *v == api_version) {
+            let ty = MessageType::for_kind(v, k).expect("a known kind");
+            match protobuf::openapi_drift(ty, &doc) {
+                Ok(d) => {
+                    checked += 1;
+                    drift.extend(d.into_iter().map(|d| format!("{v} {k}: {d}")));
+                }
+                Err(_) => absent.push(format!("{v} {k}")),
+            }
+        }
+    }
+    println!(
+        "protobuf openapi: {documents} group-version documents, {checked} kinds checked, {} drift; \
+         {} kinds of those group-versions not described (option types and the like)",
+        drift.len(),
+        absent.len()
+    );
+    for d in &drift {
+        println!("protobuf openapi: DRIFT {d}");
+    }
+    assert!(documents > 0, "no OpenAPI documents in {dir}");
+    assert!(drift.is_empty(), "{} drift entries (listed above)", drift.len());
 }

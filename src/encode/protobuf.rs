@@ -35,6 +35,7 @@
 
 mod json;
 mod message;
+mod openapi;
 mod schema;
 mod special;
 mod wire;
@@ -42,6 +43,7 @@ mod wire;
 use serde_json::value::RawValue;
 
 use message::{Encoder, Path};
+pub use openapi::{OpenApiError, openapi_drift};
 use schema::{MsgId, Scalar, Schema, Shape};
 
 /// The magic bytes in front of every protobuf body.
