@@ -101,6 +101,12 @@ const OBJECTS: &[(&str, &str, &str, &str)] = &[
         r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"p","namespace":"ns","resourceVersion":"9","annotations":{"k8s.io/initial-events-end":"true"}}}"#,
         "6b3873000a270a0e6d6574612e6b38732e696f2f763112155061727469616c4f626a6563744d6574616461746112390a370a017012001a026e7322002a003201393800420062210a196b38732e696f2f696e697469616c2d6576656e74732d656e641204747275651a002200",
     ),
+    (
+        "pod_initial_events_end_bookmark",
+        "a bookmark: an empty Pod whose spec and status are written as Go's zero structs",
+        r#"{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12345","annotations":{"k8s.io/initial-events-end":"true"}}}"#,
+        "6b3873000a090a0276311203506f64126d0a380a0012001a0022002a00320531323334353800420062210a196b38732e696f2f696e697469616c2d6576656e74732d656e64120474727565121c1a00320042004a0052005800600068008201008a01009a0100c201001a130a001a0022002a0032004a005a0072008801001a002200",
+    ),
 ];
 
 /// The ADDED watch frame of {"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"w","resourceVersion":"3"}}
@@ -152,6 +158,15 @@ fn partial_object_metadata_from_the_metadata_alone() {
 fn watch_frame_is_length_then_bare_watch_event() {
     let object = encode_object(WATCH_JSON.as_bytes()).unwrap();
     assert_eq!(hex(&watch_frame("ADDED", &object)), WATCH_FRAME);
+}
+
+#[test]
+fn a_bookmark_s_watch_frame_is_go_s() {
+    let json = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12345"}}"#;
+    assert_eq!(
+        hex(&watch_frame("ADDED", &encode_object(json).unwrap())),
+        "0000006a0a05414444454412610a5f6b3873000a090a0276311203506f64124a0a150a0012001a0022002a003205313233343538004200121c1a00320042004a0052005800600068008201008a01009a0100c201001a130a001a0022002a0032004a005a0072008801001a002200"
+    );
 }
 
 #[test]
