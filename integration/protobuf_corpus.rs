@@ -107,34 +107,48 @@ fn fields(mut b: &[u8]) -> Option<Vec<(u32, Value<'_>)>> {
     Some(out)
 }
 
-/// The field numbers down to where two messages first differ.
-fn first_difference(want: &[u8], got: &[u8]) -> Vec<u32> {
-    let (Some(w), Some(g)) = (fields(want), fields(got)) else { return Vec::new() };
+/// The field numbers down to where two messages first differ, and whether
+/// the difference is a field the first writes with length 0 and the second
+/// leaves out.
+fn first_difference(want: &[u8], got: &[u8]) -> (Vec<u32>, bool) {
+    let (Some(w), Some(g)) = (fields(want), fields(got)) else { return (Vec::new(), false) };
     for i in 0..w.len().max(g.len()) {
         match (w.get(i), g.get(i)) {
             (Some((wn, wv)), Some((gn, gv))) if wn == gn && wv == gv => continue,
             (Some((wn, Value::Len(wb))), Some((gn, Value::Len(gb)))) if wn == gn => {
+                let (rest, empty_dropped) = first_difference(wb, gb);
                 let mut path = vec![*wn];
-                path.extend(first_difference(wb, gb));
-                return path;
+                path.extend(rest);
+                return (path, empty_dropped);
             }
-            (Some((wn, _)), Some((gn, _))) => return vec![(*wn).min(*gn)],
-            (Some((n, _)), None) | (None, Some((n, _))) => return vec![*n],
+            (Some((wn, wv)), g) => {
+                let empty_dropped = *wv == Value::Len(b"") && g.is_none_or(|(gn, _)| gn > wn);
+                return (vec![g.map_or(*wn, |(gn, _)| (*wn).min(*gn))], empty_dropped);
+            }
+            (None, Some((n, _))) => return (vec![*n], false),
             (None, None) => break,
         }
     }
-    Vec::new()
+    (Vec::new(), false)
 }
 
 /// Where a whole body (magic + Unknown) differs, as JSON keys.
-fn where_bodies_differ(ty: Option<MessageType>, want: &[u8], got: &[u8]) -> String {
+const GO_AND_WATCHMUX: (&str, &str) = ("Go", "watchmux");
+
+/// `names` says what each side is, for the one difference that has a name.
+fn where_bodies_differ(ty: Option<MessageType>, want: &[u8], got: &[u8], names: (&str, &str)) -> String {
     let (Some(w), Some(g)) = (want.strip_prefix(b"k8s\0"), got.strip_prefix(b"k8s\0")) else {
         return "the magic prefix".into();
     };
-    let path = first_difference(w, g);
+    let (path, empty_dropped) = first_difference(w, g);
+    let note = if empty_dropped {
+        format!(" (written with length 0 by {}, left out by {})", names.0, names.1)
+    } else {
+        String::new()
+    };
     match (path.first(), ty) {
-        (Some(2), Some(ty)) => format!("field {}", protobuf::describe_field_path(ty, &path[1..])),
-        _ => format!("envelope fields {path:?}"),
+        (Some(2), Some(ty)) => format!("field {}{note}", protobuf::describe_field_path(ty, &path[1..])),
+        _ => format!("envelope fields {path:?}{note}"),
     }
 }
 
@@ -170,7 +184,8 @@ fn every_json_of_the_corpus_encodes_to_go_s_protobuf() {
 
         match protobuf::encode_object(r.json.as_bytes()) {
             Ok(got) if got == want => {}
-            Ok(got) => mismatches.push(format!("{what}: bytes differ at {}", where_bodies_differ(ty, &want, &got))),
+            Ok(got) => mismatches
+                .push(format!("{what}: bytes differ at {}", where_bodies_differ(ty, &want, &got, GO_AND_WATCHMUX))),
             Err(e) => mismatches.push(format!("{what}: not encoded: {e}")),
         }
 
@@ -197,8 +212,10 @@ fn every_json_of_the_corpus_encodes_to_go_s_protobuf() {
             lists += 1;
             match bare.and_then(|b| protobuf::encode_list(&r.api_version, &r.kind, meta.as_bytes(), &b)) {
                 Ok(got) if got == want => {}
-                Ok(got) => mismatches
-                    .push(format!("{what}: list from parts differs at {}", where_bodies_differ(ty, &want, &got))),
+                Ok(got) => mismatches.push(format!(
+                    "{what}: list from parts differs at {}",
+                    where_bodies_differ(ty, &want, &got, GO_AND_WATCHMUX)
+                )),
                 // Not a ListMeta + items list (APIGroupList): nothing to rebuild.
                 Err(protobuf::Unplaceable::NotAList { .. }) => lists -= 1,
                 Err(e) => mismatches.push(format!("{what}: list from parts not encoded: {e}")),
@@ -213,7 +230,7 @@ fn every_json_of_the_corpus_encodes_to_go_s_protobuf() {
                 Ok(got) if got == b64(partial) => {}
                 Ok(got) => mismatches.push(format!(
                     "{what}: PartialObjectMetadata differs at fields {:?} (want {}, got {})",
-                    first_difference(&b64(partial), &got),
+                    first_difference(&b64(partial), &got).0,
                     hex(&b64(partial)).get(..64).unwrap_or(""),
                     hex(&got).get(..64).unwrap_or("")
                 )),
@@ -223,7 +240,12 @@ fn every_json_of_the_corpus_encodes_to_go_s_protobuf() {
 
         if r.lossy {
             let original = b64(r.original.as_deref().unwrap_or_default());
-            lossy.push(format!("{what}: {}", where_bodies_differ(ty, &original, &want)));
+            // First: Go's protobuf of the object; second: of the object
+            // decoded from its JSON.
+            lossy.push(format!(
+                "{what}: {}",
+                where_bodies_differ(ty, &original, &want, ("Go before JSON", "Go after JSON"))
+            ));
         }
     }
 
