@@ -67,6 +67,15 @@ pub enum Unplaceable {
         #[source]
         source: serde_json::Error,
     },
+    /// An `omitempty` `[]byte` absent from the JSON: Go leaves out both a
+    /// nil and an empty one, but writes the empty one in protobuf (length 0),
+    /// and the API server keeps `""` as written (gogo's Unmarshal makes it
+    /// non-nil). Only webhook `clientConfig.caBundle` and CSR
+    /// `status.certificate` are such fields.
+    #[error(
+        "at {path}: an omitempty []byte left out of the JSON, which Go writes in protobuf only if it is empty rather than nil"
+    )]
+    AmbiguousEmptyBytes { path: String },
     #[error("{kind} is not a list of ListMeta and items")]
     NotAList { kind: String },
     /// core/v1 List: Go's streaming list encoder (always on in
@@ -86,6 +95,7 @@ impl Unplaceable {
             Self::UnknownKey { .. } => "unknown_field",
             Self::BadValue { .. } => "bad_value",
             Self::Json { .. } => "invalid_json",
+            Self::AmbiguousEmptyBytes { .. } => "ambiguous_empty_bytes",
             Self::NotAList { .. } => "not_a_list",
             Self::RawExtensionItems { .. } => "raw_extension_items",
         }

@@ -11,6 +11,7 @@
 //! - a pointer is written only when non-nil, that is present and not null in
 //!   the JSON (encoding/json decodes null into a nil pointer);
 //! - a `[]byte` is written when non-nil: present and not null, `""` included;
+//!   absent under `omitempty` it may have been either, so it is refused;
 //!   so is a named slice with a message of its own (a "wrapper" such as
 //!   APIResource.verbs), except as a map value, which is always written;
 //! - a repeated field writes one key per element (proto2: never packed) and
@@ -121,6 +122,11 @@ impl Encoder<'_> {
             let value = entries.iter().rev().find(|(k, _)| *k == f.json_name).map(|(_, v)| *v);
             let present = value.filter(|v| JsonKind::of(v) != JsonKind::Null);
             let path = Path::Key(path, &f.json_name);
+            if value.is_none() && f.omitempty && f.shape == Shape::Single(Scalar::Bytes) {
+                // Absent: nil (Go writes nothing) or empty (Go writes the
+                // field with length 0); the JSON cannot say which.
+                return Err(Unplaceable::AmbiguousEmptyBytes { path: path_text(&path) });
+            }
             match (f.shape, present) {
                 (Shape::Single(scalar), Some(v)) => self.single(f.number, scalar, v, &path, out)?,
                 (Shape::Single(_), None) if f.ptr => {}

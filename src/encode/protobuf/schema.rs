@@ -58,6 +58,10 @@ pub(super) struct Field {
     /// A Go pointer: written only when present (non-null) in the JSON.
     pub ptr: bool,
     pub inline: bool,
+    /// `json:",omitempty"`: JSON leaves the field out when it is empty. For
+    /// a `[]byte` that hides whether it was nil or empty (see
+    /// [`super::Unplaceable::AmbiguousEmptyBytes`]).
+    pub omitempty: bool,
 }
 
 #[derive(Debug)]
@@ -153,6 +157,7 @@ impl Schema {
                         shape,
                         ptr: flags.contains(&"ptr"),
                         inline,
+                        omitempty: flags.contains(&"omitempty"),
                     });
                 }
                 Some(_) => return Err(err("unknown line")),

@@ -79,9 +79,9 @@ const OBJECTS: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "wrapper_map_values_and_empty_bytes",
-        "map[string]ExtraValue (wrapper messages, null and [] alike), a present empty []byte",
-        r#"{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"csr"},"spec":{"request":"","signerName":"x/y","extra":{"k":["a","b"],"e":[],"n":null},"usages":["digital signature"]},"status":{}}"#,
-        "6b3873000a330a166365727469666963617465732e6b38732e696f2f7631121943657274696669636174655369676e696e675265717565737412520a130a0363737212001a0022002a0032003800420012390a0012001a002a116469676974616c207369676e617475726532050a01651200320b0a016b12060a01610a016232050a016e12003a03782f791a001a002200",
+        "map[string]ExtraValue (wrapper messages, null and [] alike); empty []byte present: request, and the omitempty certificate, written with length 0",
+        r#"{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"csr"},"spec":{"request":"","signerName":"x/y","extra":{"k":["a","b"],"e":[],"n":null},"usages":["digital signature"]},"status":{"certificate":""}}"#,
+        "6b3873000a330a166365727469666963617465732e6b38732e696f2f7631121943657274696669636174655369676e696e675265717565737412540a130a0363737212001a0022002a0032003800420012390a0012001a002a116469676974616c207369676e617475726532050a01651200320b0a016b12060a01610a016232050a016e12003a03782f791a0212001a002200",
     ),
     (
         "status",
@@ -202,6 +202,17 @@ fn an_unknown_key_is_refused_with_its_place() {
 }
 
 #[test]
+fn an_omitempty_byte_slice_left_out_is_refused_as_ambiguous() {
+    // Pending: Go may hold nil (writes nothing) or "" (writes 0x12 0x00).
+    let e = unplaceable(r#"{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","status":{}}"#);
+    assert!(matches!(&e, Unplaceable::AmbiguousEmptyBytes { path } if path == ".status.certificate"), "{e}");
+    assert_eq!(e.reason(), "ambiguous_empty_bytes");
+    // null is nil for certain.
+    let csr = r#"{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","spec":{"request":""},"status":{"certificate":null}}"#;
+    assert!(encode_object(csr.as_bytes()).is_ok());
+}
+
+#[test]
 fn values_of_the_wrong_form_are_refused() {
     for (json, path) in [
         (r#"{"kind":"Pod","apiVersion":"v1","spec":{"priority":1.5}}"#, ".spec.priority"),
@@ -254,7 +265,10 @@ fn every_kind_of_the_table_encodes_its_empty_object() {
     // nowhere (inline members, wrappers, specials).
     for (api_version, kind) in known_kinds() {
         let ty = MessageType::for_kind(api_version, kind).unwrap();
-        encode_message(ty, b"{}").unwrap_or_else(|e| panic!("{api_version} {kind}: {e}"));
+        match encode_message(ty, b"{}") {
+            Ok(_) | Err(Unplaceable::AmbiguousEmptyBytes { .. }) => {}
+            Err(e) => panic!("{api_version} {kind}: {e}"),
+        }
     }
 }
 
