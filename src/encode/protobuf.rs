@@ -138,6 +138,7 @@ fn parse(json: &[u8]) -> Result<&RawValue, Unplaceable> {
 /// what an envelope carries as `raw`). `apiVersion` and `kind` in the JSON
 /// are allowed and ignored.
 pub fn encode_message(ty: MessageType, json: &[u8]) -> Result<Vec<u8>, Unplaceable> {
+    refuse_raw_extension_items(ty, ty.name())?;
     let raw = parse(json)?;
     let mut out = Vec::with_capacity(json.len());
     Encoder { schema: Schema::get() }.message(ty.0, raw, &Path::Root, &mut out)?;
@@ -190,8 +191,10 @@ pub fn envelope(api_version: &str, kind: &str, message: &[u8]) -> Vec<u8> {
 }
 
 /// A whole list body: the list kind's message from its `metadata` (the
-/// ListMeta JSON) and the items' bare messages (from [`encode_message`] or
-/// [`encode_partial_object_metadata`]), in the envelope.
+/// ListMeta JSON) and the items' bare messages (from [`encode_message`] of
+/// the item kind, or [`encode_partial_object_metadata`] for a
+/// PartialObjectMetadataList), in the envelope. The items are not checked
+/// against the list's item type: that is the caller's to get right.
 pub fn encode_list<I, B>(
     api_version: &str,
     list_kind: &str,

@@ -266,7 +266,7 @@ fn every_kind_of_the_table_encodes_its_empty_object() {
     for (api_version, kind) in known_kinds() {
         let ty = MessageType::for_kind(api_version, kind).unwrap();
         match encode_message(ty, b"{}") {
-            Ok(_) | Err(Unplaceable::AmbiguousEmptyBytes { .. }) => {}
+            Ok(_) | Err(Unplaceable::AmbiguousEmptyBytes { .. } | Unplaceable::RawExtensionItems { .. }) => {}
             Err(e) => panic!("{api_version} {kind}: {e}"),
         }
     }
