@@ -4,11 +4,13 @@
 //! the bodies watchmux produces on its own: the forms an object is written in
 //! and what differs between them ([`variant`], [`object`]), list bodies ([`list`]), watch
 //! frames ([`watch`]) and the `Status` objects it answers errors with
-//! ([`status`]). The cache decides what to write and keeps each object's
+//! ([`status`]). [`protobuf`] turns the upstream's JSON into the protobuf
+//! Go would write, from a schema table generated from the Go types. The cache decides what to write and keeps each object's
 //! encoded bytes; deciding which form a read gets is [`crate::negotiate`]'s.
 
 pub(crate) mod list;
 pub(crate) mod object;
+pub mod protobuf;
 pub(crate) mod status;
 pub(crate) mod variant;
 pub(crate) mod watch;

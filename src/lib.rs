@@ -15,7 +15,7 @@ pub(crate) mod auth;
 pub mod body;
 pub(crate) mod cache;
 pub mod config;
-pub(crate) mod encode;
+pub mod encode;
 pub(crate) mod error;
 pub(crate) mod metrics;
 pub(crate) mod negotiate;

@@ -1,0 +1,260 @@
+//! The table of protobuf messages, loaded once from `schema.txt`.
+//!
+//! `schema.txt` is generated from the pinned Go types by
+//! `integration/cmd/protoschema` (its header says how); nothing here is
+//! written by hand. Its line format is documented there and in
+//! docs/protobuf.md.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
+
+/// The generated table, compiled into the binary.
+const TABLE: &str = include_str!("schema.txt");
+
+/// Index of a message in [`Schema::messages`].
+pub(super) type MsgId = usize;
+
+/// A type with a protobuf form written by hand in apimachinery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Special {
+    Time,
+    MicroTime,
+    Duration,
+    IntOrString,
+    Quantity,
+    RawExtension,
+    FieldsV1,
+    Unknown,
+}
+
+/// One element type: what a field holds, or what a repeated field or map
+/// holds one of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scalar {
+    String,
+    Bool,
+    Int32,
+    Int64,
+    /// A Go `[]byte`: base64 in JSON.
+    Bytes,
+    Message(MsgId),
+    Special(Special),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shape {
+    Single(Scalar),
+    Repeated(Scalar),
+    /// String keys, written in sorted order.
+    Map(Scalar),
+}
+
+#[derive(Debug)]
+pub(super) struct Field {
+    pub number: u32,
+    /// Empty for an inline field: its members sit in the parent's JSON.
+    pub json_name: String,
+    pub shape: Shape,
+    /// A Go pointer: written only when present (non-null) in the JSON.
+    pub ptr: bool,
+    pub inline: bool,
+    /// `json:",omitempty"`: JSON leaves the field out when it is empty. For
+    /// a `[]byte` that hides whether it was nil or empty (see
+    /// [`super::Unplaceable::AmbiguousEmptyBytes`]).
+    pub omitempty: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct Message {
+    pub name: String,
+    /// A named slice carried as `message { repeated items = 1; }` whose JSON
+    /// is the bare array.
+    pub wrapper: bool,
+    /// Embeds TypeMeta: `apiVersion` and `kind` may stand in its JSON and
+    /// have no field of their own.
+    pub typemeta: bool,
+    /// Ascending field numbers: the order Go writes them in.
+    pub fields: Vec<Field>,
+    /// Every JSON key the message can place, its inline members' included.
+    pub keys: HashSet<String>,
+}
+
+#[derive(Debug)]
+pub(super) struct Schema {
+    pub messages: Vec<Message>,
+    kinds: HashMap<(String, String), MsgId>,
+    #[cfg_attr(not(test), allow(dead_code))]
+    by_name: HashMap<String, MsgId>,
+}
+
+impl Schema {
+    /// The table, parsed on first use. A table that does not parse is a
+    /// build defect (it is generated and checked in CI), hence the panic.
+    pub(super) fn get() -> &'static Schema {
+        static SCHEMA: OnceLock<Schema> = OnceLock::new();
+        SCHEMA.get_or_init(|| Schema::parse(TABLE).unwrap_or_else(|e| panic!("src/encode/protobuf/schema.txt: {e}")))
+    }
+
+    pub(super) fn kind(&self, api_version: &str, kind: &str) -> Option<MsgId> {
+        self.kinds.get(&(api_version.to_owned(), kind.to_owned())).copied()
+    }
+
+    #[cfg(test)]
+    pub(super) fn message_named(&self, name: &str) -> Option<MsgId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Every (apiVersion, kind) the table knows.
+    pub(super) fn kinds(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.kinds.keys().map(|(v, k)| (v.as_str(), k.as_str()))
+    }
+
+    fn parse(text: &str) -> Result<Schema, String> {
+        // First pass: message names, so fields can refer forward.
+        let mut by_name = HashMap::new();
+        let mut messages = Vec::new();
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            if words.next() == Some("message") {
+                let name = words.next().ok_or("message without a name")?.to_owned();
+                let flags: Vec<&str> = words.collect();
+                by_name.insert(name.clone(), messages.len());
+                messages.push(Message {
+                    name,
+                    wrapper: flags.contains(&"wrapper"),
+                    typemeta: flags.contains(&"typemeta"),
+                    fields: Vec::new(),
+                    keys: HashSet::new(),
+                });
+            }
+        }
+        let mut kinds = HashMap::new();
+        let mut current: Option<MsgId> = None;
+        for (n, line) in text.lines().enumerate() {
+            let err = |what: &str| format!("line {}: {what}: {line}", n + 1);
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.first().copied() {
+                None => {}
+                Some(w) if w.starts_with('#') => {}
+                Some("kind") => {
+                    let [_, api_version, kind, ty] = words[..] else { return Err(err("bad kind line")) };
+                    let id = *by_name.get(ty).ok_or_else(|| err("unknown type"))?;
+                    kinds.insert((api_version.to_owned(), kind.to_owned()), id);
+                }
+                Some("message") => current = by_name.get(words[1]).copied(),
+                Some("field") => {
+                    let id = current.ok_or_else(|| err("field outside a message"))?;
+                    if words.len() < 4 {
+                        return Err(err("short field line"));
+                    }
+                    let number = words[1].parse().map_err(|_| err("bad field number"))?;
+                    let flags = &words[4..];
+                    let inline = flags.contains(&"inline");
+                    let shape = parse_shape(words[3], &by_name).ok_or_else(|| err("unknown shape"))?;
+                    messages[id].fields.push(Field {
+                        number,
+                        json_name: if inline { String::new() } else { words[2].to_owned() },
+                        shape,
+                        ptr: flags.contains(&"ptr"),
+                        inline,
+                        omitempty: flags.contains(&"omitempty"),
+                    });
+                }
+                Some(_) => return Err(err("unknown line")),
+            }
+        }
+        for m in &mut messages {
+            m.fields.sort_by_key(|f| f.number);
+        }
+        for id in 0..messages.len() {
+            let keys = placeable_keys(&messages, id, 0)?;
+            messages[id].keys = keys;
+        }
+        Ok(Schema { messages, kinds, by_name })
+    }
+}
+
+fn parse_shape(text: &str, by_name: &HashMap<String, MsgId>) -> Option<Shape> {
+    if let Some(inner) = text.strip_prefix("[]") {
+        return Some(Shape::Repeated(parse_scalar(inner, by_name)?));
+    }
+    if let Some(inner) = text.strip_prefix("map:") {
+        return Some(Shape::Map(parse_scalar(inner, by_name)?));
+    }
+    Some(Shape::Single(parse_scalar(text, by_name)?))
+}
+
+fn parse_scalar(text: &str, by_name: &HashMap<String, MsgId>) -> Option<Scalar> {
+    Some(match text {
+        "string" => Scalar::String,
+        "bool" => Scalar::Bool,
+        "int32" => Scalar::Int32,
+        "int64" => Scalar::Int64,
+        "bytes" => Scalar::Bytes,
+        _ => {
+            if let Some(name) = text.strip_prefix("msg:") {
+                Scalar::Message(*by_name.get(name)?)
+            } else {
+                Scalar::Special(match text.strip_prefix("special:")? {
+                    "Time" => Special::Time,
+                    "MicroTime" => Special::MicroTime,
+                    "Duration" => Special::Duration,
+                    "IntOrString" => Special::IntOrString,
+                    "Quantity" => Special::Quantity,
+                    "RawExtension" => Special::RawExtension,
+                    "FieldsV1" => Special::FieldsV1,
+                    "Unknown" => Special::Unknown,
+                    _ => return None,
+                })
+            }
+        }
+    })
+}
+
+/// The JSON keys a message places, following inline members.
+fn placeable_keys(messages: &[Message], id: MsgId, depth: usize) -> Result<HashSet<String>, String> {
+    if depth > 8 {
+        return Err(format!("inline members of {} nest too deep", messages[id].name));
+    }
+    let m = &messages[id];
+    let mut keys = HashSet::new();
+    if m.typemeta {
+        keys.insert("apiVersion".to_owned());
+        keys.insert("kind".to_owned());
+    }
+    for f in &m.fields {
+        if f.inline {
+            let Shape::Single(Scalar::Message(sub)) = f.shape else {
+                return Err(format!("{}: inline field {} is not a message", m.name, f.number));
+            };
+            for k in placeable_keys(messages, sub, depth + 1)? {
+                if !keys.insert(k.clone()) {
+                    return Err(format!("{}: JSON key {k} placed twice", m.name));
+                }
+            }
+        } else if !keys.insert(f.json_name.clone()) {
+            return Err(format!("{}: JSON key {} placed twice", m.name, f.json_name));
+        }
+    }
+    Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_committed_table_parses_and_knows_the_core_kinds() {
+        let s = Schema::get();
+        let pod = s.kind("v1", "Pod").expect("Pod");
+        assert!(s.messages[pod].typemeta);
+        assert_eq!(
+            s.messages[pod].fields.iter().map(|f| f.json_name.as_str()).collect::<Vec<_>>(),
+            ["metadata", "spec", "status"]
+        );
+        assert!(s.kind("meta.k8s.io/v1", "PartialObjectMetadata").is_some());
+        assert!(s.kind("v1", "Status").is_some());
+        let volume = s.message_named("core/v1.Volume").unwrap();
+        assert!(s.messages[volume].keys.contains("configMap"), "inline VolumeSource keys are placeable");
+    }
+}
