@@ -21,6 +21,7 @@ pub(crate) mod metrics;
 pub(crate) mod negotiate;
 pub(crate) mod passthrough;
 pub(crate) mod request;
+pub(crate) mod rfc3339;
 pub(crate) mod selector;
 pub mod server;
 pub mod upstream;

@@ -392,87 +392,15 @@ fn check_key_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
         .map_err(|e| format!("a client certificate and key that do not make a pair ({e})"))
 }
 
-/// Parses an RFC 3339 timestamp as Go's `time.RFC3339` layout reads it
-/// (`2026-11-30T19:25:00Z`, optional fraction, `Z` or `±hh:mm`).
+/// An RFC 3339 timestamp as Go's `time.RFC3339` layout reads it.
 fn parse_rfc3339(s: &str) -> Option<SystemTime> {
-    let b = s.as_bytes();
-    let digits = |part: Option<&str>| -> Option<i64> {
-        let part = part?;
-        part.bytes().all(|c| c.is_ascii_digit()).then(|| part.parse().ok())?
-    };
-    let num = |r: std::ops::Range<usize>| digits(s.get(r));
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') || b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month)
-        || day < 1
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 59
-    {
-        return None;
-    }
-    let mut rest = &s[19..];
-    let mut nanos = 0u32;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let scaled = format!("{:0<9}", &frac[..digits.min(9)]);
-        nanos = scaled.parse().ok()?;
-        rest = &frac[digits..];
-    }
-    let offset = match rest {
-        "Z" | "z" => 0,
-        _ => {
-            let sign = match rest.as_bytes().first()? {
-                b'+' => 1,
-                b'-' => -1,
-                _ => return None,
-            };
-            let r = rest.as_bytes();
-            if r.len() != 6 || r[3] != b':' {
-                return None;
-            }
-            let (h, m) = (digits(rest.get(1..3))?, digits(rest.get(4..6))?);
-            if h > 23 || m > 59 {
-                return None;
-            }
-            sign * (h * 3600 + m * 60)
-        }
-    };
-    let secs = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset;
+    let (secs, nanos) = crate::rfc3339::parse(s)?;
     let base = if secs >= 0 {
         SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs as u64))?
     } else {
         SystemTime::UNIX_EPOCH.checked_sub(Duration::from_secs(secs.unsigned_abs()))?
     };
     base.checked_add(Duration::from_nanos(nanos.into()))
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
-/// `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -514,9 +442,9 @@ mod tests {
             y in 1971i64..2400, m in 1i64..=12, d in 1i64..=31, h in 0i64..24, mi in 0i64..60, s in 0i64..60,
             frac in proptest::option::of(0u32..1_000_000_000), off in proptest::option::of(-1439i64..=1439),
         ) {
-            proptest::prop_assume!(d <= days_in_month(y, m));
+            proptest::prop_assume!(d <= crate::rfc3339::days_in_month(y, m));
             let days = (1970..y).map(|yy| if leap(yy) { 366 } else { 365 }).sum::<i64>()
-                + (1..m).map(|mm| days_in_month(y, mm)).sum::<i64>() + d - 1;
+                + (1..m).map(|mm| crate::rfc3339::days_in_month(y, mm)).sum::<i64>() + d - 1;
             let offset = off.unwrap_or(0);
             let expected = days * 86_400 + h * 3600 + mi * 60 + s - offset * 60;
             let zone = match off {
