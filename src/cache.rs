@@ -28,6 +28,7 @@ pub(crate) mod params;
 pub(crate) mod reason;
 pub(crate) mod reflector;
 pub(crate) mod registry;
+pub(crate) mod resolve;
 pub(crate) mod resource;
 pub(crate) mod resource_info;
 pub(crate) mod serve;

@@ -13,7 +13,7 @@ use clap::{ArgAction, Parser, ValueEnum};
 pub use settings::{CacheScope, WatchCacheSize};
 
 use crate::auth::UpstreamIdentityMode;
-use crate::cache::registry::GroupResource;
+use crate::cache::resolve::ResourceName;
 
 /// watchmux: a transparent caching watch proxy for the Kubernetes API.
 ///
@@ -64,9 +64,13 @@ pub struct Args {
     #[arg(long)]
     pub upstream_http1_only: bool,
 
-    /// Resources to cache, as resource[.group], comma-separated; `*` caches
-    /// every resource that can be listed and watched, custom resources
-    /// included. Everything else passes through.
+    /// Resources to cache, comma-separated, named as kubectl names them:
+    /// plural, singular or short name, with `.group` optional when only one
+    /// group has it (the core group wins, as in kubectl). `*` caches every
+    /// resource that can be listed and watched, custom resources included.
+    /// An unknown name stops watchmux at start-up; a name of a group not
+    /// served yet (a CRD installed later) is waited for, with a warning.
+    /// Everything else passes through.
     #[arg(
         long,
         value_name = "LIST",
@@ -281,8 +285,11 @@ pub enum AuthMode {
 pub enum CacheResource {
     /// `*`: every resource that can be listed and watched.
     All,
-    /// `resource[.group]`.
-    One(GroupResource),
+    /// A name as kubectl takes one: plural, singular or short, `[.group]`.
+    One(ResourceName),
+    /// An empty entry: `--cache-resources=` caches nothing (a pure
+    /// pass-through proxy).
+    Empty,
 }
 
 /// `kubectl proxy`'s default `--accept-hosts`: the loopback names.
@@ -311,7 +318,7 @@ mod tests {
         assert!(args.kubeconfig.is_none() && args.listen_unix.is_none());
         assert_eq!(args.cache_resources.len(), 9);
         assert!(
-            args.cache_resources.contains(&CacheResource::One(GroupResource::parse("endpointslices.discovery.k8s.io")))
+            args.cache_resources.contains(&CacheResource::One(ResourceName::parse("endpointslices.discovery.k8s.io")))
         );
         assert_eq!(args.events_history_window, Duration::from_secs(75));
         assert!(!args.cache_warm);

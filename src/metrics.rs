@@ -67,6 +67,9 @@ pub(crate) const UPSTREAM_RELISTS: &str = "watchmux_upstream_relists_total";
 /// (`inflight` 429, `connections` 429, `body_size` 413).
 pub(crate) const REQUESTS_REJECTED: &str = "watchmux_requests_rejected_total";
 
+/// `--cache-resources` names of groups the upstream does not serve yet
+/// (custom resources installed later), kept and resolved again later.
+pub(crate) const CACHE_RESOURCES_UNRESOLVED: &str = "watchmux_cache_resources_unresolved";
 /// Seconds since the upstream last confirmed a cache current (a list, an event or a bookmark), by resource.
 pub(crate) const CACHE_STALENESS: &str = "watchmux_watch_cache_staleness_seconds";
 /// 1 while a cache relists after having been in step with the upstream, by resource.
@@ -116,6 +119,10 @@ pub(crate) fn install() -> anyhow::Result<PrometheusHandle> {
 
 fn describe() {
     describe_counter!(REQUESTS_REJECTED, "Requests refused by a limit before any work was done, by limit.");
+    describe_gauge!(
+        CACHE_RESOURCES_UNRESOLVED,
+        "--cache-resources names of API groups the upstream does not serve yet (custom resources installed later); resolved again every minute."
+    );
     describe_gauge!(
         CACHE_STALENESS,
         "Seconds since the upstream last confirmed the cache current: a list, an event or a bookmark (bookmarks come about once a minute on a quiet resource), by resource. Updated at each scrape."

@@ -228,15 +228,20 @@ impl Server {
 
         let builder = listener::http_builder();
         let graceful = GracefulShutdown::new();
-        let cache = opts.cache.clone().map(|config| {
-            let warm = config.warm;
-            let registry = Arc::new(Registry::new(upstream.clone(), config, background_stop.clone()));
-            if warm {
-                let registry = registry.clone();
-                tokio::spawn(async move { registry.warm_until_done().await });
+        let cache = match opts.cache.clone() {
+            Some(config) => {
+                let warm = config.warm;
+                let registry = Arc::new(Registry::new(upstream.clone(), config, background_stop.clone()));
+                // Before serving: a --cache-resources typo is a start-up error.
+                registry.check_names().await?;
+                if warm {
+                    let registry = registry.clone();
+                    tokio::spawn(async move { registry.warm_until_done().await });
+                }
+                Some(Arc::new(CacheService::new(registry, streams_stop.clone())))
             }
-            Arc::new(CacheService::new(registry, streams_stop.clone()))
-        });
+            None => None,
+        };
         let delegated = opts.delegated.clone().map(|settings| {
             let reviews = ReviewClient::new(upstream.clone(), settings.max_concurrent_reviews);
             Arc::new(Delegated::new(reviews, settings))

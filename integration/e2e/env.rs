@@ -173,6 +173,11 @@ impl Watchmux {
         kubectl(&cluster.kubectl, &self.kubeconfig, args)
     }
 
+    /// The exit status, if the process has exited.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
     /// Sends SIGTERM and waits (bounded) for the process to exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();

@@ -51,6 +51,10 @@ struct ApiResourceList {
 #[derive(Deserialize)]
 struct ApiResource {
     name: String,
+    #[serde(default, rename = "singularName")]
+    singular_name: String,
+    #[serde(default, rename = "shortNames")]
+    short_names: Vec<String>,
     #[serde(default)]
     namespaced: bool,
     #[serde(default)]
@@ -283,6 +287,10 @@ impl Discovery {
             .map(|r| ResourceInfo {
                 group: group.to_owned(),
                 version: version.to_owned(),
+                // As kubectl: a server that lists no singular name has the
+                // lower-cased kind for one.
+                singular: if r.singular_name.is_empty() { r.kind.to_lowercase() } else { r.singular_name },
+                short_names: r.short_names,
                 resource: r.name,
                 kind: r.kind,
                 namespaced: r.namespaced,

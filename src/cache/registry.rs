@@ -10,38 +10,18 @@ use tokio_util::sync::CancellationToken;
 use super::discovery::{Discovery, DiscoveryError};
 use super::object::ObjectShape;
 use super::reflector::{Exit, Reflector};
+use super::resolve::{GroupResource, Resolved, ResourceName, Unresolvable, resolve};
 use super::resource::{CacheSettings, ResourceCache, Scope};
 use super::resource_info::ResourceInfo;
 use crate::upstream::Upstream;
 
-/// A resource and its group, as `--cache-resources` names them: `pods`,
-/// `endpointslices.discovery.k8s.io`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct GroupResource {
-    pub group: String,
-    pub resource: String,
-}
-
-impl GroupResource {
-    pub fn parse(s: &str) -> Self {
-        match s.split_once('.') {
-            Some((resource, group)) => Self { group: group.to_owned(), resource: resource.to_owned() },
-            None => Self { group: String::new(), resource: s.to_owned() },
-        }
-    }
-}
-
-impl std::fmt::Display for GroupResource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.group.is_empty() { f.write_str(&self.resource) } else { write!(f, "{}.{}", self.resource, self.group) }
-    }
-}
-
+/// `--cache-resources`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResourceSelection {
     /// Every listable and watchable resource, custom resources included (`*`).
     All,
-    Only(HashSet<GroupResource>),
+    /// These, resolved against discovery as kubectl resolves names.
+    Only(Vec<ResourceName>),
 }
 
 /// What to cache and how, from the flags.
@@ -55,14 +35,22 @@ pub struct CacheConfig {
 }
 
 impl CacheConfig {
-    pub fn is_enabled(&self, gr: &GroupResource) -> bool {
-        !self.disabled.contains(gr)
-            && match &self.resources {
-                ResourceSelection::All => true,
-                ResourceSelection::Only(set) => set.contains(gr),
-            }
+    /// The resources named, each taken literally (a plural in its group):
+    /// what is cached until the names are resolved against discovery.
+    fn literal_names(&self) -> HashSet<GroupResource> {
+        match &self.resources {
+            ResourceSelection::All => HashSet::new(),
+            ResourceSelection::Only(names) => names.iter().map(ResourceName::literal).collect(),
+        }
     }
 }
+
+/// How long start-up waits for discovery to check `--cache-resources`.
+const NAMES_CHECK_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+/// How soon names are resolved again after discovery failed.
+const NAMES_RETRY_FAILED: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often names of groups not served yet are resolved again.
+const NAMES_RETRY_PENDING: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Why a request for a resource is not served from a cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +75,9 @@ pub(crate) struct Registry {
     stop: CancellationToken,
     /// Set once `--cache-warm` has started every configured cache.
     warmed: std::sync::atomic::AtomicBool,
+    /// The resources `--cache-resources` names, resolved (or taken literally
+    /// until they can be); unused for `*`.
+    enabled: parking_lot::RwLock<HashSet<GroupResource>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -100,11 +91,112 @@ impl Registry {
         Self {
             discovery: Arc::new(Discovery::new(upstream.clone())),
             upstream,
-            config,
             caches: Arc::new(DashMap::new()),
             stop,
             warmed: Default::default(),
+            enabled: parking_lot::RwLock::new(config.literal_names()),
+            config,
         }
+    }
+
+    /// Whether `gr` is cached: named by `--cache-resources` (or `*`) and
+    /// not turned off by `--watch-cache-sizes`.
+    pub(crate) fn is_enabled(&self, gr: &GroupResource) -> bool {
+        !self.config.disabled.contains(gr)
+            && match &self.config.resources {
+                ResourceSelection::All => true,
+                ResourceSelection::Only(_) => self.enabled.read().contains(gr),
+            }
+    }
+
+    /// At start-up: resolves the `--cache-resources` names, and refuses to
+    /// start on one the upstream does not have (a typo caches nothing and
+    /// says nothing otherwise). Names of groups not served yet are waited
+    /// for, with a warning. When the upstream cannot be asked within
+    /// [`NAMES_CHECK_BUDGET`], starts with the names taken literally and
+    /// checks in the background (a refusal is then an error in the log).
+    pub(crate) async fn check_names(self: &Arc<Self>) -> anyhow::Result<()> {
+        match &self.config.resources {
+            ResourceSelection::Only(names) if !names.is_empty() => {}
+            _ => return Ok(()),
+        }
+        match tokio::time::timeout(NAMES_CHECK_BUDGET, self.resolve_names()).await {
+            Ok(Ok((refused, pending))) => {
+                if !refused.is_empty() {
+                    let why: Vec<String> = refused.iter().map(ToString::to_string).collect();
+                    anyhow::bail!("{}", why.join("; "));
+                }
+                if !pending.is_empty() {
+                    tracing::warn!(names = %pending.join(","), "--cache-resources names of API groups the upstream does not serve yet: cached once they appear");
+                    tokio::spawn(self.clone().keep_resolving());
+                }
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "cannot check --cache-resources until the upstream answers discovery; checking in the background");
+                tokio::spawn(self.clone().keep_resolving());
+            }
+            Err(_) => {
+                tracing::warn!(budget = ?NAMES_CHECK_BUDGET, "cannot check --cache-resources until the upstream answers discovery; checking in the background");
+                tokio::spawn(self.clone().keep_resolving());
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves the names again until none is pending (every 5 s while
+    /// discovery fails, every minute while a group is not served yet),
+    /// logging what is refused.
+    async fn keep_resolving(self: Arc<Self>) {
+        let mut delay = NAMES_RETRY_FAILED;
+        loop {
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+            match self.resolve_names().await {
+                Ok((refused, pending)) => {
+                    for why in &refused {
+                        tracing::error!("{why}: not cached");
+                    }
+                    if pending.is_empty() {
+                        tracing::info!("--cache-resources resolved");
+                        return;
+                    }
+                    delay = NAMES_RETRY_PENDING;
+                }
+                Err(_) => delay = NAMES_RETRY_FAILED,
+            }
+        }
+    }
+
+    /// Resolves the `--cache-resources` names against discovery (see
+    /// [`super::resolve`]). Returns the names refused; names of groups not
+    /// served yet stay literal, counted in a gauge, and are returned as
+    /// pending.
+    pub(crate) async fn resolve_names(&self) -> Result<(Vec<Unresolvable>, Vec<String>), DiscoveryError> {
+        let ResourceSelection::Only(names) = &self.config.resources else { return Ok((Vec::new(), Vec::new())) };
+        let mut served = Vec::new();
+        let mut groups = HashSet::new();
+        for (group, version) in self.discovery.all_preferred().await? {
+            served.extend(self.discovery.resources(&group, &version).await?.iter().cloned());
+            groups.insert(group);
+        }
+        let (mut enabled, mut refused, mut pending) = (HashSet::new(), Vec::new(), Vec::new());
+        for name in names {
+            match resolve(name, &served, &groups) {
+                Ok(Resolved::Resource(gr)) => {
+                    enabled.insert(gr);
+                }
+                Ok(Resolved::Pending) => {
+                    enabled.insert(name.literal());
+                    pending.push(name.to_string());
+                }
+                Err(why) => refused.push(why),
+            }
+        }
+        metrics::gauge!(crate::metrics::CACHE_RESOURCES_UNRESOLVED).set(pending.len() as f64);
+        *self.enabled.write() = enabled;
+        Ok((refused, pending))
     }
 
     pub(crate) fn upstream(&self) -> &Arc<Upstream> {
@@ -123,7 +215,7 @@ impl Registry {
         resource: &str,
     ) -> Result<Arc<ResourceCache>, NotCached> {
         let gr = GroupResource { group: group.to_owned(), resource: resource.to_owned() };
-        if !self.config.is_enabled(&gr) {
+        if !self.is_enabled(&gr) {
             return Err(NotCached::Disabled);
         }
         let key = (group.to_owned(), version.to_owned(), resource.to_owned());
@@ -220,11 +312,12 @@ impl Registry {
     pub(crate) async fn warm(&self) -> Result<(), DiscoveryError> {
         let targets: Vec<(String, String)> = match &self.config.resources {
             ResourceSelection::All => self.discovery.all_preferred().await?,
-            ResourceSelection::Only(set) => {
+            ResourceSelection::Only(_) => {
+                let groups: HashSet<String> = self.enabled.read().iter().map(|gr| gr.group.clone()).collect();
                 let mut out = Vec::new();
-                for gr in set {
-                    if let Some(v) = self.discovery.preferred_version(&gr.group).await? {
-                        out.push((gr.group.clone(), v));
+                for group in groups {
+                    if let Some(v) = self.discovery.preferred_version(&group).await? {
+                        out.push((group, v));
                     }
                 }
                 out.sort();
@@ -236,24 +329,11 @@ impl Registry {
             let resources = self.discovery.resources(&group, &version).await?;
             for info in resources.iter() {
                 let gr = GroupResource { group: group.clone(), resource: info.resource.clone() };
-                if info.is_cacheable() && self.config.is_enabled(&gr) {
+                if info.is_cacheable() && self.is_enabled(&gr) {
                     self.start(info.clone()).await;
                 }
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn resource_names_put_the_group_after_the_first_dot() {
-        assert_eq!(GroupResource::parse("pods"), GroupResource { group: "".into(), resource: "pods".into() });
-        let es = GroupResource::parse("endpointslices.discovery.k8s.io");
-        assert_eq!((es.group.as_str(), es.resource.as_str()), ("discovery.k8s.io", "endpointslices"));
-        assert_eq!(es.to_string(), "endpointslices.discovery.k8s.io");
     }
 }

@@ -9,6 +9,10 @@ pub(crate) struct ResourceInfo {
     pub version: String,
     /// Plural resource name, e.g. `pods`.
     pub resource: String,
+    /// Singular name, e.g. `pod` (what kubectl also accepts).
+    pub singular: String,
+    /// Short names, e.g. `po`.
+    pub short_names: Vec<String>,
     pub kind: String,
     pub namespaced: bool,
     pub verbs: Vec<String>,
@@ -82,6 +86,8 @@ pub(crate) fn test_info(group: &str, resource: &str, kind: &str, namespaced: boo
         group: group.into(),
         version: "v1".into(),
         resource: resource.into(),
+        singular: kind.to_lowercase(),
+        short_names: Vec::new(),
         kind: kind.into(),
         namespaced,
         verbs: ["get", "list", "watch"].map(String::from).to_vec(),

@@ -22,7 +22,8 @@ use super::filter::Filter;
 use super::object::ObjectKey;
 use super::params::{ReadParams, Rv, RvMatch};
 use super::reason::Reason;
-use super::registry::{GroupResource, NotCached, Registry};
+use super::registry::{NotCached, Registry};
+use super::resolve::GroupResource;
 use super::resource::{ResourceCache, StartAt};
 use super::stream::{StreamOptions, WatchStream};
 use crate::body::{self, Chunk, ProxyBody, Refusal};
@@ -141,7 +142,7 @@ impl CacheService {
             Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
         };
         let resource = GroupResource { group: info.api_group.clone(), resource: info.resource.clone() };
-        if !self.registry.config().is_enabled(&resource) {
+        if !self.registry.is_enabled(&resource) {
             return Served::Passthrough(Reason::NotCached);
         }
         // Authorized before any upstream work on the request's behalf

@@ -15,7 +15,8 @@ use clap::builder::PossibleValue;
 
 use super::{AuthMode, CacheResource};
 use crate::auth::{self, DelegatedSettings, UpstreamIdentityMode};
-use crate::cache::registry::{CacheConfig, GroupResource, ResourceSelection};
+use crate::cache::registry::{CacheConfig, ResourceSelection};
+use crate::cache::resolve::{GroupResource, ResourceName};
 use crate::cache::resource::{CacheSettings, Scope};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::server::{self, ServerOptions};
@@ -65,8 +66,8 @@ impl super::Args {
                 self.cache_resources
                     .iter()
                     .filter_map(|r| match r {
-                        CacheResource::One(gr) => Some(gr.clone()),
-                        CacheResource::All => None,
+                        CacheResource::One(name) => Some(name.clone()),
+                        CacheResource::All | CacheResource::Empty => None,
                     })
                     .collect(),
             )
@@ -122,8 +123,8 @@ pub struct CacheScope {
 pub(super) fn parse_cache_resource(entry: &str) -> Result<CacheResource, String> {
     match entry.trim() {
         "*" => Ok(CacheResource::All),
-        "" => Err("an empty resource name".into()),
-        name => Ok(CacheResource::One(GroupResource::parse(name))),
+        "" => Ok(CacheResource::Empty),
+        name => Ok(CacheResource::One(ResourceName::parse(name))),
     }
 }
 
@@ -189,14 +190,21 @@ mod tests {
         GroupResource::parse(s)
     }
 
+    fn names(cfg: &CacheConfig) -> Vec<String> {
+        match &cfg.resources {
+            ResourceSelection::Only(names) => names.iter().map(ToString::to_string).collect(),
+            ResourceSelection::All => vec!["*".into()],
+        }
+    }
+
     #[test]
     fn the_default_resources_are_what_node_agents_watch() {
         let cfg = args(&[]).unwrap().cache_config();
+        let names = names(&cfg);
         for cached in ["pods", "nodes", "configmaps", "endpointslices.discovery.k8s.io", "csidrivers.storage.k8s.io"] {
-            assert!(cfg.is_enabled(&gr(cached)), "{cached}");
+            assert!(names.contains(&cached.to_owned()), "{cached}");
         }
-        assert!(!cfg.is_enabled(&gr("secrets")));
-        assert!(!cfg.is_enabled(&gr("endpointslices")), "the group is part of the name");
+        assert!(!names.contains(&"secrets".to_owned()));
     }
 
     #[test]
@@ -209,10 +217,23 @@ mod tests {
         ])
         .unwrap()
         .cache_config();
-        assert!(cfg.is_enabled(&gr("widgets.example.com")));
-        assert!(cfg.is_enabled(&gr("pods")), "a size other than 0 is ignored");
-        assert!(!cfg.is_enabled(&gr("secrets")));
-        assert!(!cfg.is_enabled(&gr("leases.coordination.k8s.io")));
+        assert_eq!(cfg.resources, ResourceSelection::All);
+        assert!(!cfg.disabled.contains(&gr("pods")), "a size other than 0 is ignored");
+        assert!(cfg.disabled.contains(&gr("secrets")));
+        assert!(cfg.disabled.contains(&gr("leases.coordination.k8s.io")));
+    }
+
+    #[test]
+    fn an_empty_cache_resources_caches_nothing() {
+        assert_eq!(names(&args(&["--cache-resources="]).unwrap().cache_config()), Vec::<String>::new());
+        assert_eq!(names(&args(&["--cache-resources", "pods,,nodes"]).unwrap().cache_config()), ["pods", "nodes"]);
+    }
+
+    #[test]
+    fn resource_names_are_kept_as_written_for_resolution() {
+        let cfg =
+            args(&["--cache-resources", "deploy,deployments.v1.apps,events.events.k8s.io"]).unwrap().cache_config();
+        assert_eq!(names(&cfg), ["deploy", "deployments.apps", "events.events.k8s.io"]);
     }
 
     #[test]
@@ -223,7 +244,6 @@ mod tests {
             ("--cache-scope", "pods"),
             ("--cache-scope", "pods=limit=5"),
             ("--cache-scope", "pods=labelSelector=a in (b"),
-            ("--cache-resources", "pods,,nodes"),
         ] {
             let err = args(&[flag, bad]).unwrap_err();
             assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{flag} {bad}");
