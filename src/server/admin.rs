@@ -110,7 +110,9 @@ pub(crate) async fn handle(state: Arc<AdminState>, req: Request<Incoming>) -> Re
                         cache.publish_staleness(now);
                     }
                 }
-                let mut resp = Response::new(body::full(handle.render()));
+                let mut text = handle.render();
+                text.push_str(&crate::metrics::process::render());
+                let mut resp = Response::new(body::full(text));
                 resp.headers_mut().insert(header::CONTENT_TYPE, "text/plain; version=0.0.4".parse().expect("static"));
                 resp
             }
