@@ -15,6 +15,9 @@
 //!   every 5 s), for monitoring and alerts, not for routing.
 //!
 //! `?verbose` lists each check, as the API server's `/readyz?verbose` does.
+//!
+//! `/metrics` is the recorder's rendering, with the caches' staleness
+//! brought up to date and the `process_*` metrics read at that moment.
 
 use std::convert::Infallible;
 use std::sync::Arc;
