@@ -6,7 +6,8 @@
 #     (`promtool test rules`: upstream down, auth fail-closed, pass-through
 #     ratio, stale cache);
 #   - the dashboard ConfigMap carries the grafana_dashboard label and the
-#     dashboard file, which parses as JSON;
+#     dashboard file, which parses as JSON, and every query in it parses as
+#     PromQL (promtool, with Grafana's variables filled in);
 #   - every metric the dashboard and the alerts query is one watchmux exports
 #     (named in src/metrics.rs or src/metrics/process.rs);
 #   - nodeLocal with hostNetwork: the admin port is loopback (probes to
@@ -72,6 +73,20 @@ if jq -e '.panels | length > 0' "$tmp/dashboard.json" >/dev/null && diff -q <(jq
   say "ok   dashboard ConfigMap: $(jq '[.panels[] | select(.type != "row")] | length' "$tmp/dashboard.json") panels, JSON parses"
 else
   fail "the dashboard in the ConfigMap does not parse or differs from charts/watchmux/dashboards/watchmux.json"
+fi
+
+# The dashboard's queries parse as PromQL: promtool checks them as recording
+# rules, with Grafana's variables given values.
+jq '{groups: [{name: "dashboard", rules: [.. | objects | select(has("expr")) | .expr
+      | gsub("\\$__rate_interval"; "5m") | gsub("\\$job"; ".*")] | to_entries
+      | map({record: "dashboard:query_\(.key)", expr: .value})}]}' "$chart/dashboards/watchmux.json" >"$tmp/dashboard-rules.json"
+if "$promtool" check rules "$tmp/dashboard-rules.json" >"$tmp/check-dashboard.log" 2>&1; then
+  say "ok   every dashboard query parses as PromQL ($(grep -oE '[0-9]+ rules found' "$tmp/check-dashboard.log" | cut -d' ' -f1) queries)"
+else
+  cat "$tmp/check-dashboard.log" >&2; fail "dashboard queries that promtool does not accept"
+fi
+if [[ $(jq '[.. | objects | select(has("gridPos")) | .id] | (length == (unique | length))' "$chart/dashboards/watchmux.json") != true ]]; then
+  fail "dashboard panels with the same id"
 fi
 
 # --- every metric queried exists ---------------------------------------------------
