@@ -8,10 +8,14 @@ CARGO ?= cargo
 
 .PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e \
 	bench bench-passthrough bench-fanout bench-kubelet bench-restart bench-plots bench-auth \
-	chaos chaos-quick test-chaos-quick audit fmt clean
+	chaos chaos-quick test-chaos-quick audit fmt clean monitoring-check
 .PHONY: protobuf-check
 
 all: build
+
+# The source revision watchmux_build_info reports (build.rs reads it; a build
+# outside git, or with plain cargo, says "unknown").
+build release: export WATCHMUX_GIT_REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
 build:
 	$(CARGO) build --locked
@@ -62,10 +66,12 @@ test-unit:
 protobuf-check:
 	bash integration/scripts/protobuf-check.sh
 
-## Starts the API server (stopping it afterwards if it started it), then runs
-## the end-to-end suite and the Helm chart checks against it.
-## Then the image under runc (image-test.sh; Linux and root).
+## The chart's alerts (promtool check and test rules), dashboard and nodeLocal
+## metrics rendering, offline; then starts the API server (stopping it
+## afterwards if it started it), runs the end-to-end suite and the Helm chart
+## checks against it, then the image under runc (image-test.sh; Linux and root).
 test-e2e:
+	bash integration/scripts/monitoring-check.sh
 	bash integration/scripts/e2e.sh
 
 ## Benchmarks (not part of make test); figures in docs/benchmarks.md. The
@@ -118,6 +124,10 @@ audit:
 ## Added latency of delegated auth on cached reads.
 bench-auth:
 	bash integration/scripts/bench-auth.sh
+
+## The chart's alerts, dashboard and nodeLocal metrics rendering (offline).
+monitoring-check:
+	bash integration/scripts/monitoring-check.sh
 
 fmt:
 	$(CARGO) fmt

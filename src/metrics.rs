@@ -3,15 +3,21 @@
 //! Names live here and nowhere else, so the list below is the whole contract
 //! with dashboards. Where the API server has a metric for the same concept the
 //! name follows its family (`apiserver_...` becomes `watchmux_...`).
+//! The standard `process_*` metrics are [`process`]'s, read at each scrape.
+
+pub(crate) mod process;
 
 use std::time::Duration;
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-/// Requests forwarded to the upstream API server, by verb and HTTP code.
+/// Always 1, labelled with the version, the source revision and the compiler's version.
+pub(crate) const BUILD_INFO: &str = "watchmux_build_info";
+
+/// Requests forwarded to the upstream API server, by verb, resource and HTTP code.
 pub(crate) const PASSTHROUGH_REQUESTS: &str = "watchmux_passthrough_requests_total";
-/// Time from receiving a forwarded request to the upstream's response head.
+/// Time from receiving a forwarded request to the upstream's response head, by verb and resource.
 pub(crate) const PASSTHROUGH_DURATION: &str = "watchmux_passthrough_request_duration_seconds";
 /// Forwarded requests in flight, long-running ones included.
 pub(crate) const PASSTHROUGH_INFLIGHT: &str = "watchmux_passthrough_inflight_requests";
@@ -54,6 +60,12 @@ pub(crate) const REGISTERED_WATCHERS: &str = "watchmux_registered_watchers";
 pub(crate) const CACHE_LIST_TOTAL: &str = "watchmux_cache_list_total";
 /// GET requests answered from the cache, by resource.
 pub(crate) const CACHE_GET_TOTAL: &str = "watchmux_cache_get_total";
+/// WATCH requests answered from the cache, by resource.
+pub(crate) const CACHE_WATCH_TOTAL: &str = "watchmux_cache_watch_total";
+/// Time from a request's arrival to the cache's response head, by verb
+/// (get, list, watch) and resource: a watch is measured to its headers, not
+/// over its lifetime.
+pub(crate) const CACHE_REQUEST_DURATION: &str = "watchmux_cache_request_duration_seconds";
 /// Consistent reads, by resource and result (success: served from the cache; fallback: passed upstream).
 pub(crate) const CONSISTENT_READS: &str = "watchmux_watch_cache_consistent_read_total";
 /// Encodings of an object into a content variant.
@@ -99,6 +111,11 @@ pub(crate) const AUTH_FAIL_CLOSED: &str = "watchmux_auth_fail_closed_total";
 const AUTH_CHECK_BUCKETS: &[f64] =
     &[0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0, 10.0];
 
+/// Buckets for answers from the cache: most take well under a millisecond; a
+/// consistent read or a read at a future version may wait up to 3 s.
+const CACHE_REQUEST_BUCKETS: &[f64] =
+    &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
 /// Latency buckets, in seconds, for every `_seconds` histogram: from 1 ms (a
 /// cached answer) to a minute (a slow upstream LIST).
 const LATENCY_BUCKETS: &[f64] =
@@ -110,14 +127,26 @@ const LATENCY_BUCKETS: &[f64] =
 pub(crate) fn install() -> anyhow::Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(AUTH_CHECK_DURATION.into()), AUTH_CHECK_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(CACHE_REQUEST_DURATION.into()), CACHE_REQUEST_BUCKETS)?
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)?
         .upkeep_timeout(Duration::from_secs(5))
         .install_recorder()?;
     describe();
+    metrics::gauge!(
+        BUILD_INFO,
+        "version" => env!("CARGO_PKG_VERSION"),
+        "revision" => env!("WATCHMUX_GIT_REVISION"),
+        "rustc_version" => env!("WATCHMUX_RUSTC_VERSION"),
+    )
+    .set(1.0);
     Ok(handle)
 }
 
 fn describe() {
+    describe_gauge!(
+        BUILD_INFO,
+        "A metric with a constant '1' value labelled by version, revision (the source's git revision, or unknown) and rustc_version."
+    );
     describe_counter!(REQUESTS_REJECTED, "Requests refused by a limit before any work was done, by limit.");
     describe_gauge!(
         CACHE_RESOURCES_UNRESOLVED,
@@ -146,11 +175,14 @@ fn describe() {
     describe_counter!(AUTH_UNAUTHENTICATED, "Requests answered 401, by reason.");
     describe_counter!(AUTH_AUTHORIZED, "Authorization decisions made by watchmux, by result.");
     describe_counter!(AUTH_FAIL_CLOSED, "Requests refused because a review could not reach the upstream.");
-    describe_counter!(PASSTHROUGH_REQUESTS, "Requests forwarded to the upstream API server, by verb and HTTP code.");
+    describe_counter!(
+        PASSTHROUGH_REQUESTS,
+        "Requests forwarded to the upstream API server, by verb, resource and HTTP code. resource is the group-qualified resource once the upstream has answered a request for it with success (at most 256 of them), \"other\" for the rest and \"\" for non-resource paths."
+    );
     describe_histogram!(
         PASSTHROUGH_DURATION,
         Unit::Seconds,
-        "Time from receiving a forwarded request to the upstream's response headers, by verb."
+        "Time from receiving a forwarded request to the upstream's response headers, by verb and resource."
     );
     describe_gauge!(PASSTHROUGH_INFLIGHT, "Forwarded requests in flight, long-running ones included.");
     describe_counter!(UPSTREAM_ERRORS, "Forwarded requests that failed to reach the upstream, by cause.");
@@ -179,6 +211,12 @@ fn describe() {
     describe_gauge!(REGISTERED_WATCHERS, "Downstream watchers served from the cache, by resource.");
     describe_counter!(CACHE_LIST_TOTAL, "LIST requests answered from the cache, by resource.");
     describe_counter!(CACHE_GET_TOTAL, "GET requests answered from the cache, by resource.");
+    describe_counter!(CACHE_WATCH_TOTAL, "WATCH requests answered from the cache, by resource.");
+    describe_histogram!(
+        CACHE_REQUEST_DURATION,
+        Unit::Seconds,
+        "Time from a request's arrival to the response headers of an answer from the cache, by verb (get, list, watch) and resource. A watch is measured to its headers, not over its lifetime."
+    );
     describe_counter!(
         CONSISTENT_READS,
         "Consistent reads by resource and result: success (cache) or fallback (upstream)."

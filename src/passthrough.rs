@@ -8,6 +8,7 @@
 
 pub(crate) mod headers;
 pub(crate) mod identity;
+mod resource_label;
 mod upgrade;
 
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use crate::error::error_chain;
 use crate::metrics as m;
 use crate::request::RequestInfo;
 use crate::upstream::{ConnectionKind, SendError, Upstream};
+use resource_label::ResourceLabels;
 
 /// Forwards requests to the upstream.
 #[derive(Debug, Clone)]
@@ -34,11 +36,13 @@ pub(crate) struct Passthrough {
     upstream: Arc<Upstream>,
     /// Cancelled at shutdown: watch streams end cleanly when it is.
     streams_stop: CancellationToken,
+    /// The bounded `resource` label of the pass-through metrics.
+    resources: Arc<ResourceLabels>,
 }
 
 impl Passthrough {
     pub(crate) fn new(upstream: Arc<Upstream>, streams_stop: CancellationToken) -> Self {
-        Self { upstream, streams_stop }
+        Self { upstream, streams_stop, resources: Arc::default() }
     }
 
     /// Forwards one request as `identity` and returns the upstream's answer,
@@ -52,7 +56,7 @@ impl Passthrough {
         identity: &UpstreamIdentity,
     ) -> Response<ProxyBody> {
         if req.version() <= http::Version::HTTP_11 && headers::is_upgrade_request(req.headers()) {
-            return upgrade::forward(&self.upstream, req, peer, info, identity).await;
+            return upgrade::forward(&self.upstream, &self.resources, req, peer, info, identity).await;
         }
 
         let started = Instant::now();
@@ -76,10 +80,13 @@ impl Passthrough {
                 UPSTREAM_FAILING.succeeded();
                 resp
             }
-            Err(err) => return upstream_failure(&self.upstream, &err, verb),
+            Err(err) => return upstream_failure(&self.upstream, &err, verb, self.resources.label(info, None)),
         };
-        histogram!(m::PASSTHROUGH_DURATION, "verb" => verb).record(started.elapsed().as_secs_f64());
-        counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "code" => resp.status().as_str().to_owned()).increment(1);
+        let resource = self.resources.label(info, Some(resp.status()));
+        histogram!(m::PASSTHROUGH_DURATION, "verb" => verb, "resource" => resource.clone())
+            .record(started.elapsed().as_secs_f64());
+        counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "resource" => resource, "code" => resp.status().as_str().to_owned())
+            .increment(1);
 
         let (mut parts, incoming) = resp.into_parts();
         headers::remove_hop_by_hop(&mut parts.headers);
@@ -116,14 +123,19 @@ fn set_identity(headers: &mut http::HeaderMap, identity: &UpstreamIdentity) -> R
 /// directly would fail at once (connection refused), and client-go retries
 /// a 503 only when told when to, ten times over; with it, kubectl waited
 /// 50 s before showing the error. Other failures keep Retry-After: 1.
-fn upstream_failure(upstream: &Upstream, err: &SendError, verb: &'static str) -> Response<ProxyBody> {
+fn upstream_failure(
+    upstream: &Upstream,
+    err: &SendError,
+    verb: &'static str,
+    resource: metrics::SharedString,
+) -> Response<ProxyBody> {
     let cause = match err {
         SendError::Credentials(_) | SendError::ClientTls(_) => "credentials",
         other if other.is_connect() => "connect",
         _ => "request",
     };
     counter!(m::UPSTREAM_ERRORS, "cause" => cause).increment(1);
-    counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "code" => "503").increment(1);
+    counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "resource" => resource, "code" => "503").increment(1);
     UPSTREAM_FAILING.failed(cause, err);
     let status = Status::upstream_unavailable(upstream.server(), error_chain(err));
     let status = if cause == "connect" { status } else { status.retry_after(1) };

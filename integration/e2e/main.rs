@@ -203,9 +203,15 @@ async fn passthrough_and_cache_are_counted_in_metrics() {
     // Secrets are not cached by default: this LIST passes through.
     let (code, _) = read(get(wm.addr, "/api/v1/namespaces/default/secrets").await).await;
     assert_eq!(code, 200);
-    // ConfigMaps are: this LIST is answered from the cache.
+    // ConfigMaps are: this LIST is answered from the cache, and so is this
+    // watch (timed and measured to its headers, not its second of life).
     let (code, _) = read(get(wm.addr, "/api/v1/namespaces/default/configmaps").await).await;
     assert_eq!(code, 200);
+    let (code, _) = read(get(wm.addr, "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=1").await).await;
+    assert_eq!(code, 200);
+    // A resource no API server serves: its name must never become a label.
+    let (code, _) = read(get(wm.addr, "/api/v1/namespaces/default/no-such-thing-4f2a").await).await;
+    assert_eq!(code, 404);
     let (code, metrics) = read(get(wm.admin, "/metrics").await).await;
     assert_eq!(code, 200);
     let text = String::from_utf8_lossy(&metrics);
@@ -213,10 +219,47 @@ async fn passthrough_and_cache_are_counted_in_metrics() {
         text.lines()
             .any(|l| l.starts_with(name) && labels.iter().all(|f| l.contains(f)) && l.ends_with(&format!(" {value}")))
     };
-    assert!(has("watchmux_passthrough_requests_total{", &["verb=\"list\"", "code=\"200\""], "1"), "{text}");
+    let passed = ["verb=\"list\"", "resource=\"secrets\"", "code=\"200\""];
+    assert!(has("watchmux_passthrough_requests_total{", &passed, "1"), "{text}");
+    let unknown = ["verb=\"list\"", "resource=\"other\"", "code=\"404\""];
+    assert!(has("watchmux_passthrough_requests_total{", &unknown, "1"), "{text}");
+    assert!(!text.contains("no-such-thing"), "{text}");
     assert!(has("watchmux_cache_list_total{", &["resource=\"configmaps\""], "1"), "{text}");
-    assert!(has("watchmux_cache_passthrough_total{", &["reason=\"not_cached\""], "1"), "{text}");
+    assert!(has("watchmux_cache_watch_total{", &["resource=\"configmaps\""], "1"), "{text}");
+    for verb in ["list", "watch"] {
+        let labels = [&format!("verb=\"{verb}\"") as &str, "resource=\"configmaps\""];
+        assert!(has("watchmux_cache_request_duration_seconds_count{", &labels, "1"), "{text}");
+    }
+    // The watch's headers came at once: well inside its one-second life.
+    let watch_seconds = sample(&text, "watchmux_cache_request_duration_seconds_sum{verb=\"watch\"");
+    assert!(watch_seconds < 0.9, "{watch_seconds}\n{text}");
+    // The secrets LIST and the unknown resource.
+    assert!(has("watchmux_cache_passthrough_total{", &["reason=\"not_cached\""], "2"), "{text}");
     assert!(text.contains("watchmux_upstream_ready 1"), "{text}");
+
+    let build = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    assert!(has("watchmux_build_info{", &[&build, "revision=\"", "rustc_version=\"1."], "1"), "{text}");
+    // The standard process metrics, with values a live process has.
+    let resident = sample(&text, "process_resident_memory_bytes");
+    assert!(resident > 1e6 && sample(&text, "process_virtual_memory_bytes") >= resident, "{text}");
+    assert!(sample(&text, "process_cpu_seconds_total") > 0.0, "{text}");
+    let fds = sample(&text, "process_open_fds");
+    assert!(fds >= 3.0 && fds < sample(&text, "process_max_fds"), "{text}");
+    assert!(sample(&text, "process_threads") >= 2.0, "{text}");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let started = sample(&text, "process_start_time_seconds");
+    assert!(started <= now + 1.0 && started > now - 600.0, "started {started}, now {now}");
+    assert!(text.contains("# TYPE process_cpu_seconds_total counter"), "{text}");
+}
+
+/// The value of the first sample whose line starts with `prefix` (a name,
+/// or a name and the start of its labels).
+fn sample(text: &str, prefix: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(prefix) && l[prefix.len()..].starts_with([' ', '{', ',']))
+        .unwrap_or_else(|| panic!("no {prefix} in\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap_or_else(|e| panic!("{line}: {e}"))
 }
 
 /// client-go's informers without watch-list (LIST at RV 0 then WATCH), the

@@ -9,6 +9,10 @@
 #   - values the chart must refuse (schema and template checks) are refused,
 #     among them no image.repository (nothing is published: every other case
 #     renders with a placeholder registry.example/watchmux);
+#   - monitoring: nodeLocal's admin port is loopback unless
+#     nodeLocal.adminOnHostIP binds it on $(HOST_IP) (probes follow), a
+#     ServiceMonitor it could not scrape is refused, the dashboard ConfigMap and
+#     PrometheusRule render (promtool and the queries: monitoring-check.sh);
 #   - every --flag the chart passes is one `watchmux --help` lists (a case may
 #     name flags it passes on purpose that the binary lacks; none do today);
 #   - auth: --auth-mode is always rendered, delegated by default in nodeLocal
@@ -147,10 +151,13 @@ cases=(
   "nodelocal-trusted-local|privileged|-|--set mode=nodeLocal --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true --set 'rbac.extraClusterRoles[0]=system:node' --set upstream.apiserverHost=kubernetes.example --set upstream.apiserverPort=6443"
   "tier-trusted-local-remote|restricted|-|--set mode=tier --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true --set networkPolicy.enabled=true"
   "tier-delegated-client-ca|restricted|-|--set mode=tier --set auth.clientCA.configMap=client-ca"
+  "tier-monitoring|restricted|-|--set mode=tier --set serviceMonitor.enabled=true --set monitoring.dashboards.enabled=true --set monitoring.prometheusRule.enabled=true"
+  "nodelocal-metrics-on-host|privileged|-|--set mode=nodeLocal --set nodeLocal.adminOnHostIP=true --set serviceMonitor.enabled=true --set monitoring.dashboards.enabled=true --set monitoring.prometheusRule.enabled=true --set auth.clientCA.configMap=client-ca"
 )
 # Values the chart must refuse: name | helm args [| text the error must contain]
 refusals=(
   "nodelocal-delegated-without-client-ca|--set mode=nodeLocal|nodeLocal with delegated auth (the default) needs auth.clientCA.configMap"
+  "nodelocal-servicemonitor-loopback|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set serviceMonitor.enabled=true|set nodeLocal.adminOnHostIP=true"
   "client-ca-with-trusted-local|--set mode=tier --set auth.mode=trusted-local --set auth.clientCA.configMap=client-ca|only for delegated auth"
   "client-ca-without-tls|--set mode=tier --set tls.enabled=false --set auth.clientCA.configMap=client-ca|needs TLS on the listener"
   "auth-bad-mode|--set auth.mode=open"
@@ -245,6 +252,25 @@ for c in "${cases[@]}"; do
     say "ok   template $name: $kinds"
   fi
 done
+
+# --- offline: monitoring ------------------------------------------------------------
+# nodeLocal with hostNetwork binds the admin port on the node's IP only when
+# asked (then its probes go to the pod IP, which is the node's); the
+# dashboard and the rules render where asked. monitoring-check.sh checks the
+# rules with promtool and the dashboard's queries.
+if [[ -f $tmp/nodelocal-metrics-on-host.yaml && -f $tmp/nodelocal.yaml ]]; then
+  admin_of() { yq -r 'select(.kind == "DaemonSet") | .spec.template.spec.containers[] | select(.name == "watchmux") | (.args[] | select(startswith("--admin-listen="))), ([.livenessProbe.httpGet.host, .readinessProbe.httpGet.host] | map(. // "pod-ip") | join(","))' "$1" | paste -sd' ' -; }
+  on_host="$(admin_of "$tmp/nodelocal-metrics-on-host.yaml")"
+  loopback="$(admin_of "$tmp/nodelocal.yaml")"
+  if [[ $on_host == '--admin-listen=$(HOST_IP):9444 pod-ip,pod-ip' && $loopback == '--admin-listen=127.0.0.1:9444 127.0.0.1,127.0.0.1' ]]; then
+    say "ok   nodeLocal admin port: loopback by default, \$(HOST_IP) with nodeLocal.adminOnHostIP (probes follow)"
+  else
+    fail "nodeLocal admin port: default '$loopback', with adminOnHostIP '$on_host'"
+  fi
+  for kind in ServiceMonitor PrometheusRule ConfigMap; do
+    grep -q "^kind: $kind" "$tmp/nodelocal-metrics-on-host.yaml" || fail "nodelocal-metrics-on-host: no $kind rendered"
+  done
+fi
 
 # --- offline: the cache ----------------------------------------------------------
 # The chart's default list (cache.resources null, in tier) is the binary's

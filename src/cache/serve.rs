@@ -199,11 +199,16 @@ impl CacheService {
         if scoped && !request_in_scope && endpoint != Endpoint::Get {
             return Served::Passthrough(Reason::OutsideScope);
         }
-        match endpoint {
+        let resource = cache.label().to_owned();
+        let served = match endpoint {
             Endpoint::Watch => self.watch(cache, filter, params, variant, arrival).await,
             Endpoint::List => self.list(cache, filter, params, variant, arrival).await,
             Endpoint::Get => self.get(cache, filter, params, variant, scoped, arrival).await,
+        };
+        if let Served::Response(_) = &served {
+            record_answer(endpoint, resource, arrival);
         }
+        served
     }
 
     /// Proves the cache fresh for a consistent read, counting the outcome.
@@ -332,6 +337,21 @@ impl CacheService {
             }
         }
     }
+}
+
+/// Counts an answer from the cache and the time to its response head (for
+/// a watch, its headers: the stream itself may last an hour).
+fn record_answer(endpoint: Endpoint, resource: String, arrival: Instant) {
+    let verb = match endpoint {
+        Endpoint::Get => "get",
+        Endpoint::List => "list",
+        Endpoint::Watch => {
+            metrics::counter!(m::CACHE_WATCH_TOTAL, "resource" => resource.clone()).increment(1);
+            "watch"
+        }
+    };
+    metrics::histogram!(m::CACHE_REQUEST_DURATION, "verb" => verb, "resource" => resource)
+        .record(arrival.elapsed().as_secs_f64());
 }
 
 /// The API server pretty-prints JSON for clients that look like a person

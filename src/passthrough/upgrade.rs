@@ -8,7 +8,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use metrics::{counter, gauge};
 
-use super::{Peer, headers, set_identity, upstream_failure};
+use super::{Peer, ResourceLabels, headers, set_identity, upstream_failure};
 use crate::auth::UpstreamIdentity;
 use crate::body::{self, ProxyBody};
 use crate::metrics as m;
@@ -17,6 +17,7 @@ use crate::upstream::{ConnectionKind, Upstream};
 
 pub(super) async fn forward(
     upstream: &Upstream,
+    resources: &ResourceLabels,
     mut req: Request<Incoming>,
     peer: Peer,
     info: &RequestInfo,
@@ -36,9 +37,11 @@ pub(super) async fn forward(
     let upstream_req = Request::from_parts(parts, body::boxed(incoming));
     let mut resp = match upstream.send_as(upstream_req, &identity.credential(), ConnectionKind::Dedicated).await {
         Ok(resp) => resp,
-        Err(err) => return upstream_failure(upstream, &err, verb),
+        Err(err) => return upstream_failure(upstream, &err, verb, resources.label(info, None)),
     };
-    counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "code" => resp.status().as_str().to_owned()).increment(1);
+    let resource = resources.label(info, Some(resp.status()));
+    counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "resource" => resource, "code" => resp.status().as_str().to_owned())
+        .increment(1);
 
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         // The upstream refused the upgrade (403, 404, 400...): pass its

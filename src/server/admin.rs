@@ -15,6 +15,9 @@
 //!   every 5 s), for monitoring and alerts, not for routing.
 //!
 //! `?verbose` lists each check, as the API server's `/readyz?verbose` does.
+//!
+//! `/metrics` is the recorder's rendering, with the caches' staleness
+//! brought up to date and the `process_*` metrics read at that moment.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -110,7 +113,9 @@ pub(crate) async fn handle(state: Arc<AdminState>, req: Request<Incoming>) -> Re
                         cache.publish_staleness(now);
                     }
                 }
-                let mut resp = Response::new(body::full(handle.render()));
+                let mut text = handle.render();
+                text.push_str(&crate::metrics::process::render());
+                let mut resp = Response::new(body::full(text));
                 resp.headers_mut().insert(header::CONTENT_TYPE, "text/plain; version=0.0.4".parse().expect("static"));
                 resp
             }

@@ -174,6 +174,8 @@ is reused while its subject alternative names are unchanged.
 {{- define "watchmux.adminHost" -}}
 {{- if .Values.admin.listenAddress }}
 {{- .Values.admin.listenAddress }}
+{{- else if and (eq .Values.mode "nodeLocal") .Values.nodeLocal.hostNetwork .Values.nodeLocal.adminOnHostIP }}
+{{- "$(HOST_IP)" }}
 {{- else if and (eq .Values.mode "nodeLocal") .Values.nodeLocal.hostNetwork }}
 {{- "127.0.0.1" }}
 {{- else }}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds promtool from the Prometheus Go module pinned in
+# integration/tools/promtool/go.mod, into .run/bin/promtool (used by
+# monitoring-check.sh to check and unit-test the chart's alert rules).
+#
+# Skipped when the binary exists and was built from the same inputs (go.mod,
+# go.sum, tools.go, go version), recorded in .run/bin/promtool.stamp. A cold
+# build takes several minutes on two cores; Go's caches keep a rebuild cheap.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+mod="$root/integration/tools/promtool"
+out="$root/.run/bin/promtool"
+stamp_file="$root/.run/bin/promtool.stamp"
+mkdir -p "$root/.run/bin"
+
+version="$(awk '{ for (i = 1; i < NF; i++) if ($i == "github.com/prometheus/prometheus") { print $(i + 1); exit } }' "$mod/go.mod")"
+[[ -n "$version" ]] || { echo "build-promtool: github.com/prometheus/prometheus not required in $mod/go.mod" >&2; exit 1; }
+stamp_inputs="$(cat "$mod/go.mod" "$mod/go.sum" "$mod/tools.go" "$0"; go version)"
+stamp="$(printf '%s' "$stamp_inputs" | sha256sum | cut -d' ' -f1)"
+
+if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" && -x "$out" ]]; then
+  echo "build-promtool: promtool up to date ($version)"
+  exit 0
+fi
+
+echo "build-promtool: building promtool $version"
+start=$(date +%s)
+tmp="$out.tmp.$$"
+trap 'rm -f "$tmp"' EXIT
+# The Go module's versions are v0.3MM.P for Prometheus 3.MM.P; promtool
+# --version says the latter, as a release build would.
+release="$(sed -E 's/^v0\.([0-9])0*([0-9]+)\.([0-9]+).*/\1.\2.\3/' <<<"$version")"
+# go.mod and go.sum are tidy: the default -mod=readonly build changes neither.
+(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
+  -o "$tmp" github.com/prometheus/prometheus/cmd/promtool)
+mv -f "$tmp" "$out"
+echo "$stamp" > "$stamp_file"
+echo "build-promtool: done in $(( $(date +%s) - start ))s"

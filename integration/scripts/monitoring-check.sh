@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Checks what the chart gives Prometheus and Grafana, offline (no cluster):
+#   - the PrometheusRule renders a rule group that `promtool check rules`
+#     accepts (defaults, and with alertLabels and a custom selector), and the
+#     alerts behave as integration/monitoring/alerts-test.yaml says
+#     (`promtool test rules`: upstream down, auth fail-closed, pass-through
+#     ratio, stale cache);
+#   - the dashboard ConfigMap carries the grafana_dashboard label and the
+#     dashboard file, which parses as JSON, and every query in it parses as
+#     PromQL (promtool, with Grafana's variables filled in);
+#   - every metric the dashboard and the alerts query is one watchmux exports
+#     (named in src/metrics.rs or src/metrics/process.rs);
+#   - nodeLocal with hostNetwork: the admin port is loopback (probes to
+#     127.0.0.1) by default, on $(HOST_IP) with nodeLocal.adminOnHostIP
+#     (probes to the pod's IP), and a ServiceMonitor that could not scrape
+#     it is refused.
+# promtool is built from its Go module (build-promtool.sh), helm from its own
+# (build-helm.sh). Exits non-zero on any failure.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+scripts="$root/integration/scripts"
+chart="$root/charts/watchmux"
+bash "$scripts/build-helm.sh" >&2
+bash "$scripts/build-promtool.sh" >&2
+helm="$root/.run/helm"
+promtool="$root/.run/bin/promtool"
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+say() { echo "monitoring-check: $*"; }
+fail() { echo "monitoring-check: FAIL: $*" >&2; failures=$((failures + 1)); }
+
+render() {  # render <helm args...>: the chart as release "watchmux" in "monitoring"
+  "$helm" template watchmux "$chart" -n monitoring --set image.repository=registry.example/watchmux "$@"
+}
+
+# --- alerts ---------------------------------------------------------------------
+render --set monitoring.prometheusRule.enabled=true --show-only templates/prometheusrule.yaml \
+  | yq '.spec' >"$tmp/rules.yaml"
+if "$promtool" check rules "$tmp/rules.yaml" >"$tmp/check.log" 2>&1; then
+  say "ok   promtool check rules: $(grep -oE '[0-9]+ rules found' "$tmp/check.log")"
+else
+  cat "$tmp/check.log" >&2; fail "promtool check rules (defaults)"
+fi
+render --set monitoring.prometheusRule.enabled=true --set monitoring.prometheusRule.alertLabels.team=platform \
+  --set-string 'monitoring.prometheusRule.selector=namespace="kube-system"\,container="watchmux"' \
+  --show-only templates/prometheusrule.yaml | yq '.spec' >"$tmp/rules-custom.yaml"
+if "$promtool" check rules "$tmp/rules-custom.yaml" >"$tmp/check-custom.log" 2>&1 \
+  && [[ $(yq '[.groups[].rules[] | select(.labels.team == "platform")] | length' "$tmp/rules-custom.yaml") == \
+        $(yq '[.groups[].rules[]] | length' "$tmp/rules-custom.yaml") ]] \
+  && [[ $(yq -r '.groups[].rules[0].expr' "$tmp/rules-custom.yaml") == 'watchmux_upstream_ready{namespace="kube-system",container="watchmux"} == 0' ]]; then
+  say "ok   promtool check rules with alertLabels and a selector of one's own"
+else
+  cat "$tmp/check-custom.log" >&2; fail "rules with alertLabels and a custom selector"
+fi
+missing_for="$(yq -r '.groups[].rules[] | select(.for == null or .annotations.summary == null or .annotations.description == null) | .alert' "$tmp/rules.yaml")"
+[[ -z $missing_for ]] || fail "alerts without for, summary or description: $missing_for"
+cp "$root/integration/monitoring/alerts-test.yaml" "$tmp/"
+if (cd "$tmp" && "$promtool" test rules alerts-test.yaml) >"$tmp/test.log" 2>&1; then
+  say "ok   promtool test rules: integration/monitoring/alerts-test.yaml"
+else
+  cat "$tmp/test.log" >&2; fail "promtool test rules"
+fi
+
+# --- dashboard ------------------------------------------------------------------
+render --set monitoring.dashboards.enabled=true --show-only templates/dashboard-configmap.yaml >"$tmp/dashboard-cm.yaml"
+if [[ $(yq -r '.metadata.labels.grafana_dashboard' "$tmp/dashboard-cm.yaml") != 1 ]]; then
+  fail "the dashboard ConfigMap lacks the grafana_dashboard: \"1\" label"
+fi
+yq -r '.data["watchmux.json"]' "$tmp/dashboard-cm.yaml" >"$tmp/dashboard.json"
+if jq -e '.panels | length > 0' "$tmp/dashboard.json" >/dev/null && diff -q <(jq -S . "$tmp/dashboard.json") <(jq -S . "$chart/dashboards/watchmux.json") >/dev/null; then
+  say "ok   dashboard ConfigMap: $(jq '[.panels[] | select(.type != "row")] | length' "$tmp/dashboard.json") panels, JSON parses"
+else
+  fail "the dashboard in the ConfigMap does not parse or differs from charts/watchmux/dashboards/watchmux.json"
+fi
+
+# The dashboard's queries parse as PromQL: promtool checks them as recording
+# rules, with Grafana's variables given values.
+jq '{groups: [{name: "dashboard", rules: [.. | objects | select(has("expr")) | .expr
+      | gsub("\\$__rate_interval"; "5m") | gsub("\\$job"; ".*")] | to_entries
+      | map({record: "dashboard:query_\(.key)", expr: .value})}]}' "$chart/dashboards/watchmux.json" >"$tmp/dashboard-rules.json"
+if "$promtool" check rules "$tmp/dashboard-rules.json" >"$tmp/check-dashboard.log" 2>&1; then
+  say "ok   every dashboard query parses as PromQL ($(grep -oE '[0-9]+ rules found' "$tmp/check-dashboard.log" | cut -d' ' -f1) queries)"
+else
+  cat "$tmp/check-dashboard.log" >&2; fail "dashboard queries that promtool does not accept"
+fi
+if [[ $(jq '[.. | objects | select(has("gridPos")) | .id] | (length == (unique | length))' "$chart/dashboards/watchmux.json") != true ]]; then
+  fail "dashboard panels with the same id"
+fi
+
+# --- every metric queried exists ---------------------------------------------------
+exported="$(cat "$root/src/metrics.rs" "$root/src/metrics/process.rs" | grep -oE '"(watchmux|process)_[a-z_]+"' | tr -d '"' | sort -u)"
+queried() {  # the metric names in PromQL expressions on stdin, histogram suffixes removed
+  grep -oE '\b(watchmux|process)_[a-z_]+' | sed -E 's/_(bucket|count|sum)$//' | sort -u
+}
+for source in dashboard alerts; do
+  if [[ $source == dashboard ]]; then
+    names="$(jq -r '.. | objects | select(has("expr")) | .expr' "$chart/dashboards/watchmux.json" | queried)"
+  else
+    names="$(yq -r '.groups[].rules[].expr' "$tmp/rules.yaml" | queried)"
+  fi
+  unknown="$(comm -23 <(echo "$names") <(echo "$exported"))"
+  if [[ -n $unknown ]]; then
+    fail "the $source query metrics watchmux does not export: $(echo $unknown)"
+  else
+    say "ok   every metric the $source query is exported ($(echo "$names" | wc -l) names)"
+  fi
+done
+
+# --- nodeLocal: a scrapeable admin port -------------------------------------------
+nodelocal=(--set mode=nodeLocal --set auth.clientCA.configMap=client-ca)
+container() { yq -c 'select(.kind == "DaemonSet") | .spec.template.spec.containers[] | select(.name == "watchmux")'; }
+render "${nodelocal[@]}" | container >"$tmp/loopback.json"
+render "${nodelocal[@]}" --set nodeLocal.adminOnHostIP=true --set serviceMonitor.enabled=true >"$tmp/onhost.yaml"
+container <"$tmp/onhost.yaml" >"$tmp/onhost.json"
+admin_arg() { jq -r '.args[] | select(startswith("--admin-listen="))' "$1"; }
+probe_hosts() { jq -r '[.livenessProbe.httpGet.host, .readinessProbe.httpGet.host] | map(. // "pod IP") | join(",")' "$1"; }
+if [[ $(admin_arg "$tmp/loopback.json") == "--admin-listen=127.0.0.1:9444" && $(probe_hosts "$tmp/loopback.json") == "127.0.0.1,127.0.0.1" ]]; then
+  say "ok   nodeLocal (hostNetwork) default: admin on 127.0.0.1:9444, probes to 127.0.0.1"
+else
+  fail "nodeLocal default: $(admin_arg "$tmp/loopback.json"), probes $(probe_hosts "$tmp/loopback.json")"
+fi
+host_env="$(jq -r '.env[] | select(.name == "HOST_IP") | .valueFrom.fieldRef.fieldPath' "$tmp/onhost.json")"
+monitor_port="$(yq -r 'select(.kind == "Service" and .metadata.labels["watchmux.io/metrics"] == "true") | .spec.ports[0].port' "$tmp/onhost.yaml")"
+if [[ $(admin_arg "$tmp/onhost.json") == '--admin-listen=$(HOST_IP):9444' && $host_env == status.hostIP \
+      && $(probe_hosts "$tmp/onhost.json") == "pod IP,pod IP" && $monitor_port == 9444 ]] \
+   && grep -q '^kind: ServiceMonitor' "$tmp/onhost.yaml"; then
+  say "ok   nodeLocal.adminOnHostIP: admin on \$(HOST_IP):9444 (status.hostIP), probes to the pod IP, ServiceMonitor + metrics Service"
+else
+  fail "nodeLocal.adminOnHostIP: $(admin_arg "$tmp/onhost.json"), HOST_IP from ${host_env:-nothing}, probes $(probe_hosts "$tmp/onhost.json"), metrics Service port ${monitor_port:-none}"
+fi
+if render "${nodelocal[@]}" --set serviceMonitor.enabled=true >/dev/null 2>"$tmp/refused.err"; then
+  fail "nodeLocal with a ServiceMonitor and a loopback admin port rendered"
+elif grep -q "set nodeLocal.adminOnHostIP=true" "$tmp/refused.err"; then
+  say "ok   nodeLocal with a ServiceMonitor and a loopback admin port is refused"
+else
+  cat "$tmp/refused.err" >&2; fail "nodeLocal ServiceMonitor refusal: unexpected error"
+fi
+
+if ((failures > 0)); then
+  say "$failures failure(s)"
+  exit 1
+fi
+say "all checks passed"
