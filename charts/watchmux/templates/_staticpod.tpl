@@ -159,6 +159,9 @@ current-context: watchmux
 {{- fail (printf "extraEnv %s: nodeLocal.mode staticPod cannot read a Secret or ConfigMap (the kubelet refuses a static pod that references API objects)" .name) }}
 {{- end }}
 {{- end }}
+{{- if eq .Values.image.pullPolicy "Always" }}
+{{- fail "nodeLocal.mode staticPod with image.pullPolicy Always: after a reboot the kubelet would have to reach the registry before watchmux, its only way to the API, can start. Use IfNotPresent (the image stays in the node's image store) and a tag or digest per release" }}
+{{- end }}
 {{- if hasPrefix "." .Values.nodeLocal.staticPod.fileName }}
 {{- fail "nodeLocal.staticPod.fileName must not start with a dot: the kubelet skips dot files in its manifest directory" }}
 {{- end }}
