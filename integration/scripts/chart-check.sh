@@ -37,9 +37,23 @@
 #   - charts/watchmux/examples/sidecar-rendered.yaml is what the chart renders
 #     now (CHART_CHECK_UPDATE=1 rewrites it), and the sidecar container in
 #     sidecar-app.yaml is the chart's;
-#   - examples/kubelet-kubeconfig.yaml parses as a kubeconfig.
+#   - examples/kubelet-kubeconfig.yaml parses as a kubeconfig;
+#   - nodeLocal.mode staticPod: the Pod manifest (ConfigMap *-static-pod)
+#     names no ServiceAccount, Secret or ConfigMap, mounts host paths only
+#     (the documented layout), runs the chart's image with delegated auth,
+#     --upstream-identity=client and the kubelet's kubeconfig on the node's
+#     loopback, with system-node-critical priority, and passes the kubelet's
+#     own manifest checks (integration/cmd/staticpodcheck, which also refuses
+#     it with a ServiceAccount added); no watchmux DaemonSet; the installer
+#     DaemonSet (or none, installer.enabled=false) writes the file where the
+#     kubelet reads it; kubelet-watchmux.conf parses; the installer script,
+#     run against a scratch host, installs, re-runs without writing, upgrades
+#     keeping the previous manifest outside the manifest directory, and rolls
+#     back; the kubelet's only API path on a DaemonSet is refused unless
+#     acknowledged (nodeLocal.allowKubeletOnDaemonSet).
 # With a kubeconfig (the test cluster's .run/kubeconfig, a real kube-apiserver):
-#   - every rendered manifest and every example manifest goes through
+#   - every rendered manifest (and the static pod manifest, as a Pod) and
+#     every example manifest goes through
 #     `kubectl apply --dry-run=server --warnings-as-errors` in scratch
 #     namespaces this script creates (Pod Security "restricted" enforced and
 #     warned for tier/sidecar, "privileged" for the hostNetwork DaemonSet) and
@@ -50,7 +64,8 @@
 #     test cluster's CA, lets a node list and watch exactly what the chart's
 #     node-listable table says (with the node's own name where it says so,
 #     and not without it), and not the binary's other default resources;
-#   - end to end, for nodeLocal, tier and sidecar: the watchmux binary started
+#   - end to end, for nodeLocal (DaemonSet and static pod), tier and sidecar:
+#     the watchmux binary started
 #     with the rendered args (addresses and file paths made local, $(VAR)s
 #     expanded as the kubelet does) and the rendered certificate gets ready
 #     (with --cache-warm: its caches synced) and answers kubectl using the
@@ -134,7 +149,9 @@ cases=(
   "tier-certmanager|restricted|-|--set mode=tier --set certManager.enabled=true"
   "tier-plain-existing-issuer|restricted|-|--set mode=tier --set tls.enabled=false --set certManager.enabled=true --set certManager.issuerRef.name=corp-ca --set certManager.issuerRef.kind=ClusterIssuer"
   "tier-example-values|restricted|-|-f $examples/tier-values.yaml"
-  "nodelocal|privileged|-|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca"
+  "nodelocal|privileged|-|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.kubeletClient=true --set nodeLocal.allowKubeletOnDaemonSet=true"
+  "nodelocal-staticpod|privileged|-|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca"
+  "nodelocal-staticpod-own-tooling|privileged|-|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set nodeLocal.staticPod.installer.enabled=false --set nodeLocal.staticPod.manifestDir=/var/lib/kubelet/manifests --set nodeLocal.staticPod.hostDir=/var/lib/watchmux --set nodeLocal.staticPod.fileName=wm.yaml --set image.digest=sha256:$(printf '%064d' 0)"
   "nodelocal-servicemonitor|privileged|-|--set mode=nodeLocal --set serviceMonitor.enabled=true --set admin.listenAddress='\$(HOST_IP)' --set auth.clientCA.configMap=client-ca"
   "nodelocal-certmanager|privileged|-|--set mode=nodeLocal --set certManager.enabled=true --set auth.clientCA.configMap=client-ca"
   "nodelocal-hostport|privileged|-|--set mode=nodeLocal --set nodeLocal.hostNetwork=false --set nodeLocal.hostIP=0.0.0.0 --set auth.clientCA.configMap=client-ca"
@@ -184,6 +201,14 @@ refusals=(
   "nodelocal-kubelet-extra-rbac|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set 'rbac.extraClusterRoles[0]=system:node'|grant nothing in nodeLocal with delegated auth"
   "nodelocal-kubelet-apiserver-host|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set upstream.apiserverHost=kubernetes.example|which watchmux reads only without a kubeconfig"
   "nodelocal-kubelet-relative-path|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.kubeletKubeconfig=kubelet.conf"
+  "nodelocal-kubelet-on-daemonset|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.kubeletClient=true|the kubelet's only way to the API would be a DaemonSet pod"
+  "staticpod-trusted-local|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true|nodeLocal.mode staticPod needs delegated auth with the kubelet's credentials"
+  "staticpod-kubeconfig-secret|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set upstream.kubeconfigSecret.name=watchmux-upstream|a static pod cannot mount a Secret"
+  "staticpod-hostport|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set nodeLocal.hostNetwork=false|needs nodeLocal.hostNetwork=true"
+  "staticpod-configmap-volume|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set extraVolumes[0].name=extra --set extraVolumes[0].configMap.name=extra|takes only hostPath volumes"
+  "staticpod-secret-env|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set extraEnv[0].name=X --set extraEnv[0].valueFrom.secretKeyRef.name=s --set extraEnv[0].valueFrom.secretKeyRef.key=k|cannot read a Secret or ConfigMap"
+  "staticpod-pull-always|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set image.pullPolicy=Always|with image.pullPolicy Always"
+  "staticpod-dot-file|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set nodeLocal.staticPod.fileName=.watchmux.yaml"
 )
 
 ns_restricted="watchmux-chart-check-r-$$"
@@ -307,8 +332,15 @@ node_listable_json="$(grep -A1 'define "watchmux.nodeListable"' "$chart/template
 
 # The watchmux container of a rendered case, as JSON (the workload's, or in
 # sidecar mode the snippet in the client ConfigMap), and the mode it runs in.
+# nodeLocal.mode staticPod: the Pod manifest in ConfigMap <fullname>-static-pod.
+static_pod_json() {  # <file> -> the static pod as JSON, or nothing
+  yq -r 'select(.kind == "ConfigMap" and (.metadata.name | endswith("-static-pod"))) | .data | to_entries[]
+    | select(.key | test("\\.(yaml|yml|json)$")) | .value' "$1" | yq -c 'select(.kind == "Pod")'
+}
 container_json() {  # <file> -> "mode<TAB>json"
   local c
+  c="$(static_pod_json "$1" | jq -c '.spec.containers[] | select(.name == "watchmux")')"
+  if [[ -n $c ]]; then printf 'nodeLocal\t%s\n' "$c"; return; fi
   c="$(yq -c 'select(.kind == "DaemonSet" or .kind == "Deployment") | [.kind, (.spec.template.spec.containers[] | select(.name == "watchmux"))]' "$1")"
   if [[ -n $c ]]; then
     jq -r '[(if .[0] == "DaemonSet" then "nodeLocal" else "tier" end), (.[1] | tojson)] | @tsv' <<<"$c"
@@ -455,7 +487,8 @@ identity_jq='
   | (if $clientid then
       (select($upstream != "client") | "nodeLocal+delegated without --upstream-identity=client"),
       (select($rbac != "") | "nodeLocal+delegated renders RBAC: \($rbac)"),
-      (select($pod.automountServiceAccountToken != false) | "nodeLocal+delegated mounts a service-account token")
+      (select($static | not) | select($pod.automountServiceAccountToken != false) | "nodeLocal+delegated mounts a service-account token"),
+      (select($static and ($pod.serviceAccountName // "") != "") | "the static pod names a ServiceAccount")
     else
       (select($upstream != "impersonate") | "--upstream-identity=\($upstream) outside nodeLocal+delegated"),
       (select($auth == "trusted-local" and $impersonate) | "trusted-local with the impersonate verb: every client could become anyone")
@@ -465,7 +498,9 @@ identity_jq='
         | "--kubeconfig=\($kc) is not a hostPath File volume"),
       ($hp[] | . as $v | [$c.volumeMounts[]? | select(.name == $v.name)] as $m
         | if ($m | length) == 0 then "hostPath \($v.hostPath.path) is not mounted"
-          else ($m[] | select(.readOnly != true or .mountPath != $v.hostPath.path)
+          # the static pod: its own files from the host directory at /etc/watchmux
+          else ($m[] | select(.readOnly != true or (.mountPath != $v.hostPath.path
+              and ($static and (.mountPath | startswith("/etc/watchmux/"))) != true))
             | "hostPath \($v.hostPath.path) mounted at \(.mountPath), readOnly \(.readOnly // false)") end),
       ($hp[] | select(.hostPath.type != "File" and .hostPath.type != "Directory")
         | "hostPath \(.hostPath.path) of type \(.hostPath.type // "\"\"") (a missing path would be created)"),
@@ -480,12 +515,18 @@ check_identity() {  # check_identity <case>
   local name="$1" f="$tmp/$1.yaml" mode cjson pod rbac impersonate=false problems summary
   IFS=$'\t' read -r mode cjson < <(container_json "$f") || true
   [[ -n ${cjson:-} ]] || return 0
-  pod="$(yq -c 'select(.kind == "DaemonSet" or .kind == "Deployment") | .spec.template.spec' "$f")"
+  local static=false
+  pod="$(static_pod_json "$f" | jq -c .spec)"
+  if [[ -n $pod ]]; then
+    static=true
+  else
+    pod="$(yq -c 'select(.kind == "DaemonSet" or .kind == "Deployment") | .spec.template.spec' "$f")"
+  fi
   [[ -n $pod ]] || pod='{}'  # sidecar: the application's pod
   rbac="$(yq -r 'select(.kind | test("^(Cluster)?Role(Binding)?$")) | .kind' "$f" | sort | uniq -c | awk '{printf "%s%s", sep, ($1 > 1 ? $1 "x" : "") $2; sep=", "}')"
   [[ -n $(yq -c 'select(.kind == "ClusterRole" or .kind == "Role") | .rules[]? | select(.verbs | index("impersonate"))' "$f") ]] && impersonate=true
   if ! problems="$(jq -nr --argjson c "$cjson" --argjson pod "$pod" --arg mode "$mode" --arg rbac "$rbac" \
-        --argjson impersonate "$impersonate" "$identity_jq" 2>&1)"; then
+        --argjson impersonate "$impersonate" --argjson static "$static" "$identity_jq" 2>&1)"; then
     fail "$name: identity check did not run: $problems"; return
   fi
   if [[ -n $problems ]]; then
@@ -537,6 +578,157 @@ for r in "${refusals[@]}"; do
     say "ok   refused $name: $(grep -m1 -E '^- at |execution error' "$tmp/refusal.err" | sed 's/.*execution error at //' | cut -c1-150)"
   fi
 done
+
+# --- offline: nodeLocal's static pod -------------------------------------------
+# nodeLocal.mode staticPod renders the Pod manifest, the kubelet's kubeconfig
+# and the installer script into ConfigMap <fullname>-static-pod, and (unless
+# installer.enabled=false) the installer DaemonSet, never a watchmux DaemonSet.
+# The manifest references no API object (no ServiceAccount, Secret, ConfigMap:
+# the kubelet starts it before it reaches the API, and refuses such static
+# pods), mounts host paths only, runs the chart's image with delegated auth,
+# --upstream-identity=client and the kubelet's credentials on the node's
+# loopback, and passes what the kubelet checks of every manifest
+# (integration/cmd/staticpodcheck: the kubelet's decode, defaults, validation
+# and API-object check).
+staticpodcheck=""
+if command -v go >/dev/null; then
+  if (cd "$root/integration" && go build -o "$root/.run/bin/staticpodcheck" ./cmd/staticpodcheck) 2>"$tmp/staticpodcheck-build.err"; then
+    staticpodcheck="$root/.run/bin/staticpodcheck"
+  else
+    cat "$tmp/staticpodcheck-build.err" >&2; fail "building integration/cmd/staticpodcheck"
+  fi
+else
+  note "no go: the static pod manifests are not checked with the kubelet's validation"
+fi
+# check_static_pod <case> <manifest dir> <host dir> <file name> <image> <installer: yes|no>
+check_static_pod() {
+  local name="$1" mdir="$2" hdir="$3" file="$4" image="$5" installer="$6" f="$tmp/$1.yaml" d="$tmp/static-$1" pod problems
+  mkdir -p "$d"
+  pod="$(static_pod_json "$f")"
+  if [[ -z $pod ]]; then fail "$name: no static pod manifest (ConfigMap *-static-pod, key $file)"; return; fi
+  yq -r --arg k "$file" 'select(.kind == "ConfigMap" and (.metadata.name | endswith("-static-pod"))) | .data[$k]' "$f" >"$d/$file"
+  yq -r 'select(.kind == "ConfigMap" and (.metadata.name | endswith("-static-pod"))) | .data["kubelet-watchmux.conf"]' "$f" >"$d/kubelet-watchmux.conf"
+  local ds; ds="$(yq -c 'select(.kind == "DaemonSet") | {name: .metadata.name, spec: .spec.template.spec}' "$f" | jq -sc .)"
+  # shellcheck disable=SC2016 # a jq program, not shell
+  problems="$(jq -nr --argjson p "$pod" --argjson ds "$ds" --arg mdir "$mdir" --arg hdir "$hdir" --arg file "$file" \
+      --arg image "$image" --arg installer "$installer" '
+    ($p.spec) as $s | ($s.containers[] | select(.name == "watchmux")) as $c
+    | def has_arg($a): $c.args | index([$a]) != null;
+    (select($p.kind != "Pod") | "not a Pod: \($p.kind)"),
+    # nothing the kubelet would need the API for
+    (select($s.serviceAccountName // $s.serviceAccount) | "names a ServiceAccount"),
+    (select($s.imagePullSecrets) | "imagePullSecrets (a Secret)"),
+    ($s.volumes[] | select(.hostPath == null) | "volume \(.name) is not a hostPath: \(del(.name) | keys | join(","))"),
+    ([$s.containers[], ($s.initContainers // [])[]] | .[] | .env[]?
+      | select(.valueFrom.secretKeyRef or .valueFrom.configMapKeyRef) | "env \(.name) reads a Secret or ConfigMap"),
+    ([$s.containers[], ($s.initContainers // [])[]] | .[] | select(.envFrom) | "envFrom in \(.name)"),
+    # where and how it runs
+    (select($s.hostNetwork != true) | "not hostNetwork"),
+    (select($s.priorityClassName != "system-node-critical" or $s.priority != 2000001000) | "priority: \($s.priorityClassName) \($s.priority)"),
+    (select($c.image != $image) | "image \($c.image), want \($image)"),
+    (("--auth-mode=delegated", "--upstream-identity=client", "--listen=127.0.0.1:7443", "--admin-listen=127.0.0.1:9444",
+      "--kubeconfig=/etc/kubernetes/kubelet.conf", "--tls-cert-file=/etc/watchmux/tls/tls.crt",
+      "--client-ca-file=/etc/watchmux/client-ca/ca.crt") | select(has_arg(.) | not) | "args lack \(.)"),
+    ([$s.volumes[] | .hostPath.path] | sort) as $paths
+    | ([$hdir + "/tls", $hdir + "/client-ca", "/etc/kubernetes/kubelet.conf", "/var/lib/kubelet/pki"] | sort) as $want
+    | (select($paths != $want) | "hostPaths \($paths), want \($want)"),
+    # no watchmux DaemonSet; the installer writes this file where the kubelet reads it
+    ($ds[] | select([.spec.containers[].name] | index("watchmux")) | "a watchmux DaemonSet \(.name) beside the static pod"),
+    (if $installer == "yes" then
+      ([$ds[] | select(.name | endswith("-installer"))] | if length != 1 then "no installer DaemonSet" else .[0].spec as $i
+        | ([$i.volumes[] | .hostPath.path // empty] | sort) as $ip
+        | (select($ip != ([$mdir, $hdir] | sort)) | "installer hostPaths \($ip), want \($mdir) \($hdir)"),
+          (select([$i.containers[0].env[] | select(.name == "MANIFEST_FILE" and .value == $file)] | length != 1) | "installer does not write \($file)"),
+          (select($i.automountServiceAccountToken != false) | "installer mounts a service-account token")
+        end)
+    else
+      (select([$ds[] | select(.name | endswith("-installer"))] | length > 0) | "an installer DaemonSet with installer.enabled=false")
+    end)
+  ' 2>&1)"
+  if [[ -n $problems ]]; then
+    while read -r p; do fail "static pod $name: $p"; done <<<"$problems"
+    return
+  fi
+  local kc=""
+  if [[ -x $kubectl ]]; then
+    kc="$("$kubectl" config view --kubeconfig "$d/kubelet-watchmux.conf" \
+      -o jsonpath='{.clusters[0].cluster.server} {.clusters[0].cluster.certificate-authority} {.users[0].user.client-certificate}' 2>&1)" || true
+    if [[ $kc != "https://127.0.0.1:7443 $hdir/ca.crt /var/lib/kubelet/pki/kubelet-client-current.pem" ]]; then
+      fail "static pod $name: kubelet-watchmux.conf: $kc"; return
+    fi
+    kc="; kubelet-watchmux.conf: $kc"
+  fi
+  local kubelet_note=""
+  if [[ -n $staticpodcheck ]]; then
+    if ! kubelet_note="$("$staticpodcheck" --node node-a "$d/$file" 2>&1)"; then
+      fail "static pod $name: the kubelet's checks refuse it: $kubelet_note"; return
+    fi
+    kubelet_note="; the kubelet's checks accept it as $(jq -r '"\(.namespace)/\(.name)"' <<<"$kubelet_note")"
+  fi
+  say "ok   static pod $name: $file for $mdir, image $image, host paths only ($(jq -r '[.spec.volumes[].hostPath.path] | join(" ")' <<<"$pod")), no ServiceAccount/Secret/ConfigMap$kc$kubelet_note$([[ $installer == yes ]] && echo "; installer DaemonSet writes it")"
+}
+check_static_pod nodelocal-staticpod /etc/kubernetes/manifests /etc/kubernetes/watchmux watchmux.yaml \
+  "registry.example/watchmux:$(yq -r .appVersion "$chart/Chart.yaml")" yes
+check_static_pod nodelocal-staticpod-own-tooling /var/lib/kubelet/manifests /var/lib/watchmux wm.yaml \
+  "registry.example/watchmux@sha256:$(printf '%064d' 0)" no
+# The kubelet check bites: the same manifest with a ServiceAccount is refused.
+if [[ -n $staticpodcheck && -s $tmp/static-nodelocal-staticpod/watchmux.yaml ]]; then
+  yq -y '.spec.serviceAccountName = "watchmux"' "$tmp/static-nodelocal-staticpod/watchmux.yaml" >"$tmp/static-with-sa.yaml"
+  if out="$("$staticpodcheck" "$tmp/static-with-sa.yaml" 2>&1)"; then
+    fail "staticpodcheck accepted a static pod that names a ServiceAccount"
+  else
+    say "ok   staticpodcheck refuses a static pod with a ServiceAccount: ${out##*: }"
+  fi
+fi
+
+# The installer script, run as on a node (INSTALL_ONCE=1) against a scratch
+# host: install (reboot: the files the kubelet starts the pod from), re-run
+# unchanged (writes nothing), upgrade (a new image: the manifest is replaced,
+# the previous one kept outside the manifest directory, which holds one file
+# the kubelet reads and no temporary left behind), rollback (the documented
+# copy of the previous manifest back).
+installer_check() {
+  local name=nodelocal-staticpod d="$tmp/installer" src h out
+  src="$d/src"; h="$d/host"
+  mkdir -p "$src/static" "$src/tls" "$src/client-ca" "$h/etc/kubernetes/manifests"
+  static_src() {  # <rendered file> -> $src/static
+    local k
+    for k in watchmux.yaml kubelet-watchmux.conf install.sh; do
+      yq -r --arg k "$k" 'select(.kind == "ConfigMap" and (.metadata.name | endswith("-static-pod"))) | .data[$k]' "$1" >"$src/static/$k"
+    done
+  }
+  static_src "$tmp/$name.yaml"
+  for k in tls.crt tls.key ca.crt; do
+    yq -r --arg k "$k" 'select(.kind == "Secret" and (.metadata.name | endswith("-tls"))) | .data[$k]' "$tmp/$name.yaml" | base64 -d >"$src/tls/$k"
+  done
+  cp "$src/tls/ca.crt" "$src/client-ca/ca.crt"  # a stand-in client CA
+  run_installer() {
+    SRC_DIR="$src" HOST_DIR="$h/etc/kubernetes/watchmux" MANIFEST_DIR="$h/etc/kubernetes/manifests" MANIFEST_FILE=watchmux.yaml \
+      CLIENT_CA_KEY=ca.crt INSTALL_ONCE=1 sh "$src/static/install.sh"
+  }
+  local m="$h/etc/kubernetes/manifests" w="$h/etc/kubernetes/watchmux" bad=""
+  if ! out="$(run_installer 2>&1)"; then fail "installer: first install: $out"; return; fi
+  cmp -s "$m/watchmux.yaml" "$src/static/watchmux.yaml" || bad+=" manifest not written;"
+  for f in tls/tls.crt tls/tls.key client-ca/ca.crt ca.crt kubelet-watchmux.conf; do [[ -f $w/$f ]] || bad+=" no $f;"; done
+  [[ $(stat -c %a "$w") == 700 && $(stat -c %a "$w/tls/tls.key") == 600 ]] || bad+=" modes $(stat -c %a "$w") $(stat -c %a "$w/tls/tls.key");"
+  [[ ! -e $w/watchmux.yaml.previous ]] || bad+=" a previous manifest on first install;"
+  if ! out="$(run_installer 2>&1)" || [[ $out == *wrote* ]]; then bad+=" unchanged re-run wrote: $out;"; fi
+  local old; old="$(cat "$m/watchmux.yaml")"
+  "$helm" template watchmux "$chart" -n "$ns_privileged" --set mode=nodeLocal --set nodeLocal.mode=staticPod \
+    --set auth.clientCA.configMap=client-ca --set image.tag=0.2.0 >"$tmp/$name-upgrade.yaml"
+  static_src "$tmp/$name-upgrade.yaml"
+  if ! out="$(run_installer 2>&1)"; then bad+=" upgrade: $out;"; fi
+  grep -q 'image: registry.example/watchmux:0.2.0' "$m/watchmux.yaml" || bad+=" upgrade did not write the new image;"
+  [[ "$(cat "$w/watchmux.yaml.previous" 2>/dev/null)" == "$old" ]] || bad+=" the previous manifest was not kept;"
+  local listed; listed="$(cd "$m" && ls -A | paste -sd' ' -)"
+  [[ $listed == watchmux.yaml ]] || bad+=" manifest dir holds [$listed];"
+  cp "$w/watchmux.yaml.previous" "$m/watchmux.yaml"  # the rollback docs/node-local.md gives
+  [[ "$(cat "$m/watchmux.yaml")" == "$old" ]] || bad+=" rollback;"
+  if [[ -n $staticpodcheck ]] && ! out="$("$staticpodcheck" "$m"/[!.]* 2>&1)"; then bad+=" the kubelet would refuse the manifest dir: $out;"; fi
+  if [[ -n $bad ]]; then fail "installer:$bad"; return; fi
+  say "ok   installer script: install writes ${w#"$h"} (0700, keys 0600) then the manifest; a re-run writes nothing; an upgrade replaces the manifest and keeps the old one as ${w#"$h"}/watchmux.yaml.previous, leaving one file in ${m#"$h"}; copying it back rolls back"
+}
+if command -v yq >/dev/null && [[ -s $tmp/nodelocal-staticpod.yaml ]]; then installer_check; fi
 
 # The chart-generated serving certificate: signed by its CA, with the names
 # clients dial.
@@ -689,6 +881,9 @@ else
     IFS='|' read -r name nskind _ _ <<<"$c"
     [[ -s $tmp/$name.yaml ]] || continue
     split_docs "$tmp/$name.yaml" "$tmp/docs-$name"
+    # nodeLocal.mode staticPod: the manifest the kubelet reads, as a Pod
+    pod="$(static_pod_json "$tmp/$name.yaml")"
+    [[ -z $pod ]] || yq -y . <<<"$pod" >"$tmp/docs-$name/900-static-pod.yaml"
     apply_dry_run "$name" "$(ns_for "$nskind")" "$tmp/docs-$name"/*.yaml
   done
   # The example manifests, with the chart objects they need rendered into the
@@ -731,7 +926,7 @@ else
     IFS=$'\t' read -r mode cjson < <(container_json "$tmp/$name.yaml") || true
     if [[ -z ${cjson:-} ]]; then fail "end to end $name: no watchmux container rendered"; return; fi
     pod_ns="$(yq -r 'select(.kind == "ConfigMap") | .metadata.namespace' "$tmp/$name.yaml" | head -1)"
-    local delegated=0 kubelet=0 kckey=kubeconfig
+    local delegated=0 kubelet=0 kckey=kubeconfig kcmap=kubeconfig
     if jq -e '.args | index(["--auth-mode=delegated"]) != null' <<<"$cjson" >/dev/null; then delegated=1; fi
     # nodeLocal+delegated with the kubelet's credentials: watchmux's upstream
     # kubeconfig (the "kubelet's kubeconfig" on the host) and the kubelet's
@@ -741,6 +936,8 @@ else
         and ([.args[] | select(startswith("--kubeconfig=") and (startswith("--kubeconfig=/etc/watchmux/") | not))] | length == 1)' <<<"$cjson" >/dev/null; then
       if [[ $can_mint == 0 ]]; then note "end to end $name: no $root/.run/cluster/ca.key to mint node certificates: skipped"; return; fi
       kubelet=1 kckey=kubelet-kubeconfig
+      # the static pod: the kubelet's kubeconfig is a host file, with watchmux's CA beside it
+      [[ -z $(static_pod_json "$tmp/$name.yaml") ]] || kcmap=static-pod kckey=kubelet-watchmux.conf
       mint_client "$d/kubelet" "$(node_subject "$node_a")" && mint_client "$d/kubelet-client" "$(node_subject "$node_a")" &&
         mint_client "$d/other-node" "$(node_subject "$node_b")" || { fail "end to end $name: minting node certificates"; return; }
       cat "$d/kubelet-client.crt" "$d/kubelet-client.key" >"$d/kubelet-client-current.pem"
@@ -749,7 +946,7 @@ else
     port="$(free_port)"; admin_port="$(free_port)"
     for f in "$tmp/docs-$name"/*.yaml; do
       case "$(doc_field kind "$f"):$(doc_name "$f")" in
-        ConfigMap:*-kubeconfig)
+        ConfigMap:*-"$kcmap")
           # Dial the local process; verify the certificate for the name the
           # kubeconfig dials in a cluster; a stand-in for the pod's token file
           # (delegated: the admin's token, which watchmux reviews with a
@@ -761,8 +958,9 @@ else
             echo unused-by-trusted-local >"$d/token"
           fi
           # shellcheck disable=SC2016 # a jq program, not shell
-          yq -y --arg port "$port" --arg token "$d/token" --arg pem "$d/kubelet-client-current.pem" '
+          yq -y --arg port "$port" --arg token "$d/token" --arg pem "$d/kubelet-client-current.pem" --arg ca "$d/ca.crt" '
             (.clusters[0].cluster.server | capture("^(?<scheme>https?)://(?<host>[^:/]+)")) as $u
+            | if .clusters[0].cluster["certificate-authority"] then .clusters[0].cluster["certificate-authority"] = $ca else . end
             | .clusters[0].cluster.server = "\($u.scheme)://127.0.0.1:\($port)"
             | if $u.scheme == "https" and (.clusters[0].cluster["tls-server-name"] == null)
               then .clusters[0].cluster["tls-server-name"] = $u.host else . end
@@ -772,7 +970,8 @@ else
           ' <(yq -r --arg k "$kckey" '.data[$k]' "$f") >"$d/client.kubeconfig" ;;
         Secret:*-tls)
           yq -r '.data["tls.crt"]' "$f" | base64 -d >"$d/tls.crt"
-          yq -r '.data["tls.key"]' "$f" | base64 -d >"$d/tls.key" ;;
+          yq -r '.data["tls.key"]' "$f" | base64 -d >"$d/tls.key"
+          yq -r '.data["ca.crt"] // empty' "$f" | base64 -d >"$d/ca.crt" ;;
       esac
     done
     # The kubelet expands $(VAR) in args from the container's env: stand-ins
@@ -950,6 +1149,7 @@ else
       cat "$tmp/scratch-pods.err" >&2; fail "creating the scratch pods"; scratch_pods=0
     fi
     smoke_test nodelocal
+    smoke_test nodelocal-staticpod
     smoke_test tier
     smoke_test sidecar
     smoke_test tier-cache-all
