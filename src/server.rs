@@ -33,7 +33,7 @@ use crate::auth::{CallerGate, Delegated, DelegatedSettings, UpstreamIdentityMode
 use crate::auth::{Peer, UpstreamIdentity};
 use crate::body::ProxyBody;
 use crate::cache::registry::{CacheConfig, Registry};
-use crate::cache::serve::{CacheService, Open, Served};
+use crate::cache::serve::{CacheService, Open, ReadGate, Served};
 use crate::passthrough::Passthrough;
 use crate::request::RequestInfo;
 use crate::upstream::Upstream;
@@ -122,6 +122,22 @@ struct ApiHandler {
     accept_hosts: Option<AcceptHosts>,
 }
 
+impl ApiHandler {
+    /// The cache's answer, when there is a cache and it answers (`gate`
+    /// authorizes the read first); `None` passes the request through.
+    async fn cached_answer(
+        &self,
+        req: &Request<Incoming>,
+        info: &RequestInfo,
+        gate: &impl ReadGate,
+    ) -> Option<Response<ProxyBody>> {
+        match self.cache.as_ref()?.serve(req.method(), req.uri(), req.headers(), info, gate).await {
+            Served::Response(resp) => Some(resp),
+            Served::Passthrough(_) => None,
+        }
+    }
+}
+
 impl Handler for ApiHandler {
     async fn handle(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
         if peer.over_connection_limit {
@@ -142,9 +158,7 @@ impl Handler for ApiHandler {
             Err(refused) => return *refused,
         };
         let Some(delegated) = &self.delegated else {
-            if let Some(cache) = &self.cache
-                && let Served::Response(resp) = cache.serve(req.method(), req.uri(), req.headers(), &info, &Open).await
-            {
+            if let Some(resp) = self.cached_answer(&req, &info, &Open).await {
                 return resp;
             }
             return self.passthrough.forward(req, peer, &info, &UpstreamIdentity::Own).await;
@@ -170,13 +184,10 @@ impl Handler for ApiHandler {
                 Err(refused) => return *refused,
             }
         };
-        if let Some(cache) = &self.cache
-            && !client_impersonates
+        if !client_impersonates
+            && let Some(resp) = self.cached_answer(&req, &info, &CallerGate { auth: delegated, caller: &caller }).await
         {
-            let gate = CallerGate { auth: delegated, caller: &caller };
-            if let Served::Response(resp) = cache.serve(req.method(), req.uri(), req.headers(), &info, &gate).await {
-                return resp;
-            }
+            return resp;
         }
         let identity = match delegated.upstream_identity(caller, &authenticated).await {
             Ok(identity) => identity,

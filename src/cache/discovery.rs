@@ -26,7 +26,6 @@ use tokio::time::Instant;
 
 use super::resource_info::ResourceInfo;
 use crate::body;
-use crate::error::error_chain;
 use crate::upstream::Upstream;
 
 /// How often the index or a group version may be fetched again because of a miss.
@@ -34,12 +33,14 @@ pub(crate) const REFRESH_INTERVAL: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DiscoveryError {
-    #[error("upstream discovery request failed: {0}")]
-    Request(String),
+    #[error("upstream discovery request failed")]
+    Request(#[source] crate::upstream::SendError),
+    #[error("reading upstream discovery")]
+    Body(#[source] hyper::Error),
     #[error("upstream discovery answered {0}")]
     Status(http::StatusCode),
-    #[error("decoding discovery: {0}")]
-    Decode(String),
+    #[error("decoding discovery")]
+    Decode(#[source] serde_json::Error),
 }
 
 #[derive(Deserialize)]
@@ -302,11 +303,11 @@ impl Discovery {
     async fn get_json<T: for<'de> Deserialize<'de>>(&self, path: &str) -> Result<T, DiscoveryError> {
         let req =
             Request::get(path).header(header::ACCEPT, "application/json").body(body::empty()).expect("valid request");
-        let resp = self.upstream.send(req).await.map_err(|e| DiscoveryError::Request(error_chain(&e)))?;
+        let resp = self.upstream.send(req).await.map_err(DiscoveryError::Request)?;
         if !resp.status().is_success() {
             return Err(DiscoveryError::Status(resp.status()));
         }
-        let bytes = resp.into_body().collect().await.map_err(|e| DiscoveryError::Request(e.to_string()))?.to_bytes();
-        serde_json::from_slice(&bytes).map_err(|e| DiscoveryError::Decode(e.to_string()))
+        let bytes = resp.into_body().collect().await.map_err(DiscoveryError::Body)?.to_bytes();
+        serde_json::from_slice(&bytes).map_err(DiscoveryError::Decode)
     }
 }

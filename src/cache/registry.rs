@@ -13,6 +13,7 @@ use super::reflector::{Exit, Reflector};
 use super::resolve::{GroupResource, Resolved, ResourceName, Unresolvable, resolve};
 use super::resource::{CacheSettings, ResourceCache, Scope};
 use super::resource_info::ResourceInfo;
+use crate::error::error_chain;
 use crate::upstream::Upstream;
 
 /// `--cache-resources`.
@@ -132,7 +133,7 @@ impl Registry {
                 }
             }
             Ok(Err(err)) => {
-                tracing::warn!(error = %err, "cannot check --cache-resources until the upstream answers discovery; checking in the background");
+                tracing::warn!(error = %error_chain(&err), "cannot check --cache-resources until the upstream answers discovery; checking in the background");
                 tokio::spawn(self.clone().keep_resolving());
             }
             Err(_) => {
@@ -226,7 +227,7 @@ impl Registry {
             Ok(Some(info)) if info.is_cacheable() => info,
             Ok(_) => return Err(NotCached::NotCacheable),
             Err(err) => {
-                tracing::debug!(error = %err, "discovery failed");
+                tracing::debug!(error = %error_chain(&err), "discovery failed");
                 return Err(NotCached::Discovery);
             }
         };
@@ -298,7 +299,7 @@ impl Registry {
                 Err(err) => {
                     let delay = super::reflector::backoff_delay(failures, &mut rand::rng());
                     failures = failures.saturating_add(1);
-                    tracing::warn!(error = %err, retry_in = ?delay, "warming the caches failed");
+                    tracing::warn!(error = %error_chain(&err), retry_in = ?delay, "warming the caches failed");
                     tokio::select! {
                         _ = self.stop.cancelled() => return,
                         _ = tokio::time::sleep(delay) => {}
