@@ -11,6 +11,7 @@ mod crd_lifecycle;
 mod differential;
 mod env;
 mod exec_plugin;
+mod protobuf;
 mod relay;
 mod relist_gap;
 
