@@ -398,3 +398,119 @@ async fn a_client_go_typed_informer_is_served_protobuf_from_the_cache() {
     }
     cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
 }
+
+/// An object the encoder refuses (a webhook configuration without
+/// `caBundle`: Go writes protobuf differently for "" and nil, which JSON does
+/// not tell apart) is answered from the cache in the JSON the client accepts
+/// next, and passed through when it accepts none.
+#[tokio::test]
+async fn an_object_with_no_protobuf_form_gets_json_from_the_cache_or_the_api_server() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let client = cluster.direct_client();
+    let name = namespace("pbwebhook");
+    apply(
+        &cluster,
+        &format!(
+            r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: {name}}}
+webhooks:
+- name: never.{GROUP}
+  clientConfig: {{url: "https://127.0.0.1:1/never"}}
+  rules: [{{apiGroups: ["{GROUP}"], apiVersions: [v1], operations: [CREATE], resources: [nonexistent]}}]
+  failurePolicy: Ignore
+  sideEffects: None
+  admissionReviewVersions: [v1]
+"#
+        ),
+    );
+    let wm = Watchmux::start(
+        &cluster,
+        &["--cache-resources", "validatingwebhookconfigurations.admissionregistration.k8s.io", "--cache-warm"],
+    )
+    .await;
+    let path = format!("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}");
+
+    let direct_json = get_direct_as(&client, &path, "application/json").await;
+    let cached = get_via(&wm, &path, KUBELET).await;
+    assert_eq!((cached.0, cached.1.as_str()), (200, "application/json"));
+    assert!(cached.2 == direct_json.2, "the cache's JSON is the API server's");
+    let list = format!(
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations?fieldSelector=metadata.name={name}"
+    );
+    let cached_list = get_via(&wm, &list, KUBELET).await;
+    assert_eq!((cached_list.0, cached_list.1.as_str()), (200, "application/json"));
+    let served = watchmux_metric_sum(wm.admin, "watchmux_cache_get_total", &[]).await
+        + watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[]).await;
+    assert_eq!(served, 2.0);
+
+    let (direct, cached) = both(&client, &wm, &path, PROTOBUF).await;
+    assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF), "passed through");
+    assert!(cached.2 == direct.2);
+    let passed =
+        watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &["reason=\"no_protobuf_form\""]).await;
+    assert_eq!(passed, 1.0);
+    let refused =
+        watchmux_metric_sum(wm.admin, "watchmux_cache_protobuf_refused_total", &["reason=\"ambiguous_empty_bytes\""])
+            .await;
+    assert_eq!(refused, 1.0, "refused once per object version, however often asked");
+    cluster.kubectl_direct(&["delete", "validatingwebhookconfiguration", &name, "--wait=false"]);
+}
+
+/// Pages of a protobuf LIST from the cache hold the API server's items.
+#[tokio::test]
+async fn protobuf_list_pages_from_the_cache_hold_the_api_servers_items() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let client = cluster.direct_client();
+    let ns = namespace("pbpages");
+    create_namespace(&client, &ns).await;
+    for i in 0..5 {
+        configmap(&client, "create", &ns, &format!("cm{i}")).await;
+    }
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    let base = format!("/api/v1/namespaces/{ns}/configmaps");
+    let (direct, _) = both(&client, &wm, &base, KUBELET).await;
+    let (_, _, want) = list_parts(&direct.2);
+    let mut got = Vec::new();
+    let mut path = format!("{base}?limit=2");
+    for page in 0.. {
+        let (code, ct, body) = get_via(&wm, &path, KUBELET).await;
+        assert_eq!((code, ct.as_str()), (200, PROTOBUF));
+        let (_, meta, items) = list_parts(&body);
+        got.extend(items);
+        // ListMeta: 2 resourceVersion, 3 continue, 4 remainingItemCount (a varint: not a
+        // length-delimited field, so read the continue token alone).
+        let token = fields_until_varint(&meta);
+        match token {
+            Some(token) => path = format!("{base}?limit=2&continue={token}"),
+            None => break,
+        }
+        assert!(page < 5);
+    }
+    assert_eq!(got, want, "the pages' items are the API server's, in order");
+    let lists = watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[]).await;
+    assert_eq!(lists, 4.0, "the whole list and its 3 pages, all from the cache");
+    cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// The continue token (field 3) of a ListMeta, if not empty.
+fn fields_until_varint(meta: &[u8]) -> Option<String> {
+    let mut b = meta;
+    while !b.is_empty() {
+        let (key, used) = varint(b);
+        b = &b[used..];
+        if key & 7 == 0 {
+            b = &b[varint(b).1..];
+            continue;
+        }
+        let (len, used) = varint(b);
+        let value = &b[used..used + len as usize];
+        b = &b[used + len as usize..];
+        if key >> 3 == 3 && !value.is_empty() {
+            return Some(String::from_utf8(value.to_vec()).unwrap());
+        }
+    }
+    None
+}
