@@ -330,8 +330,13 @@ async fn protobuf_watch_frames_from_the_cache_are_the_api_servers_bytes() {
     let client = cluster.direct_client();
     let ns = namespace("pbwatch");
     create_namespace(&client, &ns).await;
-    let start = configmap(&client, "create", &ns, "first").await;
+    configmap(&client, "create", &ns, "first").await;
     let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    // Both watches start from the cache's version: the cache's history begins at its initial
+    // list, and a version before it (other tests write meanwhile) would be too old for it.
+    let (_, _, list) = get_via(&wm, &format!("/api/v1/namespaces/{ns}/configmaps"), "application/json").await;
+    let list: serde_json::Value = serde_json::from_slice(&list).unwrap();
+    let start = list["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
 
     let path = format!("/api/v1/namespaces/{ns}/configmaps?watch=true&resourceVersion={start}");
     let (direct_tx, mut direct_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -361,7 +366,12 @@ async fn protobuf_watch_frames_from_the_cache_are_the_api_servers_bytes() {
     for rx in &mut cached_rx {
         for (i, want) in direct.iter().enumerate() {
             let got = tokio::time::timeout(wait, rx.recv()).await.expect("cached event").unwrap();
-            assert!(&got == want, "event {i}: the cache's frame differs from the API server's");
+            assert!(
+                &got == want,
+                "event {i}: the cache's frame differs from the API server's:\n{}\n{}",
+                String::from_utf8_lossy(&got).escape_debug(),
+                String::from_utf8_lossy(want).escape_debug()
+            );
         }
     }
     let after = watchmux_metric_sum(wm.admin, "watchmux_cache_encodes_total", &["variant=\"protobuf\""]).await;
