@@ -639,10 +639,13 @@ mod watch_lines {
             rv,
             stamped.map(|s| s.json().clone())
         );
-        let [head, rest] = object.list_item(ContentVariant::Json, true);
+        let [head, rest] = object.list_item(ContentVariant::Json, true).expect("JSON");
+        // Protobuf may refuse an object, never panic on one.
+        let _ = object.list_item(ContentVariant::Protobuf, true);
+        let _ = object.encoded(ContentVariant::PartialObjectMetadataProtobuf);
         let encodings = [
-            object.encoded(ContentVariant::Json).to_vec(),
-            object.encoded(ContentVariant::PartialObjectMetadataJson).to_vec(),
+            object.encoded(ContentVariant::Json).expect("JSON").to_vec(),
+            object.encoded(ContentVariant::PartialObjectMetadataJson).expect("JSON").to_vec(),
             [head, rest].concat(),
         ];
         for bytes in encodings {

@@ -70,6 +70,10 @@ pub(crate) const CACHE_REQUEST_DURATION: &str = "watchmux_cache_request_duration
 pub(crate) const CONSISTENT_READS: &str = "watchmux_watch_cache_consistent_read_total";
 /// Encodings of an object into a content variant.
 pub(crate) const CACHE_ENCODES: &str = "watchmux_cache_encodes_total";
+/// Protobuf watches ended at a live event with no protobuf form, by resource.
+pub(crate) const PROTOBUF_WATCH_ENDED: &str = "watchmux_cache_protobuf_watch_ended_total";
+/// Object versions the protobuf encoder refused, by variant and reason.
+pub(crate) const PROTOBUF_REFUSED: &str = "watchmux_cache_protobuf_refused_total";
 /// Upstream watch (re)starts, by resource and cause.
 pub(crate) const UPSTREAM_WATCH_RESTARTS: &str = "watchmux_upstream_watch_restarts_total";
 /// Upstream relists after the first, by resource and cause.
@@ -222,6 +226,14 @@ fn describe() {
         "Consistent reads by resource and result: success (cache) or fallback (upstream)."
     );
     describe_counter!(CACHE_ENCODES, "Encodings of an object into a content variant, by variant.");
+    describe_counter!(
+        PROTOBUF_WATCH_ENDED,
+        "Protobuf watches ended at a live event with no protobuf form (the client resumes), by resource."
+    );
+    describe_counter!(
+        PROTOBUF_REFUSED,
+        "Object versions with no protobuf form (served as JSON or passed through), by variant and reason."
+    );
     describe_counter!(UPSTREAM_WATCH_RESTARTS, "Upstream watch starts after the first, by resource and cause.");
     describe_counter!(UPSTREAM_RELISTS, "Upstream relists after the initial list, by resource and cause.");
 }

@@ -32,13 +32,15 @@
 //!    a parameter without a value is dropped; anything else is ignored. A q that does not parse
 //!    counts as 0, and q=0 still accepts.
 //!
-//! Then this module serves kube-apiserver's choice when it is JSON of a form the cache has, and
-//! passes everything else through, with one deliberate difference: when kube-apiserver would
-//! answer protobuf and the next thing the client accepts is JSON of the same form, the cache
-//! answers that JSON (the Content-Type tells the client's decoder; typed clientsets, the kubelet
-//! and metadata informers all send `protobuf, json`). When the header cannot be predicted exactly
-//! (hex or `_` q values, more than 12 clauses, leading or trailing tabs, CBOR, whose support is a
-//! server flag), the request passes through.
+//! Then this module serves kube-apiserver's choice when it is JSON or protobuf of a form the cache
+//! has (the object, or `meta.k8s.io/v1` PartialObjectMetadata), and passes everything else
+//! through. A protobuf answer comes with the JSON the client accepts next, if any
+//! ([`Negotiation::Protobuf`]): kube-apiserver itself answers that JSON for a custom resource
+//! (its handler has no protobuf serializer outside PartialObjectMetadata, so every protobuf
+//! clause is skipped), and the cache answers it for an object its protobuf encoder refuses (see
+//! `cache::serve`). When the header cannot be predicted exactly (hex or `_` q values, more than 12
+//! clauses, leading or trailing tabs, CBOR, whose support is a server flag), the request passes
+//! through.
 //!
 //! # Checked against kube-apiserver v1.37.2
 //!
@@ -83,8 +85,17 @@ use accept::{
 /// What to do with a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Negotiation {
-    /// Answer from the cache in this variant.
+    /// Answer from the cache in this (JSON) variant.
     Cache(ContentVariant),
+    /// kube-apiserver answers a built-in resource in this protobuf variant; `or_json` is the JSON
+    /// variant of the first clause after it that is not protobuf, when that clause asks for the
+    /// same form (what a custom resource gets, except in PartialObjectMetadata).
+    Protobuf {
+        /// `Protobuf` or `PartialObjectMetadataProtobuf`.
+        variant: ContentVariant,
+        /// The JSON of the same form the client accepts next.
+        or_json: Option<ContentVariant>,
+    },
     /// Forward to kube-apiserver.
     Passthrough(PassthroughReason),
 }
@@ -94,8 +105,9 @@ pub(crate) enum Negotiation {
 pub(crate) enum PassthroughReason {
     /// kube-apiserver would answer a `meta.k8s.io` Table (kubectl get).
     Table,
-    /// kube-apiserver would answer protobuf, and the client accepts no JSON of the same form
-    /// before anything else.
+    /// kube-apiserver would answer protobuf that the cache cannot write (`meta.k8s.io/v1beta1`
+    /// metadata; a custom resource, or an object the encoder refuses, with no JSON of the same
+    /// form accepted next).
     Protobuf,
     /// kube-apiserver would answer YAML, CBOR or `meta.k8s.io/v1beta1` metadata, or its answer
     /// cannot be predicted from the header alone.
@@ -177,15 +189,23 @@ fn decide(
         (Serializer::Json, Some(variant)) => Cache(variant),
         (Serializer::Json | Serializer::Yaml, _) => Passthrough(OtherMediaType),
         (Serializer::Protobuf, None) => Passthrough(Protobuf),
-        (Serializer::Protobuf, Some(variant)) => {
+        (Serializer::Protobuf, Some(json)) => {
+            let variant = match json {
+                ContentVariant::PartialObjectMetadataJson => ContentVariant::PartialObjectMetadataProtobuf,
+                _ => ContentVariant::Protobuf,
+            };
+            let mut or_json = None;
             for next in later {
                 match next {
                     Verdict::Serve(Serializer::Protobuf, _) => {}
-                    Verdict::Serve(Serializer::Json, same) if same == conversion => return Cache(variant),
+                    Verdict::Serve(Serializer::Json, same) if same == conversion => {
+                        or_json = Some(json);
+                        break;
+                    }
                     _ => break,
                 }
             }
-            Passthrough(Protobuf)
+            Negotiation::Protobuf { variant, or_json }
         }
     }
 }

@@ -12,6 +12,7 @@ mod differential;
 mod env;
 mod exec_plugin;
 mod operator;
+mod protobuf;
 mod relay;
 mod relist_gap;
 

@@ -6,8 +6,14 @@
 //! content variants are computed the first time a watcher asks for them and
 //! then shared by every watcher, so encodes per event equal the number of
 //! variants requested, never the number of watchers.
+//!
+//! A protobuf variant is kept as the whole body (the `k8s\0` envelope GET and
+//! watch events send); a list item is a slice of it (the bare message). An
+//! object the protobuf encoder refuses ([`NoProtobuf`]) remembers that too,
+//! so the refusal is also worked out once.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use bytes::{Bytes, BytesMut};
@@ -15,6 +21,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::encode::object::partial_object_metadata_json;
+use crate::encode::protobuf::{self, Unplaceable};
 use crate::encode::variant::ContentVariant;
 use crate::metrics as m;
 use crate::selector::{Fields, fields};
@@ -77,7 +84,48 @@ pub(crate) struct CachedObject {
     type_meta_len: usize,
     pub labels: BTreeMap<String, String>,
     pub fields: Fields,
+    /// The other variants, allocated on the first demand for any of them:
+    /// an object only plain-JSON clients read pays two words.
+    derived: OnceLock<Box<Derived>>,
+}
+
+/// The memo of an object's variants other than plain JSON.
+#[derive(Debug, Default)]
+struct Derived {
     metadata_json: OnceLock<Bytes>,
+    protobuf: OnceLock<Result<ProtobufBody, NoProtobuf>>,
+    metadata_protobuf: OnceLock<Result<ProtobufBody, NoProtobuf>>,
+}
+
+/// An object version has no protobuf form here: the encoder refused it
+/// (`reason` is [`Unplaceable::reason`]); the caller answers JSON or passes
+/// the request through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NoProtobuf {
+    pub reason: &'static str,
+}
+
+/// A protobuf body and where its bare message lies in it.
+#[derive(Debug)]
+struct ProtobufBody {
+    body: Bytes,
+    message: Range<usize>,
+}
+
+impl ProtobufBody {
+    fn new(encoded: Result<(Vec<u8>, Range<usize>), Unplaceable>, variant: ContentVariant) -> Result<Self, NoProtobuf> {
+        metrics::counter!(m::CACHE_ENCODES, "variant" => variant.metric_label()).increment(1);
+        match encoded {
+            Ok((body, message)) => Ok(Self { body: Bytes::from(body), message }),
+            Err(refused) => {
+                let reason = refused.reason();
+                tracing::debug!(variant = variant.metric_label(), error = %refused, "no protobuf form");
+                metrics::counter!(m::PROTOBUF_REFUSED, "variant" => variant.metric_label(), "reason" => reason)
+                    .increment(1);
+                Err(NoProtobuf { reason })
+            }
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -133,32 +181,67 @@ impl CachedObject {
             type_meta_len,
             labels,
             fields,
-            metadata_json: OnceLock::new(),
+            derived: OnceLock::new(),
         })
     }
 
-    /// The object's bytes in a content variant, computed at most once.
-    pub(crate) fn encoded(&self, variant: ContentVariant) -> Bytes {
+    /// The object's bytes in a content variant (a whole body for protobuf),
+    /// computed at most once. Only protobuf variants can fail.
+    pub(crate) fn encoded(&self, variant: ContentVariant) -> Result<Bytes, NoProtobuf> {
         match variant {
-            ContentVariant::Json => self.json.clone(),
-            ContentVariant::PartialObjectMetadataJson => self
+            ContentVariant::Json => Ok(self.json.clone()),
+            ContentVariant::PartialObjectMetadataJson => Ok(self
+                .derived()
                 .metadata_json
                 .get_or_init(|| {
                     metrics::counter!(m::CACHE_ENCODES, "variant" => variant.metric_label()).increment(1);
                     partial_object_metadata_json(&self.json)
                 })
-                .clone(),
+                .clone()),
+            ContentVariant::Protobuf | ContentVariant::PartialObjectMetadataProtobuf => {
+                self.protobuf_body(variant).map(|p| p.body.clone())
+            }
         }
     }
 
+    fn derived(&self) -> &Derived {
+        self.derived.get_or_init(Box::default)
+    }
+
+    fn protobuf_body(&self, variant: ContentVariant) -> Result<&ProtobufBody, NoProtobuf> {
+        let derived = self.derived();
+        let memo = if variant == ContentVariant::Protobuf { &derived.protobuf } else { &derived.metadata_protobuf };
+        memo.get_or_init(|| {
+            let encoded = if variant == ContentVariant::Protobuf {
+                protobuf::encode_object_with_message(&self.json)
+            } else {
+                let metadata = serde_json::from_slice::<MetadataOnly>(&self.json)
+                    .map_or(&b"{}"[..], |m| m.metadata.get().as_bytes());
+                protobuf::encode_partial_object_metadata(metadata).map(|message| {
+                    let body = protobuf::envelope("meta.k8s.io/v1", "PartialObjectMetadata", &message);
+                    let range = protobuf::envelope_message(&body).expect("an envelope");
+                    (body, range)
+                })
+            };
+            ProtobufBody::new(encoded, variant)
+        })
+        .as_ref()
+        .map_err(|e| *e)
+    }
+
     /// The object as an item of a list response in `variant`, as up to two
-    /// byte runs to splice: items of built-in typed lists carry no type meta.
-    pub(crate) fn list_item(&self, variant: ContentVariant, builtin: bool) -> [Bytes; 2] {
+    /// byte runs to splice: items of built-in typed lists carry no type meta,
+    /// protobuf items are the bare message.
+    pub(crate) fn list_item(&self, variant: ContentVariant, builtin: bool) -> Result<[Bytes; 2], NoProtobuf> {
         match variant {
             ContentVariant::Json if builtin && self.type_meta_len > 0 => {
-                [Bytes::from_static(b"{"), self.json.slice(1 + self.type_meta_len..)]
+                Ok([Bytes::from_static(b"{"), self.json.slice(1 + self.type_meta_len..)])
             }
-            _ => [self.encoded(variant), Bytes::new()],
+            ContentVariant::Protobuf | ContentVariant::PartialObjectMetadataProtobuf => {
+                let p = self.protobuf_body(variant)?;
+                Ok([p.body.slice(p.message.clone()), Bytes::new()])
+            }
+            _ => Ok([self.encoded(variant)?, Bytes::new()]),
         }
     }
 
@@ -174,7 +257,7 @@ impl CachedObject {
             type_meta_len: self.type_meta_len,
             labels: self.labels.clone(),
             fields: self.fields.clone(),
-            metadata_json: OnceLock::new(),
+            derived: OnceLock::new(),
         }
     }
 
@@ -234,7 +317,7 @@ pub(crate) mod tests {
         assert_eq!(obj.json(), raw);
         assert_eq!(obj.rv, 7);
         assert_eq!(obj.key, ObjectKey { namespace: "ns".into(), name: "a".into() });
-        let [a, b] = obj.list_item(ContentVariant::Json, true);
+        let [a, b] = obj.list_item(ContentVariant::Json, true).unwrap();
         assert_eq!(
             [a, b].concat(),
             br#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"data":{"x":"1"}}"#
@@ -250,19 +333,51 @@ pub(crate) mod tests {
             r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"}}}"#
         );
         assert_eq!(obj.labels.get("app").map(String::as_str), Some("x"));
-        assert_eq!([obj.list_item(ContentVariant::Json, true)].concat().concat(), item.as_bytes());
+        assert_eq!([obj.list_item(ContentVariant::Json, true).unwrap()].concat().concat(), item.as_bytes());
     }
 
     #[test]
     fn partial_object_metadata_keeps_metadata_bytes() {
         let obj = cm("a", 9, r#""l":"v""#);
-        let md = obj.encoded(ContentVariant::PartialObjectMetadataJson);
+        let md = obj.encoded(ContentVariant::PartialObjectMetadataJson).unwrap();
         assert_eq!(
             md,
             r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"9","labels":{"l":"v"}}}"#
         );
         // Memoized: the same allocation comes back.
-        assert_eq!(obj.encoded(ContentVariant::PartialObjectMetadataJson).as_ptr(), md.as_ptr());
+        assert_eq!(obj.encoded(ContentVariant::PartialObjectMetadataJson).unwrap().as_ptr(), md.as_ptr());
+    }
+
+    #[test]
+    fn protobuf_is_the_encoder_s_body_and_list_items_its_bare_message() {
+        let obj = cm("a", 9, r#""l":"v""#);
+        let body = obj.encoded(ContentVariant::Protobuf).unwrap();
+        assert_eq!(body, protobuf::encode_object(obj.json()).unwrap());
+        // Memoized, and the list item shares its allocation.
+        assert_eq!(obj.encoded(ContentVariant::Protobuf).unwrap().as_ptr(), body.as_ptr());
+        let [item, rest] = obj.list_item(ContentVariant::Protobuf, true).unwrap();
+        let ty = protobuf::MessageType::for_kind("v1", "ConfigMap").unwrap();
+        assert_eq!(item, protobuf::encode_message(ty, obj.json()).unwrap());
+        assert!(rest.is_empty());
+        assert!(body.as_ptr() <= item.as_ptr() && item.as_ptr() < body.as_ptr().wrapping_add(body.len()));
+
+        let md = obj.encoded(ContentVariant::PartialObjectMetadataProtobuf).unwrap();
+        let bare = protobuf::encode_partial_object_metadata(
+            br#"{"name":"a","namespace":"ns","resourceVersion":"9","labels":{"l":"v"}}"#,
+        )
+        .unwrap();
+        assert_eq!(md, protobuf::envelope("meta.k8s.io/v1", "PartialObjectMetadata", &bare));
+        assert_eq!(obj.list_item(ContentVariant::PartialObjectMetadataProtobuf, true).unwrap()[0], bare);
+    }
+
+    #[test]
+    fn custom_resources_have_metadata_protobuf_only_and_refusals_are_remembered() {
+        let shape = ObjectShape::new(test_info("example.com", "widgets", "Widget", true), None);
+        let raw = r#"{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"name":"w","resourceVersion":"3"},"spec":{"size":1.5}}"#;
+        let obj = CachedObject::decode(Bytes::from_static(raw.as_bytes()), &shape).unwrap();
+        assert_eq!(obj.encoded(ContentVariant::Protobuf), Err(NoProtobuf { reason: "unknown_kind" }));
+        assert_eq!(obj.list_item(ContentVariant::Protobuf, false), Err(NoProtobuf { reason: "unknown_kind" }));
+        assert!(obj.encoded(ContentVariant::PartialObjectMetadataProtobuf).is_ok());
     }
 
     #[test]

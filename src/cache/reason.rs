@@ -52,6 +52,14 @@ pub(crate) enum Reason {
     SnapshotGone,
     /// An exact-version list the cache cannot serve.
     Exact,
+    /// The client takes protobuf and no JSON of the same form, and an object
+    /// of the answer has no protobuf form (a custom resource, or one the
+    /// encoder refuses).
+    NoProtobufForm,
+    /// An error answer to a PartialObjectMetadata protobuf request: the API
+    /// server negotiates its error serializer without the `as=` clauses
+    /// (JSON, or a 406 in JSON), which the cache leaves to it.
+    MetadataProtobufError,
 }
 
 impl Reason {
@@ -82,6 +90,8 @@ impl Reason {
         Reason::Continue,
         Reason::SnapshotGone,
         Reason::Exact,
+        Reason::NoProtobufForm,
+        Reason::MetadataProtobufError,
     ];
 
     /// The metric label value.
@@ -108,6 +118,8 @@ impl Reason {
             Self::Continue => "continue",
             Self::SnapshotGone => "snapshot_gone",
             Self::Exact => "exact",
+            Self::NoProtobufForm => "no_protobuf_form",
+            Self::MetadataProtobufError => "metadata_protobuf_error",
         }
     }
 

@@ -27,6 +27,7 @@ use super::resolve::GroupResource;
 use super::resource::{ResourceCache, StartAt};
 use super::stream::{StreamOptions, WatchStream};
 use crate::body::{self, Chunk, ProxyBody, Refusal};
+use crate::encode::protobuf::MessageType;
 use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::encode::watch::error_frame;
@@ -42,6 +43,31 @@ pub(crate) const NOT_READY_WAIT: Duration = Duration::from_secs(3);
 /// The API server's default `--min-request-timeout`: watches without
 /// `timeoutSeconds` last a random time in [this, twice this).
 pub(crate) const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// The form a read is answered in, and the JSON it falls back on for an
+/// object with no protobuf form (the next form the client accepts).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Answer {
+    pub variant: ContentVariant,
+    pub or_json: Option<ContentVariant>,
+}
+
+impl Answer {
+    /// The JSON to answer instead of protobuf, or the pass-through.
+    fn fall_back(self) -> Result<ContentVariant, Reason> {
+        self.or_json.ok_or(Reason::NoProtobufForm)
+    }
+
+    /// The form of an error answer, as the API server negotiates it; `Err`
+    /// for PartialObjectMetadata in protobuf, whose errors the cache leaves to
+    /// the API server.
+    fn error_variant(self) -> Result<ContentVariant, Reason> {
+        match self.variant {
+            ContentVariant::PartialObjectMetadataProtobuf => Err(Reason::MetadataProtobufError),
+            variant => Ok(variant),
+        }
+    }
+}
 
 /// The cache's answer, or why it has none.
 pub(crate) enum Served {
@@ -137,8 +163,9 @@ impl CacheService {
         if info.legacy_watch_path && info.name.is_some() && !params.field_selector.is_empty() {
             return Served::Passthrough(Reason::NameAndFieldSelector);
         }
-        let variant = match negotiate(headers.get(header::ACCEPT), endpoint) {
-            Negotiation::Cache(v) => v,
+        let mut answer = match negotiate(headers.get(header::ACCEPT), endpoint) {
+            Negotiation::Cache(variant) => Answer { variant, or_json: None },
+            Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },
             Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
         };
         let resource = GroupResource { group: info.api_group.clone(), resource: info.resource.clone() };
@@ -169,6 +196,17 @@ impl CacheService {
             return Served::Passthrough(Reason::InvalidSelector);
         };
         let shape = &cache.shape;
+        // A kind the encoder's table does not know (a custom resource: the API server has no
+        // protobuf for it but PartialObjectMetadata, and answers the JSON the client accepts
+        // next; or a kind newer than the table).
+        if answer.variant == ContentVariant::Protobuf
+            && MessageType::for_kind(&shape.info.api_version(), &shape.info.kind).is_none()
+        {
+            match answer.fall_back() {
+                Ok(json) => answer = Answer { variant: json, or_json: None },
+                Err(reason) => return Served::Passthrough(reason),
+            }
+        }
         if fields::validate(
             &shape.info.group,
             &shape.info.resource,
@@ -201,9 +239,9 @@ impl CacheService {
         }
         let resource = cache.label().to_owned();
         let served = match endpoint {
-            Endpoint::Watch => self.watch(cache, filter, params, variant, arrival).await,
-            Endpoint::List => self.list(cache, filter, params, variant, arrival).await,
-            Endpoint::Get => self.get(cache, filter, params, variant, scoped, arrival).await,
+            Endpoint::Watch => self.watch(cache, filter, params, answer, arrival).await,
+            Endpoint::List => self.list(cache, filter, params, answer, arrival).await,
+            Endpoint::Get => self.get(cache, filter, params, answer, scoped, arrival).await,
         };
         if let Served::Response(_) = &served {
             record_answer(endpoint, resource, arrival);
@@ -224,9 +262,10 @@ impl CacheService {
         cache: Arc<ResourceCache>,
         filter: Filter,
         p: ReadParams,
-        variant: ContentVariant,
+        answer: Answer,
         arrival: Instant,
     ) -> Served {
+        let variant = answer.variant;
         let watch_list = match (p.send_initial_events, p.rv_match) {
             (None, RvMatch::Unset) => false,
             (Some(true), RvMatch::NotOlderThan) => true,
@@ -257,7 +296,7 @@ impl CacheService {
                 Rv::At(rv) => {
                     if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
                         let status = too_large_rv(rv, cache.current_rv());
-                        return Served::Response(watch_response(variant, body::chunk(error_frame(&status))));
+                        return Served::Response(watch_response(variant, body::chunk(error_frame(variant, &status))));
                     }
                     StartAt::CurrentState
                 }
@@ -281,12 +320,25 @@ impl CacheService {
         };
         match cache.register(filter, start) {
             Ok(reg) => {
-                let stream = WatchStream::new(cache, reg, opts);
+                let mut stream = WatchStream::new(cache, reg, opts);
+                let mut variant = variant;
+                // Every initial event must have the stream's form before the
+                // headers say protobuf; otherwise JSON, or the API server.
+                if stream.protobuf_refusal().is_some() {
+                    match answer.fall_back() {
+                        Ok(json) => {
+                            stream.switch_to(json);
+                            variant = json;
+                        }
+                        // Dropping the stream deregisters the watcher.
+                        Err(reason) => return Served::Passthrough(reason),
+                    }
+                }
                 Served::Response(watch_response(variant, body::boxed_chunks(stream)))
             }
             Err(too_old) => {
                 let status = Status::new(StatusCode::GONE, StatusReason::Expired, too_old.to_string());
-                Served::Response(watch_response(variant, body::chunk(error_frame(&status))))
+                Served::Response(watch_response(variant, body::chunk(error_frame(variant, &status))))
             }
         }
     }
@@ -296,7 +348,7 @@ impl CacheService {
         cache: Arc<ResourceCache>,
         filter: Filter,
         p: ReadParams,
-        variant: ContentVariant,
+        answer: Answer,
         scoped: bool,
         arrival: Instant,
     ) -> Served {
@@ -313,7 +365,10 @@ impl CacheService {
             Rv::Any => {}
             Rv::At(rv) => {
                 if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
-                    return Served::Response(too_large_rv(rv, cache.current_rv()).into_response());
+                    return match answer.error_variant() {
+                        Ok(v) => Served::Response(too_large_rv(rv, cache.current_rv()).into_response_as(v)),
+                        Err(reason) => Served::Passthrough(reason),
+                    };
                 }
             }
         }
@@ -322,9 +377,17 @@ impl CacheService {
         let snapshot = cache.snapshot();
         match snapshot.objects.get(&key) {
             Some(obj) => {
+                let (variant, bytes) = match obj.encoded(answer.variant) {
+                    Ok(bytes) => (answer.variant, bytes),
+                    Err(_) => match answer.fall_back() {
+                        Ok(json) => (json, obj.encoded(json).expect("JSON variants always encode")),
+                        Err(reason) => return Served::Passthrough(reason),
+                    },
+                };
                 metrics::counter!(m::CACHE_GET_TOTAL, "resource" => label).increment(1);
-                // The API server's encoder ends every body with a newline.
-                let chunk = Chunk::parts(Bytes::new(), obj.encoded(variant), Bytes::from_static(b"\n"));
+                // The API server's JSON encoder ends every body with a newline; protobuf has none.
+                let end = if variant.is_protobuf() { Bytes::new() } else { Bytes::from_static(b"\n") };
+                let chunk = Chunk::parts(Bytes::new(), bytes, end);
                 let mut resp = Response::new(body::chunk(chunk));
                 set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::Get));
                 Served::Response(resp)
@@ -332,8 +395,12 @@ impl CacheService {
             // A scoped cache does not hold everything: the object may exist outside the scope.
             None if scoped => Served::Passthrough(Reason::OutsideScope),
             None => {
+                let variant = match answer.error_variant() {
+                    Ok(v) => v,
+                    Err(reason) => return Served::Passthrough(reason),
+                };
                 metrics::counter!(m::CACHE_GET_TOTAL, "resource" => label).increment(1);
-                Served::Response(not_found(&cache, &name).into_response())
+                Served::Response(not_found(&cache, &name).into_response_as(variant))
             }
         }
     }

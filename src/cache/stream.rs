@@ -4,6 +4,14 @@
 //! the initial-events-end bookmark for a watch-list; then live events from
 //! the watcher's queue, with bookmarks on the API server's schedule, until
 //! the timeout, shutdown, or the watcher falling too far behind.
+//!
+//! In protobuf, an object the encoder refuses cannot be sent. The serving
+//! side checks the initial events before the stream starts
+//! ([`WatchStream::protobuf_refusal`]: it then answers JSON or passes the
+//! watch through); a live event that is refused ends the stream, like a
+//! timeout: the client watches again from the last version it got, and that
+//! watch, whose backlog holds the refused event, is answered in JSON or
+//! passed through.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,7 +22,7 @@ use http_body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::object::{CachedObject, ObjectKey};
+use super::object::{CachedObject, NoProtobuf, ObjectKey};
 use super::resource::{Registration, ResourceCache};
 use super::store::Snapshot;
 use super::watcher::{Delivery, Terminated, WatcherHandle};
@@ -23,6 +31,7 @@ use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::ContentVariant;
 use crate::encode::watch::EventType;
 use crate::encode::watch::{bookmark_frame, error_frame, event_frame};
+use crate::metrics as m;
 use http::StatusCode;
 
 /// How often a watcher that asked for bookmarks gets one.
@@ -51,6 +60,7 @@ pub(crate) struct StreamOptions {
 }
 
 /// Walks a snapshot's objects in key order without holding a borrow across polls.
+#[derive(Clone)]
 struct SnapshotCursor {
     snapshot: Snapshot,
     next_from: Option<ObjectKey>,
@@ -131,9 +141,49 @@ impl WatchStream {
         Poll::Ready(None)
     }
 
-    fn bookmark_chunk(&self, rv: u64, initial_end: bool) -> Chunk {
+    fn bookmark_chunk(&self, rv: u64, initial_end: bool) -> Option<Chunk> {
         let info = &self.cache.shape.info;
         bookmark_frame(&info.kind, &info.api_version(), self.opts.variant, rv, initial_end)
+            .inspect_err(|e| tracing::warn!(error = %e, "no protobuf bookmark for this kind; ending the watch"))
+            .ok()
+    }
+
+    /// The frame of an event, or the end of the stream when the object has no
+    /// form in a protobuf variant.
+    fn event(&mut self, kind: EventType, object: &CachedObject) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
+        let variant = self.opts.variant;
+        match object.encoded(variant) {
+            Ok(bytes) => self.frame(event_frame(variant, kind, bytes)),
+            Err(NoProtobuf { reason }) => {
+                tracing::debug!(reason, rv = object.rv, "event with no protobuf form; ending the watch");
+                metrics::counter!(m::PROTOBUF_WATCH_ENDED, "resource" => self.cache.label().to_owned()).increment(1);
+                self.end()
+            }
+        }
+    }
+
+    /// The first initial event (snapshot or backlog) that has no form in the
+    /// stream's variant, before anything is sent; encoding them here is no
+    /// extra work, each object's bytes being kept for the stream.
+    pub(crate) fn protobuf_refusal(&self) -> Option<NoProtobuf> {
+        let variant = self.opts.variant;
+        if !variant.is_protobuf() {
+            return None;
+        }
+        if let Some(mut cursor) = self.initial.clone() {
+            while let Some(obj) = cursor.next_matching(&self.handle) {
+                if let Err(refused) = obj.encoded(variant) {
+                    return Some(refused);
+                }
+            }
+        }
+        self.backlog.iter().find_map(|d| d.object().encoded(variant).err())
+    }
+
+    /// Answers in another variant (the JSON of the same form), before the
+    /// stream has started.
+    pub(crate) fn switch_to(&mut self, variant: ContentVariant) {
+        self.opts.variant = variant;
     }
 }
 
@@ -152,22 +202,23 @@ impl Body for WatchStream {
         if this.stop.as_mut().poll(cx).is_ready() || this.deadline.as_mut().poll(cx).is_ready() {
             return this.end();
         }
-        let variant = this.opts.variant;
         if let Some(cursor) = &mut this.initial {
             match cursor.next_matching(&this.handle) {
-                Some(obj) => return this.frame(event_frame(EventType::Added, obj.encoded(variant))),
+                Some(obj) => return this.event(EventType::Added, &obj),
                 None => this.initial = None,
             }
         }
         if let Some(d) = this.backlog.pop_front() {
             this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
-            return this.frame(event_frame(d.kind, d.object().encoded(variant)));
+            return this.event(d.kind, d.object());
         }
         if let Some(rv) = this.initial_end_rv.take()
             && this.opts.allow_bookmarks
         {
-            let chunk = this.bookmark_chunk(rv, true);
-            return this.frame(chunk);
+            return match this.bookmark_chunk(rv, true) {
+                Some(chunk) => this.frame(chunk),
+                None => this.end(),
+            };
         }
         // Read the published version before looking at the queue: if the
         // queue is then empty, every event up to that version was sent, and a
@@ -176,7 +227,7 @@ impl Body for WatchStream {
         match this.handle.take(cx.waker()) {
             Ok(Some(d)) => {
                 this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
-                return this.frame(event_frame(d.kind, d.object().encoded(variant)));
+                return this.event(d.kind, d.object());
             }
             Ok(None) => {}
             Err(Terminated::Behind) => return this.end(),
@@ -185,7 +236,7 @@ impl Body for WatchStream {
                 // bridge; the client lists again.
                 this.finished = true;
                 let status = Status::new(StatusCode::GONE, StatusReason::Expired, too_old.to_string());
-                return Poll::Ready(Some(Ok(Frame::data(error_frame(&status)))));
+                return Poll::Ready(Some(Ok(Frame::data(error_frame(this.opts.variant, &status)))));
             }
         }
         if let Some(timer) = &mut this.bookmark
@@ -197,8 +248,10 @@ impl Body for WatchStream {
                 .map(|at| Box::pin(tokio::time::sleep_until(at)));
             if published > this.last_sent_rv {
                 this.last_sent_rv = published;
-                let chunk = this.bookmark_chunk(published, false);
-                return this.frame(chunk);
+                return match this.bookmark_chunk(published, false) {
+                    Some(chunk) => this.frame(chunk),
+                    None => this.end(),
+                };
             }
             if let Some(timer) = &mut this.bookmark {
                 let _ = timer.as_mut().poll(cx);

@@ -1,11 +1,12 @@
-//! List bodies in JSON, as kube-apiserver writes them: the list's own
-//! `kind`, `apiVersion` and `metadata`, then the items, spliced from each
-//! object's shared bytes and never re-encoded.
+//! List bodies as kube-apiserver writes them, in JSON and in protobuf: the
+//! list's own `kind`, `apiVersion` and `metadata`, then the items, spliced
+//! from each object's shared bytes and never re-encoded.
 
 use std::collections::VecDeque;
 
 use bytes::Bytes;
 
+use super::protobuf::{ENVELOPE_TAIL, ListLayout, Unplaceable};
 use super::variant::ContentVariant;
 use crate::body::Chunk;
 
@@ -33,6 +34,28 @@ impl ListMeta {
         meta.push('}');
         meta
     }
+}
+
+/// The chunks of a protobuf list body (`variant` a protobuf one) of `items`,
+/// each an item's bare message: the envelope and ListMeta, then each item
+/// behind its key and length, then the envelope's last fields. No newline.
+pub(crate) fn protobuf_list_body(
+    variant: ContentVariant,
+    kind: &str,
+    api_version: &str,
+    meta: &ListMeta,
+    items: Vec<Bytes>,
+) -> Result<VecDeque<Chunk>, Unplaceable> {
+    let (kind, api_version) = variant.list_type(kind, api_version);
+    let lens: Vec<usize> = items.iter().map(Bytes::len).collect();
+    let layout = ListLayout::new(&api_version, &kind, meta.to_json().as_bytes(), &lens)?;
+    let mut chunks = VecDeque::with_capacity(items.len() + 2);
+    chunks.push_back(Chunk::from(Bytes::from(layout.head.clone())));
+    for item in items {
+        chunks.push_back(Chunk::parts(Bytes::from(layout.item_prefix(item.len())), item, Bytes::new()));
+    }
+    chunks.push_back(Chunk::from(Bytes::from_static(ENVELOPE_TAIL)));
+    Ok(chunks)
 }
 
 /// The chunks of a list body of `items` (each already an item in
@@ -68,11 +91,7 @@ mod tests {
     use super::*;
 
     fn text(chunks: VecDeque<Chunk>) -> String {
-        let mut out = Vec::new();
-        for mut c in chunks {
-            out.extend_from_slice(&c.copy_to_bytes(c.remaining()));
-        }
-        String::from_utf8(out).unwrap()
+        String::from_utf8(bytes(chunks)).unwrap()
     }
 
     #[test]
@@ -86,6 +105,41 @@ mod tests {
             text(list_body(ContentVariant::PartialObjectMetadataJson, "ConfigMap", "v1", &meta, VecDeque::new())),
             "{\"kind\":\"PartialObjectMetadataList\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{\"resourceVersion\":\"7\"},\"items\":null}\n"
         );
+    }
+
+    fn bytes(chunks: VecDeque<Chunk>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for mut c in chunks {
+            out.extend_from_slice(&c.copy_to_bytes(c.remaining()));
+        }
+        out
+    }
+
+    #[test]
+    fn protobuf_lists_are_the_encoder_s_lists() {
+        use crate::encode::protobuf::{MessageType, encode_list, encode_message, encode_partial_object_metadata};
+        let meta = ListMeta { rv: 9, continue_token: Some("abc".into()), remaining: Some(3) };
+        let cm = MessageType::for_kind("v1", "ConfigMap").unwrap();
+        let items: Vec<Bytes> = ["a", "b"]
+            .iter()
+            .map(|n| {
+                let json = format!(r#"{{"metadata":{{"name":"{n}","resourceVersion":"5"}},"data":{{"k":"v"}}}}"#);
+                Bytes::from(encode_message(cm, json.as_bytes()).unwrap())
+            })
+            .collect();
+        let got = bytes(protobuf_list_body(ContentVariant::Protobuf, "ConfigMap", "v1", &meta, items.clone()).unwrap());
+        let meta_json = br#"{"resourceVersion":"9","continue":"abc","remainingItemCount":3}"#;
+        assert_eq!(got, encode_list("v1", "ConfigMapList", meta_json, &items).unwrap());
+
+        let empty = ListMeta { rv: 7, continue_token: None, remaining: None };
+        let item = Bytes::from(encode_partial_object_metadata(br#"{"name":"w"}"#).unwrap());
+        for items in [vec![], vec![item]] {
+            let metadata = ContentVariant::PartialObjectMetadataProtobuf;
+            let got = bytes(protobuf_list_body(metadata, "Widget", "example.com/v1", &empty, items.clone()).unwrap());
+            let want =
+                encode_list("meta.k8s.io/v1", "PartialObjectMetadataList", br#"{"resourceVersion":"7"}"#, &items);
+            assert_eq!(got, want.unwrap(), "{} items", items.len());
+        }
     }
 
     #[test]

@@ -205,6 +205,130 @@ pub fn encode_object(json: &[u8]) -> Result<Vec<u8>, Unplaceable> {
     Ok(envelope(&api_version, &kind, &body))
 }
 
+/// [`encode_object`], and where in the body its bare message lies (what
+/// [`encode_message`] gives): a cache keeps the one body and serves list
+/// items as a slice of it.
+pub fn encode_object_with_message(json: &[u8]) -> Result<(Vec<u8>, std::ops::Range<usize>), Unplaceable> {
+    let body = encode_object(json)?;
+    let message = envelope_message(&body).expect("encode_object writes an envelope");
+    Ok((body, message))
+}
+
+/// Where the `raw` message of an envelope lies, read back from its
+/// header; `None` when `body` is not an envelope.
+pub fn envelope_message(body: &[u8]) -> Option<std::ops::Range<usize>> {
+    let rest = body.strip_prefix(MAGIC)?;
+    let (type_meta_len, used) = read_len_field(rest, 1)?;
+    let at = MAGIC.len() + used + type_meta_len;
+    let (raw_len, used) = read_len_field(body.get(at..)?, 2)?;
+    let start = at + used;
+    (start + raw_len <= body.len()).then_some(start..start + raw_len)
+}
+
+/// The key (one byte for fields below 16) and length of a length-delimited
+/// field at the start of `bytes`: (length, bytes of key and length).
+fn read_len_field(bytes: &[u8], field: u8) -> Option<(usize, usize)> {
+    if *bytes.first()? != (field << 3) | 2 {
+        return None;
+    }
+    let mut len = 0usize;
+    for (i, b) in bytes[1..].iter().enumerate().take(10) {
+        len |= usize::from(b & 0x7F) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((len, i + 2));
+        }
+    }
+    None
+}
+
+/// The end of every envelope: `contentEncoding` and `contentType`, both "".
+pub const ENVELOPE_TAIL: &[u8] = &[0x1A, 0x00, 0x22, 0x00];
+
+/// A list body in pieces to splice around items that already exist, so that
+/// they are never copied: `head`, then for each item its
+/// [`ListLayout::item_prefix`] and its bare message, then
+/// [`ENVELOPE_TAIL`]. The same bytes as [`encode_list`].
+#[derive(Debug)]
+pub struct ListLayout {
+    /// The magic, the envelope up to its `raw` and the list's metadata.
+    pub head: Vec<u8>,
+    items_field: u32,
+}
+
+impl ListLayout {
+    /// The list body's head for items of these lengths, in this order.
+    pub fn new(
+        api_version: &str,
+        list_kind: &str,
+        list_meta_json: &[u8],
+        item_lens: &[usize],
+    ) -> Result<Self, Unplaceable> {
+        let schema = Schema::get();
+        let ty = MessageType::lookup(api_version, list_kind)?;
+        refuse_raw_extension_items(ty, list_kind)?;
+        let not_a_list = || Unplaceable::NotAList { kind: list_kind.to_owned() };
+        let fields = &schema.messages[ty.0].fields;
+        let [meta, items_field] = &fields[..] else { return Err(not_a_list()) };
+        let (Shape::Single(Scalar::Message(meta_ty)), Shape::Repeated(Scalar::Message(_))) =
+            (meta.shape, items_field.shape)
+        else {
+            return Err(not_a_list());
+        };
+        if meta.json_name != "metadata" || items_field.json_name != "items" || meta.number > items_field.number {
+            return Err(not_a_list());
+        }
+        let raw = parse(list_meta_json)?;
+        let mut list_meta = Vec::new();
+        let start = wire::begin_len(&mut list_meta, meta.number);
+        let path = Path::Key(&Path::Root, "metadata");
+        Encoder { schema }.message(meta_ty, raw, &path, &mut list_meta)?;
+        wire::end_len(&mut list_meta, start);
+        let items_len: usize = item_lens.iter().map(|&len| Self::prefix(items_field.number, len).len() + len).sum();
+        let mut head = Vec::with_capacity(list_meta.len() + api_version.len() + list_kind.len() + 24);
+        head.extend_from_slice(MAGIC);
+        let start = wire::begin_len(&mut head, 1);
+        wire::put_bytes(&mut head, 1, api_version.as_bytes());
+        wire::put_bytes(&mut head, 2, list_kind.as_bytes());
+        wire::end_len(&mut head, start);
+        wire::put_key(&mut head, 2, 2);
+        wire::put_varint(&mut head, (list_meta.len() + items_len) as u64);
+        head.extend_from_slice(&list_meta);
+        Ok(Self { head, items_field: items_field.number })
+    }
+
+    /// The key and length in front of an item of `len` bytes.
+    pub fn item_prefix(&self, len: usize) -> Vec<u8> {
+        Self::prefix(self.items_field, len)
+    }
+
+    fn prefix(field: u32, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(6);
+        wire::put_key(&mut out, field, 2);
+        wire::put_varint(&mut out, len as u64);
+        out
+    }
+}
+
+/// What comes before the object's body in [`watch_frame`]: the length, the
+/// event type and the keys and lengths around `raw`. `head + object` is the
+/// frame, so the object's shared body is never copied.
+pub fn watch_frame_head(event_type: &str, object_len: usize) -> Vec<u8> {
+    let mut raw_field = Vec::with_capacity(6);
+    wire::put_key(&mut raw_field, 1, 2);
+    wire::put_varint(&mut raw_field, object_len as u64);
+    let raw_extension_len = raw_field.len() + object_len;
+    let mut event = Vec::with_capacity(event_type.len() + 16);
+    wire::put_bytes(&mut event, 1, event_type.as_bytes());
+    wire::put_key(&mut event, 2, 2);
+    wire::put_varint(&mut event, raw_extension_len as u64);
+    event.extend_from_slice(&raw_field);
+    let total = event.len() + object_len;
+    let mut out = Vec::with_capacity(event.len() + 4);
+    out.extend_from_slice(&(total as u32).to_be_bytes());
+    out.extend_from_slice(&event);
+    out
+}
+
 fn refuse_raw_extension_items(ty: MessageType, kind: &str) -> Result<(), Unplaceable> {
     let fields = &Schema::get().messages[ty.0].fields;
     if fields.iter().any(|f| f.shape == Shape::Repeated(Scalar::Special(schema::Special::RawExtension))) {
@@ -242,30 +366,16 @@ where
     I: IntoIterator<Item = B>,
     B: AsRef<[u8]>,
 {
-    let schema = Schema::get();
-    let ty = MessageType::lookup(api_version, list_kind)?;
-    refuse_raw_extension_items(ty, list_kind)?;
-    let not_a_list = || Unplaceable::NotAList { kind: list_kind.to_owned() };
-    let fields = &schema.messages[ty.0].fields;
-    let [meta, items_field] = &fields[..] else { return Err(not_a_list()) };
-    let (Shape::Single(Scalar::Message(meta_ty)), Shape::Repeated(Scalar::Message(_))) =
-        (meta.shape, items_field.shape)
-    else {
-        return Err(not_a_list());
-    };
-    if meta.json_name != "metadata" || items_field.json_name != "items" || meta.number > items_field.number {
-        return Err(not_a_list());
+    let items: Vec<B> = items.into_iter().collect();
+    let lens: Vec<usize> = items.iter().map(|i| i.as_ref().len()).collect();
+    let layout = ListLayout::new(api_version, list_kind, list_meta_json, &lens)?;
+    let mut body = layout.head.clone();
+    for item in &items {
+        body.extend_from_slice(&layout.item_prefix(item.as_ref().len()));
+        body.extend_from_slice(item.as_ref());
     }
-    let raw = parse(list_meta_json)?;
-    let mut body = Vec::new();
-    let start = wire::begin_len(&mut body, meta.number);
-    let path = Path::Key(&Path::Root, "metadata");
-    Encoder { schema }.message(meta_ty, raw, &path, &mut body)?;
-    wire::end_len(&mut body, start);
-    for item in items {
-        wire::put_bytes(&mut body, items_field.number, item.as_ref());
-    }
-    Ok(envelope(api_version, list_kind, &body))
+    body.extend_from_slice(ENVELOPE_TAIL);
+    Ok(body)
 }
 
 /// The bare `PartialObjectMetadata` message (`1: metadata`) of an object,

@@ -9,6 +9,8 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
+use super::protobuf::{self, Unplaceable};
+use super::variant::{ContentVariant, Endpoint};
 use crate::body::{self, ProxyBody};
 
 /// The `reason` field of a Status, as kube-apiserver spells it.
@@ -97,14 +99,32 @@ impl Status {
         status
     }
 
+    /// The Status as the API server's protobuf serializer writes it (the
+    /// envelope, no newline).
+    pub(crate) fn to_protobuf(&self) -> Result<Vec<u8>, Unplaceable> {
+        protobuf::encode_object(self.to_json().to_string().as_bytes())
+    }
+
     /// The Status as a complete HTTP response with a JSON body.
     pub(crate) fn into_response(self) -> Response<ProxyBody> {
-        // The API server's encoder ends the body with a newline.
-        let bytes = Bytes::from(go_json_escape(&self.to_json().to_string()) + "\n");
+        self.into_response_as(ContentVariant::Json)
+    }
+
+    /// The Status as a complete HTTP response in `variant`'s serializer:
+    /// protobuf for a protobuf variant (the API server negotiates its error
+    /// serializer too; callers pass only [`ContentVariant::Protobuf`] there,
+    /// since for a metadata Accept header the error serializer is chosen
+    /// without the `as=` clauses), JSON otherwise.
+    pub(crate) fn into_response_as(self, variant: ContentVariant) -> Response<ProxyBody> {
+        let (bytes, content_type) = match variant.is_protobuf().then(|| self.to_protobuf()) {
+            Some(Ok(body)) => (Bytes::from(body), variant.content_type(Endpoint::Get)),
+            // The API server's encoder ends the body with a newline.
+            _ => (Bytes::from(go_json_escape(&self.to_json().to_string()) + "\n"), "application/json"),
+        };
         let mut resp = Response::new(body::full(bytes));
         *resp.status_mut() = self.code;
         let headers = resp.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
         if let Some(secs) = self.retry_after_seconds {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -166,6 +186,30 @@ mod tests {
         assert!(text.contains(r#""message":"a \u0026 \u003cb\u003e""#), "{text}");
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["message"], "a & <b>");
+    }
+
+    #[tokio::test]
+    async fn a_protobuf_status_is_the_envelope_go_writes() {
+        // Go's bytes (protocorpus -golden; see encode/protobuf/tests.rs, "status").
+        let go = "6b3873000a0c0a027631120653746174757312260a060a0012001a0012074661696c7572651a07746f6f206f6c64220745787069726564309a031a002200";
+        let resp =
+            Status::new(StatusCode::GONE, StatusReason::Expired, "too old").into_response_as(ContentVariant::Protobuf);
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/vnd.kubernetes.protobuf");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let hex: String = body.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, go);
+    }
+
+    #[test]
+    fn every_status_watchmux_writes_has_a_protobuf_form() {
+        let mut details = Map::new();
+        details.insert("name".into(), "n".into());
+        details.insert("group".into(), "apps".into());
+        details.insert("kind".into(), "deployments".into());
+        details.insert("causes".into(), json!([{"reason": "ResourceVersionTooLarge", "message": "Too large"}]));
+        let mut status = Status::new(StatusCode::GATEWAY_TIMEOUT, StatusReason::Timeout, "t").retry_after(1);
+        status.details = Some(details);
+        assert!(status.to_protobuf().is_ok());
     }
 
     #[test]

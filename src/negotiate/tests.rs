@@ -5,12 +5,19 @@ use super::*;
 use proptest::prelude::*;
 
 use crate::encode::variant::{ContentVariant, Endpoint};
-use ContentVariant::{Json, PartialObjectMetadataJson as Metadata};
+use ContentVariant::{
+    Json, PartialObjectMetadataJson as Metadata, PartialObjectMetadataProtobuf as MetadataPb, Protobuf as Pb,
+};
 use Endpoint::{Get, List, Watch};
 use Negotiation::{Cache, Passthrough};
 use PassthroughReason::{NotAcceptable, OtherMediaType, Protobuf, Table};
 
 const ENDPOINTS: [Endpoint; 3] = [Get, List, Watch];
+
+/// A protobuf answer, with the JSON of the same form the client accepts next.
+fn pb(variant: ContentVariant, or_json: Option<ContentVariant>) -> Negotiation {
+    Negotiation::Protobuf { variant, or_json }
+}
 
 /// kubelet and client-go typed clientsets from v0.32.
 const TYPED: &str = "application/vnd.kubernetes.protobuf,application/json";
@@ -59,20 +66,21 @@ fn missing_or_empty_accept_is_served_as_json() {
 }
 
 #[test]
-fn kubelet_and_typed_clientsets_preferring_protobuf_get_json_from_the_cache() {
-    // kube-apiserver v1.37.2 answers this in protobuf; JSON is the client's next choice.
-    assert_everywhere(TYPED, Cache(Json));
+fn kubelet_and_typed_clientsets_preferring_protobuf_get_protobuf_or_else_json() {
+    // kube-apiserver v1.37.2 answers this in protobuf; JSON is the client's next choice (what a
+    // custom resource gets).
+    assert_everywhere(TYPED, pb(Pb, Some(Json)));
 }
 
 #[test]
 fn metadata_client_get_and_watch_are_served_as_partial_object_metadata() {
-    assert_eq!(decide(METADATA_CLIENT, Get), Cache(Metadata));
-    assert_eq!(decide(METADATA_CLIENT, Watch), Cache(Metadata));
+    assert_eq!(decide(METADATA_CLIENT, Get), pb(MetadataPb, Some(Metadata)));
+    assert_eq!(decide(METADATA_CLIENT, Watch), pb(MetadataPb, Some(Metadata)));
 }
 
 #[test]
 fn metadata_client_list_is_served_as_partial_object_metadata_list() {
-    assert_eq!(decide(METADATA_CLIENT_LIST, List), Cache(Metadata));
+    assert_eq!(decide(METADATA_CLIENT_LIST, List), pb(MetadataPb, Some(Metadata)));
 }
 
 #[test]
@@ -114,43 +122,47 @@ fn metadata_form_of_the_other_endpoint_is_not_acceptable() {
 }
 
 #[test]
-fn protobuf_alone_passes_through() {
+fn protobuf_alone_is_protobuf_with_no_json_to_fall_back_on() {
     // kube-apiserver v1.37.2: application/vnd.kubernetes.protobuf on GET and LIST,
     // application/vnd.kubernetes.protobuf;stream=watch on WATCH.
-    assert_everywhere("application/vnd.kubernetes.protobuf", Passthrough(Protobuf));
+    assert_everywhere("application/vnd.kubernetes.protobuf", pb(Pb, None));
     assert_eq!(
         decide("application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1", Get),
+        pb(MetadataPb, None)
+    );
+    assert_eq!(
+        decide("application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1", Get),
         Passthrough(Protobuf)
     );
 }
 
 #[test]
-fn protobuf_is_replaced_only_by_json_of_the_same_form() {
+fn protobuf_falls_back_only_on_json_of_the_same_form() {
     let metadata_then_plain = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,\
                                    application/json";
-    assert_eq!(decide(metadata_then_plain, Get), Passthrough(Protobuf));
+    assert_eq!(decide(metadata_then_plain, Get), pb(MetadataPb, None));
     let plain_then_metadata = "application/vnd.kubernetes.protobuf,application/json;as=PartialObjectMetadata;\
                                    g=meta.k8s.io;v=v1";
-    assert_eq!(decide(plain_then_metadata, Watch), Passthrough(Protobuf));
+    assert_eq!(decide(plain_then_metadata, Watch), pb(Pb, None));
 }
 
 #[test]
 fn protobuf_clauses_after_the_chosen_one_are_skipped_on_the_way_to_json() {
     let header = "application/vnd.kubernetes.protobuf,application/vnd.kubernetes.protobuf;\
                       as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
-    assert_everywhere(header, Cache(Json));
+    assert_everywhere(header, pb(Pb, Some(Json)));
 }
 
 #[test]
-fn protobuf_then_a_wildcard_is_served_as_json() {
-    assert_everywhere("application/vnd.kubernetes.protobuf,*/*", Cache(Json));
+fn protobuf_then_a_wildcard_falls_back_on_json() {
+    assert_everywhere("application/vnd.kubernetes.protobuf,*/*", pb(Pb, Some(Json)));
 }
 
 #[test]
-fn protobuf_then_yaml_then_json_passes_through() {
+fn protobuf_then_yaml_then_json_has_no_json_to_fall_back_on() {
     // kube-apiserver v1.37.2: protobuf. The client ranks YAML above JSON.
     let header = "application/vnd.kubernetes.protobuf,application/yaml,application/json";
-    assert_everywhere(header, Passthrough(Protobuf));
+    assert_everywhere(header, pb(Pb, None));
 }
 
 #[test]
@@ -158,7 +170,7 @@ fn protobuf_in_the_wrong_metadata_form_is_not_acceptable() {
     let header = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,\
                       application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
     assert_eq!(decide(header, Get), Passthrough(NotAcceptable));
-    assert_eq!(decide(header, List), Cache(Metadata));
+    assert_eq!(decide(header, List), pb(MetadataPb, Some(Metadata)));
 }
 
 #[test]
@@ -512,6 +524,14 @@ proptest! {
                 Cache(Json) => prop_assert!(header.is_empty() || header.contains("json") || header.contains('*')),
                 Cache(Metadata) if endpoint == List => prop_assert!(header.contains("PartialObjectMetadataList")),
                 Cache(Metadata) => prop_assert!(header.contains("PartialObjectMetadata")),
+                Cache(_) => prop_assert!(false, "protobuf is never a Cache answer"),
+                Negotiation::Protobuf { variant, or_json } => {
+                    prop_assert!(header.contains("protobuf") || header.contains('*'));
+                    if variant == MetadataPb {
+                        prop_assert!(header.contains("PartialObjectMetadata"));
+                    }
+                    prop_assert!(or_json.is_none_or(|json| json == variant.as_json()));
+                }
                 Passthrough(_) => {}
             }
         }

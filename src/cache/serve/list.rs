@@ -10,16 +10,16 @@ use bytes::Bytes;
 use http::Response;
 use tokio::time::Instant;
 
-use super::{CacheService, Served, TOO_LARGE_RV_WAIT, set_common_headers, too_large_rv};
+use super::{Answer, CacheService, Served, TOO_LARGE_RV_WAIT, set_common_headers, too_large_rv};
 use crate::body::{self, Chunk, ChunkList};
 use crate::cache::filter::Filter;
-use crate::cache::object::ObjectKey;
+use crate::cache::object::{NoProtobuf, ObjectKey};
 use crate::cache::pagination::{self, KeyScope};
 use crate::cache::params::{ReadParams, Rv, RvMatch};
 use crate::cache::reason::Reason;
 use crate::cache::resource::ResourceCache;
 use crate::cache::store::Snapshot;
-use crate::encode::list::{ListMeta, list_body};
+use crate::encode::list::{ListMeta, list_body, protobuf_list_body};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::metrics as m;
 
@@ -35,7 +35,7 @@ impl CacheService {
         cache: Arc<ResourceCache>,
         filter: Filter,
         p: ReadParams,
-        variant: ContentVariant,
+        answer: Answer,
         arrival: Instant,
     ) -> Served {
         if p.send_initial_events.is_some() {
@@ -73,7 +73,7 @@ impl CacheService {
                     if p.rv_match == RvMatch::Exact || p.limit.is_some() =>
                 {
                     if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
-                        return Served::Response(too_large_rv(rv, cache.current_rv()).into_response());
+                        return too_large(&cache, rv, answer);
                     }
                     let Some(snapshot) = cache.snapshot_at(rv) else {
                         return Served::Passthrough(Reason::Exact);
@@ -86,14 +86,34 @@ impl CacheService {
                 // At least N.
                 (Rv::At(rv), _) => {
                     if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
-                        return Served::Response(too_large_rv(rv, cache.current_rv()).into_response());
+                        return too_large(&cache, rv, answer);
                     }
                     (current(&cache, p.limit), None, p.limit)
                 }
             }
         };
+        // A list with an item that has no protobuf form is answered whole in
+        // the JSON the client accepts next, or by the API server.
+        let response = match list_response(&cache, &snapshot, &filter, answer.variant, start.as_ref(), limit, key_scope)
+        {
+            Ok(response) => response,
+            Err(_) => match answer.fall_back() {
+                Ok(json) => list_response(&cache, &snapshot, &filter, json, start.as_ref(), limit, key_scope)
+                    .expect("JSON variants always encode"),
+                Err(reason) => return Served::Passthrough(reason),
+            },
+        };
         metrics::counter!(m::CACHE_LIST_TOTAL, "resource" => cache.label().to_owned()).increment(1);
-        Served::Response(list_response(&cache, &snapshot, &filter, variant, start, limit, key_scope))
+        Served::Response(response)
+    }
+}
+
+/// The 504 for a version the cache has not reached, in the error form the
+/// request negotiates.
+fn too_large(cache: &ResourceCache, rv: u64, answer: Answer) -> Served {
+    match answer.error_variant() {
+        Ok(variant) => Served::Response(too_large_rv(rv, cache.current_rv()).into_response_as(variant)),
+        Err(reason) => Served::Passthrough(reason),
     }
 }
 
@@ -118,10 +138,10 @@ fn list_response(
     snapshot: &Snapshot,
     filter: &Filter,
     variant: ContentVariant,
-    start: Option<PageStart>,
+    start: Option<&PageStart>,
     limit: Option<u64>,
     key_scope: KeyScope<'_>,
-) -> Response<body::ProxyBody> {
+) -> Result<Response<body::ProxyBody>, NoProtobuf> {
     let info = &cache.shape.info;
     let namespace = filter.namespace.clone().filter(|_| info.namespaced);
     let lower = match (&start, &namespace) {
@@ -138,17 +158,23 @@ fn list_response(
 
     let builtin = !cache.list_items_typed();
     let mut items = VecDeque::new();
+    // Protobuf items: bare messages, framed once their lengths are known.
+    let mut messages = Vec::new();
     let mut last: Option<&ObjectKey> = None;
     let mut cut = None;
-    for (key, obj) in matching.by_ref() {
-        if items.len() as u64 == limit.unwrap_or(u64::MAX) {
+    for (count, (key, obj)) in (0u64..).zip(matching.by_ref()) {
+        if count == limit.unwrap_or(u64::MAX) {
             // A limit cut the list short: this and what follows remain.
             cut = Some(1 + matching.count() as u64);
             break;
         }
-        let [a, b] = obj.list_item(variant, builtin);
-        let sep = if items.is_empty() { Bytes::new() } else { Bytes::from_static(b",") };
-        items.push_back(Chunk::parts(sep, a, b));
+        let [a, b] = obj.list_item(variant, builtin)?;
+        if variant.is_protobuf() {
+            messages.push(a);
+        } else {
+            let sep = if items.is_empty() { Bytes::new() } else { Bytes::from_static(b",") };
+            items.push_back(Chunk::parts(sep, a, b));
+        }
         last = Some(key);
     }
     let mut meta = ListMeta { rv: snapshot.rv, continue_token: None, remaining: None };
@@ -160,8 +186,13 @@ fn list_response(
             meta.remaining = Some(remaining);
         }
     }
-    let chunks = list_body(variant, &info.kind, &info.api_version(), &meta, items);
+    let chunks = if variant.is_protobuf() {
+        protobuf_list_body(variant, &info.kind, &info.api_version(), &meta, messages)
+            .map_err(|refused| NoProtobuf { reason: refused.reason() })?
+    } else {
+        list_body(variant, &info.kind, &info.api_version(), &meta, items)
+    };
     let mut resp = Response::new(body::boxed_chunks(ChunkList::new(chunks)));
     set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::List));
-    resp
+    Ok(resp)
 }

@@ -532,3 +532,69 @@ async fn partial_object_metadata_frames_carry_the_meta_kind_for_events_and_bookm
     advance(MINUTE).await;
     assert_eq!(next(&mut body).await, pom(13, false));
 }
+
+/// A frame's raw bytes (protobuf frames are no JSON lines).
+async fn raw_frame(body: &mut Pin<&mut WatchStream>) -> Option<Vec<u8>> {
+    let frame = tokio::time::timeout(10 * LONG, body.frame()).await.expect("the body wakes its reader");
+    frame.map(|f| {
+        let mut chunk = f.expect("a watch stream never fails").into_data().expect("a data frame");
+        chunk.copy_to_bytes(chunk.remaining()).to_vec()
+    })
+}
+
+fn protobuf_opts() -> StreamOptions {
+    StreamOptions { variant: ContentVariant::Protobuf, initial_events_end: true, ..opts(true, LONG) }
+}
+
+/// A ConfigMap with a key the protobuf table has no field for.
+fn unplaceable_cm(name: &str, rv: u64) -> CachedObject {
+    let raw = format!(
+        r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}},"fromTheFuture":1}}"#
+    );
+    CachedObject::decode(Bytes::from(raw), &cm_shape()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn protobuf_watches_send_the_encoder_s_frames_and_bookmarks() {
+    use crate::encode::protobuf;
+    let cache = cache_with([cm("a", 5, "")]);
+    let stream = watch(&cache, everything(), StartAt::CurrentState, protobuf_opts());
+    assert!(stream.protobuf_refusal().is_none());
+    let mut body = pin!(stream);
+    let added = raw_frame(&mut body).await.unwrap();
+    assert_eq!(added, protobuf::watch_frame("ADDED", &protobuf::encode_object(cm("a", 5, "").json()).unwrap()));
+    let end = raw_frame(&mut body).await.unwrap();
+    let bookmark = br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"10","annotations":{"k8s.io/initial-events-end":"true"}}}"#;
+    assert_eq!(end, protobuf::watch_frame("BOOKMARK", &protobuf::encode_object(bookmark).unwrap()));
+    cache.event(EventType::Deleted, cm("a", 11, ""));
+    let deleted = raw_frame(&mut body).await.unwrap();
+    assert_eq!(deleted, protobuf::watch_frame("DELETED", &protobuf::encode_object(cm("a", 11, "").json()).unwrap()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_initial_event_is_found_before_the_stream_starts() {
+    let cache = cache_with([cm("a", 5, ""), unplaceable_cm("b", 6)]);
+    let mut stream = watch(&cache, everything(), StartAt::CurrentState, protobuf_opts());
+    assert_eq!(stream.protobuf_refusal().map(|r| r.reason), Some("unknown_field"));
+    // The serving side then answers JSON: every frame a JSON line.
+    stream.switch_to(ContentVariant::Json);
+    assert!(stream.protobuf_refusal().is_none());
+    let mut body = pin!(stream);
+    assert_eq!(next(&mut body).await["object"]["metadata"]["name"], "a");
+    assert_eq!(next(&mut body).await["object"]["metadata"]["name"], "b");
+
+    // A backlog holding the refused event, as a resumed watch has.
+    cache.event(EventType::Modified, unplaceable_cm("a", 11));
+    let resumed = watch(&cache, everything(), StartAt::After(10), protobuf_opts());
+    assert!(resumed.protobuf_refusal().is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_live_event_ends_a_protobuf_stream() {
+    let cache = cache_with([cm("a", 5, "")]);
+    let mut body = pin!(watch(&cache, everything(), StartAt::CurrentState, protobuf_opts()));
+    raw_frame(&mut body).await.unwrap();
+    raw_frame(&mut body).await.unwrap();
+    cache.event(EventType::Modified, unplaceable_cm("a", 11));
+    assert_eq!(raw_frame(&mut body).await, None, "the client resumes from rv 10");
+}

@@ -145,6 +145,74 @@ fn a_list_from_its_parts_is_the_list_go_writes() {
 }
 
 #[test]
+fn a_list_spliced_around_shared_items_is_the_list_go_writes() {
+    let (_, _, _, want) = OBJECTS.iter().find(|o| o.0 == "config_map_list").unwrap();
+    let (a, a_msg) = encode_object_with_message(
+        br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"5"},"data":{"x":"y"}}"#,
+    )
+    .unwrap();
+    let (b, b_msg) = encode_object_with_message(
+        br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"b","resourceVersion":"6"}}"#,
+    )
+    .unwrap();
+    let items = [&a[a_msg], &b[b_msg]];
+    let lens: Vec<usize> = items.iter().map(|i| i.len()).collect();
+    let layout =
+        ListLayout::new("v1", "ConfigMapList", br#"{"resourceVersion":"7","remainingItemCount":0}"#, &lens).unwrap();
+    let mut got = layout.head.clone();
+    for item in items {
+        got.extend_from_slice(&layout.item_prefix(item.len()));
+        got.extend_from_slice(item);
+    }
+    got.extend_from_slice(ENVELOPE_TAIL);
+    assert_eq!(hex(&got), *want);
+}
+
+#[test]
+fn list_layouts_equal_encode_list_for_long_and_empty_lists() {
+    let cm = MessageType::for_kind("v1", "ConfigMap").unwrap();
+    let big = format!(r#"{{"metadata":{{"name":"big"}},"data":{{"k":"{}"}}}}"#, "x".repeat(300));
+    for count in [0usize, 1, 3, 200] {
+        let items: Vec<Vec<u8>> = (0..count).map(|_| encode_message(cm, big.as_bytes()).unwrap()).collect();
+        let meta = br#"{"resourceVersion":"99","continue":"tok"}"#;
+        let want = encode_list("v1", "ConfigMapList", meta, &items).unwrap();
+        let layout =
+            ListLayout::new("v1", "ConfigMapList", meta, &items.iter().map(Vec::len).collect::<Vec<_>>()).unwrap();
+        let mut got = layout.head.clone();
+        for item in &items {
+            got.extend_from_slice(&layout.item_prefix(item.len()));
+            got.extend_from_slice(item);
+        }
+        got.extend_from_slice(ENVELOPE_TAIL);
+        assert_eq!(got, want, "{count} items");
+    }
+}
+
+#[test]
+fn the_message_inside_an_envelope_is_encode_message_s() {
+    for (name, _, json, _) in OBJECTS {
+        let (body, range) = encode_object_with_message(json.as_bytes()).unwrap();
+        let value: serde_json::Value = serde_json::from_str(json).unwrap();
+        let ty = MessageType::for_kind(value["apiVersion"].as_str().unwrap(), value["kind"].as_str().unwrap()).unwrap();
+        let Ok(message) = encode_message(ty, json.as_bytes()) else { continue };
+        assert_eq!(body[range].to_vec(), message, "{name}");
+    }
+    assert_eq!(envelope_message(b"{}"), None);
+}
+
+#[test]
+fn a_frame_head_and_the_object_are_watch_frame() {
+    let object = encode_object(WATCH_JSON.as_bytes()).unwrap();
+    let mut got = watch_frame_head("ADDED", object.len());
+    got.extend_from_slice(&object);
+    assert_eq!(hex(&got), WATCH_FRAME);
+    let big = vec![7u8; 70_000];
+    let mut got = watch_frame_head("MODIFIED", big.len());
+    got.extend_from_slice(&big);
+    assert_eq!(got, watch_frame("MODIFIED", &big));
+}
+
+#[test]
 fn partial_object_metadata_from_the_metadata_alone() {
     let (_, _, _, want) = OBJECTS.iter().find(|o| o.0 == "partial_object_metadata").unwrap();
     let bare = encode_partial_object_metadata(

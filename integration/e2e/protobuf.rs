@@ -1,0 +1,526 @@
+//! Protobuf from the cache against kube-apiserver's own protobuf: real
+//! objects of many kinds, read with the kubelet's Accept header (and the
+//! metadata client's) through watchmux and straight at the API server. GET
+//! bodies and watch frames must be the same bytes; LIST bodies the same bytes
+//! but for the list's resourceVersion (the cache's own, where a consistent
+//! LIST of the API server names etcd's newest), whose items are compared byte
+//! for byte. Every answer must have come from the cache (its metrics), and
+//! client-go's typed informer (protobuf by default) runs through it.
+
+use std::process::Command;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+
+use super::env::*;
+
+/// The kubelet's and every typed clientset's Accept header.
+const KUBELET: &str = "application/vnd.kubernetes.protobuf,application/json";
+/// client-go's metadata client, LIST.
+const METADATA_LIST: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,\
+                             application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+const GROUP: &str = "pbe2e.example.com";
+
+fn objects(ns: &str, node: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {{name: cm1, namespace: {ns}, labels: {{b: "2", a: "1"}}, annotations: {{note: "<x> & y"}}}}
+data: {{"k": "v&<", empty: ""}}
+binaryData: {{bin: AAEC}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: cm2, namespace: {ns}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: s1, namespace: {ns}}}
+type: Opaque
+data: {{a: aGVsbG8=, e: ""}}
+immutable: false
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: p1, namespace: {ns}, labels: {{app: x}}}}
+spec:
+  priority: 0
+  volumes:
+  - {{name: v, configMap: {{name: cm1, defaultMode: 420}}}}
+  - {{name: e, emptyDir: {{sizeLimit: 1Mi}}}}
+  - {{name: pr, projected: {{sources: [{{configMap: {{name: cm1, items: [{{key: k, path: k, mode: 256}}]}}}}]}}}}
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms: [{{matchExpressions: [{{key: k, operator: In, values: [a, b]}}]}}]
+    podAntiAffinity:
+      preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 10
+        podAffinityTerm: {{topologyKey: kubernetes.io/hostname, labelSelector: {{matchLabels: {{app: x}}}}}}
+  containers:
+  - name: c
+    image: busybox
+    command: [sh, -c, "sleep 1"]
+    env: [{{name: A, value: "1"}}, {{name: B, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}]
+    ports: [{{containerPort: 80, name: http}}]
+    resources: {{limits: {{cpu: 500m, memory: 1Gi}}, requests: {{cpu: "0.5", memory: 100Mi}}}}
+    livenessProbe: {{httpGet: {{path: /, port: http}}, periodSeconds: 10, initialDelaySeconds: 3}}
+    readinessProbe: {{exec: {{command: ["true"]}}, failureThreshold: 5}}
+    startupProbe: {{tcpSocket: {{port: 80}}}}
+    securityContext: {{runAsUser: 1000, allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}
+  tolerations: [{{key: k, operator: Exists, effect: NoExecute, tolerationSeconds: 30}}]
+  securityContext: {{supplementalGroups: [1, 2], fsGroup: 3}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: svc1, namespace: {ns}}}
+spec:
+  selector: {{app: x}}
+  ports: [{{name: http, port: 80, targetPort: http}}, {{name: "n", port: 81, targetPort: 8081}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: es1, namespace: {ns}, labels: {{kubernetes.io/service-name: svc1}}}}
+addressType: IPv4
+endpoints:
+- addresses: [10.0.0.1]
+  conditions: {{ready: true, serving: true, terminating: false}}
+  nodeName: n1
+ports: [{{name: http, port: 80, protocol: TCP}}]
+---
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {{name: l1, namespace: {ns}}}
+spec: {{holderIdentity: h, leaseDurationSeconds: 40, acquireTime: "2024-05-06T07:08:09.123456Z", renewTime: "2024-05-06T07:08:19.654321Z"}}
+---
+apiVersion: v1
+kind: Node
+metadata: {{name: {node}, labels: {{kubernetes.io/hostname: {node}}}}}
+spec: {{podCIDR: 10.1.0.0/24, podCIDRs: [10.1.0.0/24], taints: [{{key: k, effect: NoSchedule}}]}}
+---
+apiVersion: {GROUP}/v1
+kind: Gadget
+metadata: {{name: g1, namespace: {ns}, labels: {{a: b}}}}
+spec: {{size: 3}}
+"#
+    )
+}
+
+fn crd() -> String {
+    format!(
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: gadgets.{GROUP}}}
+spec:
+  group: {GROUP}
+  scope: Namespaced
+  names: {{plural: gadgets, singular: gadget, kind: Gadget}}
+  versions: [{{name: v1, served: true, storage: true, schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}}}]
+"#
+    )
+}
+
+fn apply(cluster: &Cluster, yaml: &str) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), yaml).unwrap();
+    let out = cluster.kubectl_direct(&["apply", "-f", file.path().to_str().unwrap()]);
+    assert!(out.ok, "{out:?}");
+}
+
+/// A GET to watchmux with this Accept header, on a connection of its own.
+async fn send_via(wm: &Watchmux, path: &str, accept: &str) -> http::Response<hyper::body::Incoming> {
+    let stream = tokio::net::TcpStream::connect(wm.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    let req = Request::get(path)
+        .header("host", wm.addr.to_string())
+        .header("accept", accept)
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    send.send_request(req).await.unwrap()
+}
+
+/// A GET with this Accept header: status, Content-Type, body.
+async fn get_via(wm: &Watchmux, path: &str, accept: &str) -> Answer {
+    let resp = send_via(wm, path, accept).await;
+    let ct = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    let (code, body) = read(resp).await;
+    (code, ct, body)
+}
+
+async fn get_direct_as(client: &watchmux::upstream::Upstream, path: &str, accept: &str) -> Answer {
+    let req = Request::get(path).header("accept", accept).body(watchmux::body::empty()).unwrap();
+    let resp = client.send(req).await.unwrap();
+    let ct = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    let (code, body) = read(resp).await;
+    (code, ct, body)
+}
+
+type Answer = (u16, String, Bytes);
+
+/// The same GET straight at the API server and through watchmux.
+async fn both(client: &watchmux::upstream::Upstream, wm: &Watchmux, path: &str, accept: &str) -> (Answer, Answer) {
+    (get_direct_as(client, path, accept).await, get_via(wm, path, accept).await)
+}
+
+/// Two protobuf list bodies with the same typeMeta and byte-identical items;
+/// returns how many items and the ListMetas (direct, cached).
+fn same_list(direct: &[u8], cached: &[u8], what: &str) -> (usize, Vec<u8>, Vec<u8>) {
+    let (d_type, d_meta, d_items) = list_parts(direct);
+    let (c_type, c_meta, c_items) = list_parts(cached);
+    assert_eq!(c_type, d_type, "LIST {what}: typeMeta");
+    assert!(!c_items.is_empty() && c_items == d_items, "LIST {what}: items differ");
+    (c_items.len(), d_meta, c_meta)
+}
+
+/// A varint at the start of `b`: (value, bytes used).
+fn varint(b: &[u8]) -> (u64, usize) {
+    let mut v = 0u64;
+    for (i, byte) in b.iter().enumerate() {
+        v |= u64::from(byte & 0x7F) << (7 * i);
+        if byte & 0x80 == 0 {
+            return (v, i + 1);
+        }
+    }
+    panic!("truncated varint");
+}
+
+/// The length-delimited fields of a message, in order: (number, bytes).
+fn fields(mut b: &[u8]) -> Vec<(u64, &[u8])> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let (key, used) = varint(b);
+        b = &b[used..];
+        assert_eq!(key & 7, 2, "only length-delimited fields are expected here");
+        let (len, used) = varint(b);
+        let len = len as usize;
+        out.push((key >> 3, &b[used..used + len]));
+        b = &b[used + len..];
+    }
+    out
+}
+
+/// A list body taken apart: the envelope's typeMeta, the ListMeta, the items.
+fn list_parts(body: &[u8]) -> (Vec<u8>, Vec<u8>, Vec<Vec<u8>>) {
+    let envelope = fields(body.strip_prefix(b"k8s\0").expect("magic"));
+    let list = envelope.iter().find(|(n, _)| *n == 2).expect("raw").1;
+    let list = fields(list);
+    let meta = list.iter().find(|(n, _)| *n == 1).expect("ListMeta").1.to_vec();
+    let items = list.iter().filter(|(n, _)| *n == 2).map(|(_, b)| b.to_vec()).collect();
+    (envelope[0].1.to_vec(), meta, items)
+}
+
+/// resourceVersion (field 2) of a ListMeta.
+fn list_rv(meta: &[u8]) -> u64 {
+    let rv = fields(meta).into_iter().find(|(n, _)| *n == 2).expect("resourceVersion").1;
+    std::str::from_utf8(rv).unwrap().parse().unwrap()
+}
+
+/// GET and LIST of many kinds in protobuf through the cache are the API
+/// server's bytes; PartialObjectMetadataList too, for a custom resource.
+#[tokio::test]
+async fn protobuf_gets_and_lists_from_the_cache_are_the_api_servers_bytes() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let client = cluster.direct_client();
+    let ns = namespace("pb");
+    let node = format!("{ns}-node");
+    create_namespace(&client, &ns).await;
+    apply(&cluster, &crd());
+    let out = cluster.kubectl_direct(&["wait", "--for=condition=Established", &format!("crd/gadgets.{GROUP}")]);
+    assert!(out.ok, "{out:?}");
+    apply(&cluster, &objects(&ns, &node));
+
+    let resources = "configmaps,secrets,pods,services,endpointslices.discovery.k8s.io,leases.coordination.k8s.io,\
+                     nodes,gadgets.pbe2e.example.com";
+    let wm = Watchmux::start(&cluster, &["--cache-resources", resources, "--cache-warm"]).await;
+
+    let named = [
+        ("/api/v1", "configmaps", "cm1"),
+        ("/api/v1", "configmaps", "cm2"),
+        ("/api/v1", "secrets", "s1"),
+        ("/api/v1", "pods", "p1"),
+        ("/api/v1", "services", "svc1"),
+        ("/apis/discovery.k8s.io/v1", "endpointslices", "es1"),
+        ("/apis/coordination.k8s.io/v1", "leases", "l1"),
+    ];
+    let mut identical = 0;
+    for (prefix, resource, name) in named {
+        let path = format!("{prefix}/namespaces/{ns}/{resource}/{name}");
+        let (direct, cached) = both(&client, &wm, &path, KUBELET).await;
+        assert_eq!((direct.0, direct.1.as_str()), (200, PROTOBUF), "{path}");
+        assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF), "{path}");
+        assert!(cached.2 == direct.2, "GET {path}: the cache's protobuf differs from the API server's");
+        identical += 1;
+
+        let path = format!("{prefix}/namespaces/{ns}/{resource}");
+        let (direct, cached) = both(&client, &wm, &path, KUBELET).await;
+        assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF), "{path}");
+        let (items, d_meta, c_meta) = same_list(&direct.2, &cached.2, &path);
+        assert!(list_rv(&c_meta) <= list_rv(&d_meta));
+        identical += items;
+    }
+    // A node, by name (other tests make nodes too: no cluster-wide LIST).
+    let path = format!("/api/v1/nodes/{node}");
+    let (direct, cached) = both(&client, &wm, &path, KUBELET).await;
+    assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF));
+    assert!(cached.2 == direct.2, "GET {path} differs");
+    identical += 1;
+
+    // A custom resource: no protobuf form; the API server and the cache answer JSON.
+    let path = format!("/apis/{GROUP}/v1/namespaces/{ns}/gadgets/g1");
+    let (direct, cached) = both(&client, &wm, &path, KUBELET).await;
+    assert_eq!((direct.0, direct.1.as_str()), (200, "application/json"));
+    assert_eq!((cached.0, cached.1.as_str()), (200, "application/json"));
+    assert_eq!(cached.2, direct.2);
+    // ... and its PartialObjectMetadataList in protobuf.
+    let path = format!("/apis/{GROUP}/v1/namespaces/{ns}/gadgets");
+    let (direct, cached) = both(&client, &wm, &path, METADATA_LIST).await;
+    assert_eq!((direct.1.as_str(), cached.1.as_str()), (PROTOBUF, PROTOBUF));
+    identical += same_list(&direct.2, &cached.2, "PartialObjectMetadataList").0;
+
+    // A protobuf 404 is the API server's Status.
+    let path = format!("/api/v1/namespaces/{ns}/configmaps/missing");
+    let (direct, cached) = both(&client, &wm, &path, KUBELET).await;
+    assert_eq!((cached.0, cached.1.as_str()), (404, PROTOBUF));
+    assert!(cached.2 == direct.2, "404 Status differs");
+
+    let passed = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await;
+    let served = watchmux_metric_sum(wm.admin, "watchmux_cache_get_total", &[]).await
+        + watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[]).await;
+    let encodes = watchmux_metric_sum(wm.admin, "watchmux_cache_encodes_total", &["variant=\"protobuf\""]).await;
+    assert_eq!(passed, 0.0, "nothing passes through; log:\n{}", wm.log());
+    assert_eq!(served, 2.0 * named.len() as f64 + 4.0);
+    // Each object version encoded once, though read twice (GET and LIST).
+    assert_eq!(encodes, named.len() as f64 + 1.0, "one protobuf encode per object read");
+    println!("protobuf e2e: {identical} objects byte-identical (GET bodies and LIST items), {encodes} encodes");
+    cluster.kubectl_direct(&["delete", "node", &node, "--wait=false"]);
+    cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// One protobuf watch: frames as they arrive.
+async fn frames(resp: http::Response<hyper::body::Incoming>, tx: tokio::sync::mpsc::UnboundedSender<Vec<u8>>) {
+    let mut body = resp.into_body();
+    let mut buf = Vec::new();
+    while let Some(Ok(frame)) = body.frame().await {
+        let Ok(data) = frame.into_data() else { continue };
+        buf.extend_from_slice(&data);
+        while buf.len() >= 4 {
+            let len = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+            if buf.len() < 4 + len {
+                break;
+            }
+            let frame: Vec<u8> = buf.drain(..4 + len).collect();
+            if tx.send(frame).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Watch frames in protobuf from the cache are the API server's frames, byte
+/// for byte; each change is encoded once for all watchers.
+#[tokio::test]
+async fn protobuf_watch_frames_from_the_cache_are_the_api_servers_bytes() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let client = cluster.direct_client();
+    let ns = namespace("pbwatch");
+    create_namespace(&client, &ns).await;
+    configmap(&client, "create", &ns, "first").await;
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    // Both watches start from the cache's version: the cache's history begins at its initial
+    // list, and a version before it (other tests write meanwhile) would be too old for it.
+    let (_, _, list) = get_via(&wm, &format!("/api/v1/namespaces/{ns}/configmaps"), "application/json").await;
+    let list: serde_json::Value = serde_json::from_slice(&list).unwrap();
+    let start = list["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+
+    let path = format!("/api/v1/namespaces/{ns}/configmaps?watch=true&resourceVersion={start}");
+    let (direct_tx, mut direct_rx) = tokio::sync::mpsc::unbounded_channel();
+    let req = Request::get(&path).header("accept", KUBELET).body(watchmux::body::empty()).unwrap();
+    let resp = client.send(req).await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "application/vnd.kubernetes.protobuf;stream=watch");
+    tokio::spawn(frames(resp, direct_tx));
+    let mut cached_rx = Vec::new();
+    for _ in 0..3 {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let resp = send_via(&wm, &path, KUBELET).await;
+        assert_eq!(resp.headers()["content-type"], "application/vnd.kubernetes.protobuf;stream=watch");
+        tokio::spawn(frames(resp, tx));
+        cached_rx.push(rx);
+    }
+    let before = watchmux_metric_sum(wm.admin, "watchmux_cache_encodes_total", &["variant=\"protobuf\""]).await;
+
+    configmap(&client, "create", &ns, "a").await;
+    configmap(&client, "update", &ns, "a").await;
+    configmap(&client, "create", &ns, "b").await;
+    configmap(&client, "delete", &ns, "a").await;
+    let wait = Duration::from_secs(20);
+    let mut direct = Vec::new();
+    for _ in 0..4 {
+        direct.push(tokio::time::timeout(wait, direct_rx.recv()).await.expect("direct event").unwrap());
+    }
+    for rx in &mut cached_rx {
+        for (i, want) in direct.iter().enumerate() {
+            let got = tokio::time::timeout(wait, rx.recv()).await.expect("cached event").unwrap();
+            assert!(
+                &got == want,
+                "event {i}: the cache's frame differs from the API server's:\n{}\n{}",
+                String::from_utf8_lossy(&got).escape_debug(),
+                String::from_utf8_lossy(want).escape_debug()
+            );
+        }
+    }
+    let after = watchmux_metric_sum(wm.admin, "watchmux_cache_encodes_total", &["variant=\"protobuf\""]).await;
+    assert_eq!(after - before, 4.0, "4 changes, 3 watchers: one protobuf encode per change");
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await, 0.0);
+    println!("protobuf watch e2e: 4 frames x 3 watchers byte-identical, {} encodes", after - before);
+    cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// client-go's typed informer (protobuf first) lists and watches through the
+/// cache, which answers it in protobuf.
+#[tokio::test]
+async fn a_client_go_typed_informer_is_served_protobuf_from_the_cache() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    let ns = namespace("pbinformer");
+    for watch_list in ["true", "false"] {
+        let out = Command::new(&cluster.watchcheck)
+            .arg("--kubeconfig")
+            .arg(&wm.kubeconfig)
+            .args(["--namespace", &ns, "--count", "3"])
+            .env("KUBE_FEATURE_WatchListClient", watch_list)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), wm.log());
+    }
+    let encodes = watchmux_metric_sum(wm.admin, "watchmux_cache_encodes_total", &["variant=\"protobuf\""]).await;
+    assert!(encodes >= 6.0, "the informers' events were protobuf from the cache ({encodes} encodes)");
+    for reason in ["protobuf", "no_protobuf_form", "not_ready"] {
+        let filter = format!("reason=\"{reason}\"");
+        let passed = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[&filter]).await;
+        assert_eq!(passed, 0.0, "{reason}; log:\n{}", wm.log());
+    }
+    cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// An object the encoder refuses (a webhook configuration without
+/// `caBundle`: Go writes protobuf differently for "" and nil, which JSON does
+/// not tell apart) is answered from the cache in the JSON the client accepts
+/// next, and passed through when it accepts none.
+#[tokio::test]
+async fn an_object_with_no_protobuf_form_gets_json_from_the_cache_or_the_api_server() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let client = cluster.direct_client();
+    let name = namespace("pbwebhook");
+    apply(
+        &cluster,
+        &format!(
+            r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: {name}}}
+webhooks:
+- name: never.{GROUP}
+  clientConfig: {{url: "https://127.0.0.1:1/never"}}
+  rules: [{{apiGroups: ["{GROUP}"], apiVersions: [v1], operations: [CREATE], resources: [nonexistent]}}]
+  failurePolicy: Ignore
+  sideEffects: None
+  admissionReviewVersions: [v1]
+"#
+        ),
+    );
+    let wm = Watchmux::start(
+        &cluster,
+        &["--cache-resources", "validatingwebhookconfigurations.admissionregistration.k8s.io", "--cache-warm"],
+    )
+    .await;
+    let path = format!("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}");
+
+    let direct_json = get_direct_as(&client, &path, "application/json").await;
+    let cached = get_via(&wm, &path, KUBELET).await;
+    assert_eq!((cached.0, cached.1.as_str()), (200, "application/json"));
+    assert!(cached.2 == direct_json.2, "the cache's JSON is the API server's");
+    let list = format!(
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations?fieldSelector=metadata.name={name}"
+    );
+    let cached_list = get_via(&wm, &list, KUBELET).await;
+    assert_eq!((cached_list.0, cached_list.1.as_str()), (200, "application/json"));
+    let served = watchmux_metric_sum(wm.admin, "watchmux_cache_get_total", &[]).await
+        + watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[]).await;
+    assert_eq!(served, 2.0);
+
+    let (direct, cached) = both(&client, &wm, &path, PROTOBUF).await;
+    assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF), "passed through");
+    assert!(cached.2 == direct.2);
+    let passed =
+        watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &["reason=\"no_protobuf_form\""]).await;
+    assert_eq!(passed, 1.0);
+    let refused =
+        watchmux_metric_sum(wm.admin, "watchmux_cache_protobuf_refused_total", &["reason=\"ambiguous_empty_bytes\""])
+            .await;
+    assert_eq!(refused, 1.0, "refused once per object version, however often asked");
+    cluster.kubectl_direct(&["delete", "validatingwebhookconfiguration", &name, "--wait=false"]);
+}
+
+/// Pages of a protobuf LIST from the cache hold the API server's items.
+#[tokio::test]
+async fn protobuf_list_pages_from_the_cache_hold_the_api_servers_items() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let client = cluster.direct_client();
+    let ns = namespace("pbpages");
+    create_namespace(&client, &ns).await;
+    for i in 0..5 {
+        configmap(&client, "create", &ns, &format!("cm{i}")).await;
+    }
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    let base = format!("/api/v1/namespaces/{ns}/configmaps");
+    let (direct, _) = both(&client, &wm, &base, KUBELET).await;
+    let (_, _, want) = list_parts(&direct.2);
+    let mut got = Vec::new();
+    let mut path = format!("{base}?limit=2");
+    for page in 0.. {
+        let (code, ct, body) = get_via(&wm, &path, KUBELET).await;
+        assert_eq!((code, ct.as_str()), (200, PROTOBUF));
+        let (_, meta, items) = list_parts(&body);
+        got.extend(items);
+        // ListMeta: 2 resourceVersion, 3 continue, 4 remainingItemCount (a varint: not a
+        // length-delimited field, so read the continue token alone).
+        let token = fields_until_varint(&meta);
+        match token {
+            Some(token) => path = format!("{base}?limit=2&continue={token}"),
+            None => break,
+        }
+        assert!(page < 5);
+    }
+    assert_eq!(got, want, "the pages' items are the API server's, in order");
+    let lists = watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[]).await;
+    assert_eq!(lists, 4.0, "the whole list and its 3 pages, all from the cache");
+    cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// The continue token (field 3) of a ListMeta, if not empty.
+fn fields_until_varint(meta: &[u8]) -> Option<String> {
+    let mut b = meta;
+    while !b.is_empty() {
+        let (key, used) = varint(b);
+        b = &b[used..];
+        if key & 7 == 0 {
+            b = &b[varint(b).1..];
+            continue;
+        }
+        let (len, used) = varint(b);
+        let value = &b[used..used + len as usize];
+        b = &b[used + len as usize..];
+        if key >> 3 == 3 && !value.is_empty() {
+            return Some(String::from_utf8(value.to_vec()).unwrap());
+        }
+    }
+    None
+}
