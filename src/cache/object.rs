@@ -20,7 +20,7 @@ use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::encode::object::partial_object_metadata_json;
+use crate::encode::object::{metadata_of, partial_object_metadata_json};
 use crate::encode::protobuf::{self, Unplaceable};
 use crate::encode::variant::ContentVariant;
 use crate::metrics as m;
@@ -128,12 +128,6 @@ impl ProtobufBody {
     }
 }
 
-#[derive(Deserialize)]
-struct MetadataOnly<'a> {
-    #[serde(borrow)]
-    metadata: &'a RawValue,
-}
-
 impl CachedObject {
     /// Decodes an object as it arrives in a watch event or a list item. Type
     /// meta is added when the bytes lack it (items of typed lists).
@@ -215,8 +209,7 @@ impl CachedObject {
             let encoded = if variant == ContentVariant::Protobuf {
                 protobuf::encode_object_with_message(&self.json)
             } else {
-                let metadata = serde_json::from_slice::<MetadataOnly>(&self.json)
-                    .map_or(&b"{}"[..], |m| m.metadata.get().as_bytes());
+                let metadata = metadata_of(&self.json).map_or(&b"{}"[..], str::as_bytes);
                 protobuf::encode_partial_object_metadata(metadata).map(|message| {
                     let body = protobuf::envelope("meta.k8s.io/v1", "PartialObjectMetadata", &message);
                     let range = protobuf::envelope_message(&body).expect("an envelope");
@@ -280,8 +273,8 @@ fn stamp_resource_version(json: &Bytes, rv: u64) -> Bytes {
         #[serde(borrow, rename = "resourceVersion")]
         resource_version: Option<&'a RawValue>,
     }
-    let Ok(meta) = serde_json::from_slice::<MetadataOnly>(json) else { return json.clone() };
-    let Ok(Rv { resource_version: Some(value) }) = serde_json::from_str::<Rv>(meta.metadata.get()) else {
+    let Some(metadata) = metadata_of(json) else { return json.clone() };
+    let Ok(Rv { resource_version: Some(value) }) = serde_json::from_str::<Rv>(metadata) else {
         return json.clone();
     };
     // The raw value borrows from `json`: its place there is its offset.

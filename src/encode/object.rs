@@ -12,12 +12,19 @@ struct MetadataOnly<'a> {
     metadata: &'a RawValue,
 }
 
+/// The raw JSON of an object's `metadata`, as it stands in `json` (a
+/// slice of it), if the object has one: what PartialObjectMetadata in
+/// either form carries, and where a resourceVersion is stamped.
+pub(crate) fn metadata_of(json: &[u8]) -> Option<&str> {
+    serde_json::from_slice::<MetadataOnly>(json).ok().map(|m| m.metadata.get())
+}
+
 /// `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{…}}`
 /// with the metadata bytes copied from the object's JSON unchanged (an
 /// object without metadata gets `{}`).
 pub(crate) fn partial_object_metadata_json(json: &[u8]) -> Bytes {
     const HEAD: &[u8] = b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":";
-    let metadata = serde_json::from_slice::<MetadataOnly>(json).map(|m| m.metadata.get().as_bytes()).unwrap_or(b"{}");
+    let metadata = metadata_of(json).map_or(&b"{}"[..], str::as_bytes);
     let mut out = BytesMut::with_capacity(HEAD.len() + metadata.len() + 1);
     out.extend_from_slice(HEAD);
     out.extend_from_slice(metadata);

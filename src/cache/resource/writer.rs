@@ -169,6 +169,9 @@ mod tests {
         assert!(!cache.wait_ready(Duration::from_secs(1)).await, "never listed: times out");
         let waiter = tokio::spawn(async move { cache.wait_for_rv(12, Duration::from_secs(30)).await });
         tokio::task::yield_now().await;
+        // Waiting before anything is published, so only a wake-up (not a
+        // first look) can end the wait in time.
+        assert!(!waiter.is_finished());
         writer.replace(Objects::new(), 10);
         writer.bookmark(12);
         assert!(waiter.await.unwrap());
