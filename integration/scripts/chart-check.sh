@@ -37,7 +37,8 @@
 #   - charts/watchmux/examples/sidecar-rendered.yaml is what the chart renders
 #     now (CHART_CHECK_UPDATE=1 rewrites it), and the sidecar container in
 #     sidecar-app.yaml is the chart's;
-#   - examples/kubelet-kubeconfig.yaml parses as a kubeconfig;
+#   - examples/kubelet-kubeconfig.yaml parses as a kubeconfig, and is the
+#     one the static-pod installer writes for the kubelet;
 #   - nodeLocal.mode staticPod: the Pod manifest (ConfigMap *-static-pod)
 #     names no ServiceAccount, Secret or ConfigMap, mounts host paths only
 #     (the documented layout), runs the chart's image with delegated auth,
@@ -797,6 +798,22 @@ if [[ -x $kubectl ]]; then
     say "ok   examples/kubelet-kubeconfig.yaml parses: $server"
   else
     cat "$tmp/kc.err" >&2; fail "examples/kubelet-kubeconfig.yaml: not the expected kubeconfig ($server)"
+  fi
+  # The example is the file the static-pod installer writes for the kubelet:
+  # the same kubeconfig as the chart's default nodeLocal staticPod rendering.
+  if command -v yq >/dev/null && command -v jq >/dev/null; then
+    "$helm" template watchmux "$chart" -n "$ns_privileged" --set mode=nodeLocal --set nodeLocal.mode=staticPod \
+        --set auth.clientCA.configMap=client-ca 2>"$tmp/kc-chart.err" \
+      | yq -r 'select(.kind == "ConfigMap" and (.metadata.name | endswith("-static-pod"))) | .data["kubelet-watchmux.conf"]' \
+      >"$tmp/kc-chart.yaml"
+    if "$kubectl" config view --kubeconfig "$tmp/kc-chart.yaml" -o json 2>>"$tmp/kc-chart.err" | jq -S . >"$tmp/kc-chart.json" \
+        && "$kubectl" config view --kubeconfig "$root/examples/kubelet-kubeconfig.yaml" -o json | jq -S . >"$tmp/kc-example.json" \
+        && [[ -s $tmp/kc-chart.json ]] && cmp -s "$tmp/kc-chart.json" "$tmp/kc-example.json"; then
+      say "ok   examples/kubelet-kubeconfig.yaml is the kubeconfig the static-pod installer writes"
+    else
+      cat "$tmp/kc-chart.err" >&2; diff "$tmp/kc-chart.json" "$tmp/kc-example.json" >&2 || true
+      fail "examples/kubelet-kubeconfig.yaml differs from the chart's static-pod kubelet-watchmux.conf"
+    fi
   fi
 else
   note "no kubectl at $kubectl: kubeconfig example not parsed"
