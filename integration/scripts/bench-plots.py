@@ -56,6 +56,19 @@ def fanout_cells(runs):
     return rows
 
 
+def achieved(rows, conf, cell):
+    """The change rates each side really reached in one cell, as 'achieved d / w /s'.
+
+    A cell is asked for at one rate; when the writer or the server falls behind,
+    the rate reached is lower, and a bar is only comparable with its neighbour
+    at the rates they both reached, so the tick label shows them.
+    """
+    got = {sd: c.get("achieved_rate") for cf, cl, sd, c in rows if (cf, cl) == (conf, cell)}
+    d, w = got.get("direct"), got.get("watchmux")
+    f = lambda v: "–" if v is None else f"{v:.0f}"  # noqa: E731
+    return f"achieved: direct {f(d)}/s, watchmux {f(w)}/s"
+
+
 def grouped_bars(ax, rows, value, ylabel, log=True, target=None, target_label=None):
     keys = []
     for conf, cell, _, _ in rows:
@@ -78,7 +91,8 @@ def grouped_bars(ax, rows, value, ylabel, log=True, target=None, target_label=No
                         missing.append((x, side))
         ax.bar(xs, ys, width, color=COLORS[side], label=LABELS[side])
     ax.set_xticks(range(len(keys)))
-    ax.set_xticklabels([f"{c}\n{cell}" for c, cell in keys], rotation=60, ha="right", fontsize=7)
+    ax.set_xticklabels([f"{c}\n{cell}\n{achieved(rows, c, cell)}" for c, cell in keys],
+                       rotation=60, ha="right", fontsize=7)
     if log:
         ax.set_yscale("log")
     bottom = ax.get_ylim()[0]
@@ -111,18 +125,18 @@ def plot_fanout(runs):
     if not rows:
         return
     fig, ax = plt.subplots(figsize=(11, 4.8))
-    grouped_bars(ax, rows, lambda c: c["cpu_ms_per_1000_events"], "server CPU per 1,000 delivered events, ms")
+    grouped_bars(ax, rows, lambda c: c["cpu_ms_per_1000_events"], "server CPU per 1,000 delivered events, ms\n(lower is better)")
     ax.set_title("Fan-out: CPU of the serving process per 1,000 events (net of the writes' own cost)")
     save(fig, "bench-fanout-cpu.png")
 
     fig, ax = plt.subplots(figsize=(11, 4.8))
-    grouped_bars(ax, rows, lambda c: c["latency_ack_ms"]["p99"], "p99, write acknowledged → received, ms",
+    grouped_bars(ax, rows, lambda c: c["latency_ack_ms"]["p99"], "p99, write acknowledged → received, ms\n(lower is better)",
                  target=50, target_label="target: 50 ms")
     ax.set_title("Fan-out: delivery latency p99")
     save(fig, "bench-fanout-latency.png")
 
     fig, ax = plt.subplots(figsize=(11, 4.8))
-    grouped_bars(ax, rows, lambda c: c["write_syscalls_per_event"], "write system calls per delivered event")
+    grouped_bars(ax, rows, lambda c: c["write_syscalls_per_event"], "write system calls per delivered event\n(lower is better)")
     ax.axhline(1, color="k", ls=":", lw=1, label="one per event")
     ax.legend(fontsize=8)
     ax.set_title("Fan-out: write system calls (syscw) per delivered event")
@@ -132,7 +146,7 @@ def plot_fanout(runs):
     confs = sorted(runs, key=lambda r: (r["shape"] != "h2", r["n"]))
     side_bars(ax, confs, lambda s: s["rss_per_idle_watcher_kib"], [f"N={r['n']:,} {r['shape']}" for r in confs])
     ax.axhline(8, color="k", ls="--", lw=1, label="target: 8 KiB")
-    ax.set_ylabel("resident memory per idle watcher, KiB")
+    ax.set_ylabel("resident memory per idle watcher, KiB\n(lower is better)")
     ax.set_title("Fan-out: memory per idle watcher (RSS growth / N)")
     ax.legend(fontsize=8)
     save(fig, "bench-fanout-memory.png")
@@ -144,9 +158,10 @@ def plot_kubelet(runs):
     runs = sorted(runs, key=lambda r: r["m"])
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))
     metrics = [
-        ("kube-apiserver WATCHes held", lambda s: s["apiserver_watches_open"]),
-        ("kube-apiserver CPU while the kubelets start, ms", lambda s: s.get("apiserver_cpu_start_ms")),
-        ("kube-apiserver CPU over the writes, net, ms", lambda s: s["apiserver_cpu_net_ms"]),
+        ("kube-apiserver WATCHes held\n(lower is better)", lambda s: s["apiserver_watches_open"]),
+        ("kube-apiserver CPU while the kubelets start, ms\n(lower is better)",
+         lambda s: s.get("apiserver_cpu_start_ms")),
+        ("kube-apiserver CPU over the writes, net, ms\n(lower is better)", lambda s: s["apiserver_cpu_net_ms"]),
     ]
     for ax, (title, f) in zip(axes, metrics):
         side_bars(ax, runs, f, [f"M={r['m']:,}" for r in runs])
@@ -169,7 +184,7 @@ def plot_restart(runs):
     axes[0].set_xticks(range(len(verbs)))
     axes[0].set_xticklabels(verbs)
     axes[0].set_yscale("log")
-    axes[0].set_ylabel("configmaps requests to the new kube-apiserver")
+    axes[0].set_ylabel("configmaps requests to the new kube-apiserver\n(lower is better)")
     axes[0].set_title(f"Requests reaching kube-apiserver after its restart, N={r['n']:,}", fontsize=10)
     axes[0].grid(axis="y", alpha=0.3)
     axes[0].legend(fontsize=8)
@@ -183,7 +198,7 @@ def plot_restart(runs):
     axes[1].set_xticks(range(3))
     axes[1].set_xticklabels(["p50", "p99", "max"])
     axes[1].set_yscale("log")
-    axes[1].set_ylabel("ms after the first post-restart write was acknowledged")
+    axes[1].set_ylabel("ms after the first post-restart write was acknowledged\n(lower is better)")
     axes[1].set_title("Until each watcher has seen the first write after the restart", fontsize=10)
     axes[1].grid(axis="y", alpha=0.3)
     axes[1].legend(fontsize=8)
