@@ -195,6 +195,10 @@ lists="$(curl -fsS --max-time 5 "http://127.0.0.1:$admin_port/metrics" |
 [[ $lists -ge 1 ]] || die "$(curl -fsS "http://127.0.0.1:$admin_port/metrics" | grep -E 'passthrough_total|consistent_read')
 the namespace list was not served from the cache (watchmux_cache_list_total{resource=\"namespaces\"} = $lists)"
 say "ok   through the container: /version $through (as directly), $(wc -w <<<"$names") namespaces (default, kube-system, ...) from its cache"
+# The binary reports the commit the image's label names (not "unknown").
+built="$(curl -fsS --max-time 5 "http://127.0.0.1:$admin_port/metrics" | sed -n 's/^watchmux_build_info{.*revision="\([^"]*\)".*/\1/p')"
+[[ -n $built && $(label revision) == "$built"* ]] || die "watchmux_build_info revision \"$built\", image label $(label revision)"
+say "ok   watchmux_build_info revision $built, as the image's label"
 
 # SIGTERM: a clean exit within the shutdown grace.
 runc --root "$state" kill "$id" TERM

@@ -31,7 +31,9 @@ start=$(date +%s)
 
 bash "$scripts/image-tools.sh"
 if [[ ${IMAGE_SKIP_CARGO:-0} != 1 ]]; then
-  cargo build --locked --release --bin watchmux
+  # The revision watchmux_build_info reports (build.rs), the same commit as
+  # the image's revision label below, as `make release` stamps it.
+  WATCHMUX_GIT_REVISION="$(git rev-parse --short=12 HEAD)" cargo build --locked --release --bin watchmux
 fi
 bin="$root/target/release/watchmux"
 [[ -x $bin ]] || { echo "image: no $bin (cargo build --release)" >&2; exit 1; }
