@@ -12,6 +12,7 @@
 //! present it. Where the upstream is and which credentials to use come from
 //! a kubeconfig ([`kubeconfig`]).
 
+mod cert_files;
 pub(crate) mod credentials;
 mod exec;
 mod exec_cache;
@@ -35,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use crate::body::{self, ProxyBody};
 use crate::metrics as m;
 use crate::upstream::kubeconfig::{UpstreamAuth, UpstreamConfig};
+use cert_files::RotatingCertFiles;
 use credentials::{Credentials, CredentialsError, Own};
 use exec::ClientIdentity;
 pub use exec::ExecError;
@@ -174,8 +176,9 @@ impl ClientsBuilder {
     }
 }
 
-/// watchmux's own connections, and the exec plugin's client certificate
-/// they present (none: the kubeconfig's, if any).
+/// watchmux's own connections, and the client certificate they present,
+/// when it can change: the exec plugin's, or the one read from rotating
+/// files (none: the kubeconfig's fixed one, if any).
 struct OwnClients {
     clients: Arc<Clients>,
     identity: Option<Arc<ClientIdentity>>,
@@ -202,6 +205,9 @@ pub struct Upstream {
     /// watchmux has no client certificate (and no exec plugin, which may
     /// issue one).
     bare: Option<Arc<Clients>>,
+    /// The kubeconfig's client certificate when it came from files, read
+    /// again as they rotate (the kubelet's, in nodeLocal mode).
+    cert_files: Option<RotatingCertFiles>,
     credentials: Credentials,
     ready: AtomicBool,
 }
@@ -232,15 +238,23 @@ impl Upstream {
         let may_present_cert = cfg.client_cert_pem.is_some() || matches!(cfg.auth, UpstreamAuth::Exec(_));
         let bare =
             if may_present_cert { Some(Arc::new(builder.build(&tls::client_config(&anonymous)?))) } else { None };
+        let cert_files = match (&cfg.client_cert_files, &cfg.client_cert_pem, &cfg.client_key_pem) {
+            (Some(files), Some(cert), Some(key)) => {
+                Some(RotatingCertFiles::new(files.clone(), cert.clone(), key.clone()))
+            }
+            _ => None,
+        };
+        let identity = cert_files.as_ref().map(RotatingCertFiles::current);
 
         Ok(Self {
             scheme,
             authority,
             path_prefix: cfg.server.path().trim_end_matches('/').to_owned(),
-            own: parking_lot::RwLock::new(OwnClients { clients: Arc::new(own), identity: None }),
+            own: parking_lot::RwLock::new(OwnClients { clients: Arc::new(own), identity }),
             builder,
             tls_base: anonymous,
             bare,
+            cert_files,
             credentials: Credentials::new(&cfg.auth, cfg)?,
             ready: AtomicBool::new(false),
         })
@@ -305,14 +319,19 @@ impl Upstream {
             && let Some(own) = &own
         {
             self.credentials.unauthorized(own);
+            if let Some(files) = &self.cert_files {
+                files.unauthorized();
+            }
         }
         Ok(resp)
     }
 
-    /// watchmux's connections for `own`: replaced first when the exec
-    /// plugin's client certificate is not the one they present.
+    /// watchmux's connections for `own`: replaced first when the client
+    /// certificate to present now (the exec plugin's, or the one read again
+    /// from rotating files) is not the one they present.
     fn own_clients(&self, own: &Own) -> Result<Arc<Clients>, tls::TlsConfigError> {
-        let identity = own.exec.as_ref().and_then(|c| c.identity.as_ref());
+        let from_files = self.cert_files.as_ref().map(RotatingCertFiles::current);
+        let identity = own.exec.as_ref().and_then(|c| c.identity.as_ref()).or(from_files.as_ref());
         let same = |current: &OwnClients| match (&current.identity, identity) {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             (None, None) => true,
@@ -329,10 +348,11 @@ impl Upstream {
             let cfg = UpstreamConfig {
                 client_cert_pem: identity.map(|i| i.cert_pem.clone()),
                 client_key_pem: identity.map(|i| i.key_pem.clone()),
+                client_cert_files: None,
                 ..self.tls_base.clone()
             };
             let clients = self.builder.build(&tls::client_config(&cfg)?);
-            tracing::info!("new upstream connections for the exec plugin's client certificate");
+            tracing::info!("new upstream connections for a new client certificate");
             *current = OwnClients { clients: Arc::new(clients), identity: identity.cloned() };
         }
         Ok(current.clients.clone())
@@ -430,6 +450,7 @@ mod tests {
             tls_server_name: None,
             client_cert_pem: None,
             client_key_pem: None,
+            client_cert_files: None,
             auth: UpstreamAuth::Token("t".into()),
             source: "test".into(),
         }
@@ -550,6 +571,42 @@ mod tests {
         let rotated = up.credentials.own().await.unwrap();
         assert_ne!(Arc::as_ptr(&up.own_clients(&rotated).unwrap()), first, "a new certificate replaces them");
         assert_eq!(p.runs(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_certificate_rotated_on_disk_gets_new_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubelet-client-current.pem");
+        let pem = |name: &str| {
+            let (cert, key) = exec_cache::tests::test_identity(name);
+            [cert.into_bytes(), key.into_bytes()].concat()
+        };
+        std::fs::write(&path, pem("one")).unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+                 clusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}\n\
+                 contexts:\n- name: c\n  context: {{cluster: c, user: u}}\n\
+                 users:\n- name: u\n  user: {{client-certificate: {p}, client-key: {p}}}\n",
+                p = path.display()
+            ),
+        )
+        .unwrap();
+        let cfg = kubeconfig::resolve(Some(&kubeconfig), None).unwrap();
+        assert!(cfg.client_cert_files.is_some(), "a pair from files is one that rotates");
+        let up = Upstream::new(&cfg, UpstreamOptions::default()).unwrap();
+        let own = up.credentials.own().await.unwrap();
+        let first = Arc::as_ptr(&up.own_clients(&own).unwrap());
+        assert_eq!(first, Arc::as_ptr(&up.own.read().clients), "the kubeconfig's pair keeps the first connections");
+
+        std::fs::write(&path, pem("two")).unwrap();
+        tokio::time::advance(cert_files::CERT_FILE_REFRESH).await;
+        let rotated = Arc::as_ptr(&up.own_clients(&own).unwrap());
+        assert_ne!(rotated, first, "a renewed certificate gets connections that present it");
+        tokio::time::advance(cert_files::CERT_FILE_REFRESH).await;
+        assert_eq!(Arc::as_ptr(&up.own_clients(&own).unwrap()), rotated, "an unchanged one keeps them");
     }
 
     #[test]

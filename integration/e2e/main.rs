@@ -7,6 +7,7 @@
 mod adversarial;
 mod auth;
 mod cache;
+mod cert_rotation;
 mod crd_lifecycle;
 mod differential;
 mod env;

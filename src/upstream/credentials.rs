@@ -149,6 +149,7 @@ mod tests {
             tls_server_name: None,
             client_cert_pem: None,
             client_key_pem: None,
+            client_cert_files: None,
             auth: UpstreamAuth::None,
             source: "test".into(),
         }

@@ -378,7 +378,7 @@ fn parse(stdout: &[u8], config: &ExecConfig) -> Result<Issued, String> {
 
 /// The certificate chain and key parse and belong together, so a bad pair
 /// fails here, at the refresh, not in every TLS handshake after it.
-fn check_key_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+pub(super) fn check_key_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
     let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("clientCertificateData that is not PEM ({e})"))?;

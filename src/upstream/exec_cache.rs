@@ -312,6 +312,7 @@ exit "$(cat "$dir/exit" 2>/dev/null || echo 0)"
                 tls_server_name: Some("kubernetes".into()),
                 client_cert_pem: None,
                 client_key_pem: None,
+                client_cert_files: None,
                 auth: UpstreamAuth::Exec(Box::new(self.config.clone())),
                 source: "test".into(),
             }

@@ -30,6 +30,9 @@ pub struct UpstreamConfig {
     pub client_cert_pem: Option<Vec<u8>>,
     /// The PEM private key of `client_cert_pem`.
     pub client_key_pem: Option<Vec<u8>>,
+    /// The files `client_cert_pem` and `client_key_pem` were read from, when
+    /// both came from files: they are read again as they rotate.
+    pub client_cert_files: Option<ClientCertFiles>,
     /// Credentials sent in the `Authorization` header, if any.
     pub auth: UpstreamAuth,
     /// Where this configuration came from, for logs.
@@ -49,6 +52,15 @@ impl std::fmt::Debug for UpstreamConfig {
             .field("source", &self.source)
             .finish()
     }
+}
+
+/// The paths of a client certificate and its key (often the same file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertFiles {
+    /// The PEM certificate chain (the kubeconfig's `client-certificate`).
+    pub cert: PathBuf,
+    /// The PEM private key (the kubeconfig's `client-key`).
+    pub key: PathBuf,
 }
 
 /// How watchmux authenticates itself to the upstream, beyond a client certificate.
@@ -328,6 +340,7 @@ fn in_cluster(host: &str, port: &str, sa_dir: &Path) -> Result<UpstreamConfig, K
         tls_server_name: None,
         client_cert_pem: None,
         client_key_pem: None,
+        client_cert_files: None,
         auth: UpstreamAuth::TokenFile(token),
         source: "in-cluster service account".into(),
     })
@@ -493,6 +506,7 @@ fn from_files(paths: &[PathBuf], context: Option<&str>) -> Result<UpstreamConfig
         tls_server_name: cluster.value.tls_server_name.clone(),
         client_cert_pem: None,
         client_key_pem: None,
+        client_cert_files: None,
         auth: UpstreamAuth::None,
         source: format!("kubeconfig {source}, context {context_name}"),
     };
@@ -506,6 +520,18 @@ fn from_files(paths: &[PathBuf], context: Option<&str>) -> Result<UpstreamConfig
         )?;
         cfg.client_key_pem =
             data_or_file("client-key-data", u.client_key_data.as_deref(), u.client_key.as_deref(), user.dir)?;
+        // Inline data wins over a file (data_or_file), so the pair rotates
+        // only when both halves came from files.
+        let file = |data: Option<&str>, file: Option<&Path>| {
+            file.filter(|f| data.is_none_or(str::is_empty) && !f.as_os_str().is_empty()).map(|f| user.dir.join(f))
+        };
+        cfg.client_cert_files = match (
+            file(u.client_certificate_data.as_deref(), u.client_certificate.as_deref()),
+            file(u.client_key_data.as_deref(), u.client_key.as_deref()),
+        ) {
+            (Some(cert), Some(key)) => Some(ClientCertFiles { cert, key }),
+            _ => None,
+        };
         // As in client-go, a token file wins over an inline token: it is the
         // one that rotates.
         cfg.auth = if let Some(file) = &u.token_file {
@@ -811,6 +837,7 @@ contexts:
             tls_server_name: None,
             client_cert_pem: Some(b"CERT".to_vec()),
             client_key_pem: Some(b"PRIVATE-KEY".to_vec()),
+            client_cert_files: None,
             auth: UpstreamAuth::Basic { username: "u".into(), password: "hunter2".into() },
             source: "test".into(),
         };

@@ -161,6 +161,7 @@ fn tls_pair(alpn: &[&[u8]]) -> (TlsAcceptor, tokio_rustls::TlsConnector, tempfil
         tls_server_name: None,
         client_cert_pem: None,
         client_key_pem: None,
+        client_cert_files: None,
         auth: crate::upstream::kubeconfig::UpstreamAuth::None,
         source: "test".into(),
     };
