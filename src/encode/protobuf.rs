@@ -43,6 +43,8 @@ mod wire;
 use serde_json::value::RawValue;
 
 use message::{Encoder, Path};
+#[cfg(test)]
+pub(crate) use openapi::served_document;
 pub use openapi::{OpenApiError, openapi_drift};
 use schema::{MsgId, Scalar, Schema, Shape};
 
