@@ -10,7 +10,8 @@
 //! message, each naming its server's own version) are decoded with client-go's
 //! own decoder (`pbcheck decode`) and compared as objects; a client-go
 //! metadata informer through the cache sees the API server's sequence
-//! (`pbcheck metadata`).
+//! (`pbcheck metadata`). CSRs awaiting a certificate show why they have no
+//! protobuf form here.
 
 use std::process::Command;
 use std::time::Duration;
@@ -747,4 +748,91 @@ async fn a_client_go_metadata_informer_sees_the_api_servers_sequence_from_the_ca
     assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await, 0.0, "{}", wm.log());
     println!("metadata informer e2e: {result}");
     cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// PEM from `openssl req` (a CSR, or with `-x509` a self-signed certificate), base64 as JSON has it.
+fn openssl_pem(args: &[&str]) -> String {
+    use base64::Engine as _;
+    let out = Command::new("openssl")
+        .args(["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "/dev/null", "-subj", "/CN=watchmux-pb"])
+        .args(args)
+        .output()
+        .expect("openssl");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    base64::engine::general_purpose::STANDARD.encode(out.stdout)
+}
+
+/// CertificateSigningRequests: one awaiting its certificate, one whose
+/// status was written with `"certificate": ""`, one issued. The API server's
+/// JSON of the first two says the same (`"status":{}`) while its protobuf
+/// does not (a nil `[]byte` is left out, an empty one written with length 0),
+/// so no JSON-only encoder can know which to send: the cache answers those
+/// in JSON (the kubelet's Accept) or passes through (protobuf alone), and
+/// serves the issued one in protobuf, byte for byte the API server's.
+#[tokio::test]
+async fn certificate_signing_requests_are_protobuf_once_issued_and_json_while_their_certificate_is_ambiguous() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let client = cluster.direct_client();
+    let prefix = namespace("pbcsr");
+    let request = openssl_pem(&[]);
+    let certificate = openssl_pem(&["-x509", "-days", "1"]);
+    let base = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    let (pending, empty, issued) = (format!("{prefix}-pending"), format!("{prefix}-empty"), format!("{prefix}-issued"));
+    for (name, status) in [(&pending, None), (&empty, Some("")), (&issued, Some(certificate.as_str()))] {
+        let csr = serde_json::json!({
+            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": name},
+            "spec": {"request": request, "signerName": "example.com/watchmux-pb", "usages": ["client auth"]},
+        });
+        let mut created = direct_json(&client, http::Method::POST, base, csr).await;
+        if let Some(cert) = status {
+            created["status"] = serde_json::json!({"certificate": cert});
+            direct_json(&client, http::Method::PUT, &format!("{base}/{name}/status"), created).await;
+        }
+    }
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "certificatesigningrequests", "--cache-warm"]).await;
+
+    // What the API server itself says about the first two.
+    let (p, e) = (format!("{base}/{pending}"), format!("{base}/{empty}"));
+    for path in [&p, &e] {
+        let json: serde_json::Value =
+            serde_json::from_slice(&get_direct_as(&client, path, "application/json").await.2).unwrap();
+        assert_eq!(json["status"], serde_json::json!({}), "{path}: JSON shows no certificate");
+    }
+    // The status (field 3) is the body's last field before the envelope's `1a 00 22 00`.
+    let nil_status: &[u8] = &[0x1a, 0x00, 0x1a, 0x00, 0x22, 0x00];
+    let empty_certificate: &[u8] = &[0x1a, 0x02, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00];
+    assert!(get_direct_as(&client, &p, PROTOBUF).await.2.ends_with(nil_status), "awaiting: certificate nil");
+    assert!(get_direct_as(&client, &e, PROTOBUF).await.2.ends_with(empty_certificate), "\"\": written, length 0");
+
+    // Through the cache: JSON for the kubelet's Accept, the API server's bytes.
+    for path in [&p, &e] {
+        let direct = get_direct_as(&client, path, "application/json").await;
+        let cached = get_via(&wm, path, KUBELET).await;
+        assert_eq!((cached.0, cached.1.as_str()), (200, "application/json"), "{path}");
+        assert!(cached.2 == direct.2, "{path}: the cache's JSON is the API server's");
+    }
+    // Protobuf alone: the API server answers, with its own form of each.
+    for path in [&p, &e] {
+        let (direct, cached) = both(&client, &wm, path, PROTOBUF).await;
+        assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF));
+        assert!(cached.2 == direct.2, "{path}: passed through");
+    }
+    // Issued: protobuf from the cache, byte for byte.
+    let (direct, cached) = both(&client, &wm, &format!("{base}/{issued}"), KUBELET).await;
+    assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF));
+    assert!(cached.2 == direct.2, "the issued CSR's protobuf differs from the API server's");
+
+    let refused =
+        watchmux_metric_sum(wm.admin, "watchmux_cache_protobuf_refused_total", &["reason=\"ambiguous_empty_bytes\""])
+            .await;
+    assert_eq!(refused, 2.0, "each ambiguous CSR refused once");
+    let passed =
+        watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &["reason=\"no_protobuf_form\""]).await;
+    assert_eq!(passed, 2.0, "only the protobuf-only GETs of the ambiguous two passed through");
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_get_total", &[]).await, 3.0);
+    for name in [&pending, &empty, &issued] {
+        cluster.kubectl_direct(&["delete", "csr", name, "--wait=false"]);
+    }
 }
