@@ -307,6 +307,21 @@ fn a_csr_awaiting_its_certificate_has_two_go_forms_and_json_tells_neither() {
     assert!(issued.ends_with(&[0x1a, 0x04, 0x12, 0x02, 0x00, 0x01, 0x1a, 0x00, 0x22, 0x00]), "{issued:02x?}");
 }
 
+/// The cache keeps an envelope for an object version's life: it must hold
+/// no spare capacity (a Vec that grew would keep up to twice its bytes; a
+/// one-byte-short estimate made the memo of a 1.8 KiB pod cost 3.6 KiB).
+#[test]
+fn an_envelope_is_allocated_at_its_exact_size() {
+    let long = "x".repeat(200);
+    for (api_version, kind) in [("v1", "Pod"), ("meta.k8s.io/v1", "PartialObjectMetadata"), (long.as_str(), "K")] {
+        for len in [0, 1, 127, 128, 1_800, 16_383, 16_384, 2_100_000] {
+            let body = envelope(api_version, kind, &vec![7; len]);
+            assert_eq!(body.capacity(), body.len(), "{api_version} {kind}, a message of {len} bytes");
+            assert_eq!(envelope_message(&body).map(|r| r.len()), Some(len));
+        }
+    }
+}
+
 #[test]
 fn values_of_the_wrong_form_are_refused() {
     for (json, path) in [
