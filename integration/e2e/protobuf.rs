@@ -302,6 +302,15 @@ async fn protobuf_gets_and_lists_from_the_cache_are_the_api_servers_bytes() {
     assert_eq!(served, 2.0 * named.len() as f64 + 4.0);
     // Each object version encoded once, though read twice (GET and LIST).
     assert_eq!(encodes, named.len() as f64 + 1.0, "one protobuf encode per object read");
+    // Each cache checked its kind against the API server's /openapi/v3 when it listed: the
+    // built-in kinds fit the table, the custom resource is not in it.
+    let checks = |result: &'static str| {
+        let filter = format!("result=\"{result}\"");
+        async move { watchmux_metric_sum(wm.admin, "watchmux_cache_protobuf_schema_checks_total", &[&filter]).await }
+    };
+    assert_eq!(checks("fits").await, 7.0, "configmaps, secrets, pods, services, endpointslices, leases, nodes");
+    assert_eq!(checks("not_in_table").await, 1.0);
+    assert_eq!(checks("schema_drift").await + checks("unavailable").await, 0.0, "log:\n{}", wm.log());
     println!("protobuf e2e: {identical} objects byte-identical (GET bodies and LIST items), {encodes} encodes");
     cluster.kubectl_direct(&["delete", "node", &node, "--wait=false"]);
     cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
