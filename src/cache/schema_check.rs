@@ -23,10 +23,14 @@
 //! holds the cache back for long: it runs beside the initial list and gives
 //! up after [`FETCH_TIMEOUT`].
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
 
 use http::StatusCode;
 use http_body_util::BodyExt;
+use parking_lot::Mutex;
+use tokio::sync::OnceCell;
 
 use super::resource_info::ResourceInfo;
 use super::upstream_watch::upstream_get;
@@ -86,12 +90,47 @@ pub(crate) async fn check(upstream: &Upstream, info: &ResourceInfo) -> Outcome {
     let Some(ty) = MessageType::for_kind(&info.api_version(), &info.kind) else {
         return Outcome::NotInTable;
     };
-    let document = match tokio::time::timeout(FETCH_TIMEOUT, fetch(upstream, info)).await {
-        Ok(Ok(doc)) => doc,
-        Ok(Err(why)) => return Outcome::Unavailable(why),
-        Err(_) => return Outcome::Unavailable(format!("no document within {FETCH_TIMEOUT:?}")),
+    match shared_document(upstream, info).await {
+        Ok(document) => compare(ty, &document),
+        Err(why) => Outcome::Unavailable(why),
+    }
+}
+
+/// A document being fetched or read, shared by the checks that want it at
+/// the same time.
+type Slot = OnceCell<Result<Arc<serde_json::Value>, String>>;
+
+/// The documents some check holds now, by URL (the upstream's and the path),
+/// held weakly: the caches of one group-version that list together (at
+/// start-up, every cached core/v1 resource) share one fetch and one parse of
+/// its document (1.6 MB for core/v1 in v1.37, several times that as a
+/// `Value`), and it is freed when the last of them is done; a later list
+/// fetches it again.
+static DOCUMENTS: LazyLock<Mutex<HashMap<String, Weak<Slot>>>> = LazyLock::new(Default::default);
+
+async fn shared_document(upstream: &Upstream, info: &ResourceInfo) -> Result<Arc<serde_json::Value>, String> {
+    let path = document_path(info);
+    let key = upstream.uri_for(Some(&path.parse().map_err(|_| format!("{path}: not a path"))?)).to_string();
+    let slot = {
+        let mut documents = DOCUMENTS.lock();
+        documents.retain(|_, slot| slot.strong_count() > 0);
+        match documents.get(&key).and_then(Weak::upgrade) {
+            Some(slot) => slot,
+            None => {
+                let slot = Arc::new(Slot::new());
+                documents.insert(key, Arc::downgrade(&slot));
+                slot
+            }
+        }
     };
-    compare(ty, &document)
+    slot.get_or_init(|| async {
+        match tokio::time::timeout(FETCH_TIMEOUT, fetch(upstream, info)).await {
+            Ok(fetched) => fetched.map(Arc::new),
+            Err(_) => Err(format!("no document within {FETCH_TIMEOUT:?}")),
+        }
+    })
+    .await
+    .clone()
 }
 
 /// The comparison alone, on a document already parsed.

@@ -165,3 +165,21 @@ async fn custom_resources_are_not_checked() {
     let info = test_info("example.com", "widgets", "Widget", true);
     assert_eq!(check(&upstream, &info).await, Outcome::NotInTable);
 }
+
+#[tokio::test]
+async fn caches_of_one_group_version_listing_together_share_one_fetch_and_a_later_list_fetches_again() {
+    let mut doc = served_document(config_map());
+    let pods = served_document(MessageType::for_kind("v1", "Pod").unwrap());
+    for (name, schema) in pods["components"]["schemas"].as_object().unwrap() {
+        doc["components"]["schemas"][name] = schema.clone();
+    }
+    let fetches = Arc::new(Mutex::new(0));
+    let upstream = fake_upstream(Arc::new(Mutex::new(Ok(doc))), fetches.clone()).await;
+    let (pod, cm) = (test_info("", "pods", "Pod", true), test_info("", "configmaps", "ConfigMap", true));
+    let (a, b) = tokio::join!(check(&upstream, &pod), check(&upstream, &cm));
+    assert_eq!((a, b), (Outcome::Fits, Outcome::Fits));
+    assert_eq!(*fetches.lock(), 1, "one fetch for both");
+    // Nobody holds the document any more: the next check reads it afresh.
+    assert_eq!(check(&upstream, &cm).await, Outcome::Fits);
+    assert_eq!(*fetches.lock(), 2);
+}
