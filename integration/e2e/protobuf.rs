@@ -311,6 +311,12 @@ async fn protobuf_gets_and_lists_from_the_cache_are_the_api_servers_bytes() {
     assert_eq!(checks("fits").await, 7.0, "configmaps, secrets, pods, services, endpointslices, leases, nodes");
     assert_eq!(checks("not_in_table").await, 1.0);
     assert_eq!(checks("schema_drift").await + checks("unavailable").await, 0.0, "log:\n{}", wm.log());
+    let disabled = watchmux_metric_sum(wm.admin, "watchmux_cache_protobuf_disabled", &["resource=\"pods\""]).await;
+    assert_eq!(disabled, 0.0, "checked and on");
+    let body = get(wm.admin, "/metrics").await;
+    let text = String::from_utf8(read(body).await.1.to_vec()).unwrap();
+    let gauges = text.lines().filter(|l| l.starts_with("watchmux_cache_protobuf_disabled{")).count();
+    assert_eq!(gauges, 14, "both variants of each of the 7 built-in kinds are shown:\n{text}");
     println!("protobuf e2e: {identical} objects byte-identical (GET bodies and LIST items), {encodes} encodes");
     cluster.kubectl_direct(&["delete", "node", &node, "--wait=false"]);
     cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);

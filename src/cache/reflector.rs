@@ -216,16 +216,20 @@ impl Reflector {
             }
         };
         let before = self.cache.set_protobuf_off(off);
+        // Every checked built-in kind shows the gauge (0 while it fits), so a
+        // dashboard tells "fits" from "never checked".
+        if !matches!(outcome, Outcome::NotInTable) {
+            for (bit, variant) in [
+                (PROTOBUF_OFF_KIND, ContentVariant::Protobuf),
+                (PROTOBUF_OFF_METADATA, ContentVariant::PartialObjectMetadataProtobuf),
+            ] {
+                let value = if off & bit != 0 { 1.0 } else { 0.0 };
+                metrics::gauge!(m::PROTOBUF_DISABLED, "resource" => label.clone(), "variant" => variant.metric_label(), "reason" => "schema_drift")
+                    .set(value);
+            }
+        }
         if before == off {
             return;
-        }
-        for (bit, variant) in [
-            (PROTOBUF_OFF_KIND, ContentVariant::Protobuf),
-            (PROTOBUF_OFF_METADATA, ContentVariant::PartialObjectMetadataProtobuf),
-        ] {
-            let value = if off & bit != 0 { 1.0 } else { 0.0 };
-            metrics::gauge!(m::PROTOBUF_DISABLED, "resource" => label.clone(), "variant" => variant.metric_label(), "reason" => "schema_drift")
-                .set(value);
         }
         match outcome {
             Outcome::Drift { differences, .. } => tracing::warn!(
