@@ -31,6 +31,7 @@ pub(crate) mod registry;
 pub(crate) mod resolve;
 pub(crate) mod resource;
 pub(crate) mod resource_info;
+pub(crate) mod schema_check;
 pub(crate) mod serve;
 pub(crate) mod snapshots;
 pub(crate) mod store;

@@ -74,6 +74,12 @@ pub(crate) const CACHE_ENCODES: &str = "watchmux_cache_encodes_total";
 pub(crate) const PROTOBUF_WATCH_ENDED: &str = "watchmux_cache_protobuf_watch_ended_total";
 /// Object versions the protobuf encoder refused, by variant and reason.
 pub(crate) const PROTOBUF_REFUSED: &str = "watchmux_cache_protobuf_refused_total";
+/// 1 while a protobuf variant is off for a cached kind, by resource, variant
+/// and reason (`schema_drift`: the served OpenAPI schema differs from the table).
+pub(crate) const PROTOBUF_DISABLED: &str = "watchmux_cache_protobuf_disabled";
+/// Checks of a cached kind's served schema against the protobuf table, by
+/// resource and result (`fits`, `schema_drift`, `unavailable`, `not_in_table`).
+pub(crate) const PROTOBUF_SCHEMA_CHECKS: &str = "watchmux_cache_protobuf_schema_checks_total";
 /// Upstream watch (re)starts, by resource and cause.
 pub(crate) const UPSTREAM_WATCH_RESTARTS: &str = "watchmux_upstream_watch_restarts_total";
 /// Upstream relists after the first, by resource and cause.
@@ -233,6 +239,14 @@ fn describe() {
     describe_counter!(
         PROTOBUF_REFUSED,
         "Object versions with no protobuf form (served as JSON or passed through), by variant and reason."
+    );
+    describe_gauge!(
+        PROTOBUF_DISABLED,
+        "1 while a protobuf variant is off for a cached kind (served as JSON or passed through), by resource, variant and reason (schema_drift)."
+    );
+    describe_counter!(
+        PROTOBUF_SCHEMA_CHECKS,
+        "Checks of a cached kind's served OpenAPI schema against the protobuf table when its cache lists, by resource and result (fits, schema_drift, unavailable, not_in_table)."
     );
     describe_counter!(UPSTREAM_WATCH_RESTARTS, "Upstream watch starts after the first, by resource and cause.");
     describe_counter!(UPSTREAM_RELISTS, "Upstream relists after the initial list, by resource and cause.");

@@ -52,6 +52,16 @@ impl Cluster {
             .unwrap_or_else(|_| panic!("the kubeconfig's server {authority} is not an IP address and port"))
     }
 
+    /// `integration/cmd/pbcheck` (client-go's protobuf decoder and metadata
+    /// informer): `WATCHMUX_E2E_PBCHECK`, else beside watchcheck.
+    pub fn pbcheck(&self) -> PathBuf {
+        let path = std::env::var("WATCHMUX_E2E_PBCHECK")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| self.watchcheck.with_file_name("pbcheck"));
+        assert!(path.exists(), "{} does not exist (integration/scripts/build-k8s.sh builds it)", path.display());
+        path
+    }
+
     /// kubectl against the API server directly.
     pub fn kubectl_direct(&self, args: &[&str]) -> Output {
         kubectl(&self.kubectl, &self.kubeconfig, args)

@@ -5,7 +5,13 @@
 //! but for the list's resourceVersion (the cache's own, where a consistent
 //! LIST of the API server names etcd's newest), whose items are compared byte
 //! for byte. Every answer must have come from the cache (its metrics), and
-//! client-go's typed informer (protobuf by default) runs through it.
+//! client-go's typed informer (protobuf by default) runs through it. Watch
+//! events that cannot be byte-identical (a watch-list's bookmark, a 410's
+//! message, each naming its server's own version) are decoded with client-go's
+//! own decoder (`pbcheck decode`) and compared as objects; a client-go
+//! metadata informer through the cache sees the API server's sequence
+//! (`pbcheck metadata`). CSRs awaiting a certificate show why they have no
+//! protobuf form here.
 
 use std::process::Command;
 use std::time::Duration;
@@ -296,6 +302,21 @@ async fn protobuf_gets_and_lists_from_the_cache_are_the_api_servers_bytes() {
     assert_eq!(served, 2.0 * named.len() as f64 + 4.0);
     // Each object version encoded once, though read twice (GET and LIST).
     assert_eq!(encodes, named.len() as f64 + 1.0, "one protobuf encode per object read");
+    // Each cache checked its kind against the API server's /openapi/v3 when it listed: the
+    // built-in kinds fit the table, the custom resource is not in it.
+    let checks = |result: &'static str| {
+        let filter = format!("result=\"{result}\"");
+        async move { watchmux_metric_sum(wm.admin, "watchmux_cache_protobuf_schema_checks_total", &[&filter]).await }
+    };
+    assert_eq!(checks("fits").await, 7.0, "configmaps, secrets, pods, services, endpointslices, leases, nodes");
+    assert_eq!(checks("not_in_table").await, 1.0);
+    assert_eq!(checks("schema_drift").await + checks("unavailable").await, 0.0, "log:\n{}", wm.log());
+    let disabled = watchmux_metric_sum(wm.admin, "watchmux_cache_protobuf_disabled", &["resource=\"pods\""]).await;
+    assert_eq!(disabled, 0.0, "checked and on");
+    let body = get(wm.admin, "/metrics").await;
+    let text = String::from_utf8(read(body).await.1.to_vec()).unwrap();
+    let gauges = text.lines().filter(|l| l.starts_with("watchmux_cache_protobuf_disabled{")).count();
+    assert_eq!(gauges, 14, "both variants of each of the 7 built-in kinds are shown:\n{text}");
     println!("protobuf e2e: {identical} objects byte-identical (GET bodies and LIST items), {encodes} encodes");
     cluster.kubectl_direct(&["delete", "node", &node, "--wait=false"]);
     cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
@@ -523,4 +544,310 @@ fn fields_until_varint(meta: &[u8]) -> Option<String> {
         }
     }
     None
+}
+
+/// client-go's metadata client, WATCH.
+const METADATA_WATCH: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,\
+                              application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+
+/// The type of a protobuf watch frame (WatchEvent field 1).
+fn frame_type(frame: &[u8]) -> String {
+    let event = fields(&frame[4..]);
+    String::from_utf8(event.iter().find(|(n, _)| *n == 1).expect("type").1.to_vec()).unwrap()
+}
+
+/// Whether a frame is the bookmark that ends the initial events (its object
+/// carries the `k8s.io/initial-events-end` annotation).
+fn ends_initial_events(frame: &[u8]) -> bool {
+    let marker = b"k8s.io/initial-events-end";
+    frame_type(frame) == "BOOKMARK" && frame.windows(marker.len()).any(|w| w == marker)
+}
+
+/// Frames up to and including the initial-events-end bookmark.
+async fn initial_events(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>, what: &str) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no initial-events-end bookmark"))
+            .unwrap_or_else(|| panic!("{what}: the stream ended before its initial-events-end bookmark"));
+        let end = ends_initial_events(&frame);
+        out.push(frame);
+        if end {
+            return out;
+        }
+    }
+}
+
+/// The next frame that is not a plain (progress) bookmark.
+async fn next_change(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>, what: &str) -> Vec<u8> {
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no change"))
+            .unwrap_or_else(|| panic!("{what}: the stream ended"));
+        if frame_type(&frame) != "BOOKMARK" {
+            return frame;
+        }
+    }
+}
+
+/// The events of a protobuf watch stream as client-go decodes them
+/// (`pbcheck decode`: its framer, WatchEvent decoder and scheme), one JSON
+/// value `{"type", "object"}` each.
+fn go_decode(cluster: &Cluster, stream: &[u8]) -> Vec<serde_json::Value> {
+    use std::io::Write;
+    let mut child = Command::new(cluster.pbcheck())
+        .arg("decode")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stream).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "pbcheck decode: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// A protobuf watch-list (sendInitialEvents, bookmarks) through the cache
+/// decodes, with client-go's own decoder, to the API server's events: the
+/// same objects as ADDED, the initial-events-end bookmark with its
+/// annotation, then the same live change.
+#[tokio::test]
+async fn a_protobuf_watch_list_from_the_cache_decodes_as_the_api_servers() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let client = cluster.direct_client();
+    let ns = namespace("pbwatchlist");
+    create_namespace(&client, &ns).await;
+    for name in ["c", "a", "b"] {
+        configmap(&client, "create", &ns, name).await;
+    }
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    let path = format!(
+        "/api/v1/namespaces/{ns}/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan\
+         &allowWatchBookmarks=true&timeoutSeconds=60"
+    );
+    let (direct_tx, mut direct_rx) = tokio::sync::mpsc::unbounded_channel();
+    let req = Request::get(&path).header("accept", KUBELET).body(watchmux::body::empty()).unwrap();
+    let resp = client.send(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/vnd.kubernetes.protobuf;stream=watch");
+    tokio::spawn(frames(resp, direct_tx));
+    let (cached_tx, mut cached_rx) = tokio::sync::mpsc::unbounded_channel();
+    let resp = send_via(&wm, &path, KUBELET).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/vnd.kubernetes.protobuf;stream=watch");
+    tokio::spawn(frames(resp, cached_tx));
+
+    let mut direct = initial_events(&mut direct_rx, "direct").await;
+    let mut cached = initial_events(&mut cached_rx, "watchmux").await;
+    configmap(&client, "update", &ns, "a").await;
+    direct.push(next_change(&mut direct_rx, "direct").await);
+    cached.push(next_change(&mut cached_rx, "watchmux").await);
+
+    let direct = go_decode(&cluster, &direct.concat());
+    let cached = go_decode(&cluster, &cached.concat());
+    let types: Vec<_> = direct.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["ADDED", "ADDED", "ADDED", "BOOKMARK", "MODIFIED"], "direct: {direct:?}");
+    assert_eq!(cached.len(), direct.len(), "watchmux: {cached:?}");
+    for (i, (c, d)) in cached.iter().zip(&direct).enumerate() {
+        assert_eq!(c["type"], d["type"], "event {i}");
+        if d["type"] == "BOOKMARK" {
+            // The bookmark's version is each server's own current version.
+            for (key, want) in [("kind", "ConfigMap"), ("apiVersion", "v1")] {
+                assert_eq!((c["object"][key].as_str(), d["object"][key].as_str()), (Some(want), Some(want)));
+            }
+            let annotations = serde_json::json!({"k8s.io/initial-events-end": "true"});
+            assert_eq!(d["object"]["metadata"]["annotations"], annotations);
+            assert_eq!(c["object"]["metadata"], {
+                let mut m = d["object"]["metadata"].clone();
+                m["resourceVersion"] = c["object"]["metadata"]["resourceVersion"].clone();
+                m
+            });
+            let rv =
+                |e: &serde_json::Value| e["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>();
+            assert!(rv(c).unwrap() > 0 && rv(d).unwrap() > 0);
+        } else {
+            assert_eq!(c["object"], d["object"], "event {i}: the objects decode differently");
+        }
+    }
+    let names: Vec<_> = cached[..3].iter().map(|e| e["object"]["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a", "b", "c"], "initial events in key order");
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_watch_total", &[]).await, 1.0, "served by the cache");
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await, 0.0);
+    println!("protobuf watch-list e2e: {} events decode equal with client-go", cached.len());
+    cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// A protobuf watch from a version older than both histories: the same 200,
+/// the same content type, one ERROR event whose Status has the API server's
+/// code, reason and status (the message names each one's own current
+/// version), for the kubelet's Accept and the metadata client's.
+#[tokio::test]
+async fn a_protobuf_watch_at_a_too_old_version_gets_the_api_servers_410() {
+    let _exclusive = CLUSTER.write().await;
+    let cluster = Cluster::from_env();
+    // On a fresh cluster the API server's watch cache began near version 1 and
+    // serves a watch from there; after a restart it begins at etcd's newest.
+    restart_apiserver();
+    let client = cluster.direct_client();
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    let path = "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1";
+    for accept in [KUBELET, METADATA_WATCH] {
+        let mut direct = get_direct_as(&client, path, accept).await;
+        // The restarted API server's watch cache may still be starting (429).
+        for _ in 0..50 {
+            if direct.0 != 429 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            direct = get_direct_as(&client, path, accept).await;
+        }
+        let cached = get_via(&wm, path, accept).await;
+        assert_eq!((cached.0, &cached.1), (direct.0, &direct.1), "{accept}: code and content type");
+        assert_eq!(cached.0, 200);
+        let (direct, cached) = (go_decode(&cluster, &direct.2), go_decode(&cluster, &cached.2));
+        assert_eq!((direct.len(), cached.len()), (1, 1), "{accept}: one event each: {direct:?} {cached:?}");
+        let (d, c) = (&direct[0], &cached[0]);
+        for e in [d, c] {
+            assert_eq!(e["type"], "ERROR");
+            let status = &e["object"];
+            assert_eq!((status["kind"].as_str(), status["apiVersion"].as_str()), (Some("Status"), Some("v1")));
+            assert_eq!((status["code"].as_i64(), status["reason"].as_str()), (Some(410), Some("Expired")));
+            assert_eq!(status["status"], "Failure");
+            assert!(status["message"].as_str().unwrap().starts_with("too old resource version: 1 ("), "{status}");
+        }
+        let without_message = |e: &serde_json::Value| {
+            let mut s = e["object"].clone();
+            s.as_object_mut().unwrap().remove("message");
+            s
+        };
+        assert_eq!(without_message(c), without_message(d), "{accept}: the Status differs beyond its message");
+    }
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_watch_total", &[]).await, 2.0, "both from the cache");
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await, 0.0);
+}
+
+/// client-go's metadata informer (PartialObjectMetadata in protobuf) sees
+/// through the cache the same sequence of names and versions as straight
+/// from the API server, and the cache served its list and watch.
+#[tokio::test]
+async fn a_client_go_metadata_informer_sees_the_api_servers_sequence_from_the_cache() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    let ns = namespace("pbmeta");
+    let encodes = || {
+        watchmux_metric_sum(wm.admin, "watchmux_cache_encodes_total", &["variant=\"partial_object_metadata_protobuf\""])
+    };
+    let before = encodes().await;
+    let out = Command::new(cluster.pbcheck())
+        .arg("metadata")
+        .arg("--direct")
+        .arg(&cluster.kubeconfig)
+        .arg("--via")
+        .arg(&wm.kubeconfig)
+        .args(["--namespace", &ns, "--count", "3"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}\n{}", String::from_utf8_lossy(&out.stderr), wm.log());
+    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(result["events"], 5, "3 adds, an update, a delete: {result}");
+    let watches = watchmux_metric_sum(wm.admin, "watchmux_cache_watch_total", &["resource=\"configmaps\""]).await;
+    assert!(watches >= 1.0, "the informer's watch was served from the cache");
+    let encoded = encodes().await - before;
+    assert!(encoded >= 5.0, "each change reached the informer as PartialObjectMetadata protobuf ({encoded} encodes)");
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await, 0.0, "{}", wm.log());
+    println!("metadata informer e2e: {result}");
+    cluster.kubectl_direct(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// PEM from `openssl req` (a CSR, or with `-x509` a self-signed certificate), base64 as JSON has it.
+fn openssl_pem(args: &[&str]) -> String {
+    use base64::Engine as _;
+    let out = Command::new("openssl")
+        .args(["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "/dev/null", "-subj", "/CN=watchmux-pb"])
+        .args(args)
+        .output()
+        .expect("openssl");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    base64::engine::general_purpose::STANDARD.encode(out.stdout)
+}
+
+/// CertificateSigningRequests: one awaiting its certificate, one whose
+/// status was written with `"certificate": ""`, one issued. The API server's
+/// JSON of the first two says the same (`"status":{}`) while its protobuf
+/// does not (a nil `[]byte` is left out, an empty one written with length 0),
+/// so no JSON-only encoder can know which to send: the cache answers those
+/// in JSON (the kubelet's Accept) or passes through (protobuf alone), and
+/// serves the issued one in protobuf, byte for byte the API server's.
+#[tokio::test]
+async fn certificate_signing_requests_are_protobuf_once_issued_and_json_while_their_certificate_is_ambiguous() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let client = cluster.direct_client();
+    let prefix = namespace("pbcsr");
+    let request = openssl_pem(&[]);
+    let certificate = openssl_pem(&["-x509", "-days", "1"]);
+    let base = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    let (pending, empty, issued) = (format!("{prefix}-pending"), format!("{prefix}-empty"), format!("{prefix}-issued"));
+    for (name, status) in [(&pending, None), (&empty, Some("")), (&issued, Some(certificate.as_str()))] {
+        let csr = serde_json::json!({
+            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": name},
+            "spec": {"request": request, "signerName": "example.com/watchmux-pb", "usages": ["client auth"]},
+        });
+        let mut created = direct_json(&client, http::Method::POST, base, csr).await;
+        if let Some(cert) = status {
+            created["status"] = serde_json::json!({"certificate": cert});
+            direct_json(&client, http::Method::PUT, &format!("{base}/{name}/status"), created).await;
+        }
+    }
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "certificatesigningrequests", "--cache-warm"]).await;
+
+    // What the API server itself says about the first two.
+    let (p, e) = (format!("{base}/{pending}"), format!("{base}/{empty}"));
+    for path in [&p, &e] {
+        let json: serde_json::Value =
+            serde_json::from_slice(&get_direct_as(&client, path, "application/json").await.2).unwrap();
+        assert_eq!(json["status"], serde_json::json!({}), "{path}: JSON shows no certificate");
+    }
+    // The status (field 3) is the body's last field before the envelope's `1a 00 22 00`.
+    let nil_status: &[u8] = &[0x1a, 0x00, 0x1a, 0x00, 0x22, 0x00];
+    let empty_certificate: &[u8] = &[0x1a, 0x02, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00];
+    assert!(get_direct_as(&client, &p, PROTOBUF).await.2.ends_with(nil_status), "awaiting: certificate nil");
+    assert!(get_direct_as(&client, &e, PROTOBUF).await.2.ends_with(empty_certificate), "\"\": written, length 0");
+
+    // Through the cache: JSON for the kubelet's Accept, the API server's bytes.
+    for path in [&p, &e] {
+        let direct = get_direct_as(&client, path, "application/json").await;
+        let cached = get_via(&wm, path, KUBELET).await;
+        assert_eq!((cached.0, cached.1.as_str()), (200, "application/json"), "{path}");
+        assert!(cached.2 == direct.2, "{path}: the cache's JSON is the API server's");
+    }
+    // Protobuf alone: the API server answers, with its own form of each.
+    for path in [&p, &e] {
+        let (direct, cached) = both(&client, &wm, path, PROTOBUF).await;
+        assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF));
+        assert!(cached.2 == direct.2, "{path}: passed through");
+    }
+    // Issued: protobuf from the cache, byte for byte.
+    let (direct, cached) = both(&client, &wm, &format!("{base}/{issued}"), KUBELET).await;
+    assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF));
+    assert!(cached.2 == direct.2, "the issued CSR's protobuf differs from the API server's");
+
+    let refused =
+        watchmux_metric_sum(wm.admin, "watchmux_cache_protobuf_refused_total", &["reason=\"ambiguous_empty_bytes\""])
+            .await;
+    assert_eq!(refused, 2.0, "each ambiguous CSR refused once");
+    let passed =
+        watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &["reason=\"no_protobuf_form\""]).await;
+    assert_eq!(passed, 2.0, "only the protobuf-only GETs of the ambiguous two passed through");
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_get_total", &[]).await, 3.0);
+    for name in [&pending, &empty, &issued] {
+        cluster.kubectl_direct(&["delete", "csr", name, "--wait=false"]);
+    }
 }

@@ -5,6 +5,7 @@
 mod delegated;
 mod h2_abuse;
 mod harness;
+mod protobuf_drift;
 
 use std::time::Duration;
 

@@ -29,7 +29,7 @@ else
   echo "build-k8s: building kube-apiserver, kubectl, etcd, watchcheck, difftest $k8s_version (cold: 10-25 min on 2 cores)"
   start=$(date +%s)
   (cd "$integ" && go build -trimpath -ldflags "$ldflags" -o "$out/" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./cmd/etcd ./cmd/watchcheck ./cmd/difftest)
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./cmd/etcd ./cmd/watchcheck ./cmd/difftest ./cmd/pbcheck ./cmd/pbbench)
   echo "$stamp" > "$out/.stamp"
   echo "build-k8s: done in $(( $(date +%s) - start ))s"
 fi

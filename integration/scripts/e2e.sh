@@ -21,6 +21,7 @@ bash "$scripts/cluster-up.sh"
 export WATCHMUX_E2E_KUBECONFIG="$root/.run/kubeconfig"
 export WATCHMUX_E2E_KUBECTL="$root/.run/kubectl"
 export WATCHMUX_E2E_WATCHCHECK="$root/.run/bin/watchcheck"
+export WATCHMUX_E2E_PBCHECK="$root/.run/bin/pbcheck"
 export WATCHMUX_E2E_CLUSTER_UP="$scripts/cluster-up.sh"
 export WATCHMUX_E2E_ETCD="$(grep '^ETCD_ENDPOINT=' "$root/.run/cluster/env" | cut -d= -f2-)"
 

@@ -24,9 +24,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::object::CachedObject;
-use super::resource::Writer;
+use super::resource::{PROTOBUF_OFF_KIND, PROTOBUF_OFF_METADATA, Writer};
+use super::schema_check::{self, Outcome};
 use super::store::Objects;
 use super::upstream_watch::{LineEnd, LineSplitter, ReflectorError, collection_uri, read_line, upstream_get};
+use crate::encode::variant::ContentVariant;
 use crate::error::error_chain;
 use crate::metrics as m;
 use crate::upstream::Upstream;
@@ -131,7 +133,13 @@ impl Reflector {
                 if self.cache.is_ready() {
                     self.cache.set_relisting(true);
                 }
-                match self.list_all().await {
+                // The served schema is checked beside the list (bounded by its
+                // own timeout), so that a drifted kind has protobuf off before
+                // the cache is ready.
+                let (listed, schema) =
+                    tokio::join!(self.list_all(), schema_check::check(&self.upstream, &self.cache.shape.info));
+                self.apply_schema_check(schema);
+                match listed {
                     Ok((objects, rv)) => {
                         let count = objects.len();
                         self.cache.replace(objects, rv);
@@ -184,6 +192,53 @@ impl Reflector {
                 *next
             }
             ReflectorState::Gone => ReflectorState::Gone,
+        }
+    }
+
+    /// Turns protobuf off (or on again) as the schema check found, logging
+    /// and counting a change once, not at every relist.
+    fn apply_schema_check(&self, outcome: Outcome) {
+        let label = self.cache.label().to_owned();
+        metrics::counter!(m::PROTOBUF_SCHEMA_CHECKS, "resource" => label.clone(), "result" => outcome.label())
+            .increment(1);
+        let off = match &outcome {
+            Outcome::NotInTable | Outcome::Fits => 0,
+            Outcome::Drift { in_metadata, .. } => {
+                PROTOBUF_OFF_KIND | if *in_metadata { PROTOBUF_OFF_METADATA } else { 0 }
+            }
+            Outcome::Unavailable(why) => {
+                tracing::warn!(
+                    resource = %label,
+                    error = %why,
+                    "cannot read the served OpenAPI schema; protobuf stays as it was (the table's Kubernetes version is assumed)"
+                );
+                return;
+            }
+        };
+        let before = self.cache.set_protobuf_off(off);
+        // Every checked built-in kind shows the gauge (0 while it fits), so a
+        // dashboard tells "fits" from "never checked".
+        if !matches!(outcome, Outcome::NotInTable) {
+            for (bit, variant) in [
+                (PROTOBUF_OFF_KIND, ContentVariant::Protobuf),
+                (PROTOBUF_OFF_METADATA, ContentVariant::PartialObjectMetadataProtobuf),
+            ] {
+                let value = if off & bit != 0 { 1.0 } else { 0.0 };
+                metrics::gauge!(m::PROTOBUF_DISABLED, "resource" => label.clone(), "variant" => variant.metric_label(), "reason" => "schema_drift")
+                    .set(value);
+            }
+        }
+        if before == off {
+            return;
+        }
+        match outcome {
+            Outcome::Drift { differences, .. } => tracing::warn!(
+                resource = %label,
+                kind = %self.cache.shape.info.kind,
+                differences = ?differences,
+                "the served schema differs from the protobuf table (another Kubernetes version); protobuf is off for this kind"
+            ),
+            _ => tracing::info!(resource = %label, "the served schema fits the protobuf table again; protobuf is on"),
         }
     }
 

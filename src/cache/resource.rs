@@ -13,7 +13,7 @@
 mod writer;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
@@ -30,6 +30,7 @@ use super::object::{CachedObject, ObjectShape};
 use super::snapshots::KeptSnapshots;
 use super::store::{Objects, Snapshot, Store};
 use super::watcher::{Delivery, WatcherHandle};
+use crate::encode::variant::ContentVariant;
 use crate::encode::watch::EventType;
 use crate::metrics as m;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -152,7 +153,16 @@ pub(crate) struct ResourceCache {
     confirmed_at: Mutex<Option<Instant>>,
     /// Set once the upstream stopped serving the resource: no new watcher.
     closed: AtomicBool,
+    /// Protobuf variants turned off because the served schema drifted from
+    /// the table ([`PROTOBUF_OFF_KIND`], [`PROTOBUF_OFF_METADATA`]), set by
+    /// the reflector's schema check.
+    protobuf_off: AtomicU8,
 }
+
+/// The kind's own protobuf ([`ContentVariant::Protobuf`]) is off.
+pub(crate) const PROTOBUF_OFF_KIND: u8 = 1;
+/// PartialObjectMetadata in protobuf is off (ObjectMeta drifted).
+pub(crate) const PROTOBUF_OFF_METADATA: u8 = 2;
 
 impl std::fmt::Debug for ResourceCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -210,7 +220,25 @@ impl ResourceCache {
             snapshots: KeptSnapshots::new(window),
             confirmed_at: Mutex::new(None),
             closed: AtomicBool::new(false),
+            protobuf_off: AtomicU8::new(0),
         }
+    }
+
+    /// Whether `variant` is turned off for this kind (schema drift): the
+    /// cache then answers as for an object with no protobuf form.
+    pub(crate) fn protobuf_disabled(&self, variant: ContentVariant) -> bool {
+        let bit = match variant {
+            ContentVariant::Protobuf => PROTOBUF_OFF_KIND,
+            ContentVariant::PartialObjectMetadataProtobuf => PROTOBUF_OFF_METADATA,
+            _ => return false,
+        };
+        self.protobuf_off.load(Ordering::Acquire) & bit != 0
+    }
+
+    /// Sets which protobuf variants are off ([`PROTOBUF_OFF_KIND`] |
+    /// [`PROTOBUF_OFF_METADATA`]); returns what they were before.
+    fn set_protobuf_off(&self, off: u8) -> u8 {
+        self.protobuf_off.swap(off, Ordering::AcqRel)
     }
 
     /// The upstream no longer serves the resource: every watch stream ends,

@@ -199,9 +199,11 @@ impl CacheService {
         // A kind the encoder's table does not know (a custom resource: the API server has no
         // protobuf for it but PartialObjectMetadata, and answers the JSON the client accepts
         // next; or a kind newer than the table).
-        if answer.variant == ContentVariant::Protobuf
-            && MessageType::for_kind(&shape.info.api_version(), &shape.info.kind).is_none()
-        {
+        // Also a kind whose served schema drifted from the table (the
+        // reflector's schema check): the same fail-closed path.
+        let unknown_kind = answer.variant == ContentVariant::Protobuf
+            && MessageType::for_kind(&shape.info.api_version(), &shape.info.kind).is_none();
+        if unknown_kind || cache.protobuf_disabled(answer.variant) {
             match answer.fall_back() {
                 Ok(json) => answer = Answer { variant: json, or_json: None },
                 Err(reason) => return Served::Passthrough(reason),

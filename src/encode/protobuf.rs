@@ -43,6 +43,8 @@ mod wire;
 use serde_json::value::RawValue;
 
 use message::{Encoder, Path};
+#[cfg(test)]
+pub(crate) use openapi::served_document;
 pub use openapi::{OpenApiError, openapi_drift};
 use schema::{MsgId, Scalar, Schema, Shape};
 
@@ -339,7 +341,11 @@ fn refuse_raw_extension_items(ty: MessageType, kind: &str) -> Result<(), Unplace
 
 /// `k8s\0` + `runtime.Unknown{typeMeta, raw: message, "", ""}`.
 pub fn envelope(api_version: &str, kind: &str, message: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(message.len() + api_version.len() + kind.len() + 16);
+    // Exactly the size: the cache keeps this allocation for the object
+    // version's life (its protobuf memo), and a Vec that grows doubles.
+    let type_meta = wire::len_field_size(api_version.len()) + wire::len_field_size(kind.len());
+    let size = MAGIC.len() + wire::len_field_size(type_meta) + wire::len_field_size(message.len()) + 2 + 2;
+    let mut out = Vec::with_capacity(size);
     out.extend_from_slice(MAGIC);
     let start = wire::begin_len(&mut out, 1);
     wire::put_bytes(&mut out, 1, api_version.as_bytes());
@@ -348,6 +354,7 @@ pub fn envelope(api_version: &str, kind: &str, message: &[u8]) -> Vec<u8> {
     wire::put_bytes(&mut out, 2, message);
     wire::put_bytes(&mut out, 3, b"");
     wire::put_bytes(&mut out, 4, b"");
+    debug_assert_eq!(out.len(), size);
     out
 }
 

@@ -120,6 +120,12 @@ impl Writer {
     pub(crate) fn set_list_items_typed(&self, typed: bool) {
         self.cache.set_list_items_typed(typed)
     }
+
+    /// Which protobuf variants the schema check turned off; returns the
+    /// previous setting.
+    pub(crate) fn set_protobuf_off(&self, off: u8) -> u8 {
+        self.cache.set_protobuf_off(off)
+    }
 }
 
 #[cfg(test)]

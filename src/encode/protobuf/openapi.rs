@@ -133,6 +133,54 @@ fn reference(v: &Value) -> Option<&str> {
     r.strip_prefix("#/components/schemas/")
 }
 
+/// A document serving exactly the table's view of `ty` and every message it
+/// reaches (inline members flattened), as kube-openapi would for the pinned
+/// version: what tests start from before making it drift.
+#[cfg(test)]
+pub(crate) fn served_document(ty: MessageType) -> Value {
+    fn describe(schema: &Schema, id: MsgId, props: &mut serde_json::Map<String, Value>, todo: &mut Vec<MsgId>) {
+        if schema.messages[id].typemeta {
+            props.insert("apiVersion".into(), serde_json::json!({"type": "string"}));
+            props.insert("kind".into(), serde_json::json!({"type": "string"}));
+        }
+        for f in &schema.messages[id].fields {
+            if f.inline {
+                if let Shape::Single(Scalar::Message(sub)) = f.shape {
+                    describe(schema, sub, props, todo);
+                }
+                continue;
+            }
+            let mut element = |s: Scalar| match s {
+                Scalar::Message(sub) if !schema.messages[sub].wrapper => {
+                    todo.push(sub);
+                    let name = openapi_name(&schema.messages[sub].name);
+                    serde_json::json!({"allOf": [{"$ref": format!("#/components/schemas/{name}")}], "default": {}})
+                }
+                _ => serde_json::json!({"type": "string"}),
+            };
+            let prop = match f.shape {
+                Shape::Single(s) => element(s),
+                Shape::Repeated(s) => serde_json::json!({"type": "array", "items": element(s)}),
+                Shape::Map(s) => serde_json::json!({"type": "object", "additionalProperties": element(s)}),
+            };
+            props.insert(f.json_name.clone(), prop);
+        }
+    }
+    let schema = Schema::get();
+    let mut schemas = serde_json::Map::new();
+    let mut todo = vec![ty.0];
+    let mut seen = HashSet::new();
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let mut props = serde_json::Map::new();
+        describe(schema, id, &mut props, &mut todo);
+        schemas.insert(openapi_name(&schema.messages[id].name), serde_json::json!({"properties": props}));
+    }
+    serde_json::json!({"components": {"schemas": schemas}})
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -280,6 +280,48 @@ fn an_omitempty_byte_slice_left_out_is_refused_as_ambiguous() {
     assert!(encode_object(csr.as_bytes()).is_ok());
 }
 
+/// A CertificateSigningRequest awaiting its certificate (`"status":{}` in the
+/// API server's JSON) has two protobuf forms in kube-apiserver v1.37.2, seen
+/// on a real one (integration/e2e/protobuf.rs): certificate nil (created, never
+/// written) ends the body with `1a 00` then the envelope's `1a 00 22 00`; a
+/// status written with `"certificate": ""` (validation allows it: an empty
+/// certificate equals a nil one for `bytes.Equal`) keeps an empty slice, `1a 02
+/// 12 00`. The encoder writes each when the JSON says which, and refuses the
+/// absent field, which says neither.
+#[test]
+fn a_csr_awaiting_its_certificate_has_two_go_forms_and_json_tells_neither() {
+    let csr = |status: &str| {
+        format!(
+            r#"{{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{{"name":"c"}},"spec":{{"request":"","signerName":"example.com/x","usages":["client auth"]}},"status":{status}}}"#
+        )
+    };
+    let nil = encode_object(csr(r#"{"certificate":null}"#).as_bytes()).unwrap();
+    assert!(nil.ends_with(&[0x1a, 0x00, 0x1a, 0x00, 0x22, 0x00]), "{nil:02x?}");
+    let empty = encode_object(csr(r#"{"certificate":""}"#).as_bytes()).unwrap();
+    assert!(empty.ends_with(&[0x1a, 0x02, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00]), "{empty:02x?}");
+    assert_eq!(empty.len(), nil.len() + 2);
+    let e = encode_object(csr("{}").as_bytes()).unwrap_err();
+    assert!(matches!(&e, Unplaceable::AmbiguousEmptyBytes { path } if path == ".status.certificate"), "{e}");
+    // Issued: the certificate's bytes, like any present []byte.
+    let issued = encode_object(csr(r#"{"certificate":"AAE="}"#).as_bytes()).unwrap();
+    assert!(issued.ends_with(&[0x1a, 0x04, 0x12, 0x02, 0x00, 0x01, 0x1a, 0x00, 0x22, 0x00]), "{issued:02x?}");
+}
+
+/// The cache keeps an envelope for an object version's life: it must hold
+/// no spare capacity (a Vec that grew would keep up to twice its bytes; a
+/// one-byte-short estimate made the memo of a 1.8 KiB pod cost 3.6 KiB).
+#[test]
+fn an_envelope_is_allocated_at_its_exact_size() {
+    let long = "x".repeat(200);
+    for (api_version, kind) in [("v1", "Pod"), ("meta.k8s.io/v1", "PartialObjectMetadata"), (long.as_str(), "K")] {
+        for len in [0, 1, 127, 128, 1_800, 16_383, 16_384, 2_100_000] {
+            let body = envelope(api_version, kind, &vec![7; len]);
+            assert_eq!(body.capacity(), body.len(), "{api_version} {kind}, a message of {len} bytes");
+            assert_eq!(envelope_message(&body).map(|r| r.len()), Some(len));
+        }
+    }
+}
+
 #[test]
 fn values_of_the_wrong_form_are_refused() {
     for (json, path) in [

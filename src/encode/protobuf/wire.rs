@@ -24,6 +24,16 @@ pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// How many bytes [`put_varint`] writes for `v`.
+pub(super) fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// How many bytes [`put_bytes`] writes for a field below 16 with a body of `len` bytes.
+pub(super) fn len_field_size(len: usize) -> usize {
+    1 + varint_len(len as u64) + len
+}
+
 pub(super) fn put_key(out: &mut Vec<u8>, field: u32, wire: u8) {
     put_varint(out, (u64::from(field) << 3) | u64::from(wire));
 }
@@ -87,6 +97,15 @@ mod tests {
             in_place.extend_from_slice(&body);
             end_len(&mut in_place, start);
             prop_assert_eq!(in_place, whole);
+        }
+    }
+
+    #[test]
+    fn varint_len_is_what_put_varint_writes() {
+        for v in [0, 1, 127, 128, 16_383, 16_384, u64::from(u32::MAX), u64::MAX] {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            assert_eq!(varint_len(v), out.len(), "{v}");
         }
     }
 
