@@ -227,7 +227,13 @@ impl Body for WatchStream {
         match this.handle.take(cx.waker()) {
             Ok(Some(d)) => {
                 this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
-                return this.event(d.kind, d.object());
+                let frame = this.event(d.kind, d.object());
+                if !this.finished {
+                    // Returning the frame hands it to the connection: the
+                    // fan-out histogram's end (see metrics::FANOUT_DURATION).
+                    this.cache.fanout_handed(&d.event);
+                }
+                return frame;
             }
             Ok(None) => {}
             Err(Terminated::Behind) => return this.end(),
