@@ -20,8 +20,11 @@ cd "$root"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 # bench_build <bench name> <log dir>: release watchmux and the bench, copied to <log dir>.
+# BENCH_SKIP_BUILD=1 runs the copies already there (built earlier, e.g.
+# before a change, for a before/after comparison in the same minute).
 bench_build() {
   mkdir -p "$2"
+  if [[ ${BENCH_SKIP_BUILD:-0} == 1 && -x $2/$1-bench && -x $2/watchmux ]]; then return 0; fi
   cargo build --locked --release -q
   local exe
   exe="$(cargo bench --locked --bench "$1" --no-run --message-format=json -q 2>/dev/null |
