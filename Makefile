@@ -90,6 +90,12 @@ bench-passthrough:
 bench-fanout:
 	bash integration/scripts/bench-fanout.sh
 
+## Memory per idle HTTP/1.1 watcher, plain and TLS, one connection each
+## (issue 14): IDLE_N watches (2000) of an empty namespace, RSS delta / N.
+.PHONY: bench-idle-memory
+bench-idle-memory:
+	bash integration/scripts/bench-idle-memory.sh
+
 ## Kubelet-shaped load: M kubelets' pod, node, service, configmap, secret watches.
 bench-kubelet:
 	bash integration/scripts/bench-kubelet.sh

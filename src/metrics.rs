@@ -80,6 +80,27 @@ pub(crate) const PROTOBUF_DISABLED: &str = "watchmux_cache_protobuf_disabled";
 /// Checks of a cached kind's served schema against the protobuf table, by
 /// resource and result (`fits`, `schema_drift`, `unavailable`, `not_in_table`).
 pub(crate) const PROTOBUF_SCHEMA_CHECKS: &str = "watchmux_cache_protobuf_schema_checks_total";
+/// watchmux's own part of delivering a live event, by resource and stage.
+///
+/// It starts when the event's line has been read from the upstream watch
+/// (before it is decoded, so decoding counts). `stage="queued"` ends when
+/// the dispatcher has offered the event to every interested watcher, i.e. it
+/// sits in the last watcher's queue. `stage="handed"` ends when the last of
+/// those watchers' response bodies has handed the event's frame to its
+/// connection: `poll_frame` returned it to hyper, which owns the bytes from
+/// then on (on HTTP/2, h2's send buffer of that stream, written out by the
+/// connection's task as flow control allows; on HTTP/1.1, the connection's
+/// write queue, flushed before the body is polled again). The socket write
+/// and the network are not in it; a client's receipt minus the upstream's
+/// event time is that, plus this.
+///
+/// One clock read per event and stage, not per watcher: the watchers share an
+/// atomic count of the deliveries still to hand over, and whoever takes it to
+/// zero reads the clock. An event some watcher never takes (it was closed,
+/// or fell behind and was terminated) has no `handed` observation. Events a
+/// relist produces are not timed, nor events that reached no watcher. Not by
+/// content variant: one event's watchers may ask for several.
+pub(crate) const FANOUT_DURATION: &str = "watchmux_fanout_duration_seconds";
 /// Upstream watch (re)starts, by resource and cause.
 pub(crate) const UPSTREAM_WATCH_RESTARTS: &str = "watchmux_upstream_watch_restarts_total";
 /// Upstream relists after the first, by resource and cause.
@@ -126,6 +147,11 @@ const AUTH_CHECK_BUCKETS: &[f64] =
 const CACHE_REQUEST_BUCKETS: &[f64] =
     &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
+/// Buckets for the fan-out time: a few watchers take tens of microseconds,
+/// ten thousand tens of milliseconds.
+const FANOUT_BUCKETS: &[f64] =
+    &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
 /// Latency buckets, in seconds, for every `_seconds` histogram: from 1 ms (a
 /// cached answer) to a minute (a slow upstream LIST).
 const LATENCY_BUCKETS: &[f64] =
@@ -138,6 +164,7 @@ pub(crate) fn install() -> anyhow::Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(AUTH_CHECK_DURATION.into()), AUTH_CHECK_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(CACHE_REQUEST_DURATION.into()), CACHE_REQUEST_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(FANOUT_DURATION.into()), FANOUT_BUCKETS)?
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)?
         .upkeep_timeout(Duration::from_secs(5))
         .install_recorder()?;
@@ -247,6 +274,11 @@ fn describe() {
     describe_counter!(
         PROTOBUF_SCHEMA_CHECKS,
         "Checks of a cached kind's served OpenAPI schema against the protobuf table when its cache lists, by resource and result (fits, schema_drift, unavailable, not_in_table)."
+    );
+    describe_histogram!(
+        FANOUT_DURATION,
+        Unit::Seconds,
+        "watchmux's own time to fan a live event out, from reading its line from the upstream watch to: stage=queued, its offer to the last interested watcher's queue; stage=handed, the last of those watchers' bodies handing its frame to the connection (hyper's buffers; the socket write is not included). By resource."
     );
     describe_counter!(UPSTREAM_WATCH_RESTARTS, "Upstream watch starts after the first, by resource and cause.");
     describe_counter!(UPSTREAM_RELISTS, "Upstream relists after the initial list, by resource and cause.");

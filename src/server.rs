@@ -3,6 +3,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod early_resets;
+pub(crate) mod fd_limit;
 pub(crate) mod hosts;
 pub(crate) mod limits;
 pub(crate) mod listener;
@@ -230,6 +231,7 @@ impl Server {
     /// requests up to the grace period to finish.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let Self { api, api_tls, api_unix, admin, upstream, opts } = self;
+        fd_limit::raise_nofile();
         let accept_stop = CancellationToken::new();
         let streams_stop = CancellationToken::new();
         let background_stop = CancellationToken::new();

@@ -20,8 +20,11 @@ cd "$root"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 # bench_build <bench name> <log dir>: release watchmux and the bench, copied to <log dir>.
+# BENCH_SKIP_BUILD=1 runs the copies already there (built earlier, e.g.
+# before a change, for a before/after comparison in the same minute).
 bench_build() {
   mkdir -p "$2"
+  if [[ ${BENCH_SKIP_BUILD:-0} == 1 && -x $2/$1-bench && -x $2/watchmux ]]; then return 0; fi
   cargo build --locked --release -q
   local exe
   exe="$(cargo bench --locked --bench "$1" --no-run --message-format=json -q 2>/dev/null |
@@ -87,13 +90,22 @@ watchmux_warnings() {
 # run_config <bench> <tag> <cache resources> [VAR=value...]: one configuration
 # of a bench with a fresh watchmux (--cache-resources <list> --cache-warm);
 # results to $logs/<bench>-<tag>.json, watchmux's log to $logs/watchmux-<tag>.log.
+# BENCH_WATCHMUX_CPU and BENCH_LOAD_CPU (taskset core lists, e.g. 1 and 0)
+# pin watchmux and the bench's clients apart, so that watchmux's figures are
+# not the clients'; kube-apiserver and etcd are left where they run.
 run_config() {
   local bench="$1" tag="$2" resources="$3"; shift 3
   local log="$logs/watchmux-$tag.log"
   start_watchmux "$logs/watchmux" "$log" --cache-resources "$resources" --cache-warm
   bench_env
+  local pin=()
+  if [[ -n ${BENCH_WATCHMUX_CPU:-} ]]; then
+    # Every thread of watchmux on its own core(s), the bench's clients on others.
+    taskset -apc "$BENCH_WATCHMUX_CPU" "$wm_pid" >/dev/null
+    pin=(taskset -c "${BENCH_LOAD_CPU:?BENCH_LOAD_CPU must be set with BENCH_WATCHMUX_CPU}")
+  fi
   env "$@" BENCH_OUT="$logs/$bench-$tag.json" \
-    timeout --signal=INT --kill-after=10 "${BENCH_RUN_TIMEOUT:-600}" "$logs/$bench-bench" --bench ||
+    timeout --signal=INT --kill-after=10 "${BENCH_RUN_TIMEOUT:-600}" "${pin[@]}" "$logs/$bench-bench" --bench ||
     echo "bench-$bench: the $tag run failed (exit $?); watchmux alive: $(kill -0 "$wm_pid" 2>/dev/null && echo yes || echo no)"
   stop_watchmux
   watchmux_warnings "$log"

@@ -148,6 +148,7 @@ impl Client {
                     return;
                 }
                 Err(Terminated::Behind) => panic!("a model client fell behind"),
+                Err(Terminated::Stopped) => panic!("a model client was stopped"),
             }
         }
     }

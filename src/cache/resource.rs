@@ -48,6 +48,8 @@ struct CacheMetrics {
     read_wait: metrics::Histogram,
     staleness: metrics::Gauge,
     relisting: metrics::Gauge,
+    fanout_queued: metrics::Histogram,
+    fanout_handed: metrics::Histogram,
 }
 
 impl CacheMetrics {
@@ -64,6 +66,8 @@ impl CacheMetrics {
             read_wait: metrics::histogram!(m::CACHE_READ_WAIT, &l()),
             staleness: metrics::gauge!(m::CACHE_STALENESS, &l()),
             relisting: metrics::gauge!(m::CACHE_RELIST_IN_PROGRESS, &l()),
+            fanout_queued: metrics::histogram!(m::FANOUT_DURATION, "resource" => label.to_owned(), "stage" => "queued"),
+            fanout_handed: metrics::histogram!(m::FANOUT_DURATION, "resource" => label.to_owned(), "stage" => "handed"),
         }
     }
 }
@@ -360,8 +364,8 @@ impl ResourceCache {
         self.publish(rv);
     }
 
-    /// Applies one upstream event.
-    fn apply(&self, kind: EventType, object: CachedObject) {
+    /// Applies one upstream event, whose line had been read at `arrived`.
+    fn apply_at(&self, kind: EventType, object: CachedObject, arrived: std::time::Instant) {
         let now = Instant::now();
         self.metrics.events_received.increment(1);
         self.confirm_current(now);
@@ -371,15 +375,29 @@ impl ResourceCache {
             // would break the history's order.
             return;
         }
-        let event = Arc::new(st.store.apply(kind, Arc::new(object)));
+        let event = Arc::new(st.store.apply(kind, Arc::new(object)).arrived_at(arrived));
         st.history.push(event.rv, now, event.clone());
         let mut dispatcher = self.dispatcher.lock();
-        self.dispatch(&mut dispatcher, &event, now);
+        let delivered = self.dispatch(&mut dispatcher, &event, now);
         drop(dispatcher);
+        if let Some(fanout) = &event.fanout
+            && delivered > 0
+        {
+            self.metrics.fanout_queued.record(fanout.arrived.elapsed());
+            if fanout.queued(delivered) {
+                self.metrics.fanout_handed.record(fanout.arrived.elapsed());
+            }
+        }
         self.record_gauges(&st);
         let rv = st.store.rv();
         drop(st);
         self.publish(rv);
+    }
+
+    /// Applies one upstream event that arrived now (tests).
+    #[cfg(test)]
+    fn apply(&self, kind: EventType, object: CachedObject) {
+        self.apply_at(kind, object, std::time::Instant::now());
     }
 
     /// An upstream bookmark: nothing changed up to `rv`.
@@ -392,13 +410,25 @@ impl ResourceCache {
         self.publish(rv);
     }
 
-    fn dispatch(&self, dispatcher: &mut Dispatcher, event: &Arc<CacheEvent>, now: Instant) {
+    /// Offers `event` to its watchers; returns how many it was queued for.
+    fn dispatch(&self, dispatcher: &mut Dispatcher, event: &Arc<CacheEvent>, now: Instant) -> usize {
         let out = dispatcher.dispatch(event, now);
         self.metrics.events_dispatched.increment(1);
         self.metrics.deliveries.increment(out.delivered as u64);
         if out.terminated > 0 {
             self.metrics.terminated_watchers.increment(out.terminated as u64);
             self.metrics.registered_watchers.decrement(out.terminated as f64);
+        }
+        out.delivered
+    }
+
+    /// A watcher's body handed a live event's frame to its connection: the
+    /// last one to do so ends the event's fan-out time.
+    pub(crate) fn fanout_handed(&self, event: &CacheEvent) {
+        if let Some(fanout) = &event.fanout
+            && fanout.handed_one()
+        {
+            self.metrics.fanout_handed.record(fanout.arrived.elapsed());
         }
     }
 

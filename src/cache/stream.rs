@@ -15,7 +15,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use http_body::{Body, Frame};
@@ -96,8 +96,31 @@ pub(crate) struct WatchStream {
     deadline: Pin<Box<Sleep>>,
     deadline_at: Instant,
     bookmark: Option<Pin<Box<Sleep>>>,
+    /// The server's stop token, polled once, at the first poll, with a
+    /// waker that stops the watcher (see [`StopWatcher`]); kept, so that it
+    /// stays registered.
     stop: Pin<Box<WaitForCancellationFutureOwned>>,
+    stop_registered: bool,
     finished: bool,
+}
+
+/// The waker the stop token holds for one stream: cancelling the token
+/// stops the watcher, which wakes its body through the watcher's queue.
+///
+/// Polling the token itself on every poll of every stream took its mutex
+/// (and the notifier's) once per event per watcher, one lock shared by all
+/// streams; registered once this way, shutdown costs a stream one atomic load
+/// per poll.
+struct StopWatcher(Arc<WatcherHandle>);
+
+impl Wake for StopWatcher {
+    fn wake(self: Arc<Self>) {
+        self.0.stop();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.stop();
+    }
 }
 
 impl WatchStream {
@@ -128,6 +151,7 @@ impl WatchStream {
             deadline_at,
             bookmark,
             stop,
+            stop_registered: false,
             finished: false,
         }
     }
@@ -199,7 +223,14 @@ impl Body for WatchStream {
         // Shutdown and the timeout end the stream even when events are
         // waiting: the client resumes from the last version it received, as
         // after any watch timeout.
-        if this.stop.as_mut().poll(cx).is_ready() || this.deadline.as_mut().poll(cx).is_ready() {
+        if !this.stop_registered {
+            this.stop_registered = true;
+            let waker = Waker::from(Arc::new(StopWatcher(this.handle.clone())));
+            if this.stop.as_mut().poll(&mut Context::from_waker(&waker)).is_ready() {
+                return this.end();
+            }
+        }
+        if this.handle.is_stopped() || this.deadline.as_mut().poll(cx).is_ready() {
             return this.end();
         }
         if let Some(cursor) = &mut this.initial {
@@ -227,10 +258,16 @@ impl Body for WatchStream {
         match this.handle.take(cx.waker()) {
             Ok(Some(d)) => {
                 this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
-                return this.event(d.kind, d.object());
+                let frame = this.event(d.kind, d.object());
+                if !this.finished {
+                    // Returning the frame hands it to the connection: the
+                    // fan-out histogram's end (see metrics::FANOUT_DURATION).
+                    this.cache.fanout_handed(&d.event);
+                }
+                return frame;
             }
             Ok(None) => {}
-            Err(Terminated::Behind) => return this.end(),
+            Err(Terminated::Behind | Terminated::Stopped) => return this.end(),
             Err(Terminated::Expired(too_old)) => {
                 // The API server's answer to a watch from a version it cannot
                 // bridge; the client lists again.

@@ -114,8 +114,10 @@ pub(crate) fn decode_line(cache: &ResourceCache, line: Line) -> Result<Option<Ch
         Line::Blank => Ok(None),
         Line::Bookmark(rv) => Ok(Some(Change::Bookmark(rv))),
         Line::Event(kind, raw) => {
+            // The start of the event's fan-out time: decoding is watchmux's work too.
+            let arrived = std::time::Instant::now();
             let obj = CachedObject::decode(raw, &cache.shape).map_err(|e| LineEnd::Failed(e.to_string()))?;
-            Ok(Some(Change::Event(kind, obj)))
+            Ok(Some(Change::Event(kind, obj, arrived)))
         }
     }
 }

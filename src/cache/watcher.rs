@@ -7,9 +7,15 @@
 //! behind, it is terminated: its stream ends and the client resumes from the
 //! last resourceVersion it received. The dispatcher never waits for a
 //! watcher, so one slow client cannot delay the others.
+//!
+//! Shutdown reaches a watcher through its queue too ([`WatcherHandle::stop`]):
+//! the body then learns of it from the lock it takes anyway for the next
+//! event, instead of polling the server's cancellation token (a mutex shared
+//! by every stream) on each poll.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -80,11 +86,33 @@ pub(crate) struct WatcherHandle {
     pub start_rv: u64,
     grace: Duration,
     queue: Mutex<Queue>,
+    /// Set by [`Self::stop`]: the stream ends cleanly, events waiting or not.
+    /// Outside the queue's lock so the body can look at it without one.
+    stopped: AtomicBool,
 }
 
 impl WatcherHandle {
     pub(crate) fn new(id: u64, filter: Filter, start_rv: u64, grace: Duration) -> Self {
-        Self { id, filter, start_rv, grace, queue: Mutex::new(Queue::default()) }
+        Self { id, filter, start_rv, grace, queue: Mutex::new(Queue::default()), stopped: AtomicBool::new(false) }
+    }
+
+    /// Ends the watcher's stream at its next poll, even with events waiting
+    /// (the server is shutting down; the client resumes elsewhere from the
+    /// last version it got), and wakes its body.
+    pub(crate) fn stop(&self) {
+        // Stored before the lock is taken and read by `take` under it: a body
+        // that registers its waker after this has seen the flag, one that
+        // registered before is woken here.
+        self.stopped.store(true, Ordering::Release);
+        let waker = self.queue.lock().waker.take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Whether [`Self::stop`] was called: one atomic load, no lock.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
     }
 
     /// Offers one delivery; never blocks.
@@ -148,6 +176,9 @@ impl WatcherHandle {
                 None => Terminated::Behind,
             });
         }
+        if self.is_stopped() {
+            return Err(Terminated::Stopped);
+        }
         match q.events.pop_front() {
             Some(d) => {
                 if q.events.len() <= QUEUE_SOFT_LIMIT {
@@ -182,6 +213,8 @@ pub(crate) enum Terminated {
     /// Its start lies in versions the cache never saw: the stream ends with
     /// 410 and the client lists again.
     Expired(TooOld),
+    /// The server is shutting down: the stream ends cleanly.
+    Stopped,
 }
 
 #[cfg(test)]
@@ -211,6 +244,20 @@ mod tests {
         h.offer(delivery(2), Instant::now());
         assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
         assert_eq!(h.take(&waker).unwrap().unwrap().event.rv, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_wakes_a_waiting_body_and_ends_the_stream_before_queued_events() {
+        let h = WatcherHandle::new(1, Filter::default(), 0, Duration::from_secs(5));
+        let flag = Arc::new(Flag(Default::default()));
+        let waker = Waker::from(flag.clone());
+        assert!(h.take(&waker).unwrap().is_none());
+        assert!(!h.is_stopped());
+        h.stop();
+        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst), "the waiting body is woken");
+        assert!(h.is_stopped());
+        h.offer(delivery(2), Instant::now());
+        assert_eq!(h.take(&waker).unwrap_err(), Terminated::Stopped, "queued events are not sent after a stop");
     }
 
     #[tokio::test(start_paused = true)]

@@ -62,3 +62,54 @@ pub fn delta(before: &[(String, f64)], after: &[(String, f64)]) -> Vec<(String, 
     out.retain(|(_, v)| *v != 0.0);
     out
 }
+
+/// A histogram's change between two scrapes, by stage: `q` quantiles of the
+/// observations made in between, from the `_bucket` counts as Prometheus'
+/// `histogram_quantile` reads them (linear inside a bucket), and how many
+/// there were. `None` when there were none.
+pub fn histogram_delta_quantiles(
+    before: &str,
+    after: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    qs: &[f64],
+) -> Option<(f64, Vec<f64>)> {
+    let bucket = format!("{name}_bucket");
+    let by_le = |text: &str| -> Vec<(f64, f64)> {
+        let mut v: Vec<(f64, f64)> = samples(text, &bucket)
+            .into_iter()
+            .filter(|(l, _)| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+            .filter_map(|(l, v)| {
+                let le = label(&l, "le")?;
+                let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+                Some((le, v))
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    };
+    let b = by_le(before);
+    let a = by_le(after);
+    let cum: Vec<(f64, f64)> =
+        a.iter().map(|&(le, v)| (le, v - b.iter().find(|(x, _)| *x == le).map_or(0.0, |(_, w)| *w))).collect();
+    let total = cum.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let quantile = |q: f64| {
+        let rank = q * total;
+        let mut prev = (0.0, 0.0);
+        for &(le, c) in &cum {
+            if c >= rank {
+                if le.is_infinite() {
+                    return prev.0;
+                }
+                let width = c - prev.1;
+                return if width > 0.0 { prev.0 + (le - prev.0) * (rank - prev.1) / width } else { le };
+            }
+            prev = (le, c);
+        }
+        prev.0
+    };
+    Some((total, qs.iter().map(|&q| quantile(q)).collect()))
+}

@@ -131,6 +131,7 @@ pub fn markdown(
         "latency ack → receipt p50 / p99 / max, ms",
         "issue → receipt p99, ms",
         "after direct reference p50 / p99 / max, ms",
+        "**watchmux fan-out p50 / p99, ms** (queued; handed)",
         "server CPU net of baseline, ms",
         "**server CPU per 1,000 events, ms**",
         "kube-apiserver CPU net, ms",
@@ -153,6 +154,7 @@ pub fn markdown(
                 p50_p99_max(&c.lat_ack),
                 ms(percentile(&c.lat_issue, 0.99)),
                 c.beyond_reference.as_ref().map_or("–".into(), |v| p50_p99_max(v)),
+                fanout_cell(c),
                 format!(
                     "{} − {} = {}",
                     fmt0(d.server_cpu_raw_ms),
@@ -183,6 +185,14 @@ pub fn markdown(
             println!("- {}: ERROR event: {l}", s.kind.title());
         }
     }
+}
+
+/// watchmux's own fan-out time, both stages: `p50 / p99; p50 / p99` in ms.
+fn fanout_cell(c: &CellResult) -> String {
+    if c.fanout.is_empty() {
+        return "–".into();
+    }
+    c.fanout.iter().map(|f| format!("{} / {}", fmt2(f.p50 * 1e3), fmt2(f.p99 * 1e3))).collect::<Vec<_>>().join("; ")
 }
 
 fn cell_json(plan: &CellPlan, s: &SideResult, c: &CellResult) -> serde_json::Value {
@@ -219,6 +229,9 @@ fn cell_json(plan: &CellPlan, s: &SideResult, c: &CellResult) -> serde_json::Val
         "encodes_by_variant": c.encodes.as_ref().map(|e| e.iter().map(|(l, v)| json!({"labels": l, "delta": v})).collect::<Vec<_>>()),
         "watchmux_deliveries": c.wm_deliveries,
         "watchmux_terminated": c.wm_terminated,
+        "watchmux_fanout_ms": c.fanout.iter().map(|f| json!({
+            "stage": f.stage, "events": f.events, "p50": f.p50 * 1e3, "p99": f.p99 * 1e3,
+        })).collect::<Vec<_>>(),
     })
 }
 

@@ -59,7 +59,23 @@ pub struct CellResult {
     pub encodes: Option<Vec<(String, f64)>>,
     pub wm_deliveries: Option<f64>,
     pub wm_terminated: Option<f64>,
+    /// Through watchmux: its own fan-out time over the cell, from
+    /// `watchmux_fanout_duration_seconds`, per stage (`queued`, `handed`).
+    pub fanout: Vec<FanoutStage>,
 }
+
+/// One stage of watchmux's fan-out histogram over one cell.
+pub struct FanoutStage {
+    pub stage: &'static str,
+    /// Events observed in the cell.
+    pub events: f64,
+    /// p50 and p99, seconds (interpolated inside the histogram's buckets).
+    pub p50: f64,
+    pub p99: f64,
+}
+
+/// The fan-out stages watchmux reports, in order.
+const FANOUT_STAGES: [&str; 2] = ["queued", "handed"];
 
 impl CellResult {
     pub fn lost(&self) -> usize {
@@ -347,6 +363,23 @@ impl Bench {
                 }
                 _ => (None, None, None),
             };
+            let fanout = match (&wm_before, &wm_after) {
+                (Some(b), Some(a)) => FANOUT_STAGES
+                    .iter()
+                    .filter_map(|&stage| {
+                        let labels = [("resource", "configmaps"), ("stage", stage)];
+                        let (events, q) = prom::histogram_delta_quantiles(
+                            b,
+                            a,
+                            "watchmux_fanout_duration_seconds",
+                            &labels,
+                            &[0.5, 0.99],
+                        )?;
+                        Some(FanoutStage { stage, events, p50: q[0], p99: q[1] })
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
             cells.push(CellResult {
                 expected: opened * writes.ok(),
                 writes,
@@ -362,6 +395,7 @@ impl Bench {
                 encodes,
                 wm_deliveries,
                 wm_terminated,
+                fanout,
             });
         }
 

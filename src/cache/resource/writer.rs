@@ -14,6 +14,7 @@
 
 use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 
@@ -28,8 +29,9 @@ pub(super) const CATCH_UP_QUEUE: usize = 256;
 /// One change read from an upstream watch, decoded.
 #[derive(Debug)]
 pub(crate) enum Change {
-    /// ADDED, MODIFIED or DELETED.
-    Event(EventType, CachedObject),
+    /// ADDED, MODIFIED or DELETED, and when its line had been read (the
+    /// start of its fan-out time).
+    Event(EventType, CachedObject, Instant),
     /// Nothing changed up to this version.
     Bookmark(u64),
 }
@@ -38,7 +40,7 @@ impl Change {
     /// The version this change brings the cache to.
     pub(crate) fn rv(&self) -> u64 {
         match self {
-            Self::Event(_, object) => object.rv,
+            Self::Event(_, object, _) => object.rv,
             Self::Bookmark(rv) => *rv,
         }
     }
@@ -85,7 +87,7 @@ impl Writer {
     pub(crate) fn apply(&self, change: Change) -> u64 {
         let rv = change.rv();
         match change {
-            Change::Event(kind, object) => self.cache.apply(kind, object),
+            Change::Event(kind, object, arrived) => self.cache.apply_at(kind, object, arrived),
             Change::Bookmark(rv) => self.cache.bookmark(rv),
         }
         rv
@@ -132,7 +134,7 @@ impl Writer {
 impl Writer {
     /// Applies one event (tests).
     pub(crate) fn event(&self, kind: EventType, object: CachedObject) {
-        self.apply(Change::Event(kind, object));
+        self.apply(Change::Event(kind, object, Instant::now()));
     }
 
     /// Applies one bookmark (tests).
@@ -154,7 +156,7 @@ mod tests {
         let mut writer = ResourceCache::create(cm_shape(), Scope::default(), CacheSettings::default());
         writer.replace(Objects::new(), 10);
         let queue = writer.cache().freshness().catch_up.clone();
-        queue.send(Change::Event(EventType::Added, cm("a", 11, ""))).await.unwrap();
+        queue.send(Change::Event(EventType::Added, cm("a", 11, ""), Instant::now())).await.unwrap();
         queue.send(Change::Bookmark(15)).await.unwrap();
         assert_eq!(writer.current_rv(), 10, "queued, not applied");
         let first = writer.next_catch_up().await;

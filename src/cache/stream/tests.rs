@@ -598,3 +598,36 @@ async fn a_refused_live_event_ends_a_protobuf_stream() {
     cache.event(EventType::Modified, unplaceable_cm("a", 11));
     assert_eq!(raw_frame(&mut body).await, None, "the client resumes from rv 10");
 }
+
+// The fan-out histogram.
+
+/// The number of `stage` observations of the fan-out histogram in `text`.
+fn fanout_count(text: &str, stage: &str) -> u64 {
+    let series = format!("watchmux_fanout_duration_seconds_count{{resource=\"configmaps\",stage=\"{stage}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(&series)).map_or(0, |v| v.parse().unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fan_out_time_ends_when_the_last_watcher_hands_its_frame_over() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let prom = recorder.handle();
+    // The cache's metric handles are bound to the recorder that made them.
+    let cache = metrics::with_local_recorder(&recorder, || cache_with([]));
+    let mut first = pin!(watch(&cache, everything(), StartAt::After(10), opts(false, LONG)));
+    let mut second = pin!(watch(&cache, everything(), StartAt::After(10), opts(false, LONG)));
+    let mut elsewhere = pin!(watch(&cache, filter(Some("other"), "", ""), StartAt::After(10), opts(false, LONG)));
+    assert_pending(&mut first).await;
+    cache.event(EventType::Added, cm("a", 11, ""));
+    let text = prom.render();
+    assert_eq!((fanout_count(&text, "queued"), fanout_count(&text, "handed")), (1, 0));
+    assert_eq!(brief(&next(&mut first).await), ev("ADDED", "a", 11));
+    assert_eq!(fanout_count(&prom.render(), "handed"), 0, "one watcher still holds the event");
+    assert_eq!(brief(&next(&mut second).await), ev("ADDED", "a", 11));
+    assert_eq!(fanout_count(&prom.render(), "handed"), 1);
+    // A watcher the event does not concern is not waited for, and a
+    // bookmark is not an event.
+    assert_pending(&mut elsewhere).await;
+    cache.bookmark(12);
+    let text = prom.render();
+    assert_eq!((fanout_count(&text, "queued"), fanout_count(&text, "handed")), (1, 1));
+}
