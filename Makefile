@@ -10,6 +10,7 @@ CARGO ?= cargo
 	bench bench-passthrough bench-fanout bench-kubelet bench-restart bench-plots bench-auth \
 	chaos chaos-quick test-chaos-quick audit fmt clean monitoring-check
 .PHONY: protobuf-check
+.PHONY: controlplane-test bench-controlplane
 
 all: build
 
@@ -128,6 +129,19 @@ bench-auth:
 ## The chart's alerts, dashboard and nodeLocal metrics rendering (offline).
 monitoring-check:
 	bash integration/scripts/monitoring-check.sh
+
+## Real kube-scheduler, kube-controller-manager and kubemark hollow nodes
+## (kubelet, kube-proxy) in four topologies, direct, node-local, tier and tree,
+## with the same scenarios in each (integration/cmd/cpscenario). N=2 hollow
+## nodes by default; builds them on first use (build-controlplane.sh).
+controlplane-test:
+	bash integration/scripts/controlplane-test.sh
+
+## The API server's WATCH/LIST counts, CPU and RSS during start-up and a
+## rollout, and the time until every pod is Running, for direct, node-local and
+## tree (N=10 hollow nodes by default); figures in docs/benchmarks.md.
+bench-controlplane:
+	bash integration/scripts/bench-controlplane.sh
 
 fmt:
 	$(CARGO) fmt

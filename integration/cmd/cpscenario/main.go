@@ -16,7 +16,7 @@
 //     the other nodes; the kubelet started again makes the node Ready;
 //  7. scale to zero: every pod is gone;
 //  8. the namespace's deletion completes;
-//  9. (-watchmux-admin) every watchmux served cached reads and watches and
+//  9. (-watchmux-admin) every watchmux served pod watches from its cache and
 //     passed requests through (its /metrics).
 //
 // Each step waits for its condition with a bounded poll and fails with what
@@ -201,13 +201,18 @@ func main() {
 		step("traffic went through watchmux", func() {
 			for _, a := range strings.Split(*admins, ",") {
 				m := metrics(a)
-				for _, name := range []string{"watchmux_cache_list_total", "watchmux_cache_watch_total", "watchmux_passthrough_requests_total"} {
+				// Every client of a watchmux watches pods (kubelets: their
+				// node's; the scheduler and controllers: all), served from the
+				// cache; writes (status, leases) pass through. Lists may be
+				// none: client-go's informers list by streaming watch.
+				for _, name := range []string{`watchmux_cache_watch_total{resource="pods"}`, "watchmux_passthrough_requests_total"} {
 					if m[name] <= 0 {
 						fail("%s: %s is %v", a, name, m[name])
 					}
 				}
-				fmt.Printf("    %s: cache lists %.0f, cache watches %.0f, passed through %.0f\n", a,
-					m["watchmux_cache_list_total"], m["watchmux_cache_watch_total"], m["watchmux_passthrough_requests_total"])
+				fmt.Printf("    %s: cache watches %.0f, gets %.0f, lists %.0f; passed through %.0f\n", a,
+					m["watchmux_cache_watch_total"], m["watchmux_cache_get_total"], m["watchmux_cache_list_total"],
+					m["watchmux_passthrough_requests_total"])
 			}
 		})
 	}
@@ -457,7 +462,8 @@ func waitEndpoints(ctx context.Context, want int) {
 	})
 }
 
-// metrics sums every sample of each metric family at <admin>/metrics.
+// metrics sums every sample of each metric family at <admin>/metrics, by
+// name and by name{resource="..."}.
 func metrics(admin string) map[string]float64 {
 	resp, err := http.Get(strings.TrimSuffix(admin, "/") + "/metrics")
 	check(err, "metrics")
@@ -476,8 +482,13 @@ func metrics(admin string) map[string]float64 {
 		}
 		f := strings.Fields(line)
 		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			out[name] += v
+		if err != nil {
+			continue
+		}
+		out[name] += v
+		if i := strings.Index(line, `resource="`); i >= 0 {
+			r := line[i+len(`resource="`):]
+			out[name+`{resource="`+r[:strings.IndexByte(r, '"')]+`"}`] += v
 		}
 	}
 	return out
