@@ -2,15 +2,18 @@
 # Measures what the real control plane and N kubemark hollow nodes cost the
 # API server in each topology (direct, node-local, tree; see
 # controlplane-up.sh), side by side in one run (issue 13):
-#   - WATCH and LIST requests the API server received (apiserver_request_total
-#     deltas) during start-up (until every node is Ready) and during a rollout
-#     (a Deployment of PODS_PER_NODE pods a node, until every pod is Running);
-#   - watches open at the API server after the rollout
-#     (apiserver_longrunning_requests{verb="WATCH"});
+#   - WATCH requests started and LIST requests the API server received
+#     (apiserver_request_total, apiserver_longrunning_requests), and the watch
+#     events it sent (apiserver_watch_events_total), during start-up (until
+#     every node is Ready) and during a rollout (a Deployment of PODS_PER_NODE
+#     pods a node, until every pod is Running);
+#   - watches open at the API server after the rollout;
 #   - the API server's CPU seconds (/proc utime+stime) in each phase and its
 #     RSS at the end of each phase; watchmux's CPU seconds and RSS, all
 #     watchmux processes summed;
-#   - the time until every pod is Running (cpscenario's rollout step).
+#   - the time until every pod is Running (cpscenario's rollout step);
+#   - consistent reads (LIST/GET without resourceVersion) the watchmux caches
+#     proved fresh, and those that fell back to their upstream.
 # The API server is restarted before each topology (same etcd), so that its
 # RSS and its watch cache start from the same place.
 #
@@ -50,12 +53,23 @@ clk="$(getconf CLK_TCK)"
 apimetrics() {
   curl -fsS --max-time 10 --cacert "$CA_CERT" -H "Authorization: Bearer $ADMIN_TOKEN" "$APISERVER_URL/metrics"
 }
-# reqs <verb>: apiserver_request_total summed over everything for that verb.
-reqs() {
-  apimetrics | awk -v v="$1" '/^apiserver_request_total\{/ && index($0, "verb=\"" v "\"") {s += $NF} END {printf "%d", s}'
+# snap: snapv=(watches started so far, LISTs, watch events sent, API server
+# CPU seconds, watches open now). A watch is counted by apiserver_request_total
+# only when it ends, so started = ended + open.
+snap() {
+  local m
+  m="$(apimetrics)"
+  snapv=($(awk '
+    /^apiserver_request_total\{/ && /verb="WATCH"/ {ended += $NF}
+    /^apiserver_request_total\{/ && /verb="LIST"/ {lists += $NF}
+    /^apiserver_watch_events_total\{/ {events += $NF}
+    /^apiserver_longrunning_requests\{/ && /verb="WATCH"/ {open += $NF}
+    END {printf "%d %d %d %d", ended + open, lists, events, open}' <<<"$m") "$(cpu_s "$(api_pid)")")
+  snapv=("${snapv[0]}" "${snapv[1]}" "${snapv[2]}" "${snapv[4]}" "${snapv[3]}")
 }
-open_watches() {
-  apimetrics | awk '/^apiserver_longrunning_requests\{/ && /verb="WATCH"/ {s += $NF} END {printf "%d", s}'
+delta() {  # delta <array a> <array b> <index>: b[i] - a[i]
+  local -n a="$1" b="$2"
+  awk -v x="${a[$3]}" -v y="${b[$3]}" 'BEGIN {d = y - x; if (d == int(d)) printf "%d", d; else printf "%.1f", d}'
 }
 cpu_s() {  # cpu_s <pid...>: utime+stime seconds summed
   local t=0 p f
@@ -75,28 +89,39 @@ rss_mb() {  # rss_mb <pid...>: VmRSS summed, MiB
   echo $(( kb / 1024 ))
 }
 api_pid() { cat "$root/.run/cluster/apiserver.pid"; }
+# wm_reads <result>: consistent reads of every watchmux, success or fallback.
+wm_reads() {
+  local f t=0 port
+  for f in "$root"/.run/controlplane/cmds/watchmux-*; do
+    [[ -f "$f" ]] || continue
+    port="$(grep -o -- '--admin-listen=[^ ]*' "$f" | cut -d= -f2)"
+    t=$(( t + $(curl -fsS --max-time 5 "http://$port/metrics" | awk -v r="$1" '/^watchmux_watch_cache_consistent_read_total\{/ && index($0, "result=\"" r "\"") {s += $NF} END {printf "%d", s}') ))
+  done
+  echo "$t"
+}
 wm_pids() { local f; for f in "$root"/.run/controlplane/pids/watchmux-*.pid; do [[ -f "$f" ]] && cat "$f"; done; true; }
 
-printf 'topology\tN\tpods\tstartup_s\tstartup_watch\tstartup_list\tstartup_api_cpu_s\trollout_s\trollout_watch\trollout_list\trollout_api_cpu_s\topen_watches\tapi_rss_mb\twatchmux_cpu_s\twatchmux_rss_mb\n' > "$out/results.tsv"
+printf 'topology\tN\tpods\tstartup_s\tstartup_watches\tstartup_lists\tstartup_watch_events\tstartup_api_cpu_s\trollout_s\trollout_watches\trollout_lists\trollout_watch_events\trollout_api_cpu_s\topen_watches\tapi_rss_mb\twatchmux_cpu_s\twatchmux_rss_mb\tconsistent_ok\tconsistent_fallback\n' > "$out/results.tsv"
 for topology in $topologies; do
   echo "=== bench-controlplane: $topology, $n hollow nodes, $per_node pods a node"
   "$scripts/controlplane-down.sh" >/dev/null
   "$scripts/cluster-up.sh" --restart-apiserver >/dev/null
   sleep 5   # let the restarted API server's own start-up requests settle
-  w0=$(reqs WATCH); l0=$(reqs LIST); c0=$(cpu_s "$(api_pid)")
+  snap; s0=("${snapv[@]}")
   t0=$(date +%s.%N)
   CP_TIMEOUT=300 TOPOLOGY="$topology" N="$n" "$scripts/controlplane-up.sh" >/dev/null
   t1=$(date +%s.%N)
-  w1=$(reqs WATCH); l1=$(reqs LIST); c1=$(cpu_s "$(api_pid)")
+  snap; s1=("${snapv[@]}")
   "$root/.run/bin/cpscenario" -kubeconfig "$KUBECONFIG_PATH" -nodes "$n" -pods-per-node "$per_node" \
     -namespace "bench-$topology" -only-rollout -step-timeout 300s | tee "$out/$topology.log"
   rollout="$(awk '/Deployment of .* Running/ {print $(NF)}' "$out/$topology.log" | tr -d s)"
-  w2=$(reqs WATCH); l2=$(reqs LIST); c2=$(cpu_s "$(api_pid)")
+  snap; s2=("${snapv[@]}")
   # shellcheck disable=SC2046
-  printf '%s\t%s\t%s\t%.1f\t%s\t%s\t%.1f\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\n' "$topology" "$n" $((n * per_node)) \
-    "$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" $((w1 - w0)) $((l1 - l0)) "$(awk -v a="$c0" -v b="$c1" 'BEGIN {print b - a}')" \
-    "$rollout" $((w2 - w1)) $((l2 - l1)) "$(awk -v a="$c1" -v b="$c2" 'BEGIN {print b - a}')" \
-    "$(open_watches)" "$(rss_mb "$(api_pid)")" "$(cpu_s $(wm_pids))" "$(rss_mb $(wm_pids))" >> "$out/results.tsv"
+  printf '%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\n' "$topology" "$n" $((n * per_node)) \
+    "$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" "$(delta s0 s1 0)" "$(delta s0 s1 1)" "$(delta s0 s1 2)" "$(delta s0 s1 3)" \
+    "$rollout" "$(delta s1 s2 0)" "$(delta s1 s2 1)" "$(delta s1 s2 2)" "$(delta s1 s2 3)" \
+    "${s2[4]}" "$(rss_mb "$(api_pid)")" "$(cpu_s $(wm_pids))" "$(rss_mb $(wm_pids))" \
+    "$(wm_reads success)" "$(wm_reads fallback)" >> "$out/results.tsv"
 done
 "$scripts/controlplane-down.sh" >/dev/null
 column -t -s $'\t' "$out/results.tsv"
