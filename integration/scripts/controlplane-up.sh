@@ -38,6 +38,8 @@
 #   CP_PORT_BASE=31000  see above (keep within 30000-39999)
 #   WATCHMUX_BIN        default target/debug/watchmux (cargo build if missing)
 #   NODE_MONITOR_GRACE  controller-manager --node-monitor-grace-period (20s)
+#   NODE_WATCHMUX_EXTRA_ARGS  more flags for the node-local watchmuxes (word-split),
+#                       e.g. --authorization-cache-unauthorized-ttl=1s
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 scripts="$root/integration/scripts"
@@ -251,7 +253,8 @@ for i in $(seq 0 $((n - 1))); do
       --cache-warm --events-history-window=75s --slow-watcher-grace=5s \
       "--cache-scope=nodes=fieldSelector=metadata.name=$node" \
       "--cache-scope=pods=fieldSelector=spec.nodeName=$node" \
-      --auth-mode=delegated --upstream-identity=client --client-ca-file="$CA_CERT"
+      --auth-mode=delegated --upstream-identity=client --client-ca-file="$CA_CERT" \
+      ${NODE_WATCHMUX_EXTRA_ARGS:-}
     server="https://127.0.0.1:$wport"
   fi
   kubeconfig "$dir/kubelet.kubeconfig" "$server" cert "node-$i"
