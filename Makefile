@@ -11,6 +11,7 @@ CARGO ?= cargo
 	chaos chaos-quick test-chaos-quick audit fmt clean monitoring-check
 .PHONY: protobuf-check
 .PHONY: bench-protobuf
+.PHONY: controlplane-test bench-controlplane
 
 all: build
 
@@ -141,6 +142,19 @@ bench-protobuf:
 ## The chart's alerts, dashboard and nodeLocal metrics rendering (offline).
 monitoring-check:
 	bash integration/scripts/monitoring-check.sh
+
+## Real kube-scheduler, kube-controller-manager and kubemark hollow nodes
+## (kubelet, kube-proxy) in four topologies, direct, node-local, tier and tree,
+## with the same scenarios in each (integration/cmd/cpscenario). N=2 hollow
+## nodes by default; builds them on first use (build-controlplane.sh).
+controlplane-test:
+	bash integration/scripts/controlplane-test.sh
+
+## The API server's WATCH/LIST counts, CPU and RSS during start-up and a
+## rollout, and the time until every pod is Running, for direct, node-local and
+## tree (N=10 hollow nodes by default); figures in docs/benchmarks.md.
+bench-controlplane:
+	bash integration/scripts/bench-controlplane.sh
 
 fmt:
 	$(CARGO) fmt

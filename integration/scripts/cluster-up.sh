@@ -12,6 +12,11 @@
 #
 # Ports: ETCD_PORT (23379), ETCD_PEER_PORT (23380), APISERVER_PORT (16443).
 #
+# WATCHMUX_CLUSTER_NODE_AUTHZ=1 also enables the NodeRestriction admission
+# plugin (the Node authorizer is always on), for the control-plane tests
+# (controlplane-up.sh), whose hollow kubelets act as system:node:<name>.
+# Unset, the API server's flags are what the e2e suite has always used.
+#
 # Usage: cluster-up.sh [--check | --restart-apiserver]
 #   --check: build and start nothing; exit 0 if the cluster is up and ready,
 #            1 if not (e2e.sh and demo.sh use it to know whether to stop it).
@@ -137,7 +142,9 @@ wait_for() {  # wait_for <process name> <check command...>
 }
 
 start_apiserver() {
-  start_detached apiserver "$bin/kube-apiserver" \
+  local extra=()
+  [[ "${WATCHMUX_CLUSTER_NODE_AUTHZ:-}" == 1 ]] && extra+=(--enable-admission-plugins=NodeRestriction)
+  start_detached apiserver "$bin/kube-apiserver" "${extra[@]}" \
     --etcd-servers="$etcd_url" --etcd-compaction-interval=0 \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
     --tls-cert-file="$state/apiserver.crt" --tls-private-key-file="$state/apiserver.key" \
