@@ -68,6 +68,7 @@ async fn fake_upstream(openapi: Served, fetches: Arc<Mutex<u32>>) -> Arc<Upstrea
         tls_server_name: None,
         client_cert_pem: None,
         client_key_pem: None,
+        client_cert_files: None,
         auth: UpstreamAuth::None,
         source: "test".into(),
     };
