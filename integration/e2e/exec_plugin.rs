@@ -137,7 +137,7 @@ async fn a_kubelet_style_exec_plugin_certificate_authenticates_watchmux_and_a_ro
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert!(runs(dir.path()) >= 2);
-    assert!(wm.log().contains("new upstream connections for the exec plugin's client certificate"), "{}", wm.log());
+    assert!(wm.log().contains("new upstream connections for a new client certificate"), "{}", wm.log());
 }
 
 #[tokio::test]
