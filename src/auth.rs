@@ -17,7 +17,9 @@
 //!     caller, so the API server decides with the caller's own rights.
 //!
 //! Reviews are cached with the API server's webhook TTLs (shorter for a "no")
-//! and bounded in number; concurrent identical reviews share one request.
+//! and bounded in number; concurrent identical reviews share one request. A
+//! cached "no" for a read is not answered from the cache: the read passes
+//! through and the API server decides with the caller's rights of the moment.
 //! When the upstream cannot be reached, cached answers serve until they
 //! expire and new questions are refused (fail closed), counted in
 //! `watchmux_auth_fail_closed_total`.
@@ -41,7 +43,7 @@ use metrics::{counter, histogram};
 use tokio::time::Instant;
 
 use crate::body::Refusal;
-use crate::cache::serve::ReadGate;
+use crate::cache::serve::{Admission, ReadGate};
 use crate::encode::status::{Status, StatusReason};
 use crate::metrics as m;
 use crate::request::RequestInfo;
@@ -307,7 +309,36 @@ impl Delegated {
     /// Allows `caller` to do what `attrs` describe, or answers the API
     /// server's 403.
     pub(crate) async fn authorize(&self, caller: &Caller, attrs: impl Into<Attributes>) -> Result<(), Refusal> {
-        let key = (caller.clone(), attrs.into());
+        let attrs = attrs.into();
+        let (decision, _) = self.decide(caller, &attrs).await;
+        self.verdict(caller, &attrs, decision)
+    }
+
+    /// Whether the cache may answer `caller`'s read. A denial remembered
+    /// from an earlier review is not repeated as a 403: rights change (the
+    /// Node authorizer lets a kubelet read a pod only once the pod is bound
+    /// to its node, a moment after the kubelet may first have asked), so the
+    /// request passes through and the API server decides with the caller's
+    /// rights as they are now. Only a denial just received is answered here.
+    /// The denial cache still spares the API server a review per retry.
+    pub(crate) async fn admit_read(&self, caller: &Caller, attrs: impl Into<Attributes>) -> Admission {
+        let attrs = attrs.into();
+        match self.decide(caller, &attrs).await {
+            (decision, Some(Lookup::Hit)) if !decision.allowed => {
+                counter!(m::AUTH_AUTHORIZED, "result" => "denied_earlier").increment(1);
+                Admission::AskUpstream
+            }
+            (decision, _) => match self.verdict(caller, &attrs, decision) {
+                Ok(()) => Admission::Admitted,
+                Err(refusal) => Admission::Refused(refusal),
+            },
+        }
+    }
+
+    /// The review's answer for `attrs` (cached, shared or asked now), and how
+    /// it was had; a review that cannot be had is a denial (fail closed).
+    async fn decide(&self, caller: &Caller, attrs: &Attributes) -> (Decision, Option<Lookup>) {
+        let key = (caller.clone(), attrs.clone());
         let (allowed_ttl, denied_ttl) = (self.settings.authorized_ttl, self.settings.unauthorized_ttl);
         let started = Instant::now();
         let looked_up = self
@@ -319,15 +350,19 @@ impl Delegated {
             )
             .await;
         record_check("access", started, looked_up.as_ref().map(|(_, l)| *l).ok());
-        let (decision, attrs) = match looked_up {
-            Ok((decision, _)) => (decision, &key.1),
+        match looked_up {
+            Ok((decision, lookup)) => (decision, Some(lookup)),
             Err(err) => {
                 counter!(m::AUTH_FAIL_CLOSED, "review" => "access").increment(1);
                 tracing::warn!(error = %err, "cannot review access; refusing the request");
                 let reason = format!("watchmux could not confirm access with the API server: {err}");
-                (Decision { allowed: false, reason }, &key.1)
+                (Decision { allowed: false, reason }, None)
             }
-        };
+        }
+    }
+
+    /// A decision as the request's outcome, counted.
+    fn verdict(&self, caller: &Caller, attrs: &Attributes, decision: Decision) -> Result<(), Refusal> {
         let result = if decision.allowed { "allowed" } else { "denied" };
         counter!(m::AUTH_AUTHORIZED, "result" => result).increment(1);
         if decision.allowed {
@@ -346,8 +381,8 @@ pub(crate) struct CallerGate<'a> {
 }
 
 impl ReadGate for CallerGate<'_> {
-    async fn admit(&self, info: &RequestInfo, labels: &str, fields: &str) -> Result<(), Refusal> {
-        self.auth.authorize(self.caller, ResourceAttributes::of_read(info, labels, fields)).await
+    async fn admit(&self, info: &RequestInfo, labels: &str, fields: &str) -> Admission {
+        self.auth.admit_read(self.caller, ResourceAttributes::of_read(info, labels, fields)).await
     }
 }
 

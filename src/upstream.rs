@@ -443,17 +443,7 @@ mod tests {
     use super::*;
 
     fn cfg(server: &str) -> UpstreamConfig {
-        UpstreamConfig {
-            server: server.parse().unwrap(),
-            ca_pem: None,
-            insecure_skip_tls_verify: false,
-            tls_server_name: None,
-            client_cert_pem: None,
-            client_key_pem: None,
-            client_cert_files: None,
-            auth: UpstreamAuth::Token("t".into()),
-            source: "test".into(),
-        }
+        UpstreamConfig { auth: UpstreamAuth::Token("t".into()), ..UpstreamConfig::for_test(server) }
     }
 
     #[test]

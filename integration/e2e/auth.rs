@@ -150,16 +150,21 @@ pub(crate) async fn reader_namespace(admin: &Upstream, test: &str) -> String {
     let base = format!("/api/v1/namespaces/{ns}");
     direct_json(admin, http::Method::POST, &format!("{base}/serviceaccounts"), json!({"metadata": {"name": "reader"}}))
         .await;
+    grant_configmap_reading(admin, &ns, &ns).await;
+    configmap(admin, "create", &ns, "cm1").await;
+    ns
+}
+
+/// Lets the `reader` service account of `reader_ns` read configmaps in `ns`.
+async fn grant_configmap_reading(admin: &Upstream, ns: &str, reader_ns: &str) {
     let rbac = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}");
     let role = json!({"metadata": {"name": "cm-reader"},
         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}]});
     direct_json(admin, http::Method::POST, &format!("{rbac}/roles"), role).await;
     let binding = json!({"metadata": {"name": "cm-reader"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]});
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": reader_ns}]});
     direct_json(admin, http::Method::POST, &format!("{rbac}/rolebindings"), binding).await;
-    configmap(admin, "create", &ns, "cm1").await;
-    ns
 }
 
 pub(crate) fn token_for(cluster: &Cluster, ns: &str, extra: &[&str]) -> String {
@@ -601,4 +606,47 @@ async fn cached_decisions_outlive_an_upstream_outage_and_new_identities_are_refu
         assert!(tokio::time::Instant::now() < deadline, "the new identity is accepted once the upstream is back");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A denial is remembered (`--authorization-cache-unauthorized-ttl`, 30 s)
+/// so that retries do not each cost a review, but it is not repeated as a
+/// 403 from the cache: rights granted in the meantime (RBAC here; the Node
+/// authorizer when a pod is bound to a kubelet's node) count at once, as
+/// they do directly.
+#[tokio::test]
+async fn a_right_granted_after_a_denial_counts_at_once() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let admin = cluster.direct_client();
+    let dir = tempfile::tempdir().unwrap();
+    let ns = reader_namespace(&admin, "regrant").await;
+    let later = namespace("regrant-later");
+    create_namespace(&admin, &later).await;
+    configmap(&admin, "create", &later, "cm1").await;
+    let (wm, server) = start_delegated(&cluster, dir.path(), &[]).await;
+    let token = token_for(&cluster, &ns, &[]);
+    let direct = client(&cluster, dir.path(), &cluster_api(&cluster), Credential::Token(&token));
+    let via = client(&cluster, dir.path(), &server, Credential::Token(&token));
+    let path = format!("/api/v1/namespaces/{later}/configmaps");
+
+    // Denied by watchmux's own review, then by the API server itself while
+    // the denial is remembered: the same 403 both times, one review.
+    assert_eq!(same_answer(&direct, &via, &path, &[]).await.0, 403);
+    assert_eq!(same_answer(&direct, &via, &path, &[]).await.0, 403);
+    let reviews = watchmux_metric_sum(wm.admin, "watchmux_auth_reviews_total", &["review=\"access\""]).await;
+    assert_eq!(reviews, 1.0, "a repeated denied read is not reviewed again");
+
+    // Granted: the next read through watchmux, well within the 30 s the
+    // denial is kept, gets what the API server now allows.
+    grant_configmap_reading(&admin, &later, &ns).await;
+    until_direct(&direct, &path, |c| c == 200).await;
+    let granted = tokio::time::Instant::now();
+    let (code, body) = get_with(&via, &path, &[]).await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(granted.elapsed() < Duration::from_secs(5), "not held back by the remembered denial");
+    let list: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(list["items"][0]["metadata"]["name"], "cm1");
+    let asked_upstream =
+        watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &["reason=\"recently_denied\""]).await;
+    assert_eq!(asked_upstream, 2.0, "the second denial and the granted read went to the API server");
 }

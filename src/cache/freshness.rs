@@ -20,6 +20,15 @@
 //!    The catch-up watch does not write the cache itself: it queues what it
 //!    reads to the cache's one writer, the reflector (`resource::Writer`).
 //!
+//! Step 2 takes the API server a second or two: it sends a watcher's bookmark
+//! only at its bookmark time (two seconds before the deadline, on its own
+//! one-second tick) and only if its version moved since the watch began. In
+//! a busy cluster the cache is nearly always behind `P` (`P` is etcd's
+//! revision, moved by every write to any resource), so a read that must wait
+//! for step 2 costs its caller that time. Whether it waits is the caller's
+//! [`IfBehind`]: a single object is cheaper for the API server to read than
+//! for the client to wait for, a whole collection is not.
+//!
 //! If the proof does not arrive within the budget the read passes through,
 //! and is counted as a fallback.
 
@@ -53,32 +62,69 @@ struct RvMeta {
     resource_version: String,
 }
 
+/// What a consistent read does when the probe finds the cache behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IfBehind {
+    /// Waits for the catch-up, up to the budget (a LIST or a watch-list:
+    /// passing it through costs the API server a whole collection).
+    CatchUp,
+    /// Passes through at once, the catch-up going on for the reads after
+    /// it (a GET: one object costs the API server about what the probe did).
+    PassThrough,
+}
+
+/// How a consistent read's proof ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Freshness {
+    /// The cache is at least as new as the upstream was at arrival.
+    Fresh,
+    /// Behind, and the read chose not to wait ([`IfBehind::PassThrough`]).
+    Behind,
+    /// No proof within the budget (no probe answer, or no catch-up in time).
+    TimedOut,
+}
+
+impl Freshness {
+    /// The `result` label of `watchmux_watch_cache_consistent_read_total`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Fresh => "success",
+            Self::Behind => "behind",
+            Self::TimedOut => "fallback",
+        }
+    }
+}
+
 impl ResourceCache {
-    /// Waits until the cache is at least as new as the upstream was at
-    /// `arrival`; false if that cannot be shown by `arrival + budget`.
+    /// Proves the cache at least as new as the upstream was at `arrival`,
+    /// within `arrival + budget`.
     pub(crate) async fn ensure_fresh(
         self: &Arc<Self>,
         upstream: &Arc<Upstream>,
         arrival: Instant,
         budget: Duration,
-    ) -> bool {
+        if_behind: IfBehind,
+    ) -> Freshness {
         let deadline = arrival + budget;
         let Ok(Some(target)) = tokio::time::timeout_at(deadline, self.upstream_rv(upstream, arrival)).await else {
-            return false;
+            return Freshness::TimedOut;
         };
         loop {
             if self.current_rv() >= target {
-                return true;
+                return Freshness::Fresh;
             }
             self.start_catch_up(upstream);
+            if if_behind == IfBehind::PassThrough {
+                return Freshness::Behind;
+            }
             let now = Instant::now();
             if now >= deadline {
-                return false;
+                return Freshness::TimedOut;
             }
             // A catch-up takes about a second; look again after each.
             let slice = (deadline - now).min(Duration::from_millis(1500));
             if self.wait_for_rv(target, slice).await {
-                return true;
+                return Freshness::Fresh;
             }
         }
     }
@@ -170,3 +216,6 @@ async fn catch_up(cache: &ResourceCache, upstream: &Upstream, from: u64) -> Resu
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -38,6 +38,10 @@ pub(crate) enum Reason {
     NoRoute,
     /// Selectors outside a scoped cache's scope.
     OutsideScope,
+    /// The caller was refused this read a little while ago: the API server
+    /// decides again now, since rights can have been granted since (a node's
+    /// pod bound to it a moment after its kubelet first asked).
+    RecentlyDenied,
     /// A watch form the cache leaves to the API server.
     WatchParameters,
     /// A consistent read whose freshness could not be proven in time.
@@ -83,6 +87,7 @@ impl Reason {
         Reason::InvalidSelector,
         Reason::NoRoute,
         Reason::OutsideScope,
+        Reason::RecentlyDenied,
         Reason::WatchParameters,
         Reason::ConsistentRead,
         Reason::GetParameters,
@@ -111,6 +116,7 @@ impl Reason {
             Self::InvalidSelector => "invalid_selector",
             Self::NoRoute => "no_route",
             Self::OutsideScope => "outside_scope",
+            Self::RecentlyDenied => "recently_denied",
             Self::WatchParameters => "watch_parameters",
             Self::ConsistentRead => "consistent_read",
             Self::GetParameters => "get_parameters",

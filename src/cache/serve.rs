@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 mod list;
 
 use super::filter::Filter;
+use super::freshness::{Freshness, IfBehind};
 use super::object::ObjectKey;
 use super::params::{ReadParams, Rv, RvMatch};
 use super::reason::Reason;
@@ -80,21 +81,32 @@ pub(crate) enum Served {
 /// before any byte of an answer exists. Reads of resources that are not
 /// cached at all are left to the API server.
 pub(crate) trait ReadGate: Sync {
-    /// `Err` carries the response to send instead (a 403).
+    /// Whether the cache may answer this caller's read.
     fn admit(
         &self,
         info: &RequestInfo,
         label_selector: &str,
         field_selector: &str,
-    ) -> impl Future<Output = Result<(), Refusal>> + Send;
+    ) -> impl Future<Output = Admission> + Send;
+}
+
+/// A gate's answer for one read.
+pub(crate) enum Admission {
+    /// The cache may answer.
+    Admitted,
+    /// The answer to send instead (a 403 the API server just gave).
+    Refused(Refusal),
+    /// Not known now: the request passes through and the API server decides
+    /// (a denial remembered from a little while ago, which may no longer hold).
+    AskUpstream,
 }
 
 /// No gate: trusted-local mode, where every client is watchmux itself.
 pub(crate) struct Open;
 
 impl ReadGate for Open {
-    async fn admit(&self, _: &RequestInfo, _: &str, _: &str) -> Result<(), Refusal> {
-        Ok(())
+    async fn admit(&self, _: &RequestInfo, _: &str, _: &str) -> Admission {
+        Admission::Admitted
     }
 }
 
@@ -175,8 +187,10 @@ impl CacheService {
         // Authorized before any upstream work on the request's behalf
         // (discovery, starting a cache): the API server, too, authorizes
         // before it routes, so a refusal here is the answer it would give.
-        if let Err(denied) = gate.admit(info, &params.label_selector, &params.field_selector).await {
-            return Served::Response(*denied);
+        match gate.admit(info, &params.label_selector, &params.field_selector).await {
+            Admission::Admitted => {}
+            Admission::Refused(denied) => return Served::Response(*denied),
+            Admission::AskUpstream => return Served::Passthrough(Reason::RecentlyDenied),
         }
         let cache = match self.registry.cache_for(&info.api_group, &info.api_version, &info.resource).await {
             Ok(c) => c,
@@ -252,11 +266,11 @@ impl CacheService {
     }
 
     /// Proves the cache fresh for a consistent read, counting the outcome.
-    async fn consistent(&self, cache: &Arc<ResourceCache>, arrival: Instant) -> bool {
-        let fresh = cache.ensure_fresh(self.registry.upstream(), arrival, TOO_LARGE_RV_WAIT).await;
-        let result = if fresh { "success" } else { "fallback" };
-        metrics::counter!(m::CONSISTENT_READS, "resource" => cache.label().to_owned(), "result" => result).increment(1);
-        fresh
+    async fn consistent(&self, cache: &Arc<ResourceCache>, arrival: Instant, if_behind: IfBehind) -> bool {
+        let result = cache.ensure_fresh(self.registry.upstream(), arrival, TOO_LARGE_RV_WAIT, if_behind).await;
+        metrics::counter!(m::CONSISTENT_READS, "resource" => cache.label().to_owned(), "result" => result.as_str())
+            .increment(1);
+        result == Freshness::Fresh
     }
 
     async fn watch(
@@ -289,7 +303,7 @@ impl CacheService {
             match p.rv {
                 // A consistent snapshot: at least as new as the upstream now.
                 Rv::Unset => {
-                    if !self.consistent(&cache, arrival).await {
+                    if !self.consistent(&cache, arrival, IfBehind::CatchUp).await {
                         return Served::Passthrough(Reason::ConsistentRead);
                     }
                     StartAt::CurrentState
@@ -360,7 +374,7 @@ impl CacheService {
         let label = cache.label().to_owned();
         match p.rv {
             Rv::Unset => {
-                if !self.consistent(&cache, arrival).await {
+                if !self.consistent(&cache, arrival, IfBehind::PassThrough).await {
                     return Served::Passthrough(Reason::ConsistentRead);
                 }
             }

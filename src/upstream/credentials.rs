@@ -142,17 +142,7 @@ mod tests {
     use super::*;
 
     fn test_cfg() -> UpstreamConfig {
-        UpstreamConfig {
-            server: "https://127.0.0.1:6443".parse().unwrap(),
-            ca_pem: None,
-            insecure_skip_tls_verify: false,
-            tls_server_name: None,
-            client_cert_pem: None,
-            client_key_pem: None,
-            client_cert_files: None,
-            auth: UpstreamAuth::None,
-            source: "test".into(),
-        }
+        UpstreamConfig::for_test("https://127.0.0.1:6443")
     }
 
     #[tokio::test(start_paused = true)]

@@ -306,15 +306,10 @@ exit "$(cat "$dir/exit" 2>/dev/null || echo 0)"
 
         pub(crate) fn upstream(&self) -> UpstreamConfig {
             UpstreamConfig {
-                server: "https://10.1.2.3:6443".parse().unwrap(),
                 ca_pem: Some(b"CA PEM".to_vec()),
-                insecure_skip_tls_verify: false,
                 tls_server_name: Some("kubernetes".into()),
-                client_cert_pem: None,
-                client_key_pem: None,
-                client_cert_files: None,
                 auth: UpstreamAuth::Exec(Box::new(self.config.clone())),
-                source: "test".into(),
+                ..UpstreamConfig::for_test("https://10.1.2.3:6443")
             }
         }
 

@@ -39,6 +39,24 @@ pub struct UpstreamConfig {
     pub source: String,
 }
 
+#[cfg(test)]
+impl UpstreamConfig {
+    /// A configuration for tests: `server`, no TLS material, no credentials.
+    pub(crate) fn for_test(server: &str) -> Self {
+        Self {
+            server: server.parse().expect("a test server URI"),
+            ca_pem: None,
+            insecure_skip_tls_verify: false,
+            tls_server_name: None,
+            client_cert_pem: None,
+            client_key_pem: None,
+            client_cert_files: None,
+            auth: UpstreamAuth::None,
+            source: "test".into(),
+        }
+    }
+}
+
 impl std::fmt::Debug for UpstreamConfig {
     // Hand-written so that key material can never reach a log line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -831,15 +849,10 @@ contexts:
     #[test]
     fn debug_output_never_shows_secrets() {
         let cfg = UpstreamConfig {
-            server: "https://x".parse().unwrap(),
-            ca_pem: None,
-            insecure_skip_tls_verify: false,
-            tls_server_name: None,
             client_cert_pem: Some(b"CERT".to_vec()),
             client_key_pem: Some(b"PRIVATE-KEY".to_vec()),
-            client_cert_files: None,
             auth: UpstreamAuth::Basic { username: "u".into(), password: "hunter2".into() },
-            source: "test".into(),
+            ..UpstreamConfig::for_test("https://x")
         };
         let shown = format!("{cfg:?} {:?}", UpstreamAuth::Token("tok-123".into()));
         for secret in ["PRIVATE-KEY", "hunter2", "tok-123"] {

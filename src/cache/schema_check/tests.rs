@@ -19,7 +19,7 @@ use crate::cache::resource_info::test_info;
 use crate::encode::protobuf::served_document;
 use crate::encode::variant::ContentVariant;
 use crate::upstream::UpstreamOptions;
-use crate::upstream::kubeconfig::{UpstreamAuth, UpstreamConfig};
+use crate::upstream::kubeconfig::UpstreamConfig;
 
 const CONFIGMAPS: &str = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[{"metadata":{"name":"a","namespace":"ns","resourceVersion":"9"},"data":{"k":"v"}}]}"#;
 
@@ -61,17 +61,7 @@ async fn fake_upstream(openapi: Served, fetches: Arc<Mutex<u32>>) -> Arc<Upstrea
             tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
         }
     });
-    let cfg = UpstreamConfig {
-        server: format!("http://{addr}").parse().unwrap(),
-        ca_pem: None,
-        insecure_skip_tls_verify: false,
-        tls_server_name: None,
-        client_cert_pem: None,
-        client_key_pem: None,
-        client_cert_files: None,
-        auth: UpstreamAuth::None,
-        source: "test".into(),
-    };
+    let cfg = UpstreamConfig::for_test(&format!("http://{addr}"));
     Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap())
 }
 

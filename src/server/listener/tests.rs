@@ -155,15 +155,8 @@ fn tls_pair(alpn: &[&[u8]]) -> (TlsAcceptor, tokio_rustls::TlsConnector, tempfil
     let acceptor = super::super::tls::acceptor(&cert_path, &key_path, None).unwrap();
     // The client is watchmux's own upstream TLS, trusting the test's CA.
     let upstream = crate::upstream::kubeconfig::UpstreamConfig {
-        server: "https://localhost".parse().unwrap(),
         ca_pem: Some(cert.cert.pem().into_bytes()),
-        insecure_skip_tls_verify: false,
-        tls_server_name: None,
-        client_cert_pem: None,
-        client_key_pem: None,
-        client_cert_files: None,
-        auth: crate::upstream::kubeconfig::UpstreamAuth::None,
-        source: "test".into(),
+        ..crate::upstream::kubeconfig::UpstreamConfig::for_test("https://localhost")
     };
     let mut config = crate::upstream::tls::client_config(&upstream).unwrap();
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();

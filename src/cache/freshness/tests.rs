@@ -1,0 +1,189 @@
+//! Consistent reads against an in-process fake upstream whose current
+//! version (`P`, the probe's answer) is ahead of the cache: a GET does not
+//! wait for the catch-up, a LIST does, and the catch-up's bookmark is what
+//! proves the cache fresh.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::channel::{Channel, Sender};
+use hyper::body::Incoming;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::body;
+use crate::cache::object::ObjectShape;
+use crate::cache::reflector::Reflector;
+use crate::cache::resource::{CacheSettings, Scope};
+use crate::cache::resource_info::test_info;
+use crate::upstream::UpstreamOptions;
+use crate::upstream::kubeconfig::UpstreamConfig;
+
+const LIST: &str = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[]}"#;
+
+/// The fake upstream's state: its current version, the catch-up watches it
+/// was asked for, and the open catch-up streams (to send their bookmark).
+#[derive(Default)]
+struct Upstreamish {
+    current: AtomicU64,
+    catch_ups: AtomicU32,
+    streams: Mutex<Vec<Sender<Bytes, std::convert::Infallible>>>,
+    /// The reflector's own watches, held open and silent.
+    silent: Mutex<Vec<Sender<Bytes, std::convert::Infallible>>>,
+    catch_up_opened: tokio::sync::Notify,
+}
+
+impl Upstreamish {
+    /// Waits until a catch-up watch is open.
+    async fn catch_up_open(&self) {
+        let opened = self.catch_up_opened.notified();
+        if self.streams.lock().is_empty() {
+            tokio::time::timeout(Duration::from_secs(5), opened).await.expect("no catch-up watch was started");
+        }
+    }
+
+    /// Sends the API server's bookmark at its current version on every open
+    /// catch-up stream.
+    async fn bookmark(&self) {
+        let rv = self.current.load(Ordering::SeqCst);
+        let line = format!(
+            "{{\"type\":\"BOOKMARK\",\"object\":{{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\",\"metadata\":{{\"resourceVersion\":\"{rv}\"}}}}}}\n"
+        );
+        let streams: Vec<_> = self.streams.lock().drain(..).collect();
+        for mut tx in streams {
+            tx.send_data(Bytes::from(line.clone())).await.unwrap();
+        }
+    }
+}
+
+/// A kube-apiserver that lists configmaps at 10, answers a probe with its
+/// current version, and holds every watch open without a word until told.
+async fn fake_upstream(state: Arc<Upstreamish>) -> Arc<Upstream> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let state = state.clone();
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let state = state.clone();
+                async move {
+                    let query: Vec<(String, String)> =
+                        form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
+                    let has = |k: &str, v: &str| query.iter().any(|(qk, qv)| qk == k && qv == v);
+                    let resp = if has("watch", "true") {
+                        let (tx, rx) = Channel::<Bytes, std::convert::Infallible>::new(4);
+                        if has("timeoutSeconds", "3") {
+                            state.catch_ups.fetch_add(1, Ordering::SeqCst);
+                            state.streams.lock().push(tx);
+                            state.catch_up_opened.notify_waiters();
+                        } else {
+                            state.silent.lock().push(tx);
+                        }
+                        Response::new(body::boxed(rx))
+                    } else if has("limit", "1") {
+                        let rv = state.current.load(Ordering::SeqCst);
+                        let text = LIST.replace("\"10\"", &format!("\"{rv}\""));
+                        Response::new(body::full(text))
+                    } else {
+                        Response::new(body::full(LIST))
+                    };
+                    Ok::<_, std::convert::Infallible>(resp)
+                }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+        }
+    });
+    let cfg = UpstreamConfig::for_test(&format!("http://{addr}"));
+    Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap())
+}
+
+/// A ready configmaps cache at 10 whose reflector runs against the fake.
+async fn cache_at_10(state: &Arc<Upstreamish>) -> (Arc<ResourceCache>, Arc<Upstream>, CancellationToken) {
+    state.current.store(10, Ordering::SeqCst);
+    let upstream = fake_upstream(state.clone()).await;
+    let shape = ObjectShape::new(test_info("", "configmaps", "ConfigMap", true), None);
+    let writer = ResourceCache::create(shape, Scope::default(), CacheSettings::default());
+    let cache = writer.cache().clone();
+    let stop = CancellationToken::new();
+    tokio::spawn(Reflector::new(writer, upstream.clone()).run(stop.clone()));
+    assert!(cache.wait_ready(Duration::from_secs(10)).await);
+    assert_eq!(cache.current_rv(), 10);
+    (cache, upstream, stop)
+}
+
+const BUDGET: Duration = Duration::from_secs(3);
+
+#[tokio::test]
+async fn a_fresh_cache_is_proven_by_the_probe_alone() {
+    let state = Arc::new(Upstreamish::default());
+    let (cache, upstream, stop) = cache_at_10(&state).await;
+    for if_behind in [IfBehind::CatchUp, IfBehind::PassThrough] {
+        assert_eq!(cache.ensure_fresh(&upstream, Instant::now(), BUDGET, if_behind).await, Freshness::Fresh);
+    }
+    assert_eq!(state.catch_ups.load(Ordering::SeqCst), 0, "nothing to catch up");
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_get_behind_passes_through_at_once_and_leaves_a_catch_up_for_the_next_read() {
+    let state = Arc::new(Upstreamish::default());
+    let (cache, upstream, stop) = cache_at_10(&state).await;
+    state.current.store(20, Ordering::SeqCst);
+
+    let asked = std::time::Instant::now();
+    let got = cache.ensure_fresh(&upstream, Instant::now(), BUDGET, IfBehind::PassThrough).await;
+    assert_eq!(got, Freshness::Behind);
+    assert!(asked.elapsed() < Duration::from_secs(1), "did not wait for the catch-up: {:?}", asked.elapsed());
+
+    // The catch-up it started brings the cache to 20; the next GET is served.
+    state.catch_up_open().await;
+    state.bookmark().await;
+    assert!(cache.wait_for_rv(20, Duration::from_secs(5)).await);
+    assert_eq!(cache.ensure_fresh(&upstream, Instant::now(), BUDGET, IfBehind::PassThrough).await, Freshness::Fresh);
+    assert_eq!(state.catch_ups.load(Ordering::SeqCst), 1);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_list_behind_waits_for_the_catch_up_s_bookmark() {
+    let state = Arc::new(Upstreamish::default());
+    let (cache, upstream, stop) = cache_at_10(&state).await;
+    state.current.store(20, Ordering::SeqCst);
+
+    let reading = tokio::spawn({
+        let (cache, upstream) = (cache.clone(), upstream.clone());
+        async move { cache.ensure_fresh(&upstream, Instant::now(), BUDGET, IfBehind::CatchUp).await }
+    });
+    state.catch_up_open().await;
+    assert!(!reading.is_finished(), "a LIST waits for the proof");
+    state.bookmark().await;
+    assert_eq!(reading.await.unwrap(), Freshness::Fresh);
+    assert_eq!(cache.current_rv(), 20);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_list_without_a_bookmark_in_its_budget_falls_back() {
+    let state = Arc::new(Upstreamish::default());
+    let (cache, upstream, stop) = cache_at_10(&state).await;
+    state.current.store(20, Ordering::SeqCst);
+    let got = cache.ensure_fresh(&upstream, Instant::now(), Duration::from_millis(300), IfBehind::CatchUp).await;
+    assert_eq!(got, Freshness::TimedOut);
+    assert_eq!(cache.current_rv(), 10, "nothing proven, nothing moved");
+    stop.cancel();
+}
+
+#[test]
+fn results_are_the_metric_s_labels() {
+    assert_eq!(
+        [Freshness::Fresh, Freshness::Behind, Freshness::TimedOut].map(Freshness::as_str),
+        ["success", "behind", "fallback"]
+    );
+}
