@@ -11,7 +11,7 @@ CARGO ?= cargo
 	chaos chaos-quick test-chaos-quick audit fmt clean monitoring-check
 .PHONY: protobuf-check
 .PHONY: bench-protobuf
-.PHONY: controlplane-test bench-controlplane
+.PHONY: controlplane-test test-controlplane bench-controlplane
 
 all: build
 
@@ -50,7 +50,7 @@ cluster-down:
 demo: release
 	bash integration/scripts/demo.sh
 
-test: test-unit test-e2e test-chaos-quick
+test: test-unit test-e2e test-controlplane test-chaos-quick
 
 ## Formatting, lints (Rust, Dockerfile), the module graph (no cycles), unit
 ## tests and the in-process proxy tests.
@@ -149,6 +149,11 @@ monitoring-check:
 ## nodes by default; builds them on first use (build-controlplane.sh).
 controlplane-test:
 	bash integration/scripts/controlplane-test.sh
+
+## The control-plane scenarios as a step of make test, after the end-to-end
+## suite: N=2, all four topologies, about 5 minutes warm (its own cluster, with
+## NodeRestriction, started and stopped by the script).
+test-controlplane: controlplane-test
 
 ## The API server's WATCH/LIST counts, CPU and RSS during start-up and a
 ## rollout, and the time until every pod is Running, for direct, node-local and
