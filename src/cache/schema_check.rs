@@ -22,6 +22,16 @@
 //! several times the decode CPU) until the next relist. The check never
 //! holds the cache back for long: it runs beside the initial list and gives
 //! up after [`FETCH_TIMEOUT`].
+//!
+//! The document is fetched once per process for each served version of it:
+//! the OpenAPI root (`/openapi/v3`, about 10 KB) names each group-version's
+//! document with a hash of its content, and a kind's verdict is kept with the
+//! hash it was made on. A later full list (a relist after compaction, or
+//! every cache at once after an API server restart: a relist storm, on every
+//! node-local watchmux of a fleet) reads the root, and the 1.6 MB document
+//! only if its hash moved (an upgrade, or a server of another version behind
+//! the same address). Without a hash (an older server, an unreadable root)
+//! the document is fetched each time, as before.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Weak};
@@ -85,16 +95,55 @@ pub(crate) fn document_path(info: &ResourceInfo) -> String {
     }
 }
 
-/// Fetches the served document and compares the kind of `info` with the table.
+/// Fetches the served document and compares the kind of `info` with the
+/// table, unless the kind was compared with this very document before.
 pub(crate) async fn check(upstream: &Upstream, info: &ResourceInfo) -> Outcome {
     let Some(ty) = MessageType::for_kind(&info.api_version(), &info.kind) else {
         return Outcome::NotInTable;
     };
-    match shared_document(upstream, info).await {
+    let path = document_path(info);
+    let Ok(url) = path.parse().map(|p| upstream.uri_for(Some(&p)).to_string()) else {
+        return Outcome::Unavailable(format!("{path}: not a path"));
+    };
+    let verdict_key = format!("{url}#{}", info.kind);
+    let hash = served_hash(upstream, &path).await;
+    if let Some(hash) = &hash
+        && let Some((seen, outcome)) = VERDICTS.lock().get(&verdict_key)
+        && seen == hash
+    {
+        return outcome.clone();
+    }
+    let outcome = match shared_json(upstream, &path).await {
         Ok(document) => compare(ty, &document),
         Err(why) => Outcome::Unavailable(why),
+    };
+    if let Some(hash) = hash
+        && !matches!(outcome, Outcome::Unavailable(_))
+    {
+        VERDICTS.lock().insert(verdict_key, (hash, outcome.clone()));
     }
+    outcome
 }
+
+/// The path of the OpenAPI v3 root, which names every document with its hash.
+const ROOT_PATH: &str = "/openapi/v3";
+
+/// The hash the upstream's OpenAPI root gives the document at `path` now:
+/// `paths["api/v1"].serverRelativeURL` is `/openapi/v3/api/v1?hash=<hex>`.
+async fn served_hash(upstream: &Upstream, path: &str) -> Option<String> {
+    let root = shared_json(upstream, ROOT_PATH).await.ok()?;
+    let name = path.strip_prefix(ROOT_PATH)?.strip_prefix('/')?;
+    let url = root.get("paths")?.get(name)?.get("serverRelativeURL")?.as_str()?;
+    let (served_path, query) = url.split_once('?')?;
+    if served_path != path {
+        return None;
+    }
+    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "hash").map(|(_, v)| v.into_owned())
+}
+
+/// Each kind's last verdict, by document URL and kind, with the hash of the
+/// document it was made on. A handful of entries: one per cached built-in kind.
+static VERDICTS: LazyLock<Mutex<HashMap<String, (String, Outcome)>>> = LazyLock::new(Default::default);
 
 /// A document being fetched or read, shared by the checks that want it at
 /// the same time.
@@ -104,12 +153,11 @@ type Slot = OnceCell<Result<Arc<serde_json::Value>, String>>;
 /// held weakly: the caches of one group-version that list together (at
 /// start-up, every cached core/v1 resource) share one fetch and one parse of
 /// its document (1.6 MB for core/v1 in v1.37, several times that as a
-/// `Value`), and it is freed when the last of them is done; a later list
-/// fetches it again.
+/// `Value`), and of the root; each is freed when the last of them is done.
 static DOCUMENTS: LazyLock<Mutex<HashMap<String, Weak<Slot>>>> = LazyLock::new(Default::default);
 
-async fn shared_document(upstream: &Upstream, info: &ResourceInfo) -> Result<Arc<serde_json::Value>, String> {
-    let path = document_path(info);
+/// The JSON document at `path`, fetched once for all who ask at the same time.
+async fn shared_json(upstream: &Upstream, path: &str) -> Result<Arc<serde_json::Value>, String> {
     let key = upstream.uri_for(Some(&path.parse().map_err(|_| format!("{path}: not a path"))?)).to_string();
     let slot = {
         let mut documents = DOCUMENTS.lock();
@@ -124,9 +172,9 @@ async fn shared_document(upstream: &Upstream, info: &ResourceInfo) -> Result<Arc
         }
     };
     slot.get_or_init(|| async {
-        match tokio::time::timeout(FETCH_TIMEOUT, fetch(upstream, info)).await {
+        match tokio::time::timeout(FETCH_TIMEOUT, fetch(upstream, path)).await {
             Ok(fetched) => fetched.map(Arc::new),
-            Err(_) => Err(format!("no document within {FETCH_TIMEOUT:?}")),
+            Err(_) => Err(format!("{path}: no answer within {FETCH_TIMEOUT:?}")),
         }
     })
     .await
@@ -145,9 +193,8 @@ pub(crate) fn compare(ty: MessageType, document: &serde_json::Value) -> Outcome 
     }
 }
 
-async fn fetch(upstream: &Upstream, info: &ResourceInfo) -> Result<serde_json::Value, String> {
-    let path = document_path(info);
-    let resp = upstream_get(upstream, path.clone()).await.map_err(|e| error_chain(&e))?;
+async fn fetch(upstream: &Upstream, path: &str) -> Result<serde_json::Value, String> {
+    let resp = upstream_get(upstream, path.to_owned()).await.map_err(|e| error_chain(&e))?;
     let status = resp.status();
     let bytes = resp.into_body().collect().await.map_err(|e| error_chain(&e))?.to_bytes();
     if status != StatusCode::OK {

@@ -31,19 +31,36 @@ fn config_map() -> MessageType {
 type Served = Arc<Mutex<Result<Value, StatusCode>>>;
 
 /// A fake kube-apiserver that lists configmaps and serves `openapi`, counting
-/// the document's fetches.
+/// the document's fetches; it has no OpenAPI root (an older server).
 async fn fake_upstream(openapi: Served, fetches: Arc<Mutex<u32>>) -> Arc<Upstream> {
+    fake_upstream_with_root(openapi, fetches, Arc::new(Mutex::new(None))).await
+}
+
+/// The same, with an OpenAPI root naming `/openapi/v3/api/v1` with `hash`
+/// when it is set.
+async fn fake_upstream_with_root(
+    openapi: Served,
+    fetches: Arc<Mutex<u32>>,
+    hash: Arc<Mutex<Option<String>>>,
+) -> Arc<Upstream> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else { return };
-            let (openapi, fetches) = (openapi.clone(), fetches.clone());
+            let (openapi, fetches, hash) = (openapi.clone(), fetches.clone(), hash.clone());
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let (openapi, fetches) = (openapi.clone(), fetches.clone());
+                let (openapi, fetches, hash) = (openapi.clone(), fetches.clone(), hash.clone());
                 async move {
                     let (status, text) = match req.uri().path() {
                         "/api/v1/configmaps" => (StatusCode::OK, CONFIGMAPS.to_owned()),
+                        "/openapi/v3" => match &*hash.lock() {
+                            Some(h) => {
+                                let url = format!("/openapi/v3/api/v1?hash={h}");
+                                (StatusCode::OK, json!({"paths": {"api/v1": {"serverRelativeURL": url}}}).to_string())
+                            }
+                            None => (StatusCode::NOT_FOUND, "{}".to_owned()),
+                        },
                         "/openapi/v3/api/v1" => {
                             *fetches.lock() += 1;
                             match &*openapi.lock() {
@@ -173,4 +190,38 @@ async fn caches_of_one_group_version_listing_together_share_one_fetch_and_a_late
     // Nobody holds the document any more: the next check reads it afresh.
     assert_eq!(check(&upstream, &cm).await, Outcome::Fits);
     assert_eq!(*fetches.lock(), 2);
+}
+
+#[tokio::test]
+async fn the_document_is_fetched_again_only_when_the_root_names_another_version_of_it() {
+    let openapi: Served = Arc::new(Mutex::new(Ok(served_document(config_map()))));
+    let fetches = Arc::new(Mutex::new(0));
+    let hash = Arc::new(Mutex::new(Some("AAAA".to_owned())));
+    let upstream = fake_upstream_with_root(openapi.clone(), fetches.clone(), hash.clone()).await;
+    let cm = test_info("", "configmaps", "ConfigMap", true);
+
+    assert_eq!(check(&upstream, &cm).await, Outcome::Fits);
+    assert_eq!(check(&upstream, &cm).await, Outcome::Fits);
+    assert_eq!(*fetches.lock(), 1, "same hash: the verdict is kept, the document not read again");
+
+    // The server was upgraded: another hash, another document, another verdict.
+    *openapi.lock() = Ok(newer_server());
+    *hash.lock() = Some("BBBB".to_owned());
+    assert!(matches!(check(&upstream, &cm).await, Outcome::Drift { .. }));
+    assert_eq!(*fetches.lock(), 2);
+    assert!(matches!(check(&upstream, &cm).await, Outcome::Drift { .. }), "the drift is kept too");
+    assert_eq!(*fetches.lock(), 2);
+
+    // A document that could not be had is not remembered: asked again next time.
+    *hash.lock() = Some("CCCC".to_owned());
+    *openapi.lock() = Err(StatusCode::SERVICE_UNAVAILABLE);
+    assert!(matches!(check(&upstream, &cm).await, Outcome::Unavailable(_)));
+    *openapi.lock() = Ok(served_document(config_map()));
+    assert_eq!(check(&upstream, &cm).await, Outcome::Fits);
+    assert_eq!(*fetches.lock(), 4);
+
+    // Without a root (an older server), every check reads the document.
+    *hash.lock() = None;
+    assert_eq!(check(&upstream, &cm).await, Outcome::Fits);
+    assert_eq!(*fetches.lock(), 5);
 }
