@@ -255,7 +255,8 @@ async fn protobuf_gets_and_lists_from_the_cache_are_the_api_servers_bytes() {
     ];
     let mut identical = 0;
     for (prefix, resource, name) in named {
-        let path = format!("{prefix}/namespaces/{ns}/{resource}/{name}");
+        // At any version: a GET without one is the API server's, not the cache's.
+        let path = format!("{prefix}/namespaces/{ns}/{resource}/{name}?resourceVersion=0");
         let (direct, cached) = both(&client, &wm, &path, KUBELET).await;
         assert_eq!((direct.0, direct.1.as_str()), (200, PROTOBUF), "{path}");
         assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF), "{path}");
@@ -270,14 +271,14 @@ async fn protobuf_gets_and_lists_from_the_cache_are_the_api_servers_bytes() {
         identical += items;
     }
     // A node, by name (other tests make nodes too: no cluster-wide LIST).
-    let path = format!("/api/v1/nodes/{node}");
+    let path = format!("/api/v1/nodes/{node}?resourceVersion=0");
     let (direct, cached) = both(&client, &wm, &path, KUBELET).await;
     assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF));
     assert!(cached.2 == direct.2, "GET {path} differs");
     identical += 1;
 
     // A custom resource: no protobuf form; the API server and the cache answer JSON.
-    let path = format!("/apis/{GROUP}/v1/namespaces/{ns}/gadgets/g1");
+    let path = format!("/apis/{GROUP}/v1/namespaces/{ns}/gadgets/g1?resourceVersion=0");
     let (direct, cached) = both(&client, &wm, &path, KUBELET).await;
     assert_eq!((direct.0, direct.1.as_str()), (200, "application/json"));
     assert_eq!((cached.0, cached.1.as_str()), (200, "application/json"));
@@ -289,7 +290,7 @@ async fn protobuf_gets_and_lists_from_the_cache_are_the_api_servers_bytes() {
     identical += same_list(&direct.2, &cached.2, "PartialObjectMetadataList").0;
 
     // A protobuf 404 is the API server's Status.
-    let path = format!("/api/v1/namespaces/{ns}/configmaps/missing");
+    let path = format!("/api/v1/namespaces/{ns}/configmaps/missing?resourceVersion=0");
     let (direct, cached) = both(&client, &wm, &path, KUBELET).await;
     assert_eq!((cached.0, cached.1.as_str()), (404, PROTOBUF));
     assert!(cached.2 == direct.2, "404 Status differs");
@@ -461,7 +462,8 @@ webhooks:
         &["--cache-resources", "validatingwebhookconfigurations.admissionregistration.k8s.io", "--cache-warm"],
     )
     .await;
-    let path = format!("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}");
+    let path =
+        format!("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}?resourceVersion=0");
 
     let direct_json = get_direct_as(&client, &path, "application/json").await;
     let cached = get_via(&wm, &path, KUBELET).await;
@@ -809,7 +811,8 @@ async fn certificate_signing_requests_are_protobuf_once_issued_and_json_while_th
     let wm = Watchmux::start(&cluster, &["--cache-resources", "certificatesigningrequests", "--cache-warm"]).await;
 
     // What the API server itself says about the first two.
-    let (p, e) = (format!("{base}/{pending}"), format!("{base}/{empty}"));
+    // At any version: a GET without one is the API server's, not the cache's.
+    let (p, e) = (format!("{base}/{pending}?resourceVersion=0"), format!("{base}/{empty}?resourceVersion=0"));
     for path in [&p, &e] {
         let json: serde_json::Value =
             serde_json::from_slice(&get_direct_as(&client, path, "application/json").await.2).unwrap();
@@ -835,7 +838,7 @@ async fn certificate_signing_requests_are_protobuf_once_issued_and_json_while_th
         assert!(cached.2 == direct.2, "{path}: passed through");
     }
     // Issued: protobuf from the cache, byte for byte.
-    let (direct, cached) = both(&client, &wm, &format!("{base}/{issued}"), KUBELET).await;
+    let (direct, cached) = both(&client, &wm, &format!("{base}/{issued}?resourceVersion=0"), KUBELET).await;
     assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF));
     assert!(cached.2 == direct.2, "the issued CSR's protobuf differs from the API server's");
 

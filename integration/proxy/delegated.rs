@@ -181,7 +181,7 @@ async fn a_denied_read_starts_no_upstream_work() {
         "/api/v1/namespaces/b/configmaps",
         "/api/v1/namespaces/b/configmaps?watch=1",
         "/api/v%31/namespaces/b/services",
-        "/api/v1/namespaces/b/configmaps/x",
+        "/api/v1/namespaces/b/configmaps/x?resourceVersion=0",
         "/api/v1/configmaps",
     ] {
         let resp = send(&proxy, get(path).body(Full::default()).unwrap()).await;

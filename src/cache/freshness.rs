@@ -24,10 +24,10 @@
 //! only at its bookmark time (two seconds before the deadline, on its own
 //! one-second tick) and only if its version moved since the watch began. In
 //! a busy cluster the cache is nearly always behind `P` (`P` is etcd's
-//! revision, moved by every write to any resource), so a read that must wait
-//! for step 2 costs its caller that time. Whether it waits is the caller's
-//! [`IfBehind`]: a single object is cheaper for the API server to read than
-//! for the client to wait for, a whole collection is not.
+//! revision, moved by every write to any resource). That wait is worth it for
+//! a collection (a LIST or a watch-list passed through costs the API server
+//! all of it), not for one object: a consistent GET is not served from the
+//! cache at all (`serve::CacheService::get`).
 //!
 //! If the proof does not arrive within the budget the read passes through,
 //! and is counted as a fallback.
@@ -62,69 +62,32 @@ struct RvMeta {
     resource_version: String,
 }
 
-/// What a consistent read does when the probe finds the cache behind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum IfBehind {
-    /// Waits for the catch-up, up to the budget (a LIST or a watch-list:
-    /// passing it through costs the API server a whole collection).
-    CatchUp,
-    /// Passes through at once, the catch-up going on for the reads after
-    /// it (a GET: one object costs the API server about what the probe did).
-    PassThrough,
-}
-
-/// How a consistent read's proof ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Freshness {
-    /// The cache is at least as new as the upstream was at arrival.
-    Fresh,
-    /// Behind, and the read chose not to wait ([`IfBehind::PassThrough`]).
-    Behind,
-    /// No proof within the budget (no probe answer, or no catch-up in time).
-    TimedOut,
-}
-
-impl Freshness {
-    /// The `result` label of `watchmux_watch_cache_consistent_read_total`.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Fresh => "success",
-            Self::Behind => "behind",
-            Self::TimedOut => "fallback",
-        }
-    }
-}
-
 impl ResourceCache {
-    /// Proves the cache at least as new as the upstream was at `arrival`,
-    /// within `arrival + budget`.
+    /// Waits until the cache is at least as new as the upstream was at
+    /// `arrival`; false if that cannot be shown by `arrival + budget`.
     pub(crate) async fn ensure_fresh(
         self: &Arc<Self>,
         upstream: &Arc<Upstream>,
         arrival: Instant,
         budget: Duration,
-        if_behind: IfBehind,
-    ) -> Freshness {
+    ) -> bool {
         let deadline = arrival + budget;
         let Ok(Some(target)) = tokio::time::timeout_at(deadline, self.upstream_rv(upstream, arrival)).await else {
-            return Freshness::TimedOut;
+            return false;
         };
         loop {
             if self.current_rv() >= target {
-                return Freshness::Fresh;
+                return true;
             }
             self.start_catch_up(upstream);
-            if if_behind == IfBehind::PassThrough {
-                return Freshness::Behind;
-            }
             let now = Instant::now();
             if now >= deadline {
-                return Freshness::TimedOut;
+                return false;
             }
             // A catch-up takes about a second; look again after each.
             let slice = (deadline - now).min(Duration::from_millis(1500));
             if self.wait_for_rv(target, slice).await {
-                return Freshness::Fresh;
+                return true;
             }
         }
     }

@@ -46,6 +46,9 @@ pub(crate) enum Reason {
     WatchParameters,
     /// A consistent read whose freshness could not be proven in time.
     ConsistentRead,
+    /// A GET without a resourceVersion: the API server reads it from etcd,
+    /// at about the cost of the cache's own proof of freshness.
+    ConsistentGet,
     /// A GET with list-only parameters.
     GetParameters,
     /// A list form the cache leaves to the API server.
@@ -90,6 +93,7 @@ impl Reason {
         Reason::RecentlyDenied,
         Reason::WatchParameters,
         Reason::ConsistentRead,
+        Reason::ConsistentGet,
         Reason::GetParameters,
         Reason::ListParameters,
         Reason::Continue,
@@ -119,6 +123,7 @@ impl Reason {
             Self::RecentlyDenied => "recently_denied",
             Self::WatchParameters => "watch_parameters",
             Self::ConsistentRead => "consistent_read",
+            Self::ConsistentGet => "consistent_get",
             Self::GetParameters => "get_parameters",
             Self::ListParameters => "list_parameters",
             Self::Continue => "continue",

@@ -1,7 +1,7 @@
-//! Consistent reads against an in-process fake upstream whose current
-//! version (`P`, the probe's answer) is ahead of the cache: a GET does not
-//! wait for the catch-up, a LIST does, and the catch-up's bookmark is what
-//! proves the cache fresh.
+//! The freshness proof against an in-process fake upstream whose current
+//! version (`P`, the probe's answer) is ahead of the cache: the read waits for
+//! the catch-up, whose bookmark is what proves the cache fresh, and gives up
+//! at its budget.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -124,66 +124,35 @@ const BUDGET: Duration = Duration::from_secs(3);
 async fn a_fresh_cache_is_proven_by_the_probe_alone() {
     let state = Arc::new(Upstreamish::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
-    for if_behind in [IfBehind::CatchUp, IfBehind::PassThrough] {
-        assert_eq!(cache.ensure_fresh(&upstream, Instant::now(), BUDGET, if_behind).await, Freshness::Fresh);
-    }
+    assert!(cache.ensure_fresh(&upstream, Instant::now(), BUDGET).await);
     assert_eq!(state.catch_ups.load(Ordering::SeqCst), 0, "nothing to catch up");
     stop.cancel();
 }
 
 #[tokio::test]
-async fn a_get_behind_passes_through_at_once_and_leaves_a_catch_up_for_the_next_read() {
-    let state = Arc::new(Upstreamish::default());
-    let (cache, upstream, stop) = cache_at_10(&state).await;
-    state.current.store(20, Ordering::SeqCst);
-
-    let asked = std::time::Instant::now();
-    let got = cache.ensure_fresh(&upstream, Instant::now(), BUDGET, IfBehind::PassThrough).await;
-    assert_eq!(got, Freshness::Behind);
-    assert!(asked.elapsed() < Duration::from_secs(1), "did not wait for the catch-up: {:?}", asked.elapsed());
-
-    // The catch-up it started brings the cache to 20; the next GET is served.
-    state.catch_up_open().await;
-    state.bookmark().await;
-    assert!(cache.wait_for_rv(20, Duration::from_secs(5)).await);
-    assert_eq!(cache.ensure_fresh(&upstream, Instant::now(), BUDGET, IfBehind::PassThrough).await, Freshness::Fresh);
-    assert_eq!(state.catch_ups.load(Ordering::SeqCst), 1);
-    stop.cancel();
-}
-
-#[tokio::test]
-async fn a_list_behind_waits_for_the_catch_up_s_bookmark() {
+async fn a_cache_behind_waits_for_the_catch_up_s_bookmark() {
     let state = Arc::new(Upstreamish::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
     state.current.store(20, Ordering::SeqCst);
 
     let reading = tokio::spawn({
         let (cache, upstream) = (cache.clone(), upstream.clone());
-        async move { cache.ensure_fresh(&upstream, Instant::now(), BUDGET, IfBehind::CatchUp).await }
+        async move { cache.ensure_fresh(&upstream, Instant::now(), BUDGET).await }
     });
     state.catch_up_open().await;
-    assert!(!reading.is_finished(), "a LIST waits for the proof");
+    assert!(!reading.is_finished(), "the read waits for the proof");
     state.bookmark().await;
-    assert_eq!(reading.await.unwrap(), Freshness::Fresh);
+    assert!(reading.await.unwrap(), "proven by the bookmark");
     assert_eq!(cache.current_rv(), 20);
     stop.cancel();
 }
 
 #[tokio::test]
-async fn a_list_without_a_bookmark_in_its_budget_falls_back() {
+async fn without_a_bookmark_in_its_budget_the_proof_fails() {
     let state = Arc::new(Upstreamish::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
     state.current.store(20, Ordering::SeqCst);
-    let got = cache.ensure_fresh(&upstream, Instant::now(), Duration::from_millis(300), IfBehind::CatchUp).await;
-    assert_eq!(got, Freshness::TimedOut);
+    assert!(!cache.ensure_fresh(&upstream, Instant::now(), Duration::from_millis(300)).await);
     assert_eq!(cache.current_rv(), 10, "nothing proven, nothing moved");
     stop.cancel();
-}
-
-#[test]
-fn results_are_the_metric_s_labels() {
-    assert_eq!(
-        [Freshness::Fresh, Freshness::Behind, Freshness::TimedOut].map(Freshness::as_str),
-        ["success", "behind", "fallback"]
-    );
 }

@@ -13,7 +13,6 @@ use tokio::time::Instant;
 use super::{Answer, CacheService, Served, TOO_LARGE_RV_WAIT, set_common_headers, too_large_rv};
 use crate::body::{self, Chunk, ChunkList};
 use crate::cache::filter::Filter;
-use crate::cache::freshness::IfBehind;
 use crate::cache::object::{NoProtobuf, ObjectKey};
 use crate::cache::pagination::{self, KeyScope};
 use crate::cache::params::{ReadParams, Rv, RvMatch};
@@ -58,7 +57,7 @@ impl CacheService {
         } else {
             match (p.rv, p.rv_match) {
                 (Rv::Unset, RvMatch::Unset) => {
-                    if !self.consistent(&cache, arrival, IfBehind::CatchUp).await {
+                    if !self.consistent(&cache, arrival).await {
                         return Served::Passthrough(Reason::ConsistentRead);
                     }
                     (current(&cache, p.limit), None, p.limit)
