@@ -18,14 +18,14 @@ use tokio::net::TcpStream;
 use watchmux::upstream::{Upstream, UpstreamOptions};
 
 /// Paths the suite needs, from the environment `make test` sets.
-pub struct Cluster {
-    pub kubeconfig: PathBuf,
-    pub kubectl: PathBuf,
-    pub watchcheck: PathBuf,
+pub(crate) struct Cluster {
+    pub(crate) kubeconfig: PathBuf,
+    pub(crate) kubectl: PathBuf,
+    pub(crate) watchcheck: PathBuf,
 }
 
 impl Cluster {
-    pub fn from_env() -> Self {
+    pub(crate) fn from_env() -> Self {
         let var = |name: &str| {
             PathBuf::from(std::env::var(name).unwrap_or_else(|_| {
                 panic!("{name} is not set: run the end-to-end suite with `make test-e2e`, which starts the API server")
@@ -44,7 +44,7 @@ impl Cluster {
 
     /// The API server's address, from the kubeconfig (cluster-up.sh's
     /// `APISERVER_PORT` may move it off the default).
-    pub fn api_addr(&self) -> std::net::SocketAddr {
+    pub(crate) fn api_addr(&self) -> std::net::SocketAddr {
         let cfg = watchmux::upstream::kubeconfig::resolve(Some(&self.kubeconfig), None).unwrap();
         let authority = cfg.server.authority().expect("the kubeconfig's server has host:port").as_str();
         authority
@@ -54,7 +54,7 @@ impl Cluster {
 
     /// `integration/cmd/pbcheck` (client-go's protobuf decoder and metadata
     /// informer): `WATCHMUX_E2E_PBCHECK`, else beside watchcheck.
-    pub fn pbcheck(&self) -> PathBuf {
+    pub(crate) fn pbcheck(&self) -> PathBuf {
         let path = std::env::var("WATCHMUX_E2E_PBCHECK")
             .map(PathBuf::from)
             .unwrap_or_else(|_| self.watchcheck.with_file_name("pbcheck"));
@@ -63,25 +63,25 @@ impl Cluster {
     }
 
     /// kubectl against the API server directly.
-    pub fn kubectl_direct(&self, args: &[&str]) -> Output {
+    pub(crate) fn kubectl_direct(&self, args: &[&str]) -> Output {
         kubectl(&self.kubectl, &self.kubeconfig, args)
     }
 
     /// A client straight to the API server, with the admin credentials.
-    pub fn direct_client(&self) -> Arc<Upstream> {
+    pub(crate) fn direct_client(&self) -> Arc<Upstream> {
         let cfg = watchmux::upstream::kubeconfig::resolve(Some(&self.kubeconfig), None).unwrap();
         Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap())
     }
 }
 
 #[derive(Debug)]
-pub struct Output {
-    pub ok: bool,
-    pub stdout: String,
-    pub stderr: String,
+pub(crate) struct Output {
+    pub(crate) ok: bool,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
-pub fn kubectl(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
+pub(crate) fn kubectl(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
     let out = Command::new(kubectl)
         .arg("--kubeconfig")
         .arg(kubeconfig)
@@ -96,11 +96,11 @@ pub fn kubectl(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
 }
 
 /// A watchmux process in front of the test cluster.
-pub struct Watchmux {
-    pub addr: SocketAddr,
-    pub admin: SocketAddr,
+pub(crate) struct Watchmux {
+    pub(crate) addr: SocketAddr,
+    pub(crate) admin: SocketAddr,
     /// A kubeconfig whose server is this watchmux.
-    pub kubeconfig: PathBuf,
+    pub(crate) kubeconfig: PathBuf,
     child: Child,
     _dir: tempfile::TempDir,
 }
@@ -110,19 +110,19 @@ fn free_port() -> u16 {
 }
 
 impl Watchmux {
-    pub async fn start(cluster: &Cluster, extra: &[&str]) -> Self {
+    pub(crate) async fn start(cluster: &Cluster, extra: &[&str]) -> Self {
         Self::start_with_kubeconfig(cluster, &cluster.kubeconfig, extra).await
     }
 
     /// Starts watchmux with an upstream kubeconfig of the test's choosing.
-    pub async fn start_with_kubeconfig(_cluster: &Cluster, upstream: &Path, extra: &[&str]) -> Self {
+    pub(crate) async fn start_with_kubeconfig(_cluster: &Cluster, upstream: &Path, extra: &[&str]) -> Self {
         let wm = Self::spawn_with_kubeconfig(upstream, extra);
         wm.wait_ready().await;
         wm
     }
 
     /// Starts watchmux without waiting for it to be ready.
-    pub fn spawn_with_kubeconfig(upstream: &Path, extra: &[&str]) -> Self {
+    pub(crate) fn spawn_with_kubeconfig(upstream: &Path, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -152,7 +152,7 @@ impl Watchmux {
     }
 
     /// Waits (bounded) until the admin port answers `path`, whatever the status.
-    pub async fn wait_for_admin(&self, path: &str) -> Response<Incoming> {
+    pub(crate) async fn wait_for_admin(&self, path: &str) -> Response<Incoming> {
         for _ in 0..200 {
             if let Ok(resp) = try_get(self.admin, path).await {
                 return resp;
@@ -163,7 +163,7 @@ impl Watchmux {
     }
 
     /// Waits (bounded) until the admin endpoint reports the upstream ready.
-    pub async fn wait_ready(&self) {
+    pub(crate) async fn wait_ready(&self) {
         for _ in 0..200 {
             if let Ok(resp) = try_get(self.admin, "/readyz").await {
                 if resp.status().is_success() {
@@ -175,21 +175,21 @@ impl Watchmux {
         panic!("watchmux did not become ready; log:\n{}", self.log());
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self._dir.path().join("watchmux.log")).unwrap_or_default()
     }
 
-    pub fn kubectl(&self, cluster: &Cluster, args: &[&str]) -> Output {
+    pub(crate) fn kubectl(&self, cluster: &Cluster, args: &[&str]) -> Output {
         kubectl(&cluster.kubectl, &self.kubeconfig, args)
     }
 
     /// The exit status, if the process has exited.
-    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+    pub(crate) fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().unwrap()
     }
 
     /// Sends SIGTERM and waits (bounded) for the process to exit.
-    pub fn terminate(&mut self) -> std::process::ExitStatus {
+    pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         for _ in 0..200 {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -216,30 +216,30 @@ async fn try_get(addr: SocketAddr, path: &str) -> Result<Response<Incoming>, Box
 }
 
 /// A GET over plain HTTP/1.1 to watchmux.
-pub async fn get(addr: SocketAddr, path: &str) -> Response<Incoming> {
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> Response<Incoming> {
     try_get(addr, path).await.unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
 /// Status code and body of a response.
-pub async fn read(resp: Response<Incoming>) -> (u16, Bytes) {
+pub(crate) async fn read(resp: Response<Incoming>) -> (u16, Bytes) {
     let status = resp.status().as_u16();
     (status, resp.into_body().collect().await.unwrap().to_bytes())
 }
 
 /// The same GET straight at the API server.
-pub async fn get_direct(client: &Upstream, path: &str) -> (u16, Bytes) {
+pub(crate) async fn get_direct(client: &Upstream, path: &str) -> (u16, Bytes) {
     let req = Request::get(path).body(watchmux::body::empty()).unwrap();
     read(client.send(req).await.unwrap()).await
 }
 
 /// A unique namespace name for one test.
-pub fn namespace(test: &str) -> String {
+pub(crate) fn namespace(test: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
     format!("e2e-{test}-{nanos:x}")
 }
 
 /// Sends a JSON request straight to the API server; panics unless it succeeds.
-pub async fn direct_json(client: &Upstream, method: http::Method, path: &str, body: serde_json::Value) -> Value {
+pub(crate) async fn direct_json(client: &Upstream, method: http::Method, path: &str, body: serde_json::Value) -> Value {
     let content_type = if method == http::Method::PATCH { "application/merge-patch+json" } else { "application/json" };
     let req = Request::builder()
         .method(method.clone())
@@ -252,12 +252,12 @@ pub async fn direct_json(client: &Upstream, method: http::Method, path: &str, bo
     serde_json::from_slice(&bytes).unwrap()
 }
 
-pub async fn create_namespace(client: &Upstream, ns: &str) {
+pub(crate) async fn create_namespace(client: &Upstream, ns: &str) {
     direct_json(client, http::Method::POST, "/api/v1/namespaces", serde_json::json!({"metadata": {"name": ns}})).await;
 }
 
 /// Creates, patches or deletes a configmap directly; returns the new resourceVersion.
-pub async fn configmap(client: &Upstream, op: &str, ns: &str, name: &str) -> u64 {
+pub(crate) async fn configmap(client: &Upstream, op: &str, ns: &str, name: &str) -> u64 {
     let base = format!("/api/v1/namespaces/{ns}/configmaps");
     let v = match op {
         "create" => {
@@ -275,7 +275,7 @@ pub async fn configmap(client: &Upstream, op: &str, ns: &str, name: &str) -> u64
 }
 
 /// The API server's own metrics (admin can read them).
-pub async fn apiserver_metric_sum(client: &Upstream, name: &str, label_filters: &[&str]) -> f64 {
+pub(crate) async fn apiserver_metric_sum(client: &Upstream, name: &str, label_filters: &[&str]) -> f64 {
     let (_, bytes) = get_direct(client, "/metrics").await;
     String::from_utf8_lossy(&bytes)
         .lines()
@@ -286,7 +286,7 @@ pub async fn apiserver_metric_sum(client: &Upstream, name: &str, label_filters: 
 }
 
 /// watchmux's own metric (summed over label sets matching the filters).
-pub async fn watchmux_metric_sum(admin: SocketAddr, name: &str, label_filters: &[&str]) -> f64 {
+pub(crate) async fn watchmux_metric_sum(admin: SocketAddr, name: &str, label_filters: &[&str]) -> f64 {
     let (_, bytes) = read(get(admin, "/metrics").await).await;
     String::from_utf8_lossy(&bytes)
         .lines()
@@ -300,15 +300,15 @@ use serde_json::Value;
 
 /// One event as a test compares it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
-    pub kind: String,
-    pub name: String,
-    pub rv: String,
+pub(crate) struct Seen {
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) rv: String,
 }
 
 /// Reads a JSON watch stream into events, sent on `tx` as they arrive;
 /// the stream's end is reported as `None`.
-pub async fn pump_watch(resp: Response<Incoming>, tx: tokio::sync::mpsc::UnboundedSender<Option<Seen>>) {
+pub(crate) async fn pump_watch(resp: Response<Incoming>, tx: tokio::sync::mpsc::UnboundedSender<Option<Seen>>) {
     let mut body = resp.into_body();
     let mut buf = Vec::new();
     while let Some(Ok(frame)) = body.frame().await {
@@ -331,7 +331,7 @@ pub async fn pump_watch(resp: Response<Incoming>, tx: tokio::sync::mpsc::Unbound
 }
 
 /// An HTTP/2 connection to watchmux, for many watches on one connection as client-go makes them.
-pub async fn h2(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Full<Bytes>> {
+pub(crate) async fn h2(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Full<Bytes>> {
     let stream = TcpStream::connect(addr).await.unwrap();
     let (send, conn) =
         hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), TokioIo::new(stream))
@@ -343,10 +343,10 @@ pub async fn h2(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Ful
 
 /// Tests that restart the API server or read its global metrics hold this
 /// for writing; every other test holds it for reading, so they never overlap.
-pub static CLUSTER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+pub(crate) static CLUSTER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// etcd's HTTP gateway, for reading the current revision and compacting.
-pub async fn etcd_post(path: &str, body: Value) -> Value {
+pub(crate) async fn etcd_post(path: &str, body: Value) -> Value {
     let addr: SocketAddr =
         std::env::var("WATCHMUX_E2E_ETCD").expect("WATCHMUX_E2E_ETCD").trim_start_matches("http://").parse().unwrap();
     let stream = TcpStream::connect(addr).await.unwrap();
@@ -363,7 +363,7 @@ pub async fn etcd_post(path: &str, body: Value) -> Value {
 }
 
 /// Restarts kube-apiserver alone (etcd and its data stay).
-pub fn restart_apiserver() {
+pub(crate) fn restart_apiserver() {
     let script = std::env::var("WATCHMUX_E2E_CLUSTER_UP").expect("WATCHMUX_E2E_CLUSTER_UP");
     let out = Command::new("bash").arg(script).arg("--restart-apiserver").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -9,15 +9,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-pub struct Relay {
-    pub addr: SocketAddr,
+pub(crate) struct Relay {
+    pub(crate) addr: SocketAddr,
     cut: Arc<AtomicBool>,
     /// Bumped on every cut: live connections end when it changes.
     generation: watch::Sender<u64>,
 }
 
 impl Relay {
-    pub async fn start(target: SocketAddr) -> Self {
+    pub(crate) async fn start(target: SocketAddr) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let cut = Arc::new(AtomicBool::new(false));
@@ -45,17 +45,17 @@ impl Relay {
     }
 
     /// Drops every relayed connection and refuses new ones.
-    pub fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
         self.generation.send_modify(|g| *g += 1);
     }
 
-    pub fn restore(&self) {
+    pub(crate) fn restore(&self) {
         self.cut.store(false, Ordering::SeqCst);
     }
 
     /// A copy of the cluster's kubeconfig whose server is this relay, in `dir`.
-    pub fn kubeconfig(&self, cluster: &crate::env::Cluster, dir: &std::path::Path) -> std::path::PathBuf {
+    pub(crate) fn kubeconfig(&self, cluster: &crate::env::Cluster, dir: &std::path::Path) -> std::path::PathBuf {
         let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig)
             .unwrap()
             .replace(&format!("https://{}", cluster.api_addr()), &format!("https://{}", self.addr));
