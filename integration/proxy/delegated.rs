@@ -286,3 +286,31 @@ async fn client_mode_forwards_the_clients_own_credentials_and_nothing_of_watchmu
     }
     proxy.shutdown().await;
 }
+
+/// A read refused a moment ago is asked of the API server again, not
+/// refused from the cache: it goes upstream once, as the caller
+/// (impersonated, with watchmux's own credentials only as the impersonator),
+/// and without a second review. The first refusal was watchmux's own.
+#[tokio::test]
+async fn a_remembered_denial_goes_upstream_as_the_caller_without_a_new_review() {
+    let (upstream, seen, reviews) = reviewing_upstream().await;
+    let proxy = start_proxy(upstream, &["--auth-mode", "delegated", "--cache-resources", "configmaps"]).await;
+    let path = "/api/v1/namespaces/b/configmaps?resourceVersion=0";
+    let ask = || get(path).header("authorization", "Bearer alice-token").body(Full::default()).unwrap();
+
+    let resp = send(&proxy, ask()).await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN, "refused by watchmux's own review");
+    assert!(!seen.lock().iter().any(|s| s.path_and_query == path), "nothing upstream for the first refusal");
+    let reviews_after_first = *reviews.lock();
+
+    let resp = send(&proxy, ask()).await;
+    assert_eq!(resp.status(), StatusCode::OK, "the fake upstream's own answer");
+    assert_eq!(*reviews.lock(), reviews_after_first, "the remembered denial spared a review");
+    let passed: Vec<_> = seen.lock().iter().filter(|s| s.path_and_query == path).cloned().collect();
+    assert_eq!(passed.len(), 1, "asked upstream once");
+    assert_eq!(passed[0].headers["impersonate-user"], "alice");
+    let groups: Vec<_> = passed[0].headers.get_all("impersonate-group").iter().collect();
+    assert!(groups.iter().any(|g| *g == "dev"), "the caller's groups: {groups:?}");
+    assert_eq!(passed[0].headers["authorization"], format!("Bearer {UPSTREAM_TOKEN}"));
+    proxy.shutdown().await;
+}
