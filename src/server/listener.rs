@@ -350,7 +350,12 @@ impl<H: Handler> Conn<H> {
             let peer = peer.clone();
             let unanswered = counted.start();
             async move {
-                let resp = handler.handle(req, peer).await;
+                // Boxed, so that what hyper keeps is small: its HTTP/1.1
+                // dispatcher holds the allocation of the service's future for
+                // the connection's life, and HTTP/2 a stream's task is sized
+                // by it, while the handler's own future (about 9.5 KiB, most
+                // of it for pass-through) is freed once it has answered.
+                let resp = Box::pin(handler.handle(req, peer)).await;
                 unanswered.answered();
                 Ok::<_, Infallible>(resp)
             }
