@@ -16,6 +16,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -29,10 +30,10 @@ use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::early_resets::EarlyResets;
-use super::graceful::{GracefulShutdown, Watcher};
+use super::graceful::{GracefulShutdown, Watched, Watcher};
 use super::limits::ConnectionBudget;
 use super::opening::{Opening, Rewind, read_opening};
 use super::write_behind::WriteBehind;
@@ -378,27 +379,48 @@ impl<H: Handler> Conn<H> {
         let io = TokioIo::new(io);
         if h2 {
             let conn = builder.http2.serve_connection(io, service);
-            Box::pin(serve_watched(name, watcher.watch(conn, http2::Connection::graceful_shutdown), resets))
+            let conn = watcher.watch(conn, http2::Connection::graceful_shutdown);
+            Box::pin(Served { name, conn, tripped: resets.tripped() })
         } else {
             let conn = builder.http1.serve_connection(io, service).with_upgrades();
-            Box::pin(serve_watched(name, watcher.watch(conn, http1::UpgradeableConnection::graceful_shutdown), resets))
+            let conn = watcher.watch(conn, http1::UpgradeableConnection::graceful_shutdown);
+            Box::pin(Served { name, conn, tripped: resets.tripped() })
         }
     }
 }
 
-/// Serves a connection until it ends, or until most of its requests were
-/// cancelled before an answer.
-async fn serve_watched(name: &'static str, served: impl Future<Output = hyper::Result<()>>, resets: Arc<EarlyResets>) {
-    tokio::select! {
-        served = served => if let Err(err) = served {
-            connection_error(name, "http", &err);
-        },
-        // Dropping the connection closes the socket without a GOAWAY:
-        // the one handle that could send one (graceful shutdown) is the
-        // watcher's.
-        () = resets.tripped() => {
-            connection_error(name, "rapid_reset", &"most requests were cancelled before an answer");
+pin_project_lite::pin_project! {
+    /// A connection served until it ends, or until most of its requests
+    /// were cancelled before an answer. A future of its own for the same
+    /// reason as [`Watched`].
+    struct Served<C> {
+        name: &'static str,
+        #[pin]
+        conn: Watched<C>,
+        #[pin]
+        tripped: WaitForCancellationFutureOwned,
+    }
+}
+
+impl<C: Future<Output = hyper::Result<()>>> Future for Served<C> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        if let Poll::Ready(served) = this.conn.poll(cx) {
+            if let Err(err) = served {
+                connection_error(this.name, "http", &err);
+            }
+            return Poll::Ready(());
         }
+        if this.tripped.poll(cx).is_ready() {
+            // Dropping the connection closes the socket without a GOAWAY:
+            // the one handle that could send one (graceful shutdown) is the
+            // watcher's.
+            connection_error(this.name, "rapid_reset", &"most requests were cancelled before an answer");
+            return Poll::Ready(());
+        }
+        Poll::Pending
     }
 }
 
