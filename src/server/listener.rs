@@ -4,8 +4,9 @@
 //! the listener has TLS, then its opening bytes (see [`super::opening`]),
 //! both within [`CONNECTION_SETUP_TIMEOUT`] of connecting; then hyper's
 //! HTTP/2 server when the opening is the HTTP/2 preface (so h2c works by
-//! prior knowledge), its HTTP/1.1 server (with upgrades) otherwise. A failing connection, bad TLS, a client too
-//! slow to start or malformed HTTP, ends that connection alone. The HTTP/2
+//! prior knowledge), its HTTP/1.1 server (with upgrades) otherwise. A
+//! failing connection, bad TLS, a client too slow to start or malformed
+//! HTTP, ends that connection alone. The HTTP/2
 //! limits on frames a client can send without a request being served
 //! (resets, CONTINUATION) are set in [`http_builder`]; a connection whose
 //! requests are mostly cancelled before an answer is closed (see
@@ -368,8 +369,8 @@ impl<H: Handler> Conn<H> {
                 // Boxed, so that what hyper keeps is small: its HTTP/1.1
                 // dispatcher holds the allocation of the service's future for
                 // the connection's life, and HTTP/2 a stream's task is sized
-                // by it, while the handler's own future (about 9.5 KiB, most
-                // of it for pass-through) is freed once it has answered.
+                // by it, while the handler's own future (about 9.5 KiB) is
+                // freed once it has answered.
                 let resp = Box::pin(handler.handle(req, peer)).await;
                 unanswered.answered();
                 Ok::<_, Infallible>(resp)
