@@ -26,7 +26,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// Early resets a connection may have before the share of them is looked at.
 pub(crate) const MIN_EARLY_RESETS: u64 = 100;
@@ -53,8 +53,8 @@ impl EarlyResets {
     }
 
     /// Resolves once the connection should be closed.
-    pub(crate) async fn tripped(&self) {
-        self.tripped.cancelled().await
+    pub(crate) fn tripped(&self) -> WaitForCancellationFutureOwned {
+        self.tripped.clone().cancelled_owned()
     }
 
     fn count_reset(&self) {

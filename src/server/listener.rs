@@ -3,9 +3,10 @@
 //! Each accepted connection runs in a task of its own: a TLS handshake when
 //! the listener has TLS, then its opening bytes (see [`super::opening`]),
 //! both within [`CONNECTION_SETUP_TIMEOUT`] of connecting; then hyper's
-//! automatic HTTP/1.1-or-HTTP/2 server (the HTTP/2 preface decides, so h2c
-//! works by prior knowledge). A failing connection, bad TLS, a client too
-//! slow to start or malformed HTTP, ends that connection alone. The HTTP/2
+//! HTTP/2 server when the opening is the HTTP/2 preface (so h2c works by
+//! prior knowledge), its HTTP/1.1 server (with upgrades) otherwise. A
+//! failing connection, bad TLS, a client too slow to start or malformed
+//! HTTP, ends that connection alone. The HTTP/2
 //! limits on frames a client can send without a request being served
 //! (resets, CONTINUATION) are set in [`http_builder`]; a connection whose
 //! requests are mostly cancelled before an answer is closed (see
@@ -14,24 +15,26 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use metrics::{counter, gauge};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::early_resets::EarlyResets;
+use super::graceful::{GracefulShutdown, Watched, Watcher};
 use super::limits::ConnectionBudget;
 use super::opening::{Opening, Rewind, read_opening};
 use super::write_behind::WriteBehind;
@@ -84,17 +87,24 @@ const H2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
 /// errs on a thousand streams of one connection is not one to keep serving.
 const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
 
+/// The HTTP server settings every connection shares, one builder per
+/// protocol: the listener picks by the connection's opening (see
+/// [`Conn::serve`]).
+pub(crate) struct HttpBuilder {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+}
+
 /// The HTTP server settings every API connection shares.
-pub(crate) fn http_builder() -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
+pub(crate) fn http_builder() -> Arc<HttpBuilder> {
+    let mut http1 = http1::Builder::new();
+    http1
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_buf_size(MAX_HEADER_BYTES)
         .max_headers(512);
-    builder
-        .http2()
+    let mut http2 = http2::Builder::new(TokioExecutor::new());
+    http2
         .timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
         .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESET_STREAMS)
@@ -102,7 +112,7 @@ pub(crate) fn http_builder() -> auto::Builder<TokioExecutor> {
         .max_header_list_size(MAX_HEADER_BYTES as u32)
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(10));
-    builder
+    Arc::new(HttpBuilder { http1, http2 })
 }
 
 /// A request handler bound to one connection's peer.
@@ -113,7 +123,7 @@ pub(crate) trait Handler: Clone + Send + Sync + 'static {
 /// Where an accept loop serves its connections, and what it counts them against.
 pub(crate) struct Serving<'a, H> {
     pub name: &'static str,
-    pub builder: &'a auto::Builder<TokioExecutor>,
+    pub builder: &'a Arc<HttpBuilder>,
     pub graceful: &'a GracefulShutdown,
     pub handler: H,
     /// `--max-connections`; `None` for the admin listener.
@@ -248,7 +258,9 @@ pub(crate) async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<Tl
         async move {
             let ready = tokio::select! {
                 _ = a.stop.cancelled() => return,
-                ready = set_up_tcp(a.stream, tls, a.deadline, a.setup_timeout) => ready,
+                // Boxed: the TLS handshake's state would otherwise size the
+                // connection's task, for the connection's life.
+                ready = Box::pin(set_up_tcp(a.stream, tls, a.deadline, a.setup_timeout)) => ready,
             };
             let conn = a.conn;
             match ready {
@@ -329,16 +341,20 @@ async fn read_opening_by<IO: AsyncRead + Unpin>(
 struct Conn<H> {
     name: &'static str,
     peer: Peer,
-    builder: auto::Builder<TokioExecutor>,
+    builder: Arc<HttpBuilder>,
     watcher: Watcher,
     handler: H,
 }
 
 impl<H: Handler> Conn<H> {
-    /// Serves HTTP/1.1 (with upgrades) or HTTP/2 on `io`, as its opening
-    /// says: hyper's own check of the preface is answered by the replayed
-    /// opening without waiting.
-    async fn serve<I>(self, io: Rewind<I>)
+    /// Serves HTTP/2 on `io` when it opened with the HTTP/2 preface, else
+    /// HTTP/1.1 with upgrades: the choice hyper-util's automatic server
+    /// makes from the same 24 bytes, without its second reading of them,
+    /// which split a request head over two reads and so doubled hyper's
+    /// HTTP/1.1 read buffer to 16 KiB. The connection is boxed, sized by its
+    /// own protocol and IO: not, as inside the automatic server's enum, by
+    /// the larger of HTTP/1.1's and HTTP/2's state, in the connection's task.
+    fn serve<I>(self, io: Rewind<I>) -> Pin<Box<dyn Future<Output = ()> + Send>>
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -350,23 +366,62 @@ impl<H: Handler> Conn<H> {
             let peer = peer.clone();
             let unanswered = counted.start();
             async move {
-                let resp = handler.handle(req, peer).await;
+                // Boxed, so that what hyper keeps is small: its HTTP/1.1
+                // dispatcher holds the allocation of the service's future for
+                // the connection's life, and HTTP/2 a stream's task is sized
+                // by it, while the handler's own future (about 9.5 KiB) is
+                // freed once it has answered.
+                let resp = Box::pin(handler.handle(req, peer)).await;
                 unanswered.answered();
                 Ok::<_, Infallible>(resp)
             }
         });
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-        tokio::select! {
-            served = watcher.watch(conn.into_owned()) => if let Err(err) = served {
-                connection_error(name, "http", &*err);
-            },
+        let h2 = io.opening().is_h2_preface();
+        let io = TokioIo::new(io);
+        if h2 {
+            let conn = builder.http2.serve_connection(io, service);
+            let conn = watcher.watch(conn, http2::Connection::graceful_shutdown);
+            Box::pin(Served { name, conn, tripped: resets.tripped() })
+        } else {
+            let conn = builder.http1.serve_connection(io, service).with_upgrades();
+            let conn = watcher.watch(conn, http1::UpgradeableConnection::graceful_shutdown);
+            Box::pin(Served { name, conn, tripped: resets.tripped() })
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A connection served until it ends, or until most of its requests
+    /// were cancelled before an answer. A future of its own for the same
+    /// reason as [`Watched`].
+    struct Served<C> {
+        name: &'static str,
+        #[pin]
+        conn: Watched<C>,
+        #[pin]
+        tripped: WaitForCancellationFutureOwned,
+    }
+}
+
+impl<C: Future<Output = hyper::Result<()>>> Future for Served<C> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        if let Poll::Ready(served) = this.conn.poll(cx) {
+            if let Err(err) = served {
+                connection_error(this.name, "http", &err);
+            }
+            return Poll::Ready(());
+        }
+        if this.tripped.poll(cx).is_ready() {
             // Dropping the connection closes the socket without a GOAWAY:
             // the one handle that could send one (graceful shutdown) is the
             // watcher's.
-            () = resets.tripped() => {
-                connection_error(name, "rapid_reset", &"most requests were cancelled before an answer");
-            }
+            connection_error(this.name, "rapid_reset", &"most requests were cancelled before an answer");
+            return Poll::Ready(());
         }
+        Poll::Pending
     }
 }
 

@@ -1,14 +1,14 @@
 //! The first bytes of a connection: read by the listener itself, under its
 //! deadline, then replayed to hyper.
 //!
-//! hyper-util's automatic server tells HTTP/2 from HTTP/1.1 by reading the
-//! 24-byte HTTP/2 preface, with no deadline of its own: a client that
-//! connects (or finishes TLS) and then sends nothing, or half a preface,
-//! holds its connection, and its `--max-connections` slot, for ever. Reading
-//! the opening here puts it under the same deadline as the TLS handshake,
-//! tells the listener whether the client speaks HTTP/2 (for the write-behind)
-//! without polling, and [`Rewind`] hands the bytes to hyper as if unread, so
-//! hyper's own check completes at once from them.
+//! HTTP/2 is told from HTTP/1.1 by the 24-byte HTTP/2 preface. Reading it
+//! here, not in the server (hyper-util's automatic server reads it with no
+//! deadline of its own: a client that connects, or finishes TLS, and then
+//! sends nothing, or half a preface, would hold its connection and its
+//! `--max-connections` slot for ever), puts it under the same deadline as
+//! the TLS handshake and tells the listener which of hyper's servers to run
+//! (and whether to put the write-behind under it); [`Rewind`] then hands the
+//! bytes to that server as if unread.
 
 use std::io;
 use std::pin::Pin;
@@ -60,22 +60,40 @@ pub(crate) async fn read_opening<IO: AsyncRead + Unpin>(io: &mut IO) -> io::Resu
 
 /// An IO whose reads yield `opening` before anything else from `io`; writes
 /// go straight to `io`.
+///
+/// The read that hands back the end of the opening goes on to read from `io`
+/// into the rest of the buffer, if `io` has bytes ready: a request head
+/// arrives in one read, as it came from the client, not in the opening's 24
+/// bytes and then the rest. hyper's HTTP/1.1 server reads the head into an
+/// 8 KiB buffer and, when a read leaves it less than 8 KiB free, doubles it,
+/// so a split head cost every connection a 16 KiB read buffer.
 pub(crate) struct Rewind<IO> {
     opening: Opening,
     /// How much of `opening` has been read back.
     pos: usize,
+    /// An error `io` returned in the read that also handed back the opening's
+    /// end: the next read returns it.
+    error: Option<io::Error>,
     io: IO,
 }
 
 impl<IO> Rewind<IO> {
     pub(crate) fn new(io: IO, opening: Opening) -> Self {
-        Self { opening, pos: 0, io }
+        Self { opening, pos: 0, error: None, io }
+    }
+
+    /// The connection's opening bytes.
+    pub(crate) fn opening(&self) -> &Opening {
+        &self.opening
     }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Rewind<IO> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if let Some(err) = this.error.take() {
+            return Poll::Ready(Err(err));
+        }
         let rest = &this.opening.as_bytes()[this.pos..];
         if rest.is_empty() {
             return Pin::new(&mut this.io).poll_read(cx, buf);
@@ -83,6 +101,14 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Rewind<IO> {
         let n = rest.len().min(buf.remaining());
         buf.put_slice(&rest[..n]);
         this.pos += n;
+        if this.pos == this.opening.len && buf.remaining() > 0 {
+            // Pending (the waker is then registered; a wake-up after this
+            // read returned is a spurious one) and end of file (the next read
+            // sees it again) both leave the opening as this read's bytes.
+            if let Poll::Ready(Err(err)) = Pin::new(&mut this.io).poll_read(cx, buf) {
+                this.error = Some(err);
+            }
+        }
         Poll::Ready(Ok(()))
     }
 }
@@ -178,6 +204,50 @@ mod tests {
         client.write_all(b"\r\nSM\r\n\r\n").await.unwrap();
         let opening = tokio::time::timeout(Duration::from_secs(1), read).await.unwrap().unwrap();
         assert!(opening.is_h2_preface());
+    }
+
+    /// The read that ends the opening also takes what the client sent after
+    /// it, so a request head comes back in one read.
+    #[tokio::test]
+    async fn the_opening_and_what_follows_come_back_in_one_read() {
+        let head = b"GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: a\r\nAccept: application/json\r\n\r\n";
+        let (mut client, mut server) = duplex(1024);
+        client.write_all(head).await.unwrap();
+        let opening = read_opening(&mut server).await.unwrap();
+        assert_eq!(opening.as_bytes().len(), H2_PREFACE.len());
+        let mut io = Rewind::new(server, opening);
+        let mut buf = [0u8; 512];
+        let n = io.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], &head[..], "the head came back in more than one read");
+        // Nothing more is waiting: the next read waits for the client.
+        client.write_all(b"next").await.unwrap();
+        let n = io.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"next");
+    }
+
+    /// An IO that has nothing ready after the opening leaves the read with
+    /// the opening alone; an error after it is returned by the next read, not
+    /// lost.
+    #[tokio::test]
+    async fn an_error_after_the_opening_is_returned_by_the_next_read() {
+        struct Failing;
+        impl AsyncRead for Failing {
+            fn poll_read(self: Pin<&mut Self>, _: &mut Context<'_>, _: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::ConnectionReset, "reset")))
+            }
+        }
+        let opening = read_opening(&mut &b"GET / HTTP/1.1\r\n"[..]).await.unwrap();
+        let mut io = Rewind::new(Failing, opening);
+        let mut buf = [0u8; 64];
+        let n = io.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"GET / HTTP/1.1\r\n");
+        let err = io.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+
+        let (_client, server) = duplex(64);
+        let mut io = Rewind::new(server, opening);
+        let read = tokio::time::timeout(Duration::from_secs(5), io.read(&mut buf)).await;
+        assert_eq!(read.expect("the opening waited for more").unwrap(), opening.as_bytes().len());
     }
 
     #[tokio::test]

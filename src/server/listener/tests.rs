@@ -72,7 +72,7 @@ async fn listen_with(
     tls: Option<TlsAcceptor>,
     budget: Option<Arc<ConnectionBudget>>,
     setup_timeout: Duration,
-    builder: auto::Builder<TokioExecutor>,
+    builder: Arc<HttpBuilder>,
 ) -> Listening {
     metrics();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
