@@ -29,7 +29,7 @@ const LIST: &str = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"res
 /// The fake upstream's state: its current version, the catch-up watches it
 /// was asked for, and the open catch-up streams (to send their bookmark).
 #[derive(Default)]
-struct Upstreamish {
+struct FakeApiServer {
     current: AtomicU64,
     catch_ups: AtomicU32,
     streams: Mutex<Vec<Sender<Bytes, std::convert::Infallible>>>,
@@ -38,7 +38,7 @@ struct Upstreamish {
     catch_up_opened: tokio::sync::Notify,
 }
 
-impl Upstreamish {
+impl FakeApiServer {
     /// Waits until a catch-up watch is open.
     async fn catch_up_open(&self) {
         let opened = self.catch_up_opened.notified();
@@ -63,7 +63,7 @@ impl Upstreamish {
 
 /// A kube-apiserver that lists configmaps at 10, answers a probe with its
 /// current version, and holds every watch open without a word until told.
-async fn fake_upstream(state: Arc<Upstreamish>) -> Arc<Upstream> {
+async fn fake_upstream(state: Arc<FakeApiServer>) -> Arc<Upstream> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -105,7 +105,7 @@ async fn fake_upstream(state: Arc<Upstreamish>) -> Arc<Upstream> {
 }
 
 /// A ready configmaps cache at 10 whose reflector runs against the fake.
-async fn cache_at_10(state: &Arc<Upstreamish>) -> (Arc<ResourceCache>, Arc<Upstream>, CancellationToken) {
+async fn cache_at_10(state: &Arc<FakeApiServer>) -> (Arc<ResourceCache>, Arc<Upstream>, CancellationToken) {
     state.current.store(10, Ordering::SeqCst);
     let upstream = fake_upstream(state.clone()).await;
     let shape = ObjectShape::new(test_info("", "configmaps", "ConfigMap", true), None);
@@ -122,7 +122,7 @@ const BUDGET: Duration = Duration::from_secs(3);
 
 #[tokio::test]
 async fn a_fresh_cache_is_proven_by_the_probe_alone() {
-    let state = Arc::new(Upstreamish::default());
+    let state = Arc::new(FakeApiServer::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
     assert!(cache.ensure_fresh(&upstream, Instant::now(), BUDGET).await);
     assert_eq!(state.catch_ups.load(Ordering::SeqCst), 0, "nothing to catch up");
@@ -131,7 +131,7 @@ async fn a_fresh_cache_is_proven_by_the_probe_alone() {
 
 #[tokio::test]
 async fn a_cache_behind_waits_for_the_catch_up_s_bookmark() {
-    let state = Arc::new(Upstreamish::default());
+    let state = Arc::new(FakeApiServer::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
     state.current.store(20, Ordering::SeqCst);
 
@@ -149,7 +149,7 @@ async fn a_cache_behind_waits_for_the_catch_up_s_bookmark() {
 
 #[tokio::test]
 async fn without_a_bookmark_in_its_budget_the_proof_fails() {
-    let state = Arc::new(Upstreamish::default());
+    let state = Arc::new(FakeApiServer::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
     state.current.store(20, Ordering::SeqCst);
     assert!(!cache.ensure_fresh(&upstream, Instant::now(), Duration::from_millis(300)).await);
