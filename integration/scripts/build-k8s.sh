@@ -18,7 +18,8 @@ stamp_inputs="$(cat "$integ/go.mod" "$integ/go.sum"; find "$integ/cmd" -type f -
 stamp="$(printf '%s' "$stamp_inputs" | sha256sum | cut -d' ' -f1)"
 
 if [[ -f "$out/.stamp" && "$(cat "$out/.stamp")" == "$stamp" ]] \
-   && [[ -x "$out/kube-apiserver" && -x "$out/kubectl" && -x "$out/etcd" && -x "$out/watchcheck" && -x "$out/difftest" ]]; then
+   && [[ -x "$out/kube-apiserver" && -x "$out/kubectl" && -x "$out/etcd" && -x "$out/watchcheck" && -x "$out/difftest" \
+         && -x "$out/pbcheck" && -x "$out/pbbench" ]]; then
   echo "build-k8s: binaries up to date ($k8s_version)"
 else
   minor="$(echo "$k8s_version" | cut -d. -f2)"
@@ -26,7 +27,7 @@ else
     -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
     -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version \
     -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
-  echo "build-k8s: building kube-apiserver, kubectl, etcd, watchcheck, difftest $k8s_version (cold: 10-25 min on 2 cores)"
+  echo "build-k8s: building kube-apiserver, kubectl, etcd, watchcheck, difftest, pbcheck, pbbench $k8s_version (cold: 10-25 min on 2 cores)"
   start=$(date +%s)
   (cd "$integ" && go build -trimpath -ldflags "$ldflags" -o "$out/" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./cmd/etcd ./cmd/watchcheck ./cmd/difftest ./cmd/pbcheck ./cmd/pbbench)
