@@ -309,9 +309,9 @@ impl Delegated {
     /// Allows `caller` to do what `attrs` describe, or answers the API
     /// server's 403.
     pub(crate) async fn authorize(&self, caller: &Caller, attrs: impl Into<Attributes>) -> Result<(), Refusal> {
-        let attrs = attrs.into();
-        let (decision, _) = self.decide(caller, &attrs).await;
-        self.verdict(caller, &attrs, decision)
+        let key = (caller.clone(), attrs.into());
+        let (decision, _) = self.decide(&key).await;
+        verdict(caller, &key.1, decision)
     }
 
     /// Whether the cache may answer `caller`'s read. A denial remembered
@@ -322,29 +322,30 @@ impl Delegated {
     /// rights as they are now. Only a denial just received is answered here.
     /// The denial cache still spares the API server a review per retry.
     pub(crate) async fn admit_read(&self, caller: &Caller, attrs: impl Into<Attributes>) -> Admission {
-        let attrs = attrs.into();
-        match self.decide(caller, &attrs).await {
+        let key = (caller.clone(), attrs.into());
+        match self.decide(&key).await {
             (decision, Some(Lookup::Hit)) if !decision.allowed => {
                 counter!(m::AUTH_AUTHORIZED, "result" => "denied_earlier").increment(1);
                 Admission::AskUpstream
             }
-            (decision, _) => match self.verdict(caller, &attrs, decision) {
+            (decision, _) => match verdict(caller, &key.1, decision) {
                 Ok(()) => Admission::Admitted,
                 Err(refusal) => Admission::Refused(refusal),
             },
         }
     }
 
-    /// The review's answer for `attrs` (cached, shared or asked now), and how
-    /// it was had; a review that cannot be had is a denial (fail closed).
-    async fn decide(&self, caller: &Caller, attrs: &Attributes) -> (Decision, Option<Lookup>) {
-        let key = (caller.clone(), attrs.clone());
+    /// The review's answer for `key` (caller and attributes: cached, shared
+    /// or asked now), and how it was had; a review that cannot be had is a
+    /// denial (fail closed).
+    async fn decide(&self, key: &(Caller, Attributes)) -> (Decision, Option<Lookup>) {
+        let caller = &key.0;
         let (allowed_ttl, denied_ttl) = (self.settings.authorized_ttl, self.settings.unauthorized_ttl);
         let started = Instant::now();
         let looked_up = self
             .decisions
             .get_or_review(
-                &key,
+                key,
                 |d| if d.allowed { allowed_ttl } else { denied_ttl },
                 || self.reviews.access(caller, &key.1),
             )
@@ -360,16 +361,16 @@ impl Delegated {
             }
         }
     }
+}
 
-    /// A decision as the request's outcome, counted.
-    fn verdict(&self, caller: &Caller, attrs: &Attributes, decision: Decision) -> Result<(), Refusal> {
-        let result = if decision.allowed { "allowed" } else { "denied" };
-        counter!(m::AUTH_AUTHORIZED, "result" => result).increment(1);
-        if decision.allowed {
-            Ok(())
-        } else {
-            Err(Box::new(forbidden(&caller.name, attrs, &decision.reason).into_response()))
-        }
+/// A decision as the request's outcome, counted.
+fn verdict(caller: &Caller, attrs: &Attributes, decision: Decision) -> Result<(), Refusal> {
+    let result = if decision.allowed { "allowed" } else { "denied" };
+    counter!(m::AUTH_AUTHORIZED, "result" => result).increment(1);
+    if decision.allowed {
+        Ok(())
+    } else {
+        Err(Box::new(forbidden(&caller.name, attrs, &decision.reason).into_response()))
     }
 }
 

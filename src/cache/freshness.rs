@@ -27,7 +27,7 @@
 //! revision, moved by every write to any resource). That wait is worth it for
 //! a collection (a LIST or a watch-list passed through costs the API server
 //! all of it), not for one object: a consistent GET is not served from the
-//! cache at all (`serve::CacheService::get`).
+//! cache at all (`serve::CacheService::try_serve`).
 //!
 //! If the proof does not arrive within the budget the read passes through,
 //! and is counted as a fallback.
