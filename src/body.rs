@@ -98,6 +98,48 @@ impl Body for ChunkList {
     }
 }
 
+/// A request's body as the handler gets it: hyper's, or none at all for a
+/// request whose head watchmux read itself (see `server::listener::h1_front`: only
+/// requests without a body are read there).
+pub enum RequestBody {
+    /// The body of a request hyper read.
+    Hyper(hyper::body::Incoming),
+    /// No body: the request had none.
+    Empty,
+}
+
+impl From<hyper::body::Incoming> for RequestBody {
+    fn from(incoming: hyper::body::Incoming) -> Self {
+        Self::Hyper(incoming)
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            Self::Hyper(incoming) => Pin::new(incoming).poll_frame(cx),
+            Self::Empty => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Hyper(incoming) => incoming.is_end_stream(),
+            Self::Empty => true,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Hyper(incoming) => incoming.size_hint(),
+            Self::Empty => SizeHint::with_exact(0),
+        }
+    }
+}
+
 pin_project_lite::pin_project! {
     /// A body that ends cleanly (end of stream, not an error) once `stop` is
     /// cancelled.

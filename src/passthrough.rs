@@ -15,14 +15,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::{Request, Response};
-use hyper::body::Incoming;
 use metrics::{counter, gauge, histogram};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Peer;
 use crate::auth::UpstreamIdentity;
-use crate::body::{self, EndOnShutdown, ProxyBody, Refusal};
+use crate::body::{self, EndOnShutdown, ProxyBody, Refusal, RequestBody};
 use crate::encode::status::{Status, StatusReason};
 use crate::error::error_chain;
 use crate::metrics as m;
@@ -50,7 +49,7 @@ impl Passthrough {
     /// `info` is the request's classification, made once by the caller.
     pub(crate) async fn forward(
         &self,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         peer: Peer,
         info: &RequestInfo,
         identity: &UpstreamIdentity,

@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use http::{Request, Response};
-use hyper::body::Incoming;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_rustls::TlsAcceptor;
@@ -32,7 +31,7 @@ use crate::auth::reviews::Attributes;
 use crate::auth::reviews::ReviewClient;
 use crate::auth::{CallerGate, Delegated, DelegatedSettings, UpstreamIdentityMode, impersonation};
 use crate::auth::{Peer, UpstreamIdentity};
-use crate::body::ProxyBody;
+use crate::body::{ProxyBody, RequestBody};
 use crate::cache::registry::{CacheConfig, Registry};
 use crate::cache::serve::{CacheService, Open, ReadGate, Served};
 use crate::passthrough::Passthrough;
@@ -129,7 +128,7 @@ impl ApiHandler {
     /// authorizes the read first); `None` passes the request through.
     async fn cached_answer(
         &self,
-        req: &Request<Incoming>,
+        req: &Request<RequestBody>,
         info: &RequestInfo,
         gate: &impl ReadGate,
     ) -> Option<Response<ProxyBody>> {
@@ -141,7 +140,7 @@ impl ApiHandler {
 }
 
 impl Handler for ApiHandler {
-    async fn handle(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
+    async fn handle(&self, req: Request<RequestBody>, peer: Peer) -> Response<ProxyBody> {
         if peer.over_connection_limit {
             return limits::too_many_requests(limits::Limit::Connections, true);
         }

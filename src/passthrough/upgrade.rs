@@ -4,13 +4,12 @@
 //! two raw connections together until either side closes.
 
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use metrics::{counter, gauge};
 
 use super::{Peer, ResourceLabels, headers, set_identity, upstream_failure};
 use crate::auth::UpstreamIdentity;
-use crate::body::{self, ProxyBody};
+use crate::body::{self, ProxyBody, RequestBody};
 use crate::metrics as m;
 use crate::request::RequestInfo;
 use crate::upstream::{ConnectionKind, Upstream};
@@ -18,7 +17,7 @@ use crate::upstream::{ConnectionKind, Upstream};
 pub(super) async fn forward(
     upstream: &Upstream,
     resources: &ResourceLabels,
-    mut req: Request<Incoming>,
+    mut req: Request<RequestBody>,
     peer: Peer,
     info: &RequestInfo,
     identity: &UpstreamIdentity,

@@ -24,10 +24,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::{Method, Request, Response, StatusCode, header};
-use hyper::body::Incoming;
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::body::{self, ProxyBody};
+use crate::body::{self, ProxyBody, RequestBody};
 use crate::cache::registry::Registry;
 use crate::upstream::Upstream;
 
@@ -99,7 +98,10 @@ fn report(what: &str, checks: &[Check], verbose: bool) -> Response<ProxyBody> {
     text(status, out)
 }
 
-pub(crate) async fn handle(state: Arc<AdminState>, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+pub(crate) async fn handle(
+    state: Arc<AdminState>,
+    req: Request<RequestBody>,
+) -> Result<Response<ProxyBody>, Infallible> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n".to_owned()));
     }

@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::sync::watch;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture, WaitForCancellationFutureOwned};
 
 /// Signals every watched connection to finish, then waits for them. Dropped
 /// without [`Self::shutdown`], it signals them too, as hyper-util's does.
@@ -25,7 +25,7 @@ pub(crate) struct GracefulShutdown {
 /// One connection's share of a [`GracefulShutdown`]: counted until the
 /// connection it watches has ended.
 pub(crate) struct Watcher {
-    signal: WaitForCancellationFutureOwned,
+    signal: CancellationToken,
     counted: watch::Receiver<()>,
 }
 
@@ -37,7 +37,7 @@ impl GracefulShutdown {
 
     /// A watcher for one more connection.
     pub(crate) fn watcher(&self) -> Watcher {
-        Watcher { signal: self.signal.clone().cancelled_owned(), counted: self.tx.subscribe() }
+        Watcher { signal: self.signal.clone(), counted: self.tx.subscribe() }
     }
 
     /// Connections being watched.
@@ -64,7 +64,18 @@ impl Watcher {
     /// requests in progress are answered) and serves it on.
     pub(crate) fn watch<C: Future>(self, conn: C, graceful_shutdown: fn(Pin<&mut C>)) -> Watched<C> {
         let Self { signal, counted } = self;
-        Watched { conn, graceful_shutdown, signal, signalled: false, _counted: counted }
+        Watched { conn, graceful_shutdown, signal: signal.cancelled_owned(), signalled: false, _counted: counted }
+    }
+
+    /// True once shutdown has begun.
+    pub(crate) fn shutdown_begun(&self) -> bool {
+        self.signal.is_cancelled()
+    }
+
+    /// Completes when shutdown begins: for a connection served outside
+    /// hyper, which ends itself (see `super::listener::h1_front`).
+    pub(crate) fn on_shutdown(&self) -> WaitForCancellationFuture<'_> {
+        self.signal.cancelled()
     }
 }
 

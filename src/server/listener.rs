@@ -40,7 +40,7 @@ use super::opening::{Opening, Rewind, read_opening};
 use super::write_behind::WriteBehind;
 use crate::auth::Peer;
 use crate::auth::cert::CertIdentity;
-use crate::body::ProxyBody;
+use crate::body::{ProxyBody, RequestBody};
 use crate::error::error_chain;
 use crate::metrics as m;
 
@@ -53,7 +53,7 @@ use crate::metrics as m;
 pub(crate) const CONNECTION_SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client has to send a complete request head on HTTP/1.1, once
 /// its first byte has arrived.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest request head accepted, as Go's net/http (and so kube-apiserver)
 /// does: 1 MiB plus its 4 KiB of slack. Larger heads get 431. On HTTP/2 it
 /// also bounds a header block across CONTINUATION frames: h2 (since 0.4.4)
@@ -117,7 +117,7 @@ pub(crate) fn http_builder() -> Arc<HttpBuilder> {
 
 /// A request handler bound to one connection's peer.
 pub(crate) trait Handler: Clone + Send + Sync + 'static {
-    fn handle(&self, req: Request<Incoming>, peer: Peer) -> impl Future<Output = Response<ProxyBody>> + Send;
+    fn handle(&self, req: Request<RequestBody>, peer: Peer) -> impl Future<Output = Response<ProxyBody>> + Send;
 }
 
 /// Where an accept loop serves its connections, and what it counts them against.
@@ -338,56 +338,93 @@ async fn read_opening_by<IO: AsyncRead + Unpin>(
 }
 
 /// One connection's serving, but for its IO.
-struct Conn<H> {
-    name: &'static str,
-    peer: Peer,
+pub(super) struct Conn<H> {
+    pub(super) name: &'static str,
+    pub(super) peer: Peer,
     builder: Arc<HttpBuilder>,
-    watcher: Watcher,
-    handler: H,
+    pub(super) watcher: Watcher,
+    pub(super) handler: H,
 }
 
 impl<H: Handler> Conn<H> {
     /// Serves HTTP/2 on `io` when it opened with the HTTP/2 preface, else
-    /// HTTP/1.1 with upgrades: the choice hyper-util's automatic server
-    /// makes from the same 24 bytes, without its second reading of them,
-    /// which split a request head over two reads and so doubled hyper's
-    /// HTTP/1.1 read buffer to 16 KiB. The connection is boxed, sized by its
-    /// own protocol and IO: not, as inside the automatic server's enum, by
-    /// the larger of HTTP/1.1's and HTTP/2's state, in the connection's task.
+    /// HTTP/1.1: the choice hyper-util's automatic server makes from the
+    /// same 24 bytes, without its second reading of them, which split a
+    /// request head over two reads and so doubled hyper's HTTP/1.1 read
+    /// buffer to 16 KiB. HTTP/1.1 starts at watchmux's own front (see
+    /// [`h1_front`]), which serves watch requests itself and hands
+    /// the connection to hyper at the first request of another kind. The
+    /// connection is boxed, sized by its own protocol and IO: not, as inside
+    /// the automatic server's enum, by the larger of HTTP/1.1's and HTTP/2's
+    /// state, in the connection's task.
     fn serve<I>(self, io: Rewind<I>) -> Pin<Box<dyn Future<Output = ()> + Send>>
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        if io.is_h2_preface() {
+            let Self { name, peer, builder, watcher, handler } = self;
+            let resets = EarlyResets::new();
+            let service = service(handler, peer, resets.clone());
+            let conn = builder.http2.serve_connection(TokioIo::new(io), service);
+            let conn = watcher.watch(conn, http2::Connection::graceful_shutdown);
+            Box::pin(Served { name, conn, tripped: resets.tripped() })
+        } else {
+            Box::pin(h1_front::serve(self, io))
+        }
+    }
+
+    /// Serves the rest of an HTTP/1.1 connection with hyper (with upgrades),
+    /// from the bytes `io` hands back first.
+    pub(super) fn serve_with_hyper_http1<I>(self, io: Rewind<I>) -> Pin<Box<dyn Future<Output = ()> + Send>>
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let Self { name, peer, builder, watcher, handler } = self;
         let resets = EarlyResets::new();
-        let counted = resets.clone();
-        let service = service_fn(move |req| {
-            let handler = handler.clone();
-            let peer = peer.clone();
-            let unanswered = counted.start();
-            async move {
-                // Boxed, so that what hyper keeps is small: its HTTP/1.1
-                // dispatcher holds the allocation of the service's future for
-                // the connection's life, and HTTP/2 a stream's task is sized
-                // by it, while the handler's own future (about 9.5 KiB) is
-                // freed once it has answered.
-                let resp = Box::pin(handler.handle(req, peer)).await;
-                unanswered.answered();
-                Ok::<_, Infallible>(resp)
-            }
-        });
-        let h2 = io.opening().is_h2_preface();
-        let io = TokioIo::new(io);
-        if h2 {
-            let conn = builder.http2.serve_connection(io, service);
-            let conn = watcher.watch(conn, http2::Connection::graceful_shutdown);
-            Box::pin(Served { name, conn, tripped: resets.tripped() })
-        } else {
-            let conn = builder.http1.serve_connection(io, service).with_upgrades();
-            let conn = watcher.watch(conn, http1::UpgradeableConnection::graceful_shutdown);
-            Box::pin(Served { name, conn, tripped: resets.tripped() })
-        }
+        let service = service(handler, peer, resets.clone());
+        let conn = builder.http1.serve_connection(TokioIo::new(io), service).with_upgrades();
+        let conn = watcher.watch(conn, http1::UpgradeableConnection::graceful_shutdown);
+        Box::pin(Served { name, conn, tripped: resets.tripped() })
     }
+}
+
+#[cfg(test)]
+impl<H: Handler> Conn<H> {
+    /// A connection of the "test" listener, from an unknown peer.
+    pub(super) fn for_test(handler: H, watcher: Watcher) -> Self {
+        let peer = Peer { addr: None, client_cert: None, over_connection_limit: false };
+        Self { name: "test", peer, builder: http_builder(), watcher, handler }
+    }
+}
+
+/// hyper's service for one connection: the handler, with the connection's
+/// peer, each request counted by `resets` until answered.
+fn service<H: Handler>(
+    handler: H,
+    peer: Peer,
+    resets: Arc<EarlyResets>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<ProxyBody>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<ProxyBody>, Infallible>> + Send,
+> + Clone {
+    service_fn(move |req: Request<Incoming>| {
+        let req = req.map(RequestBody::from);
+        let handler = handler.clone();
+        let peer = peer.clone();
+        let unanswered = resets.start();
+        async move {
+            // Boxed, so that what hyper keeps is small: its HTTP/1.1
+            // dispatcher holds the allocation of the service's future for
+            // the connection's life, and HTTP/2 a stream's task is sized
+            // by it, while the handler's own future (about 9.5 KiB) is
+            // freed once it has answered.
+            let resp = Box::pin(handler.handle(req, peer)).await;
+            unanswered.answered();
+            Ok::<_, Infallible>(resp)
+        }
+    })
 }
 
 pin_project_lite::pin_project! {
@@ -439,7 +476,7 @@ fn setup_failed(name: &'static str, err: &SetupError) {
 
 /// Bad input from one client is expected, not actionable: logged at debug
 /// and counted.
-fn connection_error(name: &'static str, stage: &'static str, err: &dyn std::fmt::Display) {
+pub(super) fn connection_error(name: &'static str, stage: &'static str, err: &dyn std::fmt::Display) {
     tracing::debug!(error = %err, stage, "connection ended with an error");
     counter!(m::CONNECTION_ERRORS, "listener" => name, "stage" => stage).increment(1);
 }
@@ -466,13 +503,15 @@ impl Drop for OpenConnection {
 pub(crate) struct AdminHandler(pub Arc<super::admin::AdminState>);
 
 impl Handler for AdminHandler {
-    async fn handle(&self, req: Request<Incoming>, _peer: Peer) -> Response<ProxyBody> {
+    async fn handle(&self, req: Request<RequestBody>, _peer: Peer) -> Response<ProxyBody> {
         match super::admin::handle(self.0.clone(), req).await {
             Ok(resp) => resp,
             Err(never) => match never {},
         }
     }
 }
+
+mod h1_front;
 
 #[cfg(test)]
 mod tests;

@@ -58,20 +58,39 @@ pub(crate) async fn read_opening<IO: AsyncRead + Unpin>(io: &mut IO) -> io::Resu
     Ok(opening)
 }
 
-/// An IO whose reads yield `opening` before anything else from `io`; writes
-/// go straight to `io`.
+/// What a [`Rewind`] hands back before reading on.
+enum Prefix {
+    /// The connection's opening, read by the listener.
+    Opening(Opening),
+    /// A request head (and whatever came with it) read by the HTTP/1.1 front
+    /// (see `super::listener::h1_front`), for hyper to read again. Freed once read.
+    Read(Vec<u8>),
+}
+
+impl Prefix {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Opening(opening) => opening.as_bytes(),
+            Self::Read(bytes) => bytes,
+        }
+    }
+}
+
+/// An IO whose reads yield bytes already read from `io` (the connection's
+/// opening, or a request head the HTTP/1.1 front read) before anything else
+/// from `io`; writes go straight to `io`.
 ///
-/// The read that hands back the end of the opening goes on to read from `io`
+/// The read that hands back the end of those bytes goes on to read from `io`
 /// into the rest of the buffer, if `io` has bytes ready: a request head
 /// arrives in one read, as it came from the client, not in the opening's 24
 /// bytes and then the rest. hyper's HTTP/1.1 server reads the head into an
 /// 8 KiB buffer and, when a read leaves it less than 8 KiB free, doubles it,
 /// so a split head cost every connection a 16 KiB read buffer.
 pub(crate) struct Rewind<IO> {
-    opening: Opening,
-    /// How much of `opening` has been read back.
+    prefix: Prefix,
+    /// How much of `prefix` has been read back.
     pos: usize,
-    /// An error `io` returned in the read that also handed back the opening's
+    /// An error `io` returned in the read that also handed back the prefix's
     /// end: the next read returns it.
     error: Option<io::Error>,
     io: IO,
@@ -79,12 +98,20 @@ pub(crate) struct Rewind<IO> {
 
 impl<IO> Rewind<IO> {
     pub(crate) fn new(io: IO, opening: Opening) -> Self {
-        Self { opening, pos: 0, error: None, io }
+        Self { prefix: Prefix::Opening(opening), pos: 0, error: None, io }
     }
 
-    /// The connection's opening bytes.
-    pub(crate) fn opening(&self) -> &Opening {
-        &self.opening
+    /// True when the connection opened with the whole HTTP/2 preface.
+    pub(crate) fn is_h2_preface(&self) -> bool {
+        matches!(&self.prefix, Prefix::Opening(opening) if opening.is_h2_preface())
+    }
+
+    /// The same connection, whose reads yield `read` first (bytes read
+    /// through this one), then what this one had not yet handed back, then
+    /// `io`: nothing read is lost, whoever reads next.
+    pub(crate) fn replaying(self, mut read: Vec<u8>) -> Self {
+        read.extend_from_slice(&self.prefix.as_bytes()[self.pos..]);
+        Self { prefix: Prefix::Read(read), pos: 0, error: self.error, io: self.io }
     }
 }
 
@@ -94,19 +121,27 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Rewind<IO> {
         if let Some(err) = this.error.take() {
             return Poll::Ready(Err(err));
         }
-        let rest = &this.opening.as_bytes()[this.pos..];
+        let rest = &this.prefix.as_bytes()[this.pos..];
         if rest.is_empty() {
             return Pin::new(&mut this.io).poll_read(cx, buf);
         }
         let n = rest.len().min(buf.remaining());
         buf.put_slice(&rest[..n]);
         this.pos += n;
-        if this.pos == this.opening.len && buf.remaining() > 0 {
-            // Pending (the waker is then registered; a wake-up after this
-            // read returned is a spurious one) and end of file (the next read
-            // sees it again) both leave the opening as this read's bytes.
-            if let Poll::Ready(Err(err)) = Pin::new(&mut this.io).poll_read(cx, buf) {
-                this.error = Some(err);
+        if this.pos == this.prefix.as_bytes().len() {
+            if let Prefix::Read(bytes) = &mut this.prefix {
+                // Not kept for the connection's life.
+                *bytes = Vec::new();
+                this.pos = 0;
+            }
+            if buf.remaining() > 0 {
+                // Pending (the waker is then registered; a wake-up after this
+                // read returned is a spurious one) and end of file (the next
+                // read sees it again) both leave the prefix as this read's
+                // bytes.
+                if let Poll::Ready(Err(err)) = Pin::new(&mut this.io).poll_read(cx, buf) {
+                    this.error = Some(err);
+                }
             }
         }
         Poll::Ready(Ok(()))

@@ -30,7 +30,7 @@ struct Hello {
 }
 
 impl Handler for Hello {
-    async fn handle(&self, req: Request<Incoming>, peer: Peer) -> Response<ProxyBody> {
+    async fn handle(&self, req: Request<RequestBody>, peer: Peer) -> Response<ProxyBody> {
         if peer.over_connection_limit {
             return limits::too_many_requests(limits::Limit::Connections, true);
         }
