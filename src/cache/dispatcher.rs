@@ -6,13 +6,6 @@
 //! `Node(n)` (and the previous node, for a pod being bound), `Namespace(ns)`
 //! and `All`, so ten thousand kubelets each watching their own pods and their
 //! own secrets cost nothing for an event that concerns none of them.
-//!
-//! An event with many interested watchers is offered in two halves at once:
-//! the second on a scoped thread of its own, the first on the caller's
-//! thread, joined before [`Dispatcher::dispatch`] returns (see
-//! [`PARALLEL_OFFERS_FROM`]). Dispatch stays synchronous and under the
-//! cache's locks, so order holds as before: every offer of event N is made
-//! before any offer of event N+1, and a watcher is in one half only.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,13 +23,6 @@ pub(crate) struct Dispatcher {
     buckets: HashMap<IndexKey, HashMap<u64, Arc<WatcherHandle>>>,
     count: usize,
 }
-
-/// Watchers an event must be offered to before the offers are split in two,
-/// the second half on a thread of its own. An offer (the queue's lock, a
-/// push, and the body's wake) costs about a microsecond; a thread costs tens
-/// of microseconds to start, so below this the split would cost more than it
-/// saves.
-pub(crate) const PARALLEL_OFFERS_FROM: usize = 2048;
 
 /// What one dispatch did, for metrics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -130,29 +116,24 @@ impl Dispatcher {
         }
         keys.push(IndexKey::All);
 
-        // Every candidate, with the index of its bucket's key.
-        let mut candidates: Vec<(usize, &Arc<WatcherHandle>)> = Vec::new();
-        for (i, k) in keys.iter().enumerate() {
-            let Some(bucket) = self.buckets.get(k) else { continue };
-            candidates.extend(bucket.values().map(|w| (i, w)));
+        let mut out = Dispatched::default();
+        let mut dead: Vec<(IndexKey, u64)> = Vec::new();
+        for k in keys {
+            let Some(bucket) = self.buckets.get(&k) else { continue };
+            for watcher in bucket.values() {
+                if event.rv <= watcher.start_rv {
+                    continue;
+                }
+                let Some(delivery) = Delivery::for_filter(event, &watcher.filter) else { continue };
+                match watcher.offer(delivery, now) {
+                    Offer::Queued => out.delivered += 1,
+                    Offer::Terminated => {
+                        out.terminated += 1;
+                        dead.push((k.clone(), watcher.id));
+                    }
+                }
+            }
         }
-        let (out, dead) = if candidates.len() < PARALLEL_OFFERS_FROM {
-            offer_all(&candidates, event, now)
-        } else {
-            // The second half on another thread while this one offers the
-            // first; both are done before the next event is dispatched.
-            let (first, second) = candidates.split_at(candidates.len() / 2);
-            std::thread::scope(|s| {
-                let other = s.spawn(|| offer_all(second, event, now));
-                let (mut out, mut dead) = offer_all(first, event, now);
-                let (out2, dead2) = other.join().expect("offering an event does not panic");
-                out.delivered += out2.delivered;
-                out.terminated += out2.terminated;
-                dead.extend(dead2);
-                (out, dead)
-            })
-        };
-        let dead: Vec<(IndexKey, u64)> = dead.into_iter().map(|(i, id)| (keys[i].clone(), id)).collect();
         for (k, id) in dead {
             if let Some(bucket) = self.buckets.get_mut(&k) {
                 if bucket.remove(&id).is_some() {
@@ -165,31 +146,6 @@ impl Dispatcher {
         }
         out
     }
-}
-
-/// Offers `event` to `watchers` (bucket key index, watcher); returns what it
-/// did and the terminated watchers to remove.
-fn offer_all(
-    watchers: &[(usize, &Arc<WatcherHandle>)],
-    event: &Arc<CacheEvent>,
-    now: Instant,
-) -> (Dispatched, Vec<(usize, u64)>) {
-    let mut out = Dispatched::default();
-    let mut dead = Vec::new();
-    for &(key, watcher) in watchers {
-        if event.rv <= watcher.start_rv {
-            continue;
-        }
-        let Some(delivery) = Delivery::for_filter(event, &watcher.filter) else { continue };
-        match watcher.offer(delivery, now) {
-            Offer::Queued => out.delivered += 1,
-            Offer::Terminated => {
-                out.terminated += 1;
-                dead.push((key, watcher.id));
-            }
-        }
-    }
-    (out, dead)
 }
 
 #[cfg(test)]
@@ -266,37 +222,6 @@ mod tests {
         assert_eq!(d.dispatch(&new, Instant::now()).delivered, 1);
         d.remove(&late);
         assert!(d.is_empty());
-    }
-
-    /// Above the split: every watcher gets every event once, in order, whichever half it is in,
-    /// and the watchers terminated in either half are removed.
-    #[tokio::test(start_paused = true)]
-    async fn a_split_dispatch_keeps_each_watchers_events_in_order() {
-        let mut d = Dispatcher::default();
-        let n = 2 * PARALLEL_OFFERS_FROM + 1;
-        let watchers: Vec<_> = (0..n as u64).map(|id| watcher(id, None, None, "")).collect();
-        for w in &watchers {
-            d.add(w.clone());
-        }
-        let events = 20;
-        for rv in 1..=events {
-            let event = Arc::new(CacheEvent::new(EventType::Modified, pod("p", "a", "n1", rv), None));
-            assert_eq!(d.dispatch(&event, Instant::now()), Dispatched { delivered: n, terminated: 0 });
-        }
-        let waker = futures_noop_waker();
-        for w in &watchers {
-            let rvs: Vec<u64> = std::iter::from_fn(|| w.take(&waker).unwrap()).map(|d| d.event.rv).collect();
-            assert_eq!(rvs, (1..=events).collect::<Vec<_>>(), "watcher {}", w.id);
-        }
-        // Watchers whose queues were closed, spread over both halves, are removed.
-        for w in watchers.iter().step_by(3) {
-            w.end();
-        }
-        let closed = watchers.iter().step_by(3).count();
-        let event = Arc::new(CacheEvent::new(EventType::Modified, pod("p", "a", "n1", events + 1), None));
-        let out = d.dispatch(&event, Instant::now());
-        assert_eq!(out, Dispatched { delivered: n - closed, terminated: closed });
-        assert_eq!(d.len(), n - closed);
     }
 
     fn futures_noop_waker() -> std::task::Waker {
