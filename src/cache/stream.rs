@@ -95,16 +95,7 @@ pub(crate) struct WatchStream {
     last_sent_rv: u64,
     deadline: Pin<Box<Sleep>>,
     deadline_at: Instant,
-    /// The deadline timer has been polled once, so it is in the timer wheel
-    /// and the driver marks it elapsed at the deadline (see [`Self::deadline_passed`]).
-    deadline_registered: bool,
     bookmark: Option<Pin<Box<Sleep>>>,
-    /// The waker both timers (the deadline, and the bookmark if any) were
-    /// last polled with. Polling them takes their `AtomicWaker` and the task
-    /// budget, which cost about 3.5 % of a fan-out profile when it was done on
-    /// every poll; now they are polled only when the body is about to return
-    /// `Pending` with a waker they do not hold yet (see [`Self::arm_timers`]).
-    armed_for: Option<Waker>,
     /// The server's stop token, polled once, at the first poll, with a
     /// waker that stops the watcher (see [`StopWatcher`]); kept, so that it
     /// stays registered.
@@ -158,9 +149,7 @@ impl WatchStream {
             last_sent_rv: reg.start_rv,
             deadline: Box::pin(tokio::time::sleep_until(deadline_at)),
             deadline_at,
-            deadline_registered: false,
             bookmark,
-            armed_for: None,
             stop,
             stop_registered: false,
             finished: false,
@@ -215,39 +204,6 @@ impl WatchStream {
         self.backlog.iter().find_map(|d| d.object().encoded(variant).err())
     }
 
-    /// Whether the watch's deadline has come, without polling its timer.
-    ///
-    /// Once the timer is registered (polled once), the timer driver marks it
-    /// elapsed at the deadline whether or not anyone polls it, as it would
-    /// make a poll of it ready: one atomic load. Before that (a stream busy
-    /// from its first poll, e.g. a long snapshot), the clock. Either way a
-    /// stream that always has a frame to return still ends at its deadline.
-    fn deadline_passed(&self) -> bool {
-        if self.deadline_registered { self.deadline.is_elapsed() } else { Instant::now() >= self.deadline_at }
-    }
-
-    /// Before returning `Pending`: makes sure both timers will wake the task
-    /// behind `cx`. Skipped when they were last polled with a waker that
-    /// wakes the same task (hyper polls a body from one task, so this is the
-    /// common case: nothing to do). `Ready(None)` when the deadline passed.
-    fn arm_timers(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
-        if self.armed_for.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            return Poll::Pending;
-        }
-        if self.deadline.as_mut().poll(cx).is_ready() {
-            return self.end();
-        }
-        self.deadline_registered = true;
-        if let Some(timer) = &mut self.bookmark
-            && timer.as_mut().poll(cx).is_ready()
-        {
-            // Due already: poll again at once, and the bookmark is sent then.
-            cx.waker().wake_by_ref();
-        }
-        self.armed_for = Some(cx.waker().clone());
-        Poll::Pending
-    }
-
     /// Answers in another variant (the JSON of the same form), before the
     /// stream has started.
     pub(crate) fn switch_to(&mut self, variant: ContentVariant) {
@@ -274,9 +230,7 @@ impl Body for WatchStream {
                 return this.end();
             }
         }
-        // The timers are not polled here: the frame-returning paths below
-        // only look at the deadline; `arm_timers` polls them before `Pending`.
-        if this.handle.is_stopped() || this.deadline_passed() {
+        if this.handle.is_stopped() || this.deadline.as_mut().poll(cx).is_ready() {
             return this.end();
         }
         if let Some(cursor) = &mut this.initial {
@@ -322,19 +276,13 @@ impl Body for WatchStream {
                 return Poll::Ready(Some(Ok(Frame::data(error_frame(this.opts.variant, &status)))));
             }
         }
-        // Nothing queued. A bookmark is due when its timer fired: armed for
-        // this task, the timer's state says so (it woke the task when it
-        // fired); otherwise polling it tells, and registers it.
-        let armed = this.armed_for.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
         if let Some(timer) = &mut this.bookmark
-            && (if armed { timer.is_elapsed() } else { timer.as_mut().poll(cx).is_ready() })
+            && timer.as_mut().poll(cx).is_ready()
         {
             let now = Instant::now();
             this.bookmark = next_bookmark_time(now, this.deadline_at)
                 .filter(|at| *at > now)
                 .map(|at| Box::pin(tokio::time::sleep_until(at)));
-            // The new timer holds no waker yet.
-            this.armed_for = None;
             if published > this.last_sent_rv {
                 this.last_sent_rv = published;
                 return match this.bookmark_chunk(published, false) {
@@ -342,8 +290,11 @@ impl Body for WatchStream {
                     None => this.end(),
                 };
             }
+            if let Some(timer) = &mut this.bookmark {
+                let _ = timer.as_mut().poll(cx);
+            }
         }
-        this.arm_timers(cx)
+        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {

@@ -228,61 +228,6 @@ async fn the_stream_ends_at_its_timeout_even_with_events_waiting() {
     assert_ended(&mut body).await;
 }
 
-/// A stream that always has a frame to return never returns `Pending`, so it never reaches the
-/// place where its timers are polled: its first poll already finds events (here a snapshot read
-/// one object a second), and it must still end at its deadline, by the clock.
-#[tokio::test(start_paused = true)]
-async fn a_stream_busy_from_its_first_poll_ends_at_its_deadline() {
-    let objects: Vec<_> = (0..40).map(|i| cm(&format!("o{i:02}"), 5, "")).collect();
-    let cache = cache_with(objects);
-    let mut body = pin!(watch(&cache, everything(), StartAt::CurrentState, opts(true, secs(30))));
-    for i in 0..30 {
-        assert_eq!(brief(&next(&mut body).await).1, format!("o{i:02}"));
-        advance(secs(1)).await;
-    }
-    assert_ended(&mut body).await;
-}
-
-/// The same after the timers were armed (the stream was idle once): from then on the frame paths
-/// read the deadline timer's state without polling it, and the timer still ends the stream.
-#[tokio::test(start_paused = true)]
-async fn a_stream_busy_after_idling_ends_at_its_deadline() {
-    let cache = cache_with([]);
-    let mut body = pin!(watch(&cache, everything(), StartAt::CurrentState, opts(true, secs(30))));
-    assert_pending(&mut body).await;
-    for rv in 11..40 {
-        cache.event(EventType::Modified, cm("a", rv, ""));
-        advance(secs(1)).await;
-        assert_eq!(brief(&next(&mut body).await).2, rv);
-    }
-    cache.event(EventType::Modified, cm("a", 40, ""));
-    advance(secs(1) - MS).await;
-    assert_eq!(brief(&next(&mut body).await).2, 40);
-    cache.event(EventType::Modified, cm("a", 41, ""));
-    advance(MS).await;
-    assert_ended(&mut body).await;
-}
-
-/// The timers hold the waker they were armed with; a body then polled from another task must
-/// arm them again, or that task would never be woken by a bookmark or the deadline.
-#[tokio::test(start_paused = true)]
-async fn a_reader_on_another_task_is_woken_by_the_bookmark_and_the_deadline() {
-    let cache = cache_with([]);
-    let mut body = Box::pin(watch(&cache, everything(), StartAt::CurrentState, opts(true, secs(150))));
-    assert_pending(&mut body.as_mut()).await;
-    cache.bookmark(12);
-    let start = Instant::now();
-    let reader = tokio::spawn(async move {
-        let bookmark = await_frame(&mut body.as_mut()).await;
-        let at_bookmark = start.elapsed();
-        let end = await_frame(&mut body.as_mut()).await;
-        (bookmark, at_bookmark, end, start.elapsed())
-    });
-    let (bookmark, at_bookmark, end, at_end) = reader.await.unwrap();
-    assert_eq!((bookmark, at_bookmark), (Some(cm_bookmark(12)), MINUTE));
-    assert_eq!((end, at_end), (None, secs(150)));
-}
-
 // Initial events.
 
 /// Objects in three namespaces, inserted out of key order.
