@@ -8,8 +8,9 @@
 //! and the socket: writes are appended to a buffer and reported done at once,
 //! flushes return at once, and a task of the connection's own writes out
 //! whatever has accumulated, in one call, each time the socket accepts more.
-//! While it writes one batch the next accumulates, so a burst goes out in a
-//! few large writes.
+//! Woken by the first frame of a burst, it first lets the tasks already
+//! runnable add theirs; while it writes one batch the next accumulates, so a
+//! burst goes out in a few large writes.
 //!
 //! Backpressure is kept: past [`HIGH_WATER`] bytes waiting, writes wait for
 //! the writer, as they would wait for the socket. Order is kept: there is one
@@ -212,6 +213,16 @@ async fn writer<W: AsyncWrite>(write: W, shared: Arc<Shared>) {
                 break;
             }
             shared.work.notified().await;
+            // Woken by the first frame of a burst: let what is already
+            // runnable (the bodies one event woke, the connection task that
+            // frames their data) run first, so that the batch holds their
+            // frames too. Without this the writer, woken on the other worker
+            // the moment the first frame was appended, took about one frame
+            // per batch at 10,000 watchers (0.83 writes per delivered event
+            // over TLS; 0.07 with it). `yield_now` defers the task until its
+            // worker has no other work or reaches its periodic maintenance
+            // (every 61 task polls), so a busy runtime still writes.
+            tokio::task::yield_now().await;
             continue;
         }
         let result = if closing {
@@ -478,6 +489,30 @@ mod tests {
         let read = tokio::time::timeout(Duration::from_secs(20), all).await.expect("no lost wake-up");
         assert_eq!(got, want);
         assert_eq!(read, want);
+    }
+
+    /// The writer defers its batch until the runtime has run what was runnable; a runtime that
+    /// always has something runnable must still see the bytes written.
+    #[tokio::test]
+    async fn the_writer_writes_while_the_runtime_never_runs_out_of_work() {
+        let (a, mut b) = duplex(1 << 16);
+        let mut w = WriteBehind::new(a);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinning = stop.clone();
+        // Always runnable: wakes itself and returns Pending, never deferring.
+        let busy = tokio::spawn(std::future::poll_fn(move |cx| {
+            if spinning.load(std::sync::atomic::Ordering::Relaxed) {
+                return Poll::Ready(());
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }));
+        w.write_all(b"through a busy runtime").await.unwrap();
+        let mut got = [0u8; 22];
+        tokio::time::timeout(Duration::from_secs(5), b.read_exact(&mut got)).await.expect("written").unwrap();
+        assert_eq!(&got, b"through a busy runtime");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        busy.await.unwrap();
     }
 
     #[tokio::test]
