@@ -8,13 +8,24 @@
 //! and the socket: writes are appended to a buffer and reported done at once,
 //! flushes return at once, and a task of the connection's own writes out
 //! whatever has accumulated, in one call, each time the socket accepts more.
-//! While it writes one batch the next accumulates, so a burst goes out in a
-//! few large writes.
+//! Woken by the first frame of a burst, it first lets the tasks already
+//! runnable add theirs; while it writes one batch the next accumulates, so a
+//! burst goes out in a few large writes.
 //!
 //! Backpressure is kept: past [`HIGH_WATER`] bytes waiting, writes wait for
 //! the writer, as they would wait for the socket. Order is kept: there is one
 //! buffer and one writer. A write error is reported on the next write or
 //! flush. Shutdown (and drop) writes out what is left before closing.
+//!
+//! The reads and the writer task need the IO at the same time. A TCP (or
+//! unix) stream splits into halves that share nothing. A TLS stream cannot
+//! (one rustls session holds both directions' state), so its halves share a
+//! lock ([`TrySplit`]); a half that finds the lock taken returns `Pending`
+//! and is woken when the other lets go, instead of blocking its worker
+//! thread: with `tokio::io::split`'s mutex, hyper's connection task (which
+//! reads the socket on every poll) stopped its worker while the writer
+//! encrypted and wrote a batch, and stopped producing the frames that make
+//! the next batch.
 
 use std::io;
 use std::pin::Pin;
@@ -24,7 +35,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf, ReadHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::Notify;
@@ -65,15 +76,102 @@ pub(crate) struct WriteBehind<R> {
     shared: Arc<Shared>,
 }
 
-impl<IO> WriteBehind<ReadHalf<IO>>
+impl<IO> WriteBehind<TryHalf<IO>>
 where
-    IO: AsyncRead + AsyncWrite + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    /// Splits `io` (the halves share a lock, as a TLS stream must) and
-    /// starts its writer task.
+    /// Splits `io` (the halves share a lock, as a TLS stream must; neither
+    /// waits on it, see [`TrySplit`]) and starts its writer task.
     pub(crate) fn new(io: IO) -> Self {
-        let (read, write) = tokio::io::split(io);
+        let (read, write) = TrySplit::split(io);
         Self::from_halves(read, write)
+    }
+}
+
+/// One IO shared by a read half and a write half through a lock that is
+/// only ever tried: a half that finds it held registers its waker and
+/// returns `Pending`; the holder wakes it when it lets go.
+struct TrySplit<IO> {
+    io: Mutex<IO>,
+    is_write_vectored: bool,
+    /// The waker of the half (0: read, 1: write) that found the lock held.
+    waiting: [Mutex<Option<Waker>>; 2],
+}
+
+/// One half of a [`TrySplit`]; `me` is 0 for the read half, 1 for the write half.
+pub(crate) struct TryHalf<IO> {
+    shared: Arc<TrySplit<IO>>,
+    me: usize,
+}
+
+impl<IO: AsyncWrite> TrySplit<IO> {
+    fn split(io: IO) -> (TryHalf<IO>, TryHalf<IO>) {
+        let is_write_vectored = io.is_write_vectored();
+        let waiting = [Mutex::new(None), Mutex::new(None)];
+        let shared = Arc::new(TrySplit { io: Mutex::new(io), is_write_vectored, waiting });
+        (TryHalf { shared: shared.clone(), me: 0 }, TryHalf { shared, me: 1 })
+    }
+}
+
+impl<IO: Unpin> TryHalf<IO> {
+    /// `f` on the IO, or `Pending` (and a wake-up later) if the other half holds it.
+    fn with_io<T>(&self, cx: &mut Context<'_>, f: impl FnOnce(Pin<&mut IO>, &mut Context<'_>) -> Poll<T>) -> Poll<T> {
+        let shared = &*self.shared;
+        let mut io = match shared.io.try_lock() {
+            Some(io) => io,
+            None => {
+                // Registered before trying again: a holder that lets go
+                // after this sees the waker; one that let go before left the
+                // lock free for the second try.
+                *shared.waiting[self.me].lock() = Some(cx.waker().clone());
+                match shared.io.try_lock() {
+                    Some(io) => {
+                        shared.waiting[self.me].lock().take();
+                        io
+                    }
+                    None => return Poll::Pending,
+                }
+            }
+        };
+        let out = f(Pin::new(&mut *io), cx);
+        drop(io);
+        let other = shared.waiting[1 - self.me].lock().take();
+        if let Some(w) = other {
+            w.wake();
+        }
+        out
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for TryHalf<IO> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        self.with_io(cx, |io, cx| io.poll_read(cx, buf))
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for TryHalf<IO> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.with_io(cx, |io, cx| io.poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.with_io(cx, |io, cx| io.poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.shared.is_write_vectored
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.with_io(cx, |io, cx| io.poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.with_io(cx, |io, cx| io.poll_shutdown(cx))
     }
 }
 
@@ -115,6 +213,16 @@ async fn writer<W: AsyncWrite>(write: W, shared: Arc<Shared>) {
                 break;
             }
             shared.work.notified().await;
+            // Woken by the first frame of a burst: let what is already
+            // runnable (the bodies one event woke, the connection task that
+            // frames their data) run first, so that the batch holds their
+            // frames too. Without this the writer, woken on the other worker
+            // the moment the first frame was appended, took about one frame
+            // per batch at 10,000 watchers (0.83 writes per delivered event
+            // over TLS; 0.07 with it). `yield_now` defers the task until its
+            // worker has no other work or reaches its periodic maintenance
+            // (every 61 task polls), so a busy runtime still writes.
+            tokio::task::yield_now().await;
             continue;
         }
         let result = if closing {
@@ -314,6 +422,97 @@ mod tests {
         client.read_to_end(&mut got).await.unwrap();
         let want: Vec<u8> = (0..200u8).flat_map(|i| [i; 100]).collect();
         assert_eq!(got, want);
+    }
+
+    struct Count(std::sync::atomic::AtomicUsize);
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_half_that_finds_the_lock_held_does_not_block_and_is_woken_when_it_is_let_go() {
+        let (a, mut b) = duplex(64);
+        let (mut read, mut write) = TrySplit::split(a);
+        let woken = Arc::new(Count(Default::default()));
+        let waker = Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut byte = [0u8; 1];
+        // The writer holds the IO (as it does while it encrypts and writes a batch).
+        let held = write.shared.io.lock();
+        assert!(Pin::new(&mut read).poll_read(&mut cx, &mut ReadBuf::new(&mut byte)).is_pending());
+        drop(held);
+        assert_eq!(woken.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // Its next operation lets go of the lock and wakes the reader.
+        let noop = Waker::noop();
+        assert!(Pin::new(&mut write).poll_flush(&mut Context::from_waker(noop)).is_ready());
+        assert_eq!(woken.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        b.write_all(b"x").await.unwrap();
+        let mut rb = ReadBuf::new(&mut byte);
+        assert!(matches!(Pin::new(&mut read).poll_read(&mut cx, &mut rb), Poll::Ready(Ok(()))));
+        assert_eq!(rb.filled(), b"x");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shared_io_reads_and_writes_at_once_without_losing_a_wake_up() {
+        let (a, b) = duplex(512);
+        let (mut peer_read, mut peer_write) = tokio::io::split(b);
+        let w = WriteBehind::new(a);
+        let (mut r, mut w) = tokio::io::split(w);
+        let want: Vec<u8> = (0..20_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        let sent = want.clone();
+        let writer = tokio::spawn(async move {
+            for chunk in sent.chunks(100) {
+                w.write_all(chunk).await.unwrap();
+            }
+            w.shutdown().await.unwrap();
+        });
+        let echo_in = tokio::spawn(async move {
+            for chunk in (0..20_000u32).flat_map(|i| i.to_le_bytes()).collect::<Vec<_>>().chunks(37) {
+                peer_write.write_all(chunk).await.unwrap();
+            }
+            peer_write.shutdown().await.unwrap();
+        });
+        let reading = tokio::spawn(async move {
+            let mut got = Vec::new();
+            r.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let mut got = Vec::new();
+        let all = async {
+            peer_read.read_to_end(&mut got).await.unwrap();
+            writer.await.unwrap();
+            echo_in.await.unwrap();
+            reading.await.unwrap()
+        };
+        let read = tokio::time::timeout(Duration::from_secs(20), all).await.expect("no lost wake-up");
+        assert_eq!(got, want);
+        assert_eq!(read, want);
+    }
+
+    /// The writer defers its batch until the runtime has run what was runnable; a runtime that
+    /// always has something runnable must still see the bytes written.
+    #[tokio::test]
+    async fn the_writer_writes_while_the_runtime_never_runs_out_of_work() {
+        let (a, mut b) = duplex(1 << 16);
+        let mut w = WriteBehind::new(a);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinning = stop.clone();
+        // Always runnable: wakes itself and returns Pending, never deferring.
+        let busy = tokio::spawn(std::future::poll_fn(move |cx| {
+            if spinning.load(std::sync::atomic::Ordering::Relaxed) {
+                return Poll::Ready(());
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }));
+        w.write_all(b"through a busy runtime").await.unwrap();
+        let mut got = [0u8; 22];
+        tokio::time::timeout(Duration::from_secs(5), b.read_exact(&mut got)).await.expect("written").unwrap();
+        assert_eq!(&got, b"through a busy runtime");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        busy.await.unwrap();
     }
 
     #[tokio::test]

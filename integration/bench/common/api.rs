@@ -27,6 +27,9 @@ pub struct Api {
     pub admin: Option<SocketAddr>,
     /// kube-apiserver's pid file (`WATCHMUX_BENCH_APISERVER_PIDFILE`).
     pub apiserver_pidfile: String,
+    /// `WATCHMUX_BENCH_PROXY_TLS=1`: watchmux's API listener serves TLS with
+    /// a certificate of the cluster's CA (the kubeconfig's); ALPN h2 or http/1.1.
+    pub proxy_tls: Option<(Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>)>,
 }
 
 impl Api {
@@ -46,7 +49,10 @@ impl Api {
         tls_h2.alpn_protocols = vec![b"h2".to_vec()];
         let mut tls_h1 = base_tls;
         tls_h1.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let api_target = Target::Direct { addr: api_addr, tls_h2: Arc::new(tls_h2), tls_h1: Arc::new(tls_h1), auth };
+        let (tls_h2, tls_h1) = (Arc::new(tls_h2), Arc::new(tls_h1));
+        let proxy_tls =
+            (std::env::var("WATCHMUX_BENCH_PROXY_TLS").as_deref() == Ok("1")).then(|| (tls_h2.clone(), tls_h1.clone()));
+        let api_target = Target::Direct { addr: api_addr, tls_h2, tls_h1, auth };
         let addr = |name: &str| -> anyhow::Result<Option<SocketAddr>> {
             std::env::var(name).ok().filter(|v| !v.is_empty()).map(|v| v.parse()).transpose().map_err(Into::into)
         };
@@ -56,11 +62,13 @@ impl Api {
             proxy: addr("WATCHMUX_BENCH_PROXY")?,
             admin: addr("WATCHMUX_BENCH_ADMIN")?,
             apiserver_pidfile: env("WATCHMUX_BENCH_APISERVER_PIDFILE")?,
+            proxy_tls,
         })
     }
 
     pub fn proxy_target(&self) -> anyhow::Result<Target> {
-        Ok(Target::Proxy { addr: self.proxy.ok_or_else(|| anyhow!("WATCHMUX_BENCH_PROXY is not set"))? })
+        let addr = self.proxy.ok_or_else(|| anyhow!("WATCHMUX_BENCH_PROXY is not set"))?;
+        Ok(Target::Proxy { addr, tls: self.proxy_tls.clone() })
     }
 
     pub fn apiserver_pid(&self) -> anyhow::Result<u32> {
@@ -146,7 +154,7 @@ impl Api {
 
     pub async fn watchmux_metrics(&self) -> anyhow::Result<String> {
         let admin = self.admin.ok_or_else(|| anyhow!("WATCHMUX_BENCH_ADMIN is not set"))?;
-        let send = Target::Proxy { addr: admin }.connect(Shape::H1).await?;
+        let send = Target::Proxy { addr: admin, tls: None }.connect(Shape::H1).await?;
         let Sender::H1(send) = send else { unreachable!() };
         let req = Request::get("/metrics").header("host", admin.to_string()).body(http_body_util::Empty::new())?;
         let resp = send.lock().await.send_request(req).await?;
@@ -170,7 +178,12 @@ impl Api {
         let Target::Direct { addr, tls_h2, .. } = &self.api_target else { unreachable!() };
         let api = advertised_max_streams(tls_connect(tls_h2.clone(), TcpStream::connect(addr).await?).await?).await?;
         let proxy = match self.proxy {
-            Some(p) => advertised_max_streams(TcpStream::connect(p).await?).await?,
+            Some(p) => match &self.proxy_tls {
+                Some((tls_h2, _)) => {
+                    advertised_max_streams(tls_connect(tls_h2.clone(), TcpStream::connect(p).await?).await?).await?
+                }
+                None => advertised_max_streams(TcpStream::connect(p).await?).await?,
+            },
             None => None,
         };
         Ok((api, proxy))

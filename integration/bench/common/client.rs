@@ -1,6 +1,6 @@
 //! The watch clients: where a side's watches go, and HTTP/2 or HTTP/1.1
 //! connections to it (TLS with the admin token straight at kube-apiserver;
-//! plain text to watchmux, h2c by prior knowledge).
+//! plain text to watchmux, h2c by prior knowledge, or TLS when it serves TLS).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -79,8 +79,17 @@ impl SideKind {
 /// Where the watches of one side go.
 #[derive(Clone)]
 pub enum Target {
-    Direct { addr: SocketAddr, tls_h2: Arc<rustls::ClientConfig>, tls_h1: Arc<rustls::ClientConfig>, auth: HeaderValue },
-    Proxy { addr: SocketAddr },
+    Direct {
+        addr: SocketAddr,
+        tls_h2: Arc<rustls::ClientConfig>,
+        tls_h1: Arc<rustls::ClientConfig>,
+        auth: HeaderValue,
+    },
+    /// watchmux; `tls` (for HTTP/2, for HTTP/1.1) when it serves TLS.
+    Proxy {
+        addr: SocketAddr,
+        tls: Option<(Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>)>,
+    },
 }
 
 /// `FANOUT_RCVBUF`: a fixed SO_RCVBUF for the watch connections (a diagnostic;
@@ -93,7 +102,7 @@ fn rcvbuf() -> Option<u32> {
 impl Target {
     pub fn addr(&self) -> SocketAddr {
         match self {
-            Target::Direct { addr, .. } | Target::Proxy { addr } => *addr,
+            Target::Direct { addr, .. } | Target::Proxy { addr, .. } => *addr,
         }
     }
 
@@ -101,7 +110,8 @@ impl Target {
     /// :authority), origin-form with Host for HTTP/1.1.
     pub fn request(&self, shape: Shape, path_and_query: &str) -> Request<Empty<Bytes>> {
         let addr = self.addr();
-        let scheme = if matches!(self, Target::Direct { .. }) { "https" } else { "http" };
+        let tls = matches!(self, Target::Direct { .. } | Target::Proxy { tls: Some(_), .. });
+        let scheme = if tls { "https" } else { "http" };
         let uri = match shape {
             Shape::H2 => format!("{scheme}://{addr}{path_and_query}"),
             Shape::H1 => path_and_query.to_owned(),
@@ -133,7 +143,12 @@ impl Target {
                 let stream = tls_connect(tls.clone(), tcp).await?;
                 handshake(stream, shape).await
             }
-            Target::Proxy { .. } => handshake(tcp, shape).await,
+            Target::Proxy { tls: Some((tls_h2, tls_h1)), .. } => {
+                let tls = if shape == Shape::H2 { tls_h2 } else { tls_h1 };
+                let stream = tls_connect(tls.clone(), tcp).await?;
+                handshake(stream, shape).await
+            }
+            Target::Proxy { tls: None, .. } => handshake(tcp, shape).await,
         }
     }
 }
