@@ -4,7 +4,9 @@
 //! the listener has TLS, then its opening bytes (see [`super::opening`]),
 //! both within [`CONNECTION_SETUP_TIMEOUT`] of connecting; then hyper's
 //! HTTP/2 server when the opening is the HTTP/2 preface (so h2c works by
-//! prior knowledge), its HTTP/1.1 server (with upgrades) otherwise. A
+//! prior knowledge), otherwise watchmux's HTTP/1.1 front ([`h1_front`]),
+//! which answers watches itself and hands any other request, and the
+//! connection, to hyper's HTTP/1.1 server (with upgrades). A
 //! failing connection, bad TLS, a client too slow to start or malformed
 //! HTTP, ends that connection alone. The HTTP/2
 //! limits on frames a client can send without a request being served
