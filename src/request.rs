@@ -13,7 +13,11 @@
 //! malformed escape) or that does not decode to UTF-8 is left a non-resource
 //! request: it passes through and the API server gives its own answer.
 
+mod query;
+
 use http::{Method, Uri};
+
+pub(crate) use query::GoQuery;
 
 /// The verb of a request, as kube-apiserver's authorizer names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -65,6 +69,11 @@ pub(crate) struct RequestInfo {
     /// the verb from the path then, so a `metadata.name` field selector does
     /// not name the object for authorization as it does on `?watch=1`.
     pub legacy_watch_path: bool,
+    /// True when a `/namespaces/<ns>/` prefix scopes the resource after it
+    /// (`/api/v1/namespaces/a/pods`). False on the Namespace object's own
+    /// path, `/api/v1/namespaces/a[/status|/finalize]`, where the API server
+    /// takes the name as the namespace too, but nothing is scoped by it.
+    pub namespace_scoped_path: bool,
 }
 
 /// Subresources of a namespace, which stay on the `namespaces` resource
@@ -125,6 +134,7 @@ impl RequestInfo {
             info.namespace = Some((*ns).to_owned());
             if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2]) {
                 rest = &rest[2..];
+                info.namespace_scoped_path = true;
             }
         }
         match rest {
@@ -145,6 +155,19 @@ impl RequestInfo {
         info.verb =
             Some(special_verb.unwrap_or_else(|| resource_verb(method, info.name.is_some(), query_flag(uri, "watch"))));
         info
+    }
+
+    /// Whether the API server has a route for this resource request, given
+    /// the resource's scope (from discovery). A namespaced resource is named
+    /// only under its namespace (and listed under one or across all); a
+    /// cluster-scoped resource is served only at its cluster path, never
+    /// under `/namespaces/<ns>/`. The one path whose namespace scopes nothing
+    /// is the Namespace object's own, `/api/v1/namespaces/<name>`: the
+    /// cluster path of `namespaces` ([`Self::namespace_scoped_path`] is false
+    /// there). Anything else is the API server's 404 (after its
+    /// authorization, which sees the namespace in the path).
+    pub(crate) fn is_routed(&self, namespaced: bool) -> bool {
+        if namespaced { self.name.is_none() || self.namespace_scoped_path } else { !self.namespace_scoped_path }
     }
 
     /// True when the response is a watch stream that ends cleanly at shutdown.
@@ -236,10 +259,11 @@ fn resource_verb(method: &Method, named: bool, watch: bool) -> Verb {
 }
 
 /// Reads a boolean query parameter the way kube-apiserver does: absent, `0`
-/// and `false` (any case) are false; anything else, an empty value too, is true.
+/// and `false` (any case) are false; anything else, an empty value too, is
+/// true. The query is read as Go reads it ([`GoQuery`]): `?watch=1;` has no
+/// `watch` at all.
 pub(crate) fn query_flag(uri: &Uri, key: &str) -> bool {
-    let Some(query) = uri.query() else { return false };
-    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == key).is_some_and(|(_, v)| flag_value(&v))
+    GoQuery::of(uri).get(key).is_some_and(flag_value)
 }
 
 /// The API server's boolean parameter value: false only for `0` and `false`
@@ -361,6 +385,46 @@ mod tests {
         let exec = info(Method::POST, "/api/v1/namespaces/ns1/pods/p1/exec?command=ls");
         assert!(exec.is_long_running());
         assert!(!exec.is_watch());
+    }
+
+    #[test]
+    fn routes_follow_the_resources_scope_not_its_name() {
+        let routed = |path: &str, namespaced: bool| info(Method::GET, path).is_routed(namespaced);
+        // Cluster-scoped resources: only their cluster paths, whatever the
+        // namespace in the path is called (the name equal to it included).
+        for path in [
+            "/api/v1/namespaces/x/nodes/x",
+            "/api/v1/namespaces/x/nodes/y",
+            "/api/v1/namespaces/x/nodes",
+            "/api/v1/watch/namespaces/x/nodes/x",
+            "/api/v1/watch/namespaces/x/persistentvolumes",
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/admin/clusterroles/admin",
+            "/api/v1/namespaces/x/namespaces/x",
+            "/api/v1/namespaces/x/namespaces",
+        ] {
+            assert!(!routed(path, false), "{path}");
+        }
+        for path in ["/api/v1/nodes/x", "/api/v1/nodes", "/api/v1/watch/nodes/x", "/api/v1/namespaces/x"] {
+            assert!(routed(path, false), "{path}");
+        }
+        // The Namespace object's own path, on the watch prefix too.
+        assert!(routed("/api/v1/watch/namespaces/x", false));
+        // Namespaced resources: named only under a namespace.
+        for path in ["/api/v1/namespaces/a/pods/p", "/api/v1/namespaces/a/pods", "/api/v1/pods"] {
+            assert!(routed(path, true), "{path}");
+        }
+        for path in ["/api/v1/pods/p", "/api/v1/watch/pods/p", "/apis/example.com/v1/namespaces/a"] {
+            assert!(!routed(path, true), "{path}");
+        }
+    }
+
+    #[test]
+    fn a_pair_go_drops_is_no_watch() {
+        // Go drops a pair holding `;`: the API server sees a LIST.
+        assert_eq!(info(Method::GET, "/api/v1/pods?watch=1;").verb, Some(Verb::List));
+        assert_eq!(info(Method::GET, "/api/v1/pods?watch=1;&watch=1").verb, Some(Verb::Watch));
+        assert_eq!(info(Method::GET, "/api/v1/pods?watch=%zz").verb, Some(Verb::List));
+        assert_eq!(info(Method::GET, "/api/v1/pods?watch=+").verb, Some(Verb::Watch));
     }
 
     #[test]

@@ -132,13 +132,11 @@ impl Attributes {
         }
         let (mut labels, mut fields) = (String::new(), String::new());
         if matches!(info.verb, Some(Verb::List | Verb::Watch | Verb::DeleteCollection)) {
-            for (k, v) in form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
-                match &*k {
-                    "labelSelector" if labels.is_empty() => labels = v.into_owned(),
-                    "fieldSelector" if fields.is_empty() => fields = v.into_owned(),
-                    _ => {}
-                }
-            }
+            // As the API server reads them: Go's first value, pairs Go drops
+            // (a `;`, a malformed escape) are no selector.
+            let query = crate::request::GoQuery::of(uri);
+            labels = query.get("labelSelector").unwrap_or_default().to_owned();
+            fields = query.get("fieldSelector").unwrap_or_default().to_owned();
         }
         Self::Resource(ResourceAttributes::of_read(info, &labels, &fields))
     }

@@ -6,6 +6,7 @@
 //! the API server gives its own answer, exact to the byte.
 
 use super::reason::Reason;
+use crate::request::GoQuery;
 
 /// `resourceVersion` as given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,25 +59,32 @@ impl ReadParams {
             allow_bookmarks: false,
             send_initial_events: None,
         };
-        let mut seen: Vec<String> = Vec::new();
-        for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        // Read as the API server reads it: pairs Go drops (a `;`, a malformed
+        // escape) do not exist, and a value that was not UTF-8 cannot be
+        // reproduced here, so the API server answers.
+        let query = GoQuery::parse(query.unwrap_or(""));
+        if query.is_lossy() {
+            return Err(Unsupported(Reason::Parameters));
+        }
+        let mut seen: Vec<&str> = Vec::new();
+        for (key, value) in query.pairs() {
             // Go's url.Values.Get takes the first value of a repeated key.
-            if seen.iter().any(|k| *k == key) {
+            if seen.contains(&key) {
                 continue;
             }
-            seen.push(key.to_string());
-            match &*key {
+            seen.push(key);
+            match key {
                 // Whether it is a watch is the request classifier's to say.
                 "watch" => {}
                 "resourceVersion" => {
-                    p.rv = match &*value {
+                    p.rv = match value {
                         "" => Rv::Unset,
                         "0" => Rv::Any,
                         v => Rv::At(v.parse().map_err(|_| Unsupported(Reason::InvalidResourceVersion))?),
                     }
                 }
                 "resourceVersionMatch" => {
-                    p.rv_match = match &*value {
+                    p.rv_match = match value {
                         "" => RvMatch::Unset,
                         "NotOlderThan" => RvMatch::NotOlderThan,
                         "Exact" => RvMatch::Exact,
@@ -87,22 +95,22 @@ impl ReadParams {
                     let n: i64 = value.parse().map_err(|_| Unsupported(Reason::InvalidParameters))?;
                     p.limit = (n > 0).then_some(n as u64);
                 }
-                "continue" => p.continue_token = Some(value.into_owned()).filter(|t| !t.is_empty()),
-                "labelSelector" => p.label_selector = value.into_owned(),
-                "fieldSelector" => p.field_selector = value.into_owned(),
+                "continue" => p.continue_token = Some(value.to_owned()).filter(|t| !t.is_empty()),
+                "labelSelector" => p.label_selector = value.to_owned(),
+                "fieldSelector" => p.field_selector = value.to_owned(),
                 "timeoutSeconds" => {
                     let n: i64 = value.parse().map_err(|_| Unsupported(Reason::InvalidParameters))?;
                     // 0 means none (the server picks one); a negative one ends
                     // the watch at once, as in the API server.
                     p.timeout_seconds = (n != 0).then_some(n.max(0) as u64);
                 }
-                "allowWatchBookmarks" => p.allow_bookmarks = flag(&value),
-                "sendInitialEvents" => p.send_initial_events = Some(flag(&value)),
+                "allowWatchBookmarks" => p.allow_bookmarks = flag(value),
+                "sendInitialEvents" => p.send_initial_events = Some(flag(value)),
                 // client-go sends its request timeout on every call. It bounds
                 // how long the API server works on a request; a cached answer is
                 // immediate and a watch's length is `timeoutSeconds`, so it
                 // changes nothing here, as long as the API server would accept it.
-                "timeout" if is_go_duration(&value) => {}
+                "timeout" if is_go_duration(value) => {}
                 "timeout" => return Err(Unsupported(Reason::InvalidParameters)),
                 // Anything else may change the answer (pretty, as, ...): the API server decides.
                 other => {
@@ -216,5 +224,13 @@ mod tests {
     fn repeated_keys_take_the_first_value() {
         let p = ReadParams::parse(Some("resourceVersion=5&resourceVersion=7")).unwrap();
         assert_eq!(p.rv, Rv::At(5));
+    }
+
+    #[test]
+    fn pairs_go_drops_do_not_exist_here_either() {
+        // The API server sees no selector and no version in these.
+        let p = ReadParams::parse(Some("labelSelector=a%zz&fieldSelector=x=y;&resourceVersion=5;")).unwrap();
+        assert_eq!((p.label_selector.as_str(), p.field_selector.as_str(), p.rv), ("", "", Rv::Unset));
+        assert_eq!(ReadParams::parse(Some("labelSelector=%ff")), Err(Unsupported(Reason::Parameters)));
     }
 }

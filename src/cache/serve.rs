@@ -244,13 +244,8 @@ impl CacheService {
         }
         // Paths the API server has no route for (a cluster-scoped resource
         // under a namespace, a namespaced object named without one) get its
-        // own 404. `/api/v1/namespaces/foo` names itself as its namespace.
-        let unrouted = if shape.info.namespaced {
-            info.name.is_some() && info.namespace.is_none()
-        } else {
-            info.namespace.is_some() && info.namespace != info.name
-        };
-        if unrouted {
+        // own 404.
+        if !info.is_routed(shape.info.namespaced) {
             return Served::Passthrough(Reason::NoRoute);
         }
         let namespace = if shape.info.namespaced { info.namespace.clone() } else { None };
