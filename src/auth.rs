@@ -235,8 +235,11 @@ impl Delegated {
                 Credential::Token(header) => Ok(UpstreamIdentity::ClientCredentials(header.clone())),
                 Credential::Anonymous => Ok(UpstreamIdentity::Anonymous),
                 Credential::Certificate => {
+                    // The whole identity, not the name: a certificate from the
+                    // client CA naming watchmux's user in other groups is
+                    // someone else, and must not get watchmux's credentials.
                     let own = self.own_identity().await?;
-                    if own.name == authenticated.user.name {
+                    if own.is_same_principal(&authenticated.user) {
                         Ok(UpstreamIdentity::Own)
                     } else {
                         counter!(m::AUTH_AUTHORIZED, "result" => "unforwardable").increment(1);

@@ -154,9 +154,27 @@ pub(crate) fn is_dns_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
-/// RFC 1123 subdomain, as Kubernetes validates service account names.
+/// RFC 1123 subdomain, as apimachinery's `IsDNS1123Subdomain` validates
+/// service account and node names: at most 253 bytes in all, dot-separated
+/// parts of lower-case alphanumerics and `-`, each starting and ending with
+/// an alphanumeric. Unlike a label, a part has **no** 63-byte limit: a
+/// 70-character service account or node name is valid to the API server,
+/// and so must be here (else it would be impersonated as a plain user).
 pub(crate) fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
+    s.len() <= 253 && has_dns_subdomain_shape(s)
+}
+
+/// The subdomain pattern alone, `[a-z0-9]([-a-z0-9]*[a-z0-9])?` parts
+/// joined by dots, whatever the length.
+pub(crate) fn has_dns_subdomain_shape(s: &str) -> bool {
+    let part = |p: &str| {
+        let b = p.as_bytes();
+        !b.is_empty()
+            && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0] != b'-'
+            && b[b.len() - 1] != b'-'
+    };
+    s.split('.').all(part)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -197,11 +215,14 @@ pub(crate) fn strip(headers: &mut HeaderMap) {
 
 /// Extra keys may hold characters a header name cannot (`/` in
 /// `authentication.kubernetes.io/credential-id`): they are %-escaped, as
-/// client-go does, and the API server unescapes them.
+/// client-go does, and the API server unescapes them. Upper-case letters
+/// are escaped too: header names are case-insensitive and the API server
+/// lower-cases the name before unescaping, so `A` would arrive as `a`, a
+/// key other than the one authorized; `%41` arrives as `A`.
 fn escape_extra_key(key: &str) -> String {
     let mut out = String::with_capacity(key.len());
     for b in key.bytes() {
-        let token_char = b.is_ascii_alphanumeric() || b"!#$&'*+-.^_`|~".contains(&b);
+        let token_char = b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$&'*+-.^_`|~".contains(&b);
         if token_char {
             out.push(b as char);
         } else {
@@ -369,6 +390,49 @@ mod tests {
     fn values_a_header_cannot_carry_are_refused() {
         let user = UserInfo { name: "bad\nname".into(), ..Default::default() };
         assert!(impersonate(&mut HeaderMap::new(), &user).is_err());
+    }
+
+    #[test]
+    fn an_extra_key_is_forwarded_exactly_as_it_was_authorized() {
+        // `Impersonate-Extra-%41` is the key `A` to the API server (it
+        // lower-cases the header name, then unescapes): forwarded, it must
+        // read back as `A`, not as the `a` a plain `A` header name becomes.
+        let wanted =
+            requested(&headers(&[("impersonate-user", "u"), ("impersonate-extra-%41", "v")])).unwrap().unwrap();
+        assert_eq!(wanted.extra.keys().collect::<Vec<_>>(), ["A"]);
+        let user = resolve(wanted.clone());
+        let mut h = HeaderMap::new();
+        impersonate(&mut h, &user).unwrap();
+        assert!(h.contains_key("impersonate-extra-%41"), "{h:?}");
+        assert_eq!(requested(&h).unwrap().unwrap().extra, wanted.extra);
+        // Every byte survives the round trip.
+        for key in ["Example.COM/Key", "a%b", "x y", "é/ß", "acme.io/a:b"] {
+            let user = UserInfo {
+                name: "u".into(),
+                extra: [(key.to_owned(), vec!["v".to_owned()])].into(),
+                ..Default::default()
+            };
+            let mut h = HeaderMap::new();
+            impersonate(&mut h, &user).unwrap();
+            assert_eq!(requested(&h).unwrap().unwrap().extra.keys().collect::<Vec<_>>(), [key], "{h:?}");
+        }
+    }
+
+    #[test]
+    fn service_account_and_node_names_are_subdomains_without_a_label_limit() {
+        let long = "a".repeat(70);
+        let sa = format!("system:serviceaccount:ns:{long}");
+        assert_eq!(service_account(&sa), Some(("ns", long.as_str())));
+        let first = &checks(&Wanted { name: sa.clone(), ..Default::default() })[0];
+        assert_eq!((first.resource.as_str(), first.name.as_str()), ("serviceaccounts", long.as_str()));
+        // The namespace stays a label (63 at most); the name 253 in all.
+        assert_eq!(service_account(&format!("system:serviceaccount:{}:x", "n".repeat(64))), None);
+        assert!(is_dns_subdomain(&"a".repeat(253)) && !is_dns_subdomain(&"a".repeat(254)));
+        let dotted = format!("{}.{}", "b".repeat(100), "c".repeat(100));
+        assert!(is_dns_subdomain(&dotted));
+        for bad in ["", ".", "a.", ".a", "a..b", "-a", "a-", "a.-b", "A", "a_b", "a:b"] {
+            assert!(!is_dns_subdomain(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -36,11 +36,55 @@ impl UserInfo {
         }
         self
     }
+
+    /// True when `other` is the same principal to the API server's
+    /// authorizers: the same name, uid, groups (in any order) and extras,
+    /// except which credential proved it (`credential-id`: a renewed
+    /// certificate with the same subject is the same identity). A name alone
+    /// is not enough: `CN=system:node:n1, O=tenants` is not the node.
+    pub(crate) fn is_same_principal(&self, other: &UserInfo) -> bool {
+        fn sorted(groups: &[String]) -> Vec<&str> {
+            let mut g: Vec<&str> = groups.iter().map(String::as_str).collect();
+            g.sort_unstable();
+            g.dedup();
+            g
+        }
+        fn extras(u: &UserInfo) -> impl Iterator<Item = (&String, &Vec<String>)> {
+            u.extra.iter().filter(|(k, _)| k.as_str() != CREDENTIAL_ID)
+        }
+        self.name == other.name
+            && self.uid == other.uid
+            && sorted(&self.groups) == sorted(&other.groups)
+            && extras(self).eq(extras(other))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node(groups: &[&str]) -> UserInfo {
+        let groups = groups.iter().map(|g| (*g).to_owned()).collect();
+        UserInfo { name: "system:node:n1".into(), groups, ..Default::default() }
+    }
+
+    #[test]
+    fn the_same_principal_needs_the_whole_identity() {
+        let own = node(&["system:nodes", AUTHENTICATED]);
+        assert!(own.is_same_principal(&node(&[AUTHENTICATED, "system:nodes"])));
+        // The same name in other groups is someone else to the authorizers.
+        assert!(!own.is_same_principal(&node(&["tenants", AUTHENTICATED])));
+        assert!(!own.is_same_principal(&node(&["system:nodes", "tenants", AUTHENTICATED])));
+        assert!(!own.is_same_principal(&node(&[AUTHENTICATED])));
+        assert!(!own.is_same_principal(&UserInfo { uid: "u".into(), ..own.clone() }));
+        // Which certificate proved it does not matter; other extras do.
+        let with = |key: &str, value: &str| UserInfo {
+            extra: [(key.to_owned(), vec![value.to_owned()])].into(),
+            ..own.clone()
+        };
+        assert!(with(CREDENTIAL_ID, "X509SHA256=aa").is_same_principal(&with(CREDENTIAL_ID, "X509SHA256=bb")));
+        assert!(!own.is_same_principal(&with("authentication.kubernetes.io/pod-name", "p")));
+    }
 
     #[test]
     fn authenticated_group_is_added_once_and_never_to_anonymous() {

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Wanted, checks as legacy_checks, is_dns_subdomain, resolve, service_account};
+use super::{Wanted, checks as legacy_checks, has_dns_subdomain_shape, is_dns_subdomain, resolve, service_account};
 use crate::auth::reviews::{Attributes, ResourceAttributes};
 use crate::auth::user::{AUTHENTICATED, UserInfo};
 
@@ -183,23 +183,19 @@ fn node_name(user: &str) -> Option<&str> {
     user.strip_prefix("system:node:").filter(|n| is_dns_subdomain(n))
 }
 
-/// The API server's checks of impersonated extras in constrained modes: a
-/// lower-case, domain-prefixed key (`example.com/scope`) and non-empty values.
+/// The API server's checks of impersonated extras in constrained modes
+/// (`validateExtra`): a non-empty key that is a domain-prefixed path
+/// (`IsDomainPrefixedPath`), lower case, with non-empty values.
 fn validate_extra(extra: &BTreeMap<String, Vec<String>>) -> Result<(), String> {
     for (key, values) in extra {
         if key.is_empty() {
             return Err("impersonating the empty string key in extra is not allowed".into());
         }
-        let domain_prefixed = key
-            .split_once('/')
-            .is_some_and(|(domain, path)| is_dns_subdomain(domain) && domain.contains('.') && !path.is_empty());
-        if !domain_prefixed {
-            return Err(format!(
-                "impersonating an invalid key in extra is not allowed: extra.key: Invalid value: {key:?}: must be a domain-prefixed path (such as \"acme.io/foo\")"
-            ));
+        if let Err(invalid) = domain_prefixed_path(key) {
+            return Err(format!("impersonating an invalid key in extra is not allowed: {invalid}"));
         }
         if key.to_lowercase() != *key {
-            return Err(format!("impersonating a non-lowercase key in extra is not allowed: {key:?}"));
+            return Err(format!("impersonating a non-lowercase key in extra is not allowed: {}", go_quote(key)));
         }
         if values.is_empty() {
             return Err("impersonating empty values in extra is not allowed".into());
@@ -209,6 +205,50 @@ fn validate_extra(extra: &BTreeMap<String, Vec<String>>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// apimachinery's `IsDomainPrefixedPath` for the field `extra.key`, with its
+/// aggregated message: the part before the first `/` a DNS subdomain (a
+/// single label such as `acme` is one), the part after it non-empty and of
+/// the characters of an HTTP path.
+fn domain_prefixed_path(key: &str) -> Result<(), String> {
+    const FIELD: &str = "extra.key";
+    let Some((host, path)) = key.split_once('/').filter(|(h, p)| !h.is_empty() && !p.is_empty()) else {
+        return Err(format!(
+            "{FIELD}: Invalid value: {}: must be a domain-prefixed path (such as \"acme.io/foo\")",
+            go_quote(key)
+        ));
+    };
+    let mut errors = Vec::new();
+    if host.len() > 253 {
+        errors.push(format!("{FIELD}: Invalid value: {}: must be no more than 253 characters", go_quote(host)));
+    }
+    if !has_dns_subdomain_shape(host) {
+        errors.push(format!(
+            "{FIELD}: Invalid value: {}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
+             characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', \
+             regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+            go_quote(host)
+        ));
+    }
+    let path_char = |c: u8| c.is_ascii_alphanumeric() || b"/-._~%!$&'()*+,;=:".contains(&c);
+    if !path.bytes().all(path_char) {
+        errors.push(format!(
+            "{FIELD}: Invalid value: {}: Invalid path (regex used for validation is '[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+')",
+            go_quote(path)
+        ));
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(format!("[{}]", errors.join(", "))),
+    }
+}
+
+/// A string as Go's `%q` prints it, for the printable ASCII it is almost
+/// always made of (other characters are escaped as Rust escapes them).
+fn go_quote(s: &str) -> String {
+    format!("{s:?}")
 }
 
 #[cfg(test)]
@@ -325,6 +365,46 @@ mod tests {
         assert!(
             legacy.steps.iter().all(|s| matches!(s, Step::Require(Attributes::Resource(r)) if r.verb == "impersonate"))
         );
+    }
+
+    #[test]
+    fn extra_keys_are_validated_as_the_api_server_validates_them() {
+        let check = |key: &str| validate_extra(&BTreeMap::from([(key.to_owned(), vec!["v".to_owned()])]));
+        // A single-label domain is a domain; the path half has its own charset.
+        for ok in ["acme/foo", "acme.io/foo", "a.b/c/d", "x/a:b;c=d", "x/%2f"] {
+            assert_eq!(check(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(
+            check("acme.io/foo bar").unwrap_err(),
+            "impersonating an invalid key in extra is not allowed: extra.key: Invalid value: \"foo bar\": Invalid path (regex used for validation is '[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+')"
+        );
+        assert_eq!(
+            check("scopes").unwrap_err(),
+            "impersonating an invalid key in extra is not allowed: extra.key: Invalid value: \"scopes\": must be a domain-prefixed path (such as \"acme.io/foo\")"
+        );
+        assert!(
+            check("Acme.io/foo").unwrap_err().contains("Invalid value: \"Acme.io\": a lowercase RFC 1123 subdomain")
+        );
+        assert!(check("/foo").unwrap_err().contains("must be a domain-prefixed path"));
+        assert!(check("acme.io/").unwrap_err().contains("must be a domain-prefixed path"));
+        // Upper case in the path half passes the path check, then fails the case check.
+        assert_eq!(
+            check("acme.io/Foo").unwrap_err(),
+            "impersonating a non-lowercase key in extra is not allowed: \"acme.io/Foo\""
+        );
+        // Both halves wrong: both errors, aggregated.
+        let both = check("A_B/a b").unwrap_err();
+        assert!(both.contains(": [extra.key: Invalid value: \"A_B\"") && both.ends_with("]"), "{both}");
+        let long_host = format!("{}/x", "a".repeat(254));
+        assert!(check(&long_host).unwrap_err().contains("must be no more than 253 characters"));
+    }
+
+    #[test]
+    fn long_node_names_are_nodes_not_users() {
+        let long = format!("system:node:{}", "n".repeat(70));
+        assert_eq!(modes(&named(&long), &bob()), ["arbitrary-node", "legacy"]);
+        let long_sa = format!("system:serviceaccount:ns:{}", "s".repeat(70));
+        assert_eq!(modes(&named(&long_sa), &bob()), ["serviceaccount", "legacy"]);
     }
 
     #[test]
