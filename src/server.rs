@@ -144,6 +144,9 @@ impl Handler for ApiHandler {
         if peer.over_connection_limit {
             return limits::too_many_requests(limits::Limit::Connections, true);
         }
+        if let Err(bad) = hosts::check_host_header(req.version(), req.headers()) {
+            return hosts::bad_request(bad);
+        }
         if let Some(hosts) = &self.accept_hosts
             && peer.addr.is_some()
             && !hosts.accepts(req.uri(), req.headers())

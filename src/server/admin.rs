@@ -102,10 +102,15 @@ pub(crate) async fn handle(
     state: Arc<AdminState>,
     req: Request<RequestBody>,
 ) -> Result<Response<ProxyBody>, Infallible> {
+    // A DNS-rebinding page names its own host: only IP literals and
+    // localhost are answered (the request carries no credential to check).
+    if !super::hosts::AdminHosts.accepts(req.uri(), req.headers()) {
+        return Ok(super::hosts::forbidden());
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n".to_owned()));
     }
-    let verbose = req.uri().query().is_some_and(|q| q.split('&').any(|p| p == "verbose" || p.starts_with("verbose=")));
+    let verbose = crate::request::GoQuery::of(req.uri()).get("verbose").is_some();
     Ok(match req.uri().path() {
         "/metrics" => match &state.metrics {
             Some(handle) => {
