@@ -33,30 +33,30 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// Who a row's request is from.
 #[derive(Clone)]
-enum Who {
+pub(crate) enum Who {
     Anonymous,
     Token(String),
     Cert(PathBuf, PathBuf),
 }
 
 /// One request of a row: method, path (sent as is), headers (sent as is).
-struct Probe<'a> {
-    method: &'a str,
-    path: String,
-    headers: Vec<(&'a str, String)>,
-    body: &'a str,
+pub(crate) struct Probe<'a> {
+    pub method: &'a str,
+    pub path: String,
+    pub headers: Vec<(&'a str, String)>,
+    pub body: &'a str,
 }
 
 impl<'a> Probe<'a> {
-    fn get(path: impl Into<String>) -> Self {
+    pub(crate) fn get(path: impl Into<String>) -> Self {
         Self { method: "GET", path: path.into(), headers: Vec::new(), body: "" }
     }
 
-    fn post(path: impl Into<String>, body: &'a str) -> Self {
+    pub(crate) fn post(path: impl Into<String>, body: &'a str) -> Self {
         Self { method: "POST", path: path.into(), headers: vec![("content-type", "application/json".into())], body }
     }
 
-    fn header(mut self, name: &'a str, value: impl Into<String>) -> Self {
+    pub(crate) fn header(mut self, name: &'a str, value: impl Into<String>) -> Self {
         self.headers.push((name, value.into()));
         self
     }
@@ -64,7 +64,7 @@ impl<'a> Probe<'a> {
 
 /// Sends one request over a fresh TLS connection (HTTP/1.1 by ALPN) to
 /// `addr` as `who`; status and body, the body cut short for watches.
-async fn send(ca: &Path, addr: SocketAddr, who: &Who, probe: &Probe<'_>) -> (u16, String) {
+pub(crate) async fn send(ca: &Path, addr: SocketAddr, who: &Who, probe: &Probe<'_>) -> (u16, String) {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(cert.unwrap()).unwrap();
@@ -114,7 +114,7 @@ async fn send(ca: &Path, addr: SocketAddr, who: &Who, probe: &Probe<'_>) -> (u16
 
 /// How a row's answer through watchmux must compare with the direct one.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Expect {
+pub(crate) enum Expect {
     /// The same status and the same body.
     Same,
     /// The same status; the bodies differ in what is not deterministic
@@ -125,17 +125,17 @@ enum Expect {
     Stricter(u16),
 }
 
-struct Row<'a> {
-    name: &'a str,
-    who: Who,
-    probe: Probe<'a>,
-    expect: Expect,
+pub(crate) struct Row<'a> {
+    pub name: &'a str,
+    pub who: Who,
+    pub probe: Probe<'a>,
+    pub expect: Expect,
     /// The status the API server is expected to give (proves the row tests
     /// what it means to test).
-    direct: u16,
+    pub direct: u16,
 }
 
-async fn check_rows(ca: &Path, api: SocketAddr, via: SocketAddr, rows: Vec<Row<'_>>) {
+pub(crate) async fn check_rows(ca: &Path, api: SocketAddr, via: SocketAddr, rows: Vec<Row<'_>>) {
     let mut failures = Vec::new();
     for row in &rows {
         let d = send(ca, api, &row.who, &row.probe).await;
@@ -156,7 +156,7 @@ async fn check_rows(ca: &Path, api: SocketAddr, via: SocketAddr, rows: Vec<Row<'
     assert!(failures.is_empty(), "{} of {} rows differ:\n{}", failures.len(), rows.len(), failures.join("\n"));
 }
 
-fn socket(server: &str) -> SocketAddr {
+pub(crate) fn socket(server: &str) -> SocketAddr {
     server.trim_start_matches("https://").trim_end_matches('/').parse().unwrap()
 }
 
@@ -516,7 +516,7 @@ async fn trusted_local_refuses_rebound_host_names() {
 }
 
 /// Writes a kubeconfig for `server` with a client certificate.
-fn cert_kubeconfig(cluster: &Cluster, dir: &Path, server: &str, crt: &Path, key: &Path) -> PathBuf {
+pub(crate) fn cert_kubeconfig(cluster: &Cluster, dir: &Path, server: &str, crt: &Path, key: &Path) -> PathBuf {
     let cfg = json!({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
         "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": cluster_file(cluster, "ca.crt")}}],
@@ -572,6 +572,9 @@ async fn a_node_local_watchmux_with_node_credentials_grants_nothing_beyond_them(
     let kubelet = Who::Cert(crt.clone(), key.clone());
     let other_node = issue_cert(&cluster, dir.path(), "nl-other", "/O=system:nodes/CN=system:node:adv-nl-other", true);
     let other_node = Who::Cert(other_node.0, other_node.1);
+    // Issue 23 row 3: the node's user name in another group is not the node.
+    let tenant = issue_cert(&cluster, dir.path(), "nl-tenant", &format!("/O=tenants/CN=system:node:{node_name}"), true);
+    let tenant = Who::Cert(tenant.0, tenant.1);
     use Expect::*;
     let row = |name, who: &Who, probe, direct, expect| Row { name, who: who.clone(), probe, expect, direct };
     let rows = vec![
@@ -643,6 +646,32 @@ async fn a_node_local_watchmux_with_node_credentials_grants_nothing_beyond_them(
             Probe::get(format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{node_name}")),
             403,
             Same,
+        ),
+        // The node's name in group `tenants`: neither the Node authorizer's
+        // nor watchmux's own identity, so no pass-through with the node's
+        // credentials (stricter: 403 for what the API server answers 404)...
+        row(
+            "node's name, other group: pass-through refused",
+            &tenant,
+            Probe::get(format!("/api/v1/nodes/{node_name}")),
+            403,
+            SameStatus,
+        ),
+        // ...and not through the remembered-denial path either: the second
+        // ask is answered from the denial cache by passing through.
+        row(
+            "node's name, other group: the node's pods",
+            &tenant,
+            Probe::get(format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{node_name}")),
+            403,
+            Same,
+        ),
+        row(
+            "node's name, other group: the node's pods again (remembered denial)",
+            &tenant,
+            Probe::get(format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{node_name}")),
+            403,
+            SameStatus,
         ),
     ];
     check_rows(&cluster_file(&cluster, "ca.crt"), socket(&api), socket(&via), rows).await;

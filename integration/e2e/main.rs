@@ -16,6 +16,7 @@ mod operator;
 mod protobuf;
 mod relay;
 mod relist_gap;
+mod trust_boundary;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
