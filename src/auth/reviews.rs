@@ -289,7 +289,7 @@ impl ReviewClient {
             .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")))
             .body(body::full(bytes::Bytes::from(body.to_string())))
             .expect("valid request");
-        let resp = self.upstream.send(req).await.map_err(|e| ReviewError::Unreachable(error_chain(&e)))?;
+        let resp = self.upstream.send_review(req).await.map_err(|e| ReviewError::Unreachable(error_chain(&e)))?;
         let status = resp.status();
         let bytes = resp.into_body().collect().await.map_err(|e| ReviewError::Unreachable(e.to_string()))?.to_bytes();
         if status != StatusCode::CREATED && status != StatusCode::OK {
