@@ -16,8 +16,10 @@
 //!   - a request that passes through goes upstream with impersonation of the
 //!     caller, so the API server decides with the caller's own rights.
 //!
-//! Reviews are cached with the API server's webhook TTLs (shorter for a "no")
-//! and bounded in number; concurrent identical reviews share one request. A
+//! Reviews are cached with the API server's webhook TTLs (shorter for a "no"),
+//! keyed by digests and bounded in entries and bytes; concurrent identical
+//! reviews share one request, and review slots are shared fairly between
+//! callers. A
 //! cached "no" for a read is not answered from the cache: the read passes
 //! through and the API server decides with the caller's rights of the moment.
 //! When the upstream cannot be reached, cached answers serve until they
@@ -47,8 +49,8 @@ use crate::cache::serve::{Admission, ReadGate};
 use crate::encode::status::{Status, StatusReason};
 use crate::metrics as m;
 use crate::request::RequestInfo;
-use review_cache::{Lookup, ReviewCache};
-use reviews::{Attributes, Decision, ResourceAttributes, ReviewClient, ReviewError};
+use review_cache::{Bounds, Digest, Lookup, ReviewCache, Weigh};
+use reviews::{Asker, Attributes, Decision, ResourceAttributes, ReviewClient, ReviewError};
 use user::UserInfo;
 
 /// Delegated mode's settings, from the flags.
@@ -85,21 +87,25 @@ pub enum UpstreamIdentityMode {
 }
 
 /// Entries each review cache holds at most (tokens, decisions). An entry
-/// is a few hundred bytes.
+/// is about 150 bytes and its answer's own (a user, a denial's reason).
 pub(crate) const CACHE_CAPACITY: usize = 32_768;
+/// Bytes each review cache holds at most, as [`Weigh`] counts them: about
+/// 30,000 entries with answers of 400 bytes. Answers come from the API
+/// server, not the client, but a reason or an identity's extras can be
+/// long, and the entry bound alone would not say how much memory that is.
+pub(crate) const CACHE_MAX_BYTES: usize = 16 << 20;
 
 /// A request's authenticated caller.
 pub(crate) type Caller = Arc<UserInfo>;
 
-/// The key of a token's cache entry: its SHA-256, so tokens themselves are
-/// never kept.
-type TokenKey = [u8; 32];
-
 /// Delegated authentication and authorization.
 pub(crate) struct Delegated {
     reviews: ReviewClient,
-    tokens: ReviewCache<TokenKey, Option<Caller>>,
-    decisions: ReviewCache<(Caller, Attributes), Decision>,
+    /// By the token's SHA-256, so tokens themselves are never kept.
+    tokens: ReviewCache<Digest, Option<Caller>>,
+    /// By the SHA-256 of (caller, attributes) ([`decision_key`]): the
+    /// attributes hold the client's selectors, of any length.
+    decisions: ReviewCache<Digest, Decision>,
     /// watchmux's own upstream identity, learned once (client mode).
     own: tokio::sync::OnceCell<UserInfo>,
     settings: DelegatedSettings,
@@ -125,10 +131,11 @@ pub(crate) struct Authenticated {
 
 impl Delegated {
     pub(crate) fn new(reviews: ReviewClient, settings: DelegatedSettings) -> Self {
+        let bounds = Bounds { entries: settings.cache_capacity, bytes: CACHE_MAX_BYTES };
         Self {
             reviews,
-            tokens: ReviewCache::new(settings.cache_capacity),
-            decisions: ReviewCache::new(settings.cache_capacity),
+            tokens: ReviewCache::new("token", bounds),
+            decisions: ReviewCache::new("access", bounds),
             own: tokio::sync::OnceCell::new(),
             settings,
         }
@@ -206,7 +213,7 @@ impl Delegated {
         };
         match bearer_token(headers) {
             Some(token) => {
-                let user = self.authenticate_token(token).await?;
+                let user = self.authenticate_token(token, &Asker::peer(peer.addr.map(|a| a.ip()))).await?;
                 let header = headers.get(header::AUTHORIZATION).cloned().expect("a bearer token came from it");
                 Ok(Authenticated { user, credential: Credential::Token(header) })
             }
@@ -271,14 +278,11 @@ impl Delegated {
             })
     }
 
-    async fn authenticate_token(&self, token: &str) -> Result<Caller, Refusal> {
+    async fn authenticate_token(&self, token: &str, asker: &Asker) -> Result<Caller, Refusal> {
         if token.is_empty() {
             return Err(unauthorized("empty bearer token"));
         }
-        let key: TokenKey = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
-            .as_ref()
-            .try_into()
-            .expect("SHA-256 is 32 bytes");
+        let key = review_cache::digest([token.as_bytes()]);
         let expiry = jwt_expiry(token);
         let (positive, negative) = (self.settings.token_ttl, self.settings.token_negative_ttl);
         let started = Instant::now();
@@ -291,7 +295,7 @@ impl Delegated {
                     Some(_) => expiry.map_or(positive, |left| left.min(positive)),
                     None => negative,
                 },
-                || async { Ok::<_, ReviewError>(self.reviews.token(token).await?.map(Arc::new)) },
+                || async { Ok::<_, ReviewError>(self.reviews.token(token, asker).await?.map(Arc::new)) },
             )
             .await;
         record_check("token", started, looked_up.as_ref().map(|(_, l)| *l).ok());
@@ -312,9 +316,9 @@ impl Delegated {
     /// Allows `caller` to do what `attrs` describe, or answers the API
     /// server's 403.
     pub(crate) async fn authorize(&self, caller: &Caller, attrs: impl Into<Attributes>) -> Result<(), Refusal> {
-        let key = (caller.clone(), attrs.into());
-        let (decision, _) = self.decide(&key).await;
-        verdict(caller, &key.1, decision)
+        let attrs = attrs.into();
+        let (decision, _) = self.decide(caller, &attrs).await;
+        verdict(caller, &attrs, decision)
     }
 
     /// Whether the cache may answer `caller`'s read. A denial remembered
@@ -325,32 +329,32 @@ impl Delegated {
     /// rights as they are now. Only a denial just received is answered here.
     /// The denial cache still spares the API server a review per retry.
     pub(crate) async fn admit_read(&self, caller: &Caller, attrs: impl Into<Attributes>) -> Admission {
-        let key = (caller.clone(), attrs.into());
-        match self.decide(&key).await {
+        let attrs = attrs.into();
+        match self.decide(caller, &attrs).await {
             (decision, Some(Lookup::Hit)) if !decision.allowed => {
                 counter!(m::AUTH_AUTHORIZED, "result" => "denied_earlier").increment(1);
                 Admission::AskUpstream
             }
-            (decision, _) => match verdict(caller, &key.1, decision) {
+            (decision, _) => match verdict(caller, &attrs, decision) {
                 Ok(()) => Admission::Admitted,
                 Err(refusal) => Admission::Refused(refusal),
             },
         }
     }
 
-    /// The review's answer for `key` (caller and attributes: cached, shared
-    /// or asked now), and how it was had; a review that cannot be had is a
-    /// denial (fail closed).
-    async fn decide(&self, key: &(Caller, Attributes)) -> (Decision, Option<Lookup>) {
-        let caller = &key.0;
+    /// The review's answer for `caller` doing what `attrs` describe (cached,
+    /// shared or asked now), and how it was had; a review that cannot be had
+    /// is a denial (fail closed).
+    async fn decide(&self, caller: &Caller, attrs: &Attributes) -> (Decision, Option<Lookup>) {
+        let key = decision_key(caller, attrs);
         let (allowed_ttl, denied_ttl) = (self.settings.authorized_ttl, self.settings.unauthorized_ttl);
         let started = Instant::now();
         let looked_up = self
             .decisions
             .get_or_review(
-                key,
+                &key,
                 |d| if d.allowed { allowed_ttl } else { denied_ttl },
-                || self.reviews.access(caller, &key.1),
+                || self.reviews.access(caller, attrs),
             )
             .await;
         record_check("access", started, looked_up.as_ref().map(|(_, l)| *l).ok());
@@ -363,6 +367,61 @@ impl Delegated {
                 (Decision { allowed: false, reason }, None)
             }
         }
+    }
+}
+
+/// The decision cache's key: the SHA-256 of every field of the caller and
+/// of the attributes, each length-prefixed and lists counted, so that two
+/// different questions never share a key.
+fn decision_key(caller: &UserInfo, attrs: &Attributes) -> Digest {
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(32);
+    let counts: Vec<[u8; 8]> = std::iter::once(caller.groups.len())
+        .chain(std::iter::once(caller.extra.len()))
+        .chain(caller.extra.values().map(Vec::len))
+        .map(|n| (n as u64).to_be_bytes())
+        .collect();
+    let mut counts = counts.iter().map(|c| c.as_slice());
+    let mut next_count = || counts.next().expect("one count per list");
+    parts.extend([caller.name.as_bytes(), caller.uid.as_bytes(), next_count()]);
+    parts.extend(caller.groups.iter().map(|g| g.as_bytes()));
+    parts.push(next_count());
+    for (key, values) in &caller.extra {
+        parts.extend([key.as_bytes(), next_count()]);
+        parts.extend(values.iter().map(|v| v.as_bytes()));
+    }
+    match attrs {
+        Attributes::Resource(r) => {
+            fn selector(s: &Option<reviews::RawSelector>) -> [&[u8]; 2] {
+                match s {
+                    Some(s) => [b"=".as_slice(), s.raw_selector.as_bytes()],
+                    None => [b"none".as_slice(), b""],
+                }
+            }
+            parts.extend([b"resource".as_slice(), r.namespace.as_bytes(), r.verb.as_bytes(), r.group.as_bytes()]);
+            parts.extend([r.version.as_bytes(), r.resource.as_bytes(), r.subresource.as_bytes(), r.name.as_bytes()]);
+            parts.extend(selector(&r.field_selector));
+            parts.extend(selector(&r.label_selector));
+        }
+        Attributes::NonResource(n) => parts.extend([b"nonresource".as_slice(), n.path.as_bytes(), n.verb.as_bytes()]),
+    }
+    review_cache::digest(parts)
+}
+
+impl Weigh for Decision {
+    fn heap_bytes(&self) -> usize {
+        self.reason.capacity()
+    }
+}
+
+impl Weigh for UserInfo {
+    fn heap_bytes(&self) -> usize {
+        let strings = |v: &[String]| v.iter().map(|s| std::mem::size_of::<String>() + s.capacity()).sum::<usize>();
+        let extra: usize = self
+            .extra
+            .iter()
+            .map(|(k, v)| std::mem::size_of::<(String, Vec<String>)>() + k.capacity() + strings(v))
+            .sum();
+        self.name.capacity() + self.uid.capacity() + strings(&self.groups) + extra
     }
 }
 

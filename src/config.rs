@@ -171,8 +171,10 @@ pub struct Args {
 
     /// TokenReviews and SubjectAccessReviews sent upstream at once (delegated
     /// mode). Clients choose what needs a review (tokens, selectors), so the
-    /// number in flight is bounded; a review that finds no free slot within
-    /// its 10 s limit fails closed (401 or 403).
+    /// number in flight is bounded; one caller (a user, all anonymous
+    /// requests, or a client address for tokens under review) holds at most
+    /// a quarter of the slots and waiting callers take turns. A review that
+    /// finds no free slot within its 10 s limit fails closed (401 or 403).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_concurrent_reviews: usize,
 

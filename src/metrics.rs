@@ -137,6 +137,12 @@ pub(crate) const AUTH_UNAUTHENTICATED: &str = "watchmux_auth_unauthenticated_tot
 pub(crate) const AUTH_AUTHORIZED: &str = "watchmux_auth_authorization_decisions_total";
 /// Requests refused because a review could not reach the upstream, by review.
 pub(crate) const AUTH_FAIL_CLOSED: &str = "watchmux_auth_fail_closed_total";
+/// Entries in a review cache (answered and in flight), by cache (token, access).
+pub(crate) const AUTH_CACHE_ENTRIES: &str = "watchmux_auth_cache_entries";
+/// Bytes the answered entries of a review cache hold, as its byte bound counts them, by cache.
+pub(crate) const AUTH_CACHE_BYTES: &str = "watchmux_auth_cache_bytes";
+/// Reviews waiting for a slot (`--max-concurrent-reviews`), over all callers.
+pub(crate) const AUTH_REVIEWS_WAITING: &str = "watchmux_auth_reviews_waiting";
 
 /// Buckets for the auth checks: a cached answer takes microseconds.
 const AUTH_CHECK_BUCKETS: &[f64] =
@@ -212,6 +218,18 @@ fn describe() {
     describe_counter!(AUTH_UNAUTHENTICATED, "Requests answered 401, by reason.");
     describe_counter!(AUTH_AUTHORIZED, "Authorization decisions made by watchmux, by result.");
     describe_counter!(AUTH_FAIL_CLOSED, "Requests refused because a review could not reach the upstream.");
+    describe_gauge!(
+        AUTH_CACHE_ENTRIES,
+        "Entries in a review cache (answered and in flight), by cache (token, access)."
+    );
+    describe_gauge!(
+        AUTH_CACHE_BYTES,
+        "Bytes held by the answered entries of a review cache, as its byte bound counts them (keys are 32-byte digests), by cache."
+    );
+    describe_gauge!(
+        AUTH_REVIEWS_WAITING,
+        "Reviews waiting for one of the --max-concurrent-reviews slots, which are handed out round-robin by caller."
+    );
     describe_counter!(
         PASSTHROUGH_REQUESTS,
         "Requests forwarded to the upstream API server, by verb, resource and HTTP code. resource is the group-qualified resource once the upstream has answered a request for it with success (at most 256 of them), \"other\" for the rest and \"\" for non-resource paths."

@@ -72,8 +72,9 @@ impl Passthrough {
         }
         let upstream_req = Request::from_parts(parts, body::boxed(incoming));
 
-        let kind = if info.is_long_running() { ConnectionKind::Dedicated } else { ConnectionKind::Pooled };
-        let sent = self.upstream.send_as(upstream_req, &identity.credential(), kind).await;
+        // Long-running or not, on the pass-through pool: it opens another
+        // connection when one's streams are used up.
+        let sent = self.upstream.send_as(upstream_req, &identity.credential(), ConnectionKind::Pooled).await;
         let resp = match sent {
             Ok(resp) => {
                 UPSTREAM_FAILING.succeeded();

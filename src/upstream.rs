@@ -1,22 +1,31 @@
-//! The client side: one pooled connection set to the upstream kube-apiserver.
+//! The client side: the connections to the upstream kube-apiserver.
 //!
-//! Requests are sent over HTTP/2 when the upstream offers it in ALPN (one TCP
-//! connection multiplexes every stream), else over pooled HTTP/1.1
-//! connections. Upgrades (exec, attach, port-forward) always use a separate
-//! HTTP/1.1-only client, because HTTP/1.1 `Upgrade` is what those protocols
-//! speak, and long-running requests (watches, `logs -f`) that pass through
-//! get a connection of their own too, so they never queue behind the API
-//! server's limit of concurrent HTTP/2 streams. watchmux's own credentials
-//! are added here and nowhere else; when an exec plugin issues a new client
-//! certificate, watchmux's connections are replaced so that new requests
-//! present it. Where the upstream is and which credentials to use come from
-//! a kubeconfig ([`kubeconfig`]).
+//! Requests are sent over HTTP/2 when the upstream offers it in ALPN, else
+//! over pooled HTTP/1.1 connections, on four sets of connections per TLS
+//! identity ([`Clients`]), so that no client's requests can hold what
+//! another's need:
+//!
+//! - watchmux's own requests (cache lists and watches, discovery, probes)
+//!   share one pooled connection: watchmux reads every answer at once;
+//! - TokenReviews and SubjectAccessReviews have connections of their own,
+//!   so a review never waits behind a pass-through body;
+//! - passed-through requests, long-running ones included, go on a growing
+//!   pool of HTTP/2 connections ([`streams`]) where a stream a client does
+//!   not read holds its own window and slot and nothing else;
+//! - upgrades (exec, attach, port-forward) get an HTTP/1.1 connection each,
+//!   because HTTP/1.1 `Upgrade` is what those protocols speak.
+//!
+//! watchmux's own credentials are added here and nowhere else; when an exec
+//! plugin issues a new client certificate, watchmux's connections (all four
+//! sets) are replaced so that new requests present it. Where the upstream is
+//! and which credentials to use come from a kubeconfig ([`kubeconfig`]).
 
 mod cert_files;
 pub(crate) mod credentials;
 mod exec;
 mod exec_cache;
 pub mod kubeconfig;
+pub(crate) mod streams;
 pub mod tls;
 
 use std::sync::Arc;
@@ -40,6 +49,8 @@ use cert_files::RotatingCertFiles;
 use credentials::{Credentials, CredentialsError, Own};
 use exec::ClientIdentity;
 pub use exec::ExecError;
+use streams::StreamPool;
+pub use streams::UpstreamBody;
 
 /// How often readiness is probed.
 const READINESS_PROBE_INTERVAL: Duration = Duration::from_secs(5);
@@ -85,6 +96,13 @@ pub enum SendError {
     /// The request failed on its way (connecting, TLS, the connection).
     #[error(transparent)]
     Request(#[from] hyper_util::client::legacy::Error),
+    /// No pass-through connection could be opened (connecting, TLS, the
+    /// HTTP/2 handshake); requests that waited for the attempt share it.
+    #[error("connecting to the upstream: {0}")]
+    Connect(Arc<str>),
+    /// A stream of a pooled pass-through connection failed.
+    #[error("sending on a pooled upstream connection")]
+    Stream(#[source] hyper::Error),
 }
 
 impl SendError {
@@ -92,7 +110,8 @@ impl SendError {
     pub fn is_connect(&self) -> bool {
         match self {
             Self::Request(e) => e.is_connect(),
-            Self::Credentials(_) | Self::ClientTls(_) => true,
+            Self::Credentials(_) | Self::ClientTls(_) | Self::Connect(_) => true,
+            Self::Stream(_) => false,
         }
     }
 }
@@ -118,19 +137,26 @@ pub enum UpstreamCredential {
     None,
 }
 
-/// Which connections a request goes on.
+/// Which connections a passed-through request goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectionKind {
-    /// The shared pool (HTTP/2 when offered).
+    /// A stream of the pass-through pool ([`streams`]), long-running or not.
     Pooled,
-    /// HTTP/1.1 on a connection of its own: upgrades and long-running requests.
-    Dedicated,
+    /// HTTP/1.1 on a connection of its own, which the upgrade takes over.
+    Upgrade,
 }
 
-/// The clients of one TLS identity: pooled and dedicated connections.
+/// The connections of one TLS identity, one set per kind of traffic (see
+/// the module's doc), built and replaced together.
 struct Clients {
-    pooled: HttpsClient,
-    dedicated: HttpsClient,
+    /// watchmux's own requests.
+    own: HttpsClient,
+    /// TokenReviews, SubjectAccessReviews, SelfSubjectReviews.
+    reviews: HttpsClient,
+    /// Passed-through requests.
+    passthrough: StreamPool,
+    /// Upgrades, one connection each, never reused.
+    upgrades: HttpsClient,
 }
 
 /// Builds [`Clients`]: connectors and pools, given a TLS configuration.
@@ -158,17 +184,32 @@ impl ClientsBuilder {
         }
     }
 
+    /// A pooled client, HTTP/2 when offered (one connection per upstream).
+    fn pooled(&self, tls: &rustls::ClientConfig) -> HttpsClient {
+        Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            // The pass-through pool's windows (see `streams`), so that even
+            // here a stream nobody reads cannot hold the connection's.
+            .http2_initial_stream_window_size(streams::STREAM_WINDOW)
+            .http2_initial_connection_window_size(streams::CONNECTION_WINDOW)
+            .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+            .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
+            .build(self.connector(tls, !self.opts.http1_only))
+    }
+
     fn build(&self, tls: &rustls::ClientConfig) -> Clients {
+        let http1 = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(streams::HTTP1_IDLE)
+            .build(self.connector(tls, false));
         Clients {
-            pooled: Client::builder(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                .pool_timer(TokioTimer::new())
-                .pool_idle_timeout(Duration::from_secs(90))
-                .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
-                .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
-                .http2_keep_alive_while_idle(true)
-                .build(self.connector(tls, !self.opts.http1_only)),
-            dedicated: Client::builder(TokioExecutor::new())
+            own: self.pooled(tls),
+            reviews: self.pooled(tls),
+            passthrough: StreamPool::new(self.connector(tls, true), http1, !self.opts.http1_only),
+            upgrades: Client::builder(TokioExecutor::new())
                 .pool_timer(TokioTimer::new())
                 .pool_max_idle_per_host(0)
                 .build(self.connector(tls, false)),
@@ -284,23 +325,50 @@ impl Upstream {
         &self.tls_base.server
     }
 
-    /// Sends a request upstream with watchmux's credentials. The request's URI
-    /// is rewritten from its path and query; any `Authorization` it carries is
-    /// replaced.
+    /// Sends one of watchmux's own requests upstream with its credentials.
+    /// The request's URI is rewritten from its path and query; any
+    /// `Authorization` it carries is replaced.
     pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
-        self.send_as(req, &UpstreamCredential::Own, ConnectionKind::Pooled).await
+        let (own, clients) = self.clients_for(&UpstreamCredential::Own).await?;
+        let req = self.prepare(req, authorization(&UpstreamCredential::Own, own.as_ref()));
+        let resp = clients.own.request(req).await?;
+        self.answered(resp.status(), own.as_ref());
+        Ok(resp)
     }
 
-    /// Sends a request upstream with the given credentials, on the given
-    /// kind of connection. Any `Authorization` the request carries is
-    /// replaced by the credential's.
+    /// Sends a review (TokenReview, SubjectAccessReview) with watchmux's
+    /// credentials, on the connections kept for reviews.
+    pub(crate) async fn send_review(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
+        let (own, clients) = self.clients_for(&UpstreamCredential::Own).await?;
+        let req = self.prepare(req, authorization(&UpstreamCredential::Own, own.as_ref()));
+        let resp = clients.reviews.request(req).await?;
+        self.answered(resp.status(), own.as_ref());
+        Ok(resp)
+    }
+
+    /// Sends a passed-through request upstream with the given credentials,
+    /// on the given kind of connection. Any `Authorization` the request
+    /// carries is replaced by the credential's.
     pub async fn send_as(
         &self,
         req: Request<ProxyBody>,
         credential: &UpstreamCredential,
         kind: ConnectionKind,
-    ) -> Result<Response<Incoming>, SendError> {
-        let (own, clients) = match credential {
+    ) -> Result<Response<UpstreamBody>, SendError> {
+        let (own, clients) = self.clients_for(credential).await?;
+        let req = self.prepare(req, authorization(credential, own.as_ref()));
+        let resp = match kind {
+            ConnectionKind::Pooled => clients.passthrough.send(req).await?,
+            ConnectionKind::Upgrade => clients.upgrades.request(req).await?.map(UpstreamBody::unpooled),
+        };
+        self.answered(resp.status(), own.as_ref());
+        Ok(resp)
+    }
+
+    /// The connections for `credential`, and watchmux's own credentials
+    /// when they are the ones to send.
+    async fn clients_for(&self, credential: &UpstreamCredential) -> Result<(Option<Own>, Arc<Clients>), SendError> {
+        Ok(match credential {
             UpstreamCredential::Own => {
                 let own = self.credentials.own().await.map_err(SendError::Credentials)?;
                 let clients = self.own_clients(&own).map_err(SendError::ClientTls)?;
@@ -309,21 +377,19 @@ impl Upstream {
             UpstreamCredential::Header(_) | UpstreamCredential::None => {
                 (None, self.bare.clone().unwrap_or_else(|| self.own.read().clients.clone()))
             }
-        };
-        let req = self.prepare(req, authorization(credential, own.as_ref()));
-        let resp = match kind {
-            ConnectionKind::Pooled => clients.pooled.request(req).await,
-            ConnectionKind::Dedicated => clients.dedicated.request(req).await,
-        }?;
-        if resp.status() == http::StatusCode::UNAUTHORIZED
-            && let Some(own) = &own
+        })
+    }
+
+    /// A 401 to watchmux's own credentials (`own`) renews them.
+    fn answered(&self, status: http::StatusCode, own: Option<&Own>) {
+        if status == http::StatusCode::UNAUTHORIZED
+            && let Some(own) = own
         {
             self.credentials.unauthorized(own);
             if let Some(files) = &self.cert_files {
                 files.unauthorized();
             }
         }
-        Ok(resp)
     }
 
     /// watchmux's connections for `own`: replaced first when the client
@@ -356,19 +422,6 @@ impl Upstream {
             *current = OwnClients { clients: Arc::new(clients), identity: identity.cloned() };
         }
         Ok(current.clients.clone())
-    }
-
-    /// Sends a request upstream over HTTP/1.1 on a connection of its own:
-    /// for upgrades (exec, attach, port-forward switch protocols on it) and
-    /// long-running requests (watches, `logs -f`).
-    ///
-    /// kube-apiserver allows 100 concurrent streams per HTTP/2 connection,
-    /// and the pooled client does not open a second connection when they are
-    /// used up: the 101st watch passed through would wait for one of the
-    /// others to end. Go's client opens more connections instead; giving each
-    /// long-running request its own HTTP/1.1 connection has the same effect.
-    pub async fn send_on_own_connection(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
-        self.send_as(req, &UpstreamCredential::Own, ConnectionKind::Dedicated).await
     }
 
     /// Writes the URI and `authorization`, dropping `Host` and any

@@ -7,6 +7,7 @@
 mod adversarial;
 mod auth;
 mod cache;
+mod capacity;
 mod cert_rotation;
 mod crd_lifecycle;
 mod differential;

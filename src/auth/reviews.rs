@@ -3,6 +3,14 @@
 //! same authenticators and authorizers it applies to its own requests (the
 //! Node authorizer and selectors included), which is what makes a cached
 //! answer as strict as a direct one.
+//!
+//! Reviews travel on connections of their own ([`Upstream::send_review`]),
+//! never behind a pass-through body that a client does not read, and take
+//! their slots fairly between callers ([`slots`]).
+
+mod slots;
+
+pub(crate) use slots::Asker;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,6 +29,7 @@ use crate::metrics as m;
 use crate::request::{RequestInfo, Verb};
 use crate::selector::FieldSelector;
 use crate::upstream::Upstream;
+use slots::FairSlots;
 
 /// How long one review may take before it counts as failed.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
@@ -189,29 +198,31 @@ pub(crate) struct Decision {
 /// and clients choose both: without a bound, junk tokens or endless distinct
 /// selectors would turn into unbounded concurrent requests on watchmux's one
 /// identity. A review waits for a slot within its own time limit and fails
-/// (closed) when none frees up.
+/// (closed) when none frees up; slots go round-robin between the callers
+/// reviews are made for, so one caller's backlog does not hold another's.
 #[derive(Clone)]
 pub(crate) struct ReviewClient {
     upstream: Arc<Upstream>,
-    slots: Arc<tokio::sync::Semaphore>,
+    slots: Arc<FairSlots>,
     max_concurrent: usize,
 }
 
 impl ReviewClient {
     pub(crate) fn new(upstream: Arc<Upstream>, max_concurrent: usize) -> Self {
         let max_concurrent = max_concurrent.max(1);
-        Self { upstream, slots: Arc::new(tokio::sync::Semaphore::new(max_concurrent)), max_concurrent }
+        Self { upstream, slots: FairSlots::new(max_concurrent), max_concurrent }
     }
 
     /// Who `token` belongs to, or `None` when the API server does not accept
-    /// it (unknown, expired, forged, or for another audience).
-    pub(crate) async fn token(&self, token: &str) -> Result<Option<UserInfo>, ReviewError> {
+    /// it (unknown, expired, forged, or for another audience). `asker` is
+    /// who sent it, for fair admission.
+    pub(crate) async fn token(&self, token: &str, asker: &Asker) -> Result<Option<UserInfo>, ReviewError> {
         let body = serde_json::json!({
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
             "spec": {"token": token},
         });
-        let review: TokenReview = self.post("token", TOKEN_REVIEWS, &body).await?;
+        let review: TokenReview = self.post("token", TOKEN_REVIEWS, &body, asker).await?;
         let status = review.status.unwrap_or_default();
         let user = status.user.unwrap_or_default();
         if !status.authenticated || user.username.is_empty() {
@@ -226,7 +237,7 @@ impl ReviewClient {
     /// Who watchmux itself is to the upstream (a SelfSubjectReview).
     pub(crate) async fn own_identity(&self) -> Result<UserInfo, ReviewError> {
         let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
-        let review: SelfReview = self.post("self", SELF_REVIEWS, &body).await?;
+        let review: SelfReview = self.post("self", SELF_REVIEWS, &body, &Asker::Watchmux).await?;
         let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
         if user.username.is_empty() {
             return Err(ReviewError::Decode("a SelfSubjectReview without a user".into()));
@@ -252,7 +263,8 @@ impl ReviewClient {
             "kind": "SubjectAccessReview",
             "spec": spec,
         });
-        let review: AccessReview = self.post("access", ACCESS_REVIEWS, &body).await?;
+        let asker = Asker::User(user.name.clone());
+        let review: AccessReview = self.post("access", ACCESS_REVIEWS, &body, &asker).await?;
         let status = review.status.unwrap_or_default();
         Ok(Decision { allowed: status.allowed && !status.denied, reason: status.reason })
     }
@@ -262,11 +274,12 @@ impl ReviewClient {
         kind: &'static str,
         path: &str,
         body: &serde_json::Value,
+        asker: &Asker,
     ) -> Result<T, ReviewError> {
         let started = Instant::now();
         let deadline = started + REVIEW_TIMEOUT;
-        let result = match tokio::time::timeout_at(deadline, self.slots.acquire()).await {
-            Ok(Ok(_slot)) => tokio::time::timeout_at(deadline, self.send(path, body))
+        let result = match tokio::time::timeout_at(deadline, self.slots.acquire(asker)).await {
+            Ok(_slot) => tokio::time::timeout_at(deadline, self.send(path, body))
                 .await
                 .unwrap_or(Err(ReviewError::Timeout(REVIEW_TIMEOUT))),
             _ => Err(ReviewError::Busy(self.max_concurrent, REVIEW_TIMEOUT)),
@@ -287,7 +300,7 @@ impl ReviewClient {
             .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")))
             .body(body::full(bytes::Bytes::from(body.to_string())))
             .expect("valid request");
-        let resp = self.upstream.send(req).await.map_err(|e| ReviewError::Unreachable(error_chain(&e)))?;
+        let resp = self.upstream.send_review(req).await.map_err(|e| ReviewError::Unreachable(error_chain(&e)))?;
         let status = resp.status();
         let bytes = resp.into_body().collect().await.map_err(|e| ReviewError::Unreachable(e.to_string()))?.to_bytes();
         if status != StatusCode::CREATED && status != StatusCode::OK {

@@ -34,7 +34,7 @@ pub(super) async fn forward(
         return *refusal;
     }
     let upstream_req = Request::from_parts(parts, body::boxed(incoming));
-    let mut resp = match upstream.send_as(upstream_req, &identity.credential(), ConnectionKind::Dedicated).await {
+    let mut resp = match upstream.send_as(upstream_req, &identity.credential(), ConnectionKind::Upgrade).await {
         Ok(resp) => resp,
         Err(err) => return upstream_failure(upstream, &err, verb, resources.label(info, None)),
     };
