@@ -212,19 +212,20 @@ impl Delegated {
             None => false,
         };
         match bearer_token(headers) {
-            Some(token) => {
+            Bearer::Unreadable => Err(unauthorized("bearer token not UTF-8")),
+            Bearer::Token(token) => {
                 let user = self.authenticate_token(token, &Asker::peer(peer.addr.map(|a| a.ip()))).await?;
                 let header = headers.get(header::AUTHORIZATION).cloned().expect("a bearer token came from it");
                 Ok(Authenticated { user, credential: Credential::Token(header) })
             }
             // A credential that failed is an error, not an absence: the API
             // server's anonymous authenticator does not step in then.
-            None if cert_failed => Err(unauthorized("invalid client certificate")),
-            None if self.settings.anonymous => {
+            Bearer::None if cert_failed => Err(unauthorized("invalid client certificate")),
+            Bearer::None if self.settings.anonymous => {
                 counter!(m::AUTH_AUTHENTICATED, "method" => "anonymous").increment(1);
                 Ok(Authenticated { user: Arc::new(UserInfo::anonymous()), credential: Credential::Anonymous })
             }
-            None => Err(unauthorized("no credentials")),
+            Bearer::None => Err(unauthorized("no credentials")),
         }
     }
 
@@ -455,14 +456,37 @@ fn record_check(review: &'static str, started: Instant, lookup: Option<Lookup>) 
     histogram!(m::AUTH_CHECK_DURATION, "review" => review, "lookup" => lookup).record(started.elapsed().as_secs_f64());
 }
 
+/// What the bearer-token authenticator makes of a request.
+#[derive(Debug, PartialEq, Eq)]
+enum Bearer<'a> {
+    /// No bearer token: other authenticators (anonymous) decide.
+    None,
+    Token(&'a str),
+    /// A bearer token whose bytes are not UTF-8: no token the API server
+    /// accepts is, and a replaced copy must not be reviewed in its place.
+    Unreadable,
+}
+
 /// The bearer token of an `Authorization` header, by the API server's
-/// parsing: scheme case-insensitive, the token up to the next space.
-fn bearer_token(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
-    let mut parts = value.splitn(3, ' ');
-    let scheme = parts.next()?;
-    let token = parts.next()?;
-    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+/// parsing (k8s.io/apiserver's bearertoken authenticator): the first
+/// header, trimmed, split on single spaces; the scheme case-insensitive;
+/// the token up to the next space. An empty token (`Bearer  x`) is no
+/// token, as there.
+fn bearer_token(headers: &HeaderMap) -> Bearer<'_> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else { return Bearer::None };
+    let Ok(value) = std::str::from_utf8(value.as_bytes()) else {
+        // Not UTF-8: a Bearer scheme still makes it a token, unreadable.
+        let bytes = value.as_bytes().trim_ascii();
+        let bearer = bytes.len() > 7 && bytes[..7].eq_ignore_ascii_case(b"bearer ") && bytes[7] != b' ';
+        return if bearer { Bearer::Unreadable } else { Bearer::None };
+    };
+    let mut parts = value.trim().splitn(3, ' ');
+    match (parts.next(), parts.next()) {
+        (Some(scheme), Some(token)) if scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() => {
+            Bearer::Token(token)
+        }
+        _ => Bearer::None,
+    }
 }
 
 /// How long a JWT has left by its `exp` claim (unverified: the TokenReview
@@ -612,11 +636,20 @@ mod tests {
             m.insert(header::AUTHORIZATION, v.parse().unwrap());
             m
         };
-        assert_eq!(bearer_token(&h("Bearer abc")), Some("abc"));
-        assert_eq!(bearer_token(&h("bearer abc extra")), Some("abc"));
-        assert_eq!(bearer_token(&h("Basic dXNlcjpwdw==")), None);
-        assert_eq!(bearer_token(&h("Bearer")), None);
-        assert_eq!(bearer_token(&HeaderMap::new()), None);
+        assert_eq!(bearer_token(&h("Bearer abc")), Bearer::Token("abc"));
+        assert_eq!(bearer_token(&h("bearer abc extra")), Bearer::Token("abc"));
+        assert_eq!(bearer_token(&h("  BEARER abc ")), Bearer::Token("abc"));
+        assert_eq!(bearer_token(&h("Basic dXNlcjpwdw==")), Bearer::None);
+        assert_eq!(bearer_token(&h("Bearer")), Bearer::None);
+        // Split on single spaces: the token of `Bearer  x` is empty, no token.
+        assert_eq!(bearer_token(&h("Bearer  abc")), Bearer::None);
+        assert_eq!(bearer_token(&HeaderMap::new()), Bearer::None);
+        // Bytes that are not UTF-8 are not a way to be anonymous.
+        let mut m = HeaderMap::new();
+        m.insert(header::AUTHORIZATION, http::HeaderValue::from_bytes(b"Bearer t\xffk").unwrap());
+        assert_eq!(bearer_token(&m), Bearer::Unreadable);
+        m.insert(header::AUTHORIZATION, http::HeaderValue::from_bytes(b"Basic \xff").unwrap());
+        assert_eq!(bearer_token(&m), Bearer::None);
     }
 
     #[test]

@@ -248,6 +248,16 @@ async fn identities_scopes_and_queries_get_the_api_servers_answer() {
             200,
             SameStatus,
         ),
+        // A sibling of row 1: a token that is not ASCII is a token (401), not
+        // an absent one (anonymous's 403).
+        row(
+            "token: non-ASCII bearer token",
+            &Who::Anonymous,
+            Probe::get(format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0"))
+                .header("authorization", "Bearer t\u{f6}k\u{e9}n"),
+            401,
+            Same,
+        ),
         // Row 2: cluster-scoped objects at namespaced paths.
         row(
             "scope: node at a namespaced path",
