@@ -105,6 +105,13 @@ pub(crate) struct Watchmux {
     _dir: tempfile::TempDir,
 }
 
+/// The watchmux binary the suite runs: this build's, or another named by
+/// `WATCHMUX_E2E_BIN` (a release build, for rows that measure time on a
+/// debug test binary).
+pub(crate) fn watchmux_binary() -> PathBuf {
+    std::env::var_os("WATCHMUX_E2E_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_watchmux")), PathBuf::from)
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -127,7 +134,7 @@ impl Watchmux {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let log = std::fs::File::create(dir.path().join("watchmux.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_watchmux"))
+        let child = Command::new(watchmux_binary())
             .arg("--kubeconfig")
             .arg(upstream)
             .args(["--listen", &addr.to_string(), "--admin-listen", &admin.to_string()])

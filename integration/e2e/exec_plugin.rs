@@ -147,7 +147,7 @@ async fn an_exec_plugin_that_fails_at_start_up_stops_watchmux_naming_the_user_an
     let kubeconfig = exec_kubeconfig(&cluster, dir.path(), json!([]));
     std::fs::write(dir.path().join("bin/out.json"), "{\"kind\": \"ExecCredential\"}").unwrap();
     let log = dir.path().join("watchmux.log");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_watchmux"))
+    let mut child = std::process::Command::new(watchmux_binary())
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
