@@ -8,7 +8,7 @@ CARGO ?= cargo
 
 .PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e \
 	bench bench-passthrough bench-fanout bench-kubelet bench-restart bench-plots bench-auth \
-	chaos chaos-quick test-chaos-quick audit fmt clean monitoring-check
+	chaos chaos-quick test-chaos-quick audit fmt clean monitoring-check fuzz-auth
 .PHONY: protobuf-check
 .PHONY: bench-protobuf
 .PHONY: controlplane-test test-controlplane bench-controlplane
@@ -124,6 +124,16 @@ chaos-quick:
 ## The quick fault cases as the last step of make test (a release build,
 ## then about 80 s: restart, compaction with a cut, CRD lifecycle).
 test-chaos-quick: chaos-quick
+
+## The generative differential fuzzer of delegated auth against the real API
+## server (integration/fuzz_auth): the corpus, then 20,000 generated cases
+## (identities, impersonation, paths from discovery, selectors), each straight
+## and through watchmux in both upstream-identity modes; an answer through
+## watchmux that gives more is a failure. FUZZ_AUTH_SEED (random, printed),
+## FUZZ_AUTH_CASES, FUZZ_AUTH_ONLY=<case> to reproduce one. A short seeded run
+## (400 cases) is part of test-e2e. About 12 minutes on 2 cores.
+fuzz-auth:
+	bash integration/scripts/fuzz-auth.sh
 
 ## Dependency advisories (cargo-audit, local database: AUDIT_DB=...).
 audit:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the end-to-end suite against a real kube-apiserver: starts the test
 # cluster unless one is already up (and then stops it again at the end), builds
-# the client-go checker, runs the Rust e2e tests, the Helm chart checks, and
-# the OCI image under runc (image-test.sh: Linux and root).
+# the client-go checker, runs the Rust e2e tests, a short seeded run of the auth
+# fuzzer, the Helm chart checks, and the OCI image under runc (image-test.sh:
+# Linux and root).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 scripts="$root/integration/scripts"
@@ -26,6 +27,10 @@ export WATCHMUX_E2E_CLUSTER_UP="$scripts/cluster-up.sh"
 export WATCHMUX_E2E_ETCD="$(grep '^ETCD_ENDPOINT=' "$root/.run/cluster/env" | cut -d= -f2-)"
 
 cargo test --locked --test e2e -- --test-threads=4
+
+# The auth fuzzer, short and seeded: its corpus, then 400 generated cases
+# (about a minute; `make fuzz-auth` runs 20,000).
+bash "$scripts/fuzz-auth.sh" --short
 
 if [[ -x "$scripts/chart-check.sh" || -f "$scripts/chart-check.sh" ]]; then
   bash "$scripts/chart-check.sh" "$root/.run/kubeconfig"
