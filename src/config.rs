@@ -64,6 +64,22 @@ pub struct Args {
     #[arg(long)]
     pub upstream_http1_only: bool,
 
+    /// How long a TCP connection to the upstream may take to open.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub upstream_connect_timeout: Duration,
+
+    /// How long the TLS handshake with the upstream may take once TCP is
+    /// connected (an API server that accepts connections but is hung never
+    /// finishes it). As Go's default transport.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub upstream_tls_handshake_timeout: Duration,
+
+    /// How long a request sent upstream may wait for its response headers.
+    /// A little over kube-apiserver's own 60 s request timeout, so that its
+    /// own answer comes first whenever it can give one.
+    #[arg(long, value_name = "DURATION", default_value = "65s", value_parser = parse_duration)]
+    pub upstream_response_header_timeout: Duration,
+
     /// Resources to cache, comma-separated, named as kubectl names them:
     /// plural, singular or short name, with `.group` optional when only one
     /// group has it (the core group wins, as in kubectl). `*` caches every
@@ -218,6 +234,20 @@ pub enum LogFormat {
 impl Args {
     /// Checks the flags that clap cannot check alone. `Ok` may carry a
     /// warning to log at start-up.
+    /// The upstream client's options.
+    pub fn upstream_options(&self) -> crate::upstream::UpstreamOptions {
+        crate::upstream::UpstreamOptions {
+            http1_only: self.upstream_http1_only,
+            timeouts: crate::upstream::UpstreamTimeouts {
+                connect: self.upstream_connect_timeout,
+                tls_handshake: self.upstream_tls_handshake_timeout,
+                response_header: self.upstream_response_header_timeout,
+            },
+        }
+    }
+
+    /// Whether the flags' trust settings may start: a warning to log, or a
+    /// refusal.
     pub fn check_trust(&self) -> Result<Option<String>, String> {
         match self.auth_mode {
             AuthMode::TrustedLocal => {

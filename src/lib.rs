@@ -35,7 +35,7 @@ use anyhow::Context as _;
 
 use config::Args;
 use server::Server;
-use upstream::{Upstream, UpstreamOptions};
+use upstream::Upstream;
 
 /// Runs watchmux with the given flags until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -43,10 +43,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let upstream_cfg = upstream::kubeconfig::resolve(args.kubeconfig.as_deref(), args.context.as_deref())
         .context("resolving the upstream API server")?;
     tracing::info!(server = %upstream_cfg.server, source = %upstream_cfg.source, "upstream");
-    let upstream = Arc::new(
-        Upstream::new(&upstream_cfg, UpstreamOptions { http1_only: args.upstream_http1_only })
-            .context("configuring the upstream client")?,
-    );
+    let upstream =
+        Arc::new(Upstream::new(&upstream_cfg, args.upstream_options()).context("configuring the upstream client")?);
     // An exec plugin runs now, so that one that fails stops watchmux here
     // instead of every request failing later.
     upstream.load_credentials().await.context("getting the upstream credentials")?;

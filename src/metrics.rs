@@ -33,6 +33,7 @@ pub(crate) const CONNECTIONS_OPEN: &str = "watchmux_connections_open";
 pub(crate) const CONNECTION_ERRORS: &str = "watchmux_connection_errors_total";
 /// 1 when the upstream answered its last readiness probe, else 0.
 pub(crate) const UPSTREAM_READY: &str = "watchmux_upstream_ready";
+pub(crate) const UPSTREAM_HEALTH: &str = "watchmux_upstream_health";
 
 /// Pass-through requests that could have been served from the cache, by why they were not.
 pub(crate) const PASSTHROUGH_REASONS: &str = "watchmux_cache_passthrough_total";
@@ -246,6 +247,10 @@ fn describe() {
     describe_gauge!(CONNECTIONS_OPEN, "Downstream connections open, by listener.");
     describe_counter!(CONNECTION_ERRORS, "Downstream connections that ended in an error, by listener and stage.");
     describe_gauge!(UPSTREAM_READY, "1 when the upstream API server answered its last readiness probe, else 0.");
+    describe_gauge!(
+        UPSTREAM_HEALTH,
+        "1 for what the last readiness probe of the upstream found (ready, unreachable, tls, credentials, unauthorized, forbidden, not_ready, unknown), 0 for the others."
+    );
     describe_counter!(PASSTHROUGH_REASONS, "Requests the cache could have served but passed upstream, by reason.");
     describe_counter!(CACHE_EVENTS_RECEIVED, "Events received from the upstream watch, by resource.");
     describe_counter!(CACHE_EVENTS_DISPATCHED, "Events handed to the dispatcher, by resource.");

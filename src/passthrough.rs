@@ -26,7 +26,7 @@ use crate::encode::status::{Status, StatusReason};
 use crate::error::error_chain;
 use crate::metrics as m;
 use crate::request::RequestInfo;
-use crate::upstream::{ConnectionKind, SendError, Upstream};
+use crate::upstream::{ConnectionKind, SendError, Upstream, UpstreamCredential};
 use resource_label::ResourceLabels;
 
 /// Forwards requests to the upstream.
@@ -82,6 +82,18 @@ impl Passthrough {
             }
             Err(err) => return upstream_failure(&self.upstream, &err, verb, self.resources.label(info, None)),
         };
+        // A 401 to watchmux's own credentials is watchmux's failure, not the
+        // client's: relayed, kubectl would tell a client that sent none to
+        // log in. The API server authenticated nobody but watchmux here.
+        if resp.status() == http::StatusCode::UNAUTHORIZED && identity.credential() == UpstreamCredential::Own {
+            counter!(m::UPSTREAM_ERRORS, "cause" => "credentials_rejected").increment(1);
+            UPSTREAM_FAILING.rejected();
+            let status = Status::upstream_unavailable(
+                self.upstream.server(),
+                "it refused watchmux's own credentials (401): they may have expired or been revoked",
+            );
+            return status.retry_after(1).into_response();
+        }
         let resource = self.resources.label(info, Some(resp.status()));
         histogram!(m::PASSTHROUGH_DURATION, "verb" => verb, "resource" => resource.clone())
             .record(started.elapsed().as_secs_f64());
@@ -131,13 +143,25 @@ fn upstream_failure(
 ) -> Response<ProxyBody> {
     let cause = match err {
         SendError::Credentials(_) | SendError::ClientTls(_) => "credentials",
+        SendError::ResponseHeaders(_) => "response_headers",
         other if other.is_connect() => "connect",
         _ => "request",
     };
     counter!(m::UPSTREAM_ERRORS, "cause" => cause).increment(1);
-    counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "resource" => resource, "code" => "503").increment(1);
     UPSTREAM_FAILING.failed(cause, err);
-    let status = Status::upstream_unavailable(upstream.server(), error_chain(err));
+    // An upstream that took the request and never answered is a gateway
+    // timeout, as kube-apiserver's own 504 for a request it could not finish.
+    let status = match err {
+        SendError::ResponseHeaders(timeout) => Status::new(
+            http::StatusCode::GATEWAY_TIMEOUT,
+            StatusReason::Timeout,
+            format!("watchmux: the upstream API server {} did not answer: {timeout}", upstream.server()),
+        ),
+        _ => Status::upstream_unavailable(upstream.server(), error_chain(err)),
+    };
+    counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "resource" => resource, "code" => status.code.as_str().to_owned())
+        .increment(1);
+    // A refused connection fails at once directly too: no Retry-After.
     let status = if cause == "connect" { status } else { status.retry_after(1) };
     status.into_response()
 }
@@ -155,6 +179,14 @@ impl FailureLog {
             tracing::warn!(error = %error_chain(err), cause, "upstream requests are failing (logged again when they succeed)");
         } else {
             tracing::debug!(error = %error_chain(err), cause, "upstream request failed");
+        }
+    }
+
+    fn rejected(&self) {
+        if !self.0.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "the upstream refuses watchmux's own credentials (401) (logged again when requests succeed)"
+            );
         }
     }
 

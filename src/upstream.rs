@@ -24,12 +24,14 @@ mod cert_files;
 pub(crate) mod credentials;
 mod exec;
 mod exec_cache;
+mod health;
 pub mod kubeconfig;
 pub(crate) mod streams;
+pub mod timeouts;
 pub mod tls;
 
+use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http::uri::{PathAndQuery, Scheme};
@@ -49,15 +51,17 @@ use cert_files::RotatingCertFiles;
 use credentials::{Credentials, CredentialsError, Own};
 use exec::ClientIdentity;
 pub use exec::ExecError;
+use health::HealthCell;
+pub use health::UpstreamHealth;
 use streams::StreamPool;
 pub use streams::UpstreamBody;
+pub use timeouts::UpstreamTimeouts;
+use timeouts::{ResponseHeaderOutcome, ResponseHeaderTimeout, TimedConnector};
 
 /// How often readiness is probed.
 const READINESS_PROBE_INTERVAL: Duration = Duration::from_secs(5);
 /// How long one readiness probe may take before the upstream counts as down.
 const READINESS_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-/// TCP connect timeout to the upstream.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2 pings on an idle or busy connection. A watch over a connection
 /// whose peer vanished (no FIN, no RST) would otherwise hang forever.
 const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -103,6 +107,9 @@ pub enum SendError {
     /// A stream of a pooled pass-through connection failed.
     #[error("sending on a pooled upstream connection")]
     Stream(#[source] hyper::Error),
+    /// The request was sent; no response headers came in time.
+    #[error(transparent)]
+    ResponseHeaders(ResponseHeaderTimeout),
 }
 
 impl SendError {
@@ -111,7 +118,7 @@ impl SendError {
         match self {
             Self::Request(e) => e.is_connect(),
             Self::Credentials(_) | Self::ClientTls(_) | Self::Connect(_) => true,
-            Self::Stream(_) => false,
+            Self::Stream(_) | Self::ResponseHeaders(_) => false,
         }
     }
 }
@@ -121,9 +128,13 @@ impl SendError {
 pub struct UpstreamOptions {
     /// Never negotiate HTTP/2 with the upstream.
     pub http1_only: bool,
+    /// How long each step of a request may take (`--upstream-*-timeout`).
+    pub timeouts: UpstreamTimeouts,
 }
 
-type HttpsClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
+/// Dials the upstream: TCP, then TLS (or plain HTTP), bounded in time.
+type UpstreamConnector = TimedConnector<HttpsConnector<HttpConnector>>;
+type HttpsClient = Client<UpstreamConnector, ProxyBody>;
 
 /// The credentials the upstream client attaches, the last header written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,22 +177,23 @@ struct ClientsBuilder {
 }
 
 impl ClientsBuilder {
-    fn connector(&self, tls: &rustls::ClientConfig, http2: bool) -> HttpsConnector<HttpConnector> {
+    fn connector(&self, tls: &rustls::ClientConfig, http2: bool) -> UpstreamConnector {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
-        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.set_connect_timeout(Some(self.opts.timeouts.connect));
         http.set_keepalive(Some(TCP_KEEPALIVE));
         let builder = HttpsConnectorBuilder::new().with_tls_config(tls.clone()).https_or_http();
         let builder = match &self.server_name {
             Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(name.clone())),
             None => builder,
         };
-        if http2 {
+        let https = if http2 {
             builder.enable_http1().enable_http2().wrap_connector(http)
         } else {
             builder.enable_http1().wrap_connector(http)
-        }
+        };
+        TimedConnector::new(https, self.opts.timeouts.dial())
     }
 
     /// A pooled client, HTTP/2 when offered (one connection per upstream).
@@ -250,7 +262,7 @@ pub struct Upstream {
     /// again as they rotate (the kubelet's, in nodeLocal mode).
     cert_files: Option<RotatingCertFiles>,
     credentials: Credentials,
-    ready: AtomicBool,
+    health: HealthCell,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -297,7 +309,7 @@ impl Upstream {
             bare,
             cert_files,
             credentials: Credentials::new(&cfg.auth, cfg)?,
-            ready: AtomicBool::new(false),
+            health: HealthCell::default(),
         })
     }
 
@@ -331,7 +343,7 @@ impl Upstream {
     pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
         let (own, clients) = self.clients_for(&UpstreamCredential::Own).await?;
         let req = self.prepare(req, authorization(&UpstreamCredential::Own, own.as_ref()));
-        let resp = clients.own.request(req).await?;
+        let resp = self.in_time(clients.own.request(req)).await?;
         self.answered(resp.status(), own.as_ref());
         Ok(resp)
     }
@@ -341,7 +353,7 @@ impl Upstream {
     pub(crate) async fn send_review(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
         let (own, clients) = self.clients_for(&UpstreamCredential::Own).await?;
         let req = self.prepare(req, authorization(&UpstreamCredential::Own, own.as_ref()));
-        let resp = clients.reviews.request(req).await?;
+        let resp = self.in_time(clients.reviews.request(req)).await?;
         self.answered(resp.status(), own.as_ref());
         Ok(resp)
     }
@@ -358,11 +370,25 @@ impl Upstream {
         let (own, clients) = self.clients_for(credential).await?;
         let req = self.prepare(req, authorization(credential, own.as_ref()));
         let resp = match kind {
-            ConnectionKind::Pooled => clients.passthrough.send(req).await?,
-            ConnectionKind::Upgrade => clients.upgrades.request(req).await?.map(UpstreamBody::unpooled),
+            ConnectionKind::Pooled => self.in_time(clients.passthrough.send(req)).await?,
+            ConnectionKind::Upgrade => self.in_time(clients.upgrades.request(req)).await?.map(UpstreamBody::unpooled),
         };
         self.answered(resp.status(), own.as_ref());
         Ok(resp)
+    }
+
+    /// Waits for a request's response headers within
+    /// `--upstream-response-header-timeout`.
+    async fn in_time<T, E: Into<SendError>>(
+        &self,
+        response: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, SendError> {
+        timeouts::response_headers(self.builder.opts.timeouts.response_header, response).await.map_err(|outcome| {
+            match outcome {
+                ResponseHeaderOutcome::Failed(err) => err.into(),
+                ResponseHeaderOutcome::TimedOut(timeout) => SendError::ResponseHeaders(timeout),
+            }
+        })
     }
 
     /// The connections for `credential`, and watchmux's own credentials
@@ -442,30 +468,34 @@ impl Upstream {
 
     /// True when the last readiness probe got a 200 from `/readyz`.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.health.get() == UpstreamHealth::Ready
     }
 
-    /// Probes `/readyz` once and records the answer.
+    /// What the last readiness probe found.
+    pub fn health(&self) -> UpstreamHealth {
+        self.health.get()
+    }
+
+    /// Probes `/readyz` once and records the answer, by cause.
     pub async fn probe_ready(&self) -> bool {
         let req = Request::get("/readyz").body(body::empty()).expect("static request");
-        let ok = match tokio::time::timeout(READINESS_PROBE_TIMEOUT, self.send(req)).await {
-            Ok(Ok(resp)) => resp.status().is_success(),
-            Ok(Err(err)) => {
-                tracing::debug!(error = %err, "upstream readiness probe failed");
-                false
-            }
-            Err(_) => false,
+        let (now, detail) = match tokio::time::timeout(READINESS_PROBE_TIMEOUT, self.send(req)).await {
+            Ok(Ok(resp)) => (UpstreamHealth::of_status(resp.status()), format!("/readyz answered {}", resp.status())),
+            Ok(Err(err)) => (UpstreamHealth::of_error(&err), crate::error::error_chain(&err)),
+            Err(_) => (UpstreamHealth::NotReady, format!("no answer within {READINESS_PROBE_TIMEOUT:?}")),
         };
-        let was = self.ready.swap(ok, Ordering::Relaxed);
-        if was != ok {
-            if ok {
-                tracing::info!("upstream is ready");
-            } else {
-                tracing::warn!("upstream is not ready");
+        let was = self.health.set(now);
+        if was != now {
+            match now.failure() {
+                None => tracing::info!("upstream is ready"),
+                Some(why) => tracing::warn!(state = now.as_str(), detail = %detail, "upstream is not ready: {why}"),
             }
         }
-        metrics::gauge!(m::UPSTREAM_READY).set(if ok { 1.0 } else { 0.0 });
-        ok
+        metrics::gauge!(m::UPSTREAM_READY).set(if now == UpstreamHealth::Ready { 1.0 } else { 0.0 });
+        for state in UpstreamHealth::ALL {
+            metrics::gauge!(m::UPSTREAM_HEALTH, "state" => state.as_str()).set(if state == now { 1.0 } else { 0.0 });
+        }
+        now == UpstreamHealth::Ready
     }
 
     /// Probes readiness until `stop` is cancelled.

@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use watchmux::body::ProxyBody;
 use watchmux::config::Args;
 use watchmux::server::Server;
-use watchmux::upstream::{Upstream, UpstreamOptions};
+use watchmux::upstream::Upstream;
 
 pub(crate) type HandlerFn =
     Arc<dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<ProxyBody>> + Send>> + Send + Sync>;
@@ -72,13 +72,20 @@ pub(crate) const UPSTREAM_TOKEN: &str = "upstream-secret-token";
 
 /// Starts watchmux in front of `upstream` with extra flags.
 pub(crate) async fn start_proxy(upstream: SocketAddr, extra: &[&str]) -> Proxy {
+    start_proxy_at(&format!("http://{upstream}"), extra).await
+}
+
+/// Starts watchmux in front of the upstream URL `server` (TLS not
+/// verified for an `https://` one) with extra flags.
+pub(crate) async fn start_proxy_at(server: &str, extra: &[&str]) -> Proxy {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
+    let skip_verify = if server.starts_with("https://") { ", insecure-skip-tls-verify: true" } else { "" };
     std::fs::write(
         &kubeconfig,
         format!(
             "current-context: t\ncontexts:\n- name: t\n  context: {{cluster: c, user: u}}\n\
-             clusters:\n- name: c\n  cluster: {{server: 'http://{upstream}'}}\n\
+             clusters:\n- name: c\n  cluster: {{server: '{server}'{skip_verify}}}\n\
              users:\n- name: u\n  user: {{token: {UPSTREAM_TOKEN}}}\n"
         ),
     )
@@ -95,7 +102,7 @@ pub(crate) async fn start_proxy(upstream: SocketAddr, extra: &[&str]) -> Proxy {
     argv.extend(extra.iter().map(|s| s.to_string()));
     let args = <Args as clap::Parser>::try_parse_from(argv).unwrap();
     let cfg = watchmux::upstream::kubeconfig::resolve(args.kubeconfig.as_deref(), None).unwrap();
-    let up = Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap());
+    let up = Arc::new(Upstream::new(&cfg, args.upstream_options()).unwrap());
     let mut opts = args.server_options().unwrap();
     // The pass-through tests run without the cache unless they ask for it.
     if !extra.iter().any(|a| a.starts_with("--cache-resources")) {

@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, Full, channel::Channel};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use harness::*;
@@ -212,6 +212,89 @@ async fn unreachable_upstream_answers_at_once_with_a_503_naming_it_and_no_retry_
     let message = status["message"].as_str().unwrap();
     assert!(message.contains(&format!("upstream API server http://{closed}")), "{message}");
     assert!(message.contains("onnection refused"), "{message}");
+    proxy.shutdown().await;
+}
+
+/// Accepts TCP connections on loopback and never answers anything (a hung
+/// API server: the kernel completes the TCP handshake for it).
+async fn black_hole() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    addr
+}
+
+/// Issue 29: an upstream that accepts TCP and never answers TLS hung every
+/// request through watchmux (250 s and counting); the dial is bounded now.
+#[tokio::test]
+async fn an_upstream_that_never_answers_tls_gets_a_503_within_the_handshake_timeout() {
+    let hole = black_hole().await;
+    let proxy = start_proxy_at(
+        &format!("https://{hole}"),
+        &["--upstream-connect-timeout", "1s", "--upstream-tls-handshake-timeout", "1s"],
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let resp = tokio::time::timeout(Duration::from_secs(30), get(proxy.addr, "/api/v1/pods")).await.expect("an answer");
+    let took = started.elapsed();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let status = body_json(resp).await;
+    let message = status["message"].as_str().unwrap();
+    assert!(message.contains("TLS handshake"), "{message}");
+    // Bounded by the flags (2 s), not by the test's own 30 s.
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    proxy.shutdown().await;
+}
+
+/// A request sent on a connection that is up, to an upstream that never
+/// answers: a gateway timeout after --upstream-response-header-timeout.
+#[tokio::test]
+async fn an_upstream_that_takes_the_request_and_never_answers_gets_a_504() {
+    let hole = black_hole().await;
+    let proxy = start_proxy(hole, &["--upstream-response-header-timeout", "1s"]).await;
+    let resp = tokio::time::timeout(Duration::from_secs(30), get(proxy.addr, "/api/v1/pods")).await.expect("an answer");
+    assert_eq!(resp.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert!(resp.headers().get("retry-after").is_some());
+    let status = body_json(resp).await;
+    assert_eq!(status["reason"], "Timeout");
+    assert!(status["message"].as_str().unwrap().contains("no response headers within 1s"), "{status}");
+    proxy.shutdown().await;
+}
+
+/// Issue 29: watchmux's own credentials refused. The client sent none, so
+/// it must not be told to log in (a relayed 401); /readyz/upstream names the
+/// cause instead of "not reachable or not ready".
+#[tokio::test]
+async fn refused_own_credentials_are_a_503_and_readyz_says_401() {
+    let upstream = fake_upstream(handler(|_req: Request<hyper::body::Incoming>| async move {
+        let mut resp = Response::new(body::full(r#"{"kind":"Status","code":401}"#));
+        *resp.status_mut() = StatusCode::UNAUTHORIZED;
+        resp
+    }))
+    .await;
+    let proxy = start_proxy(upstream, &[]).await;
+    let resp = get(proxy.addr, "/api/v1/pods").await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let status = body_json(resp).await;
+    assert!(status["message"].as_str().unwrap().contains("refused watchmux's own credentials (401)"), "{status}");
+    // The readiness probe runs at start and every 5 s: wait for its verdict.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let resp = get(proxy.admin, "/readyz/upstream?verbose").await;
+        let code = resp.status();
+        let text = String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned();
+        if text.contains("(401)") {
+            assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     proxy.shutdown().await;
 }
 

@@ -131,7 +131,7 @@ pub(crate) async fn handle(
         "/healthz" | "/livez" => text(StatusCode::OK, "ok".to_owned()),
         "/readyz" => report("readyz", &state.readiness(), verbose),
         "/readyz/upstream" => {
-            let failure = (!state.upstream.is_ready()).then_some("not reachable or not ready");
+            let failure = state.upstream.health().failure();
             report("readyz", &[Check { name: "upstream", failure }], verbose)
         }
         _ => text(StatusCode::NOT_FOUND, "404 page not found\n".to_owned()),
