@@ -6,7 +6,11 @@
 //! validity, the clientAuth usage) after one check of Go's: crypto/tls
 //! parses every certificate the client sends and ends the handshake with a
 //! decode_error alert when one does not parse, so certificates whose names
-//! Go refuses are refused here the same way.
+//! Go refuses are refused here the same way. A chain that is sound but
+//! outside its validity passes the handshake, as in Go (kube-apiserver
+//! only requests certificates and verifies them per request): its requests
+//! get the API server's 401, which also tells a client-go exec plugin to
+//! renew the certificate, where a failed handshake would not.
 //!
 //! rustls does not say which chain it verified, and does not check a CA
 //! certificate's own validity (a trust anchor has none), while Go checks
@@ -134,8 +138,22 @@ impl ClientCa {
     }
 }
 
+/// A certificate time (seconds since the epoch) as rustls's.
+fn at(secs: i64) -> UnixTime {
+    UnixTime::since_unix_epoch(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+}
+
+fn is_about_time(err: &CertificateError) -> bool {
+    matches!(
+        err,
+        CertificateError::Expired
+            | CertificateError::ExpiredContext { .. }
+            | CertificateError::NotValidYet
+            | CertificateError::NotValidYetContext { .. }
+    )
+}
+
 fn as_webpki_error(outside: OutsideValidity, time: UnixTime) -> webpki::Error {
-    let at = |secs: i64| UnixTime::since_unix_epoch(Duration::from_secs(u64::try_from(secs).unwrap_or(0)));
     match outside {
         OutsideValidity::NotYetValid { not_before, .. } => {
             webpki::Error::CertNotValidYet { time, not_before: at(not_before) }
@@ -172,7 +190,18 @@ impl ClientCertVerifier for ClientCa {
                 return Err(CertificateError::BadEncoding.into());
             }
         }
-        self.handshake.verify_client_cert(end_entity, intermediates, now)
+        match self.handshake.verify_client_cert(end_entity, intermediates, now) {
+            Err(rustls::Error::InvalidCertificate(err)) if is_about_time(&err) => {
+                // Sound at either end of the leaf's own window: let it
+                // through; `client_cert` finds no chain valid now, and
+                // every request is refused as the API server refuses it.
+                let ends = Validity::of(end_entity.as_ref()).ok_or(CertificateError::BadEncoding)?.ends();
+                ends.into_iter()
+                    .find_map(|end| self.handshake.verify_client_cert(end_entity, intermediates, at(end)).ok())
+                    .ok_or(rustls::Error::InvalidCertificate(err))
+            }
+            verified => verified,
+        }
     }
 
     fn verify_tls12_signature(
@@ -292,6 +321,31 @@ pub(crate) mod tests {
         assert!(verifier.verify_client_cert(good.cert.der(), &[], now).is_ok());
         // Any certificate the client sends, not only the leaf.
         assert!(verifier.verify_client_cert(good.cert.der(), &[bad.cert.der().clone()], now).is_err());
+    }
+
+    #[test]
+    fn an_expired_certificate_passes_the_handshake_and_is_no_identity() {
+        let root = ca("ca", NOW_VALID, None);
+        let verifier = client_ca(&[&root]);
+        let now = UnixTime::now();
+        for years in [(2000, 2001), (2080, 2081)] {
+            let leaf = client("alice".into(), years, &root);
+            assert!(verifier.verify_client_cert(leaf.cert.der(), &[], now).is_ok(), "{years:?}");
+            let cert = verifier.client_cert(&chain(&[&leaf]), SystemTime::now()).unwrap();
+            let name = cert.identity_at(SystemTime::now()).unwrap();
+            assert!(matches!(name, Err(InvalidCertificate::Unverified(_))), "{years:?}: {name:?}");
+        }
+        // An expired intermediate likewise, when the leaf's own window
+        // holds a time at which the whole chain verifies.
+        let inter = intermediate("inter", (2000, 2001), &root);
+        let leaf = client("alice".into(), (2000, 2001), &inter);
+        assert!(verifier.verify_client_cert(leaf.cert.der(), &[inter.cert.der().clone()], now).is_ok());
+        // Not from another CA, expired or not: that fails the handshake.
+        let other = ca("other", NOW_VALID, None);
+        for years in [(2000, 2001), NOW_VALID] {
+            let leaf = client("alice".into(), years, &other);
+            assert!(verifier.verify_client_cert(leaf.cert.der(), &[], now).is_err(), "{years:?}");
+        }
     }
 
     #[test]

@@ -36,6 +36,11 @@ impl Validity {
         Some(Self { not_before: v.not_before.timestamp(), not_after: v.not_after.timestamp() })
     }
 
+    /// The first and the last second of the window.
+    pub(crate) fn ends(&self) -> [i64; 2] {
+        [self.not_before, self.not_after]
+    }
+
     /// The part of the window both allow: the latest start, the earliest end.
     pub(crate) fn and(self, other: Self) -> Self {
         Self { not_before: self.not_before.max(other.not_before), not_after: self.not_after.min(other.not_after) }
