@@ -306,4 +306,61 @@ mod tests {
         der.extend([0x05, 0x00]);
         assert_eq!(values(&der), Ok(vec!["a".into()]));
     }
+
+    /// A value of one of Go's string types, and the string Go reads from it.
+    fn any_value() -> impl Strategy<Value = (u8, Vec<u8>, String)> {
+        let printable = proptest::sample::select(b"AZaz09 '()+,-./:=?*&".to_vec());
+        prop_oneof![
+            any::<String>().prop_map(|s| (UTF8_STRING, s.clone().into_bytes(), s)),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(|b| (
+                T61_STRING,
+                b.clone(),
+                b.iter().map(|c| char::from(*c)).collect()
+            )),
+            // Characters of the BMP that are not noncharacters.
+            proptest::collection::vec(any::<char>(), 0..20).prop_map(|cs| {
+                let s: String = cs
+                    .into_iter()
+                    .filter(|c| u32::from(*c) <= 0xffff && !matches!(u32::from(*c), 0xfffe | 0xffff | 0xfdd0..=0xfdef))
+                    .collect();
+                (BMP_STRING, s.encode_utf16().flat_map(u16::to_be_bytes).collect(), s)
+            }),
+            proptest::collection::vec(printable, 0..40).prop_map(|b| (
+                PRINTABLE_STRING,
+                b.clone(),
+                String::from_utf8(b).unwrap()
+            )),
+            proptest::collection::vec(0u8..0x80, 0..40).prop_map(|b| (
+                IA5_STRING,
+                b.clone(),
+                String::from_utf8(b).unwrap()
+            )),
+        ]
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any bytes are read or refused, never a panic.
+        #[test]
+        fn any_bytes_are_read_or_refused(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = read_name(&bytes);
+            let _ = read_string(bytes.first().copied().unwrap_or(0), &bytes);
+        }
+
+        /// A name of valid values reads back as the values, in order.
+        /// (A BMPString ending in U+0000 loses it: Go's terminator rule.)
+        #[test]
+        fn valid_values_read_back_in_order(encoded in proptest::collection::vec(any_value(), 0..6)) {
+            let attrs: Vec<(&[u8], u8, &[u8])> = encoded.iter().map(|(tag, raw, _)| (&CN[..], *tag, &raw[..])).collect();
+            let expected: Vec<String> = encoded
+                .iter()
+                .map(|(tag, _, s)| match (*tag, s.strip_suffix('\u{0}')) {
+                    (BMP_STRING, Some(cut)) => cut.to_owned(),
+                    _ => s.clone(),
+                })
+                .collect();
+            prop_assert_eq!(values(&name(&attrs)), Ok(expected));
+        }
+    }
 }
