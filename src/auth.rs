@@ -38,7 +38,7 @@ pub(crate) use peer::Peer;
 pub(crate) use upstream_identity::UpstreamIdentity;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, StatusCode, header};
 use metrics::{counter, histogram};
@@ -200,10 +200,11 @@ impl Delegated {
     /// Who the request is from, by the API server's order: a verified client
     /// certificate, then a bearer token, then anonymous if allowed.
     pub(crate) async fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<Authenticated, Refusal> {
-        let cert_failed = match &peer.client_cert {
+        // At every request, as the API server verifies the chain at every request.
+        let cert_failed = match peer.client_cert.as_ref().and_then(|cert| cert.identity_at(SystemTime::now())) {
             Some(Ok(user)) => {
                 counter!(m::AUTH_AUTHENTICATED, "method" => "x509").increment(1);
-                return Ok(Authenticated { user: user.clone(), credential: Credential::Certificate });
+                return Ok(Authenticated { user, credential: Credential::Certificate });
             }
             Some(Err(invalid)) => {
                 tracing::debug!(error = %invalid, "client certificate not accepted as an identity");

@@ -24,7 +24,6 @@ use anyhow::Context as _;
 use http::{Request, Response};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::{TcpListener, UnixListener};
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::reviews::Attributes;
@@ -104,7 +103,7 @@ pub struct Limits {
 /// Bound listeners, ready to serve.
 pub struct Server {
     api: TcpListener,
-    api_tls: Option<TlsAcceptor>,
+    api_tls: Option<tls::ApiTls>,
     api_unix: Option<(UnixListener, PathBuf)>,
     admin: TcpListener,
     upstream: Arc<Upstream>,
@@ -208,7 +207,7 @@ impl Server {
         let l = &opts.listeners;
         let api = TcpListener::bind(l.api).await.with_context(|| format!("binding --listen {}", l.api))?;
         let api_tls = match &l.tls {
-            Some(t) => Some(tls::acceptor(&t.cert, &t.key, t.client_ca.as_deref())?),
+            Some(t) => Some(tls::api_tls(&t.cert, &t.key, t.client_ca.as_deref())?),
             None => None,
         };
         let api_unix = match &l.unix {

@@ -18,6 +18,7 @@ mod protobuf;
 mod relay;
 mod relist_gap;
 mod trust_boundary;
+mod x509_identity;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -5,17 +5,17 @@
 
 use std::net::SocketAddr;
 
-use super::cert::CertIdentity;
+use super::cert::ClientCert;
 
 /// What the proxy knows about the downstream connection a request came on.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Peer {
     /// The client's address; `None` on a unix socket.
     pub addr: Option<SocketAddr>,
-    /// Who the client certificate verified during the TLS handshake says the
-    /// client is (only with `--client-ca-file`), or why the API server would
-    /// not accept it as anyone.
-    pub client_cert: Option<CertIdentity>,
+    /// The client certificate verified during the TLS handshake (only with
+    /// `--client-ca-file`): who it says the client is while its chain is
+    /// valid, or why the API server would not accept it as anyone.
+    pub client_cert: Option<ClientCert>,
     /// The connection is over `--max-connections`: its requests get 429.
     pub over_connection_limit: bool,
 }

@@ -39,9 +39,10 @@ use super::early_resets::EarlyResets;
 use super::graceful::{GracefulShutdown, Watched, Watcher};
 use super::limits::ConnectionBudget;
 use super::opening::{Opening, Rewind, read_opening};
+use super::tls::ApiTls;
 use super::write_behind::WriteBehind;
 use crate::auth::Peer;
-use crate::auth::cert::CertIdentity;
+use crate::auth::cert::{ClientCa, ClientCert};
 use crate::body::{ProxyBody, RequestBody};
 use crate::error::error_chain;
 use crate::metrics as m;
@@ -254,15 +255,16 @@ enum TcpReady {
 }
 
 /// Accepts TCP connections until `stop` is cancelled.
-pub(crate) async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<TlsAcceptor>, serving: Serving<'_, H>) {
+pub(crate) async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<ApiTls>, serving: Serving<'_, H>) {
     accept_loop(listener, serving, |a: Accepted<TcpStream, H>| {
-        let tls = tls.clone();
+        let acceptor = tls.as_ref().map(|t| t.acceptor.clone());
+        let client_ca = tls.as_ref().and_then(|t| t.client_ca.clone());
         async move {
             let ready = tokio::select! {
                 _ = a.stop.cancelled() => return,
                 // Boxed: the TLS handshake's state would otherwise size the
                 // connection's task, for the connection's life.
-                ready = Box::pin(set_up_tcp(a.stream, tls, a.deadline, a.setup_timeout)) => ready,
+                ready = Box::pin(set_up_tcp(a.stream, acceptor, a.deadline, a.setup_timeout)) => ready,
             };
             let conn = a.conn;
             match ready {
@@ -275,7 +277,8 @@ pub(crate) async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<Tl
                     }
                 }
                 Ok(TcpReady::Tls(tls_stream, opening)) => {
-                    let conn = Conn { peer: Peer { client_cert: client_identity(&tls_stream), ..conn.peer }, ..conn };
+                    let client_cert = client_ca.and_then(|ca| client_cert(&ca, &tls_stream));
+                    let conn = Conn { peer: Peer { client_cert, ..conn.peer }, ..conn };
                     // ALPN decides; a client that skipped ALPN and sent the preface anyway is served HTTP/2 too.
                     let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2") || opening.is_h2_preface();
                     if a.h2_write_batching && h2 {
@@ -464,12 +467,10 @@ impl<C: Future<Output = hyper::Result<()>>> Future for Served<C> {
     }
 }
 
-/// The identity of a verified client certificate. rustls has verified the
-/// chain against `--client-ca-file` by the time the handshake completes, so
-/// any certificate present here is trusted.
-fn client_identity<I>(tls: &TlsStream<I>) -> Option<CertIdentity> {
-    let leaf = tls.get_ref().1.peer_certificates()?.first()?;
-    crate::auth::cert::identity(leaf)
+/// The client certificate the handshake verified against `--client-ca-file`,
+/// with its chain's validity window.
+fn client_cert<I>(client_ca: &ClientCa, tls: &TlsStream<I>) -> Option<ClientCert> {
+    client_ca.client_cert(tls.get_ref().1.peer_certificates()?, std::time::SystemTime::now())
 }
 
 fn setup_failed(name: &'static str, err: &SetupError) {

@@ -60,7 +60,7 @@ impl Drop for Listening {
 /// reads only its own.
 async fn listen(
     name: &'static str,
-    tls: Option<TlsAcceptor>,
+    tls: Option<ApiTls>,
     budget: Option<Arc<ConnectionBudget>>,
     setup_timeout: Duration,
 ) -> Listening {
@@ -69,7 +69,7 @@ async fn listen(
 
 async fn listen_with(
     name: &'static str,
-    tls: Option<TlsAcceptor>,
+    tls: Option<ApiTls>,
     budget: Option<Arc<ConnectionBudget>>,
     setup_timeout: Duration,
     builder: Arc<HttpBuilder>,
@@ -146,13 +146,13 @@ async fn get(addr: SocketAddr) -> String {
 
 /// A self-signed serving certificate for localhost, and a client that
 /// trusts it and offers `alpn`.
-fn tls_pair(alpn: &[&[u8]]) -> (TlsAcceptor, tokio_rustls::TlsConnector, tempfile::TempDir) {
+fn tls_pair(alpn: &[&[u8]]) -> (ApiTls, tokio_rustls::TlsConnector, tempfile::TempDir) {
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (cert_path, key_path) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     std::fs::write(&cert_path, cert.cert.pem()).unwrap();
     std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
-    let acceptor = super::super::tls::acceptor(&cert_path, &key_path, None).unwrap();
+    let acceptor = super::super::tls::api_tls(&cert_path, &key_path, None).unwrap();
     // The client is watchmux's own upstream TLS, trusting the test's CA.
     let upstream = crate::upstream::kubeconfig::UpstreamConfig {
         ca_pem: Some(cert.cert.pem().into_bytes()),
