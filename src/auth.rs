@@ -108,6 +108,8 @@ pub(crate) struct Delegated {
     decisions: ReviewCache<Digest, Decision>,
     /// watchmux's own upstream identity, learned once (client mode).
     own: tokio::sync::OnceCell<UserInfo>,
+    /// Which impersonation mode last worked for each requestor.
+    modes: impersonation::ModeTracker,
     settings: DelegatedSettings,
 }
 
@@ -137,6 +139,7 @@ impl Delegated {
             tokens: ReviewCache::new("token", bounds),
             decisions: ReviewCache::new("access", bounds),
             own: tokio::sync::OnceCell::new(),
+            modes: impersonation::ModeTracker::default(),
             settings,
         }
     }
@@ -160,20 +163,43 @@ impl Delegated {
             Ok(Some(wanted)) => wanted,
             Err(bad_request) => return Err(Box::new(bad_request.into_response())),
         };
-        let mut first_refusal = None;
-        for attempt in impersonation::attempts(&wanted, &requestor, request) {
+        // As the API server: the mode that last worked for this requestor
+        // first, and when every mode fails, that mode's refusal is the one
+        // reported. The order decides the identity only for a node named
+        // alone, where the node modes grant `system:nodes` and the legacy
+        // mode does not; the API server's order there depends on a history
+        // watchmux does not see (direct requests, other replicas), so the
+        // legacy mode, which grants less, is tried first (never more than
+        // the API server gives, whichever it tries first), and a refusal is
+        // reported in the modes' own order, as from an API server without
+        // that history.
+        let (try_first, report_first) = if impersonation::grants_depend_on_the_mode(&wanted) {
+            (Some("legacy"), None)
+        } else {
+            let last = self.modes.last(&requestor.name);
+            (last, last)
+        };
+        let attempts: Vec<_> = impersonation::attempts(&wanted, &requestor, request).into_iter().enumerate().collect();
+        let mut refusals = Vec::new();
+        for (order, attempt) in impersonation::in_tried_order(attempts, try_first, |(_, a)| a.mode) {
             let subject = if attempt.subject == *requestor { requestor.clone() } else { Arc::new(attempt.subject) };
             match self.passes(&subject, &attempt.steps).await {
                 Ok(()) => {
                     counter!(m::AUTH_IMPERSONATIONS, "mode" => attempt.mode).increment(1);
+                    if try_first != Some(attempt.mode) {
+                        self.modes.worked(&requestor.name, attempt.mode);
+                    }
                     return Ok(Arc::new(attempt.grants));
                 }
-                Err(refusal) => {
-                    first_refusal.get_or_insert(refusal);
-                }
+                Err(refusal) => refusals.push((report_first != Some(attempt.mode), order, refusal)),
             }
         }
-        Err(first_refusal.expect("the legacy mode always applies"))
+        // The remembered mode's refusal first, else the first in mode order.
+        let (_, _, refusal) = refusals
+            .into_iter()
+            .min_by_key(|(later, order, _)| (*later, *order))
+            .expect("the legacy mode always applies");
+        Err(refusal)
     }
 
     /// Runs one impersonation mode's steps for `subject`.

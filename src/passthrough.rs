@@ -117,12 +117,19 @@ impl Passthrough {
     }
 }
 
-/// Writes the request's upstream identity, or answers 500 when it cannot be
-/// carried in headers (an identity from a TokenReview may hold anything).
+/// Writes the request's upstream identity, or answers 403 when the API
+/// server would not read it back as the same identity (an identity from a
+/// TokenReview or a certificate may hold anything): refused, never sent as
+/// someone else.
 fn set_identity(headers: &mut http::HeaderMap, identity: &UpstreamIdentity) -> Result<(), Refusal> {
     identity::apply(headers, identity).map_err(|err| {
         tracing::warn!(error = %err, "cannot pass the caller on to the upstream");
-        let status = Status::new(http::StatusCode::INTERNAL_SERVER_ERROR, StatusReason::InternalError, err.to_string());
+        let mut status = Status::new(
+            http::StatusCode::FORBIDDEN,
+            StatusReason::Forbidden,
+            format!("watchmux cannot pass this caller on to the API server: {err}"),
+        );
+        status.nosniff = true;
         Box::new(status.into_response())
     })
 }

@@ -258,6 +258,17 @@ async fn identities_scopes_and_queries_get_the_api_servers_answer() {
             401,
             Same,
         ),
+        // Found by the fuzzer: on the legacy watch path the options are a
+        // LIST's to the API server, and sendInitialEvents is its 422.
+        row(
+            "legacy watch path with sendInitialEvents",
+            &reader,
+            Probe::get(format!(
+                "/api/v1/watch/namespaces/{ns}/configmaps?sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+            )),
+            422,
+            Same,
+        ),
         // Row 2: cluster-scoped objects at namespaced paths.
         row(
             "scope: node at a namespaced path",

@@ -14,12 +14,14 @@
 //! each extra value.
 
 mod modes;
+mod tracker;
 
 use std::collections::BTreeMap;
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
-pub(crate) use modes::{Step, attempts};
+pub(crate) use modes::{Step, attempts, grants_depend_on_the_mode};
+pub(crate) use tracker::{ModeTracker, in_tried_order};
 
 use super::reviews::ResourceAttributes;
 use super::user::{ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED, UserInfo};
@@ -184,9 +186,20 @@ pub(crate) struct Unrepresentable(String);
 /// Replaces whatever identity headers the client sent with impersonation of
 /// `user`. The client's `Authorization` goes too (the upstream client sets
 /// watchmux's own).
+///
+/// Only an identity the API server reads back exactly is sent: values go as
+/// their bytes (a name that is not ASCII is a Go string all the same), but a
+/// value with leading or trailing blanks (HTTP trims them), a control
+/// character, or an identity the API server's impersonation would change
+/// (`system:anonymous` without `system:unauthenticated`, which it adds) is
+/// refused rather than forwarded as someone else.
 pub(crate) fn impersonate(headers: &mut HeaderMap, user: &UserInfo) -> Result<(), Unrepresentable> {
     strip(headers);
-    let value = |s: &str| HeaderValue::from_str(s).map_err(|_| Unrepresentable(format!("{s:?}")));
+    let value = |s: &str| {
+        let blank_edge = s.starts_with([' ', '\t']) || s.ends_with([' ', '\t']);
+        let v = HeaderValue::from_bytes(s.as_bytes()).ok().filter(|_| !blank_edge);
+        v.ok_or_else(|| Unrepresentable(format!("{s:?}")))
+    };
     headers.insert(USER, value(&user.name)?);
     for group in &user.groups {
         headers.append(GROUP, value(group)?);
@@ -200,6 +213,11 @@ pub(crate) fn impersonate(headers: &mut HeaderMap, user: &UserInfo) -> Result<()
         for v in values {
             headers.append(name.clone(), value(v)?);
         }
+    }
+    let read_back = requested(headers).ok().flatten().map(resolve);
+    if !read_back.is_some_and(|back| back.is_same_principal(user) && back.extra == user.extra) {
+        strip(headers);
+        return Err(Unrepresentable(format!("{:?} would reach the API server as another identity", user.name)));
     }
     Ok(())
 }
@@ -390,6 +408,36 @@ mod tests {
     fn values_a_header_cannot_carry_are_refused() {
         let user = UserInfo { name: "bad\nname".into(), ..Default::default() };
         assert!(impersonate(&mut HeaderMap::new(), &user).is_err());
+        // HTTP trims blanks at a value's edges: " admin" would arrive as "admin".
+        for group in [" admin", "admin\t", " "] {
+            let user =
+                UserInfo { name: "u".into(), groups: vec![group.into(), AUTHENTICATED.into()], ..Default::default() };
+            assert!(impersonate(&mut HeaderMap::new(), &user).is_err(), "{group:?}");
+        }
+    }
+
+    #[test]
+    fn names_that_are_not_ascii_go_as_their_bytes() {
+        let user =
+            UserInfo { name: "J\u{fc}rgen \u{4e2d}".into(), groups: vec![AUTHENTICATED.into()], ..Default::default() };
+        let mut h = HeaderMap::new();
+        impersonate(&mut h, &user).unwrap();
+        assert_eq!(h["impersonate-user"].as_bytes(), user.name.as_bytes());
+    }
+
+    #[test]
+    fn an_identity_the_api_server_would_change_is_not_sent() {
+        // A certificate `CN=system:anonymous`: authenticated, but the API
+        // server's impersonation would add system:unauthenticated to it.
+        let cert_anonymous = UserInfo { name: ANONYMOUS.into(), groups: vec!["g".into()], ..Default::default() };
+        let mut h = HeaderMap::new();
+        assert!(impersonate(&mut h, &cert_anonymous).is_err());
+        assert!(h.get(USER).is_none(), "nothing half-written");
+        // The real anonymous user reads back as itself.
+        impersonate(&mut h, &UserInfo::anonymous()).unwrap();
+        // A user without system:authenticated would gain it.
+        let bare = UserInfo { name: "bob".into(), ..Default::default() };
+        assert!(impersonate(&mut HeaderMap::new(), &bare).is_err());
     }
 
     #[test]
@@ -409,6 +457,7 @@ mod tests {
         for key in ["Example.COM/Key", "a%b", "x y", "é/ß", "acme.io/a:b"] {
             let user = UserInfo {
                 name: "u".into(),
+                groups: vec![AUTHENTICATED.into()],
                 extra: [(key.to_owned(), vec!["v".to_owned()])].into(),
                 ..Default::default()
             };

@@ -183,6 +183,16 @@ impl CacheService {
         if info.legacy_watch_path && info.name.is_some() && !params.field_selector.is_empty() {
             return Served::Passthrough(Reason::NameAndFieldSelector);
         }
+        // The legacy `/watch/` path takes its verb from the path, so the API
+        // server validates the options as a LIST's unless the query also
+        // says `watch`: `sendInitialEvents` or `resourceVersionMatch` there
+        // get its 422 (found by the auth fuzzer).
+        if info.legacy_watch_path
+            && !crate::request::query_flag(uri, "watch")
+            && (params.send_initial_events.is_some() || params.rv_match != RvMatch::Unset)
+        {
+            return Served::Passthrough(Reason::WatchParameters);
+        }
         let mut answer = match negotiate(headers.get(header::ACCEPT), endpoint) {
             Negotiation::Cache(variant) => Answer { variant, or_json: None },
             Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },

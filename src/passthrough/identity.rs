@@ -68,7 +68,11 @@ mod tests {
     }
 
     fn alice() -> Caller {
-        Arc::new(UserInfo { name: "alice".into(), groups: vec!["dev".into()], ..Default::default() })
+        Arc::new(UserInfo {
+            name: "alice".into(),
+            groups: vec!["dev".into(), "system:authenticated".into()],
+            ..Default::default()
+        })
     }
 
     #[test]
@@ -81,7 +85,7 @@ mod tests {
         remove_hop_by_hop(&mut h);
         apply(&mut h, &UpstreamIdentity::Impersonate(alice())).unwrap();
         assert_eq!(h["impersonate-user"], "alice");
-        assert_eq!(h.get_all("impersonate-group").iter().collect::<Vec<_>>(), ["dev"]);
+        assert_eq!(h.get_all("impersonate-group").iter().collect::<Vec<_>>(), ["dev", "system:authenticated"]);
         assert!(h.get("x-custom").is_none(), "other listed headers are still hop-by-hop");
         assert!(h.get("connection").is_none());
     }
@@ -102,7 +106,7 @@ mod tests {
         apply(&mut h, &UpstreamIdentity::Impersonate(alice())).unwrap();
         let mut left: Vec<_> = h.iter().map(|(k, v)| format!("{k}={}", v.to_str().unwrap())).collect();
         left.sort();
-        assert_eq!(left, ["impersonate-group=dev", "impersonate-user=alice"]);
+        assert_eq!(left, ["impersonate-group=dev", "impersonate-group=system:authenticated", "impersonate-user=alice"]);
     }
 
     #[test]

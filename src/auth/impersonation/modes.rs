@@ -116,6 +116,14 @@ pub(crate) fn attempts(wanted: &Wanted, requestor: &UserInfo, request: &Attribut
     out
 }
 
+/// True when the modes that apply to `wanted` grant different identities:
+/// a node named alone (the node modes grant `system:nodes`, the legacy mode
+/// only what was asked). For every other identity each mode grants the same.
+pub(crate) fn grants_depend_on_the_mode(wanted: &Wanted) -> bool {
+    let only_name = wanted.uid.is_empty() && wanted.groups.is_empty() && wanted.extra.is_empty();
+    only_name && node_name(&wanted.name).is_some()
+}
+
 /// The `impersonate:user-info` reviews of every part of the wanted identity,
 /// with the API server's refusals that need no review.
 fn user_info_steps(wanted: &Wanted) -> Vec<Step> {
@@ -397,6 +405,21 @@ mod tests {
         assert!(both.contains(": [extra.key: Invalid value: \"A_B\"") && both.ends_with("]"), "{both}");
         let long_host = format!("{}/x", "a".repeat(254));
         assert!(check(&long_host).unwrap_err().contains("must be no more than 253 characters"));
+    }
+
+    #[test]
+    fn only_a_node_named_alone_gets_different_identities_by_mode() {
+        assert!(grants_depend_on_the_mode(&named("system:node:n1")));
+        let with_group = Wanted { groups: vec!["g".into()], ..named("system:node:n1") };
+        for wanted in [named("alice"), named("system:serviceaccount:ns:sa"), with_group] {
+            assert!(!grants_depend_on_the_mode(&wanted), "{wanted:?}");
+            // ...because every mode that applies grants the same identity.
+            let grants: Vec<_> = attempts(&wanted, &bob(), &list_pods()).into_iter().map(|a| a.grants).collect();
+            assert!(grants.windows(2).all(|w| w[0] == w[1]), "{grants:?}");
+        }
+        let node: Vec<_> =
+            attempts(&named("system:node:n1"), &bob(), &list_pods()).into_iter().map(|a| a.grants).collect();
+        assert_ne!(node[0], node[1]);
     }
 
     #[test]
