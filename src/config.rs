@@ -24,12 +24,15 @@ use crate::cache::resolve::ResourceName;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "watchmux", version, about, long_about = None)]
 pub struct Args {
-    /// Kubeconfig for the upstream API server. Without it: in-cluster service
-    /// account, then $KUBECONFIG, then ~/.kube/config.
+    /// Kubeconfig for the upstream API server. Without it, in
+    /// controller-runtime's order: $KUBECONFIG (an error when none of its
+    /// files exists), then the in-cluster service account, then
+    /// ~/.kube/config.
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Kubeconfig context to use instead of its current-context.
+    /// Kubeconfig context to use instead of its current-context (refused
+    /// with the in-cluster service account, which has none).
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
 

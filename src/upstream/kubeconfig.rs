@@ -198,6 +198,15 @@ pub enum KubeconfigError {
     #[error("no kubeconfig found: not in a cluster, $KUBECONFIG unset and {0} missing")]
     /// No kubeconfig anywhere a client looks, and not in a cluster.
     NotFound(PathBuf),
+    /// `$KUBECONFIG` is set, and none of its files exists. It is not passed
+    /// over for the in-cluster account: the operator asked for these files.
+    #[error("$KUBECONFIG is set ({0:?}) but none of its files exists")]
+    KubeconfigEnvMissing(String),
+    /// `--context` with the in-cluster configuration, which has no contexts.
+    #[error(
+        "--context {0:?} names a kubeconfig context, but no kubeconfig is used (in-cluster service account); give --kubeconfig too, or drop --context"
+    )]
+    ContextInCluster(String),
     #[error("kubeconfig has no context {0:?}")]
     /// `--context` names a context the kubeconfig lacks.
     NoContext(String),
@@ -320,19 +329,27 @@ pub(crate) fn resolve_with(
     context: Option<&str>,
     env: &Env,
 ) -> Result<UpstreamConfig, KubeconfigError> {
+    // controller-runtime's order: --kubeconfig, $KUBECONFIG, in-cluster,
+    // ~/.kube/config. $KUBECONFIG set inside a pod is meant, not a fallback.
     if let Some(path) = explicit {
         return from_files(&[path.to_path_buf()], context);
-    }
-    if let (Some(host), Some(port)) = (&env.service_host, &env.service_port) {
-        return in_cluster(host, port, &env.service_account_dir);
     }
     if let Some(list) = &env.kubeconfig {
         let paths: Vec<PathBuf> = std::env::split_paths(list).filter(|p| !p.as_os_str().is_empty()).collect();
         // As kubectl does, entries in $KUBECONFIG that do not exist are skipped.
         let existing: Vec<PathBuf> = paths.into_iter().filter(|p| p.exists()).collect();
-        if !existing.is_empty() {
-            return from_files(&existing, context);
+        if existing.is_empty() {
+            return Err(KubeconfigError::KubeconfigEnvMissing(list.clone()));
         }
+        return from_files(&existing, context);
+    }
+    if let (Some(host), Some(port)) = (&env.service_host, &env.service_port) {
+        // The in-cluster account has no contexts: a --context would be
+        // silently ignored, so it is refused.
+        if let Some(context) = context {
+            return Err(KubeconfigError::ContextInCluster(context.to_owned()));
+        }
+        return in_cluster(host, port, &env.service_account_dir);
     }
     let default = env.home.clone().unwrap_or_default().join(".kube").join("config");
     if default.exists() {
@@ -739,21 +756,37 @@ contexts:
     }
 
     #[test]
-    fn in_cluster_wins_over_kubeconfig_env_and_uses_rotating_token() {
+    fn in_cluster_comes_after_kubeconfig_env_and_uses_rotating_token() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "token", "t");
         write(dir.path(), "ca.crt", "CA");
         let env = Env {
-            kubeconfig: Some("/nonexistent".into()),
             service_host: Some("fd00::1".into()),
             service_port: Some("443".into()),
             service_account_dir: dir.path().to_path_buf(),
+            home: Some(dir.path().to_path_buf()),
             ..Env::default()
         };
         let cfg = resolve_with(None, None, &env).unwrap();
         assert_eq!(cfg.server, "https://[fd00::1]:443");
         assert_eq!(cfg.ca_pem.as_deref(), Some(&b"CA"[..]));
         assert_eq!(cfg.auth, UpstreamAuth::TokenFile(dir.path().join("token")));
+        // $KUBECONFIG inside a pod is what the operator meant (controller-runtime's order).
+        let kc = write(
+            dir.path(),
+            "kc",
+            "current-context: k\ncontexts:\n- name: k\n  context: {cluster: c}\nclusters:\n- name: c\n  cluster: {server: 'https://10.9.9.9'}\n",
+        );
+        let with_env = Env { kubeconfig: Some(kc.display().to_string()), ..env.clone() };
+        assert_eq!(resolve_with(None, None, &with_env).unwrap().server, "https://10.9.9.9");
+        // ...and when none of its files exists, that is said, not passed over.
+        let missing = Env { kubeconfig: Some("/nonexistent".into()), ..env.clone() };
+        assert!(matches!(resolve_with(None, None, &missing), Err(KubeconfigError::KubeconfigEnvMissing(_))));
+        // --context cannot apply to the in-cluster account: refused, not ignored.
+        let err = resolve_with(None, Some("prod"), &env).unwrap_err();
+        assert!(matches!(&err, KubeconfigError::ContextInCluster(c) if c == "prod"), "{err}");
+        // With --kubeconfig, the context applies to it as ever.
+        assert_eq!(resolve_with(Some(&kc), Some("k"), &env).unwrap().server, "https://10.9.9.9");
     }
 
     #[test]
