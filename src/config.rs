@@ -141,6 +141,12 @@ pub struct Args {
     #[arg(long)]
     pub allow_unauthenticated_remote: bool,
 
+    /// Let delegated mode serve plain HTTP on a non-loopback address. Bearer
+    /// tokens then cross the network in clear, and kubectl sends none over
+    /// plain HTTP, so its callers are anonymous; use TLS (--tls-cert-file).
+    #[arg(long)]
+    pub allow_insecure_delegated: bool,
+
     /// trusted-local: host names a request may name in Host (HTTP/2
     /// :authority), as regular expressions matched without the port,
     /// comma-separated, as `kubectl proxy --accept-hosts`. Others get 403:
@@ -149,6 +155,14 @@ pub struct Args {
     /// or in delegated mode.
     #[arg(long, value_name = "REGEXES", value_delimiter = ',', default_value = DEFAULT_ACCEPT_HOSTS)]
     pub accept_hosts: Vec<String>,
+
+    /// trusted-local: request paths refused with 403 (regular expressions,
+    /// comma-separated, matched against the decoded path), as
+    /// `kubectl proxy --reject-paths`, whose default this is: exec and attach,
+    /// which in this mode would run with watchmux's rights. `--reject-paths=`
+    /// refuses nothing. Not applied in delegated mode.
+    #[arg(long, value_name = "REGEXES", value_delimiter = ',', default_value = crate::server::reject_paths::DEFAULT_REJECT_PATHS)]
+    pub reject_paths: Vec<String>,
 
     /// PEM CA bundle that client certificates are verified against
     /// (delegated mode, with --tls-cert-file). The subject's CN is the user,
@@ -274,11 +288,24 @@ impl Args {
                 }
             }
             AuthMode::Delegated if self.tls_cert_file.is_none() && !self.listen.ip().is_loopback() => {
-                Ok(Some(format!(
-                    "--auth-mode delegated without TLS on {}: bearer tokens cross the network in clear",
-                    self.listen
-                )))
+                let why = "bearer tokens cross the network in clear, and kubectl sends none over plain HTTP \
+                           (its callers are anonymous)";
+                if self.allow_insecure_delegated {
+                    Ok(Some(format!("--auth-mode delegated without TLS on {}: {why}", self.listen)))
+                } else {
+                    Err(format!(
+                        "--auth-mode delegated without TLS on {}: {why}. Give --tls-cert-file and \
+                         --tls-private-key-file, or --allow-insecure-delegated to serve plain HTTP anyway",
+                        self.listen
+                    ))
+                }
             }
+            AuthMode::Delegated if self.tls_cert_file.is_none() => Ok(Some(format!(
+                "--auth-mode delegated without TLS on {}: kubectl sends no bearer token over plain HTTP, so its \
+                 callers are anonymous here (certificates need TLS too); fine for tests and same-host clients \
+                 that send tokens",
+                self.listen
+            ))),
             AuthMode::Delegated => Ok(None),
         }
     }
@@ -383,10 +410,14 @@ mod tests {
         assert!(parse(&["--listen", "0.0.0.0:6443"]).check_trust().is_err());
         let warned = parse(&["--listen", "0.0.0.0:6443", "--allow-unauthenticated-remote"]).check_trust();
         assert!(warned.unwrap().unwrap().contains("watchmux's identity"));
-        assert_eq!(
-            parse(&["--listen", "0.0.0.0:6443", "--auth-mode", "delegated"]).check_trust().map(|w| w.is_some()),
-            Ok(true)
-        );
+        // Delegated on plain HTTP: refused off loopback unless told (tokens in
+        // clear, kubectl sends none), a warning with the reason on loopback.
+        let plain = parse(&["--listen", "0.0.0.0:6443", "--auth-mode", "delegated"]).check_trust();
+        assert!(plain.unwrap_err().contains("--allow-insecure-delegated"));
+        let allowed = ["--listen", "0.0.0.0:6443", "--auth-mode", "delegated", "--allow-insecure-delegated"];
+        assert!(parse(&allowed).check_trust().unwrap().unwrap().contains("in clear"));
+        let local = parse(&["--auth-mode", "delegated"]).check_trust().unwrap().unwrap();
+        assert!(local.contains("kubectl sends no bearer token over plain HTTP"), "{local}");
         let mtls = ["--auth-mode", "delegated", "--listen", "0.0.0.0:6443", "--tls-cert-file", "c"];
         let mut mtls = mtls.to_vec();
         mtls.extend(["--tls-private-key-file", "k", "--client-ca-file", "ca"]);

@@ -9,6 +9,7 @@ pub(crate) mod hosts;
 pub(crate) mod limits;
 pub(crate) mod listener;
 pub(crate) mod opening;
+pub(crate) mod reject_paths;
 pub(crate) mod shutdown;
 pub(crate) mod tls;
 pub(crate) mod write_behind;
@@ -41,6 +42,7 @@ use graceful::GracefulShutdown;
 use hosts::AcceptHosts;
 use limits::{ConnectionBudget, RequestLimits};
 use listener::{AdminHandler, Handler, Serving};
+use reject_paths::RejectPaths;
 
 /// Where the server listens (from `--listen`, `--listen-unix`, the TLS
 /// flags and `--admin-listen`).
@@ -86,6 +88,8 @@ pub struct ServerOptions {
     pub h2_write_batching: bool,
     /// trusted-local's Host check (`--accept-hosts`); `None` checks nothing.
     pub accept_hosts: Option<AcceptHosts>,
+    /// trusted-local's path filter (`--reject-paths`); `None` refuses nothing.
+    pub reject_paths: Option<RejectPaths>,
 }
 
 /// The request and connection limits of the API listener (defaults: the
@@ -120,6 +124,7 @@ struct ApiHandler {
     delegated: Option<Arc<Delegated>>,
     limits: RequestLimits,
     accept_hosts: Option<AcceptHosts>,
+    reject_paths: Option<RejectPaths>,
 }
 
 impl ApiHandler {
@@ -149,6 +154,11 @@ impl Handler for ApiHandler {
         if let Some(hosts) = &self.accept_hosts
             && peer.addr.is_some()
             && !hosts.accepts(req.uri(), req.headers())
+        {
+            return hosts::forbidden();
+        }
+        if let Some(reject) = &self.reject_paths
+            && reject.rejects(req.uri().path())
         {
             return hosts::forbidden();
         }
@@ -267,6 +277,7 @@ impl Server {
             delegated,
             limits: RequestLimits::new(opts.limits.max_requests_inflight, opts.limits.max_request_body_bytes),
             accept_hosts: opts.accept_hosts.clone(),
+            reject_paths: opts.reject_paths.clone(),
         };
         let budget = ConnectionBudget::new(opts.limits.max_connections);
         let admin_state = Arc::new(AdminState {

@@ -146,7 +146,8 @@ async fn upgrade_is_tunnelled_both_ways() {
             .unwrap()
     }))
     .await;
-    let proxy = start_proxy(upstream, &[]).await;
+    // kubectl proxy's default refuses exec (below): this proxy allows it.
+    let proxy = start_proxy(upstream, &["--reject-paths", ""]).await;
 
     let mut send = h1(proxy.addr).await;
     let req = Request::post("/api/v1/namespaces/default/pods/p/exec?command=sh&stdin=true")
@@ -212,6 +213,32 @@ async fn unreachable_upstream_answers_at_once_with_a_503_naming_it_and_no_retry_
     let message = status["message"].as_str().unwrap();
     assert!(message.contains(&format!("upstream API server http://{closed}")), "{message}");
     assert!(message.contains("onnection refused"), "{message}");
+    proxy.shutdown().await;
+}
+
+/// trusted-local refuses exec and attach by default, as `kubectl proxy`
+/// does (issue 29): with watchmux's rights, any local client could run
+/// commands in any pod. Escaped forms are the same path; logs still pass.
+#[tokio::test]
+async fn trusted_local_refuses_exec_and_attach_by_default() {
+    let upstream = fake_upstream(handler(|req: Request<hyper::body::Incoming>| async move {
+        Response::new(body::full(req.uri().path().to_owned()))
+    }))
+    .await;
+    let proxy = start_proxy(upstream, &[]).await;
+    for path in [
+        "/api/v1/namespaces/a/pods/p/exec?command=id",
+        "/api/v1/namespaces/a/pods/p/attach",
+        "/api/v1/namespaces/a/pods/p/ex%65c?command=id",
+    ] {
+        let mut send = h1(proxy.addr).await;
+        let req = Request::post(path).header("host", "localhost").body(Full::default()).unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{path}");
+        assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "Forbidden");
+    }
+    let resp = get(proxy.addr, "/api/v1/namespaces/a/pods/p/log").await;
+    assert_eq!(resp.status(), StatusCode::OK);
     proxy.shutdown().await;
 }
 

@@ -53,6 +53,10 @@ impl super::Args {
                 AuthMode::TrustedLocal => Some(server::hosts::AcceptHosts::new(&self.accept_hosts)?),
                 AuthMode::Delegated => None,
             },
+            reject_paths: match self.auth_mode {
+                AuthMode::TrustedLocal => Some(server::reject_paths::RejectPaths::new(&self.reject_paths)?),
+                AuthMode::Delegated => None,
+            },
         })
     }
 

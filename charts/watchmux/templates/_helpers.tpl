@@ -441,6 +441,11 @@ clientIdentity, unless upstream.kubeconfigSecret names other credentials. */}}
 - {{ printf "--accept-hosts=%s" (join "," .Values.auth.acceptHosts) | quote }}
 {{- end }}
 {{- if eq $authMode "delegated" }}
+{{- if not (include "watchmux.tlsActive" .) }}
+{{- /* tls.enabled=false: bearer tokens in clear, and kubectl sends none over
+       plain HTTP; watchmux refuses that unless told (the operator's choice). */}}
+- --allow-insecure-delegated
+{{- end }}
 {{- if include "watchmux.clientIdentity" . }}
 - --upstream-identity=client
 {{- end }}
