@@ -19,7 +19,30 @@ kubectl=("$root/.run/kubectl" --kubeconfig "$root/.run/kubeconfig")
 logs="$root/.run/demo"
 mkdir -p "$logs"
 
-cargo build --locked --release --example watch -q
+demo_start=$(date +%s)
+# Runs a step, printing how long it has been running every 20 s, so that a
+# cold first run (minutes of compiling) never looks hung.
+with_progress() {
+  local label="$1"; shift
+  local started=$(date +%s)
+  "$@" &
+  local pid=$!
+  while ! wait_for "$pid" 20; do
+    echo "   ... still $label ($(( $(date +%s) - started ))s)"
+  done
+  wait "$pid"
+}
+wait_for() {  # pid seconds: true once the process has ended
+  local i
+  for (( i = 0; i < $2 * 10; i++ )); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+echo "== building the example watcher (release, on top of make release's build: a few minutes cold, then seconds)"
+with_progress "building the example watcher" cargo build --locked --release --example watch
 
 started_cluster=0
 bash "$scripts/cluster-up.sh" --check >/dev/null 2>&1 || started_cluster=1
@@ -30,7 +53,8 @@ cleanup() {
   if [[ $started_cluster == 1 ]]; then bash "$scripts/cluster-down.sh" >/dev/null || true; fi
 }
 trap cleanup EXIT
-bash "$scripts/cluster-up.sh"
+echo "== starting kube-apiserver and etcd on loopback (cold: builds them from the Go modules first, 10-25 min on two cores; then seconds)"
+with_progress "building or starting the API server" bash "$scripts/cluster-up.sh"
 
 echo "== starting watchmux on $listen (admin $admin) in front of $(grep server: .run/kubeconfig | awk '{print $2}')"
 "$root/target/release/watchmux" --kubeconfig "$root/.run/kubeconfig" --listen "$listen" --admin-listen "$admin" \
@@ -55,12 +79,15 @@ users: [{name: local, user: {}}]
 KC
 
 echo "== $WATCHERS Rust watchers and one kubectl watch, all through watchmux"
+echo "   (kubectl prints -o jsonpath, which asks for JSON objects: served from the cache like the Rust"
+echo "   watchers. Its default table output asks for as=Table, which watchmux still passes through.)"
 for i in $(seq 1 "$WATCHERS"); do
   "$root/target/release/examples/watch" --server "http://$listen" \
     --path "/api/v1/namespaces/$ns/configmaps" --label "watcher-$i" --seconds 60 &
   pids+=($!)
 done
-"$root/.run/kubectl" --kubeconfig "$logs/kubeconfig" get configmaps -n "$ns" -w --output-watch-events --no-headers \
+"$root/.run/kubectl" --kubeconfig "$logs/kubeconfig" get configmaps -n "$ns" -w \
+  -o jsonpath='{.metadata.name} round={.data.round}{"\n"}' \
   | sed -u 's/^/[kubectl -w] /' &
 pids+=($!)
 sleep 2
@@ -80,5 +107,6 @@ echo "== watchmux metrics (http://$admin/metrics)"
 curl -fs "http://$admin/metrics" \
   | grep -E '^watchmux_(registered_watchers|watch_cache_events_received_total|watch_cache_deliveries_total|cache_encodes_total|passthrough_requests_total|upstream_ready)' \
   | sort
-echo "   (one upstream watch feeds every watcher: events received once, delivered to each; encodes once per event)"
-echo "== done; stopping the watchers and watchmux"
+echo "   (one upstream watch feeds every watcher: events received once, delivered to each of the"
+echo "   $((WATCHERS + 1)) watchers, encoded once per event; passthrough_requests counts what went upstream)"
+echo "== done in $(( $(date +%s) - demo_start ))s; stopping the watchers and watchmux"
