@@ -83,6 +83,13 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "65s", value_parser = parse_duration)]
     pub upstream_response_header_timeout: Duration,
 
+    /// Once the readiness probe (every 5 s) finds the upstream unreachable
+    /// or not answering, how long a request that must reach it may take,
+    /// dial and headers together, before it fails: an outage is told in
+    /// seconds. Cached answers that need no proof keep serving.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub upstream_timeout: Duration,
+
     /// Resources to cache, comma-separated, named as kubectl names them:
     /// plural, singular or short name, with `.group` optional when only one
     /// group has it (the core group wins, as in kubectl). `*` caches every
@@ -259,6 +266,7 @@ impl Args {
                 connect: self.upstream_connect_timeout,
                 tls_handshake: self.upstream_tls_handshake_timeout,
                 response_header: self.upstream_response_header_timeout,
+                when_down: self.upstream_timeout,
             },
         }
     }

@@ -249,7 +249,7 @@ fn describe() {
     describe_gauge!(UPSTREAM_READY, "1 when the upstream API server answered its last readiness probe, else 0.");
     describe_gauge!(
         UPSTREAM_HEALTH,
-        "1 for what the last readiness probe of the upstream found (ready, unreachable, tls, credentials, unauthorized, forbidden, not_ready, unknown), 0 for the others."
+        "1 for what the last readiness probe of the upstream found (ready, unreachable, tls, credentials, unauthorized, forbidden, not_ready, unresponsive, unknown), 0 for the others."
     );
     describe_counter!(PASSTHROUGH_REASONS, "Requests the cache could have served but passed upstream, by reason.");
     describe_counter!(CACHE_EVENTS_RECEIVED, "Events received from the upstream watch, by resource.");

@@ -383,11 +383,16 @@ impl Upstream {
         &self,
         response: impl Future<Output = Result<T, E>>,
     ) -> Result<T, SendError> {
-        timeouts::response_headers(self.builder.opts.timeouts.response_header, response).await.map_err(|outcome| {
-            match outcome {
-                ResponseHeaderOutcome::Failed(err) => err.into(),
-                ResponseHeaderOutcome::TimedOut(timeout) => SendError::ResponseHeaders(timeout),
-            }
+        let timeouts = &self.builder.opts.timeouts;
+        // Known to be down: clients learn it in seconds, not after the full bound.
+        let limit = if self.health.get().is_down() {
+            timeouts.response_header.min(timeouts.when_down)
+        } else {
+            timeouts.response_header
+        };
+        timeouts::response_headers(limit, response).await.map_err(|outcome| match outcome {
+            ResponseHeaderOutcome::Failed(err) => err.into(),
+            ResponseHeaderOutcome::TimedOut(timeout) => SendError::ResponseHeaders(timeout),
         })
     }
 
@@ -482,7 +487,7 @@ impl Upstream {
         let (now, detail) = match tokio::time::timeout(READINESS_PROBE_TIMEOUT, self.send(req)).await {
             Ok(Ok(resp)) => (UpstreamHealth::of_status(resp.status()), format!("/readyz answered {}", resp.status())),
             Ok(Err(err)) => (UpstreamHealth::of_error(&err), crate::error::error_chain(&err)),
-            Err(_) => (UpstreamHealth::NotReady, format!("no answer within {READINESS_PROBE_TIMEOUT:?}")),
+            Err(_) => (UpstreamHealth::Unresponsive, format!("no answer within {READINESS_PROBE_TIMEOUT:?}")),
         };
         let was = self.health.set(now);
         if was != now {

@@ -293,6 +293,35 @@ async fn an_upstream_that_takes_the_request_and_never_answers_gets_a_504() {
     proxy.shutdown().await;
 }
 
+/// Issue 26 item 4: once the readiness probe finds the upstream not
+/// answering (a half-open path that swallows requests), a request that must
+/// reach it fails after --upstream-timeout, not after the full header
+/// timeout: an outage is told in seconds.
+#[tokio::test]
+async fn an_upstream_known_to_hang_fails_requests_after_the_upstream_timeout() {
+    let hole = black_hole().await;
+    let proxy = start_proxy(hole, &["--upstream-response-header-timeout", "60s", "--upstream-timeout", "1s"]).await;
+    // The probe runs at start and every 5 s, and gives up on an answer after 3 s.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let resp = get(proxy.admin, "/readyz/upstream?verbose").await;
+        let text = String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned();
+        if text.contains("does not answer in time") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let started = std::time::Instant::now();
+    let resp = tokio::time::timeout(Duration::from_secs(30), get(proxy.addr, "/api/v1/pods")).await.expect("an answer");
+    assert_eq!(resp.status(), StatusCode::GATEWAY_TIMEOUT);
+    let status = body_json(resp).await;
+    assert!(status["message"].as_str().unwrap().contains("within 1s"), "{status}");
+    // Bounded by --upstream-timeout, far below the 60 s header timeout.
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    proxy.shutdown().await;
+}
+
 /// Issue 29: watchmux's own credentials refused. The client sent none, so
 /// it must not be told to log in (a relayed 401); /readyz/upstream names the
 /// cause instead of "not reachable or not ready".

@@ -34,14 +34,16 @@ pub enum UpstreamHealth {
     Unauthorized = 5,
     /// The upstream answered 403: watchmux's identity may not read `/readyz`.
     Forbidden = 6,
-    /// The upstream answered, but not ready (another status), or took longer
-    /// than the probe's timeout.
+    /// The upstream answered, but not ready (another status).
     NotReady = 7,
+    /// No answer in time: a hung API server, or a half-open path that takes
+    /// requests and never answers.
+    Unresponsive = 8,
 }
 
 impl UpstreamHealth {
     /// Every state, for the metric's labels.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Unknown,
         Self::Ready,
         Self::Unreachable,
@@ -50,6 +52,7 @@ impl UpstreamHealth {
         Self::Unauthorized,
         Self::Forbidden,
         Self::NotReady,
+        Self::Unresponsive,
     ];
 
     /// The metric label.
@@ -63,6 +66,7 @@ impl UpstreamHealth {
             Self::Unauthorized => "unauthorized",
             Self::Forbidden => "forbidden",
             Self::NotReady => "not_ready",
+            Self::Unresponsive => "unresponsive",
         }
     }
 
@@ -77,7 +81,14 @@ impl UpstreamHealth {
             Self::Unauthorized => Some("the upstream refused watchmux's own credentials (401): expired or revoked?"),
             Self::Forbidden => Some("watchmux's identity may not read the upstream's /readyz (403)"),
             Self::NotReady => Some("the upstream answered but is not ready"),
+            Self::Unresponsive => Some("the upstream does not answer in time (hung, or a half-open connection)"),
         }
+    }
+
+    /// True when requests that must reach the upstream cannot be expected
+    /// to: they then fail after `--upstream-timeout`.
+    pub fn is_down(self) -> bool {
+        matches!(self, Self::Unreachable | Self::Unresponsive)
     }
 
     /// The state an answer to the probe stands for.
@@ -94,7 +105,7 @@ impl UpstreamHealth {
     pub(crate) fn of_error(err: &SendError) -> Self {
         match err {
             SendError::Credentials(_) | SendError::ClientTls(_) => Self::Credentials,
-            SendError::ResponseHeaders(_) => Self::NotReady,
+            SendError::ResponseHeaders(_) => Self::Unresponsive,
             other => {
                 let mut source: Option<&(dyn std::error::Error + 'static)> = Some(other);
                 while let Some(err) = source {
@@ -149,7 +160,9 @@ mod tests {
         let timeout = SendError::ResponseHeaders(super::super::timeouts::ResponseHeaderTimeout(
             std::time::Duration::from_secs(1),
         ));
-        assert_eq!(UpstreamHealth::of_error(&timeout), UpstreamHealth::NotReady);
+        assert_eq!(UpstreamHealth::of_error(&timeout), UpstreamHealth::Unresponsive);
+        assert!(UpstreamHealth::Unresponsive.is_down() && UpstreamHealth::Unreachable.is_down());
+        assert!(!UpstreamHealth::NotReady.is_down() && !UpstreamHealth::Unauthorized.is_down());
         assert_eq!(UpstreamHealth::of_error(&SendError::Connect("refused".into())), UpstreamHealth::Unreachable);
     }
 

@@ -16,6 +16,12 @@
 //! - **A silent connection**: HTTP/2 PINGs (every 30 s, 10 s to answer) and
 //!   TCP keep-alive close a connection whose peer stopped answering, which
 //!   ends the bodies streaming over it (the upstream module's constants).
+//! - **An upstream known to be down**: once the readiness probe finds it
+//!   unreachable or unresponsive (hung, or a half-open path that swallows
+//!   requests), a request that must reach it waits at most
+//!   `--upstream-timeout` (5 s) for its dial and headers, instead of the
+//!   full bounds above: clients learn of an outage in seconds, while cached
+//!   answers that need no proof keep serving.
 //!
 //! Failing any of these is a 503 naming the cause (the pass-through's
 //! Status), counted by cause in `watchmux_upstream_errors_total`.
@@ -34,6 +40,9 @@ pub struct UpstreamTimeouts {
     pub tls_handshake: Duration,
     /// A sent request's response headers (`--upstream-response-header-timeout`).
     pub response_header: Duration,
+    /// Dial and headers together while the upstream is known to be down
+    /// (`--upstream-timeout`).
+    pub when_down: Duration,
 }
 
 impl Default for UpstreamTimeouts {
@@ -42,6 +51,7 @@ impl Default for UpstreamTimeouts {
             connect: Duration::from_secs(10),
             tls_handshake: Duration::from_secs(10),
             response_header: Duration::from_secs(65),
+            when_down: Duration::from_secs(5),
         }
     }
 }
