@@ -51,7 +51,9 @@ async fn timed_get(addr: SocketAddr, path: &str, token: &str) -> (u16, usize, Du
 /// got 401 after 10 s because their TokenReviews waited behind them.
 #[tokio::test]
 async fn a_client_that_never_reads_holds_nothing_that_others_need() {
-    let _shared = CLUSTER.read().await;
+    // Alone: the attack loads the shared API server and the cores, and
+    // would slow every test running beside it past its bounds.
+    let _exclusive = CLUSTER.write().await;
     let cluster = Cluster::from_env();
     let admin = cluster.direct_client();
     let ns = reader_namespace(&admin, "capacity-unread").await;
@@ -111,7 +113,9 @@ async fn a_client_that_never_reads_holds_nothing_that_others_need() {
 /// TokenReview itself took 7 to 24 ms).
 #[tokio::test]
 async fn anonymous_requests_with_distinct_selectors_do_not_delay_a_new_token() {
-    let _shared = CLUSTER.read().await;
+    // Alone: the attack loads the shared API server and the cores, and
+    // would slow every test running beside it past its bounds.
+    let _exclusive = CLUSTER.write().await;
     let cluster = Cluster::from_env();
     let admin = cluster.direct_client();
     let ns = reader_namespace(&admin, "capacity-reviews").await;
@@ -174,7 +178,9 @@ async fn anonymous_requests_with_distinct_selectors_do_not_delay_a_new_token() {
 /// selector in the decision cache's key (RSS 12 to 228 MiB for 3,080).
 #[tokio::test]
 async fn denials_of_huge_selectors_cost_the_decision_cache_little_and_are_swept() {
-    let _shared = CLUSTER.read().await;
+    // Alone: the attack loads the shared API server and the cores, and
+    // would slow every test running beside it past its bounds.
+    let _exclusive = CLUSTER.write().await;
     let cluster = Cluster::from_env();
     let admin = cluster.direct_client();
     let ns = namespace("capacity-selectors");
