@@ -25,6 +25,12 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 bench_build() {
   mkdir -p "$2"
   if [[ ${BENCH_SKIP_BUILD:-0} == 1 && -x $2/$1-bench && -x $2/watchmux ]]; then return 0; fi
+  # The revision make release and image.sh stamp: any other value reruns
+  # build.rs and rebuilds the watchmux crate in release (minutes cold) when
+  # make test's image step built it just before.
+  local WATCHMUX_GIT_REVISION
+  WATCHMUX_GIT_REVISION="$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || true)"
+  export WATCHMUX_GIT_REVISION
   cargo build --locked --release -q
   local exe
   exe="$(cargo bench --locked --bench "$1" --no-run --message-format=json -q 2>/dev/null |
