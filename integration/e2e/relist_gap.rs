@@ -157,6 +157,17 @@ fn sequence(body: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// The sequence without a last plain bookmark: the API server sends one
+/// before a watch's deadline only when the resource's version moved during
+/// it, which writes by the tests running beside this one decide (seen as a
+/// flake of this test when the suite ran its heaviest tests first).
+fn without_deadline_bookmark(mut seq: Vec<String>) -> Vec<String> {
+    if seq.last().is_some_and(|last| last == "BOOKMARK ") {
+        seq.pop();
+    }
+    seq
+}
+
 /// Issue 16's smaller differences, compared with the API server: a watch
 /// from the current state ends its initial events with the
 /// initial-events-end bookmark when bookmarks are allowed (resourceVersion 0
@@ -180,7 +191,11 @@ async fn watch_starts_and_timeouts_answer_as_the_api_server_does() {
         let (code, via) = read(get(wm.addr, &path).await).await;
         let (direct_code, direct_body) = get_direct(&direct, &path).await;
         assert_eq!((code, direct_code), (200, 200), "{path}");
-        assert_eq!(sequence(&via), sequence(&direct_body), "{path}");
+        assert_eq!(
+            without_deadline_bookmark(sequence(&via)),
+            without_deadline_bookmark(sequence(&direct_body)),
+            "{path}"
+        );
     }
     assert_eq!(
         sequence(&get_direct(&direct, &format!("{base}&resourceVersion=0&allowWatchBookmarks=true")).await.1),
