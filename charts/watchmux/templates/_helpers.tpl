@@ -26,15 +26,21 @@ app.kubernetes.io/name: {{ include "watchmux.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{- define "watchmux.labels" -}}
+{{/* Every object's labels but app.kubernetes.io/component, which each
+object says once: watchmux.labels (the mode), or its own. */}}
+{{- define "watchmux.labelsWithoutComponent" -}}
 helm.sh/chart: {{ include "watchmux.chart" . }}
 {{ include "watchmux.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/component: {{ .Values.mode | kebabcase }}
 {{- with .Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
+{{- end }}
+
+{{- define "watchmux.labels" -}}
+{{ include "watchmux.labelsWithoutComponent" . }}
+app.kubernetes.io/component: {{ .Values.mode | kebabcase }}
 {{- end }}
 
 {{- define "watchmux.serviceAccountName" -}}
