@@ -169,8 +169,8 @@ cases=(
   "nodelocal-trusted-local|privileged|-|--set mode=nodeLocal --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true --set 'rbac.extraClusterRoles[0]=system:node' --set upstream.apiserverHost=kubernetes.example --set upstream.apiserverPort=6443"
   "tier-trusted-local-remote|restricted|-|--set mode=tier --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true --set networkPolicy.enabled=true"
   "tier-delegated-client-ca|restricted|-|--set mode=tier --set auth.clientCA.configMap=client-ca"
-  "tier-monitoring|restricted|-|--set mode=tier --set serviceMonitor.enabled=true --set monitoring.dashboards.enabled=true --set monitoring.prometheusRule.enabled=true"
-  "nodelocal-metrics-on-host|privileged|-|--set mode=nodeLocal --set nodeLocal.adminOnHostIP=true --set serviceMonitor.enabled=true --set monitoring.dashboards.enabled=true --set monitoring.prometheusRule.enabled=true --set auth.clientCA.configMap=client-ca"
+  "tier-monitoring|restricted|-|--set mode=tier --set serviceMonitor.enabled=true --set monitoring.dashboards.enabled=true --set monitoring.prometheusRule.enabled=true --set monitoring.prometheusRule.runbookBaseURL=https://runbooks.example/docs/runbooks.md"
+  "nodelocal-metrics-on-host|privileged|-|--set mode=nodeLocal --set nodeLocal.adminOnHostIP=true --set serviceMonitor.enabled=true --set monitoring.dashboards.enabled=true --set monitoring.prometheusRule.enabled=true --set monitoring.prometheusRule.runbookBaseURL=https://runbooks.example/docs/runbooks.md --set auth.clientCA.configMap=client-ca"
 )
 # Values the chart must refuse: name | helm args [| text the error must contain]
 refusals=(
@@ -210,6 +210,7 @@ refusals=(
   "staticpod-secret-env|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set extraEnv[0].name=X --set extraEnv[0].valueFrom.secretKeyRef.name=s --set extraEnv[0].valueFrom.secretKeyRef.key=k|cannot read a Secret or ConfigMap"
   "staticpod-pull-always|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set image.pullPolicy=Always|with image.pullPolicy Always"
   "staticpod-dot-file|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set nodeLocal.staticPod.fileName=.watchmux.yaml"
+  "alerts-without-runbooks|--set monitoring.prometheusRule.enabled=true|monitoring.prometheusRule.runbookBaseURL is required"
 )
 
 ns_restricted="watchmux-chart-check-r-$$"
