@@ -17,6 +17,7 @@ pub(crate) mod cache;
 pub mod config;
 pub mod encode;
 pub(crate) mod error;
+pub mod install;
 pub(crate) mod metrics;
 pub(crate) mod negotiate;
 pub(crate) mod passthrough;

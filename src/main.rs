@@ -8,6 +8,16 @@ use tracing_subscriber::EnvFilter;
 use watchmux::config::{Args, LogFormat};
 
 fn main() -> ExitCode {
+    // The chart's static-pod installer runs the image's one binary (no shell).
+    if std::env::args().nth(1).as_deref() == Some(watchmux::install::SUBCOMMAND) {
+        return match watchmux::install::main(std::env::args().skip(2)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("{err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = Args::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // Colours only for a person at a terminal: a log collector would keep

@@ -47,11 +47,35 @@
 #     own manifest checks (integration/cmd/staticpodcheck, which also refuses
 #     it with a ServiceAccount added); no watchmux DaemonSet; the installer
 #     DaemonSet (or none, installer.enabled=false) writes the file where the
-#     kubelet reads it; kubelet-watchmux.conf parses; the installer script,
-#     run against a scratch host, installs, re-runs without writing, upgrades
-#     keeping the previous manifest outside the manifest directory, and rolls
-#     back; the kubelet's only API path on a DaemonSet is refused unless
-#     acknowledged (nodeLocal.allowKubeletOnDaemonSet).
+#     kubelet reads it; kubelet-watchmux.conf parses; the kubelet's only API
+#     path on a DaemonSet is refused unless acknowledged
+#     (nodeLocal.allowKubeletOnDaemonSet);
+#   - the installer is the watchmux image itself (`watchmux install-static-pod`,
+#     no other image in any rendered case), fed by a projected volume that
+#     lays out every host file the static pod mounts: the real binary's
+#     installer, run against a scratch host with the files as the pod would
+#     mount them, installs, re-runs without writing, upgrades keeping the
+#     previous manifest outside the manifest directory, and rolls back;
+#   - no rendered object has a duplicate key (a YAML mapping that names a key
+#     twice: the API server keeps one silently);
+#   - NOTES (helm install --dry-run=client) for nodeLocal with the kubelet's
+#     credentials say a certificate rotation needs no restart, and tell no
+#     one to crictl stop;
+#   - rollout: the DaemonSet form rolls (RollingUpdate) unless the kubelet is
+#     its client (OnDelete; RollingUpdate refused there), both it and the
+#     installer take nodeLocal.rollout's maxUnavailable and minReadySeconds,
+#     and with the defaults a 5,000-node rollout finishes within the hour even
+#     when every node takes its worst case (the arithmetic in
+#     docs/node-local.md, "Rollout speed");
+#   - resources: each mode's defaults (tier.resources, nodeLocal.resources,
+#     sidecar.resources) are what the container gets, the top-level
+#     resources overrides them, and they are the chart README's sizing table;
+#   - the tree (nodeLocal.tier.server): watchmux's --kubeconfig is the chart's
+#     tree kubeconfig (the tier, its CA, the kubelet's own certificate), in a
+#     ConfigMap for the DaemonSet and a host file the installer writes for
+#     the static pod; the kubelet's kubeconfig is not mounted; its refusals
+#     (no CA, not https, a Service name for the static pod, not delegated
+#     with the kubelet's credentials).
 # With a kubeconfig (the test cluster's .run/kubeconfig, a real kube-apiserver):
 #   - every rendered manifest (and the static pod manifest, as a Pod) and
 #     every example manifest goes through
@@ -79,6 +103,14 @@
 #     nodes); nodeLocal: a pass-through the node may not do (list secrets) is
 #     the same 403 through watchmux as directly, and another node's
 #     certificate is refused on pass-through;
+#   - the tree end to end: a tier watchmux (the chart's tier args, delegated
+#     with the API server's client CA) and a nodeLocal watchmux whose
+#     upstream is the chart's tree kubeconfig pointed at that tier, with a
+#     node's client certificate: the node-local gets ready through the tier,
+#     answers the "kubelet" with its own node's pods from its cache, the
+#     tier holds the node-local's watches and answered its lists from its
+#     cache, and a pass-through the node may not do is the API server's own
+#     403 (the tier impersonates the node);
 #   - a real install + upgrade (nodeLocal) shows the generated CA and serving
 #     certificate are kept across upgrades, and the CA Secret across uninstall;
 #     installed nodeLocal (delegated) binds its ServiceAccount to nothing;
@@ -121,11 +153,13 @@ fail() { echo "chart-check: FAIL: $*" >&2; failures=$((failures + 1)); }
 note() { echo "chart-check: note: $*"; }
 
 proxy_pid=""
+tier_pid=""  # the tree's tier watchmux, while the node-local one runs against it
 rel=""
 rel_installed=0
 scratch_pods=0
 cleanup() {
   if [[ -n $proxy_pid ]]; then kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; fi
+  if [[ -n $tier_pid ]]; then kill "$tier_pid" 2>/dev/null || true; wait "$tier_pid" 2>/dev/null || true; fi
   # Pods bound to a node are only deleted at once with --force; without a
   # namespace controller they would outlive their namespace.
   if [[ $scratch_pods == 1 ]]; then delete_scratch_pods || true; fi
@@ -169,8 +203,11 @@ cases=(
   "nodelocal-trusted-local|privileged|-|--set mode=nodeLocal --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true --set 'rbac.extraClusterRoles[0]=system:node' --set upstream.apiserverHost=kubernetes.example --set upstream.apiserverPort=6443"
   "tier-trusted-local-remote|restricted|-|--set mode=tier --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true --set networkPolicy.enabled=true"
   "tier-delegated-client-ca|restricted|-|--set mode=tier --set auth.clientCA.configMap=client-ca"
-  "tier-monitoring|restricted|-|--set mode=tier --set serviceMonitor.enabled=true --set monitoring.dashboards.enabled=true --set monitoring.prometheusRule.enabled=true"
-  "nodelocal-metrics-on-host|privileged|-|--set mode=nodeLocal --set nodeLocal.adminOnHostIP=true --set serviceMonitor.enabled=true --set monitoring.dashboards.enabled=true --set monitoring.prometheusRule.enabled=true --set auth.clientCA.configMap=client-ca"
+  "tier-monitoring|restricted|-|--set mode=tier --set serviceMonitor.enabled=true --set monitoring.dashboards.enabled=true --set monitoring.prometheusRule.enabled=true --set monitoring.prometheusRule.runbookBaseURL=https://runbooks.example/docs/runbooks.md"
+  "nodelocal-metrics-on-host|privileged|-|--set mode=nodeLocal --set nodeLocal.adminOnHostIP=true --set serviceMonitor.enabled=true --set monitoring.dashboards.enabled=true --set monitoring.prometheusRule.enabled=true --set monitoring.prometheusRule.runbookBaseURL=https://runbooks.example/docs/runbooks.md --set auth.clientCA.configMap=client-ca"
+  "nodelocal-tree|privileged|-|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.kubeletClient=true --set nodeLocal.allowKubeletOnDaemonSet=true --set nodeLocal.tier.server=https://watchmux-tier.watchmux.svc:443 --set nodeLocal.tier.caConfigMap=watchmux-tier-kubeconfig"
+  "nodelocal-staticpod-tree|privileged|-|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set nodeLocal.tier.server=https://10.0.0.10:443 --set nodeLocal.tier.caConfigMap=watchmux-tier-kubeconfig --set nodeLocal.tier.tlsServerName=watchmux-tier.watchmux.svc"
+  "nodelocal-rollout-tuned|privileged|-|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.rollout.maxUnavailable=50 --set nodeLocal.rollout.minReadySeconds=0 --set resources.requests.memory=1Gi"
 )
 # Values the chart must refuse: name | helm args [| text the error must contain]
 refusals=(
@@ -210,6 +247,16 @@ refusals=(
   "staticpod-secret-env|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set extraEnv[0].name=X --set extraEnv[0].valueFrom.secretKeyRef.name=s --set extraEnv[0].valueFrom.secretKeyRef.key=k|cannot read a Secret or ConfigMap"
   "staticpod-pull-always|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set image.pullPolicy=Always|with image.pullPolicy Always"
   "staticpod-dot-file|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set nodeLocal.staticPod.fileName=.watchmux.yaml"
+  "kubelet-daemonset-rolling|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.kubeletClient=true --set nodeLocal.allowKubeletOnDaemonSet=true --set nodeLocal.updateStrategy.type=RollingUpdate|cannot reach the API to learn of the replacement"
+  "rollout-zero|--set nodeLocal.rollout.maxUnavailable=0"
+  "installer-third-party-image|--set nodeLocal.staticPod.installer.image=busybox:1.37"
+  "installer-own-min-ready|--set nodeLocal.staticPod.installer.minReadySeconds=30"
+  "alerts-without-runbooks|--set monitoring.prometheusRule.enabled=true|monitoring.prometheusRule.runbookBaseURL is required"
+  "tree-without-ca|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.tier.server=https://watchmux-tier.watchmux.svc:443|needs nodeLocal.tier.caConfigMap"
+  "tree-plain-http|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.tier.server=http://watchmux-tier.watchmux.svc:443 --set nodeLocal.tier.caConfigMap=x|the tier is reached over TLS"
+  "tree-staticpod-service-name|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set nodeLocal.tier.server=https://watchmux-tier.watchmux.svc:443 --set nodeLocal.tier.caConfigMap=x|starts before cluster DNS and kube-proxy"
+  "tree-trusted-local|--set mode=nodeLocal --set auth.mode=trusted-local --set auth.allowUnauthenticatedRemote=true --set nodeLocal.tier.server=https://watchmux-tier:443 --set nodeLocal.tier.caConfigMap=x|needs delegated auth with the kubelet's credentials"
+  "tree-inline-kubelet-certificate|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.tier.server=https://watchmux-tier:443 --set nodeLocal.tier.caConfigMap=x --set nodeLocal.kubeletPKIDir=|needs nodeLocal.kubeletPKIDir"
 )
 
 ns_restricted="watchmux-chart-check-r-$$"
@@ -244,6 +291,11 @@ fi
 binary_flags=""
 if [[ -n $watchmux_bin ]]; then
   binary_flags="$("$watchmux_bin" --help | grep -oE -- '--[a-z0-9][a-z0-9-]*' | sort -u)"
+  # and the static-pod installer's (`watchmux install-static-pod`, whose usage
+  # names them; its exact arguments are checked with the static pod below)
+  installer_usage="$("$watchmux_bin" install-static-pod --help 2>&1 || true)"
+  binary_flags="$( { echo "$binary_flags"; grep 'usage: watchmux install-static-pod' <<<"$installer_usage" |
+    grep -oE -- '--[a-z0-9][a-z0-9-]*' || true; } | sort -u)"
 else
   note "no watchmux binary (target/{release,debug}/watchmux or WATCHMUX_BIN): flag check skipped"
 fi
@@ -446,7 +498,7 @@ check_cache() {  # check_cache <case> <helm args> [ClusterRole rules JSON instea
   local delegated=false clientid=false kubelet=false
   if jq -e '.args | index(["--auth-mode=delegated"]) != null' <<<"$cjson" >/dev/null; then delegated=true; fi
   if jq -e '.args | index(["--upstream-identity=client"]) != null' <<<"$cjson" >/dev/null; then clientid=true; fi
-  if [[ $clientid == true ]] && jq -e '[.args[] | select(startswith("--kubeconfig=") and (startswith("--kubeconfig=/etc/watchmux/") | not))] | length == 1' <<<"$cjson" >/dev/null; then kubelet=true; fi
+  if [[ $clientid == true ]] && jq -e '[.args[] | select(startswith("--kubeconfig=") and (startswith("--kubeconfig=/etc/watchmux/upstream/") | not))] | length == 1' <<<"$cjson" >/dev/null; then kubelet=true; fi
   case "$args" in
     *cache.enabled=false*|*cache.warm=false*) warm=false ;;
     *cache.warm=true*) warm=true ;;
@@ -484,7 +536,9 @@ identity_jq='
   | (arg("--kubeconfig")[0] // "") as $kc
   | ([$pod.volumes[]? | select(.hostPath)]) as $hp
   | ($mode == "nodeLocal" and $auth == "delegated") as $clientid
-  | ($clientid and $kc != "" and ($kc | startswith("/etc/watchmux/") | not)) as $kubelet
+  | ($clientid and $kc != "" and ($kc | startswith("/etc/watchmux/upstream/") | not)) as $kubelet
+  # the tree: the kubeconfig of the chart for the tier, a ConfigMap (DaemonSet) or a host file (static pod)
+  | ($kubelet and ($kc == "/etc/watchmux/tier/kubeconfig" or ($kc | endswith("/upstream.conf")))) as $tree
   | (if $clientid then
       (select($upstream != "client") | "nodeLocal+delegated without --upstream-identity=client"),
       (select($rbac != "") | "nodeLocal+delegated renders RBAC: \($rbac)"),
@@ -495,8 +549,10 @@ identity_jq='
       (select($auth == "trusted-local" and $impersonate) | "trusted-local with the impersonate verb: every client could become anyone")
     end),
     (if $kubelet then
-      (select([$hp[] | select(.hostPath.path == $kc and .hostPath.type == "File")] | length != 1)
+      (select(($tree and ($static | not)) | not) | select([$hp[] | select(.hostPath.path == $kc and .hostPath.type == "File")] | length != 1)
         | "--kubeconfig=\($kc) is not a hostPath File volume"),
+      (select($tree) | select([$hp[] | select(.hostPath.path | endswith("kubelet.conf"))] | length > 0)
+        | "the tree mounts the kubelet'"'"'s own kubeconfig, which it does not use"),
       ($hp[] | . as $v | [$c.volumeMounts[]? | select(.name == $v.name)] as $m
         | if ($m | length) == 0 then "hostPath \($v.hostPath.path) is not mounted"
           # the static pod: its own files from the host directory at /etc/watchmux
@@ -582,7 +638,7 @@ done
 
 # --- offline: nodeLocal's static pod -------------------------------------------
 # nodeLocal.mode staticPod renders the Pod manifest, the kubelet's kubeconfig
-# and the installer script into ConfigMap <fullname>-static-pod, and (unless
+# (and in the tree upstream.conf) into ConfigMap <fullname>-static-pod, and (unless
 # installer.enabled=false) the installer DaemonSet, never a watchmux DaemonSet.
 # The manifest references no API object (no ServiceAccount, Secret, ConfigMap:
 # the kubelet starts it before it reaches the API, and refuses such static
@@ -639,7 +695,9 @@ check_static_pod() {
       ([$ds[] | select(.name | endswith("-installer"))] | if length != 1 then "no installer DaemonSet" else .[0].spec as $i
         | ([$i.volumes[] | .hostPath.path // empty] | sort) as $ip
         | (select($ip != ([$mdir, $hdir] | sort)) | "installer hostPaths \($ip), want \($mdir) \($hdir)"),
-          (select([$i.containers[0].env[] | select(.name == "MANIFEST_FILE" and .value == $file)] | length != 1) | "installer does not write \($file)"),
+          (select($i.containers[0].args != ["install-static-pod", "--files=/watchmux/files", "--host-dir=/host/watchmux",
+              "--manifest=/watchmux/static/\($file)", "--manifest-dir=/host/manifests"]) | "installer args \($i.containers[0].args)"),
+          (select($i.containers[0].image != $image) | "installer image \($i.containers[0].image), want the chart'"'"'s \($image)"),
           (select($i.automountServiceAccountToken != false) | "installer mounts a service-account token")
         end)
     else
@@ -682,54 +740,237 @@ if [[ -n $staticpodcheck && -s $tmp/static-nodelocal-staticpod/watchmux.yaml ]];
   fi
 fi
 
-# The installer script, run as on a node (INSTALL_ONCE=1) against a scratch
-# host: install (reboot: the files the kubelet starts the pod from), re-run
-# unchanged (writes nothing), upgrade (a new image: the manifest is replaced,
-# the previous one kept outside the manifest directory, which holds one file
-# the kubelet reads and no temporary left behind), rollback (the documented
-# copy of the previous manifest back).
-installer_check() {
-  local name=nodelocal-staticpod d="$tmp/installer" src h out
+# The installer (`watchmux install-static-pod`, the real binary), run as on a
+# node (--once) against a scratch host, with its input laid out as the
+# installer DaemonSet's projected volume says (from the rendered ConfigMap
+# and Secret; stand-ins for the client CA and the tier's CA ConfigMaps):
+# install (reboot: the files the kubelet starts the pod from; every host path
+# the static pod mounts exists), re-run unchanged (writes nothing), upgrade
+# (a new image: the manifest is replaced, the previous one kept outside the
+# manifest directory, which holds one file the kubelet reads and no temporary
+# left behind), rollback (the documented copy of the previous manifest back).
+installer_check() {  # installer_check <case> <helm args of the case, for the upgrade>
+  local name="$1" d="$tmp/installer-$1" src h out file=watchmux.yaml
   src="$d/src"; h="$d/host"
-  mkdir -p "$src/static" "$src/tls" "$src/client-ca" "$h/etc/kubernetes/manifests"
-  static_src() {  # <rendered file> -> $src/static
-    local k
-    for k in watchmux.yaml kubelet-watchmux.conf install.sh; do
-      yq -r --arg k "$k" 'select(.kind == "ConfigMap" and (.metadata.name | endswith("-static-pod"))) | .data[$k]' "$1" >"$src/static/$k"
-    done
+  mkdir -p "$src/static" "$h/etc/kubernetes/manifests"
+  # The pod's two volumes from a rendered case: static/ (the manifest) and
+  # files/ (the projected sources, item by item, at their paths).
+  mount_src() {  # <rendered file>
+    local ds sources n kind obj key path
+    rm -rf "$src/files"; mkdir -p "$src/files/..2026_01_01_00_00_00.0"  # a projected volume's own bookkeeping
+    yq -r --arg k "$file" 'select(.kind == "ConfigMap" and (.metadata.name | endswith("-static-pod"))) | .data[$k]' "$1" >"$src/static/$file"
+    ds="$(yq -c 'select(.kind == "DaemonSet" and (.metadata.name | endswith("-installer")))' "$1")"
+    while IFS=$'\t' read -r kind obj key path; do
+      mkdir -p "$(dirname "$src/files/$path")"
+      case "$kind:$obj" in
+        configMap:*-static-pod) yq -r --arg k "$key" 'select(.kind == "ConfigMap" and (.metadata.name | endswith("-static-pod"))) | .data[$k]' "$1" >"$src/files/$path" ;;
+        secret:*) yq -r --arg k "$key" 'select(.kind == "Secret" and (.metadata.name | endswith("-tls"))) | .data[$k]' "$1" | base64 -d >"$src/files/$path" ;;
+        configMap:*) echo "stand-in for ConfigMap $obj key $key" >"$src/files/$path" ;;
+      esac
+    done < <(jq -r '.spec.template.spec.volumes[] | select(.name == "files") | .projected.sources[]
+      | (if .configMap then ["configMap", .configMap] else ["secret", .secret] end) as [$k, $o]
+      | $o.items[] | [$k, $o.name, .key, .path] | @tsv' <<<"$ds")
   }
-  static_src "$tmp/$name.yaml"
-  for k in tls.crt tls.key ca.crt; do
-    yq -r --arg k "$k" 'select(.kind == "Secret" and (.metadata.name | endswith("-tls"))) | .data[$k]' "$tmp/$name.yaml" | base64 -d >"$src/tls/$k"
-  done
-  cp "$src/tls/ca.crt" "$src/client-ca/ca.crt"  # a stand-in client CA
+  if ! yq -e 'select(.kind == "DaemonSet" and (.metadata.name | endswith("-installer"))) | .spec.template.spec.volumes[] | select(.name == "files") | .projected' \
+      "$tmp/$name.yaml" >/dev/null 2>&1; then
+    fail "installer $name: no projected volume \"files\" with the host files for \`watchmux install-static-pod\`"; return
+  fi
+  mount_src "$tmp/$name.yaml"
   run_installer() {
-    SRC_DIR="$src" HOST_DIR="$h/etc/kubernetes/watchmux" MANIFEST_DIR="$h/etc/kubernetes/manifests" MANIFEST_FILE=watchmux.yaml \
-      CLIENT_CA_KEY=ca.crt INSTALL_ONCE=1 sh "$src/static/install.sh"
+    "$watchmux_bin" install-static-pod --files "$src/files" --host-dir "$h/etc/kubernetes/watchmux" \
+      --manifest "$src/static/$file" --manifest-dir "$h/etc/kubernetes/manifests" --once
   }
-  local m="$h/etc/kubernetes/manifests" w="$h/etc/kubernetes/watchmux" bad=""
-  if ! out="$(run_installer 2>&1)"; then fail "installer: first install: $out"; return; fi
-  cmp -s "$m/watchmux.yaml" "$src/static/watchmux.yaml" || bad+=" manifest not written;"
+  local m="$h/etc/kubernetes/manifests" w="$h/etc/kubernetes/watchmux" bad="" f
+  if ! out="$(run_installer 2>&1)"; then fail "installer $name: first install: $out"; return; fi
+  cmp -s "$m/$file" "$src/static/$file" || bad+=" manifest not written;"
+  # Every host file the static pod mounts from watchmux's directory is there.
+  for f in $(jq -r --arg w /etc/kubernetes/watchmux '.spec.volumes[].hostPath.path | select(startswith($w))' <<<"$(static_pod_json "$tmp/$name.yaml")"); do
+    [[ -e $h$f ]] || bad+=" no $f for the static pod;"
+  done
   for f in tls/tls.crt tls/tls.key client-ca/ca.crt ca.crt kubelet-watchmux.conf; do [[ -f $w/$f ]] || bad+=" no $f;"; done
+  [[ ! -e $w/..2026_01_01_00_00_00.0 ]] || bad+=" copied the projected volume's own directory;"
   [[ $(stat -c %a "$w") == 700 && $(stat -c %a "$w/tls/tls.key") == 600 ]] || bad+=" modes $(stat -c %a "$w") $(stat -c %a "$w/tls/tls.key");"
-  [[ ! -e $w/watchmux.yaml.previous ]] || bad+=" a previous manifest on first install;"
+  [[ ! -e $w/$file.previous ]] || bad+=" a previous manifest on first install;"
   if ! out="$(run_installer 2>&1)" || [[ $out == *wrote* ]]; then bad+=" unchanged re-run wrote: $out;"; fi
-  local old; old="$(cat "$m/watchmux.yaml")"
-  "$helm" template watchmux "$chart" -n "$ns_privileged" --set mode=nodeLocal --set nodeLocal.mode=staticPod \
-    --set auth.clientCA.configMap=client-ca --set image.tag=0.2.0 >"$tmp/$name-upgrade.yaml"
-  static_src "$tmp/$name-upgrade.yaml"
+  local old; old="$(cat "$m/$file")"
+  eval "set -- $2"
+  "$helm" template watchmux "$chart" -n "$ns_privileged" "$@" --set image.tag=0.2.0 >"$tmp/$name-upgrade.yaml"
+  mount_src "$tmp/$name-upgrade.yaml"
   if ! out="$(run_installer 2>&1)"; then bad+=" upgrade: $out;"; fi
-  grep -q 'image: registry.example/watchmux:0.2.0' "$m/watchmux.yaml" || bad+=" upgrade did not write the new image;"
-  [[ "$(cat "$w/watchmux.yaml.previous" 2>/dev/null)" == "$old" ]] || bad+=" the previous manifest was not kept;"
+  grep -q 'image: registry.example/watchmux:0.2.0' "$m/$file" || bad+=" upgrade did not write the new image;"
+  [[ "$(cat "$w/$file.previous" 2>/dev/null)" == "$old" ]] || bad+=" the previous manifest was not kept;"
   local listed; listed="$(cd "$m" && ls -A | paste -sd' ' -)"
-  [[ $listed == watchmux.yaml ]] || bad+=" manifest dir holds [$listed];"
-  cp "$w/watchmux.yaml.previous" "$m/watchmux.yaml"  # the rollback docs/node-local.md gives
-  [[ "$(cat "$m/watchmux.yaml")" == "$old" ]] || bad+=" rollback;"
+  [[ $listed == "$file" ]] || bad+=" manifest dir holds [$listed];"
+  cp "$w/$file.previous" "$m/$file"  # the rollback docs/node-local.md gives
+  [[ "$(cat "$m/$file")" == "$old" ]] || bad+=" rollback;"
   if [[ -n $staticpodcheck ]] && ! out="$("$staticpodcheck" "$m"/[!.]* 2>&1)"; then bad+=" the kubelet would refuse the manifest dir: $out;"; fi
-  if [[ -n $bad ]]; then fail "installer:$bad"; return; fi
-  say "ok   installer script: install writes ${w#"$h"} (0700, keys 0600) then the manifest; a re-run writes nothing; an upgrade replaces the manifest and keeps the old one as ${w#"$h"}/watchmux.yaml.previous, leaving one file in ${m#"$h"}; copying it back rolls back"
+  if [[ -n $bad ]]; then fail "installer $name:$bad"; return; fi
+  say "ok   installer $name (watchmux install-static-pod): install writes ${w#"$h"} ($(cd "$w" && find . -type f | sort | sed 's|^\./||' | paste -sd' ' -); 0700, keys 0600) then the manifest; a re-run writes nothing; an upgrade replaces the manifest and keeps the old one as ${w#"$h"}/$file.previous, leaving one file in ${m#"$h"}; copying it back rolls back"
 }
-if command -v yq >/dev/null && [[ -s $tmp/nodelocal-staticpod.yaml ]]; then installer_check; fi
+if [[ -z $watchmux_bin ]]; then
+  note "no watchmux binary: the installer is not run"
+elif [[ $installer_usage != *"usage: watchmux install-static-pod"* ]]; then
+  fail "$watchmux_bin has no install-static-pod (the installer DaemonSet runs it): rebuild it"
+elif command -v yq >/dev/null; then
+  for c in "${cases[@]}"; do
+    IFS='|' read -r name _ _ args <<<"$c"
+    if [[ $name == nodelocal-staticpod || $name == nodelocal-staticpod-tree ]] && [[ -s $tmp/$name.yaml ]]; then installer_check "$name" "$args"; fi
+  done
+fi
+
+# --- offline: issue 29's chart items ------------------------------------------------
+# No object names a key twice (the API server would keep one silently: the
+# installer DaemonSet once had two app.kubernetes.io/component labels).
+dup_keys="$(python3 - "$tmp" "${cases[@]%%|*}" <<'PY'
+import sys, yaml
+class Strict(yaml.SafeLoader):
+    pass
+def mapping(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+tmp, names = sys.argv[1], sys.argv[2:]
+for name in names:
+    try:
+        text = open(f"{tmp}/{name}.yaml").read()
+    except FileNotFoundError:
+        continue
+    try:
+        for doc in yaml.load_all(text, Loader=Strict):
+            for key, value in ((doc or {}).get("data") or {}).items():
+                if key.endswith((".yaml", ".yml")):  # the static pod manifest inside its ConfigMap
+                    list(yaml.load_all(value, Loader=Strict))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        print(f"{name}: {getattr(err, 'problem', None) or str(err).splitlines()[0]}" + (f" (line {mark.line + 1} of a document)" if mark else ""))
+PY
+)"
+if [[ -n $dup_keys ]]; then
+  while read -r p; do fail "duplicate key: $p"; done <<<"$dup_keys"
+else
+  say "ok   no rendered object names a key twice (${#cases[@]} cases, static pod manifests included)"
+fi
+
+# NOTES: with the kubelet's credentials, rotation needs no restart. helm
+# template does not render NOTES.txt (and install --dry-run needs a cluster):
+# a copy of the chart renders it as a named template into a ConfigMap.
+rm -rf "$tmp/notes-chart"; mkdir -p "$tmp/notes-chart"; cp -r "$chart" "$tmp/notes-chart/"
+{ echo '{{- define "chart-check.notes" }}'; cat "$chart/templates/NOTES.txt"; echo '{{- end }}'; } >"$tmp/notes-chart/watchmux/templates/_chart-check-notes.tpl"
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: {{ include "chart-check.notes" . | toJson }}\n' >"$tmp/notes-chart/watchmux/templates/zz-chart-check-notes.yaml"
+rm "$tmp/notes-chart/watchmux/templates/NOTES.txt"
+for c in "nodelocal-staticpod|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca" \
+         "nodelocal|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca"; do
+  IFS='|' read -r name args <<<"$c"
+  eval "set -- $args"
+  if ! "$helm" template watchmux "$tmp/notes-chart/watchmux" -n "$ns_privileged" "$@" \
+      --show-only templates/zz-chart-check-notes.yaml >"$tmp/notes-$name.yaml" 2>&1; then
+    cat "$tmp/notes-$name.yaml" >&2; fail "NOTES $name: not rendered"; continue
+  fi
+  notes="$(yq -r .data.notes "$tmp/notes-$name.yaml")"
+  if [[ $notes == *crictl* || $notes == *LIMITATION* || $notes != *"Certificate rotation needs no restart"* ]]; then
+    fail "NOTES $name: tells operators to restart watchmux after a kubelet certificate rotation (or does not say it needs none)"
+  else
+    say "ok   NOTES $name: a kubelet certificate rotation needs no restart (no crictl stop)"
+  fi
+done
+if grep -qi 'crictl\|restart it before the old one expires' "$chart/values.yaml"; then
+  fail "values.yaml still tells operators to restart watchmux after a kubelet certificate rotation"
+fi
+
+# Rollout: the DaemonSet form rolls unless the kubelet is its client; both it
+# and the installer take nodeLocal.rollout; and the defaults finish a
+# 5,000-node rollout within the hour when every node takes its worst case:
+# the old static pod's whole termination grace (shutdownGrace + 5 s, a
+# request that hangs), 15 s to start the installer pod and the new
+# container (the image pulled by the installer pod itself, caches warmed),
+# one readiness period of the installer's probe, and minReadySeconds.
+rollout_of() {  # <case> <installer|watchmux> -> "type maxUnavailable minReadySeconds" of that DaemonSet
+  yq -r --arg s "$2" 'select(.kind == "DaemonSet" and ((.metadata.name | endswith("-installer")) == ($s == "installer"))) | "\(.spec.updateStrategy.type) \(.spec.updateStrategy.rollingUpdate.maxUnavailable // "-") \(.spec.minReadySeconds // 0)"' "$tmp/$1.yaml"
+}
+want_default="RollingUpdate 2% 10"
+got_ds="$(rollout_of nodelocal-servicemonitor watchmux)"; got_installer="$(rollout_of nodelocal-staticpod installer)"
+got_kubelet="$(rollout_of nodelocal watchmux)"; got_tuned="$(rollout_of nodelocal-rollout-tuned watchmux)"
+if [[ $got_ds == "$want_default" && $got_installer == "$want_default" && $got_kubelet == "OnDelete - 0" && $got_tuned == "RollingUpdate 50 0" ]]; then
+  say "ok   rollout: DaemonSet and installer $want_default (type, maxUnavailable, minReadySeconds); OnDelete with the kubelet as the DaemonSet's client; nodeLocal.rollout tunes both"
+else
+  fail "rollout: DaemonSet [$got_ds], installer [$got_installer] (want [$want_default]); kubelet on the DaemonSet [$got_kubelet] (want OnDelete); tuned [$got_tuned]"
+fi
+rollout_minutes="$(yq -r 'select(.kind == "DaemonSet" and (.metadata.name | endswith("-installer"))) | .spec' "$tmp/nodelocal-staticpod.yaml" | jq -r \
+  --argjson grace "$(static_pod_json "$tmp/nodelocal-staticpod.yaml" | jq .spec.terminationGracePeriodSeconds)" '
+  (.updateStrategy.rollingUpdate.maxUnavailable | tostring) as $mu
+  | (if ($mu | endswith("%")) then (5000 * ($mu | rtrimstr("%") | tonumber) / 100 | ceil) else ($mu | tonumber) end) as $wave
+  | ((5000 / $wave) | ceil) as $waves
+  | ($grace + 15 + .template.spec.containers[0].readinessProbe.periodSeconds + .minReadySeconds) as $node
+  | "\($waves * $node / 60 | floor) \($waves) \($wave) \($node)"')"
+read -r minutes waves wave per_node <<<"$rollout_minutes"
+if [[ -n ${minutes:-} ]] && (( minutes < 60 )); then
+  say "ok   a 5,000-node static-pod rollout with the defaults: $waves waves of $wave nodes, at worst ${per_node}s each: ${minutes} min"
+else
+  fail "a 5,000-node static-pod rollout with the defaults takes ${minutes:-?} min at worst ($waves waves of $wave nodes, ${per_node}s each): over the hour"
+fi
+
+# Resources: each mode's own defaults, the top-level value overrides them,
+# and the chart README's sizing table gives the same defaults.
+res_line() {  # <case>: "requests.cpu requests.memory limits.memory" of the watchmux container
+  local c; IFS=$'\t' read -r _ c < <(container_json "$tmp/$1.yaml")
+  jq -r '"\(.resources.requests.cpu // "-") \(.resources.requests.memory // "-") \(.resources.limits.memory // "-") \(.resources.limits.cpu // "-")"' <<<"$c"
+}
+res_bad=""
+for c in "tier|tier" "sidecar|sidecar" "nodelocal|nodeLocal" "nodelocal-staticpod|nodeLocal"; do
+  IFS='|' read -r name mode <<<"$c"
+  want="$(yq -r --arg m "$mode" '.[$m].resources | "\(.requests.cpu) \(.requests.memory) \(.limits.memory) \(.limits.cpu // "-")"' "$chart/values.yaml")"
+  got="$(res_line "$name")"
+  [[ $got == "$want" ]] || res_bad+=" $name: [$got], want $mode.resources [$want];"
+  grep -qF "| \`$mode\` | $(awk '{print $2}' <<<"$want") | $(awk '{print $3}' <<<"$want") |" "$chart/README.md" || res_bad+=" the README's sizing table lacks $mode's defaults ($want);"
+done
+[[ $(res_line nodelocal-rollout-tuned) == "- 1Gi - -" ]] || res_bad+=" resources does not override the mode's defaults: [$(res_line nodelocal-rollout-tuned)];"
+if [[ -z $res_bad ]]; then
+  say "ok   resources per mode: tier [$(res_line tier)], nodeLocal [$(res_line nodelocal)], sidecar [$(res_line sidecar)] (requests cpu, memory; limits memory, cpu), as in the README's sizing table; resources overrides them"
+else
+  fail "resources:$res_bad"
+fi
+
+# Images: the watchmux image only, the installer's included.
+other_images="$(for c in "${cases[@]}"; do IFS='|' read -r name _ <<<"$c"; [[ -s $tmp/$name.yaml ]] || continue
+  { yq -r '.. | objects | select(has("image")) | .image | strings' "$tmp/$name.yaml"; static_pod_json "$tmp/$name.yaml" | jq -r '.. | objects | .image? // empty | strings'; } |
+    grep -v '^registry.example/watchmux[:@]' | sed "s|^|$name: |" || true; done | sort -u)"
+if [[ -n $other_images ]]; then
+  fail "images other than the watchmux image: $(echo $other_images)"
+else
+  say "ok   every rendered container runs the watchmux image (the static-pod installer included)"
+fi
+
+# The tree: watchmux's --kubeconfig is the chart's tree kubeconfig (the tier,
+# its CA, the kubelet's rotating certificate), from a ConfigMap for the
+# DaemonSet and a host file for the static pod.
+tree_check() {  # <case> <kubeconfig path> <expected server> <CA path> <tls-server-name or ->
+  local name="$1" path="$2" server="$3" ca="$4" sni="$5" c kc
+  if [[ ! -s $tmp/$name.yaml ]]; then fail "tree $name: not rendered"; return; fi
+  IFS=$'\t' read -r _ c < <(container_json "$tmp/$name.yaml")
+  if [[ -n $(static_pod_json "$tmp/$name.yaml") ]]; then
+    kc="$(yq -r 'select(.kind == "ConfigMap" and (.metadata.name | endswith("-static-pod"))) | .data["upstream.conf"]' "$tmp/$name.yaml")"
+  else
+    kc="$(yq -r 'select(.kind == "ConfigMap" and (.metadata.name | endswith("-tier-upstream"))) | .data.kubeconfig' "$tmp/$name.yaml")"
+  fi
+  local got want
+  got="$(jq -r '[.args[] | select(startswith("--kubeconfig="))] | join(" ")' <<<"$c") $(yq -r '"\(.clusters[0].cluster.server) \(.clusters[0].cluster["certificate-authority"]) \(.clusters[0].cluster["tls-server-name"] // "-") \(.users[0].user["client-certificate"])"' <<<"$kc")"
+  want="--kubeconfig=$path $server $ca $sni /var/lib/kubelet/pki/kubelet-client-current.pem"
+  if [[ $got == "$want" ]] && jq -e '.volumeMounts | map(select(.mountPath == "/etc/kubernetes/kubelet.conf")) | length == 0' <<<"$c" >/dev/null; then
+    say "ok   tree $name: $got; the kubelet's own kubeconfig not mounted"
+  else
+    fail "tree $name: [$got], want [$want] and no /etc/kubernetes/kubelet.conf mount"
+  fi
+}
+tree_check nodelocal-tree /etc/watchmux/tier/kubeconfig https://watchmux-tier.watchmux.svc:443 /etc/watchmux/tier-ca/ca.crt -
+tree_check nodelocal-staticpod-tree /etc/kubernetes/watchmux/upstream.conf https://10.0.0.10:443 /etc/kubernetes/watchmux/tier-ca/ca.crt watchmux-tier.watchmux.svc
+if [[ -s $tmp/nodelocal-tree.yaml && $(yq -r 'select(.kind == "DaemonSet") | .spec.template.spec.dnsPolicy' "$tmp/nodelocal-tree.yaml") != ClusterFirstWithHostNet ]]; then
+  fail "tree nodelocal-tree: a Service name as the tier needs cluster DNS (dnsPolicy ClusterFirstWithHostNet)"
+fi
 
 # The chart-generated serving certificate: signed by its CA, with the names
 # clients dial.
@@ -950,7 +1191,7 @@ else
     # own kubeconfig through watchmux carry two certificates of the same node,
     # $node_a, minted from the test cluster's CA, as after a rotation.
     if jq -e '(.args | index(["--upstream-identity=client"]) != null)
-        and ([.args[] | select(startswith("--kubeconfig=") and (startswith("--kubeconfig=/etc/watchmux/") | not))] | length == 1)' <<<"$cjson" >/dev/null; then
+        and ([.args[] | select(startswith("--kubeconfig=") and (startswith("--kubeconfig=/etc/watchmux/upstream/") | not))] | length == 1)' <<<"$cjson" >/dev/null; then
       if [[ $can_mint == 0 ]]; then note "end to end $name: no $root/.run/cluster/ca.key to mint node certificates: skipped"; return; fi
       kubelet=1 kckey=kubelet-kubeconfig
       # the static pod: the kubelet's kubeconfig is a host file, with watchmux's CA beside it
@@ -959,6 +1200,19 @@ else
         mint_client "$d/other-node" "$(node_subject "$node_b")" || { fail "end to end $name: minting node certificates"; return; }
       cat "$d/kubelet-client.crt" "$d/kubelet-client.key" >"$d/kubelet-client-current.pem"
       upstream="$d/kubelet.kubeconfig" who="upstream as system:node:$node_a, the kubelet's credentials"
+      if [[ -n ${tree_tier_port:-} ]]; then
+        # The tree: the chart's own kubeconfig for the tier, pointed at the
+        # tier watchmux running here, with the node's certificate.
+        local tree_kc
+        tree_kc="$(yq -r 'select(.kind == "ConfigMap" and (.metadata.name | endswith("-tier-upstream"))) | .data.kubeconfig' "$tmp/$name.yaml")"
+        if [[ -z $tree_kc || $tree_kc == null ]]; then fail "end to end $name: no tree kubeconfig rendered"; return; fi
+        cat "$d/kubelet.crt" "$d/kubelet.key" >"$d/kubelet-upstream.pem"
+        yq -y --arg server "https://127.0.0.1:$tree_tier_port" --arg ca "$tree_tier_dir/ca.crt" --arg sni "$tree_tier_name" --arg pem "$d/kubelet-upstream.pem" '
+          .clusters[0].cluster.server = $server | .clusters[0].cluster["certificate-authority"] = $ca
+          | .clusters[0].cluster["tls-server-name"] = $sni
+          | .users[0].user["client-certificate"] = $pem | .users[0].user["client-key"] = $pem' <<<"$tree_kc" >"$d/tree.kubeconfig"
+        upstream="$d/tree.kubeconfig" who="upstream the tier watchmux as system:node:$node_a, the chart's tree kubeconfig"
+      fi
     fi
     port="$(free_port)"; admin_port="$(free_port)"
     for f in "$tmp/docs-$name"/*.yaml; do
@@ -1033,7 +1287,7 @@ else
       if [[ $kubelet == 1 ]]; then
         # The node may not list secrets cluster-wide: the API server's own 403,
         # the same through watchmux (the node's credentials) as directly.
-        direct="$("$kubectl" --kubeconfig "$upstream" get --raw /api/v1/secrets 2>&1 >/dev/null)" || true
+        direct="$("$kubectl" --kubeconfig "$d/kubelet.kubeconfig" get --raw /api/v1/secrets 2>&1 >/dev/null)" || true
         via="$("$kubectl" --kubeconfig "$d/client.kubeconfig" get --raw /api/v1/secrets 2>&1 >/dev/null)" || true
         if [[ $direct == *"(Forbidden)"* && $via == "$direct" ]]; then
           node_note="; list secrets: 403 through watchmux as directly"
@@ -1074,7 +1328,22 @@ else
         if [[ $scoped == 1 && ${objects:-} != 1 ]]; then pods_ok=0; pods_note+=", but the node-scoped cache should hold exactly 1 pod"; fi
       fi
     fi
-    kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; proxy_pid=""
+    if [[ -n ${tree_tier_port:-} && $kubelet == 1 && $ready == 1 ]]; then
+      # The node-local's caches are fed by the tier: the tier holds its
+      # watches of pods and of its Node (nothing else watches nodes there).
+      local tier_pods tier_nodes
+      tier_pods="$(metric "$tree_tier_admin" watchmux_registered_watchers pods)"
+      tier_nodes="$(metric "$tree_tier_admin" watchmux_registered_watchers nodes)"
+      node_note+="; the tier holds its watches (pods ${tier_pods:-0}, nodes ${tier_nodes:-0})"
+      if [[ ${tier_pods:-0} -lt 1 || ${tier_nodes:-0} -lt 1 ]]; then node_ok=0; node_note+=", want at least 1 each"; fi
+    fi
+    if [[ ${smoke_keep:-} == "$name" ]]; then
+      # Left running for the tree (cleanup stops it).
+      tier_pid="$proxy_pid" tree_tier_port="$port" tree_tier_admin="$admin_port" tree_tier_dir="$d"
+      proxy_pid=""
+    else
+      kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; proxy_pid=""
+    fi
     local listed_ok=0
     [[ $listed == "namespace/$ns_restricted" || ($kubelet == 1 && $listed == -) ]] && listed_ok=1
     if [[ $ready == 1 && -n $version && $listed_ok == 1 && $pods_ok == 1 && $node_ok == 1 ]]; then
@@ -1170,6 +1439,20 @@ else
     smoke_test tier
     smoke_test sidecar
     smoke_test tier-cache-all
+    # The tree: the tier (the chart's tier args, delegated, with the API
+    # server's client CA to verify nodes' certificates), then a node-local
+    # watchmux whose upstream is the chart's tree kubeconfig pointed at it.
+    if [[ $can_mint == 1 ]]; then
+      smoke_keep=tier-delegated-client-ca smoke_test tier-delegated-client-ca
+      if [[ -n $tier_pid ]]; then
+        tree_tier_name="watchmux.$ns_restricted.svc"  # in the tier's generated certificate
+        smoke_test nodelocal-tree
+        kill "$tier_pid" 2>/dev/null || true; wait "$tier_pid" 2>/dev/null || true; tier_pid=""
+        tree_tier_port=""
+      else
+        fail "end to end: the tree's tier did not stay up"
+      fi
+    fi
   fi
 
   # A real install and upgrade: the generated CA and serving certificate stay.

@@ -3,11 +3,15 @@
 #   - the PrometheusRule renders a rule group that `promtool check rules`
 #     accepts (defaults, and with alertLabels and a custom selector), and the
 #     alerts behave as integration/monitoring/alerts-test.yaml says
-#     (`promtool test rules`: upstream down, auth fail-closed, pass-through
-#     ratio, stale cache);
+#     (`promtool test rules`: every alert, counted per release and not per
+#     pod; the upstream's cause named; watchmux gone);
+#   - every alert has a runbook_url whose section is in docs/runbooks.md, and
+#     the chart refuses alerts without monitoring.prometheusRule.runbookBaseURL;
 #   - the dashboard ConfigMap carries the grafana_dashboard label and the
 #     dashboard file, which parses as JSON, and every query in it parses as
-#     PromQL (promtool, with Grafana's variables filled in);
+#     PromQL (promtool, with Grafana's variables filled in), selects by the
+#     cluster, namespace, job and pod variables and aggregates (no line per
+#     pod), and the dashboard shows watchmux_upstream_health;
 #   - every metric the dashboard and the alerts query is one watchmux exports
 #     (named in src/metrics.rs or src/metrics/process.rs);
 #   - nodeLocal with hostNetwork: the admin port is loopback (probes to
@@ -31,8 +35,10 @@ failures=0
 say() { echo "monitoring-check: $*"; }
 fail() { echo "monitoring-check: FAIL: $*" >&2; failures=$((failures + 1)); }
 
+runbooks="https://runbooks.example/docs/runbooks.md"
 render() {  # render <helm args...>: the chart as release "watchmux" in "monitoring"
-  "$helm" template watchmux "$chart" -n monitoring --set image.repository=registry.example/watchmux "$@"
+  "$helm" template watchmux "$chart" -n monitoring --set image.repository=registry.example/watchmux \
+    --set monitoring.prometheusRule.runbookBaseURL="$runbooks" "$@"
 }
 
 # --- alerts ---------------------------------------------------------------------
@@ -49,13 +55,39 @@ render --set monitoring.prometheusRule.enabled=true --set monitoring.prometheusR
 if "$promtool" check rules "$tmp/rules-custom.yaml" >"$tmp/check-custom.log" 2>&1 \
   && [[ $(yq '[.groups[].rules[] | select(.labels.team == "platform")] | length' "$tmp/rules-custom.yaml") == \
         $(yq '[.groups[].rules[]] | length' "$tmp/rules-custom.yaml") ]] \
-  && [[ $(yq -r '.groups[].rules[0].expr' "$tmp/rules-custom.yaml") == 'watchmux_upstream_ready{namespace="kube-system",container="watchmux"} == 0' ]]; then
+  && [[ $(yq -r '.groups[].rules[0].expr' "$tmp/rules-custom.yaml") == 'absent(up{namespace="kube-system",container="watchmux"} == 1)' ]]; then
   say "ok   promtool check rules with alertLabels and a selector of one's own"
 else
   cat "$tmp/check-custom.log" >&2; fail "rules with alertLabels and a custom selector"
 fi
 missing_for="$(yq -r '.groups[].rules[] | select(.for == null or .annotations.summary == null or .annotations.description == null) | .alert' "$tmp/rules.yaml")"
 [[ -z $missing_for ]] || fail "alerts without for, summary or description: $missing_for"
+# Runbooks: every alert links its own section of docs/runbooks.md, which exists.
+sections="$(sed -nE 's/^## (Watchmux[A-Za-z]+)$/\1/p' "$root/docs/runbooks.md" | tr 'A-Z' 'a-z')"
+bad_runbooks="$(yq -r '.groups[].rules[] | "\(.alert) \(.annotations.runbook_url // "-")"' "$tmp/rules.yaml" | while read -r alert url; do
+  want="$runbooks#$(tr 'A-Z' 'a-z' <<<"$alert")"
+  if [[ $url != "$want" ]]; then echo "$alert: runbook_url $url, want $want"
+  elif ! grep -qx "${want#*#}" <<<"$sections"; then echo "$alert: no section '## $alert' in docs/runbooks.md"; fi
+done)"
+if [[ -n $bad_runbooks ]]; then
+  while read -r b; do fail "runbook: $b"; done <<<"$bad_runbooks"
+else
+  say "ok   every alert has a runbook_url to its section of docs/runbooks.md ($(yq '[.groups[].rules[]] | length' "$tmp/rules.yaml") alerts)"
+fi
+if "$helm" template watchmux "$chart" -n monitoring --set image.repository=registry.example/watchmux \
+    --set monitoring.prometheusRule.enabled=true >/dev/null 2>"$tmp/no-runbooks.err"; then
+  fail "the chart rendered alerts without monitoring.prometheusRule.runbookBaseURL"
+elif grep -q "runbookBaseURL is required" "$tmp/no-runbooks.err"; then
+  say "ok   alerts without monitoring.prometheusRule.runbookBaseURL are refused"
+else
+  cat "$tmp/no-runbooks.err" >&2; fail "alerts without runbookBaseURL: unexpected error"
+fi
+# The alerts that must be there: watchmux gone, and the upstream aggregated by cause.
+for alert in WatchmuxDown WatchmuxTargetsDown WatchmuxUpstreamDown WatchmuxUpstreamDegraded; do
+  yq -e --arg a "$alert" '[.groups[].rules[] | select(.alert == $a)] | length == 1' "$tmp/rules.yaml" >/dev/null || fail "no alert $alert"
+done
+per_pod="$(yq -r '.groups[].rules[] | select(.alert != "WatchmuxDown") | select(.expr | test("^(count|sum) by \\([^)]*\\bpod\\b") or (test("^(count|sum|absent)") | not)) | .alert' "$tmp/rules.yaml")"
+[[ -z $per_pod ]] || fail "alerts that fire per pod (not counted per release): $(echo $per_pod)"
 cp "$root/integration/monitoring/alerts-test.yaml" "$tmp/"
 if (cd "$tmp" && "$promtool" test rules alerts-test.yaml) >"$tmp/test.log" 2>&1; then
   say "ok   promtool test rules: integration/monitoring/alerts-test.yaml"
@@ -78,7 +110,7 @@ fi
 # The dashboard's queries parse as PromQL: promtool checks them as recording
 # rules, with Grafana's variables given values.
 jq '{groups: [{name: "dashboard", rules: [.. | objects | select(has("expr")) | .expr
-      | gsub("\\$__rate_interval"; "5m") | gsub("\\$job"; ".*")] | to_entries
+      | gsub("\\$__rate_interval"; "5m") | gsub("\\$(job|cluster|namespace|pod)"; ".*")] | to_entries
       | map({record: "dashboard:query_\(.key)", expr: .value})}]}' "$chart/dashboards/watchmux.json" >"$tmp/dashboard-rules.json"
 if "$promtool" check rules "$tmp/dashboard-rules.json" >"$tmp/check-dashboard.log" 2>&1; then
   say "ok   every dashboard query parses as PromQL ($(grep -oE '[0-9]+ rules found' "$tmp/check-dashboard.log" | cut -d' ' -f1) queries)"
@@ -88,6 +120,21 @@ fi
 if [[ $(jq '[.. | objects | select(has("gridPos")) | .id] | (length == (unique | length))' "$chart/dashboards/watchmux.json") != true ]]; then
   fail "dashboard panels with the same id"
 fi
+# Readable at thousands of pods: variables for cluster, namespace, job and
+# pod; every query selects by all four and aggregates (by a bounded label, or
+# a top-k), so no panel draws a line per pod; the upstream's state is shown.
+vars="$(jq -r '[.templating.list[].name] | join(" ")' "$chart/dashboards/watchmux.json")"
+[[ $vars == "datasource cluster namespace job pod" ]] || fail "dashboard variables [$vars], want datasource cluster namespace job pod"
+unselected="$(jq -r '.. | objects | select(has("expr")) | .expr' "$chart/dashboards/watchmux.json" | grep -oE '(watchmux|process)_[a-z_]+\{[^}]*\}' |
+  grep -v 'cluster=~"\$cluster",namespace=~"\$namespace",job=~"\$job",pod=~"\$pod"' || true)"
+[[ -z $unselected ]] || fail "dashboard selectors without the cluster/namespace/job/pod variables: $(echo $unselected | head -c 300)"
+unaggregated="$(jq -r '.. | objects | select(has("expr")) | .expr' "$chart/dashboards/watchmux.json" |
+  grep -vE '^(sum|max|min|count|avg|topk|bottomk|quantile|histogram_quantile)\b' || true)"
+[[ -z $unaggregated ]] || fail "dashboard queries that draw a line per pod: $unaggregated"
+if ! jq -e '[.. | objects | select(has("expr")) | .expr | select(contains("watchmux_upstream_health"))] | length >= 2' "$chart/dashboards/watchmux.json" >/dev/null; then
+  fail "the dashboard does not show watchmux_upstream_health"
+fi
+[[ -n $unselected$unaggregated ]] || say "ok   dashboard: variables $vars; every query selects by them and aggregates; watchmux_upstream_health shown"
 
 # --- every metric queried exists ---------------------------------------------------
 exported="$(cat "$root/src/metrics.rs" "$root/src/metrics/process.rs" | grep -oE '"(watchmux|process)_[a-z_]+"' | tr -d '"' | sort -u)"

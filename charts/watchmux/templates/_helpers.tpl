@@ -26,15 +26,21 @@ app.kubernetes.io/name: {{ include "watchmux.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{- define "watchmux.labels" -}}
+{{/* Every object's labels but app.kubernetes.io/component, which each
+object says once: watchmux.labels (the mode), or its own. */}}
+{{- define "watchmux.labelsWithoutComponent" -}}
 helm.sh/chart: {{ include "watchmux.chart" . }}
 {{ include "watchmux.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/component: {{ .Values.mode | kebabcase }}
 {{- with .Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
+{{- end }}
+
+{{- define "watchmux.labels" -}}
+{{ include "watchmux.labelsWithoutComponent" . }}
+app.kubernetes.io/component: {{ .Values.mode | kebabcase }}
 {{- end }}
 
 {{- define "watchmux.serviceAccountName" -}}
@@ -380,10 +386,71 @@ clientIdentity, unless upstream.kubeconfigSecret names other credentials. */}}
 {{- if and (include "watchmux.clientIdentity" .) (not .Values.upstream.kubeconfigSecret.name) }}true{{ end }}
 {{- end }}
 
+{{/* "true" when nodeLocal.tier.server names a Service (cluster DNS and
+kube-proxy on the way). */}}
+{{- define "watchmux.treeServerInCluster" -}}
+{{- if regexMatch `^https://[^/:]+\.svc(\.[^/:]*)?(:[0-9]+)?(/.*)?$` .Values.nodeLocal.tier.server }}true{{ end }}
+{{- end }}
+
+{{/* The tree: "true" when a nodeLocal watchmux's upstream is a tier watchmux
+(nodeLocal.tier.server) instead of kube-apiserver. It goes there with the
+kubelet's client certificate, through a kubeconfig of the chart's. */}}
+{{- define "watchmux.tree" -}}
+{{- if and (eq .Values.mode "nodeLocal") .Values.nodeLocal.tier.server }}true{{ end }}
+{{- end }}
+
+{{/* Where the tree's files are in the container: the static pod's on the host
+(mounted at the same paths), the DaemonSet's from ConfigMaps. */}}
+{{- define "watchmux.treeKubeconfigPath" -}}
+{{- if include "watchmux.staticPod" . }}
+{{- printf "%s/upstream.conf" (include "watchmux.staticPodHostDir" .) }}
+{{- else }}
+{{- "/etc/watchmux/tier/kubeconfig" }}
+{{- end }}
+{{- end }}
+
+{{- define "watchmux.treeCADir" -}}
+{{- if include "watchmux.staticPod" . }}
+{{- printf "%s/tier-ca" (include "watchmux.staticPodHostDir" .) }}
+{{- else }}
+{{- "/etc/watchmux/tier-ca" }}
+{{- end }}
+{{- end }}
+
+{{/* watchmux's upstream kubeconfig in the tree: the tier, verified with its
+CA, and the kubelet's own rotating client certificate. */}}
+{{- define "watchmux.treeKubeconfig" -}}
+{{- $t := .Values.nodeLocal.tier -}}
+{{- $pki := trimSuffix "/" .Values.nodeLocal.kubeletPKIDir -}}
+apiVersion: v1
+kind: Config
+clusters:
+  - name: watchmux-tier
+    cluster:
+      server: {{ $t.server }}
+      certificate-authority: {{ include "watchmux.treeCADir" . }}/{{ $t.caKey }}
+      {{- with $t.tlsServerName }}
+      tls-server-name: {{ . }}
+      {{- end }}
+users:
+  - name: kubelet
+    user:
+      client-certificate: {{ $pki }}/kubelet-client-current.pem
+      client-key: {{ $pki }}/kubelet-client-current.pem
+contexts:
+  - name: watchmux-tier
+    context:
+      cluster: watchmux-tier
+      user: kubelet
+current-context: watchmux-tier
+{{- end }}
+
 {{/* The --kubeconfig watchmux is given, or "" for the in-cluster service account. */}}
 {{- define "watchmux.upstreamKubeconfig" -}}
 {{- if .Values.upstream.kubeconfigSecret.name }}
 {{- printf "/etc/watchmux/upstream/%s" .Values.upstream.kubeconfigSecret.key }}
+{{- else if and (include "watchmux.kubeletCredentials" .) (include "watchmux.tree" .) }}
+{{- include "watchmux.treeKubeconfigPath" . }}
 {{- else if include "watchmux.kubeletCredentials" . }}
 {{- .Values.nodeLocal.kubeletKubeconfig }}
 {{- end }}
@@ -405,7 +472,7 @@ clientIdentity, unless upstream.kubeconfigSecret names other credentials. */}}
 {{- end }}
 {{- with include "watchmux.upstreamKubeconfig" . }}
 - --kubeconfig={{ . }}
-{{- with $.Values.upstream.context }}
+{{- with and (not (include "watchmux.tree" $)) $.Values.upstream.context }}
 - --context={{ . }}
 {{- end }}
 {{- end }}
@@ -512,6 +579,16 @@ clientIdentity, unless upstream.kubeconfigSecret names other credentials. */}}
 {{- end }}
 {{- end }}
 
+{{/* The container's requests and limits: resources, or when null the mode's
+own (tier.resources, nodeLocal.resources, sidecar.resources: README "Sizing"). */}}
+{{- define "watchmux.resources" -}}
+{{- if kindIs "invalid" .Values.resources }}
+{{- toYaml (index .Values .Values.mode).resources }}
+{{- else }}
+{{- toYaml .Values.resources }}
+{{- end }}
+{{- end }}
+
 {{/* Seconds for terminationGracePeriodSeconds: --shutdown-grace plus 5. */}}
 {{- define "watchmux.terminationGrace" -}}
 {{- $d := .Values.shutdownGrace | toString }}
@@ -572,7 +649,7 @@ readinessProbe:
     host: 127.0.0.1
     {{- end }}
   {{- toYaml .Values.readinessProbe | nindent 2 }}
-{{- with .Values.resources }}
+{{- with include "watchmux.resources" . | fromYaml }}
 resources:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -609,9 +686,19 @@ volumeMounts:
 {{- /* The kubelet's paths as they are on the host: the kubeconfig names its
 certificate by an absolute path, and kubelet-client-current.pem is an absolute
 symlink to the latest rotated certificate in the same directory. */}}
+{{- if include "watchmux.tree" . }}
+- name: tier-kubeconfig
+  {{- /* the static pod's is a host file; the DaemonSet's a ConfigMap's directory */}}
+  mountPath: {{ ternary (include "watchmux.treeKubeconfigPath" .) (include "watchmux.treeKubeconfigPath" . | dir) (eq (include "watchmux.staticPod" .) "true") }}
+  readOnly: true
+- name: tier-ca
+  mountPath: {{ include "watchmux.treeCADir" . }}
+  readOnly: true
+{{- else }}
 - name: kubelet-kubeconfig
   mountPath: {{ .Values.nodeLocal.kubeletKubeconfig }}
   readOnly: true
+{{- end }}
 {{- with .Values.nodeLocal.kubeletPKIDir }}
 - name: kubelet-pki
   mountPath: {{ . }}
@@ -645,10 +732,19 @@ symlink to the latest rotated certificate in the same directory. */}}
     secretName: {{ .Values.upstream.kubeconfigSecret.name }}
 {{- end }}
 {{- if include "watchmux.kubeletCredentials" . }}
+{{- if include "watchmux.tree" . }}
+- name: tier-kubeconfig
+  configMap:
+    name: {{ include "watchmux.fullname" . }}-tier-upstream
+- name: tier-ca
+  configMap:
+    name: {{ .Values.nodeLocal.tier.caConfigMap }}
+{{- else }}
 - name: kubelet-kubeconfig
   hostPath:
     path: {{ .Values.nodeLocal.kubeletKubeconfig }}
     type: File
+{{- end }}
 {{- with .Values.nodeLocal.kubeletPKIDir }}
 - name: kubelet-pki
   hostPath:
@@ -680,6 +776,10 @@ metadata:
     {{- include "watchmux.generateTLS" . }}
     checksum/tls: {{ .Values._watchmuxGeneratedTLS.crt | sha256sum }}
     {{- end }}
+    {{- if include "watchmux.tree" . }}
+    {{- /* watchmux reads its kubeconfig at start */}}
+    checksum/tier-upstream: {{ include "watchmux.treeKubeconfig" . | sha256sum }}
+    {{- end }}
     {{- with .Values.podAnnotations }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -698,7 +798,10 @@ spec:
   {{- end }}
   {{- if eq .Values.mode "nodeLocal" }}
   hostNetwork: {{ .Values.nodeLocal.hostNetwork }}
-  {{- if include "watchmux.kubeletCredentials" . }}
+  {{- if and (include "watchmux.tree" .) (include "watchmux.treeServerInCluster" .) }}
+  # The tier by its Service name: cluster DNS.
+  dnsPolicy: ClusterFirstWithHostNet
+  {{- else if include "watchmux.kubeletCredentials" . }}
   # The node's resolver, as the kubelet's: its kubeconfig names the API server
   # by a name the node resolves, and cluster DNS may itself need kube-proxy.
   dnsPolicy: Default

@@ -39,10 +39,21 @@ this one before it can reach the API. */}}
     path: {{ $dir }}/tls
     type: Directory
 {{- end }}
+{{- if include "watchmux.tree" . }}
+- name: tier-kubeconfig
+  hostPath:
+    path: {{ include "watchmux.treeKubeconfigPath" . }}
+    type: File
+- name: tier-ca
+  hostPath:
+    path: {{ include "watchmux.treeCADir" . }}
+    type: Directory
+{{- else }}
 - name: kubelet-kubeconfig
   hostPath:
     path: {{ .Values.nodeLocal.kubeletKubeconfig }}
     type: File
+{{- end }}
 {{- with .Values.nodeLocal.kubeletPKIDir }}
 - name: kubelet-pki
   hostPath:
@@ -133,11 +144,45 @@ contexts:
 current-context: watchmux
 {{- end }}
 
+{{/* The DaemonSet form's update strategy type: nodeLocal.updateStrategy.type,
+or by default RollingUpdate, OnDelete when the kubelet talks through it (its
+replacement pod could not reach it). */}}
+{{- define "watchmux.daemonSetUpdateType" -}}
+{{- if .Values.nodeLocal.updateStrategy.type }}
+{{- .Values.nodeLocal.updateStrategy.type }}
+{{- else if include "watchmux.kubeletClient" . }}
+{{- "OnDelete" }}
+{{- else }}
+{{- "RollingUpdate" }}
+{{- end }}
+{{- end }}
+
 {{/* Refusals for nodeLocal's two forms. */}}
 {{- define "watchmux.validateNodeLocal" -}}
 {{- if eq .Values.mode "nodeLocal" }}
+{{- if include "watchmux.tree" . }}
+{{- $t := .Values.nodeLocal.tier }}
+{{- if not (include "watchmux.kubeletCredentials" .) }}
+{{- fail "nodeLocal.tier.server (the tree) needs delegated auth with the kubelet's credentials (auth.mode delegated, no upstream.kubeconfigSecret): watchmux then goes to the tier with the kubelet's client certificate. With upstream.kubeconfigSecret, point that kubeconfig at the tier instead" }}
+{{- end }}
+{{- if not (hasPrefix "https://" $t.server) }}
+{{- fail (printf "nodeLocal.tier.server %s: the tier is reached over TLS (https://...), where the kubelet's client certificate authenticates the node" $t.server) }}
+{{- end }}
+{{- if not $t.caConfigMap }}
+{{- fail "nodeLocal.tier.server needs nodeLocal.tier.caConfigMap: a ConfigMap in this namespace with the CA of the tier's serving certificate (the tier release's <fullname>-kubeconfig has it as ca.crt when the chart generated the certificate)" }}
+{{- end }}
+{{- if not .Values.nodeLocal.kubeletPKIDir }}
+{{- fail "nodeLocal.tier.server needs nodeLocal.kubeletPKIDir: the tree's kubeconfig presents the kubelet's kubelet-client-current.pem from that directory to the tier" }}
+{{- end }}
+{{- if and (include "watchmux.staticPod" .) (include "watchmux.treeServerInCluster" .) }}
+{{- fail (printf "nodeLocal.tier.server %s with nodeLocal.mode staticPod: the static pod is the kubelet's only way to the API and starts before cluster DNS and kube-proxy, so it cannot reach a Service name. Put a load balancer (or another address the node reaches on its own) in front of the tier, e.g. tier.service.type=LoadBalancer in the tier's release, and set nodeLocal.tier.tlsServerName to a name in the tier's certificate" $t.server) }}
+{{- end }}
+{{- end }}
 {{- if and (include "watchmux.kubeletClient" .) (ne .Values.nodeLocal.mode "staticPod") (not .Values.nodeLocal.allowKubeletOnDaemonSet) }}
 {{- fail "nodeLocal.kubeletClient with nodeLocal.mode daemonSet: the kubelet's only way to the API would be a DaemonSet pod, and after a reboot the kubelet needs the API to start that pod (it starts only static pods without the API). Use nodeLocal.mode=staticPod for kubelets (docs/node-local.md); keep the DaemonSet for kube-proxy and node agents, or for kubelets that keep talking to kube-apiserver directly (nodeLocal.kubeletClient=false). nodeLocal.allowKubeletOnDaemonSet=true accepts the risk" }}
+{{- end }}
+{{- if and (include "watchmux.kubeletClient" .) (not (include "watchmux.staticPod" .)) (eq (toString .Values.nodeLocal.updateStrategy.type) "RollingUpdate") }}
+{{- fail "nodeLocal.updateStrategy.type RollingUpdate with the kubelet as a client of the DaemonSet: once its watchmux pod is deleted, the kubelet cannot reach the API to learn of the replacement. Leave updateStrategy.type null (OnDelete here) and replace pods node by node, pointing each kubelet back at kube-apiserver first, or use nodeLocal.mode=staticPod" }}
 {{- end }}
 {{- if include "watchmux.staticPod" . }}
 {{- if not (include "watchmux.kubeletCredentials" .) }}
