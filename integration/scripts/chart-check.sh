@@ -284,8 +284,11 @@ doc_name() { awk '/^metadata:/ { m = 1; next } m && /^  name:/ { print $2; exit 
 # --- the binary's flags --------------------------------------------------------
 watchmux_bin="${WATCHMUX_BIN:-}"
 if [[ -z $watchmux_bin ]]; then
+  # The newer build: a release binary left from an earlier make release may
+  # predate the source (and its flags) that make test just built in debug.
   for b in "$root/target/release/watchmux" "$root/target/debug/watchmux"; do
-    [[ -x $b ]] && { watchmux_bin="$b"; break; }
+    [[ -x $b ]] || continue
+    if [[ -z $watchmux_bin || $b -nt $watchmux_bin ]]; then watchmux_bin="$b"; fi
   done
 fi
 binary_flags=""
