@@ -1,6 +1,8 @@
 //! The watch cache: one upstream list+watch per resource, served to many.
 //!
-//! - [`registry`]: what is cached; one [`resource::ResourceCache`] per resource.
+//! - [`registry`]: what is cached; one [`resource::ResourceCache`] per resource
+//!   (the readers' handle), written only by its [`resource::Writer`] (the
+//!   reflector's); its lifecycle and fan-out in `resource/`.
 //! - [`reflector`]: the state machine that keeps a cache in step with the upstream.
 //! - [`store`], [`history`]: the objects, and the ring of recent events.
 //! - [`object`], [`event`]: cached objects with their encoding memo; events and frames.

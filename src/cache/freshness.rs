@@ -17,8 +17,11 @@
 //!    own current version (about a second later). Replayed events are applied
 //!    in order, and the bookmark moves the cache's version forward: together
 //!    they prove the cache is current at that version, which is at least `P`.
-//!    The catch-up watch does not write the cache itself: it queues what it
-//!    reads to the cache's one writer, the reflector (`resource::Writer`).
+//!    The catch-up watch does not write the cache itself: a reader only asks
+//!    for one ([`Freshness`], on the readers' handle); the cache's one
+//!    writer, the reflector (`resource::Writer`), starts it and owns the
+//!    queue it fills ([`CatchUpQueue`]), so nothing a reader holds can queue
+//!    a write.
 //!
 //! Step 2 takes the API server a second or two: it sends a watcher's bookmark
 //! only at its bookmark time (two seconds before the deadline, on its own
@@ -33,17 +36,15 @@
 //! and is counted as a fallback.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use http_body_util::BodyExt;
-use serde::Deserialize;
-use tokio::sync::watch;
+use parking_lot::Mutex;
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use super::resource::{Change, Probe, ResourceCache};
-use super::upstream_watch::{LineEnd, LineSplitter, collection_uri, read_line, upstream_get};
-use crate::error::error_chain;
+use super::resource::{Change, ResourceCache};
+use super::upstream_watch::{LineEnd, ListPage, Opened, StreamEnd, collection_uri, get_list, open_watch, watch_params};
 use crate::upstream::Upstream;
 
 /// The catch-up watch's timeout: the API server sends its bookmark two
@@ -51,93 +52,141 @@ use crate::upstream::Upstream;
 /// still gets one.
 const CATCH_UP_TIMEOUT_SECONDS: u64 = 3;
 
-#[derive(Deserialize)]
-struct ListMetaOnly {
-    metadata: RvMeta,
+/// Changes a catch-up watch may queue before it must wait for the writer.
+const CATCH_UP_QUEUE: usize = 256;
+
+/// The readers' side of the proof, on the cache: the probe of the
+/// upstream's current version that requests share, and whether a catch-up
+/// watch is asked for or running. It holds no way to write the cache.
+#[derive(Default)]
+pub(crate) struct Freshness {
+    probe: Mutex<Option<Probe>>,
+    /// Set from the moment a reader asks for a catch-up until that catch-up
+    /// ends: one at a time.
+    catching_up: AtomicBool,
+    /// Wakes the writer to start the catch-up asked for (a permit is kept
+    /// when the writer is not listening: it starts it when it is back).
+    wanted: Notify,
 }
 
-#[derive(Deserialize)]
-struct RvMeta {
-    #[serde(rename = "resourceVersion")]
-    resource_version: String,
+impl std::fmt::Debug for Freshness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Freshness").field("catching_up", &self.catching_up.load(Ordering::Relaxed)).finish()
+    }
 }
 
-impl ResourceCache {
-    /// Waits until the cache is at least as new as the upstream was at
-    /// `arrival`; false if that cannot be shown by `arrival + budget`.
-    pub(crate) async fn ensure_fresh(
-        self: &Arc<Self>,
-        upstream: &Arc<Upstream>,
-        arrival: Instant,
-        budget: Duration,
-    ) -> bool {
-        let deadline = arrival + budget;
-        let Ok(Some(target)) = tokio::time::timeout_at(deadline, self.upstream_rv(upstream, arrival)).await else {
-            return false;
-        };
+struct Probe {
+    started: Instant,
+    result: watch::Receiver<Option<Option<u64>>>,
+}
+
+/// The writer's side: the queue catch-up watches fill and only the writer
+/// reads. Its sender is never handed to a reader, only to the catch-up
+/// tasks this queue starts.
+pub(crate) struct CatchUpQueue {
+    tx: mpsc::Sender<Change>,
+    rx: mpsc::Receiver<Change>,
+}
+
+impl CatchUpQueue {
+    pub(crate) fn new() -> Self {
+        // Bounded: a catch-up that gets ahead of the writer waits for it
+        // (up to QUEUE_WAIT, then gives up; see there).
+        let (tx, rx) = mpsc::channel(CATCH_UP_QUEUE);
+        Self { tx, rx }
+    }
+
+    /// The next queued change; starts a catch-up watch whenever a reader
+    /// asked for one. Never ends on its own: the queue's sender is kept here.
+    pub(crate) async fn next(&mut self, cache: &Arc<ResourceCache>, upstream: &Arc<Upstream>) -> Change {
         loop {
-            if self.current_rv() >= target {
-                return true;
-            }
-            self.start_catch_up(upstream);
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            // A catch-up takes about a second; look again after each.
-            let slice = (deadline - now).min(Duration::from_millis(1500));
-            if self.wait_for_rv(target, slice).await {
-                return true;
+            tokio::select! {
+                Some(change) = self.rx.recv() => return change,
+                () = cache.freshness().wanted.notified() => self.start(cache, upstream),
             }
         }
     }
 
-    /// The upstream's current version, from a probe that started no earlier
-    /// than `arrival` (shared with other requests when one is in flight).
-    async fn upstream_rv(self: &Arc<Self>, upstream: &Arc<Upstream>, arrival: Instant) -> Option<u64> {
-        let mut rx = {
-            let mut probe = self.freshness().probe.lock();
-            match &*probe {
-                Some(p) if p.started >= arrival => p.result.clone(),
-                _ => {
-                    let (tx, rx) = watch::channel(None);
-                    *probe = Some(Probe { started: Instant::now(), result: rx.clone() });
-                    let (cache, upstream) = (self.clone(), upstream.clone());
-                    tokio::spawn(async move {
-                        let rv = probe_current_rv(&cache, &upstream).await;
-                        let _ = tx.send(Some(rv));
-                    });
-                    rx
-                }
-            }
-        };
-        let result = rx.wait_for(|r| r.is_some()).await.ok()?;
-        (*result).flatten()
-    }
-
-    fn start_catch_up(self: &Arc<Self>, upstream: &Arc<Upstream>) {
-        if self.freshness().catching_up.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let (cache, upstream) = (self.clone(), upstream.clone());
+    fn start(&self, cache: &Arc<ResourceCache>, upstream: &Arc<Upstream>) {
+        let (cache, upstream, queue) = (cache.clone(), upstream.clone(), self.tx.clone());
         tokio::spawn(async move {
             let from = cache.current_rv();
-            if let Err(err) = catch_up(&cache, &upstream, from).await {
+            if let Err(err) = catch_up(&cache, &upstream, &queue, from).await {
                 tracing::debug!(resource = %cache.label(), error = %err, "catch-up watch ended early");
             }
             cache.freshness().catching_up.store(false, Ordering::Release);
         });
     }
+
+    #[cfg(test)]
+    pub(crate) fn sender(&self) -> mpsc::Sender<Change> {
+        self.tx.clone()
+    }
+}
+
+/// Waits until `cache` is at least as new as the upstream was at
+/// `arrival`; false if that cannot be shown by `arrival + budget`.
+pub(crate) async fn ensure_fresh(
+    cache: &Arc<ResourceCache>,
+    upstream: &Arc<Upstream>,
+    arrival: Instant,
+    budget: Duration,
+) -> bool {
+    let deadline = arrival + budget;
+    let Ok(Some(target)) = tokio::time::timeout_at(deadline, upstream_rv(cache, upstream, arrival)).await else {
+        return false;
+    };
+    loop {
+        if cache.current_rv() >= target {
+            return true;
+        }
+        ask_for_catch_up(cache);
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        // A catch-up takes about a second; look again after each.
+        let slice = (deadline - now).min(Duration::from_millis(1500));
+        if cache.wait_for_rv(target, slice).await {
+            return true;
+        }
+    }
+}
+
+/// The upstream's current version, from a probe that started no earlier
+/// than `arrival` (shared with other requests when one is in flight).
+async fn upstream_rv(cache: &Arc<ResourceCache>, upstream: &Arc<Upstream>, arrival: Instant) -> Option<u64> {
+    let mut rx = {
+        let mut probe = cache.freshness().probe.lock();
+        match &*probe {
+            Some(p) if p.started >= arrival => p.result.clone(),
+            _ => {
+                let (tx, rx) = watch::channel(None);
+                *probe = Some(Probe { started: Instant::now(), result: rx.clone() });
+                let (cache, upstream) = (cache.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    let rv = probe_current_rv(&cache, &upstream).await;
+                    let _ = tx.send(Some(rv));
+                });
+                rx
+            }
+        }
+    };
+    let result = rx.wait_for(|r| r.is_some()).await.ok()?;
+    (*result).flatten()
+}
+
+/// Asks the writer for a catch-up watch, unless one is asked for or running.
+fn ask_for_catch_up(cache: &ResourceCache) {
+    if !cache.freshness().catching_up.swap(true, Ordering::AcqRel) {
+        cache.freshness().wanted.notify_one();
+    }
 }
 
 async fn probe_current_rv(cache: &ResourceCache, upstream: &Upstream) -> Option<u64> {
-    let resp = upstream_get(upstream, collection_uri(cache, &[("limit", "1".to_owned())])).await.ok()?;
-    if !resp.status().is_success() {
-        return None;
-    }
-    let bytes = resp.into_body().collect().await.ok()?.to_bytes();
-    let meta: ListMetaOnly = serde_json::from_slice(&bytes).ok()?;
-    meta.metadata.resource_version.parse().ok()
+    let bytes = get_list(upstream, collection_uri(cache, &[("limit", "1".to_owned())])).await.ok()?;
+    let page: ListPage = serde_json::from_slice(&bytes).ok()?;
+    page.metadata.version().ok()
 }
 
 /// How long the catch-up waits for the writer to take a change (it is
@@ -147,37 +196,33 @@ const QUEUE_WAIT: Duration = Duration::from_secs(2);
 
 /// One short watch from `from`: queues what it replays, and the bookmark
 /// that follows, to the writer; ends at that bookmark.
-async fn catch_up(cache: &ResourceCache, upstream: &Upstream, from: u64) -> Result<(), String> {
-    let params = [
-        ("watch", "true".to_owned()),
-        ("allowWatchBookmarks", "true".to_owned()),
-        ("resourceVersion", from.to_string()),
-        ("timeoutSeconds", CATCH_UP_TIMEOUT_SECONDS.to_string()),
-    ];
-    let resp = upstream_get(upstream, collection_uri(cache, &params)).await.map_err(|e| error_chain(&e))?;
-    if !resp.status().is_success() {
-        return Err(format!("catch-up watch answered {}", resp.status()));
-    }
-    let mut body = resp.into_body();
-    let mut lines = LineSplitter::default();
-    while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() else { continue };
-        lines.push(&data);
-        while let Some(line) = lines.next_line() {
-            let change = match read_line(cache, &line) {
-                Ok(Some(change)) => change,
-                Ok(None) => continue,
-                Err(LineEnd::Expired) => return Err("expired".into()),
-                Err(LineEnd::Failed(e)) => return Err(e),
-            };
-            let is_bookmark = matches!(change, Change::Bookmark(_));
-            cache.freshness().catch_up.send_timeout(change, QUEUE_WAIT).await.map_err(|e| e.to_string())?;
-            if is_bookmark {
-                return Ok(());
-            }
+async fn catch_up(
+    cache: &ResourceCache,
+    upstream: &Upstream,
+    queue: &mpsc::Sender<Change>,
+    from: u64,
+) -> Result<(), String> {
+    let uri = collection_uri(cache, &watch_params(from, CATCH_UP_TIMEOUT_SECONDS));
+    let mut stream = match open_watch(upstream, uri).await {
+        Opened::Streaming(stream) => stream,
+        Opened::Expired => return Err("catch-up watch answered 410".into()),
+        Opened::Gone => return Err("catch-up watch answered 404".into()),
+        Opened::Failed(error) => return Err(format!("catch-up watch failed: {error}")),
+    };
+    loop {
+        let change = match stream.next(cache, None).await {
+            Ok(change) => change,
+            Err(StreamEnd::Closed) => return Ok(()),
+            Err(StreamEnd::Line(LineEnd::Expired)) => return Err("expired".into()),
+            Err(StreamEnd::Line(LineEnd::Failed(e)) | StreamEnd::Broken(e)) => return Err(e),
+            Err(StreamEnd::Silent) => return Err("silent".into()),
+        };
+        let is_bookmark = matches!(change, Change::Bookmark(_));
+        queue.send_timeout(change, QUEUE_WAIT).await.map_err(|e| e.to_string())?;
+        if is_bookmark {
+            return Ok(());
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -268,7 +268,7 @@ impl Registry {
             })
             .clone();
         if let Some(writer) = created {
-            tracing::info!(resource = %writer.label(), "starting cache");
+            tracing::info!(resource = %writer.cache().label(), "starting cache");
             let reflector = Reflector::new(writer, self.upstream.clone());
             let (caches, discovery, stop) = (self.caches.clone(), self.discovery.clone(), self.stop.clone());
             let mine = cache.clone();

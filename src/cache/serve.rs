@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 mod list;
 
 use super::filter::Filter;
+use super::freshness::ensure_fresh;
 use super::object::ObjectKey;
 use super::params::{ReadParams, Rv, RvMatch};
 use super::reason::Reason;
@@ -280,7 +281,7 @@ impl CacheService {
 
     /// Proves the cache fresh for a consistent read, counting the outcome.
     async fn consistent(&self, cache: &Arc<ResourceCache>, arrival: Instant) -> bool {
-        let fresh = cache.ensure_fresh(self.registry.upstream(), arrival, TOO_LARGE_RV_WAIT).await;
+        let fresh = ensure_fresh(cache, self.registry.upstream(), arrival, TOO_LARGE_RV_WAIT).await;
         let result = if fresh { "success" } else { "fallback" };
         metrics::counter!(m::CONSISTENT_READS, "resource" => cache.label().to_owned(), "result" => result).increment(1);
         fresh
