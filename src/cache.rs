@@ -7,7 +7,8 @@
 //! - [`store`], [`history`]: the objects, and the ring of recent events.
 //! - [`object`], [`event`]: cached objects with their encoding memo; events and frames.
 //! - [`dispatcher`], [`watcher`], [`filter`]: who gets which event, and per-watcher queues.
-//! - [`stream`]: a watch response body; [`serve`]: LIST/GET/WATCH semantics.
+//! - [`stream`]: a watch response body; [`serve`]: LIST/GET/WATCH semantics;
+//!   [`content`]: why an answer is JSON and not protobuf (the one decision).
 //! - [`freshness`]: proving the cache is current enough for a consistent read.
 //! - [`upstream_watch`]: reading the upstream's watch and list responses.
 //! - [`discovery`], [`resource_info`]: what the upstream serves.
@@ -18,6 +19,7 @@
 
 #[cfg(test)]
 mod consistency;
+pub(crate) mod content;
 pub(crate) mod discovery;
 pub(crate) mod dispatcher;
 pub(crate) mod event;

@@ -98,7 +98,7 @@ struct Derived {
 }
 
 /// An object version has no protobuf form here: the encoder refused it
-/// (`reason` is [`Unplaceable::reason`]); the caller answers JSON or passes
+/// (`reason` is [`Unplaceable::reason`]); `content::answer_form` then answers JSON or passes
 /// the request through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct NoProtobuf {

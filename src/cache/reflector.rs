@@ -20,9 +20,10 @@ use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::content::ProtobufAvailability;
 use super::object::CachedObject;
-use super::resource::{PROTOBUF_OFF_KIND, PROTOBUF_OFF_METADATA, Writer};
-use super::schema_check::{self, Outcome};
+use super::resource::Writer;
+use super::schema_check::{Outcome, SchemaChecker};
 use super::store::Objects;
 use super::upstream_watch::{
     LineEnd, ListPage, Opened, ReflectorError, StreamEnd, collection_uri, get_list, open_watch, watch_params,
@@ -82,13 +83,15 @@ pub(crate) struct Reflector {
     /// The cache's one writer.
     cache: Writer,
     upstream: Arc<Upstream>,
+    /// The registry's schema checker, shared by its reflectors.
+    schemas: Arc<SchemaChecker>,
     failures: u32,
     started: bool,
 }
 
 impl Reflector {
-    pub(crate) fn new(cache: Writer, upstream: Arc<Upstream>) -> Self {
-        Self { cache, upstream, failures: 0, started: false }
+    pub(crate) fn new(cache: Writer, upstream: Arc<Upstream>, schemas: Arc<SchemaChecker>) -> Self {
+        Self { cache, upstream, schemas, failures: 0, started: false }
     }
 
     /// Runs until `stop` is cancelled.
@@ -120,7 +123,7 @@ impl Reflector {
                 // own timeout), so that a drifted kind has protobuf off before
                 // the cache is ready.
                 let (listed, schema) =
-                    tokio::join!(self.list_all(), schema_check::check(&self.upstream, &self.cache.cache().shape.info));
+                    tokio::join!(self.list_all(), self.schemas.check(&self.upstream, &self.cache.cache().shape.info));
                 self.apply_schema_check(schema);
                 match listed {
                     Ok((objects, rv)) => {
@@ -184,11 +187,10 @@ impl Reflector {
         let label = self.cache.cache().label().to_owned();
         metrics::counter!(m::PROTOBUF_SCHEMA_CHECKS, "resource" => label.clone(), "result" => outcome.label())
             .increment(1);
-        let off = match &outcome {
-            Outcome::NotInTable | Outcome::Fits => 0,
-            Outcome::Drift { in_metadata, .. } => {
-                PROTOBUF_OFF_KIND | if *in_metadata { PROTOBUF_OFF_METADATA } else { 0 }
-            }
+        let availability = match &outcome {
+            Outcome::NotInTable | Outcome::Fits => ProtobufAvailability::Both,
+            Outcome::Drift { in_metadata: false, .. } => ProtobufAvailability::MetadataOnly,
+            Outcome::Drift { in_metadata: true, .. } => ProtobufAvailability::Neither,
             Outcome::Unavailable(why) => {
                 tracing::warn!(
                     resource = %label,
@@ -198,27 +200,24 @@ impl Reflector {
                 return;
             }
         };
-        let before = self.cache.set_protobuf_off(off);
+        let before = self.cache.set_protobuf_availability(availability);
         // Every checked built-in kind shows the gauge (0 while it fits), so a
         // dashboard tells "fits" from "never checked".
         if !matches!(outcome, Outcome::NotInTable) {
-            for (bit, variant) in [
-                (PROTOBUF_OFF_KIND, ContentVariant::Protobuf),
-                (PROTOBUF_OFF_METADATA, ContentVariant::PartialObjectMetadataProtobuf),
-            ] {
-                let value = if off & bit != 0 { 1.0 } else { 0.0 };
+            for variant in [ContentVariant::Protobuf, ContentVariant::PartialObjectMetadataProtobuf] {
+                let value = if availability.allows(variant) { 0.0 } else { 1.0 };
                 metrics::gauge!(m::PROTOBUF_DISABLED, "resource" => label.clone(), "variant" => variant.metric_label(), "reason" => "schema_drift")
                     .set(value);
             }
         }
-        if before == off {
+        if before == availability {
             return;
         }
         match outcome {
             Outcome::Drift { differences, .. } => tracing::warn!(
                 resource = %label,
                 kind = %self.cache.cache().shape.info.kind,
-                differences = ?differences,
+                differences = ?differences.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "the served schema differs from the protobuf table (another Kubernetes version); protobuf is off for this kind"
             ),
             _ => tracing::info!(resource = %label, "the served schema fits the protobuf table again; protobuf is on"),

@@ -22,7 +22,7 @@ pub(crate) mod lifecycle;
 mod writer;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
@@ -32,6 +32,7 @@ pub(crate) use writer::{Change, Writer};
 
 use self::fanout::Fanout;
 use self::lifecycle::{Lifecycle, Published};
+use super::content::{AvailabilityCell, ProtobufAvailability};
 use super::event::CacheEvent;
 use super::filter::Filter;
 use super::freshness::Freshness;
@@ -40,7 +41,6 @@ use super::object::ObjectShape;
 use super::snapshots::KeptSnapshots;
 use super::store::{Snapshot, Store};
 use super::watcher::{Delivery, WatcherHandle};
-use crate::encode::variant::ContentVariant;
 use crate::metrics as m;
 use crate::selector::{FieldSelector, LabelSelector};
 
@@ -81,10 +81,8 @@ impl CacheMetrics {
 struct UpstreamForm {
     /// Whether list items of this resource carry `kind`/`apiVersion`.
     list_items_typed: AtomicBool,
-    /// Protobuf variants turned off because the served schema drifted from
-    /// the table ([`PROTOBUF_OFF_KIND`], [`PROTOBUF_OFF_METADATA`]), set by
-    /// the reflector's schema check.
-    protobuf_off: AtomicU8,
+    /// The protobuf forms the schema check left on (see `content.rs`).
+    protobuf: AvailabilityCell,
 }
 
 /// Settings every resource cache shares.
@@ -136,11 +134,6 @@ pub(crate) struct ResourceCache {
     metrics: CacheMetrics,
 }
 
-/// The kind's own protobuf ([`ContentVariant::Protobuf`]) is off.
-pub(crate) const PROTOBUF_OFF_KIND: u8 = 1;
-/// PartialObjectMetadata in protobuf is off (ObjectMeta drifted).
-pub(crate) const PROTOBUF_OFF_METADATA: u8 = 2;
-
 impl std::fmt::Debug for ResourceCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResourceCache").field("resource", &self.metrics.label).finish_non_exhaustive()
@@ -187,20 +180,15 @@ impl ResourceCache {
             fanout: Fanout::new(&label, settings.slow_watcher_grace),
             freshness: Freshness::default(),
             snapshots: KeptSnapshots::new(window),
-            form: UpstreamForm { list_items_typed: AtomicBool::new(typed), protobuf_off: AtomicU8::new(0) },
+            form: UpstreamForm { list_items_typed: AtomicBool::new(typed), protobuf: AvailabilityCell::default() },
             metrics: CacheMetrics::new(label),
         }
     }
 
-    /// Whether `variant` is turned off for this kind (schema drift): the
-    /// cache then answers as for an object with no protobuf form.
-    pub(crate) fn protobuf_disabled(&self, variant: ContentVariant) -> bool {
-        let bit = match variant {
-            ContentVariant::Protobuf => PROTOBUF_OFF_KIND,
-            ContentVariant::PartialObjectMetadataProtobuf => PROTOBUF_OFF_METADATA,
-            _ => return false,
-        };
-        self.form.protobuf_off.load(Ordering::Acquire) & bit != 0
+    /// The protobuf forms the schema check left on for this kind; the
+    /// decision that uses it is `content::answer_form`.
+    pub(crate) fn protobuf_availability(&self) -> ProtobufAvailability {
+        self.form.protobuf.load()
     }
 
     /// Publishes how long ago the upstream last confirmed the cache current

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 mod list;
 
+use super::content::{Answer, NoProtobufHere, answer_form, kind_obstacle};
 use super::filter::Filter;
 use super::freshness::ensure_fresh;
 use super::object::ObjectKey;
@@ -28,7 +29,6 @@ use super::resolve::GroupResource;
 use super::resource::{ResourceCache, StartAt};
 use super::stream::{StreamOptions, WatchStream};
 use crate::body::{self, Chunk, ProxyBody, Refusal};
-use crate::encode::protobuf::MessageType;
 use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::encode::watch::error_frame;
@@ -44,31 +44,6 @@ pub(crate) const NOT_READY_WAIT: Duration = Duration::from_secs(3);
 /// The API server's default `--min-request-timeout`: watches without
 /// `timeoutSeconds` last a random time in [this, twice this).
 pub(crate) const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
-
-/// The form a read is answered in, and the JSON it falls back on for an
-/// object with no protobuf form (the next form the client accepts).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Answer {
-    pub variant: ContentVariant,
-    pub or_json: Option<ContentVariant>,
-}
-
-impl Answer {
-    /// The JSON to answer instead of protobuf, or the pass-through.
-    fn fall_back(self) -> Result<ContentVariant, Reason> {
-        self.or_json.ok_or(Reason::NoProtobufForm)
-    }
-
-    /// The form of an error answer, as the API server negotiates it; `Err`
-    /// for PartialObjectMetadata in protobuf, whose errors the cache leaves to
-    /// the API server.
-    fn error_variant(self) -> Result<ContentVariant, Reason> {
-        match self.variant {
-            ContentVariant::PartialObjectMetadataProtobuf => Err(Reason::MetadataProtobufError),
-            variant => Ok(variant),
-        }
-    }
-}
 
 /// The cache's answer, or why it has none.
 pub(crate) enum Served {
@@ -194,7 +169,7 @@ impl CacheService {
         {
             return Served::Passthrough(Reason::WatchParameters);
         }
-        let mut answer = match negotiate(headers.get(header::ACCEPT), endpoint) {
+        let answer = match negotiate(headers.get(header::ACCEPT), endpoint) {
             Negotiation::Cache(variant) => Answer { variant, or_json: None },
             Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },
             Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
@@ -229,19 +204,12 @@ impl CacheService {
             return Served::Passthrough(Reason::InvalidSelector);
         };
         let shape = &cache.shape;
-        // A kind the encoder's table does not know (a custom resource: the API server has no
-        // protobuf for it but PartialObjectMetadata, and answers the JSON the client accepts
-        // next; or a kind newer than the table).
-        // Also a kind whose served schema drifted from the table (the
-        // reflector's schema check): the same fail-closed path.
-        let unknown_kind = answer.variant == ContentVariant::Protobuf
-            && MessageType::for_kind(&shape.info.api_version(), &shape.info.kind).is_none();
-        if unknown_kind || cache.protobuf_disabled(answer.variant) {
-            match answer.fall_back() {
-                Ok(json) => answer = Answer { variant: json, or_json: None },
-                Err(reason) => return Served::Passthrough(reason),
-            }
-        }
+        // A kind with no protobuf here at all (not in the table, or its
+        // schema drifted): see `content`.
+        let answer = match answer_form(answer, kind_obstacle(&cache, answer.variant)) {
+            Ok(answer) => answer,
+            Err(reason) => return Served::Passthrough(reason),
+        };
         if fields::validate(
             &shape.info.group,
             &shape.info.resource,
@@ -354,11 +322,11 @@ impl CacheService {
                 let mut variant = variant;
                 // Every initial event must have the stream's form before the
                 // headers say protobuf; otherwise JSON, or the API server.
-                if stream.protobuf_refusal().is_some() {
-                    match answer.fall_back() {
+                if let Some(refused) = stream.protobuf_refusal() {
+                    match answer_form(answer, Some(NoProtobufHere::Refused(refused))) {
                         Ok(json) => {
-                            stream.switch_to(json);
-                            variant = json;
+                            stream.switch_to(json.variant);
+                            variant = json.variant;
                         }
                         // Dropping the stream deregisters the watcher.
                         Err(reason) => return Served::Passthrough(reason),
@@ -405,8 +373,8 @@ impl CacheService {
             Some(obj) => {
                 let (variant, bytes) = match obj.encoded(answer.variant) {
                     Ok(bytes) => (answer.variant, bytes),
-                    Err(_) => match answer.fall_back() {
-                        Ok(json) => (json, obj.encoded(json).expect("JSON variants always encode")),
+                    Err(refused) => match answer_form(answer, Some(NoProtobufHere::Refused(refused))) {
+                        Ok(json) => (json.variant, obj.encoded(json.variant).expect("JSON variants always encode")),
                         Err(reason) => return Served::Passthrough(reason),
                     },
                 };

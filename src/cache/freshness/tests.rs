@@ -112,7 +112,7 @@ async fn cache_at_10(state: &Arc<FakeApiServer>) -> (Arc<ResourceCache>, Arc<Ups
     let writer = ResourceCache::create(shape, Scope::default(), CacheSettings::default());
     let cache = writer.cache().clone();
     let stop = CancellationToken::new();
-    tokio::spawn(Reflector::new(writer, upstream.clone()).run(stop.clone()));
+    tokio::spawn(Reflector::new(writer, upstream.clone(), Arc::default()).run(stop.clone()));
     assert!(cache.wait_ready(Duration::from_secs(10)).await);
     assert_eq!(cache.current_rv(), 10);
     (cache, upstream, stop)

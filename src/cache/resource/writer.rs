@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::lifecycle::Lifecycle;
 use super::{ResourceCache, State};
+use crate::cache::content::ProtobufAvailability;
 use crate::cache::freshness::CatchUpQueue;
 use crate::cache::history::History;
 use crate::cache::object::CachedObject;
@@ -201,11 +202,10 @@ impl Writer {
         self.cache.form.list_items_typed.store(typed, Ordering::Relaxed);
     }
 
-    /// Which protobuf variants the schema check turned off
-    /// ([`super::PROTOBUF_OFF_KIND`] | [`super::PROTOBUF_OFF_METADATA`]);
-    /// returns the previous setting.
-    pub(crate) fn set_protobuf_off(&self, off: u8) -> u8 {
-        self.cache.form.protobuf_off.swap(off, Ordering::AcqRel)
+    /// The protobuf forms the schema check leaves on; returns the previous
+    /// setting.
+    pub(crate) fn set_protobuf_availability(&self, to: ProtobufAvailability) -> ProtobufAvailability {
+        self.cache.form.protobuf.swap(to)
     }
 
     fn confirm_current(&self, now: tokio::time::Instant) {
