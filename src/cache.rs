@@ -9,7 +9,8 @@
 //! - [`dispatcher`], [`watcher`], [`filter`]: who gets which event, and per-watcher queues.
 //! - [`stream`]: a watch response body; [`serve`]: LIST/GET/WATCH semantics;
 //!   [`content`]: why an answer is JSON and not protobuf (the one decision).
-//! - [`freshness`]: proving the cache is current enough for a consistent read.
+//! - `resource/freshness.rs`: proving the cache is current enough for a
+//!   consistent read.
 //! - [`upstream_watch`]: reading the upstream's watch and list responses.
 //! - [`discovery`], [`resource_info`]: what the upstream serves.
 //! - [`params`]: the query parameters of a read; [`pagination`]: continue tokens;
@@ -24,7 +25,6 @@ pub(crate) mod discovery;
 pub(crate) mod dispatcher;
 pub(crate) mod event;
 pub(crate) mod filter;
-pub(crate) mod freshness;
 pub(crate) mod history;
 pub(crate) mod object;
 pub(crate) mod pagination;

@@ -663,7 +663,7 @@ mod watch_lines {
             cache.replace(Objects::new(), 10);
             for line in lines {
                 let before = cache.cache().snapshot();
-                let result = read_line(cache.cache(), &line).map(|change| change.map(|change| cache.apply(change)));
+                let result = read_line(&cache.cache().shape, &line).map(|change| change.map(|change| cache.apply(change)));
                 let after = cache.cache().snapshot();
                 prop_assert_eq!(after.rv, cache.cache().current_rv());
                 match result {

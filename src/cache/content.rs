@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::object::NoProtobuf;
 use super::reason::Reason;
-use super::resource::ResourceCache;
+use super::resource_info::ResourceInfo;
 use crate::encode::protobuf::MessageType;
 use crate::encode::variant::ContentVariant;
 
@@ -105,14 +105,17 @@ pub(crate) fn answer_form(answer: Answer, obstacle: Option<NoProtobufHere>) -> R
     Ok(Answer { variant: json?, or_json: None })
 }
 
-/// What stands in the way of `variant` for the cache's kind as a whole,
-/// before any object is looked at.
-pub(crate) fn kind_obstacle(cache: &ResourceCache, variant: ContentVariant) -> Option<NoProtobufHere> {
-    let info = &cache.shape.info;
+/// What stands in the way of `variant` for a cached kind as a whole (its
+/// `info`, and the cache's `availability`), before any object is looked at.
+pub(crate) fn kind_obstacle(
+    info: &ResourceInfo,
+    availability: ProtobufAvailability,
+    variant: ContentVariant,
+) -> Option<NoProtobufHere> {
     if variant == ContentVariant::Protobuf && MessageType::for_kind(&info.api_version(), &info.kind).is_none() {
         return Some(NoProtobufHere::NotInTable);
     }
-    (!cache.protobuf_availability().allows(variant)).then_some(NoProtobufHere::SchemaDrift)
+    (!availability.allows(variant)).then_some(NoProtobufHere::SchemaDrift)
 }
 
 /// Which protobuf forms the cache may serve for its kind, as the schema

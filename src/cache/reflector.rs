@@ -25,9 +25,7 @@ use super::object::CachedObject;
 use super::resource::Writer;
 use super::schema_check::{Outcome, SchemaChecker};
 use super::store::Objects;
-use super::upstream_watch::{
-    LineEnd, ListPage, Opened, ReflectorError, StreamEnd, collection_uri, get_list, open_watch, watch_params,
-};
+use super::upstream_watch::{LineEnd, ListPage, Opened, ReflectorError, StreamEnd, get_list, open_watch, watch_params};
 use crate::encode::variant::ContentVariant;
 use crate::error::error_chain;
 use crate::metrics as m;
@@ -242,7 +240,7 @@ impl Reflector {
             if let Some(token) = &continue_token {
                 params.push(("continue", token.clone()));
             }
-            let bytes = get_list(&self.upstream, collection_uri(cache, &params)).await?;
+            let bytes = get_list(&self.upstream, cache.collection_uri(&params)).await?;
             let page: ListPage = serde_json::from_slice(&bytes).map_err(ReflectorError::Decode)?;
             if continue_token.is_none() {
                 list_rv = page.metadata.version()?;
@@ -273,7 +271,7 @@ impl Reflector {
     async fn watch_once(&mut self, mut rv: u64) -> WatchEnd {
         let cache = self.cache.cache().clone();
         let timeout = rand::rng().random_range(300..600);
-        let mut stream = match open_watch(&self.upstream, collection_uri(&cache, &watch_params(rv, timeout))).await {
+        let mut stream = match open_watch(&self.upstream, cache.collection_uri(&watch_params(rv, timeout))).await {
             Opened::Streaming(stream) => stream,
             Opened::Expired => return WatchEnd::Expired,
             Opened::Gone => return WatchEnd::Gone,
@@ -286,7 +284,7 @@ impl Reflector {
             // Changes a catch-up watch read for the freshness proof are
             // applied here, between this watch's own (see `Writer`).
             let change = tokio::select! {
-                read = stream.next(&cache, Some(WATCH_PROGRESS_DEADLINE)) => match read {
+                read = stream.next(&cache.shape, Some(WATCH_PROGRESS_DEADLINE)) => match read {
                     Ok(change) => change,
                     Err(end) => return end.with_rv(rv),
                 },

@@ -105,6 +105,11 @@ impl Registry {
         }
     }
 
+    /// Whether `--cache-warm` asks for every configured cache at start-up.
+    pub(crate) fn warms(&self) -> bool {
+        self.config.warm
+    }
+
     /// Whether `gr` is cached: named by `--cache-resources` (or `*`) and
     /// not turned off by `--watch-cache-sizes`.
     pub(crate) fn is_enabled(&self, gr: &GroupResource) -> bool {

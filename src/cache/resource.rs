@@ -18,6 +18,7 @@
 //! that version.
 
 pub(crate) mod fanout;
+pub(crate) mod freshness;
 pub(crate) mod lifecycle;
 mod writer;
 
@@ -28,18 +29,19 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use tokio::time::Instant;
 
-pub(crate) use writer::{Change, Writer};
+pub(crate) use writer::Writer;
 
 use self::fanout::Fanout;
+use self::freshness::Freshness;
 use self::lifecycle::{Lifecycle, Published};
 use super::content::{AvailabilityCell, ProtobufAvailability};
 use super::event::CacheEvent;
 use super::filter::Filter;
-use super::freshness::Freshness;
 use super::history::{History, TooOld};
 use super::object::ObjectShape;
 use super::snapshots::KeptSnapshots;
 use super::store::{Snapshot, Store};
+use super::upstream_watch::collection_uri;
 use super::watcher::{Delivery, WatcherHandle};
 use crate::metrics as m;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -200,6 +202,12 @@ impl ResourceCache {
         if let Some(at) = *self.metrics.confirmed_at.lock() {
             self.metrics.staleness.set(now.saturating_duration_since(at).as_secs_f64());
         }
+    }
+
+    /// The upstream URL of this cache's collection: `params`, then the
+    /// scope's selectors.
+    pub(crate) fn collection_uri(&self, params: &[(&str, String)]) -> String {
+        collection_uri(&self.shape.info, &self.scope.query, params)
     }
 
     /// `configmaps`, `deployments.apps`: the metric label of this cache.

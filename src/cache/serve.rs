@@ -20,12 +20,12 @@ mod list;
 
 use super::content::{Answer, NoProtobufHere, answer_form, kind_obstacle};
 use super::filter::Filter;
-use super::freshness::ensure_fresh;
 use super::object::ObjectKey;
 use super::params::{ReadParams, Rv, RvMatch};
 use super::reason::Reason;
-use super::registry::{NotCached, Registry};
+use super::registry::{CacheConfig, NotCached, Registry};
 use super::resolve::GroupResource;
+use super::resource::freshness::ensure_fresh;
 use super::resource::{ResourceCache, StartAt};
 use super::stream::{StreamOptions, WatchStream};
 use crate::body::{self, Chunk, ProxyBody, Refusal};
@@ -36,6 +36,7 @@ use crate::metrics as m;
 use crate::negotiate::{Negotiation, negotiate};
 use crate::request::{RequestInfo, Verb};
 use crate::selector::{FieldSelector, LabelSelector, fields};
+use crate::upstream::Upstream;
 
 /// How long a read for a resourceVersion newer than the cache waits for it.
 pub(crate) const TOO_LARGE_RV_WAIT: Duration = Duration::from_secs(3);
@@ -92,9 +93,31 @@ pub(crate) struct CacheService {
     streams_stop: CancellationToken,
 }
 
+impl CacheConfig {
+    /// The cache these settings describe: its registry of resource caches
+    /// (whose reflectors stop with `background_stop`) and the read path in
+    /// front of it (whose watch streams end with `streams_stop`).
+    pub(crate) fn build(
+        self,
+        upstream: Arc<Upstream>,
+        background_stop: CancellationToken,
+        streams_stop: CancellationToken,
+    ) -> Arc<CacheService> {
+        let registry = Arc::new(Registry::new(upstream, self, background_stop));
+        Arc::new(CacheService { registry, streams_stop })
+    }
+}
+
 impl CacheService {
-    pub(crate) fn new(registry: Arc<Registry>, streams_stop: CancellationToken) -> Self {
-        Self { registry, streams_stop }
+    /// Checks `--cache-resources` against discovery (a typo is a start-up
+    /// error) and, with `--cache-warm`, starts every configured cache.
+    pub(crate) async fn start(&self) -> anyhow::Result<()> {
+        self.registry.check_names().await?;
+        if self.registry.warms() {
+            let registry = self.registry.clone();
+            tokio::spawn(async move { registry.warm_until_done().await });
+        }
+        Ok(())
     }
 
     pub(crate) fn registry(&self) -> &Arc<Registry> {
@@ -206,10 +229,11 @@ impl CacheService {
         let shape = &cache.shape;
         // A kind with no protobuf here at all (not in the table, or its
         // schema drifted): see `content`.
-        let answer = match answer_form(answer, kind_obstacle(&cache, answer.variant)) {
-            Ok(answer) => answer,
-            Err(reason) => return Served::Passthrough(reason),
-        };
+        let answer =
+            match answer_form(answer, kind_obstacle(&shape.info, cache.protobuf_availability(), answer.variant)) {
+                Ok(answer) => answer,
+                Err(reason) => return Served::Passthrough(reason),
+            };
         if fields::validate(
             &shape.info.group,
             &shape.info.resource,

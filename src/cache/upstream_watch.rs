@@ -12,7 +12,7 @@
 //! so a bookmark is known by its parsed type, never by searching the bytes
 //! (an object's data may hold `"type":"BOOKMARK"`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http::{Request, StatusCode, header};
@@ -21,8 +21,8 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::object::CachedObject;
-use super::resource::{Change, ResourceCache};
+use super::object::{CachedObject, ObjectShape};
+use super::resource_info::ResourceInfo;
 use crate::body;
 use crate::encode::watch::EventType;
 use crate::error::error_chain;
@@ -84,6 +84,26 @@ pub(crate) struct ListPage<'a> {
     pub items: Option<Vec<&'a RawValue>>,
 }
 
+/// One change read from an upstream watch, decoded.
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// ADDED, MODIFIED or DELETED, and when its line had been read (the
+    /// start of its fan-out time).
+    Event(EventType, CachedObject, Instant),
+    /// Nothing changed up to this version.
+    Bookmark(u64),
+}
+
+impl Change {
+    /// The version this change brings the cache to.
+    pub(crate) fn rv(&self) -> u64 {
+        match self {
+            Self::Event(_, object, _) => object.rv,
+            Self::Bookmark(rv) => *rv,
+        }
+    }
+}
+
 /// One line of an upstream watch, parsed.
 #[derive(Debug)]
 pub(crate) enum Line {
@@ -136,16 +156,16 @@ pub(crate) fn parse_line(line: &Bytes) -> Result<Line, LineEnd> {
     Ok(Line::Event(kind, raw))
 }
 
-/// Decodes a parsed line for `cache` into the change its writer applies;
-/// `None` for a blank line.
-pub(crate) fn decode_line(cache: &ResourceCache, line: Line) -> Result<Option<Change>, LineEnd> {
+/// Decodes a parsed line for a cache of objects of `shape` into the change
+/// its writer applies; `None` for a blank line.
+pub(crate) fn decode_line(shape: &ObjectShape, line: Line) -> Result<Option<Change>, LineEnd> {
     match line {
         Line::Blank => Ok(None),
         Line::Bookmark(rv) => Ok(Some(Change::Bookmark(rv))),
         Line::Event(kind, raw) => {
             // The start of the event's fan-out time: decoding is watchmux's work too.
             let arrived = std::time::Instant::now();
-            let obj = CachedObject::decode(raw, &cache.shape).map_err(|e| LineEnd::Failed(e.to_string()))?;
+            let obj = CachedObject::decode(raw, shape).map_err(|e| LineEnd::Failed(e.to_string()))?;
             Ok(Some(Change::Event(kind, obj, arrived)))
         }
     }
@@ -153,8 +173,8 @@ pub(crate) fn decode_line(cache: &ResourceCache, line: Line) -> Result<Option<Ch
 
 /// One watch line read as the writer reads it: [`parse_line`] then
 /// [`decode_line`].
-pub(crate) fn read_line(cache: &ResourceCache, line: &Bytes) -> Result<Option<Change>, LineEnd> {
-    decode_line(cache, parse_line(line)?)
+pub(crate) fn read_line(shape: &ObjectShape, line: &Bytes) -> Result<Option<Change>, LineEnd> {
+    decode_line(shape, parse_line(line)?)
 }
 
 /// Cuts a watch body into lines as its frames arrive (a line may span
@@ -177,16 +197,17 @@ impl LineSplitter {
     }
 }
 
-/// The cache's collection URL with `params` and the cache's scope selectors.
-pub(crate) fn collection_uri(cache: &ResourceCache, params: &[(&str, String)]) -> String {
+/// The collection URL of `info` with `params`, then `selectors` (a cache's
+/// scope).
+pub(crate) fn collection_uri(info: &ResourceInfo, selectors: &[(String, String)], params: &[(&str, String)]) -> String {
     let mut query = form_urlencoded::Serializer::new(String::new());
     for (k, v) in params {
         query.append_pair(k, v);
     }
-    for (k, v) in &cache.scope.query {
+    for (k, v) in selectors {
         query.append_pair(k, v);
     }
-    format!("{}?{}", cache.shape.info.collection_path(None), query.finish())
+    format!("{}?{}", info.collection_path(None), query.finish())
 }
 
 /// The query of a watch of changes after `from`, with bookmarks, that the
@@ -261,15 +282,15 @@ pub(crate) struct WatchLines {
 }
 
 impl WatchLines {
-    /// The next change, decoded for `cache`; the end when there is none.
+    /// The next change, decoded as objects of `shape`; the end when there is none.
     /// `silence`: how long the upstream may send nothing at all.
     ///
     /// Cancel-safe (for `select!`): a line is taken whole or not at all, and
     /// what arrived stays buffered here.
-    pub(crate) async fn next(&mut self, cache: &ResourceCache, silence: Option<Duration>) -> Result<Change, StreamEnd> {
+    pub(crate) async fn next(&mut self, shape: &ObjectShape, silence: Option<Duration>) -> Result<Change, StreamEnd> {
         loop {
             while let Some(line) = self.lines.next_line() {
-                match read_line(cache, &line) {
+                match read_line(shape, &line) {
                     Ok(Some(change)) => return Ok(change),
                     Ok(None) => {}
                     Err(end) => return Err(StreamEnd::Line(end)),

@@ -18,35 +18,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::freshness::CatchUpQueue;
 use super::lifecycle::Lifecycle;
 use super::{ResourceCache, State};
 use crate::cache::content::ProtobufAvailability;
-use crate::cache::freshness::CatchUpQueue;
 use crate::cache::history::History;
 use crate::cache::object::CachedObject;
 use crate::cache::store::{Objects, Store};
+use crate::cache::upstream_watch::Change;
 use crate::encode::watch::EventType;
 use crate::upstream::Upstream;
-
-/// One change read from an upstream watch, decoded.
-#[derive(Debug)]
-pub(crate) enum Change {
-    /// ADDED, MODIFIED or DELETED, and when its line had been read (the
-    /// start of its fan-out time).
-    Event(EventType, CachedObject, Instant),
-    /// Nothing changed up to this version.
-    Bookmark(u64),
-}
-
-impl Change {
-    /// The version this change brings the cache to.
-    pub(crate) fn rv(&self) -> u64 {
-        match self {
-            Self::Event(_, object, _) => object.rv,
-            Self::Bookmark(rv) => *rv,
-        }
-    }
-}
 
 /// The handle that writes one resource cache. Not `Clone`: there is one.
 pub(crate) struct Writer {

@@ -43,8 +43,8 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use super::resource::{Change, ResourceCache};
-use super::upstream_watch::{LineEnd, ListPage, Opened, StreamEnd, collection_uri, get_list, open_watch, watch_params};
+use super::ResourceCache;
+use crate::cache::upstream_watch::{Change, LineEnd, ListPage, Opened, StreamEnd, get_list, open_watch, watch_params};
 use crate::upstream::Upstream;
 
 /// The catch-up watch's timeout: the API server sends its bookmark two
@@ -184,7 +184,7 @@ fn ask_for_catch_up(cache: &ResourceCache) {
 }
 
 async fn probe_current_rv(cache: &ResourceCache, upstream: &Upstream) -> Option<u64> {
-    let bytes = get_list(upstream, collection_uri(cache, &[("limit", "1".to_owned())])).await.ok()?;
+    let bytes = get_list(upstream, cache.collection_uri(&[("limit", "1".to_owned())])).await.ok()?;
     let page: ListPage = serde_json::from_slice(&bytes).ok()?;
     page.metadata.version().ok()
 }
@@ -202,7 +202,7 @@ async fn catch_up(
     queue: &mpsc::Sender<Change>,
     from: u64,
 ) -> Result<(), String> {
-    let uri = collection_uri(cache, &watch_params(from, CATCH_UP_TIMEOUT_SECONDS));
+    let uri = cache.collection_uri(&watch_params(from, CATCH_UP_TIMEOUT_SECONDS));
     let mut stream = match open_watch(upstream, uri).await {
         Opened::Streaming(stream) => stream,
         Opened::Expired => return Err("catch-up watch answered 410".into()),
@@ -210,7 +210,7 @@ async fn catch_up(
         Opened::Failed(error) => return Err(format!("catch-up watch failed: {error}")),
     };
     loop {
-        let change = match stream.next(cache, None).await {
+        let change = match stream.next(&cache.shape, None).await {
             Ok(change) => change,
             Err(StreamEnd::Closed) => return Ok(()),
             Err(StreamEnd::Line(LineEnd::Expired)) => return Err("expired".into()),
