@@ -208,7 +208,7 @@ mod field_selectors {
 
     use super::{Words, config, one_of, prints_back, repeated, token_soup};
     use crate::selector::field::{FieldOp, FieldRequirement};
-    use crate::selector::fields::{KINDS, PLAIN, builtin_fields, extract, validate};
+    use crate::selector::selectable::{KINDS, PLAIN, builtin_fields, extract, validate};
     use crate::selector::{FieldSelector, FieldSet, Fields};
 
     const TOKENS: Words = &[

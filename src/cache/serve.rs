@@ -35,7 +35,7 @@ use crate::encode::watch::error_frame;
 use crate::metrics as m;
 use crate::negotiate::{Negotiation, negotiate};
 use crate::request::{RequestInfo, Verb};
-use crate::selector::{FieldSelector, LabelSelector, fields};
+use crate::selector::{FieldSelector, LabelSelector, selectable};
 use crate::upstream::Upstream;
 
 /// How long a read for a resourceVersion newer than the cache waits for it.
@@ -234,7 +234,7 @@ impl CacheService {
                 Ok(answer) => answer,
                 Err(reason) => return Served::Passthrough(reason),
             };
-        if fields::validate(
+        if selectable::validate(
             &shape.info.group,
             &shape.info.resource,
             shape.info.namespaced,
