@@ -52,11 +52,13 @@ demo: release
 
 test: test-unit test-e2e test-controlplane test-chaos-quick
 
-## Formatting, lints (Rust, Dockerfile), the module graph (no cycles), unit
+## Formatting, lints (Rust, Dockerfile), the module graph (no cycles) and
+## README's module table (against lib.rs), unit
 ## tests and the in-process proxy tests.
 test-unit:
 	$(CARGO) fmt --check
 	python3 integration/scripts/module-graph.py
+	python3 integration/scripts/module-table.py
 	bash integration/scripts/dockerfile-lint.sh
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) test --locked

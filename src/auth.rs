@@ -131,6 +131,15 @@ pub(crate) struct Authenticated {
     pub credential: Credential,
 }
 
+impl DelegatedSettings {
+    /// Delegated auth as these settings describe it, with its own review
+    /// client to the upstream.
+    pub(crate) fn build(self, upstream: Arc<crate::upstream::Upstream>) -> Arc<Delegated> {
+        let reviews = ReviewClient::new(upstream, self.max_concurrent_reviews);
+        Arc::new(Delegated::new(reviews, self))
+    }
+}
+
 impl Delegated {
     pub(crate) fn new(reviews: ReviewClient, settings: DelegatedSettings) -> Self {
         let bounds = Bounds { entries: settings.cache_capacity, bytes: CACHE_MAX_BYTES };

@@ -1,12 +1,16 @@
 //! The watch cache: one upstream list+watch per resource, served to many.
 //!
-//! - [`registry`]: what is cached; one [`resource::ResourceCache`] per resource.
+//! - [`registry`]: what is cached; one [`resource::ResourceCache`] per resource
+//!   (the readers' handle), written only by its [`resource::Writer`] (the
+//!   reflector's); its lifecycle and fan-out in `resource/`.
 //! - [`reflector`]: the state machine that keeps a cache in step with the upstream.
 //! - [`store`], [`history`]: the objects, and the ring of recent events.
 //! - [`object`], [`event`]: cached objects with their encoding memo; events and frames.
 //! - [`dispatcher`], [`watcher`], [`filter`]: who gets which event, and per-watcher queues.
-//! - [`stream`]: a watch response body; [`serve`]: LIST/GET/WATCH semantics.
-//! - [`freshness`]: proving the cache is current enough for a consistent read.
+//! - [`stream`]: a watch response body; [`serve`]: LIST/GET/WATCH semantics;
+//!   [`content`]: why an answer is JSON and not protobuf (the one decision).
+//! - `resource/freshness.rs`: proving the cache is current enough for a
+//!   consistent read.
 //! - [`upstream_watch`]: reading the upstream's watch and list responses.
 //! - [`discovery`], [`resource_info`]: what the upstream serves.
 //! - [`params`]: the query parameters of a read; [`pagination`]: continue tokens;
@@ -16,11 +20,11 @@
 
 #[cfg(test)]
 mod consistency;
+pub(crate) mod content;
 pub(crate) mod discovery;
 pub(crate) mod dispatcher;
 pub(crate) mod event;
 pub(crate) mod filter;
-pub(crate) mod freshness;
 pub(crate) mod history;
 pub(crate) mod object;
 pub(crate) mod pagination;

@@ -208,7 +208,7 @@ mod field_selectors {
 
     use super::{Words, config, one_of, prints_back, repeated, token_soup};
     use crate::selector::field::{FieldOp, FieldRequirement};
-    use crate::selector::fields::{KINDS, PLAIN, builtin_fields, extract, validate};
+    use crate::selector::selectable::{KINDS, PLAIN, builtin_fields, extract, validate};
     use crate::selector::{FieldSelector, FieldSet, Fields};
 
     const TOKENS: Words = &[
@@ -662,10 +662,10 @@ mod watch_lines {
             let cache = ResourceCache::create(cm_shape(), Scope::default(), CacheSettings::default());
             cache.replace(Objects::new(), 10);
             for line in lines {
-                let before = cache.snapshot();
-                let result = read_line(&cache, &line).map(|change| change.map(|change| cache.apply(change)));
-                let after = cache.snapshot();
-                prop_assert_eq!(after.rv, cache.current_rv());
+                let before = cache.cache().snapshot();
+                let result = read_line(&cache.cache().shape, &line).map(|change| change.map(|change| cache.apply(change)));
+                let after = cache.cache().snapshot();
+                prop_assert_eq!(after.rv, cache.cache().current_rv());
                 match result {
                     Err(_) | Ok(None) => {
                         prop_assert_eq!(after.rv, before.rv, "rejected {:?}", line);
@@ -682,10 +682,10 @@ mod watch_lines {
             }
             // Then the upstream expires the watch and a relist at the same version finds nothing:
             // the cache empties and stays at that version, u64::MAX included.
-            let rv = cache.current_rv();
+            let rv = cache.cache().current_rv();
             cache.replace(Objects::new(), rv);
-            prop_assert!(cache.snapshot().objects.is_empty());
-            prop_assert_eq!(cache.current_rv(), rv);
+            prop_assert!(cache.cache().snapshot().objects.is_empty());
+            prop_assert_eq!(cache.cache().current_rv(), rv);
         }
     }
 

@@ -1,7 +1,9 @@
 //! watchmux: a transparent caching watch proxy for the Kubernetes API.
 //!
 //! The crate is organised by concern, following the request path:
-//! [`server`] accepts connections, [`request`] classifies what a request means
+//! [`app`] composes the subsystems from their settings, [`server`] accepts
+//! connections, [`pipeline`] is what every request meets in order,
+//! [`request`] classifies what a request means
 //! to the API, [`passthrough`] forwards what watchmux does not answer itself
 //! to the [`upstream`] API server, [`encode`] writes the bodies watchmux
 //! produces (Status errors), and [`metrics`] names everything it counts.
@@ -11,6 +13,7 @@
 //! kubeconfig is the [`upstream`]'s. [`auth`] authenticates and
 //! authorizes clients in delegated mode.
 
+pub mod app;
 pub(crate) mod auth;
 pub mod body;
 pub(crate) mod cache;
@@ -21,6 +24,7 @@ pub mod install;
 pub(crate) mod metrics;
 pub(crate) mod negotiate;
 pub(crate) mod passthrough;
+pub(crate) mod pipeline;
 pub(crate) mod request;
 pub(crate) mod rfc3339;
 pub(crate) mod selector;
@@ -34,8 +38,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
+use app::App;
 use config::Args;
-use server::Server;
 use upstream::Upstream;
 
 /// Runs watchmux with the given flags until SIGTERM or SIGINT.
@@ -62,7 +66,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         client_certificates = args.client_ca_file.is_some(),
         "client auth"
     );
-    let server = Server::bind(upstream, opts).await?;
-    tracing::info!(admin = %server.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");
-    server.serve(server::shutdown::signal()).await
+    let app = App::build(upstream, opts).await?;
+    tracing::info!(admin = %app.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");
+    app.serve(server::shutdown::signal()).await
 }

@@ -148,14 +148,9 @@ fn upstream_failure(
     verb: &'static str,
     resource: metrics::SharedString,
 ) -> Response<ProxyBody> {
-    let cause = match err {
-        SendError::Credentials(_) | SendError::ClientTls(_) => "credentials",
-        SendError::ResponseHeaders(_) => "response_headers",
-        other if other.is_connect() => "connect",
-        _ => "request",
-    };
-    counter!(m::UPSTREAM_ERRORS, "cause" => cause).increment(1);
-    UPSTREAM_FAILING.failed(cause, err);
+    let cause = FailureCause::of(err);
+    counter!(m::UPSTREAM_ERRORS, "cause" => cause.label()).increment(1);
+    UPSTREAM_FAILING.failed(cause.label(), err);
     // An upstream that took the request and never answered is a gateway
     // timeout, as kube-apiserver's own 504 for a request it could not finish.
     let status = match err {
@@ -169,8 +164,43 @@ fn upstream_failure(
     counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "resource" => resource, "code" => status.code.as_str().to_owned())
         .increment(1);
     // A refused connection fails at once directly too: no Retry-After.
-    let status = if cause == "connect" { status } else { status.retry_after(1) };
+    let status = if cause == FailureCause::Connect { status } else { status.retry_after(1) };
     status.into_response()
+}
+
+/// Why a request could not be sent upstream, as counted
+/// (`watchmux_upstream_errors_total{cause}`) and answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FailureCause {
+    /// watchmux's own credentials (or its client certificate) failed.
+    Credentials,
+    /// The upstream took the request and sent no response headers in time.
+    ResponseHeaders,
+    /// No connection: refused, unreachable, or the handshake failed.
+    Connect,
+    /// Anything else on the way.
+    Request,
+}
+
+impl FailureCause {
+    fn of(err: &SendError) -> Self {
+        match err {
+            SendError::Credentials(_) | SendError::ClientTls(_) => Self::Credentials,
+            SendError::ResponseHeaders(_) => Self::ResponseHeaders,
+            other if other.is_connect() => Self::Connect,
+            _ => Self::Request,
+        }
+    }
+
+    /// The metric label.
+    fn label(self) -> &'static str {
+        match self {
+            Self::Credentials => "credentials",
+            Self::ResponseHeaders => "response_headers",
+            Self::Connect => "connect",
+            Self::Request => "request",
+        }
+    }
 }
 
 /// Whether requests to the upstream are failing, so that a change is

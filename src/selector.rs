@@ -3,15 +3,15 @@
 //! watchmux answers list and watch requests from its cache only when it can
 //! select exactly the objects kube-apiserver would. This module holds the two
 //! selector languages as apimachinery defines them (`labels.Parse` and
-//! `fields.ParseSelector`), their matching rules, and, in [`fields`], which
+//! `fields.ParseSelector`), their matching rules, and, in [`selectable`], which
 //! fields each resource lets a selector name and what values an object has
 //! for them. A selector that does not parse here is one the API server would
 //! reject too (or one too odd to be worth serving): the caller passes such a
 //! request through and lets the API server answer with its own exact error.
 
 pub(crate) mod field;
-pub(crate) mod fields;
 mod label;
+pub(crate) mod selectable;
 
 pub(crate) use field::{FieldSelector, FieldSet, Fields};
 pub(crate) use label::LabelSelector;

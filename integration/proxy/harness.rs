@@ -20,9 +20,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use watchmux::app::App;
 use watchmux::body::ProxyBody;
 use watchmux::config::Args;
-use watchmux::server::Server;
 use watchmux::upstream::Upstream;
 
 pub(crate) type HandlerFn =
@@ -108,7 +108,7 @@ pub(crate) async fn start_proxy_at(server: &str, extra: &[&str]) -> Proxy {
     if !extra.iter().any(|a| a.starts_with("--cache-resources")) {
         opts.cache = None;
     }
-    let server = Server::bind(up, opts).await.unwrap();
+    let server = App::build(up, opts).await.unwrap();
     let (addr, admin) = (server.api_addr(), server.admin_addr());
     let (stop, stopped) = oneshot::channel::<()>();
     let done = tokio::spawn(server.serve(async {

@@ -173,11 +173,11 @@ fn run(steps: Vec<Step>) -> Result<(usize, usize), TestCaseError> {
             }
             Step::Bookmark if up.pending.is_empty() => cache.bookmark(up.rv),
             Step::Bookmark => {}
-            Step::ClientFromUpstream => clients.push(Client::start(&cache, up.objects.clone(), up.rv)),
+            Step::ClientFromUpstream => clients.push(Client::start(cache.cache(), up.objects.clone(), up.rv)),
             Step::ClientFromCache => {
-                let snap = cache.snapshot();
+                let snap = cache.cache().snapshot();
                 let state = snap.objects.values().map(|o| (o.key.name.clone(), (o.rv, o.uid.to_string()))).collect();
-                clients.push(Client::start(&cache, state, snap.rv));
+                clients.push(Client::start(cache.cache(), state, snap.rv));
             }
         }
         for c in &mut clients {

@@ -24,7 +24,7 @@ use crate::encode::object::{metadata_of, partial_object_metadata_json};
 use crate::encode::protobuf::{self, Unplaceable};
 use crate::encode::variant::ContentVariant;
 use crate::metrics as m;
-use crate::selector::{Fields, fields};
+use crate::selector::{Fields, selectable};
 
 use super::resource_info::ResourceInfo;
 
@@ -98,7 +98,7 @@ struct Derived {
 }
 
 /// An object version has no protobuf form here: the encoder refused it
-/// (`reason` is [`Unplaceable::reason`]); the caller answers JSON or passes
+/// (`reason` is [`Unplaceable::reason`]); `content::answer_form` then answers JSON or passes
 /// the request through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct NoProtobuf {
@@ -164,8 +164,13 @@ impl CachedObject {
             .map(|l| l.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
             .unwrap_or_default();
         let info = &shape.info;
-        let fields =
-            fields::extract(&info.group, &info.resource, info.namespaced, shape.custom_selectable.as_deref(), &value);
+        let fields = selectable::extract(
+            &info.group,
+            &info.resource,
+            info.namespaced,
+            shape.custom_selectable.as_deref(),
+            &value,
+        );
         metrics::counter!(m::CACHE_ENCODES, "variant" => ContentVariant::Json.metric_label()).increment(1);
         Ok(Self {
             key: ObjectKey { namespace: namespace.to_owned(), name: name.to_owned() },

@@ -16,18 +16,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use http_body_util::BodyExt;
 use rand::Rng;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::content::ProtobufAvailability;
 use super::object::CachedObject;
-use super::resource::{PROTOBUF_OFF_KIND, PROTOBUF_OFF_METADATA, Writer};
-use super::schema_check::{self, Outcome};
+use super::resource::Writer;
+use super::schema_check::{Outcome, SchemaChecker};
 use super::store::Objects;
-use super::upstream_watch::{LineEnd, LineSplitter, ReflectorError, collection_uri, read_line, upstream_get};
+use super::upstream_watch::{LineEnd, ListPage, Opened, ReflectorError, StreamEnd, get_list, open_watch, watch_params};
 use crate::encode::variant::ContentVariant;
 use crate::error::error_chain;
 use crate::metrics as m;
@@ -79,33 +77,19 @@ enum WatchEnd {
     Gone,
 }
 
-#[derive(Deserialize)]
-struct ListPage<'a> {
-    #[serde(default)]
-    metadata: ListMeta,
-    #[serde(borrow, default)]
-    items: Option<Vec<&'a RawValue>>,
-}
-
-#[derive(Deserialize, Default)]
-struct ListMeta {
-    #[serde(default, rename = "resourceVersion")]
-    resource_version: String,
-    #[serde(default, rename = "continue")]
-    continue_token: Option<String>,
-}
-
 pub(crate) struct Reflector {
-    /// The cache's one writer; reads go through it too (it derefs to the cache).
+    /// The cache's one writer.
     cache: Writer,
     upstream: Arc<Upstream>,
+    /// The registry's schema checker, shared by its reflectors.
+    schemas: Arc<SchemaChecker>,
     failures: u32,
     started: bool,
 }
 
 impl Reflector {
-    pub(crate) fn new(cache: Writer, upstream: Arc<Upstream>) -> Self {
-        Self { cache, upstream, failures: 0, started: false }
+    pub(crate) fn new(cache: Writer, upstream: Arc<Upstream>, schemas: Arc<SchemaChecker>) -> Self {
+        Self { cache, upstream, schemas, failures: 0, started: false }
     }
 
     /// Runs until `stop` is cancelled.
@@ -117,7 +101,7 @@ impl Reflector {
                 next = self.step(state) => next,
             };
             if state == ReflectorState::Gone {
-                tracing::info!(resource = %self.cache.label(), "the upstream no longer serves this resource; closing its cache");
+                tracing::info!(resource = %self.cache.cache().label(), "the upstream no longer serves this resource; closing its cache");
                 self.cache.close();
                 return Exit::Gone;
             }
@@ -126,18 +110,18 @@ impl Reflector {
 
     /// One transition of the state machine.
     pub(crate) async fn step(&mut self, state: ReflectorState) -> ReflectorState {
-        let label = self.cache.label().to_owned();
+        let label = self.cache.cache().label().to_owned();
         match state {
             ReflectorState::Listing => {
                 let started = Instant::now();
-                if self.cache.is_ready() {
+                if self.cache.cache().is_ready() {
                     self.cache.set_relisting(true);
                 }
                 // The served schema is checked beside the list (bounded by its
                 // own timeout), so that a drifted kind has protobuf off before
                 // the cache is ready.
                 let (listed, schema) =
-                    tokio::join!(self.list_all(), schema_check::check(&self.upstream, &self.cache.shape.info));
+                    tokio::join!(self.list_all(), self.schemas.check(&self.upstream, &self.cache.cache().shape.info));
                 self.apply_schema_check(schema);
                 match listed {
                     Ok((objects, rv)) => {
@@ -158,7 +142,7 @@ impl Reflector {
                     }
                     Err(err) => {
                         tracing::warn!(resource = %label, error = %error_chain(&err), "upstream list failed");
-                        if !self.cache.is_ready() {
+                        if !self.cache.cache().is_ready() {
                             self.cache.set_initial_list_failing(true);
                         }
                         self.back_off(ReflectorState::Listing)
@@ -198,14 +182,13 @@ impl Reflector {
     /// Turns protobuf off (or on again) as the schema check found, logging
     /// and counting a change once, not at every relist.
     fn apply_schema_check(&self, outcome: Outcome) {
-        let label = self.cache.label().to_owned();
+        let label = self.cache.cache().label().to_owned();
         metrics::counter!(m::PROTOBUF_SCHEMA_CHECKS, "resource" => label.clone(), "result" => outcome.label())
             .increment(1);
-        let off = match &outcome {
-            Outcome::NotInTable | Outcome::Fits => 0,
-            Outcome::Drift { in_metadata, .. } => {
-                PROTOBUF_OFF_KIND | if *in_metadata { PROTOBUF_OFF_METADATA } else { 0 }
-            }
+        let availability = match &outcome {
+            Outcome::NotInTable | Outcome::Fits => ProtobufAvailability::Both,
+            Outcome::Drift { in_metadata: false, .. } => ProtobufAvailability::MetadataOnly,
+            Outcome::Drift { in_metadata: true, .. } => ProtobufAvailability::Neither,
             Outcome::Unavailable(why) => {
                 tracing::warn!(
                     resource = %label,
@@ -215,27 +198,24 @@ impl Reflector {
                 return;
             }
         };
-        let before = self.cache.set_protobuf_off(off);
+        let before = self.cache.set_protobuf_availability(availability);
         // Every checked built-in kind shows the gauge (0 while it fits), so a
         // dashboard tells "fits" from "never checked".
         if !matches!(outcome, Outcome::NotInTable) {
-            for (bit, variant) in [
-                (PROTOBUF_OFF_KIND, ContentVariant::Protobuf),
-                (PROTOBUF_OFF_METADATA, ContentVariant::PartialObjectMetadataProtobuf),
-            ] {
-                let value = if off & bit != 0 { 1.0 } else { 0.0 };
+            for variant in [ContentVariant::Protobuf, ContentVariant::PartialObjectMetadataProtobuf] {
+                let value = if availability.allows(variant) { 0.0 } else { 1.0 };
                 metrics::gauge!(m::PROTOBUF_DISABLED, "resource" => label.clone(), "variant" => variant.metric_label(), "reason" => "schema_drift")
                     .set(value);
             }
         }
-        if before == off {
+        if before == availability {
             return;
         }
         match outcome {
             Outcome::Drift { differences, .. } => tracing::warn!(
                 resource = %label,
-                kind = %self.cache.shape.info.kind,
-                differences = ?differences,
+                kind = %self.cache.cache().shape.info.kind,
+                differences = ?differences.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "the served schema differs from the protobuf table (another Kubernetes version); protobuf is off for this kind"
             ),
             _ => tracing::info!(resource = %label, "the served schema fits the protobuf table again; protobuf is on"),
@@ -248,16 +228,9 @@ impl Reflector {
         ReflectorState::BackingOff { delay, next: Box::new(next) }
     }
 
-    fn collection_uri(&self, params: &[(&str, String)]) -> String {
-        collection_uri(&self.cache, params)
-    }
-
-    async fn get(&self, uri: String) -> Result<http::Response<hyper::body::Incoming>, ReflectorError> {
-        upstream_get(&self.upstream, uri).await
-    }
-
     /// A paginated, consistent LIST of everything in scope.
     async fn list_all(&self) -> Result<(Objects, u64), ReflectorError> {
+        let cache = self.cache.cache();
         let mut objects = Objects::new();
         let mut continue_token: Option<String> = None;
         let mut list_rv = 0;
@@ -267,19 +240,10 @@ impl Reflector {
             if let Some(token) = &continue_token {
                 params.push(("continue", token.clone()));
             }
-            let resp = self.get(self.collection_uri(&params)).await?;
-            let status = resp.status();
-            let bytes = resp.into_body().collect().await.map_err(ReflectorError::Body)?.to_bytes();
-            if !status.is_success() {
-                return Err(ReflectorError::Status { status, body: String::from_utf8_lossy(&bytes).into_owned() });
-            }
+            let bytes = get_list(&self.upstream, cache.collection_uri(&params)).await?;
             let page: ListPage = serde_json::from_slice(&bytes).map_err(ReflectorError::Decode)?;
             if continue_token.is_none() {
-                list_rv = page
-                    .metadata
-                    .resource_version
-                    .parse()
-                    .map_err(|_| ReflectorError::ListVersion(page.metadata.resource_version.clone()))?;
+                list_rv = page.metadata.version()?;
             }
             for item in page.items.unwrap_or_default() {
                 let raw = bytes.slice_ref(item.get().as_bytes());
@@ -287,12 +251,12 @@ impl Reflector {
                     saw_item = true;
                     self.cache.set_list_items_typed(item_has_type_meta(&raw));
                 }
-                match CachedObject::decode(raw, &self.cache.shape) {
+                match CachedObject::decode(raw, &cache.shape) {
                     Ok(obj) => {
                         objects.insert(obj.key.clone(), Arc::new(obj));
                     }
                     Err(err) => {
-                        tracing::warn!(resource = %self.cache.label(), error = %err, "skipping undecodable item")
+                        tracing::warn!(resource = %cache.label(), error = %err, "skipping undecodable item")
                     }
                 }
             }
@@ -305,77 +269,49 @@ impl Reflector {
 
     /// One upstream watch from `rv`, applied to the cache until it ends.
     async fn watch_once(&mut self, mut rv: u64) -> WatchEnd {
+        let cache = self.cache.cache().clone();
         let timeout = rand::rng().random_range(300..600);
-        let params = [
-            ("watch", "true".to_owned()),
-            ("allowWatchBookmarks", "true".to_owned()),
-            ("resourceVersion", rv.to_string()),
-            ("timeoutSeconds", timeout.to_string()),
-        ];
-        let resp = match self.get(self.collection_uri(&params)).await {
-            Ok(r) => r,
-            Err(e) => return WatchEnd::Failed { rv, error: error_chain(&e) },
+        let mut stream = match open_watch(&self.upstream, cache.collection_uri(&watch_params(rv, timeout))).await {
+            Opened::Streaming(stream) => stream,
+            Opened::Expired => return WatchEnd::Expired,
+            Opened::Gone => return WatchEnd::Gone,
+            Opened::Failed(error) => return WatchEnd::Failed { rv, error },
         };
-        if resp.status() == StatusCode::GONE {
-            return WatchEnd::Expired;
-        }
-        if resp.status() == StatusCode::NOT_FOUND {
-            return WatchEnd::Gone;
-        }
-        if !resp.status().is_success() {
-            let status = resp.status();
-            let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-            return WatchEnd::Failed { rv, error: format!("{status}: {}", String::from_utf8_lossy(&body)) };
-        }
         // A watch that connected is a success: the next failure starts the
         // backoff from the beginning.
         self.failures = 0;
-        let mut body = resp.into_body();
-        let mut lines = LineSplitter::default();
         loop {
             // Changes a catch-up watch read for the freshness proof are
-            // applied here, between this watch's own lines (see `Writer`).
-            let next = tokio::select! {
-                next = tokio::time::timeout(WATCH_PROGRESS_DEADLINE, body.frame()) => next,
-                change = self.cache.next_catch_up() => {
-                    rv = rv.max(self.cache.apply(change));
-                    continue;
-                }
-            };
-            let frame = match next {
-                // Silence past the bookmark period: a connection that died
-                // without a FIN or RST (HTTP/1.1 has no PING to find out).
-                Err(_) => {
-                    let error = format!("no byte from the upstream watch for {WATCH_PROGRESS_DEADLINE:?}");
-                    return WatchEnd::Failed { rv, error };
-                }
-                Ok(None) => return WatchEnd::Closed { rv },
-                Ok(Some(Err(e))) => return WatchEnd::Failed { rv, error: error_chain(&e) },
-                Ok(Some(Ok(frame))) => frame,
-            };
-            let Ok(data) = frame.into_data() else { continue };
-            lines.push(&data);
-            while let Some(line) = lines.next_line() {
-                match read_line(&self.cache, &line) {
-                    Ok(Some(change)) => rv = rv.max(self.cache.apply(change)),
-                    Ok(None) => {}
+            // applied here, between this watch's own (see `Writer`).
+            let change = tokio::select! {
+                read = stream.next(&cache.shape, Some(WATCH_PROGRESS_DEADLINE)) => match read {
+                    Ok(change) => change,
                     Err(end) => return end.with_rv(rv),
-                }
-            }
+                },
+                change = self.cache.next_catch_up(&self.upstream) => change,
+            };
+            rv = rv.max(self.cache.apply(change));
         }
     }
 }
 
-/// How a line that ends the upstream watch ends it.
+/// How the end of reading the upstream watch ends the reflector's watch.
 trait EndsWatch {
     fn with_rv(self, rv: u64) -> WatchEnd;
 }
 
-impl EndsWatch for LineEnd {
+impl EndsWatch for StreamEnd {
     fn with_rv(self, rv: u64) -> WatchEnd {
         match self {
-            LineEnd::Expired => WatchEnd::Expired,
-            LineEnd::Failed(error) => WatchEnd::Failed { rv, error },
+            StreamEnd::Closed => WatchEnd::Closed { rv },
+            // Silence past the bookmark period: a connection that died
+            // without a FIN or RST (HTTP/1.1 has no PING to find out).
+            StreamEnd::Silent => WatchEnd::Failed {
+                rv,
+                error: format!("no byte from the upstream watch for {WATCH_PROGRESS_DEADLINE:?}"),
+            },
+            StreamEnd::Broken(error) | StreamEnd::Line(LineEnd::Failed(error)) => WatchEnd::Failed { rv, error },
+            StreamEnd::Line(LineEnd::Expired) => WatchEnd::Expired,
         }
     }
 }

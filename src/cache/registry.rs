@@ -13,6 +13,7 @@ use super::reflector::{Exit, Reflector};
 use super::resolve::{GroupResource, Resolved, ResourceName, Unresolvable, resolve};
 use super::resource::{CacheSettings, ResourceCache, Scope};
 use super::resource_info::ResourceInfo;
+use super::schema_check::SchemaChecker;
 use crate::error::error_chain;
 use crate::upstream::Upstream;
 
@@ -73,6 +74,9 @@ pub(crate) struct Registry {
     /// Shared with the reflectors' tasks, which remove their cache when the
     /// upstream stops serving its resource.
     caches: Arc<DashMap<Gvr, Arc<ResourceCache>>>,
+    /// Checks each cached kind's served schema against the protobuf table,
+    /// for every reflector of this registry (and remembers what it read).
+    schemas: Arc<SchemaChecker>,
     stop: CancellationToken,
     /// Set once `--cache-warm` has started every configured cache.
     warmed: std::sync::atomic::AtomicBool,
@@ -93,11 +97,17 @@ impl Registry {
             discovery: Arc::new(Discovery::new(upstream.clone())),
             upstream,
             caches: Arc::new(DashMap::new()),
+            schemas: Arc::default(),
             stop,
             warmed: Default::default(),
             enabled: parking_lot::RwLock::new(config.literal_names()),
             config,
         }
+    }
+
+    /// Whether `--cache-warm` asks for every configured cache at start-up.
+    pub(crate) fn warms(&self) -> bool {
+        self.config.warm
     }
 
     /// Whether `gr` is cached: named by `--cache-resources` (or `*`) and
@@ -268,8 +278,8 @@ impl Registry {
             })
             .clone();
         if let Some(writer) = created {
-            tracing::info!(resource = %writer.label(), "starting cache");
-            let reflector = Reflector::new(writer, self.upstream.clone());
+            tracing::info!(resource = %writer.cache().label(), "starting cache");
+            let reflector = Reflector::new(writer, self.upstream.clone(), self.schemas.clone());
             let (caches, discovery, stop) = (self.caches.clone(), self.discovery.clone(), self.stop.clone());
             let mine = cache.clone();
             tokio::spawn(async move {

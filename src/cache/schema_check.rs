@@ -23,7 +23,12 @@
 //! holds the cache back for long: it runs beside the initial list and gives
 //! up after [`FETCH_TIMEOUT`].
 //!
-//! The document is fetched once per process for each served version of it:
+//! The checker ([`SchemaChecker`]) belongs to the cache registry and is
+//! shared by its reflectors; what it remembers lives with it, not in
+//! process-wide statics, so two registries (two upstreams, or tests) never
+//! see each other's documents.
+//!
+//! The document is fetched once per checker for each served version of it:
 //! the OpenAPI root (`/openapi/v3`, about 10 KB) names each group-version's
 //! document with a hash of its content, and a kind's verdict is kept with the
 //! hash it was made on. A later full list (a relist after compaction, or
@@ -34,7 +39,7 @@
 //! the document is fetched each time, as before.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use http::StatusCode;
@@ -44,16 +49,12 @@ use tokio::sync::OnceCell;
 
 use super::resource_info::ResourceInfo;
 use super::upstream_watch::upstream_get;
-use crate::encode::protobuf::{MessageType, openapi_drift};
+use crate::encode::protobuf::{Drift, MessageType, openapi_drift};
 use crate::error::error_chain;
 use crate::upstream::Upstream;
 
 /// How long the document may take before the check gives up (protobuf stays on).
 pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Prefix of the OpenAPI names of meta/v1 types (ObjectMeta and the types
-/// inside it), which PartialObjectMetadata carries too.
-const META_PREFIX: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.";
 
 /// What the check found for one kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,8 +65,8 @@ pub(crate) enum Outcome {
     Fits,
     /// The served schema differs from the table where bytes would differ.
     Drift {
-        /// Each difference, as [`openapi_drift`] words it.
-        differences: Vec<String>,
+        /// Each difference, as [`openapi_drift`] finds it.
+        differences: Vec<Drift>,
         /// Some difference lies in meta/v1 (ObjectMeta and what it holds):
         /// PartialObjectMetadata in protobuf is off too.
         in_metadata: bool,
@@ -95,90 +96,96 @@ pub(crate) fn document_path(info: &ResourceInfo) -> String {
     }
 }
 
-/// Fetches the served document and compares the kind of `info` with the
-/// table, unless the kind was compared with this very document before.
-pub(crate) async fn check(upstream: &Upstream, info: &ResourceInfo) -> Outcome {
-    let Some(ty) = MessageType::for_kind(&info.api_version(), &info.kind) else {
-        return Outcome::NotInTable;
-    };
-    let path = document_path(info);
-    let Ok(url) = path.parse().map(|p| upstream.uri_for(Some(&p)).to_string()) else {
-        return Outcome::Unavailable(format!("{path}: not a path"));
-    };
-    let verdict_key = format!("{url}#{}", info.kind);
-    let hash = served_hash(upstream, &path).await;
-    if let Some(hash) = &hash
-        && let Some((seen, outcome)) = VERDICTS.lock().get(&verdict_key)
-        && seen == hash
-    {
-        return outcome.clone();
-    }
-    let outcome = match shared_json(upstream, &path).await {
-        Ok(document) => compare(ty, &document),
-        Err(why) => Outcome::Unavailable(why),
-    };
-    if let Some(hash) = hash
-        && !matches!(outcome, Outcome::Unavailable(_))
-    {
-        VERDICTS.lock().insert(verdict_key, (hash, outcome.clone()));
-    }
-    outcome
-}
-
 /// The path of the OpenAPI v3 root, which names every document with its hash.
 const ROOT_PATH: &str = "/openapi/v3";
-
-/// The hash the upstream's OpenAPI root gives the document at `path` now:
-/// `paths["api/v1"].serverRelativeURL` is `/openapi/v3/api/v1?hash=<hex>`.
-async fn served_hash(upstream: &Upstream, path: &str) -> Option<String> {
-    let root = shared_json(upstream, ROOT_PATH).await.ok()?;
-    let name = path.strip_prefix(ROOT_PATH)?.strip_prefix('/')?;
-    let url = root.get("paths")?.get(name)?.get("serverRelativeURL")?.as_str()?;
-    let (served_path, query) = url.split_once('?')?;
-    if served_path != path {
-        return None;
-    }
-    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "hash").map(|(_, v)| v.into_owned())
-}
-
-/// Each kind's last verdict, by document URL and kind, with the hash of the
-/// document it was made on. A handful of entries: one per cached built-in kind.
-static VERDICTS: LazyLock<Mutex<HashMap<String, (String, Outcome)>>> = LazyLock::new(Default::default);
 
 /// A document being fetched or read, shared by the checks that want it at
 /// the same time.
 type Slot = OnceCell<Result<Arc<serde_json::Value>, String>>;
 
-/// The documents some check holds now, by URL (the upstream's and the path),
-/// held weakly: the caches of one group-version that list together (at
-/// start-up, every cached core/v1 resource) share one fetch and one parse of
-/// its document (1.6 MB for core/v1 in v1.37, several times that as a
-/// `Value`), and of the root; each is freed when the last of them is done.
-static DOCUMENTS: LazyLock<Mutex<HashMap<String, Weak<Slot>>>> = LazyLock::new(Default::default);
+/// The schema check, with what it remembers: each kind's last verdict, by
+/// document URL and kind, with the hash of the document it was made on (a
+/// handful of entries: one per cached built-in kind); and the documents some
+/// check holds now.
+#[derive(Default)]
+pub(crate) struct SchemaChecker {
+    verdicts: Mutex<HashMap<String, (String, Outcome)>>,
+    /// The documents some check holds now, by URL (the upstream's and the path),
+    /// held weakly: the caches of one group-version that list together (at
+    /// start-up, every cached core/v1 resource) share one fetch and one parse of
+    /// its document (1.6 MB for core/v1 in v1.37, several times that as a
+    /// `Value`), and of the root; each is freed when the last of them is done.
+    documents: Mutex<HashMap<String, Weak<Slot>>>,
+}
 
-/// The JSON document at `path`, fetched once for all who ask at the same time.
-async fn shared_json(upstream: &Upstream, path: &str) -> Result<Arc<serde_json::Value>, String> {
-    let key = upstream.uri_for(Some(&path.parse().map_err(|_| format!("{path}: not a path"))?)).to_string();
-    let slot = {
-        let mut documents = DOCUMENTS.lock();
-        documents.retain(|_, slot| slot.strong_count() > 0);
-        match documents.get(&key).and_then(Weak::upgrade) {
-            Some(slot) => slot,
-            None => {
-                let slot = Arc::new(Slot::new());
-                documents.insert(key, Arc::downgrade(&slot));
-                slot
+impl SchemaChecker {
+    /// Fetches the served document and compares the kind of `info` with the
+    /// table, unless the kind was compared with this very document before.
+    pub(crate) async fn check(&self, upstream: &Upstream, info: &ResourceInfo) -> Outcome {
+        let Some(ty) = MessageType::for_kind(&info.api_version(), &info.kind) else {
+            return Outcome::NotInTable;
+        };
+        let path = document_path(info);
+        let Ok(url) = path.parse().map(|p| upstream.uri_for(Some(&p)).to_string()) else {
+            return Outcome::Unavailable(format!("{path}: not a path"));
+        };
+        let verdict_key = format!("{url}#{}", info.kind);
+        let hash = self.served_hash(upstream, &path).await;
+        if let Some(hash) = &hash
+            && let Some((seen, outcome)) = self.verdicts.lock().get(&verdict_key)
+            && seen == hash
+        {
+            return outcome.clone();
+        }
+        let outcome = match self.shared_json(upstream, &path).await {
+            Ok(document) => compare(ty, &document),
+            Err(why) => Outcome::Unavailable(why),
+        };
+        if let Some(hash) = hash
+            && !matches!(outcome, Outcome::Unavailable(_))
+        {
+            self.verdicts.lock().insert(verdict_key, (hash, outcome.clone()));
+        }
+        outcome
+    }
+
+    /// The hash the upstream's OpenAPI root gives the document at `path` now:
+    /// `paths["api/v1"].serverRelativeURL` is `/openapi/v3/api/v1?hash=<hex>`.
+    async fn served_hash(&self, upstream: &Upstream, path: &str) -> Option<String> {
+        let root = self.shared_json(upstream, ROOT_PATH).await.ok()?;
+        let name = path.strip_prefix(ROOT_PATH)?.strip_prefix('/')?;
+        let url = root.get("paths")?.get(name)?.get("serverRelativeURL")?.as_str()?;
+        let (served_path, query) = url.split_once('?')?;
+        if served_path != path {
+            return None;
+        }
+        form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "hash").map(|(_, v)| v.into_owned())
+    }
+
+    /// The JSON document at `path`, fetched once for all who ask at the same time.
+    async fn shared_json(&self, upstream: &Upstream, path: &str) -> Result<Arc<serde_json::Value>, String> {
+        let key = upstream.uri_for(Some(&path.parse().map_err(|_| format!("{path}: not a path"))?)).to_string();
+        let slot = {
+            let mut documents = self.documents.lock();
+            documents.retain(|_, slot| slot.strong_count() > 0);
+            match documents.get(&key).and_then(Weak::upgrade) {
+                Some(slot) => slot,
+                None => {
+                    let slot = Arc::new(Slot::new());
+                    documents.insert(key, Arc::downgrade(&slot));
+                    slot
+                }
             }
-        }
-    };
-    slot.get_or_init(|| async {
-        match tokio::time::timeout(FETCH_TIMEOUT, fetch(upstream, path)).await {
-            Ok(fetched) => fetched.map(Arc::new),
-            Err(_) => Err(format!("{path}: no answer within {FETCH_TIMEOUT:?}")),
-        }
-    })
-    .await
-    .clone()
+        };
+        slot.get_or_init(|| async {
+            match tokio::time::timeout(FETCH_TIMEOUT, fetch(upstream, path)).await {
+                Ok(fetched) => fetched.map(Arc::new),
+                Err(_) => Err(format!("{path}: no answer within {FETCH_TIMEOUT:?}")),
+            }
+        })
+        .await
+        .clone()
+    }
 }
 
 /// The comparison alone, on a document already parsed.
@@ -186,7 +193,7 @@ pub(crate) fn compare(ty: MessageType, document: &serde_json::Value) -> Outcome 
     match openapi_drift(ty, document) {
         Ok(differences) if differences.is_empty() => Outcome::Fits,
         Ok(differences) => {
-            let in_metadata = differences.iter().any(|d| d.starts_with(META_PREFIX));
+            let in_metadata = differences.iter().any(|d| d.in_metadata);
             Outcome::Drift { differences, in_metadata }
         }
         Err(err) => Outcome::Unavailable(err.to_string()),

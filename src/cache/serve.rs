@@ -18,23 +18,25 @@ use tokio_util::sync::CancellationToken;
 
 mod list;
 
+use super::content::{Answer, NoProtobufHere, answer_form, kind_obstacle};
 use super::filter::Filter;
 use super::object::ObjectKey;
 use super::params::{ReadParams, Rv, RvMatch};
 use super::reason::Reason;
-use super::registry::{NotCached, Registry};
+use super::registry::{CacheConfig, NotCached, Registry};
 use super::resolve::GroupResource;
+use super::resource::freshness::ensure_fresh;
 use super::resource::{ResourceCache, StartAt};
 use super::stream::{StreamOptions, WatchStream};
 use crate::body::{self, Chunk, ProxyBody, Refusal};
-use crate::encode::protobuf::MessageType;
 use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::encode::watch::error_frame;
 use crate::metrics as m;
 use crate::negotiate::{Negotiation, negotiate};
 use crate::request::{RequestInfo, Verb};
-use crate::selector::{FieldSelector, LabelSelector, fields};
+use crate::selector::{FieldSelector, LabelSelector, selectable};
+use crate::upstream::Upstream;
 
 /// How long a read for a resourceVersion newer than the cache waits for it.
 pub(crate) const TOO_LARGE_RV_WAIT: Duration = Duration::from_secs(3);
@@ -43,31 +45,6 @@ pub(crate) const NOT_READY_WAIT: Duration = Duration::from_secs(3);
 /// The API server's default `--min-request-timeout`: watches without
 /// `timeoutSeconds` last a random time in [this, twice this).
 pub(crate) const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
-
-/// The form a read is answered in, and the JSON it falls back on for an
-/// object with no protobuf form (the next form the client accepts).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Answer {
-    pub variant: ContentVariant,
-    pub or_json: Option<ContentVariant>,
-}
-
-impl Answer {
-    /// The JSON to answer instead of protobuf, or the pass-through.
-    fn fall_back(self) -> Result<ContentVariant, Reason> {
-        self.or_json.ok_or(Reason::NoProtobufForm)
-    }
-
-    /// The form of an error answer, as the API server negotiates it; `Err`
-    /// for PartialObjectMetadata in protobuf, whose errors the cache leaves to
-    /// the API server.
-    fn error_variant(self) -> Result<ContentVariant, Reason> {
-        match self.variant {
-            ContentVariant::PartialObjectMetadataProtobuf => Err(Reason::MetadataProtobufError),
-            variant => Ok(variant),
-        }
-    }
-}
 
 /// The cache's answer, or why it has none.
 pub(crate) enum Served {
@@ -116,9 +93,31 @@ pub(crate) struct CacheService {
     streams_stop: CancellationToken,
 }
 
+impl CacheConfig {
+    /// The cache these settings describe: its registry of resource caches
+    /// (whose reflectors stop with `background_stop`) and the read path in
+    /// front of it (whose watch streams end with `streams_stop`).
+    pub(crate) fn build(
+        self,
+        upstream: Arc<Upstream>,
+        background_stop: CancellationToken,
+        streams_stop: CancellationToken,
+    ) -> Arc<CacheService> {
+        let registry = Arc::new(Registry::new(upstream, self, background_stop));
+        Arc::new(CacheService { registry, streams_stop })
+    }
+}
+
 impl CacheService {
-    pub(crate) fn new(registry: Arc<Registry>, streams_stop: CancellationToken) -> Self {
-        Self { registry, streams_stop }
+    /// Checks `--cache-resources` against discovery (a typo is a start-up
+    /// error) and, with `--cache-warm`, starts every configured cache.
+    pub(crate) async fn start(&self) -> anyhow::Result<()> {
+        self.registry.check_names().await?;
+        if self.registry.warms() {
+            let registry = self.registry.clone();
+            tokio::spawn(async move { registry.warm_until_done().await });
+        }
+        Ok(())
     }
 
     pub(crate) fn registry(&self) -> &Arc<Registry> {
@@ -193,7 +192,7 @@ impl CacheService {
         {
             return Served::Passthrough(Reason::WatchParameters);
         }
-        let mut answer = match negotiate(headers.get(header::ACCEPT), endpoint) {
+        let answer = match negotiate(headers.get(header::ACCEPT), endpoint) {
             Negotiation::Cache(variant) => Answer { variant, or_json: None },
             Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },
             Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
@@ -228,20 +227,14 @@ impl CacheService {
             return Served::Passthrough(Reason::InvalidSelector);
         };
         let shape = &cache.shape;
-        // A kind the encoder's table does not know (a custom resource: the API server has no
-        // protobuf for it but PartialObjectMetadata, and answers the JSON the client accepts
-        // next; or a kind newer than the table).
-        // Also a kind whose served schema drifted from the table (the
-        // reflector's schema check): the same fail-closed path.
-        let unknown_kind = answer.variant == ContentVariant::Protobuf
-            && MessageType::for_kind(&shape.info.api_version(), &shape.info.kind).is_none();
-        if unknown_kind || cache.protobuf_disabled(answer.variant) {
-            match answer.fall_back() {
-                Ok(json) => answer = Answer { variant: json, or_json: None },
+        // A kind with no protobuf here at all (not in the table, or its
+        // schema drifted): see `content`.
+        let answer =
+            match answer_form(answer, kind_obstacle(&shape.info, cache.protobuf_availability(), answer.variant)) {
+                Ok(answer) => answer,
                 Err(reason) => return Served::Passthrough(reason),
-            }
-        }
-        if fields::validate(
+            };
+        if selectable::validate(
             &shape.info.group,
             &shape.info.resource,
             shape.info.namespaced,
@@ -280,7 +273,7 @@ impl CacheService {
 
     /// Proves the cache fresh for a consistent read, counting the outcome.
     async fn consistent(&self, cache: &Arc<ResourceCache>, arrival: Instant) -> bool {
-        let fresh = cache.ensure_fresh(self.registry.upstream(), arrival, TOO_LARGE_RV_WAIT).await;
+        let fresh = ensure_fresh(cache, self.registry.upstream(), arrival, TOO_LARGE_RV_WAIT).await;
         let result = if fresh { "success" } else { "fallback" };
         metrics::counter!(m::CONSISTENT_READS, "resource" => cache.label().to_owned(), "result" => result).increment(1);
         fresh
@@ -353,11 +346,11 @@ impl CacheService {
                 let mut variant = variant;
                 // Every initial event must have the stream's form before the
                 // headers say protobuf; otherwise JSON, or the API server.
-                if stream.protobuf_refusal().is_some() {
-                    match answer.fall_back() {
+                if let Some(refused) = stream.protobuf_refusal() {
+                    match answer_form(answer, Some(NoProtobufHere::Refused(refused))) {
                         Ok(json) => {
-                            stream.switch_to(json);
-                            variant = json;
+                            stream.switch_to(json.variant);
+                            variant = json.variant;
                         }
                         // Dropping the stream deregisters the watcher.
                         Err(reason) => return Served::Passthrough(reason),
@@ -404,8 +397,8 @@ impl CacheService {
             Some(obj) => {
                 let (variant, bytes) = match obj.encoded(answer.variant) {
                     Ok(bytes) => (answer.variant, bytes),
-                    Err(_) => match answer.fall_back() {
-                        Ok(json) => (json, obj.encoded(json).expect("JSON variants always encode")),
+                    Err(refused) => match answer_form(answer, Some(NoProtobufHere::Refused(refused))) {
+                        Ok(json) => (json.variant, obj.encoded(json.variant).expect("JSON variants always encode")),
                         Err(reason) => return Served::Passthrough(reason),
                     },
                 };

@@ -34,6 +34,9 @@ use crate::encode::watch::{bookmark_frame, error_frame, event_frame};
 use crate::metrics as m;
 use http::StatusCode;
 
+/// What one poll of a watch stream gives.
+type Polled = Poll<Option<Result<Frame<Chunk>, BoxError>>>;
+
 /// How often a watcher that asked for bookmarks gets one.
 pub(crate) const BOOKMARK_FREQUENCY: Duration = Duration::from_secs(60);
 /// A last bookmark goes out this long before a watch's deadline, so the
@@ -85,13 +88,32 @@ impl SnapshotCursor {
     }
 }
 
+/// Where a watch stream is; each phase sends its frames, then gives way to
+/// the next, in this order.
+enum Phase {
+    /// A watch from the current state: the snapshot's matching objects, as
+    /// ADDED, in key order.
+    Snapshot(SnapshotCursor),
+    /// A watch from a version: the history events the watcher missed.
+    Backlog(std::collections::VecDeque<Delivery>),
+    /// A watch-list with bookmarks: the initial events are out, the
+    /// initial-events-end bookmark at this version is next.
+    InitialEnd(u64),
+    /// Live events from the watcher's queue, and bookmarks on the API
+    /// server's schedule.
+    Live,
+    /// Ended (timeout, shutdown, the watcher ended, an event with no form
+    /// in the stream's variant): nothing more.
+    Finished,
+}
+
 pub(crate) struct WatchStream {
     cache: Arc<ResourceCache>,
     handle: Arc<WatcherHandle>,
     opts: StreamOptions,
-    initial: Option<SnapshotCursor>,
-    backlog: std::collections::VecDeque<Delivery>,
-    initial_end_rv: Option<u64>,
+    phase: Phase,
+    /// The version the initial events bring the watcher to.
+    start_rv: u64,
     last_sent_rv: u64,
     deadline: Pin<Box<Sleep>>,
     deadline_at: Instant,
@@ -101,7 +123,6 @@ pub(crate) struct WatchStream {
     /// stays registered.
     stop: Pin<Box<WaitForCancellationFutureOwned>>,
     stop_registered: bool,
-    finished: bool,
 }
 
 /// The waker the stop token holds for one stream: cancelling the token
@@ -132,37 +153,51 @@ impl WatchStream {
         } else {
             None
         };
-        let initial = reg.snapshot.map(|snapshot| {
-            let namespace = reg.handle.filter.namespace.clone();
-            let first = ObjectKey { namespace: namespace.clone().unwrap_or_default(), name: String::new() };
-            SnapshotCursor { snapshot, next_from: Some(first), namespace }
-        });
-        let initial_end_rv = opts.initial_events_end.then_some(reg.start_rv);
+        let phase = match reg.snapshot {
+            Some(snapshot) => {
+                let namespace = reg.handle.filter.namespace.clone();
+                let first = ObjectKey { namespace: namespace.clone().unwrap_or_default(), name: String::new() };
+                Phase::Snapshot(SnapshotCursor { snapshot, next_from: Some(first), namespace })
+            }
+            None => Phase::Backlog(reg.backlog.into()),
+        };
         let stop = Box::pin(opts.stop.clone().cancelled_owned());
         Self {
             cache,
             handle: reg.handle,
             opts,
-            initial,
-            backlog: reg.backlog.into(),
-            initial_end_rv,
+            phase,
+            start_rv: reg.start_rv,
             last_sent_rv: reg.start_rv,
             deadline: Box::pin(tokio::time::sleep_until(deadline_at)),
             deadline_at,
             bookmark,
             stop,
             stop_registered: false,
-            finished: false,
         }
     }
 
-    fn frame(&mut self, chunk: Chunk) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
+    /// What follows the initial events: the initial-events-end bookmark for
+    /// a watch-list that allows bookmarks, else live events.
+    fn after_initial_events(&self) -> Phase {
+        if self.opts.initial_events_end && self.opts.allow_bookmarks {
+            Phase::InitialEnd(self.start_rv)
+        } else {
+            Phase::Live
+        }
+    }
+
+    fn frame(&mut self, chunk: Chunk) -> Polled {
         Poll::Ready(Some(Ok(Frame::data(chunk))))
     }
 
-    fn end(&mut self) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
-        self.finished = true;
+    fn end(&mut self) -> Polled {
+        self.phase = Phase::Finished;
         Poll::Ready(None)
+    }
+
+    fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Finished)
     }
 
     fn bookmark_chunk(&self, rv: u64, initial_end: bool) -> Option<Chunk> {
@@ -174,7 +209,7 @@ impl WatchStream {
 
     /// The frame of an event, or the end of the stream when the object has no
     /// form in a protobuf variant.
-    fn event(&mut self, kind: EventType, object: &CachedObject) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
+    fn event(&mut self, kind: EventType, object: &CachedObject) -> Polled {
         let variant = self.opts.variant;
         match object.encoded(variant) {
             Ok(bytes) => self.frame(event_frame(variant, kind, bytes)),
@@ -194,14 +229,19 @@ impl WatchStream {
         if !variant.is_protobuf() {
             return None;
         }
-        if let Some(mut cursor) = self.initial.clone() {
-            while let Some(obj) = cursor.next_matching(&self.handle) {
-                if let Err(refused) = obj.encoded(variant) {
-                    return Some(refused);
+        match &self.phase {
+            Phase::Snapshot(cursor) => {
+                let mut cursor = cursor.clone();
+                while let Some(obj) = cursor.next_matching(&self.handle) {
+                    if let Err(refused) = obj.encoded(variant) {
+                        return Some(refused);
+                    }
                 }
+                None
             }
+            Phase::Backlog(backlog) => backlog.iter().find_map(|d| d.object().encoded(variant).err()),
+            Phase::InitialEnd(_) | Phase::Live | Phase::Finished => None,
         }
-        self.backlog.iter().find_map(|d| d.object().encoded(variant).err())
     }
 
     /// Answers in another variant (the JSON of the same form), before the
@@ -211,13 +251,76 @@ impl WatchStream {
     }
 }
 
+impl WatchStream {
+    /// Live events, and bookmarks when their time comes.
+    fn poll_live(&mut self, cx: &mut Context<'_>) -> Polled {
+        if let Some(queued) = self.take_queued(cx) {
+            return queued;
+        }
+        if let Some(timer) = &mut self.bookmark
+            && timer.as_mut().poll(cx).is_ready()
+        {
+            // Read the published version, then look at the queue once more:
+            // each event is queued before its version is published, so if
+            // the queue is still empty every event up to that version was
+            // sent, and a bookmark at it tells the truth. (Read here, at
+            // bookmark time, not at every poll of every watcher.)
+            let published = self.cache.current_rv();
+            if let Some(queued) = self.take_queued(cx) {
+                return queued;
+            }
+            let now = Instant::now();
+            self.bookmark = next_bookmark_time(now, self.deadline_at)
+                .filter(|at| *at > now)
+                .map(|at| Box::pin(tokio::time::sleep_until(at)));
+            if published > self.last_sent_rv {
+                self.last_sent_rv = published;
+                return match self.bookmark_chunk(published, false) {
+                    Some(chunk) => self.frame(chunk),
+                    None => self.end(),
+                };
+            }
+            if let Some(timer) = &mut self.bookmark {
+                let _ = timer.as_mut().poll(cx);
+            }
+        }
+        Poll::Pending
+    }
+
+    /// The next event in the watcher's queue, or the end the dispatcher gave
+    /// it; `None` while the queue is empty (the waker is then registered).
+    fn take_queued(&mut self, cx: &mut Context<'_>) -> Option<Polled> {
+        match self.handle.take(cx.waker()) {
+            Ok(Some(d)) => {
+                self.last_sent_rv = self.last_sent_rv.max(d.event.rv);
+                let frame = self.event(d.kind, d.object());
+                if !self.is_finished() {
+                    // Returning the frame hands it to the connection: the
+                    // fan-out histogram's end (see metrics::FANOUT_DURATION).
+                    self.cache.fanout_handed(&d.event);
+                }
+                Some(frame)
+            }
+            Ok(None) => None,
+            Err(Terminated::Behind | Terminated::Stopped) => Some(self.end()),
+            Err(Terminated::Expired(too_old)) => {
+                // The API server's answer to a watch from a version it cannot
+                // bridge; the client lists again.
+                self.phase = Phase::Finished;
+                let status = Status::new(StatusCode::GONE, StatusReason::Expired, too_old.to_string());
+                Some(Poll::Ready(Some(Ok(Frame::data(error_frame(self.opts.variant, &status))))))
+            }
+        }
+    }
+}
+
 impl Body for WatchStream {
     type Data = Chunk;
     type Error = BoxError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = &mut *self;
-        if this.finished {
+        if this.is_finished() {
             return Poll::Ready(None);
         }
         // Shutdown and the timeout end the stream even when events are
@@ -233,72 +336,35 @@ impl Body for WatchStream {
         if this.handle.is_stopped() || this.deadline.as_mut().poll(cx).is_ready() {
             return this.end();
         }
-        if let Some(cursor) = &mut this.initial {
-            match cursor.next_matching(&this.handle) {
-                Some(obj) => return this.event(EventType::Added, &obj),
-                None => this.initial = None,
-            }
-        }
-        if let Some(d) = this.backlog.pop_front() {
-            this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
-            return this.event(d.kind, d.object());
-        }
-        if let Some(rv) = this.initial_end_rv.take()
-            && this.opts.allow_bookmarks
-        {
-            return match this.bookmark_chunk(rv, true) {
-                Some(chunk) => this.frame(chunk),
-                None => this.end(),
-            };
-        }
-        // Read the published version before looking at the queue: if the
-        // queue is then empty, every event up to that version was sent, and a
-        // bookmark at it tells the truth.
-        let published = this.cache.current_rv();
-        match this.handle.take(cx.waker()) {
-            Ok(Some(d)) => {
-                this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
-                let frame = this.event(d.kind, d.object());
-                if !this.finished {
-                    // Returning the frame hands it to the connection: the
-                    // fan-out histogram's end (see metrics::FANOUT_DURATION).
-                    this.cache.fanout_handed(&d.event);
+        loop {
+            match &mut this.phase {
+                Phase::Snapshot(cursor) => match cursor.next_matching(&this.handle) {
+                    Some(obj) => return this.event(EventType::Added, &obj),
+                    None => this.phase = this.after_initial_events(),
+                },
+                Phase::Backlog(backlog) => match backlog.pop_front() {
+                    Some(d) => {
+                        this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
+                        return this.event(d.kind, d.object());
+                    }
+                    None => this.phase = this.after_initial_events(),
+                },
+                Phase::InitialEnd(rv) => {
+                    let rv = *rv;
+                    this.phase = Phase::Live;
+                    return match this.bookmark_chunk(rv, true) {
+                        Some(chunk) => this.frame(chunk),
+                        None => this.end(),
+                    };
                 }
-                return frame;
-            }
-            Ok(None) => {}
-            Err(Terminated::Behind | Terminated::Stopped) => return this.end(),
-            Err(Terminated::Expired(too_old)) => {
-                // The API server's answer to a watch from a version it cannot
-                // bridge; the client lists again.
-                this.finished = true;
-                let status = Status::new(StatusCode::GONE, StatusReason::Expired, too_old.to_string());
-                return Poll::Ready(Some(Ok(Frame::data(error_frame(this.opts.variant, &status)))));
+                Phase::Live => return this.poll_live(cx),
+                Phase::Finished => return Poll::Ready(None),
             }
         }
-        if let Some(timer) = &mut this.bookmark
-            && timer.as_mut().poll(cx).is_ready()
-        {
-            let now = Instant::now();
-            this.bookmark = next_bookmark_time(now, this.deadline_at)
-                .filter(|at| *at > now)
-                .map(|at| Box::pin(tokio::time::sleep_until(at)));
-            if published > this.last_sent_rv {
-                this.last_sent_rv = published;
-                return match this.bookmark_chunk(published, false) {
-                    Some(chunk) => this.frame(chunk),
-                    None => this.end(),
-                };
-            }
-            if let Some(timer) = &mut this.bookmark {
-                let _ = timer.as_mut().poll(cx);
-            }
-        }
-        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
-        self.finished
+        self.is_finished()
     }
 }
 

@@ -2,7 +2,7 @@
 //! `watchmux::run` and by the in-process test harness alike.
 //!
 //! Each subsystem owns its settings type (`cache::registry::CacheConfig`,
-//! `auth::DelegatedSettings`, `server::ServerOptions`) and knows nothing of
+//! `auth::DelegatedSettings`, `app::ServerOptions`) and knows nothing of
 //! flags; the flags' syntax (`resource[.group]#size`, `RESOURCE=SELECTORS`)
 //! is parsed here, by clap's value parsers, so a bad value is refused with
 //! clap's own message before anything starts. Every default is written once,
@@ -14,12 +14,13 @@ use clap::ValueEnum;
 use clap::builder::PossibleValue;
 
 use super::{AuthMode, CacheResource};
+use crate::app::{Limits, ServerOptions};
 use crate::auth::{self, DelegatedSettings, UpstreamIdentityMode};
 use crate::cache::registry::{CacheConfig, ResourceSelection};
 use crate::cache::resolve::{GroupResource, ResourceName};
 use crate::cache::resource::{CacheSettings, Scope};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::server::{self, ServerOptions};
+use crate::server;
 
 impl super::Args {
     /// The server's options (without a metrics recorder, which the caller
@@ -42,7 +43,7 @@ impl super::Args {
             metrics: None,
             cache: Some(self.cache_config()),
             delegated: self.delegated_settings(),
-            limits: server::Limits {
+            limits: Limits {
                 max_requests_inflight: self.max_requests_inflight,
                 max_connections: self.max_connections,
                 max_request_body_bytes: self.max_request_body_bytes,

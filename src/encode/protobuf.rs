@@ -45,7 +45,7 @@ use serde_json::value::RawValue;
 use message::{Encoder, Path};
 #[cfg(test)]
 pub(crate) use openapi::served_document;
-pub use openapi::{OpenApiError, openapi_drift};
+pub use openapi::{Drift, DriftKind, OpenApiError, openapi_drift};
 use schema::{MsgId, Scalar, Schema, Shape};
 
 /// The magic bytes in front of every protobuf body.

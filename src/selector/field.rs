@@ -191,7 +191,7 @@ fn split_term(term: &str) -> Option<(&str, FieldOp, &str)> {
 /// Requirements are kept in the order of their canonical text. That is the
 /// order in which kube-apiserver checks the fields a selector names (it sorts
 /// the raw terms, and the two orders only differ between terms on the same
-/// field), so the first field [`super::fields::validate`] rejects is the one the API server names.
+/// field), so the first field [`super::selectable::validate`] rejects is the one the API server names.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct FieldSelector {
     requirements: Vec<FieldRequirement>,

@@ -518,3 +518,14 @@ mod h1_front;
 
 #[cfg(test)]
 mod tests;
+
+/// Binds a unix socket, replacing a stale socket file left by a previous run.
+pub(crate) fn bind_unix(path: &std::path::Path) -> anyhow::Result<UnixListener> {
+    use anyhow::Context as _;
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        anyhow::ensure!(meta.file_type().is_socket(), "--listen-unix {} exists and is not a socket", path.display());
+        std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
+    }
+    UnixListener::bind(path).with_context(|| format!("binding --listen-unix {}", path.display()))
+}

@@ -2,54 +2,41 @@
 //!
 //! A [`Writer`] is made together with its cache and owned by the cache's
 //! reflector; the cache itself only reads. Everything that changes the
-//! store, the history or the readiness goes through it, so "the reflector is
-//! the only writer" holds by construction, not by convention.
+//! store, the history, the lifecycle or what the upstream showed of its
+//! forms is a method here, so "the reflector is the only writer" holds by
+//! construction, not by convention.
 //!
 //! The freshness proof's short catch-up watch reads the upstream on its own
 //! task, but it does not write: it decodes what it reads into [`Change`]s
-//! and queues them to the writer, which applies them between the lines of
-//! its own watch. Both streams are ordered views of one upstream history, so
-//! applying their union in order of arrival, skipping what is not newer than
-//! the store, misses nothing and applies nothing twice.
+//! and queues them to the writer (the queue lives here, on the writer's
+//! side: see `freshness::CatchUpQueue`), which applies them between the
+//! lines of its own watch. Both streams are ordered views of one upstream
+//! history, so applying their union in order of arrival, skipping what is
+//! not newer than the store, misses nothing and applies nothing twice.
 
-use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
-
-use super::ResourceCache;
+use super::freshness::CatchUpQueue;
+use super::lifecycle::Lifecycle;
+use super::{ResourceCache, State};
+use crate::cache::content::ProtobufAvailability;
+use crate::cache::history::History;
 use crate::cache::object::CachedObject;
-use crate::cache::store::Objects;
+use crate::cache::store::{Objects, Store};
+use crate::cache::upstream_watch::Change;
 use crate::encode::watch::EventType;
-
-/// Changes a catch-up watch may queue before it must wait for the writer.
-pub(super) const CATCH_UP_QUEUE: usize = 256;
-
-/// One change read from an upstream watch, decoded.
-#[derive(Debug)]
-pub(crate) enum Change {
-    /// ADDED, MODIFIED or DELETED, and when its line had been read (the
-    /// start of its fan-out time).
-    Event(EventType, CachedObject, Instant),
-    /// Nothing changed up to this version.
-    Bookmark(u64),
-}
-
-impl Change {
-    /// The version this change brings the cache to.
-    pub(crate) fn rv(&self) -> u64 {
-        match self {
-            Self::Event(_, object, _) => object.rv,
-            Self::Bookmark(rv) => *rv,
-        }
-    }
-}
+use crate::upstream::Upstream;
 
 /// The handle that writes one resource cache. Not `Clone`: there is one.
 pub(crate) struct Writer {
     cache: Arc<ResourceCache>,
-    catch_up: mpsc::Receiver<Change>,
+    /// How long events are kept for resuming watchers: a first list starts
+    /// the history over with it.
+    history_window: Duration,
+    /// What catch-up watches read, for this writer to apply.
+    catch_up: CatchUpQueue,
 }
 
 impl std::fmt::Debug for Writer {
@@ -58,17 +45,9 @@ impl std::fmt::Debug for Writer {
     }
 }
 
-impl Deref for Writer {
-    type Target = ResourceCache;
-
-    fn deref(&self) -> &ResourceCache {
-        &self.cache
-    }
-}
-
 impl Writer {
-    pub(super) fn new(cache: Arc<ResourceCache>, catch_up: mpsc::Receiver<Change>) -> Self {
-        Self { cache, catch_up }
+    pub(super) fn new(cache: Arc<ResourceCache>, history_window: Duration) -> Self {
+        Self { cache, history_window, catch_up: CatchUpQueue::new() }
     }
 
     /// The cache, for the readers.
@@ -76,57 +55,147 @@ impl Writer {
         &self.cache
     }
 
-    /// Installs the result of a full LIST at `rv` (see [`ResourceCache`]'s
-    /// `replace`): the first makes the cache ready, later ones reach
-    /// watchers as the difference.
+    /// Installs the result of a full LIST at `rv`. The first time, the cache
+    /// becomes ready. After that (a relist), the store is replaced in one step
+    /// and watchers receive the difference as ordinary events.
     pub(crate) fn replace(&self, objects: Objects, rv: u64) {
-        self.cache.replace(objects, rv)
+        let cache = &*self.cache;
+        let now = tokio::time::Instant::now();
+        let mut st = cache.state.write();
+        self.confirm_current(now);
+        if !cache.is_ready() {
+            st.store = Store::new(objects, rv);
+            st.history = History::new(self.history_window, rv);
+            self.record_gauges(&st);
+            drop(st);
+            cache.published.advance(rv, |_| Lifecycle::Ready);
+            return;
+        }
+        let before = st.store.rv();
+        let replaced = st.store.replace(objects, rv);
+        if replaced.versions_reused {
+            // Events sharing a version cannot be resumed between; start the
+            // history over so nobody resumes inside the gap.
+            tracing::warn!(resource = %cache.label(), "relist produced deletions without distinct versions");
+        }
+        let mut fanout = cache.fanout.lock();
+        // A watcher that started inside the gap (from a version a client got
+        // from the upstream, newer than the cache was) cannot be told which of
+        // the relist's changes came after its version: 410, before it is
+        // offered any of them. Watchers at or below `before` get the whole
+        // difference; those at `rv` or later need none of it.
+        fanout.expire_started_between(before, rv);
+        for event in replaced.events {
+            let event = Arc::new(event);
+            // The history needs strictly increasing versions; a difference
+            // event at or below its newest (which a well-behaved upstream never
+            // causes) is still delivered, just not kept for resuming.
+            if !replaced.versions_reused && event.rv > st.history.newest_rv() {
+                st.history.push(event.rv, now, event.clone());
+            }
+            fanout.dispatch(&event, now);
+        }
+        if replaced.versions_reused {
+            st.history.reset(rv);
+        } else {
+            st.history.mark_unobserved(before, rv);
+        }
+        drop(fanout);
+        self.record_gauges(&st);
+        drop(st);
+        cache.published.advance(rv, |l| l);
     }
 
     /// Applies one change; returns the version it carried.
     pub(crate) fn apply(&self, change: Change) -> u64 {
         let rv = change.rv();
         match change {
-            Change::Event(kind, object, arrived) => self.cache.apply_at(kind, object, arrived),
-            Change::Bookmark(rv) => self.cache.bookmark(rv),
+            Change::Event(kind, object, arrived) => self.apply_event(kind, object, arrived),
+            Change::Bookmark(rv) => self.bookmark(rv),
         }
         rv
     }
 
-    /// The next change a catch-up watch queued; pending forever when none
-    /// is running (for `select!` beside the writer's own watch).
-    pub(crate) async fn next_catch_up(&mut self) -> Change {
-        match self.catch_up.recv().await {
-            Some(change) => change,
-            // The cache holds the sender, and the writer holds the cache.
-            None => std::future::pending().await,
+    /// Applies one upstream event, whose line had been read at `arrived`.
+    fn apply_event(&self, kind: EventType, object: CachedObject, arrived: Instant) {
+        let cache = &*self.cache;
+        let now = tokio::time::Instant::now();
+        cache.metrics.events_received.increment(1);
+        self.confirm_current(now);
+        let mut st = cache.state.write();
+        if object.rv <= st.store.rv() {
+            // Already seen (a replay after a resumed watch): applying it again
+            // would break the history's order.
+            return;
         }
+        let event = Arc::new(st.store.apply(kind, Arc::new(object)).arrived_at(arrived));
+        st.history.push(event.rv, now, event.clone());
+        cache.fanout.dispatch_live(&event, now);
+        self.record_gauges(&st);
+        let rv = st.store.rv();
+        drop(st);
+        cache.published.advance(rv, |l| l);
     }
 
-    /// The upstream stopped serving the resource: every watch ends.
+    /// An upstream bookmark: nothing changed up to `rv`.
+    pub(crate) fn bookmark(&self, rv: u64) {
+        self.confirm_current(tokio::time::Instant::now());
+        let mut st = self.cache.state.write();
+        st.store.advance(rv);
+        let rv = st.store.rv();
+        drop(st);
+        self.cache.published.advance(rv, |l| l);
+    }
+
+    /// The next change a catch-up watch queued, starting the catch-up watch
+    /// a reader asked for in the meantime; pending forever when there is
+    /// none (for `select!` beside the writer's own watch).
+    pub(crate) async fn next_catch_up(&mut self, upstream: &Arc<Upstream>) -> Change {
+        self.catch_up.next(&self.cache, upstream).await
+    }
+
+    /// The upstream no longer serves the resource: every watch stream ends,
+    /// as the API server ends them when a CRD goes, and watchers that still
+    /// arrive get 410 (and find the resource gone when they list again).
     pub(crate) fn close(&self) {
-        self.cache.close()
+        self.cache.published.set_lifecycle(|l| Lifecycle::Closed { listed: l.is_listed() });
+        self.cache.fanout.end_all();
     }
 
-    /// Whether a relist is under way (a gauge).
+    /// The reflector lists again after having been in step (or the list
+    /// ended): published as `watchmux_watch_cache_relist_in_progress`.
     pub(crate) fn set_relisting(&self, relisting: bool) {
-        self.cache.set_relisting(relisting)
+        self.cache.metrics.relisting.set(if relisting { 1.0 } else { 0.0 });
     }
 
-    /// Whether the latest attempt at the initial list failed.
+    /// Records whether the latest attempt at the initial list failed; once
+    /// listed, a failing list changes nothing for the readers.
     pub(crate) fn set_initial_list_failing(&self, failing: bool) {
-        self.cache.set_initial_list_failing(failing)
+        self.cache.published.set_lifecycle(|l| match l {
+            Lifecycle::Starting | Lifecycle::InitialListFailing if failing => Lifecycle::InitialListFailing,
+            Lifecycle::Starting | Lifecycle::InitialListFailing => Lifecycle::Starting,
+            listed_or_closed => listed_or_closed,
+        });
     }
 
     /// Whether list items of this resource carry `kind` and `apiVersion`.
     pub(crate) fn set_list_items_typed(&self, typed: bool) {
-        self.cache.set_list_items_typed(typed)
+        self.cache.form.list_items_typed.store(typed, Ordering::Relaxed);
     }
 
-    /// Which protobuf variants the schema check turned off; returns the
-    /// previous setting.
-    pub(crate) fn set_protobuf_off(&self, off: u8) -> u8 {
-        self.cache.set_protobuf_off(off)
+    /// The protobuf forms the schema check leaves on; returns the previous
+    /// setting.
+    pub(crate) fn set_protobuf_availability(&self, to: ProtobufAvailability) -> ProtobufAvailability {
+        self.cache.form.protobuf.swap(to)
+    }
+
+    fn confirm_current(&self, now: tokio::time::Instant) {
+        *self.cache.metrics.confirmed_at.lock() = Some(now);
+    }
+
+    fn record_gauges(&self, st: &State) {
+        self.cache.metrics.capacity.set(st.history.capacity() as f64);
+        self.cache.metrics.objects.set(st.store.len() as f64);
     }
 }
 
@@ -137,9 +206,9 @@ impl Writer {
         self.apply(Change::Event(kind, object, Instant::now()));
     }
 
-    /// Applies one bookmark (tests).
-    pub(crate) fn bookmark(&self, rv: u64) {
-        self.apply(Change::Bookmark(rv));
+    /// The sending end of the catch-up queue, as a catch-up watch holds it (tests).
+    pub(crate) fn catch_up_sender(&self) -> tokio::sync::mpsc::Sender<Change> {
+        self.catch_up.sender()
     }
 }
 
@@ -151,23 +220,30 @@ mod tests {
 
     use crate::cache::resource::{CacheSettings, Scope};
 
+    /// An upstream nobody listens at: no catch-up is asked for in these tests.
+    fn nowhere() -> Arc<Upstream> {
+        let cfg = crate::upstream::kubeconfig::UpstreamConfig::for_test("http://127.0.0.1:9");
+        Arc::new(Upstream::new(&cfg, crate::upstream::UpstreamOptions::default()).unwrap())
+    }
+
     #[tokio::test]
     async fn what_a_catch_up_queues_reaches_the_cache_only_through_its_writer() {
         let mut writer = ResourceCache::create(cm_shape(), Scope::default(), CacheSettings::default());
+        let upstream = nowhere();
         writer.replace(Objects::new(), 10);
-        let queue = writer.cache().freshness().catch_up.clone();
+        let queue = writer.catch_up_sender();
         queue.send(Change::Event(EventType::Added, cm("a", 11, ""), Instant::now())).await.unwrap();
         queue.send(Change::Bookmark(15)).await.unwrap();
-        assert_eq!(writer.current_rv(), 10, "queued, not applied");
-        let first = writer.next_catch_up().await;
+        assert_eq!(writer.cache().current_rv(), 10, "queued, not applied");
+        let first = writer.next_catch_up(&upstream).await;
         assert_eq!(writer.apply(first), 11);
-        let second = writer.next_catch_up().await;
+        let second = writer.next_catch_up(&upstream).await;
         assert_eq!(writer.apply(second), 15);
-        assert_eq!(writer.current_rv(), 15);
-        assert_eq!(writer.snapshot().objects.len(), 1);
+        assert_eq!(writer.cache().current_rv(), 15);
+        assert_eq!(writer.cache().snapshot().objects.len(), 1);
         // A replayed change older than the store is skipped, not applied twice.
         writer.event(EventType::Deleted, cm("a", 11, ""));
-        assert_eq!(writer.snapshot().objects.len(), 1);
+        assert_eq!(writer.cache().snapshot().objects.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -87,7 +87,7 @@ fn configmaps_cache(upstream: Arc<Upstream>) -> (Arc<ResourceCache>, Reflector) 
     let shape = ObjectShape::new(test_info("", "configmaps", "ConfigMap", true), None);
     let writer = ResourceCache::create(shape, Scope::default(), CacheSettings::default());
     let cache = writer.cache().clone();
-    (cache, Reflector::new(writer, upstream))
+    (cache, Reflector::new(writer, upstream, Arc::default()))
 }
 
 /// The table's ConfigMap document with a field a newer server would serve.
@@ -104,7 +104,7 @@ fn the_table_s_own_document_fits_and_a_newer_one_drifts_in_the_kind_or_in_metada
     match compare(config_map(), &newer_server()) {
         Outcome::Drift { differences, in_metadata } => {
             assert_eq!(
-                differences,
+                differences.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 ["io.k8s.api.core.v1.ConfigMap.shinyNewField: served, not in the table (core/v1.ConfigMap)"]
             );
             assert!(!in_metadata, "ConfigMap's own field leaves PartialObjectMetadata alone");
@@ -130,20 +130,26 @@ async fn a_drifted_kind_has_protobuf_off_before_the_cache_is_ready_and_on_again_
     let openapi: Served = Arc::new(Mutex::new(Ok(newer_server())));
     let fetches = Arc::new(Mutex::new(0));
     let (cache, mut reflector) = configmaps_cache(fake_upstream(openapi.clone(), fetches.clone()).await);
-    assert!(!cache.protobuf_disabled(ContentVariant::Protobuf));
+    assert!(cache.protobuf_availability().allows(ContentVariant::Protobuf));
 
     let next = reflector.step(ReflectorState::Listing).await;
     assert_eq!(next, ReflectorState::Watching { rv: 10 });
     assert!(cache.is_ready());
-    assert!(cache.protobuf_disabled(ContentVariant::Protobuf), "a newer server's ConfigMap gets no protobuf");
-    assert!(!cache.protobuf_disabled(ContentVariant::PartialObjectMetadataProtobuf), "ObjectMeta did not drift");
-    assert!(!cache.protobuf_disabled(ContentVariant::Json));
+    assert!(
+        !cache.protobuf_availability().allows(ContentVariant::Protobuf),
+        "a newer server's ConfigMap gets no protobuf"
+    );
+    assert!(
+        cache.protobuf_availability().allows(ContentVariant::PartialObjectMetadataProtobuf),
+        "ObjectMeta did not drift"
+    );
+    assert!(cache.protobuf_availability().allows(ContentVariant::Json));
     assert_eq!(*fetches.lock(), 1);
 
     // A relist (the server was rolled back, say) checks again.
     *openapi.lock() = Ok(served_document(config_map()));
     reflector.step(ReflectorState::Listing).await;
-    assert!(!cache.protobuf_disabled(ContentVariant::Protobuf));
+    assert!(cache.protobuf_availability().allows(ContentVariant::Protobuf));
     assert_eq!(*fetches.lock(), 2);
 }
 
@@ -154,24 +160,25 @@ async fn a_document_that_cannot_be_had_neither_blocks_the_cache_nor_changes_prot
     let (cache, mut reflector) = configmaps_cache(fake_upstream(openapi.clone(), fetches.clone()).await);
     assert_eq!(reflector.step(ReflectorState::Listing).await, ReflectorState::Watching { rv: 10 });
     assert!(cache.is_ready());
-    assert!(!cache.protobuf_disabled(ContentVariant::Protobuf), "kept on: the table's version is assumed");
+    assert!(cache.protobuf_availability().allows(ContentVariant::Protobuf), "kept on: the table's version is assumed");
     assert_eq!(*fetches.lock(), 1);
 
     // Off after a drift, a failed fetch at the next relist keeps it off.
     *openapi.lock() = Ok(newer_server());
     reflector.step(ReflectorState::Listing).await;
-    assert!(cache.protobuf_disabled(ContentVariant::Protobuf));
+    assert!(!cache.protobuf_availability().allows(ContentVariant::Protobuf));
     *openapi.lock() = Err(StatusCode::SERVICE_UNAVAILABLE);
     reflector.step(ReflectorState::Listing).await;
-    assert!(cache.protobuf_disabled(ContentVariant::Protobuf));
+    assert!(!cache.protobuf_availability().allows(ContentVariant::Protobuf));
     assert_eq!(*fetches.lock(), 3);
 }
 
 #[tokio::test]
 async fn custom_resources_are_not_checked() {
     let upstream = fake_upstream(Arc::new(Mutex::new(Err(StatusCode::NOT_FOUND))), Arc::new(Mutex::new(0))).await;
+    let checker = SchemaChecker::default();
     let info = test_info("example.com", "widgets", "Widget", true);
-    assert_eq!(check(&upstream, &info).await, Outcome::NotInTable);
+    assert_eq!(checker.check(&upstream, &info).await, Outcome::NotInTable);
 }
 
 #[tokio::test]
@@ -183,12 +190,13 @@ async fn caches_of_one_group_version_listing_together_share_one_fetch_and_a_late
     }
     let fetches = Arc::new(Mutex::new(0));
     let upstream = fake_upstream(Arc::new(Mutex::new(Ok(doc))), fetches.clone()).await;
+    let checker = SchemaChecker::default();
     let (pod, cm) = (test_info("", "pods", "Pod", true), test_info("", "configmaps", "ConfigMap", true));
-    let (a, b) = tokio::join!(check(&upstream, &pod), check(&upstream, &cm));
+    let (a, b) = tokio::join!(checker.check(&upstream, &pod), checker.check(&upstream, &cm));
     assert_eq!((a, b), (Outcome::Fits, Outcome::Fits));
     assert_eq!(*fetches.lock(), 1, "one fetch for both");
     // Nobody holds the document any more: the next check reads it afresh.
-    assert_eq!(check(&upstream, &cm).await, Outcome::Fits);
+    assert_eq!(checker.check(&upstream, &cm).await, Outcome::Fits);
     assert_eq!(*fetches.lock(), 2);
 }
 
@@ -198,30 +206,31 @@ async fn the_document_is_fetched_again_only_when_the_root_names_another_version_
     let fetches = Arc::new(Mutex::new(0));
     let hash = Arc::new(Mutex::new(Some("AAAA".to_owned())));
     let upstream = fake_upstream_with_root(openapi.clone(), fetches.clone(), hash.clone()).await;
+    let checker = SchemaChecker::default();
     let cm = test_info("", "configmaps", "ConfigMap", true);
 
-    assert_eq!(check(&upstream, &cm).await, Outcome::Fits);
-    assert_eq!(check(&upstream, &cm).await, Outcome::Fits);
+    assert_eq!(checker.check(&upstream, &cm).await, Outcome::Fits);
+    assert_eq!(checker.check(&upstream, &cm).await, Outcome::Fits);
     assert_eq!(*fetches.lock(), 1, "same hash: the verdict is kept, the document not read again");
 
     // The server was upgraded: another hash, another document, another verdict.
     *openapi.lock() = Ok(newer_server());
     *hash.lock() = Some("BBBB".to_owned());
-    assert!(matches!(check(&upstream, &cm).await, Outcome::Drift { .. }));
+    assert!(matches!(checker.check(&upstream, &cm).await, Outcome::Drift { .. }));
     assert_eq!(*fetches.lock(), 2);
-    assert!(matches!(check(&upstream, &cm).await, Outcome::Drift { .. }), "the drift is kept too");
+    assert!(matches!(checker.check(&upstream, &cm).await, Outcome::Drift { .. }), "the drift is kept too");
     assert_eq!(*fetches.lock(), 2);
 
     // A document that could not be had is not remembered: asked again next time.
     *hash.lock() = Some("CCCC".to_owned());
     *openapi.lock() = Err(StatusCode::SERVICE_UNAVAILABLE);
-    assert!(matches!(check(&upstream, &cm).await, Outcome::Unavailable(_)));
+    assert!(matches!(checker.check(&upstream, &cm).await, Outcome::Unavailable(_)));
     *openapi.lock() = Ok(served_document(config_map()));
-    assert_eq!(check(&upstream, &cm).await, Outcome::Fits);
+    assert_eq!(checker.check(&upstream, &cm).await, Outcome::Fits);
     assert_eq!(*fetches.lock(), 4);
 
     // Without a root (an older server), every check reads the document.
     *hash.lock() = None;
-    assert_eq!(check(&upstream, &cm).await, Outcome::Fits);
+    assert_eq!(checker.check(&upstream, &cm).await, Outcome::Fits);
     assert_eq!(*fetches.lock(), 5);
 }

@@ -10,8 +10,9 @@ use bytes::Bytes;
 use http::Response;
 use tokio::time::Instant;
 
-use super::{Answer, CacheService, Served, TOO_LARGE_RV_WAIT, set_common_headers, too_large_rv};
+use super::{CacheService, Served, TOO_LARGE_RV_WAIT, set_common_headers, too_large_rv};
 use crate::body::{self, Chunk, ChunkList};
+use crate::cache::content::{Answer, NoProtobufHere, answer_form};
 use crate::cache::filter::Filter;
 use crate::cache::object::{NoProtobuf, ObjectKey};
 use crate::cache::pagination::{self, KeyScope};
@@ -97,8 +98,8 @@ impl CacheService {
         let response = match list_response(&cache, &snapshot, &filter, answer.variant, start.as_ref(), limit, key_scope)
         {
             Ok(response) => response,
-            Err(_) => match answer.fall_back() {
-                Ok(json) => list_response(&cache, &snapshot, &filter, json, start.as_ref(), limit, key_scope)
+            Err(refused) => match answer_form(answer, Some(NoProtobufHere::Refused(refused))) {
+                Ok(json) => list_response(&cache, &snapshot, &filter, json.variant, start.as_ref(), limit, key_scope)
                     .expect("JSON variants always encode"),
                 Err(reason) => return Served::Passthrough(reason),
             },

@@ -55,7 +55,7 @@ fn opts(allow_bookmarks: bool, timeout: Duration) -> StreamOptions {
 }
 
 fn watch(cache: &Writer, filter: Filter, start: StartAt, opts: StreamOptions) -> WatchStream {
-    WatchStream::new(cache.cache().clone(), cache.register(filter, start).unwrap(), opts)
+    WatchStream::new(cache.cache().clone(), cache.cache().register(filter, start).unwrap(), opts)
 }
 
 /// Polls `frame()` exactly once, so the paused clock never moves on its own: `Pending` when
@@ -424,14 +424,14 @@ async fn a_slow_watcher_is_terminated_while_a_reading_watcher_gets_every_event()
     // Past the soft limit now, then still full once the grace period is over.
     for (wait, events) in [(Duration::ZERO, QUEUE_SOFT_LIMIT + 1), (grace, 1), (MS, 1)] {
         advance(wait).await;
-        assert_eq!(cache.watcher_count(), 2);
+        assert_eq!(cache.cache().watcher_count(), 2);
         for _ in 0..events {
             rv += 1;
             cache.event(EventType::Modified, cm("a", rv, ""));
             assert_eq!(brief(&next(&mut fast).await).2, rv);
         }
     }
-    assert_eq!(cache.watcher_count(), 1);
+    assert_eq!(cache.cache().watcher_count(), 1);
     assert_ended(&mut slow).await;
     cache.event(EventType::Modified, cm("a", rv + 1, ""));
     assert_eq!(brief(&next(&mut fast).await).2, rv + 1);
@@ -458,11 +458,11 @@ async fn dropping_a_stream_deregisters_its_watcher() {
     let cache = cache_with([]);
     let first = watch(&cache, everything(), StartAt::CurrentState, opts(true, LONG));
     let second = watch(&cache, filter(Some("ns"), "", "metadata.name=a"), StartAt::After(10), opts(false, LONG));
-    assert_eq!(cache.watcher_count(), 2);
+    assert_eq!(cache.cache().watcher_count(), 2);
     drop(first);
-    assert_eq!(cache.watcher_count(), 1);
+    assert_eq!(cache.cache().watcher_count(), 1);
     drop(second);
-    assert_eq!(cache.watcher_count(), 0);
+    assert_eq!(cache.cache().watcher_count(), 0);
     cache.event(EventType::Added, cm("a", 11, ""));
 }
 

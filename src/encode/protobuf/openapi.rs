@@ -25,11 +25,82 @@ pub enum OpenApiError {
     NoSchema(String),
 }
 
+/// One place where the served schema and the table disagree in a way that
+/// changes bytes. Its `Display` words it for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// The OpenAPI name of the schema it is in (`io.k8s.api.core.v1.PodSpec`).
+    pub schema: String,
+    /// Whether that schema is a meta/v1 type (ObjectMeta and what it holds),
+    /// which PartialObjectMetadata carries too.
+    pub in_metadata: bool,
+    /// What disagrees there.
+    pub kind: DriftKind,
+}
+
+/// What disagrees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriftKind {
+    /// The schema is referred to, but the document does not have it.
+    NotInDocument,
+    /// The server serves a field the table lacks.
+    ServedNotInTable {
+        /// The field's JSON name.
+        field: String,
+        /// The table message that lacks it (`core/v1.ConfigMap`).
+        table: String,
+    },
+    /// The table writes a field even when absent (a Go zero value); the
+    /// server does not serve it.
+    ZeroValueNotServed {
+        /// The field's JSON name.
+        field: String,
+    },
+    /// A field's type is another message on each side.
+    OtherMessage {
+        /// The field's JSON name.
+        field: String,
+        /// The schema the server refers to.
+        served: String,
+        /// The table's message.
+        table: String,
+    },
+    /// The table's field is a message; the served one is not an object.
+    NotAnObject {
+        /// The field's JSON name.
+        field: String,
+    },
+}
+
+impl std::fmt::Display for Drift {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = &self.schema;
+        match &self.kind {
+            DriftKind::NotInDocument => write!(f, "{name}: referred to but not in the document"),
+            DriftKind::ServedNotInTable { field, table } => {
+                write!(f, "{name}.{field}: served, not in the table ({table})")
+            }
+            DriftKind::ZeroValueNotServed { field } => {
+                write!(f, "{name}.{field}: written by the table as a Go zero value, not served")
+            }
+            DriftKind::OtherMessage { field, served, table } => {
+                write!(f, "{name}.{field}: served as {served}, the table has {table}")
+            }
+            DriftKind::NotAnObject { field } => write!(f, "{name}.{field}: not an object in the served schema"),
+        }
+    }
+}
+
+/// Whether a table message is a meta/v1 type.
+fn is_meta_v1(table_name: &str) -> bool {
+    table_name.starts_with("meta/")
+}
+
 /// The OpenAPI v3 name of a table message: the Go package path with its
 /// domain reversed (`core/v1.Pod` is `io.k8s.api.core.v1.Pod`).
 pub(super) fn openapi_name(table_name: &str) -> String {
     let dotted = table_name.replace('/', ".");
-    if table_name.starts_with("meta/") {
+    if is_meta_v1(table_name) {
         format!("io.k8s.apimachinery.pkg.apis.{dotted}")
     } else {
         format!("io.k8s.api.{dotted}")
@@ -43,7 +114,7 @@ pub(super) fn openapi_name(table_name: &str) -> String {
 /// and not in the other. Empty when the table fits. Fields the table has and
 /// the server does not, but which are written only when present (pointers,
 /// slices, maps, `[]byte`), change nothing and are not reported.
-pub fn openapi_drift(ty: MessageType, openapi_v3: &Value) -> Result<Vec<String>, OpenApiError> {
+pub fn openapi_drift(ty: MessageType, openapi_v3: &Value) -> Result<Vec<Drift>, OpenApiError> {
     let schema = Schema::get();
     let schemas = &openapi_v3["components"]["schemas"];
     let root = openapi_name(&schema.messages[ty.0].name);
@@ -57,38 +128,44 @@ pub fn openapi_drift(ty: MessageType, openapi_v3: &Value) -> Result<Vec<String>,
         if !seen.insert(id) {
             continue;
         }
+        let message = &schema.messages[id];
+        let at = |kind| Drift { schema: name.clone(), in_metadata: is_meta_v1(&message.name), kind };
         let Some(served) = schemas.get(&name) else {
-            drift.push(format!("{name}: referred to but not in the document"));
+            drift.push(at(DriftKind::NotInDocument));
             continue;
         };
         let empty = serde_json::Map::new();
         let props = served["properties"].as_object().unwrap_or(&empty);
-        let message = &schema.messages[id];
         for key in props.keys() {
             if !message.keys.contains(key) {
-                drift.push(format!("{name}.{key}: served, not in the table ({})", message.name));
+                drift.push(at(DriftKind::ServedNotInTable { field: key.clone(), table: message.name.clone() }));
             }
         }
-        fields(schema, id, &name, props, &mut todo, &mut drift);
+        fields(schema, id, id, &name, props, &mut todo, &mut drift);
     }
-    drift.sort();
+    // In the order of their wording, as the log has always shown them.
+    drift.sort_by_cached_key(ToString::to_string);
     Ok(drift)
 }
 
 /// The table's fields of `id` against the served properties (inline members
 /// read the same properties: JSON flattens them).
+/// `owner` is the message whose schema `name` is (`id` differs from it for
+/// an inline member).
 fn fields(
     schema: &Schema,
+    owner: MsgId,
     id: MsgId,
     name: &str,
     props: &serde_json::Map<String, Value>,
     todo: &mut Vec<(MsgId, String)>,
-    drift: &mut Vec<String>,
+    drift: &mut Vec<Drift>,
 ) {
+    let at = |kind| Drift { schema: name.to_owned(), in_metadata: is_meta_v1(&schema.messages[owner].name), kind };
     for f in &schema.messages[id].fields {
         if f.inline {
             if let Shape::Single(Scalar::Message(sub)) = f.shape {
-                fields(schema, sub, name, props, todo, drift);
+                fields(schema, owner, sub, name, props, todo, drift);
             }
             continue;
         }
@@ -100,7 +177,7 @@ fn fields(
                 Shape::Repeated(_) | Shape::Map(_) => false,
             };
             if written_when_absent {
-                drift.push(format!("{name}.{}: written by the table as a Go zero value, not served", f.json_name));
+                drift.push(at(DriftKind::ZeroValueNotServed { field: f.json_name.clone() }));
             }
             continue;
         };
@@ -116,11 +193,12 @@ fn fields(
                 Some(r) if r.rsplit('.').next() == schema.messages[sub].name.rsplit('.').next() => {
                     todo.push((sub, r.to_owned()))
                 }
-                Some(r) => drift.push(format!(
-                    "{name}.{}: served as {r}, the table has {}",
-                    f.json_name, schema.messages[sub].name
-                )),
-                None => drift.push(format!("{name}.{}: not an object in the served schema", f.json_name)),
+                Some(r) => drift.push(at(DriftKind::OtherMessage {
+                    field: f.json_name.clone(),
+                    served: r.to_owned(),
+                    table: schema.messages[sub].name.clone(),
+                })),
+                None => drift.push(at(DriftKind::NotAnObject { field: f.json_name.clone() })),
             }
         }
     }
@@ -228,7 +306,7 @@ mod tests {
     #[test]
     fn a_server_of_the_table_s_version_shows_no_drift() {
         let lease = MessageType::for_kind("coordination.k8s.io/v1", "Lease").unwrap();
-        assert_eq!(openapi_drift(lease, &lease_document()).unwrap(), Vec::<String>::new());
+        assert_eq!(openapi_drift(lease, &lease_document()).unwrap(), Vec::<Drift>::new());
     }
 
     #[test]
@@ -243,8 +321,9 @@ mod tests {
         let meta = &mut doc["components"]["schemas"]["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]["properties"];
         // Older: name is a non-pointer string the table always writes.
         meta.as_object_mut().unwrap().remove("name");
+        let drift = openapi_drift(lease, &doc).unwrap();
         assert_eq!(
-            openapi_drift(lease, &doc).unwrap(),
+            drift.iter().map(ToString::to_string).collect::<Vec<_>>(),
             [
                 "io.k8s.api.coordination.v1.LeaseSpec.shinyNewField: served, not in the table (coordination/v1.LeaseSpec)",
                 "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta.name: written by the table as a Go zero value, not served",

@@ -112,7 +112,7 @@ async fn cache_at_10(state: &Arc<FakeApiServer>) -> (Arc<ResourceCache>, Arc<Ups
     let writer = ResourceCache::create(shape, Scope::default(), CacheSettings::default());
     let cache = writer.cache().clone();
     let stop = CancellationToken::new();
-    tokio::spawn(Reflector::new(writer, upstream.clone()).run(stop.clone()));
+    tokio::spawn(Reflector::new(writer, upstream.clone(), Arc::default()).run(stop.clone()));
     assert!(cache.wait_ready(Duration::from_secs(10)).await);
     assert_eq!(cache.current_rv(), 10);
     (cache, upstream, stop)
@@ -124,7 +124,7 @@ const BUDGET: Duration = Duration::from_secs(3);
 async fn a_fresh_cache_is_proven_by_the_probe_alone() {
     let state = Arc::new(FakeApiServer::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
-    assert!(cache.ensure_fresh(&upstream, Instant::now(), BUDGET).await);
+    assert!(ensure_fresh(&cache, &upstream, Instant::now(), BUDGET).await);
     assert_eq!(state.catch_ups.load(Ordering::SeqCst), 0, "nothing to catch up");
     stop.cancel();
 }
@@ -137,7 +137,7 @@ async fn a_cache_behind_waits_for_the_catch_up_s_bookmark() {
 
     let reading = tokio::spawn({
         let (cache, upstream) = (cache.clone(), upstream.clone());
-        async move { cache.ensure_fresh(&upstream, Instant::now(), BUDGET).await }
+        async move { ensure_fresh(&cache, &upstream, Instant::now(), BUDGET).await }
     });
     state.catch_up_open().await;
     assert!(!reading.is_finished(), "the read waits for the proof");
@@ -152,7 +152,7 @@ async fn without_a_bookmark_in_its_budget_the_proof_fails() {
     let state = Arc::new(FakeApiServer::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
     state.current.store(20, Ordering::SeqCst);
-    assert!(!cache.ensure_fresh(&upstream, Instant::now(), Duration::from_millis(300)).await);
+    assert!(!ensure_fresh(&cache, &upstream, Instant::now(), Duration::from_millis(300)).await);
     assert_eq!(cache.current_rv(), 10, "nothing proven, nothing moved");
     stop.cancel();
 }

@@ -1,0 +1,132 @@
+//! The composition root: each subsystem's settings build its own object
+//! here, and the server is handed what it serves. Nothing else constructs a
+//! subsystem, so "what runs, made from what" reads in one place.
+//!
+//! - the cache ([`CacheConfig::build`]): the registry of resource caches and
+//!   the service that answers reads from them;
+//! - delegated auth ([`DelegatedSettings::build`]): the review client and
+//!   the decisions made with it;
+//! - the request pipeline ([`ApiHandler`]): limits, identity, cache, pass-through;
+//! - the admin endpoints' state;
+//! - the listeners ([`Server`]), which bind, accept and shut down.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::auth::DelegatedSettings;
+use crate::cache::registry::CacheConfig;
+use crate::cache::serve::CacheService;
+use crate::passthrough::Passthrough;
+use crate::pipeline::ApiHandler;
+use crate::server::admin::AdminState;
+use crate::server::hosts::AcceptHosts;
+use crate::server::limits::RequestLimits;
+use crate::server::listener::AdminHandler;
+use crate::server::reject_paths::RejectPaths;
+use crate::server::shutdown::Stages;
+use crate::server::{Listeners, ServeSettings, Server};
+use crate::upstream::Upstream;
+
+/// Everything watchmux needs, by subsystem (built from the flags by
+/// `config::settings`).
+pub struct ServerOptions {
+    /// Where to listen.
+    pub listeners: Listeners,
+    /// How long a graceful shutdown waits for requests (`--shutdown-grace`).
+    pub shutdown_grace: Duration,
+    /// The recorder `/metrics` renders; `None` serves no metrics.
+    pub metrics: Option<PrometheusHandle>,
+    /// What to cache; `None` passes everything through.
+    pub cache: Option<CacheConfig>,
+    /// Delegated authentication and authorization; `None` is trusted-local.
+    pub delegated: Option<DelegatedSettings>,
+    /// Request and connection limits.
+    pub limits: Limits,
+    /// One socket write per batch of HTTP/2 frames (`--h2-write-batching`).
+    pub h2_write_batching: bool,
+    /// trusted-local's Host check (`--accept-hosts`); `None` checks nothing.
+    pub accept_hosts: Option<AcceptHosts>,
+    /// trusted-local's path filter (`--reject-paths`); `None` refuses nothing.
+    pub reject_paths: Option<RejectPaths>,
+}
+
+/// The request and connection limits of the API listener (defaults: the
+/// flags').
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Requests in progress at once; more get 429 (`--max-requests-inflight`).
+    pub max_requests_inflight: usize,
+    /// Open connections at once (`--max-connections`).
+    pub max_connections: usize,
+    /// The largest request body (`--max-request-body-bytes`).
+    pub max_request_body_bytes: u64,
+}
+
+/// watchmux composed: bound listeners and what they will serve.
+pub struct App {
+    server: Server,
+    upstream: Arc<Upstream>,
+    cache: Option<Arc<CacheService>>,
+    api: ApiHandler,
+    admin: AdminHandler,
+    settings: ServeSettings,
+    stages: Stages,
+}
+
+impl App {
+    /// Binds the listeners (a port conflict fails start-up), then builds
+    /// every subsystem from its settings. Nothing runs before [`App::serve`].
+    pub async fn build(upstream: Arc<Upstream>, opts: ServerOptions) -> anyhow::Result<Self> {
+        let server = Server::bind(&opts.listeners).await?;
+        let stages = Stages::default();
+        let cache =
+            opts.cache.map(|config| config.build(upstream.clone(), stages.background.clone(), stages.streams.clone()));
+        let delegated = opts.delegated.map(|settings| settings.build(upstream.clone()));
+        let limits = opts.limits;
+        let api = ApiHandler::new(
+            Passthrough::new(upstream.clone(), stages.streams.clone()),
+            cache.clone(),
+            delegated,
+            RequestLimits::new(limits.max_requests_inflight, limits.max_request_body_bytes),
+            opts.accept_hosts,
+            opts.reject_paths,
+        );
+        let admin = AdminHandler(Arc::new(AdminState {
+            upstream: upstream.clone(),
+            metrics: opts.metrics,
+            shutting_down: stages.shutting_down.clone(),
+            caches: cache.as_ref().map(|c| c.registry().clone()),
+        }));
+        let settings = ServeSettings {
+            max_connections: limits.max_connections,
+            h2_write_batching: opts.h2_write_batching,
+            shutdown_grace: opts.shutdown_grace,
+        };
+        Ok(Self { server, upstream, cache, api, admin, settings, stages })
+    }
+
+    /// The address the API listener is bound to.
+    pub fn api_addr(&self) -> std::net::SocketAddr {
+        self.server.api_addr()
+    }
+
+    /// The address the admin listener is bound to.
+    pub fn admin_addr(&self) -> std::net::SocketAddr {
+        self.server.admin_addr()
+    }
+
+    /// Starts the background work (the upstream readiness probe; the cache's
+    /// name check and warming) and serves until `shutdown` completes, then
+    /// shuts down gracefully.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let Self { server, upstream, cache, api, admin, settings, stages } = self;
+        tokio::spawn(upstream.run_readiness_probe(stages.background.clone()));
+        if let Some(cache) = &cache {
+            // Before serving: a --cache-resources typo is a start-up error.
+            cache.start().await?;
+        }
+        server.serve(api, admin, settings, stages, shutdown).await
+    }
+}

@@ -1,0 +1,229 @@
+//! Proving that the cache is fresh enough for a consistent read.
+//!
+//! A LIST or GET without a resourceVersion, and a watch-list from `""`, must
+//! reflect the upstream's state at least as new as the moment of the request.
+//! The cache proves it in two cheap steps:
+//!
+//! 1. **The upstream's current version.** A consistent `LIST ?limit=1` of the
+//!    same collection: the API server answers it from its own watch cache
+//!    after confirming with etcd, so its resourceVersion `P` is at least the
+//!    storage revision at the time of the request. Concurrent requests share
+//!    one probe, as long as it started after they arrived.
+//! 2. **Catching up to it.** If the cache is behind `P`, it may simply have
+//!    seen no change for a while (an upstream watch reports progress only
+//!    with a bookmark a minute). A short catch-up watch from the cache's
+//!    version (`timeoutSeconds=3`, bookmarks on) makes the API server replay
+//!    any change the cache has not seen yet and then send a bookmark at its
+//!    own current version (about a second later). Replayed events are applied
+//!    in order, and the bookmark moves the cache's version forward: together
+//!    they prove the cache is current at that version, which is at least `P`.
+//!    The catch-up watch does not write the cache itself: a reader only asks
+//!    for one ([`Freshness`], on the readers' handle); the cache's one
+//!    writer, the reflector (`resource::Writer`), starts it and owns the
+//!    queue it fills ([`CatchUpQueue`]), so nothing a reader holds can queue
+//!    a write.
+//!
+//! Step 2 takes the API server a second or two: it sends a watcher's bookmark
+//! only at its bookmark time (two seconds before the deadline, on its own
+//! one-second tick) and only if its version moved since the watch began. In
+//! a busy cluster the cache is nearly always behind `P` (`P` is etcd's
+//! revision, moved by every write to any resource). That wait is worth it for
+//! a collection (a LIST or a watch-list passed through costs the API server
+//! all of it), not for one object: a consistent GET is not served from the
+//! cache at all (`serve::CacheService::try_serve`).
+//!
+//! If the proof does not arrive within the budget the read passes through,
+//! and is counted as a fallback.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
+
+use super::ResourceCache;
+use crate::cache::upstream_watch::{Change, LineEnd, ListPage, Opened, StreamEnd, get_list, open_watch, watch_params};
+use crate::upstream::Upstream;
+
+/// The catch-up watch's timeout: the API server sends its bookmark two
+/// seconds before a watch's deadline, so three seconds is the shortest that
+/// still gets one.
+const CATCH_UP_TIMEOUT_SECONDS: u64 = 3;
+
+/// Changes a catch-up watch may queue before it must wait for the writer.
+const CATCH_UP_QUEUE: usize = 256;
+
+/// The readers' side of the proof, on the cache: the probe of the
+/// upstream's current version that requests share, and whether a catch-up
+/// watch is asked for or running. It holds no way to write the cache.
+#[derive(Default)]
+pub(crate) struct Freshness {
+    probe: Mutex<Option<Probe>>,
+    /// Set from the moment a reader asks for a catch-up until that catch-up
+    /// ends: one at a time.
+    catching_up: AtomicBool,
+    /// Wakes the writer to start the catch-up asked for (a permit is kept
+    /// when the writer is not listening: it starts it when it is back).
+    wanted: Notify,
+}
+
+impl std::fmt::Debug for Freshness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Freshness").field("catching_up", &self.catching_up.load(Ordering::Relaxed)).finish()
+    }
+}
+
+struct Probe {
+    started: Instant,
+    result: watch::Receiver<Option<Option<u64>>>,
+}
+
+/// The writer's side: the queue catch-up watches fill and only the writer
+/// reads. Its sender is never handed to a reader, only to the catch-up
+/// tasks this queue starts.
+pub(crate) struct CatchUpQueue {
+    tx: mpsc::Sender<Change>,
+    rx: mpsc::Receiver<Change>,
+}
+
+impl CatchUpQueue {
+    pub(crate) fn new() -> Self {
+        // Bounded: a catch-up that gets ahead of the writer waits for it
+        // (up to QUEUE_WAIT, then gives up; see there).
+        let (tx, rx) = mpsc::channel(CATCH_UP_QUEUE);
+        Self { tx, rx }
+    }
+
+    /// The next queued change; starts a catch-up watch whenever a reader
+    /// asked for one. Never ends on its own: the queue's sender is kept here.
+    pub(crate) async fn next(&mut self, cache: &Arc<ResourceCache>, upstream: &Arc<Upstream>) -> Change {
+        loop {
+            tokio::select! {
+                Some(change) = self.rx.recv() => return change,
+                () = cache.freshness().wanted.notified() => self.start(cache, upstream),
+            }
+        }
+    }
+
+    fn start(&self, cache: &Arc<ResourceCache>, upstream: &Arc<Upstream>) {
+        let (cache, upstream, queue) = (cache.clone(), upstream.clone(), self.tx.clone());
+        tokio::spawn(async move {
+            let from = cache.current_rv();
+            if let Err(err) = catch_up(&cache, &upstream, &queue, from).await {
+                tracing::debug!(resource = %cache.label(), error = %err, "catch-up watch ended early");
+            }
+            cache.freshness().catching_up.store(false, Ordering::Release);
+        });
+    }
+
+    #[cfg(test)]
+    pub(crate) fn sender(&self) -> mpsc::Sender<Change> {
+        self.tx.clone()
+    }
+}
+
+/// Waits until `cache` is at least as new as the upstream was at
+/// `arrival`; false if that cannot be shown by `arrival + budget`.
+pub(crate) async fn ensure_fresh(
+    cache: &Arc<ResourceCache>,
+    upstream: &Arc<Upstream>,
+    arrival: Instant,
+    budget: Duration,
+) -> bool {
+    let deadline = arrival + budget;
+    let Ok(Some(target)) = tokio::time::timeout_at(deadline, upstream_rv(cache, upstream, arrival)).await else {
+        return false;
+    };
+    loop {
+        if cache.current_rv() >= target {
+            return true;
+        }
+        ask_for_catch_up(cache);
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        // A catch-up takes about a second; look again after each.
+        let slice = (deadline - now).min(Duration::from_millis(1500));
+        if cache.wait_for_rv(target, slice).await {
+            return true;
+        }
+    }
+}
+
+/// The upstream's current version, from a probe that started no earlier
+/// than `arrival` (shared with other requests when one is in flight).
+async fn upstream_rv(cache: &Arc<ResourceCache>, upstream: &Arc<Upstream>, arrival: Instant) -> Option<u64> {
+    let mut rx = {
+        let mut probe = cache.freshness().probe.lock();
+        match &*probe {
+            Some(p) if p.started >= arrival => p.result.clone(),
+            _ => {
+                let (tx, rx) = watch::channel(None);
+                *probe = Some(Probe { started: Instant::now(), result: rx.clone() });
+                let (cache, upstream) = (cache.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    let rv = probe_current_rv(&cache, &upstream).await;
+                    let _ = tx.send(Some(rv));
+                });
+                rx
+            }
+        }
+    };
+    let result = rx.wait_for(|r| r.is_some()).await.ok()?;
+    (*result).flatten()
+}
+
+/// Asks the writer for a catch-up watch, unless one is asked for or running.
+fn ask_for_catch_up(cache: &ResourceCache) {
+    if !cache.freshness().catching_up.swap(true, Ordering::AcqRel) {
+        cache.freshness().wanted.notify_one();
+    }
+}
+
+async fn probe_current_rv(cache: &ResourceCache, upstream: &Upstream) -> Option<u64> {
+    let bytes = get_list(upstream, cache.collection_uri(&[("limit", "1".to_owned())])).await.ok()?;
+    let page: ListPage = serde_json::from_slice(&bytes).ok()?;
+    page.metadata.version().ok()
+}
+
+/// How long the catch-up waits for the writer to take a change (it is
+/// relisting or backing off when it does not): then the catch-up ends,
+/// which is safe, since it never skips a change and queues a later one.
+const QUEUE_WAIT: Duration = Duration::from_secs(2);
+
+/// One short watch from `from`: queues what it replays, and the bookmark
+/// that follows, to the writer; ends at that bookmark.
+async fn catch_up(
+    cache: &ResourceCache,
+    upstream: &Upstream,
+    queue: &mpsc::Sender<Change>,
+    from: u64,
+) -> Result<(), String> {
+    let uri = cache.collection_uri(&watch_params(from, CATCH_UP_TIMEOUT_SECONDS));
+    let mut stream = match open_watch(upstream, uri).await {
+        Opened::Streaming(stream) => stream,
+        Opened::Expired => return Err("catch-up watch answered 410".into()),
+        Opened::Gone => return Err("catch-up watch answered 404".into()),
+        Opened::Failed(error) => return Err(format!("catch-up watch failed: {error}")),
+    };
+    loop {
+        let change = match stream.next(&cache.shape, None).await {
+            Ok(change) => change,
+            Err(StreamEnd::Closed) => return Ok(()),
+            Err(StreamEnd::Line(LineEnd::Expired)) => return Err("expired".into()),
+            Err(StreamEnd::Line(LineEnd::Failed(e)) | StreamEnd::Broken(e)) => return Err(e),
+            Err(StreamEnd::Silent) => return Err("silent".into()),
+        };
+        let is_bookmark = matches!(change, Change::Bookmark(_));
+        queue.send_timeout(change, QUEUE_WAIT).await.map_err(|e| e.to_string())?;
+        if is_bookmark {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

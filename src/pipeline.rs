@@ -1,0 +1,151 @@
+//! The request pipeline: what every API request meets, in order, between
+//! the listener that accepted it and the answer.
+//!
+//! 1. The connection budget, the `Host` header (and trusted-local's
+//!    `--accept-hosts` and `--reject-paths`), a path Go's server could not
+//!    parse.
+//! 2. Classification ([`RequestInfo`]) and the in-flight and body limits.
+//! 3. In delegated mode, who the caller is (authentication, then any
+//!    impersonation it asks for).
+//! 4. The cache, for the reads it can answer (authorized first, in delegated
+//!    mode, as the caller).
+//! 5. Everything else passes through to the API server, as watchmux itself,
+//!    as the caller (impersonating), or with the caller's own credentials.
+//!
+//! The listeners (`server`) know nothing of these steps; the composition
+//! root (`app`) builds each subsystem and hands this handler to them.
+
+use std::sync::Arc;
+
+use http::{Request, Response};
+
+use crate::auth::Peer;
+use crate::auth::reviews::Attributes;
+use crate::auth::{CallerGate, Delegated, UpstreamIdentity, UpstreamIdentityMode, impersonation};
+use crate::body::{ProxyBody, RequestBody};
+use crate::cache::serve::{CacheService, Open, ReadGate, Served};
+use crate::passthrough::Passthrough;
+use crate::request::RequestInfo;
+use crate::server::hosts::{self, AcceptHosts};
+use crate::server::limits::{self, RequestLimits};
+use crate::server::listener::Handler;
+use crate::server::reject_paths::RejectPaths;
+
+/// The API service: limits first, then (in delegated mode) who the caller
+/// is; reads the cache can answer are served from it, everything else
+/// passes through.
+#[derive(Clone)]
+pub(crate) struct ApiHandler {
+    passthrough: Passthrough,
+    cache: Option<Arc<CacheService>>,
+    delegated: Option<Arc<Delegated>>,
+    limits: RequestLimits,
+    accept_hosts: Option<AcceptHosts>,
+    reject_paths: Option<RejectPaths>,
+}
+
+impl ApiHandler {
+    pub(crate) fn new(
+        passthrough: Passthrough,
+        cache: Option<Arc<CacheService>>,
+        delegated: Option<Arc<Delegated>>,
+        limits: RequestLimits,
+        accept_hosts: Option<AcceptHosts>,
+        reject_paths: Option<RejectPaths>,
+    ) -> Self {
+        Self { passthrough, cache, delegated, limits, accept_hosts, reject_paths }
+    }
+
+    /// The cache's answer, when there is a cache and it answers (`gate`
+    /// authorizes the read first); `None` passes the request through.
+    async fn cached_answer(
+        &self,
+        req: &Request<RequestBody>,
+        info: &RequestInfo,
+        gate: &impl ReadGate,
+    ) -> Option<Response<ProxyBody>> {
+        match self.cache.as_ref()?.serve(req.method(), req.uri(), req.headers(), info, gate).await {
+            Served::Response(resp) => Some(resp),
+            Served::Passthrough(_) => None,
+        }
+    }
+}
+
+impl Handler for ApiHandler {
+    async fn handle(&self, req: Request<RequestBody>, peer: Peer) -> Response<ProxyBody> {
+        if peer.over_connection_limit {
+            return limits::too_many_requests(limits::Limit::Connections, true);
+        }
+        if let Err(bad) = hosts::check_host_header(req.version(), req.headers()) {
+            return hosts::bad_request(bad);
+        }
+        if let Some(hosts) = &self.accept_hosts
+            && peer.addr.is_some()
+            && !hosts.accepts(req.uri(), req.headers())
+        {
+            return hosts::forbidden();
+        }
+        if let Some(reject) = &self.reject_paths
+            && reject.rejects(req.uri().path())
+        {
+            return hosts::forbidden();
+        }
+        if crate::request::has_malformed_escape(req.uri().path()) {
+            return malformed_request_uri();
+        }
+        let info = RequestInfo::classify(req.method(), req.uri());
+        let _admitted = match self.limits.admit(&info, req.headers()) {
+            Ok(admitted) => admitted,
+            Err(refused) => return *refused,
+        };
+        let Some(delegated) = &self.delegated else {
+            if let Some(resp) = self.cached_answer(&req, &info, &Open).await {
+                return resp;
+            }
+            return self.passthrough.forward(req, peer, &info, &UpstreamIdentity::Own).await;
+        };
+
+        let authenticated = match delegated.authenticate(req.headers(), &peer).await {
+            Ok(authenticated) => authenticated,
+            Err(refused) => return *refused,
+        };
+        // With the client's own credentials upstream, a client's
+        // impersonation is the API server's to judge (all its modes), so such
+        // requests pass through as they are.
+        let client_impersonates = delegated.upstream_identity_mode() == UpstreamIdentityMode::Client
+            && impersonation::any_requested(req.headers());
+        // The request's attributes are built only for a request that asks
+        // to impersonate: constrained impersonation reviews them.
+        let caller = if client_impersonates || !impersonation::any_requested(req.headers()) {
+            authenticated.user.clone()
+        } else {
+            let request = Attributes::of_request(&info, req.uri());
+            match delegated.impersonated(authenticated.user.clone(), req.headers(), &request).await {
+                Ok(caller) => caller,
+                Err(refused) => return *refused,
+            }
+        };
+        if !client_impersonates
+            && let Some(resp) = self.cached_answer(&req, &info, &CallerGate { auth: delegated, caller: &caller }).await
+        {
+            return resp;
+        }
+        let identity = match delegated.upstream_identity(caller, &authenticated).await {
+            Ok(identity) => identity,
+            Err(refused) => return *refused,
+        };
+        self.passthrough.forward(req, peer, &info, &identity).await
+    }
+}
+
+/// Go's HTTP server's answer to a request line whose path it cannot parse
+/// (kube-apiserver's handlers never see it): plain text, then close. Sent
+/// upstream over HTTP/2 the same path would only reset the stream.
+fn malformed_request_uri() -> Response<ProxyBody> {
+    use http::header::{CONNECTION, CONTENT_TYPE, HeaderValue};
+    let mut resp = Response::new(crate::body::full("400 Bad Request"));
+    *resp.status_mut() = http::StatusCode::BAD_REQUEST;
+    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
