@@ -25,9 +25,9 @@ use crate::cache::resolve::ResourceName;
 #[command(name = "watchmux", version, about, long_about = None)]
 pub struct Args {
     /// Kubeconfig for the upstream API server. Without it, in
-    /// controller-runtime's order: $KUBECONFIG (an error when none of its
-    /// files exists), then the in-cluster service account, then
-    /// ~/.kube/config.
+    /// controller-runtime's order: $KUBECONFIG (when none of its files
+    /// exists, only the in-cluster account is tried after it), then the
+    /// in-cluster service account, then ~/.kube/config.
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
 

@@ -198,9 +198,10 @@ pub enum KubeconfigError {
     #[error("no kubeconfig found: not in a cluster, $KUBECONFIG unset and {0} missing")]
     /// No kubeconfig anywhere a client looks, and not in a cluster.
     NotFound(PathBuf),
-    /// `$KUBECONFIG` is set, and none of its files exists. It is not passed
-    /// over for the in-cluster account: the operator asked for these files.
-    #[error("$KUBECONFIG is set ({0:?}) but none of its files exists")]
+    /// `$KUBECONFIG` is set, none of its files exists, and there is no
+    /// in-cluster account to fall back on (`~/.kube/config` is not read
+    /// then, as client-go's loading rules do not read it).
+    #[error("$KUBECONFIG is set ({0:?}) but none of its files exists, and not in a cluster")]
     KubeconfigEnvMissing(String),
     /// `--context` with the in-cluster configuration, which has no contexts.
     #[error(
@@ -338,10 +339,16 @@ pub(crate) fn resolve_with(
         let paths: Vec<PathBuf> = std::env::split_paths(list).filter(|p| !p.as_os_str().is_empty()).collect();
         // As kubectl does, entries in $KUBECONFIG that do not exist are skipped.
         let existing: Vec<PathBuf> = paths.into_iter().filter(|p| p.exists()).collect();
-        if existing.is_empty() {
-            return Err(KubeconfigError::KubeconfigEnvMissing(list.clone()));
+        if !existing.is_empty() {
+            return from_files(&existing, context);
         }
-        return from_files(&existing, context);
+        // None exists: client-go's deferred loader falls back on the
+        // in-cluster account when it has one, and on nothing else.
+        return match (&env.service_host, &env.service_port) {
+            (Some(host), Some(port)) if context.is_none() => in_cluster(host, port, &env.service_account_dir),
+            (Some(_), Some(_)) => Err(KubeconfigError::ContextInCluster(context.unwrap_or_default().to_owned())),
+            _ => Err(KubeconfigError::KubeconfigEnvMissing(list.clone())),
+        };
     }
     if let (Some(host), Some(port)) = (&env.service_host, &env.service_port) {
         // The in-cluster account has no contexts: a --context would be
@@ -779,9 +786,14 @@ contexts:
         );
         let with_env = Env { kubeconfig: Some(kc.display().to_string()), ..env.clone() };
         assert_eq!(resolve_with(None, None, &with_env).unwrap().server, "https://10.9.9.9");
-        // ...and when none of its files exists, that is said, not passed over.
+        // ...and when none of its files exists, the in-cluster account is
+        // the fallback (client-go's deferred loader), ~/.kube/config never.
         let missing = Env { kubeconfig: Some("/nonexistent".into()), ..env.clone() };
-        assert!(matches!(resolve_with(None, None, &missing), Err(KubeconfigError::KubeconfigEnvMissing(_))));
+        assert_eq!(resolve_with(None, None, &missing).unwrap().server, "https://[fd00::1]:443");
+        let nowhere = Env { service_host: None, service_port: None, ..missing.clone() };
+        std::fs::create_dir_all(dir.path().join(".kube")).unwrap();
+        std::fs::copy(&kc, dir.path().join(".kube").join("config")).unwrap();
+        assert!(matches!(resolve_with(None, None, &nowhere), Err(KubeconfigError::KubeconfigEnvMissing(_))));
         // --context cannot apply to the in-cluster account: refused, not ignored.
         let err = resolve_with(None, Some("prod"), &env).unwrap_err();
         assert!(matches!(&err, KubeconfigError::ContextInCluster(c) if c == "prod"), "{err}");
