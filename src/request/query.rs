@@ -15,19 +15,21 @@ use std::borrow::Cow;
 /// as `&` separators plus one) parses to nothing.
 const MAX_PARAMS: usize = 10_000;
 
-/// A query string as Go's `url.Values`: the pairs it keeps, in order.
+/// A query string as Go's `url.Values`: the pairs it keeps, in order,
+/// borrowed from the query unless an escape had to be decoded (every request
+/// is read, selectors of any length included).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct GoQuery {
-    pairs: Vec<(String, String)>,
+pub(crate) struct GoQuery<'a> {
+    pairs: Vec<(Cow<'a, str>, Cow<'a, str>)>,
     /// A kept key or value decoded to bytes that are not UTF-8. Go keeps
     /// such bytes as they are; here they were replaced (U+FFFD), so a
     /// reader that needs the exact value must not trust it.
     lossy: bool,
 }
 
-impl GoQuery {
+impl<'a> GoQuery<'a> {
     /// Parses `query` (the raw part after `?`, without it).
-    pub(crate) fn parse(query: &str) -> Self {
+    pub(crate) fn parse(query: &'a str) -> Self {
         let mut out = Self::default();
         if query.bytes().filter(|b| *b == b'&').count() + 1 > MAX_PARAMS {
             return out;
@@ -37,9 +39,9 @@ impl GoQuery {
                 continue;
             }
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let (Some(key), Some(value)) = (unescape(key), unescape(value)) else { continue };
-            let (key, lossy_key) = utf8(key);
-            let (value, lossy_value) = utf8(value);
+            let (Some((key, lossy_key)), Some((value, lossy_value))) = (unescape(key), unescape(value)) else {
+                continue;
+            };
             out.lossy |= lossy_key || lossy_value;
             out.pairs.push((key, value));
         }
@@ -47,19 +49,19 @@ impl GoQuery {
     }
 
     /// Parses the query of `uri` (none: no pairs).
-    pub(crate) fn of(uri: &http::Uri) -> Self {
+    pub(crate) fn of(uri: &'a http::Uri) -> Self {
         uri.query().map(Self::parse).unwrap_or_default()
     }
 
     /// The first value of `key`, as Go's `Values.Get` (`None` where Go
     /// gives `""` for an absent key, so presence stays visible).
     pub(crate) fn get(&self, key: &str) -> Option<&str> {
-        self.pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_ref())
     }
 
     /// Every kept pair, in the order sent.
     pub(crate) fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        self.pairs.iter().map(|(k, v)| (k.as_ref(), v.as_ref()))
     }
 
     /// True when some kept key or value was not UTF-8 once decoded.
@@ -69,10 +71,11 @@ impl GoQuery {
 }
 
 /// Go's `QueryUnescape`: `+` is a space, `%XX` a byte; a `%` without two hex
-/// digits is an error (the pair is dropped).
-fn unescape(s: &str) -> Option<Cow<'_, [u8]>> {
+/// digits is an error (the pair is dropped). Also whether the bytes decoded
+/// were not UTF-8 (then replaced, and flagged).
+fn unescape(s: &str) -> Option<(Cow<'_, str>, bool)> {
     if !s.contains(['%', '+']) {
-        return Some(Cow::Borrowed(s.as_bytes()));
+        return Some((Cow::Borrowed(s), false));
     }
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -96,14 +99,10 @@ fn unescape(s: &str) -> Option<Cow<'_, [u8]>> {
             }
         }
     }
-    Some(Cow::Owned(out))
-}
-
-fn utf8(bytes: Cow<'_, [u8]>) -> (String, bool) {
-    match String::from_utf8(bytes.into_owned()) {
-        Ok(s) => (s, false),
-        Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), true),
-    }
+    Some(match String::from_utf8(out) {
+        Ok(s) => (Cow::Owned(s), false),
+        Err(e) => (Cow::Owned(String::from_utf8_lossy(e.as_bytes()).into_owned()), true),
+    })
 }
 
 #[cfg(test)]
