@@ -16,16 +16,16 @@ use std::time::Duration;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::auth::DelegatedSettings;
+use crate::cache::read::serve::CacheService;
 use crate::cache::registry::CacheConfig;
-use crate::cache::serve::CacheService;
 use crate::passthrough::Passthrough;
 use crate::pipeline::ApiHandler;
 use crate::server::admin::AdminState;
-use crate::server::hosts::AcceptHosts;
-use crate::server::limits::RequestLimits;
-use crate::server::listener::AdminHandler;
-use crate::server::reject_paths::RejectPaths;
-use crate::server::shutdown::Stages;
+use crate::server::connection::listener::AdminHandler;
+use crate::server::gates::hosts::AcceptHosts;
+use crate::server::gates::limits::RequestLimits;
+use crate::server::gates::reject_paths::RejectPaths;
+use crate::server::lifecycle::shutdown::Stages;
 use crate::server::{Listeners, ServeSettings, Server};
 use crate::upstream::Upstream;
 

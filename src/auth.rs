@@ -45,7 +45,7 @@ use metrics::{counter, histogram};
 use tokio::time::Instant;
 
 use crate::body::Refusal;
-use crate::cache::serve::{Admission, ReadGate};
+use crate::cache::read::serve::{Admission, ReadGate};
 use crate::encode::status::{Status, StatusReason};
 use crate::metrics as m;
 use crate::request::RequestInfo;

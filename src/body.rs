@@ -99,7 +99,7 @@ impl Body for ChunkList {
 }
 
 /// A request's body as the handler gets it: hyper's, or none at all for a
-/// request whose head watchmux read itself (see `server::listener::h1_front`: only
+/// request whose head watchmux read itself (see `server::connection::listener::h1_front`: only
 /// requests without a body are read there).
 pub enum RequestBody {
     /// The body of a request hyper read.

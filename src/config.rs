@@ -13,7 +13,7 @@ use clap::{ArgAction, Parser, ValueEnum};
 pub use settings::{CacheScope, WatchCacheSize};
 
 use crate::auth::UpstreamIdentityMode;
-use crate::cache::resolve::ResourceName;
+use crate::cache::catalog::resolve::ResourceName;
 
 /// watchmux: a transparent caching watch proxy for the Kubernetes API.
 ///
@@ -168,7 +168,7 @@ pub struct Args {
     /// `kubectl proxy --reject-paths`, whose default this is: exec and attach,
     /// which in this mode would run with watchmux's rights. `--reject-paths=`
     /// refuses nothing. Not applied in delegated mode.
-    #[arg(long, value_name = "REGEXES", value_delimiter = ',', default_value = crate::server::reject_paths::DEFAULT_REJECT_PATHS)]
+    #[arg(long, value_name = "REGEXES", value_delimiter = ',', default_value = crate::server::gates::reject_paths::DEFAULT_REJECT_PATHS)]
     pub reject_paths: Vec<String>,
 
     /// PEM CA bundle that client certificates are verified against

@@ -507,11 +507,11 @@ mod watch_lines {
     use serde_json::Value;
 
     use super::{Words, config, one_of};
-    use crate::cache::object::tests::cm_shape;
-    use crate::cache::object::{CachedObject, ObjectKey};
     use crate::cache::resource::{CacheSettings, ResourceCache, Scope};
-    use crate::cache::store::{Objects, Snapshot};
-    use crate::cache::upstream_watch::read_line;
+    use crate::cache::state::object::tests::cm_shape;
+    use crate::cache::state::object::{CachedObject, ObjectKey};
+    use crate::cache::state::store::{Objects, Snapshot};
+    use crate::cache::sync::upstream_watch::read_line;
     use crate::encode::variant::ContentVariant;
 
     /// Repeats weigh the choices toward events that apply.

@@ -68,5 +68,5 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     let app = App::build(upstream, opts).await?;
     tracing::info!(admin = %app.admin_addr(), "admin endpoints: /metrics /healthz /livez /readyz");
-    app.serve(server::shutdown::signal()).await
+    app.serve(server::lifecycle::shutdown::signal()).await
 }

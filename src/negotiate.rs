@@ -1,6 +1,6 @@
 //! Content negotiation: what happens to a read, decided from its `Accept`
 //! header before anything is encoded. It encodes nothing itself: the cache
-//! writes the variant chosen here (see `cache::object` and `cache::event`),
+//! writes the variant chosen here (see `cache::state::object` and `cache::state::event`),
 //! and a request it cannot predict passes through. The Accept parser, a
 //! replay of Go's, is in [`accept`]; the tests in `negotiate/tests.rs`.
 //!
@@ -38,7 +38,7 @@
 //! ([`Negotiation::Protobuf`]): kube-apiserver itself answers that JSON for a custom resource
 //! (its handler has no protobuf serializer outside PartialObjectMetadata, so every protobuf
 //! clause is skipped), and the cache answers it for an object its protobuf encoder refuses (see
-//! `cache::serve`). When the header cannot be predicted exactly (hex or `_` q values, more than 12
+//! `cache::read::serve`). When the header cannot be predicted exactly (hex or `_` q values, more than 12
 //! clauses, leading or trailing tabs, CBOR, whose support is a server flag), the request passes
 //! through.
 //!

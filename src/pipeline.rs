@@ -23,13 +23,13 @@ use crate::auth::Peer;
 use crate::auth::reviews::Attributes;
 use crate::auth::{CallerGate, Delegated, UpstreamIdentity, UpstreamIdentityMode, impersonation};
 use crate::body::{ProxyBody, RequestBody};
-use crate::cache::serve::{CacheService, Open, ReadGate, Served};
+use crate::cache::read::serve::{CacheService, Open, ReadGate, Served};
 use crate::passthrough::Passthrough;
 use crate::request::RequestInfo;
-use crate::server::hosts::{self, AcceptHosts};
-use crate::server::limits::{self, RequestLimits};
-use crate::server::listener::Handler;
-use crate::server::reject_paths::RejectPaths;
+use crate::server::connection::listener::Handler;
+use crate::server::gates::hosts::{self, AcceptHosts};
+use crate::server::gates::limits::{self, RequestLimits};
+use crate::server::gates::reject_paths::RejectPaths;
 
 /// The API service: limits first, then (in delegated mode) who the caller
 /// is; reads the cache can answer are served from it, everything else

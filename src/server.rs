@@ -2,19 +2,16 @@
 //! endpoints, and the graceful shutdown that ties them together. What a
 //! request meets once accepted is `pipeline`'s; what is built to answer it,
 //! `app`'s.
+//!
+//! - [`connection`]: accepting and serving connections.
+//! - [`gates`]: host, path and size limits a request meets first.
+//! - [`lifecycle`]: the open-file limit, signals, graceful shutdown.
+//! - [`admin`]: the metrics and health listener.
 
 pub(crate) mod admin;
-pub(crate) mod early_resets;
-pub(crate) mod fd_limit;
-pub(crate) mod graceful;
-pub(crate) mod hosts;
-pub(crate) mod limits;
-pub(crate) mod listener;
-pub(crate) mod opening;
-pub(crate) mod reject_paths;
-pub(crate) mod shutdown;
-pub(crate) mod tls;
-pub(crate) mod write_behind;
+pub(crate) mod connection;
+pub(crate) mod gates;
+pub(crate) mod lifecycle;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -26,10 +23,10 @@ use anyhow::Context as _;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
-use graceful::GracefulShutdown;
-use limits::ConnectionBudget;
-use listener::{AdminHandler, Handler, Serving};
-use shutdown::Stages;
+use connection::listener::{AdminHandler, Handler, Serving};
+use gates::limits::ConnectionBudget;
+use lifecycle::graceful::GracefulShutdown;
+use lifecycle::shutdown::Stages;
 
 /// Where the server listens (from `--listen`, `--listen-unix`, the TLS
 /// flags and `--admin-listen`).
@@ -73,7 +70,7 @@ pub(crate) struct ServeSettings {
 /// the handler's business (`pipeline`).
 pub struct Server {
     api: TcpListener,
-    api_tls: Option<tls::ApiTls>,
+    api_tls: Option<connection::tls::ApiTls>,
     api_unix: Option<(UnixListener, PathBuf)>,
     admin: TcpListener,
 }
@@ -84,11 +81,11 @@ impl Server {
     pub(crate) async fn bind(l: &Listeners) -> anyhow::Result<Self> {
         let api = TcpListener::bind(l.api).await.with_context(|| format!("binding --listen {}", l.api))?;
         let api_tls = match &l.tls {
-            Some(t) => Some(tls::api_tls(&t.cert, &t.key, t.client_ca.as_deref())?),
+            Some(t) => Some(connection::tls::api_tls(&t.cert, &t.key, t.client_ca.as_deref())?),
             None => None,
         };
         let api_unix = match &l.unix {
-            Some(path) => Some((listener::bind_unix(path)?, path.clone())),
+            Some(path) => Some((connection::listener::bind_unix(path)?, path.clone())),
             None => None,
         };
         let admin = TcpListener::bind(l.admin).await.with_context(|| format!("binding --admin-listen {}", l.admin))?;
@@ -118,9 +115,9 @@ impl Server {
         shutdown: impl Future<Output = ()>,
     ) -> anyhow::Result<()> {
         let Self { api, api_tls, api_unix, admin } = self;
-        fd_limit::raise_nofile();
+        lifecycle::fd_limit::raise_nofile();
         let accept_stop = CancellationToken::new();
-        let builder = listener::http_builder();
+        let builder = connection::listener::http_builder();
         let graceful = GracefulShutdown::new();
         let budget = ConnectionBudget::new(settings.max_connections);
         // The admin listener outlives the API's graceful phase, so /readyz can
@@ -137,10 +134,10 @@ impl Server {
                     handler: admin_handler,
                     budget: None,
                     h2_write_batching: false,
-                    setup_timeout: listener::CONNECTION_SETUP_TIMEOUT,
+                    setup_timeout: connection::listener::CONNECTION_SETUP_TIMEOUT,
                     stop,
                 };
-                listener::accept_tcp(admin, None, serving).await;
+                connection::listener::accept_tcp(admin, None, serving).await;
             }
         };
         let admin_task = tokio::spawn(admin_task);
@@ -155,14 +152,14 @@ impl Server {
                 handler: api_handler.clone(),
                 budget: Some(budget.clone()),
                 h2_write_batching: settings.h2_write_batching,
-                setup_timeout: listener::CONNECTION_SETUP_TIMEOUT,
+                setup_timeout: connection::listener::CONNECTION_SETUP_TIMEOUT,
                 stop: accept_stop.clone(),
             };
-            let tcp = listener::accept_tcp(api, api_tls, serving("api"));
+            let tcp = connection::listener::accept_tcp(api, api_tls, serving("api"));
             match api_unix {
                 Some((unix, path)) => {
                     tracing::info!(path = %path.display(), "serving the API on a unix socket");
-                    let unix = listener::accept_unix(unix, serving("unix"));
+                    let unix = connection::listener::accept_unix(unix, serving("unix"));
                     tokio::join!(tcp, unix);
                 }
                 None => tcp.await,

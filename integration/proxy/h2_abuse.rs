@@ -2,7 +2,7 @@
 //! being served: a CONTINUATION flood (CVE-2024-27316's kind) in raw frames,
 //! bounded; watchmux must end the connection well within the bound and go on
 //! serving other clients. (Rapid reset is tested on the listener itself, in
-//! `server::listener::tests`, where its handler can be made to stall.)
+//! `server::connection::listener::tests`, where its handler can be made to stall.)
 
 use std::path::{Path, PathBuf};
 

@@ -596,7 +596,7 @@ async fn limits_refuse_with_the_api_servers_answers() {
     assert_eq!(status["reason"], "RequestEntityTooLarge");
 
     // 429 in flight: one slow request holds the only slot (watches are exempt:
-    // the unit tests of server::limits check that).
+    // the unit tests of server::gates::limits check that).
     let mut c2 = h1(proxy.addr).await;
     let slow =
         tokio::spawn(c2.send_request(Request::get("/slow").header("host", "localhost").body(Full::default()).unwrap()));

@@ -5,8 +5,9 @@ Reads every `crate::a::b` and `super::x` path in src/'s code (not in
 comments), maps each file to its module path, and builds two graphs:
 
 - between top-level modules (auth, cache, passthrough, ...), and
-- between the submodules of each top-level module (cache::reflector,
-  cache::resource, ...), an edge for every reference from one to another.
+- between the children of every module, at any depth (cache::sync and
+  cache::state; cache::read::serve and cache::read::params), an edge for
+  every reference from one to another (or to something inside it).
 
 A module's own children (`auth::cert` used by `auth`) are not edges: a
 parent owns its children. Test-only modules (`#[cfg(test)] mod x;`) and
@@ -85,9 +86,15 @@ def main():
             continue
         if src[0] != dst[0]:
             top.setdefault(src[0], set()).add(dst[0])
-        elif len(src) >= 2 and len(dst) >= 2 and src[1] != dst[1]:
-            # Siblings inside one top-level module: cache::a -> cache::b.
-            inner.setdefault(src[0], {}).setdefault(src[1], set()).add(dst[1])
+            continue
+        # Siblings under their deepest common parent, at any depth:
+        # cache::a -> cache::b, and cache::read::serve -> cache::read::params.
+        common = 0
+        while common < min(len(src), len(dst)) and src[common] == dst[common]:
+            common += 1
+        if common < len(src) and common < len(dst):
+            parent = "::".join(src[:common])
+            inner.setdefault(parent, {}).setdefault(src[common], set()).add(dst[common])
     if "--dot" in sys.argv:
         print("digraph modules {")
         for a, bs in sorted(top.items()):

@@ -19,12 +19,12 @@ use std::task::Waker;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::filter::Filter;
-use super::object::CachedObject;
-use super::object::tests::cm_shape;
+use super::delivery::filter::Filter;
+use super::delivery::watcher::{Terminated, WatcherHandle};
 use super::resource::{CacheSettings, ResourceCache, Scope, StartAt};
-use super::store::Objects;
-use super::watcher::{Terminated, WatcherHandle};
+use super::state::object::CachedObject;
+use super::state::object::tests::cm_shape;
+use super::state::store::Objects;
 use crate::encode::watch::EventType;
 
 /// An object as a client holds it: its version and its life (uid).

@@ -23,12 +23,12 @@
 //!    cache's [`ProtobufAvailability`]: the kind's own protobuf off, and
 //!    PartialObjectMetadata's too when ObjectMeta drifted.
 //! 3. **An object has no protobuf form**: the encoder refuses it (a field
-//!    the table does not know, a value it cannot place; `cache::object`'s
+//!    the table does not know, a value it cannot place; `cache::state::object`'s
 //!    `NoProtobuf`). Every object of a GET or LIST answer, and every
 //!    initial event of a watch, is encoded before the headers are sent, so
 //!    the answer can still be JSON.
 //! 4. **A live event has no protobuf form**, after a watch's headers said
-//!    protobuf: the stream ends (`cache::stream`), as at a timeout; the client
+//!    protobuf: the stream ends (`cache::delivery::stream`), as at a timeout; the client
 //!    watches again from the last version it got, and that watch's backlog
 //!    holds the event: obstacle 3.
 //!
@@ -41,9 +41,9 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::object::NoProtobuf;
 use super::reason::Reason;
-use super::resource_info::ResourceInfo;
+use crate::cache::resource_info::ResourceInfo;
+use crate::cache::state::object::NoProtobuf;
 use crate::encode::protobuf::MessageType;
 use crate::encode::variant::ContentVariant;
 

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use dashmap::DashMap;
 use tokio_util::sync::CancellationToken;
 
-use super::discovery::{Discovery, DiscoveryError};
-use super::object::ObjectShape;
-use super::reflector::{Exit, Reflector};
-use super::resolve::{GroupResource, Resolved, ResourceName, Unresolvable, resolve};
+use super::catalog::discovery::{Discovery, DiscoveryError};
+use super::catalog::resolve::{GroupResource, Resolved, ResourceName, Unresolvable, resolve};
 use super::resource::{CacheSettings, ResourceCache, Scope};
 use super::resource_info::ResourceInfo;
-use super::schema_check::SchemaChecker;
+use super::state::object::ObjectShape;
+use super::sync::reflector::{Exit, Reflector};
+use super::sync::schema_check::SchemaChecker;
 use crate::error::error_chain;
 use crate::upstream::Upstream;
 
@@ -181,7 +181,7 @@ impl Registry {
     }
 
     /// Resolves the `--cache-resources` names against discovery (see
-    /// [`super::resolve`]). Returns the names refused; names of groups not
+    /// [`super::catalog::resolve`]). Returns the names refused; names of groups not
     /// served yet stay literal, counted in a gauge, and are returned as
     /// pending.
     pub(crate) async fn resolve_names(&self) -> Result<(Vec<Unresolvable>, Vec<String>), DiscoveryError> {
@@ -307,7 +307,7 @@ impl Registry {
                     return;
                 }
                 Err(err) => {
-                    let delay = super::reflector::backoff_delay(failures, &mut rand::rng());
+                    let delay = super::sync::reflector::backoff_delay(failures, &mut rand::rng());
                     failures = failures.saturating_add(1);
                     tracing::warn!(error = %error_chain(&err), retry_in = ?delay, "warming the caches failed");
                     tokio::select! {

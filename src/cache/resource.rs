@@ -35,14 +35,14 @@ use self::fanout::Fanout;
 use self::freshness::Freshness;
 use self::lifecycle::{Lifecycle, Published};
 use super::content::{AvailabilityCell, ProtobufAvailability};
-use super::event::CacheEvent;
-use super::filter::Filter;
-use super::history::{History, TooOld};
-use super::object::ObjectShape;
-use super::snapshots::KeptSnapshots;
-use super::store::{Snapshot, Store};
-use super::upstream_watch::collection_uri;
-use super::watcher::{Delivery, WatcherHandle};
+use super::delivery::filter::Filter;
+use super::delivery::watcher::{Delivery, WatcherHandle};
+use super::state::event::CacheEvent;
+use super::state::history::{History, TooOld};
+use super::state::object::ObjectShape;
+use super::state::snapshots::KeptSnapshots;
+use super::state::store::{Snapshot, Store};
+use super::sync::upstream_watch::collection_uri;
 use crate::metrics as m;
 use crate::selector::{FieldSelector, LabelSelector};
 
@@ -98,7 +98,7 @@ pub struct CacheSettings {
 
 impl Default for CacheSettings {
     fn default() -> Self {
-        Self { history_window: super::history::DEFAULT_WINDOW, slow_watcher_grace: Duration::from_secs(5) }
+        Self { history_window: super::state::history::DEFAULT_WINDOW, slow_watcher_grace: Duration::from_secs(5) }
     }
 }
 
@@ -325,8 +325,8 @@ impl ResourceCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::object::tests::{cm, cm_shape};
-    use crate::cache::store::Objects;
+    use crate::cache::state::object::tests::{cm, cm_shape};
+    use crate::cache::state::store::Objects;
     use crate::encode::watch::EventType;
     use std::task::Waker;
 
@@ -421,7 +421,7 @@ mod tests {
         w.replace(fresh, 20);
         let waker = Waker::noop().clone();
         match from_upstream.handle.take(&waker) {
-            Err(crate::cache::watcher::Terminated::Expired(too_old)) => {
+            Err(crate::cache::delivery::watcher::Terminated::Expired(too_old)) => {
                 assert_eq!(too_old.to_string(), "too old resource version: 16 (20)");
             }
             other => panic!("expected 410, got {other:?}"),

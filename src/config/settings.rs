@@ -16,8 +16,8 @@ use clap::builder::PossibleValue;
 use super::{AuthMode, CacheResource};
 use crate::app::{Limits, ServerOptions};
 use crate::auth::{self, DelegatedSettings, UpstreamIdentityMode};
+use crate::cache::catalog::resolve::{GroupResource, ResourceName};
 use crate::cache::registry::{CacheConfig, ResourceSelection};
-use crate::cache::resolve::{GroupResource, ResourceName};
 use crate::cache::resource::{CacheSettings, Scope};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::server;
@@ -51,11 +51,11 @@ impl super::Args {
             h2_write_batching: self.h2_write_batching,
             // Delegated mode authenticates every request instead.
             accept_hosts: match self.auth_mode {
-                AuthMode::TrustedLocal => Some(server::hosts::AcceptHosts::new(&self.accept_hosts)?),
+                AuthMode::TrustedLocal => Some(server::gates::hosts::AcceptHosts::new(&self.accept_hosts)?),
                 AuthMode::Delegated => None,
             },
             reject_paths: match self.auth_mode {
-                AuthMode::TrustedLocal => Some(server::reject_paths::RejectPaths::new(&self.reject_paths)?),
+                AuthMode::TrustedLocal => Some(server::gates::reject_paths::RejectPaths::new(&self.reject_paths)?),
                 AuthMode::Delegated => None,
             },
         })
@@ -267,7 +267,7 @@ mod tests {
     #[test]
     fn the_history_window_default_is_the_api_servers() {
         let cfg = args(&[]).unwrap().cache_config();
-        assert_eq!(cfg.settings.history_window, crate::cache::history::DEFAULT_WINDOW);
+        assert_eq!(cfg.settings.history_window, crate::cache::state::history::DEFAULT_WINDOW);
     }
 
     #[test]

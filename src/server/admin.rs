@@ -104,8 +104,8 @@ pub(crate) async fn handle(
 ) -> Result<Response<ProxyBody>, Infallible> {
     // A DNS-rebinding page names its own host: only IP literals and
     // localhost are answered (the request carries no credential to check).
-    if !super::hosts::AdminHosts.accepts(req.uri(), req.headers()) {
-        return Ok(super::hosts::forbidden());
+    if !super::gates::hosts::AdminHosts.accepts(req.uri(), req.headers()) {
+        return Ok(super::gates::hosts::forbidden());
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n".to_owned()));

@@ -13,10 +13,10 @@ use std::time::Duration;
 use parking_lot::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
-use crate::cache::dispatcher::Dispatcher;
-use crate::cache::event::CacheEvent;
-use crate::cache::filter::Filter;
-use crate::cache::watcher::WatcherHandle;
+use crate::cache::delivery::dispatcher::Dispatcher;
+use crate::cache::delivery::filter::Filter;
+use crate::cache::delivery::watcher::WatcherHandle;
+use crate::cache::state::event::CacheEvent;
 use crate::metrics as m;
 
 /// The metric handles the fan-out updates per event and per watcher, looked

@@ -44,7 +44,9 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
 use super::ResourceCache;
-use crate::cache::upstream_watch::{Change, LineEnd, ListPage, Opened, StreamEnd, get_list, open_watch, watch_params};
+use crate::cache::sync::upstream_watch::{
+    Change, LineEnd, ListPage, Opened, StreamEnd, get_list, open_watch, watch_params,
+};
 use crate::upstream::Upstream;
 
 /// The catch-up watch's timeout: the API server sends its bookmark two

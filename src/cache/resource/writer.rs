@@ -22,10 +22,10 @@ use super::freshness::CatchUpQueue;
 use super::lifecycle::Lifecycle;
 use super::{ResourceCache, State};
 use crate::cache::content::ProtobufAvailability;
-use crate::cache::history::History;
-use crate::cache::object::CachedObject;
-use crate::cache::store::{Objects, Store};
-use crate::cache::upstream_watch::Change;
+use crate::cache::state::history::History;
+use crate::cache::state::object::CachedObject;
+use crate::cache::state::store::{Objects, Store};
+use crate::cache::sync::upstream_watch::Change;
 use crate::encode::watch::EventType;
 use crate::upstream::Upstream;
 
@@ -215,7 +215,7 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::object::tests::{cm, cm_shape};
+    use crate::cache::state::object::tests::{cm, cm_shape};
     use std::time::Duration;
 
     use crate::cache::resource::{CacheSettings, Scope};

@@ -17,10 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::body;
-use crate::cache::object::ObjectShape;
-use crate::cache::reflector::Reflector;
 use crate::cache::resource::{CacheSettings, Scope};
 use crate::cache::resource_info::test_info;
+use crate::cache::state::object::ObjectShape;
+use crate::cache::sync::reflector::Reflector;
 use crate::upstream::UpstreamOptions;
 use crate::upstream::kubeconfig::UpstreamConfig;
 

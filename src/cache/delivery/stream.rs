@@ -1,0 +1,378 @@
+//! The response body of a watch served from the cache.
+//!
+//! In order: the initial events (synthetic ADDED for a snapshot, or the history backlog);
+//! the initial-events-end bookmark for a watch-list; then live events from
+//! the watcher's queue, with bookmarks on the API server's schedule, until
+//! the timeout, shutdown, or the watcher falling too far behind.
+//!
+//! In protobuf, an object the encoder refuses cannot be sent. The serving
+//! side checks the initial events before the stream starts
+//! ([`WatchStream::protobuf_refusal`]: it then answers JSON or passes the
+//! watch through); a live event that is refused ends the stream, like a
+//! timeout: the client watches again from the last version it got, and that
+//! watch, whose backlog holds the refused event, is answered in JSON or
+//! passed through.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use http_body::{Body, Frame};
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use super::super::resource::{Registration, ResourceCache};
+use super::watcher::{Delivery, Terminated, WatcherHandle};
+use crate::body::{BoxError, Chunk};
+use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
+use crate::cache::state::store::Snapshot;
+use crate::encode::status::{Status, StatusReason};
+use crate::encode::variant::ContentVariant;
+use crate::encode::watch::EventType;
+use crate::encode::watch::{bookmark_frame, error_frame, event_frame};
+use crate::metrics as m;
+use http::StatusCode;
+
+/// What one poll of a watch stream gives.
+type Polled = Poll<Option<Result<Frame<Chunk>, BoxError>>>;
+
+/// How often a watcher that asked for bookmarks gets one.
+pub(crate) const BOOKMARK_FREQUENCY: Duration = Duration::from_secs(60);
+/// A last bookmark goes out this long before a watch's deadline, so the
+/// client can resume from it.
+const BOOKMARK_BEFORE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The next bookmark time, as the API server computes it: every minute, and
+/// once shortly before the deadline; none if that moment has passed.
+pub(crate) fn next_bookmark_time(now: Instant, deadline: Instant) -> Option<Instant> {
+    let heartbeat = now + BOOKMARK_FREQUENCY;
+    let before_deadline = deadline.checked_sub(BOOKMARK_BEFORE_DEADLINE)?;
+    let at = heartbeat.min(before_deadline);
+    (at >= now).then_some(at)
+}
+
+/// Options of one watch stream.
+pub(crate) struct StreamOptions {
+    pub variant: ContentVariant,
+    pub allow_bookmarks: bool,
+    /// Send the initial-events-end bookmark after the initial events.
+    pub initial_events_end: bool,
+    pub timeout: Duration,
+    pub stop: CancellationToken,
+}
+
+/// Walks a snapshot's objects in key order without holding a borrow across polls.
+#[derive(Clone)]
+struct SnapshotCursor {
+    snapshot: Snapshot,
+    next_from: Option<ObjectKey>,
+    namespace: Option<String>,
+}
+
+impl SnapshotCursor {
+    fn next_matching(&mut self, handle: &WatcherHandle) -> Option<Arc<CachedObject>> {
+        use std::ops::Bound;
+        loop {
+            let from = self.next_from.take()?;
+            let mut range = self.snapshot.objects.range((Bound::Included(from), Bound::Unbounded));
+            let (key, obj) = range.next()?;
+            if self.namespace.as_ref().is_some_and(|ns| *ns != key.namespace) {
+                return None;
+            }
+            self.next_from = range.next().map(|(k, _)| k.clone());
+            if handle.filter.matches(obj) {
+                return Some(obj.clone());
+            }
+        }
+    }
+}
+
+/// Where a watch stream is; each phase sends its frames, then gives way to
+/// the next, in this order.
+enum Phase {
+    /// A watch from the current state: the snapshot's matching objects, as
+    /// ADDED, in key order.
+    Snapshot(SnapshotCursor),
+    /// A watch from a version: the history events the watcher missed.
+    Backlog(std::collections::VecDeque<Delivery>),
+    /// A watch-list with bookmarks: the initial events are out, the
+    /// initial-events-end bookmark at this version is next.
+    InitialEnd(u64),
+    /// Live events from the watcher's queue, and bookmarks on the API
+    /// server's schedule.
+    Live,
+    /// Ended (timeout, shutdown, the watcher ended, an event with no form
+    /// in the stream's variant): nothing more.
+    Finished,
+}
+
+pub(crate) struct WatchStream {
+    cache: Arc<ResourceCache>,
+    handle: Arc<WatcherHandle>,
+    opts: StreamOptions,
+    phase: Phase,
+    /// The version the initial events bring the watcher to.
+    start_rv: u64,
+    last_sent_rv: u64,
+    deadline: Pin<Box<Sleep>>,
+    deadline_at: Instant,
+    bookmark: Option<Pin<Box<Sleep>>>,
+    /// The server's stop token, polled once, at the first poll, with a
+    /// waker that stops the watcher (see [`StopWatcher`]); kept, so that it
+    /// stays registered.
+    stop: Pin<Box<WaitForCancellationFutureOwned>>,
+    stop_registered: bool,
+}
+
+/// The waker the stop token holds for one stream: cancelling the token
+/// stops the watcher, which wakes its body through the watcher's queue.
+///
+/// Polling the token itself on every poll of every stream took its mutex
+/// (and the notifier's) once per event per watcher, one lock shared by all
+/// streams; registered once this way, shutdown costs a stream one atomic load
+/// per poll.
+struct StopWatcher(Arc<WatcherHandle>);
+
+impl Wake for StopWatcher {
+    fn wake(self: Arc<Self>) {
+        self.0.stop();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.stop();
+    }
+}
+
+impl WatchStream {
+    pub(crate) fn new(cache: Arc<ResourceCache>, reg: Registration, opts: StreamOptions) -> Self {
+        let now = Instant::now();
+        let deadline_at = now + opts.timeout;
+        let bookmark = if opts.allow_bookmarks {
+            next_bookmark_time(now, deadline_at).map(|at| Box::pin(tokio::time::sleep_until(at)))
+        } else {
+            None
+        };
+        let phase = match reg.snapshot {
+            Some(snapshot) => {
+                let namespace = reg.handle.filter.namespace.clone();
+                let first = ObjectKey { namespace: namespace.clone().unwrap_or_default(), name: String::new() };
+                Phase::Snapshot(SnapshotCursor { snapshot, next_from: Some(first), namespace })
+            }
+            None => Phase::Backlog(reg.backlog.into()),
+        };
+        let stop = Box::pin(opts.stop.clone().cancelled_owned());
+        Self {
+            cache,
+            handle: reg.handle,
+            opts,
+            phase,
+            start_rv: reg.start_rv,
+            last_sent_rv: reg.start_rv,
+            deadline: Box::pin(tokio::time::sleep_until(deadline_at)),
+            deadline_at,
+            bookmark,
+            stop,
+            stop_registered: false,
+        }
+    }
+
+    /// What follows the initial events: the initial-events-end bookmark for
+    /// a watch-list that allows bookmarks, else live events.
+    fn after_initial_events(&self) -> Phase {
+        if self.opts.initial_events_end && self.opts.allow_bookmarks {
+            Phase::InitialEnd(self.start_rv)
+        } else {
+            Phase::Live
+        }
+    }
+
+    fn frame(&mut self, chunk: Chunk) -> Polled {
+        Poll::Ready(Some(Ok(Frame::data(chunk))))
+    }
+
+    fn end(&mut self) -> Polled {
+        self.phase = Phase::Finished;
+        Poll::Ready(None)
+    }
+
+    fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Finished)
+    }
+
+    fn bookmark_chunk(&self, rv: u64, initial_end: bool) -> Option<Chunk> {
+        let info = &self.cache.shape.info;
+        bookmark_frame(&info.kind, &info.api_version(), self.opts.variant, rv, initial_end)
+            .inspect_err(|e| tracing::warn!(error = %e, "no protobuf bookmark for this kind; ending the watch"))
+            .ok()
+    }
+
+    /// The frame of an event, or the end of the stream when the object has no
+    /// form in a protobuf variant.
+    fn event(&mut self, kind: EventType, object: &CachedObject) -> Polled {
+        let variant = self.opts.variant;
+        match object.encoded(variant) {
+            Ok(bytes) => self.frame(event_frame(variant, kind, bytes)),
+            Err(NoProtobuf { reason }) => {
+                tracing::debug!(reason, rv = object.rv, "event with no protobuf form; ending the watch");
+                metrics::counter!(m::PROTOBUF_WATCH_ENDED, "resource" => self.cache.label().to_owned()).increment(1);
+                self.end()
+            }
+        }
+    }
+
+    /// The first initial event (snapshot or backlog) that has no form in the
+    /// stream's variant, before anything is sent; encoding them here is no
+    /// extra work, each object's bytes being kept for the stream.
+    pub(crate) fn protobuf_refusal(&self) -> Option<NoProtobuf> {
+        let variant = self.opts.variant;
+        if !variant.is_protobuf() {
+            return None;
+        }
+        match &self.phase {
+            Phase::Snapshot(cursor) => {
+                let mut cursor = cursor.clone();
+                while let Some(obj) = cursor.next_matching(&self.handle) {
+                    if let Err(refused) = obj.encoded(variant) {
+                        return Some(refused);
+                    }
+                }
+                None
+            }
+            Phase::Backlog(backlog) => backlog.iter().find_map(|d| d.object().encoded(variant).err()),
+            Phase::InitialEnd(_) | Phase::Live | Phase::Finished => None,
+        }
+    }
+
+    /// Answers in another variant (the JSON of the same form), before the
+    /// stream has started.
+    pub(crate) fn switch_to(&mut self, variant: ContentVariant) {
+        self.opts.variant = variant;
+    }
+}
+
+impl WatchStream {
+    /// Live events, and bookmarks when their time comes.
+    fn poll_live(&mut self, cx: &mut Context<'_>) -> Polled {
+        if let Some(queued) = self.take_queued(cx) {
+            return queued;
+        }
+        if let Some(timer) = &mut self.bookmark
+            && timer.as_mut().poll(cx).is_ready()
+        {
+            // Read the published version, then look at the queue once more:
+            // each event is queued before its version is published, so if
+            // the queue is still empty every event up to that version was
+            // sent, and a bookmark at it tells the truth. (Read here, at
+            // bookmark time, not at every poll of every watcher.)
+            let published = self.cache.current_rv();
+            if let Some(queued) = self.take_queued(cx) {
+                return queued;
+            }
+            let now = Instant::now();
+            self.bookmark = next_bookmark_time(now, self.deadline_at)
+                .filter(|at| *at > now)
+                .map(|at| Box::pin(tokio::time::sleep_until(at)));
+            if published > self.last_sent_rv {
+                self.last_sent_rv = published;
+                return match self.bookmark_chunk(published, false) {
+                    Some(chunk) => self.frame(chunk),
+                    None => self.end(),
+                };
+            }
+            if let Some(timer) = &mut self.bookmark {
+                let _ = timer.as_mut().poll(cx);
+            }
+        }
+        Poll::Pending
+    }
+
+    /// The next event in the watcher's queue, or the end the dispatcher gave
+    /// it; `None` while the queue is empty (the waker is then registered).
+    fn take_queued(&mut self, cx: &mut Context<'_>) -> Option<Polled> {
+        match self.handle.take(cx.waker()) {
+            Ok(Some(d)) => {
+                self.last_sent_rv = self.last_sent_rv.max(d.event.rv);
+                let frame = self.event(d.kind, d.object());
+                if !self.is_finished() {
+                    // Returning the frame hands it to the connection: the
+                    // fan-out histogram's end (see metrics::FANOUT_DURATION).
+                    self.cache.fanout_handed(&d.event);
+                }
+                Some(frame)
+            }
+            Ok(None) => None,
+            Err(Terminated::Behind | Terminated::Stopped) => Some(self.end()),
+            Err(Terminated::Expired(too_old)) => {
+                // The API server's answer to a watch from a version it cannot
+                // bridge; the client lists again.
+                self.phase = Phase::Finished;
+                let status = Status::new(StatusCode::GONE, StatusReason::Expired, too_old.to_string());
+                Some(Poll::Ready(Some(Ok(Frame::data(error_frame(self.opts.variant, &status))))))
+            }
+        }
+    }
+}
+
+impl Body for WatchStream {
+    type Data = Chunk;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
+        let this = &mut *self;
+        if this.is_finished() {
+            return Poll::Ready(None);
+        }
+        // Shutdown and the timeout end the stream even when events are
+        // waiting: the client resumes from the last version it received, as
+        // after any watch timeout.
+        if !this.stop_registered {
+            this.stop_registered = true;
+            let waker = Waker::from(Arc::new(StopWatcher(this.handle.clone())));
+            if this.stop.as_mut().poll(&mut Context::from_waker(&waker)).is_ready() {
+                return this.end();
+            }
+        }
+        if this.handle.is_stopped() || this.deadline.as_mut().poll(cx).is_ready() {
+            return this.end();
+        }
+        loop {
+            match &mut this.phase {
+                Phase::Snapshot(cursor) => match cursor.next_matching(&this.handle) {
+                    Some(obj) => return this.event(EventType::Added, &obj),
+                    None => this.phase = this.after_initial_events(),
+                },
+                Phase::Backlog(backlog) => match backlog.pop_front() {
+                    Some(d) => {
+                        this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
+                        return this.event(d.kind, d.object());
+                    }
+                    None => this.phase = this.after_initial_events(),
+                },
+                Phase::InitialEnd(rv) => {
+                    let rv = *rv;
+                    this.phase = Phase::Live;
+                    return match this.bookmark_chunk(rv, true) {
+                        Some(chunk) => this.frame(chunk),
+                        None => this.end(),
+                    };
+                }
+                Phase::Live => return this.poll_live(cx),
+                Phase::Finished => return Poll::Ready(None),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.is_finished()
+    }
+}
+
+impl Drop for WatchStream {
+    fn drop(&mut self) {
+        self.cache.deregister(&self.handle);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,495 @@
+//! Answering LIST, GET and WATCH from the cache, with the API server's
+//! semantics, or deciding to pass the request through.
+//!
+//! The rule throughout: serve from the cache only what the cache can answer
+//! exactly as kube-apiserver would; pass everything else through (and count
+//! why), so that the upstream gives its own, exact answer. Bad input is in
+//! that second group: the API server's error is by definition the right one.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri, header};
+use rand::Rng;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+mod list;
+
+use super::super::registry::{CacheConfig, NotCached, Registry};
+use super::super::resource::freshness::ensure_fresh;
+use super::super::resource::{ResourceCache, StartAt};
+use super::params::{ReadParams, Rv, RvMatch};
+use crate::body::{self, Chunk, ProxyBody, Refusal};
+use crate::cache::catalog::resolve::GroupResource;
+use crate::cache::content::{Answer, NoProtobufHere, answer_form, kind_obstacle};
+use crate::cache::delivery::filter::Filter;
+use crate::cache::delivery::stream::{StreamOptions, WatchStream};
+use crate::cache::reason::Reason;
+use crate::cache::state::object::ObjectKey;
+use crate::encode::status::{Status, StatusReason};
+use crate::encode::variant::{ContentVariant, Endpoint};
+use crate::encode::watch::error_frame;
+use crate::metrics as m;
+use crate::negotiate::{Negotiation, negotiate};
+use crate::request::{RequestInfo, Verb};
+use crate::selector::{FieldSelector, LabelSelector, selectable};
+use crate::upstream::Upstream;
+
+/// How long a read for a resourceVersion newer than the cache waits for it.
+pub(crate) const TOO_LARGE_RV_WAIT: Duration = Duration::from_secs(3);
+/// How long a request waits for a starting cache before passing through.
+pub(crate) const NOT_READY_WAIT: Duration = Duration::from_secs(3);
+/// The API server's default `--min-request-timeout`: watches without
+/// `timeoutSeconds` last a random time in [this, twice this).
+pub(crate) const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// The cache's answer, or why it has none.
+pub(crate) enum Served {
+    Response(Response<ProxyBody>),
+    Passthrough(Reason),
+}
+
+/// Delegated auth's say on a read the cache may answer: the caller is
+/// authorized here, before any upstream work is done on its behalf and
+/// before any byte of an answer exists. Reads of resources that are not
+/// cached at all are left to the API server.
+pub(crate) trait ReadGate: Sync {
+    /// Whether the cache may answer this caller's read.
+    fn admit(
+        &self,
+        info: &RequestInfo,
+        label_selector: &str,
+        field_selector: &str,
+    ) -> impl Future<Output = Admission> + Send;
+}
+
+/// A gate's answer for one read.
+pub(crate) enum Admission {
+    /// The cache may answer.
+    Admitted,
+    /// The answer to send instead (a 403 the API server just gave).
+    Refused(Refusal),
+    /// Not known now: the request passes through and the API server decides
+    /// (a denial remembered from a little while ago, which may no longer hold).
+    AskUpstream,
+}
+
+/// No gate: trusted-local mode, where every client is watchmux itself.
+pub(crate) struct Open;
+
+impl ReadGate for Open {
+    async fn admit(&self, _: &RequestInfo, _: &str, _: &str) -> Admission {
+        Admission::Admitted
+    }
+}
+
+/// The read path in front of the registry.
+pub(crate) struct CacheService {
+    registry: Arc<Registry>,
+    /// Cancelled at shutdown: watch streams end cleanly.
+    streams_stop: CancellationToken,
+}
+
+impl CacheConfig {
+    /// The cache these settings describe: its registry of resource caches
+    /// (whose reflectors stop with `background_stop`) and the read path in
+    /// front of it (whose watch streams end with `streams_stop`).
+    pub(crate) fn build(
+        self,
+        upstream: Arc<Upstream>,
+        background_stop: CancellationToken,
+        streams_stop: CancellationToken,
+    ) -> Arc<CacheService> {
+        let registry = Arc::new(Registry::new(upstream, self, background_stop));
+        Arc::new(CacheService { registry, streams_stop })
+    }
+}
+
+impl CacheService {
+    /// Checks `--cache-resources` against discovery (a typo is a start-up
+    /// error) and, with `--cache-warm`, starts every configured cache.
+    pub(crate) async fn start(&self) -> anyhow::Result<()> {
+        self.registry.check_names().await?;
+        if self.registry.warms() {
+            let registry = self.registry.clone();
+            tokio::spawn(async move { registry.warm_until_done().await });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Serves a request from the cache, or says why it must pass through.
+    pub(crate) async fn serve(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        info: &RequestInfo,
+        gate: &impl ReadGate,
+    ) -> Served {
+        let served = self.try_serve(method, uri, headers, info, gate).await;
+        if let Served::Passthrough(reason) = &served
+            && reason.is_counted()
+        {
+            metrics::counter!(m::PASSTHROUGH_REASONS, "reason" => reason.as_str()).increment(1);
+        }
+        served
+    }
+
+    async fn try_serve(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        info: &RequestInfo,
+        gate: &impl ReadGate,
+    ) -> Served {
+        let arrival = Instant::now();
+        let endpoint = match info.verb {
+            Some(Verb::Get) => Endpoint::Get,
+            Some(Verb::List) => Endpoint::List,
+            Some(Verb::Watch) => Endpoint::Watch,
+            _ => return Served::Passthrough(Reason::NotARead),
+        };
+        if *method != Method::GET || !info.is_resource_request || info.subresource.is_some() {
+            return Served::Passthrough(Reason::NotARead);
+        }
+        if wants_pretty_output(headers) {
+            return Served::Passthrough(Reason::Pretty);
+        }
+        let params = match ReadParams::parse(uri.query()) {
+            Ok(p) => p,
+            Err(unsupported) => return Served::Passthrough(unsupported.0),
+        };
+        // A consistent GET is the API server's to answer: it reads one object
+        // from etcd, where the cache would first have to prove itself fresh
+        // with a request of about the same cost (and, being behind etcd's
+        // revision nearly always in a busy cluster, wait a second or two for
+        // its catch-up). Passed on before any review: the API server
+        // authorizes it with the caller's identity.
+        if endpoint == Endpoint::Get && params.rv == Rv::Unset {
+            return Served::Passthrough(Reason::ConsistentGet);
+        }
+        // A legacy watch path that names the object and also has a field
+        // selector: the API server answers 400 unless the selector is exactly
+        // that name. Its answer is the exact one.
+        if info.legacy_watch_path && info.name.is_some() && !params.field_selector.is_empty() {
+            return Served::Passthrough(Reason::NameAndFieldSelector);
+        }
+        // The legacy `/watch/` path takes its verb from the path, so the API
+        // server validates the options as a LIST's unless the query also
+        // says `watch`: `sendInitialEvents` or `resourceVersionMatch` there
+        // get its 422 (found by the auth fuzzer).
+        if info.legacy_watch_path
+            && !crate::request::query_flag(uri, "watch")
+            && (params.send_initial_events.is_some() || params.rv_match != RvMatch::Unset)
+        {
+            return Served::Passthrough(Reason::WatchParameters);
+        }
+        let answer = match negotiate(headers.get(header::ACCEPT), endpoint) {
+            Negotiation::Cache(variant) => Answer { variant, or_json: None },
+            Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },
+            Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
+        };
+        let resource = GroupResource { group: info.api_group.clone(), resource: info.resource.clone() };
+        if !self.registry.is_enabled(&resource) {
+            return Served::Passthrough(Reason::NotCached);
+        }
+        // Authorized before any upstream work on the request's behalf
+        // (discovery, starting a cache): the API server, too, authorizes
+        // before it routes, so a refusal here is the answer it would give.
+        match gate.admit(info, &params.label_selector, &params.field_selector).await {
+            Admission::Admitted => {}
+            Admission::Refused(denied) => return Served::Response(*denied),
+            Admission::AskUpstream => return Served::Passthrough(Reason::RecentlyDenied),
+        }
+        let cache = match self.registry.cache_for(&info.api_group, &info.api_version, &info.resource).await {
+            Ok(c) => c,
+            Err(NotCached::Disabled) => return Served::Passthrough(Reason::NotCached),
+            Err(NotCached::NotCacheable) => return Served::Passthrough(Reason::NotCacheable),
+            Err(NotCached::Discovery) => return Served::Passthrough(Reason::Discovery),
+        };
+        // A cache starting up (first use, or watchmux just started) is
+        // usually ready in moments; waiting for it keeps a crowd of clients
+        // arriving at once from all reaching the upstream.
+        if !cache.wait_ready(NOT_READY_WAIT).await {
+            return Served::Passthrough(Reason::NotReady);
+        }
+        let (Ok(labels), Ok(field_sel)) =
+            (LabelSelector::parse(&params.label_selector), FieldSelector::parse(&params.field_selector))
+        else {
+            return Served::Passthrough(Reason::InvalidSelector);
+        };
+        let shape = &cache.shape;
+        // A kind with no protobuf here at all (not in the table, or its
+        // schema drifted): see `content`.
+        let answer =
+            match answer_form(answer, kind_obstacle(&shape.info, cache.protobuf_availability(), answer.variant)) {
+                Ok(answer) => answer,
+                Err(reason) => return Served::Passthrough(reason),
+            };
+        if selectable::validate(
+            &shape.info.group,
+            &shape.info.resource,
+            shape.info.namespaced,
+            shape.custom_selectable.as_deref(),
+            &field_sel,
+        )
+        .is_err()
+        {
+            return Served::Passthrough(Reason::InvalidSelector);
+        }
+        // Paths the API server has no route for (a cluster-scoped resource
+        // under a namespace, a namespaced object named without one) get its
+        // own 404.
+        if !info.is_routed(shape.info.namespaced) {
+            return Served::Passthrough(Reason::NoRoute);
+        }
+        let namespace = if shape.info.namespaced { info.namespace.clone() } else { None };
+        let name = info.name.clone();
+        let filter = Filter::new(namespace, name, labels, field_sel);
+        let scoped = !cache.scope.is_everything();
+        let request_in_scope = filter.labels.implies(&cache.scope.labels) && filter.fields.implies(&cache.scope.fields);
+        if scoped && !request_in_scope && endpoint != Endpoint::Get {
+            return Served::Passthrough(Reason::OutsideScope);
+        }
+        let resource = cache.label().to_owned();
+        let served = match endpoint {
+            Endpoint::Watch => self.watch(cache, filter, params, answer, arrival).await,
+            Endpoint::List => self.list(cache, filter, params, answer, arrival).await,
+            Endpoint::Get => self.get(cache, filter, params, answer, scoped).await,
+        };
+        if let Served::Response(_) = &served {
+            record_answer(endpoint, resource, arrival);
+        }
+        served
+    }
+
+    /// Proves the cache fresh for a consistent read, counting the outcome.
+    async fn consistent(&self, cache: &Arc<ResourceCache>, arrival: Instant) -> bool {
+        let fresh = ensure_fresh(cache, self.registry.upstream(), arrival, TOO_LARGE_RV_WAIT).await;
+        let result = if fresh { "success" } else { "fallback" };
+        metrics::counter!(m::CONSISTENT_READS, "resource" => cache.label().to_owned(), "result" => result).increment(1);
+        fresh
+    }
+
+    async fn watch(
+        &self,
+        cache: Arc<ResourceCache>,
+        filter: Filter,
+        p: ReadParams,
+        answer: Answer,
+        arrival: Instant,
+    ) -> Served {
+        let variant = answer.variant;
+        let watch_list = match (p.send_initial_events, p.rv_match) {
+            (None, RvMatch::Unset) => false,
+            (Some(true), RvMatch::NotOlderThan) => true,
+            // Everything else is either invalid (the API server answers 422)
+            // or a rare form the cache leaves to the API server.
+            _ => return Served::Passthrough(Reason::WatchParameters),
+        };
+        // A negative timeoutSeconds is a watch that ends at once (an empty
+        // 200), as in the API server; 0 or none, a random one.
+        let timeout = match p.timeout_seconds {
+            Some(s) => Duration::from_secs(s),
+            None => MIN_REQUEST_TIMEOUT.mul_f64(rand::rng().random_range(1.0..2.0)),
+        };
+        if timeout.is_zero() {
+            // Not even the initial events: the stream is over before it starts.
+            return Served::Response(watch_response(variant, body::empty()));
+        }
+        let start = if watch_list {
+            match p.rv {
+                // A consistent snapshot: at least as new as the upstream now.
+                Rv::Unset => {
+                    if !self.consistent(&cache, arrival).await {
+                        return Served::Passthrough(Reason::ConsistentRead);
+                    }
+                    StartAt::CurrentState
+                }
+                Rv::Any => StartAt::CurrentState,
+                Rv::At(rv) => {
+                    if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
+                        let status = too_large_rv(rv, cache.current_rv());
+                        return Served::Response(watch_response(variant, body::chunk(error_frame(variant, &status))));
+                    }
+                    StartAt::CurrentState
+                }
+            }
+        } else {
+            match p.rv {
+                Rv::Unset | Rv::Any => StartAt::CurrentState,
+                Rv::At(rv) => StartAt::After(rv),
+            }
+        };
+        let opts = StreamOptions {
+            variant,
+            allow_bookmarks: p.allow_bookmarks,
+            // The API server ends the initial events of every watch that
+            // starts from the current state (watch-list, and a watch at
+            // resourceVersion 0 or unset) with the initial-events-end
+            // bookmark, when the client allows bookmarks.
+            initial_events_end: watch_list || matches!(start, StartAt::CurrentState),
+            timeout,
+            stop: self.streams_stop.clone(),
+        };
+        match cache.register(filter, start) {
+            Ok(reg) => {
+                let mut stream = WatchStream::new(cache, reg, opts);
+                let mut variant = variant;
+                // Every initial event must have the stream's form before the
+                // headers say protobuf; otherwise JSON, or the API server.
+                if let Some(refused) = stream.protobuf_refusal() {
+                    match answer_form(answer, Some(NoProtobufHere::Refused(refused))) {
+                        Ok(json) => {
+                            stream.switch_to(json.variant);
+                            variant = json.variant;
+                        }
+                        // Dropping the stream deregisters the watcher.
+                        Err(reason) => return Served::Passthrough(reason),
+                    }
+                }
+                Served::Response(watch_response(variant, body::boxed_chunks(stream)))
+            }
+            Err(too_old) => {
+                let status = Status::new(StatusCode::GONE, StatusReason::Expired, too_old.to_string());
+                Served::Response(watch_response(variant, body::chunk(error_frame(variant, &status))))
+            }
+        }
+    }
+
+    async fn get(
+        &self,
+        cache: Arc<ResourceCache>,
+        filter: Filter,
+        p: ReadParams,
+        answer: Answer,
+        scoped: bool,
+    ) -> Served {
+        if p.rv_match != RvMatch::Unset || p.limit.is_some() || p.continue_token.is_some() {
+            return Served::Passthrough(Reason::GetParameters);
+        }
+        let label = cache.label().to_owned();
+        match p.rv {
+            // Turned away earlier (`try_serve`); kept total without a panic.
+            Rv::Unset => return Served::Passthrough(Reason::ConsistentGet),
+            Rv::Any => {}
+            Rv::At(rv) => {
+                if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
+                    return match answer.error_variant() {
+                        Ok(v) => Served::Response(too_large_rv(rv, cache.current_rv()).into_response_as(v)),
+                        Err(reason) => Served::Passthrough(reason),
+                    };
+                }
+            }
+        }
+        let name = filter.name.clone().unwrap_or_default();
+        let key = ObjectKey { namespace: filter.namespace.clone().unwrap_or_default(), name: name.clone() };
+        let snapshot = cache.snapshot();
+        match snapshot.objects.get(&key) {
+            Some(obj) => {
+                let (variant, bytes) = match obj.encoded(answer.variant) {
+                    Ok(bytes) => (answer.variant, bytes),
+                    Err(refused) => match answer_form(answer, Some(NoProtobufHere::Refused(refused))) {
+                        Ok(json) => (json.variant, obj.encoded(json.variant).expect("JSON variants always encode")),
+                        Err(reason) => return Served::Passthrough(reason),
+                    },
+                };
+                metrics::counter!(m::CACHE_GET_TOTAL, "resource" => label).increment(1);
+                // The API server's JSON encoder ends every body with a newline; protobuf has none.
+                let end = if variant.is_protobuf() { Bytes::new() } else { Bytes::from_static(b"\n") };
+                let chunk = Chunk::parts(Bytes::new(), bytes, end);
+                let mut resp = Response::new(body::chunk(chunk));
+                set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::Get));
+                Served::Response(resp)
+            }
+            // A scoped cache does not hold everything: the object may exist outside the scope.
+            None if scoped => Served::Passthrough(Reason::OutsideScope),
+            None => {
+                let variant = match answer.error_variant() {
+                    Ok(v) => v,
+                    Err(reason) => return Served::Passthrough(reason),
+                };
+                metrics::counter!(m::CACHE_GET_TOTAL, "resource" => label).increment(1);
+                Served::Response(not_found(&cache, &name).into_response_as(variant))
+            }
+        }
+    }
+}
+
+/// Counts an answer from the cache and the time to its response head (for
+/// a watch, its headers: the stream itself may last an hour).
+fn record_answer(endpoint: Endpoint, resource: String, arrival: Instant) {
+    let verb = match endpoint {
+        Endpoint::Get => "get",
+        Endpoint::List => "list",
+        Endpoint::Watch => {
+            metrics::counter!(m::CACHE_WATCH_TOTAL, "resource" => resource.clone()).increment(1);
+            "watch"
+        }
+    };
+    metrics::histogram!(m::CACHE_REQUEST_DURATION, "verb" => verb, "resource" => resource)
+        .record(arrival.elapsed().as_secs_f64());
+}
+
+/// The API server pretty-prints JSON for clients that look like a person
+/// (curl, Wget, a browser); those few requests pass through so that they get
+/// exactly that.
+fn wants_pretty_output(headers: &HeaderMap) -> bool {
+    let ua = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    ["curl", "Wget", "Mozilla"].iter().any(|p| ua.starts_with(p))
+        || headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("pretty"))
+}
+
+/// The API server's 504 for a resourceVersion the cache has not reached.
+fn too_large_rv(requested: u64, current: u64) -> Status {
+    let mut details = serde_json::Map::new();
+    details.insert(
+        "causes".into(),
+        serde_json::json!([{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]),
+    );
+    let mut status = Status::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        StatusReason::Timeout,
+        format!("Timeout: Too large resource version: {requested}, current: {current}"),
+    )
+    .retry_after(1);
+    status.details = Some(details);
+    status
+}
+
+/// The API server's 404 for a named object that does not exist.
+fn not_found(cache: &ResourceCache, name: &str) -> Status {
+    let info = &cache.shape.info;
+    let mut details = serde_json::Map::new();
+    details.insert("name".into(), name.into());
+    if !info.group.is_empty() {
+        details.insert("group".into(), info.group.clone().into());
+    }
+    details.insert("kind".into(), info.resource.clone().into());
+    let mut status = Status::new(
+        StatusCode::NOT_FOUND,
+        StatusReason::NotFound,
+        format!("{} \"{}\" not found", info.qualified_resource(), name),
+    );
+    status.details = Some(details);
+    status
+}
+
+fn set_common_headers(headers: &mut HeaderMap, content_type: &'static str) {
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+}
+
+fn watch_response(variant: ContentVariant, body: ProxyBody) -> Response<ProxyBody> {
+    let mut resp = Response::new(body);
+    set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::Watch));
+    resp
+}

@@ -1,0 +1,408 @@
+//! One cached object: its upstream bytes, what filtering needs, and a memo of
+//! its encodings.
+//!
+//! Plain JSON is never re-encoded: the bytes are exactly what the API server
+//! sends in a watch event (compact, `kind` and `apiVersion` first). Other
+//! content variants are computed the first time a watcher asks for them and
+//! then shared by every watcher, so encodes per event equal the number of
+//! variants requested, never the number of watchers.
+//!
+//! A protobuf variant is kept as the whole body (the `k8s\0` envelope GET and
+//! watch events send); a list item is a slice of it (the bare message). An
+//! object the protobuf encoder refuses ([`NoProtobuf`]) remembers that too,
+//! so the refusal is also worked out once.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use bytes::{Bytes, BytesMut};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::encode::object::{metadata_of, partial_object_metadata_json};
+use crate::encode::protobuf::{self, Unplaceable};
+use crate::encode::variant::ContentVariant;
+use crate::metrics as m;
+use crate::selector::{Fields, selectable};
+
+use crate::cache::resource_info::ResourceInfo;
+
+/// Namespace (empty for cluster-scoped objects) and name: the store's key,
+/// ordered as the API server orders list results.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub(crate) struct ObjectKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DecodeError {
+    #[error("object is not valid JSON")]
+    Json(#[from] serde_json::Error),
+    #[error("object has no metadata.name")]
+    NoName,
+    #[error("object has an invalid metadata.resourceVersion {0:?}")]
+    ResourceVersion(String),
+    #[error("object is not a JSON object")]
+    NotAnObject,
+}
+
+/// What decoding needs to know about the resource the objects belong to.
+#[derive(Debug, Clone)]
+pub(crate) struct ObjectShape {
+    pub info: ResourceInfo,
+    /// `{"kind":"ConfigMap","apiVersion":"v1",` (ready to splice after `{`).
+    type_meta: Bytes,
+    /// Selectable fields of a custom resource, from its CRD.
+    pub custom_selectable: Option<Vec<String>>,
+}
+
+impl ObjectShape {
+    pub(crate) fn new(info: ResourceInfo, custom_selectable: Option<Vec<String>>) -> Self {
+        let type_meta = format!(
+            "\"kind\":{},\"apiVersion\":{},",
+            serde_json::to_string(&info.kind).expect("string"),
+            serde_json::to_string(&info.api_version()).expect("string"),
+        );
+        Self { info, type_meta: Bytes::from(type_meta), custom_selectable }
+    }
+}
+
+/// One object as the cache holds it.
+#[derive(Debug)]
+pub(crate) struct CachedObject {
+    pub key: ObjectKey,
+    pub rv: u64,
+    /// `metadata.uid`: one object's lifetime. A key whose uid changed was
+    /// deleted and created again.
+    pub uid: Box<str>,
+    /// The object as a watch event carries it.
+    json: Bytes,
+    /// Length of the `"kind":…,"apiVersion":…,` run right after the opening
+    /// brace, which items of built-in typed lists leave out.
+    type_meta_len: usize,
+    pub labels: BTreeMap<String, String>,
+    pub fields: Fields,
+    /// The other variants, allocated on the first demand for any of them:
+    /// an object only plain-JSON clients read pays two words.
+    derived: OnceLock<Box<Derived>>,
+}
+
+/// The memo of an object's variants other than plain JSON.
+#[derive(Debug, Default)]
+struct Derived {
+    metadata_json: OnceLock<Bytes>,
+    protobuf: OnceLock<Result<ProtobufBody, NoProtobuf>>,
+    metadata_protobuf: OnceLock<Result<ProtobufBody, NoProtobuf>>,
+}
+
+/// An object version has no protobuf form here: the encoder refused it
+/// (`reason` is [`Unplaceable::reason`]); `content::answer_form` then answers JSON or passes
+/// the request through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NoProtobuf {
+    pub reason: &'static str,
+}
+
+/// A protobuf body and where its bare message lies in it.
+#[derive(Debug)]
+struct ProtobufBody {
+    body: Bytes,
+    message: Range<usize>,
+}
+
+impl ProtobufBody {
+    fn new(encoded: Result<(Vec<u8>, Range<usize>), Unplaceable>, variant: ContentVariant) -> Result<Self, NoProtobuf> {
+        metrics::counter!(m::CACHE_ENCODES, "variant" => variant.metric_label()).increment(1);
+        match encoded {
+            Ok((body, message)) => Ok(Self { body: Bytes::from(body), message }),
+            Err(refused) => {
+                let reason = refused.reason();
+                tracing::debug!(variant = variant.metric_label(), error = %refused, "no protobuf form");
+                metrics::counter!(m::PROTOBUF_REFUSED, "variant" => variant.metric_label(), "reason" => reason)
+                    .increment(1);
+                Err(NoProtobuf { reason })
+            }
+        }
+    }
+}
+
+impl CachedObject {
+    /// Decodes an object as it arrives in a watch event or a list item. Type
+    /// meta is added when the bytes lack it (items of typed lists).
+    pub(crate) fn decode(raw: Bytes, shape: &ObjectShape) -> Result<Self, DecodeError> {
+        let value: serde_json::Value = serde_json::from_slice(&raw)?;
+        let obj = value.as_object().ok_or(DecodeError::NotAnObject)?;
+        let (json, type_meta_len) = if raw.get(1..).is_some_and(|rest| rest.starts_with(&shape.type_meta)) {
+            (raw, shape.type_meta.len())
+        } else if obj.contains_key("kind") {
+            // Type meta present but not in the canonical order: keep the bytes
+            // as they are; lists will carry the items as they are too.
+            (raw, 0)
+        } else {
+            let mut with = BytesMut::with_capacity(raw.len() + shape.type_meta.len());
+            with.extend_from_slice(b"{");
+            with.extend_from_slice(&shape.type_meta);
+            let rest = &raw[1..];
+            // `{}` has nothing after the type meta: drop the trailing comma.
+            if rest.first() == Some(&b'}') {
+                with.truncate(with.len() - 1);
+            }
+            with.extend_from_slice(rest);
+            (with.freeze(), shape.type_meta.len())
+        };
+        let meta = obj.get("metadata").and_then(|m| m.as_object());
+        let name = meta.and_then(|m| m.get("name")).and_then(|n| n.as_str()).ok_or(DecodeError::NoName)?;
+        let namespace = meta.and_then(|m| m.get("namespace")).and_then(|n| n.as_str()).unwrap_or("");
+        let rv_text = meta.and_then(|m| m.get("resourceVersion")).and_then(|n| n.as_str()).unwrap_or("");
+        let rv = rv_text.parse().map_err(|_| DecodeError::ResourceVersion(rv_text.to_owned()))?;
+        let uid = meta.and_then(|m| m.get("uid")).and_then(|u| u.as_str()).unwrap_or("").into();
+        let labels = meta
+            .and_then(|m| m.get("labels"))
+            .and_then(|l| l.as_object())
+            .map(|l| l.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+            .unwrap_or_default();
+        let info = &shape.info;
+        let fields = selectable::extract(
+            &info.group,
+            &info.resource,
+            info.namespaced,
+            shape.custom_selectable.as_deref(),
+            &value,
+        );
+        metrics::counter!(m::CACHE_ENCODES, "variant" => ContentVariant::Json.metric_label()).increment(1);
+        Ok(Self {
+            key: ObjectKey { namespace: namespace.to_owned(), name: name.to_owned() },
+            rv,
+            uid,
+            json,
+            type_meta_len,
+            labels,
+            fields,
+            derived: OnceLock::new(),
+        })
+    }
+
+    /// The object's bytes in a content variant (a whole body for protobuf),
+    /// computed at most once. Only protobuf variants can fail.
+    pub(crate) fn encoded(&self, variant: ContentVariant) -> Result<Bytes, NoProtobuf> {
+        match variant {
+            ContentVariant::Json => Ok(self.json.clone()),
+            ContentVariant::PartialObjectMetadataJson => Ok(self
+                .derived()
+                .metadata_json
+                .get_or_init(|| {
+                    metrics::counter!(m::CACHE_ENCODES, "variant" => variant.metric_label()).increment(1);
+                    partial_object_metadata_json(&self.json)
+                })
+                .clone()),
+            ContentVariant::Protobuf | ContentVariant::PartialObjectMetadataProtobuf => {
+                self.protobuf_body(variant).map(|p| p.body.clone())
+            }
+        }
+    }
+
+    fn derived(&self) -> &Derived {
+        self.derived.get_or_init(Box::default)
+    }
+
+    fn protobuf_body(&self, variant: ContentVariant) -> Result<&ProtobufBody, NoProtobuf> {
+        let derived = self.derived();
+        let memo = if variant == ContentVariant::Protobuf { &derived.protobuf } else { &derived.metadata_protobuf };
+        memo.get_or_init(|| {
+            let encoded = if variant == ContentVariant::Protobuf {
+                protobuf::encode_object_with_message(&self.json)
+            } else {
+                let metadata = metadata_of(&self.json).map_or(&b"{}"[..], str::as_bytes);
+                protobuf::encode_partial_object_metadata(metadata).map(|message| {
+                    let body = protobuf::envelope("meta.k8s.io/v1", "PartialObjectMetadata", &message);
+                    let range = protobuf::envelope_message(&body).expect("an envelope");
+                    (body, range)
+                })
+            };
+            ProtobufBody::new(encoded, variant)
+        })
+        .as_ref()
+        .map_err(|e| *e)
+    }
+
+    /// The object as an item of a list response in `variant`, as up to two
+    /// byte runs to splice: items of built-in typed lists carry no type meta,
+    /// protobuf items are the bare message.
+    pub(crate) fn list_item(&self, variant: ContentVariant, builtin: bool) -> Result<[Bytes; 2], NoProtobuf> {
+        match variant {
+            ContentVariant::Json if builtin && self.type_meta_len > 0 => {
+                Ok([Bytes::from_static(b"{"), self.json.slice(1 + self.type_meta_len..)])
+            }
+            ContentVariant::Protobuf | ContentVariant::PartialObjectMetadataProtobuf => {
+                let p = self.protobuf_body(variant)?;
+                Ok([p.body.slice(p.message.clone()), Bytes::new()])
+            }
+            _ => Ok([self.encoded(variant)?, Bytes::new()]),
+        }
+    }
+
+    /// The same object with `metadata.resourceVersion` set to `rv`: the
+    /// previous state of an object that stopped matching a watcher's
+    /// selectors is sent as DELETED with the current event's version.
+    pub(crate) fn with_resource_version(&self, rv: u64) -> CachedObject {
+        CachedObject {
+            key: self.key.clone(),
+            rv,
+            uid: self.uid.clone(),
+            json: stamp_resource_version(&self.json, rv),
+            type_meta_len: self.type_meta_len,
+            labels: self.labels.clone(),
+            fields: self.fields.clone(),
+            derived: OnceLock::new(),
+        }
+    }
+
+    /// The raw JSON, for tests and diagnostics.
+    #[cfg(test)]
+    pub(crate) fn json(&self) -> &Bytes {
+        &self.json
+    }
+}
+
+/// Rewrites `metadata.resourceVersion` in place, keeping every other byte.
+///
+/// The field is found as a key of the metadata object itself, by a JSON
+/// parser: a label, an annotation or any other user-controlled string that
+/// happens to read `"resourceVersion":"` is never taken for it (a byte
+/// search would stamp the label instead, or break the JSON).
+fn stamp_resource_version(json: &Bytes, rv: u64) -> Bytes {
+    #[derive(Deserialize)]
+    struct Rv<'a> {
+        #[serde(borrow, rename = "resourceVersion")]
+        resource_version: Option<&'a RawValue>,
+    }
+    let Some(metadata) = metadata_of(json) else { return json.clone() };
+    let Ok(Rv { resource_version: Some(value) }) = serde_json::from_str::<Rv>(metadata) else {
+        return json.clone();
+    };
+    // The raw value borrows from `json`: its place there is its offset.
+    let start = value.get().as_ptr() as usize - json.as_ptr() as usize;
+    let end = start + value.get().len();
+    let mut out = BytesMut::with_capacity(json.len() + 20);
+    out.extend_from_slice(&json[..start]);
+    out.extend_from_slice(format!("\"{rv}\"").as_bytes());
+    out.extend_from_slice(&json[end..]);
+    out.freeze()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::cache::resource_info::test_info;
+
+    pub(crate) fn cm_shape() -> ObjectShape {
+        ObjectShape::new(test_info("", "configmaps", "ConfigMap", true), None)
+    }
+
+    pub(crate) fn cm(name: &str, rv: u64, labels: &str) -> CachedObject {
+        let raw = format!(
+            r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}","labels":{{{labels}}}}},"data":{{"k":"v"}}}}"#
+        );
+        CachedObject::decode(Bytes::from(raw), &cm_shape()).unwrap()
+    }
+
+    #[test]
+    fn watch_form_is_kept_byte_for_byte() {
+        let raw = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"data":{"x":"1"}}"#;
+        let obj = CachedObject::decode(Bytes::from_static(raw.as_bytes()), &cm_shape()).unwrap();
+        assert_eq!(obj.json(), raw);
+        assert_eq!(obj.rv, 7);
+        assert_eq!(obj.key, ObjectKey { namespace: "ns".into(), name: "a".into() });
+        let [a, b] = obj.list_item(ContentVariant::Json, true).unwrap();
+        assert_eq!(
+            [a, b].concat(),
+            br#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"data":{"x":"1"}}"#
+        );
+    }
+
+    #[test]
+    fn list_items_gain_type_meta_for_watch_events() {
+        let item = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"}}}"#;
+        let obj = CachedObject::decode(Bytes::from_static(item.as_bytes()), &cm_shape()).unwrap();
+        assert_eq!(
+            obj.json(),
+            r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"}}}"#
+        );
+        assert_eq!(obj.labels.get("app").map(String::as_str), Some("x"));
+        assert_eq!([obj.list_item(ContentVariant::Json, true).unwrap()].concat().concat(), item.as_bytes());
+    }
+
+    #[test]
+    fn partial_object_metadata_keeps_metadata_bytes() {
+        let obj = cm("a", 9, r#""l":"v""#);
+        let md = obj.encoded(ContentVariant::PartialObjectMetadataJson).unwrap();
+        assert_eq!(
+            md,
+            r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"9","labels":{"l":"v"}}}"#
+        );
+        // Memoized: the same allocation comes back.
+        assert_eq!(obj.encoded(ContentVariant::PartialObjectMetadataJson).unwrap().as_ptr(), md.as_ptr());
+    }
+
+    #[test]
+    fn protobuf_is_the_encoder_s_body_and_list_items_its_bare_message() {
+        let obj = cm("a", 9, r#""l":"v""#);
+        let body = obj.encoded(ContentVariant::Protobuf).unwrap();
+        assert_eq!(body, protobuf::encode_object(obj.json()).unwrap());
+        // Memoized, and the list item shares its allocation.
+        assert_eq!(obj.encoded(ContentVariant::Protobuf).unwrap().as_ptr(), body.as_ptr());
+        let [item, rest] = obj.list_item(ContentVariant::Protobuf, true).unwrap();
+        let ty = protobuf::MessageType::for_kind("v1", "ConfigMap").unwrap();
+        assert_eq!(item, protobuf::encode_message(ty, obj.json()).unwrap());
+        assert!(rest.is_empty());
+        assert!(body.as_ptr() <= item.as_ptr() && item.as_ptr() < body.as_ptr().wrapping_add(body.len()));
+
+        let md = obj.encoded(ContentVariant::PartialObjectMetadataProtobuf).unwrap();
+        let bare = protobuf::encode_partial_object_metadata(
+            br#"{"name":"a","namespace":"ns","resourceVersion":"9","labels":{"l":"v"}}"#,
+        )
+        .unwrap();
+        assert_eq!(md, protobuf::envelope("meta.k8s.io/v1", "PartialObjectMetadata", &bare));
+        assert_eq!(obj.list_item(ContentVariant::PartialObjectMetadataProtobuf, true).unwrap()[0], bare);
+    }
+
+    #[test]
+    fn custom_resources_have_metadata_protobuf_only_and_refusals_are_remembered() {
+        let shape = ObjectShape::new(test_info("example.com", "widgets", "Widget", true), None);
+        let raw = r#"{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"name":"w","resourceVersion":"3"},"spec":{"size":1.5}}"#;
+        let obj = CachedObject::decode(Bytes::from_static(raw.as_bytes()), &shape).unwrap();
+        assert_eq!(obj.encoded(ContentVariant::Protobuf), Err(NoProtobuf { reason: "unknown_kind" }));
+        assert_eq!(obj.list_item(ContentVariant::Protobuf, false), Err(NoProtobuf { reason: "unknown_kind" }));
+        assert!(obj.encoded(ContentVariant::PartialObjectMetadataProtobuf).is_ok());
+    }
+
+    #[test]
+    fn stamping_changes_only_the_object_resource_version() {
+        let raw = r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"e","namespace":"ns","resourceVersion":"5","annotations":{"resourceVersion":"keep"}},"involvedObject":{"resourceVersion":"5"}}"#;
+        let shape = ObjectShape::new(test_info("", "events", "Event", true), None);
+        let obj = CachedObject::decode(Bytes::from_static(raw.as_bytes()), &shape).unwrap();
+        let stamped = obj.with_resource_version(123);
+        assert_eq!(stamped.rv, 123);
+        assert_eq!(
+            stamped.json(),
+            r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"e","namespace":"ns","resourceVersion":"123","annotations":{"resourceVersion":"keep"}},"involvedObject":{"resourceVersion":"5"}}"#
+        );
+    }
+
+    #[test]
+    fn objects_without_name_or_version_are_rejected() {
+        let shape = cm_shape();
+        assert!(matches!(
+            CachedObject::decode(Bytes::from_static(br#"{"metadata":{"resourceVersion":"1"}}"#), &shape),
+            Err(DecodeError::NoName)
+        ));
+        assert!(matches!(
+            CachedObject::decode(Bytes::from_static(br#"{"metadata":{"name":"a","resourceVersion":"x"}}"#), &shape),
+            Err(DecodeError::ResourceVersion(_))
+        ));
+        assert!(CachedObject::decode(Bytes::from_static(b"[1]"), &shape).is_err());
+        assert!(CachedObject::decode(Bytes::from_static(b"{\"metadata\":"), &shape).is_err());
+    }
+}

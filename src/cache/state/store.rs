@@ -1,0 +1,255 @@
+//! The store: every cached object by key, as a persistent ordered map.
+//!
+//! `imbl::OrdMap` shares structure between versions, so a snapshot of the
+//! whole store (for a paginated LIST, or the initial events of a watch) is an
+//! O(1) clone that later writes never disturb, and each write costs O(log n).
+
+use std::sync::Arc;
+
+use imbl::OrdMap;
+
+use super::event::CacheEvent;
+use super::object::{CachedObject, ObjectKey};
+use crate::encode::watch::EventType;
+
+pub(crate) type Objects = OrdMap<ObjectKey, Arc<CachedObject>>;
+
+/// The objects at one resourceVersion.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Snapshot {
+    pub objects: Objects,
+    pub rv: u64,
+}
+
+/// The objects and the resourceVersion they are current at.
+#[derive(Debug, Default)]
+pub(crate) struct Store {
+    objects: Objects,
+    rv: u64,
+}
+
+impl Store {
+    pub(crate) fn new(objects: Objects, rv: u64) -> Self {
+        Self { objects, rv }
+    }
+
+    pub(crate) fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// Moves the store's resourceVersion forward without a change (a
+    /// bookmark: nothing changed up to `rv`).
+    pub(crate) fn advance(&mut self, rv: u64) {
+        self.rv = self.rv.max(rv);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        Snapshot { objects: self.objects.clone(), rv: self.rv }
+    }
+
+    /// Applies one upstream change and returns it as a cache event carrying
+    /// the previous state. The upstream's event type is trusted for DELETED;
+    /// ADDED and MODIFIED are decided by whether the key was present, so a
+    /// replayed ADDED for a known object is a MODIFIED to watchers.
+    pub(crate) fn apply(&mut self, kind: EventType, object: Arc<CachedObject>) -> CacheEvent {
+        self.rv = self.rv.max(object.rv);
+        let prev = match kind {
+            EventType::Deleted => self.objects.remove(&object.key),
+            EventType::Added | EventType::Modified => self.objects.insert(object.key.clone(), object.clone()),
+        };
+        let kind = match (kind, &prev) {
+            (EventType::Deleted, _) => EventType::Deleted,
+            (_, Some(_)) => EventType::Modified,
+            (_, None) => EventType::Added,
+        };
+        CacheEvent::new(kind, object, prev)
+    }
+
+    /// Replaces the whole store with a fresh LIST at `rv` and returns the
+    /// difference as ordinary events with strictly increasing resourceVersions
+    /// in (old rv, `rv`]: ADDED and MODIFIED at each object's own version, a
+    /// DELETED for every object that vanished, and DELETED then ADDED for an
+    /// object deleted and created again (a new uid under the same key), as the
+    /// API server would have shown it.
+    ///
+    /// The version at which a vanished object was deleted is lost in the gap.
+    /// Every deletion consumed a revision of its own that no surviving object
+    /// carries, so there are at least as many unused versions in the range as
+    /// there are deletions; each DELETED takes one of them, in key order. That
+    /// keeps versions distinct, so a watcher that resumes from any version it
+    /// saw misses nothing and sees nothing twice. Should the range be short of
+    /// versions (it cannot be unless the upstream reuses revisions), the
+    /// remaining deletions share `rv` and `Replaced::versions_reused` says so.
+    pub(crate) fn replace(&mut self, fresh: Objects, rv: u64) -> Replaced {
+        let floor = self.rv;
+        let old = std::mem::replace(&mut self.objects, fresh);
+        let mut events: Vec<CacheEvent> = Vec::new();
+        // Deleted and created again in the gap: a new uid under the same key.
+        let recreated: Vec<(&ObjectKey, u64)> = self
+            .objects
+            .iter()
+            .filter_map(|(key, obj)| old.get(key).filter(|p| p.rv != obj.rv && p.uid != obj.uid).map(|_| (key, obj.rv)))
+            .collect();
+        let used: std::collections::BTreeSet<u64> = self
+            .objects
+            .iter()
+            .filter(|(key, obj)| old.get(*key).is_none_or(|p| p.rv != obj.rv))
+            .map(|(_, obj)| obj.rv)
+            .collect();
+        // The versions after `floor` that no surviving object carries, written so that a
+        // floor of u64::MAX (an upstream version the parser accepts) leaves none instead
+        // of overflowing. Every deletion in the gap consumed one of them.
+        let mut free: std::collections::BTreeSet<u64> = (floor..=rv).skip(1).filter(|v| !used.contains(v)).collect();
+        // A recreated object's deletion must come before its new life. Its real
+        // deletion version lies below the new object's own, so giving the lowest free
+        // version to the recreation with the lowest new version first always finds one.
+        let mut deleted_at: std::collections::BTreeMap<&ObjectKey, u64> = std::collections::BTreeMap::new();
+        let mut by_new_rv = recreated.clone();
+        by_new_rv.sort_by_key(|(_, new_rv)| *new_rv);
+        for (key, new_rv) in by_new_rv {
+            if let Some(&at) = free.iter().next().filter(|at| **at < new_rv) {
+                free.remove(&at);
+                deleted_at.insert(key, at);
+            }
+        }
+        for (key, obj) in &self.objects {
+            match old.get(key) {
+                Some(prev) if prev.rv == obj.rv => {}
+                Some(_) if deleted_at.contains_key(key) => {
+                    events.push(CacheEvent::new(EventType::Added, obj.clone(), None))
+                }
+                // A recreation the versions cannot order (an upstream that reuses
+                // revisions) is at least not lost: a modification.
+                Some(prev) => events.push(CacheEvent::new(EventType::Modified, obj.clone(), Some(prev.clone()))),
+                None => events.push(CacheEvent::new(EventType::Added, obj.clone(), None)),
+            }
+        }
+        let mut free = free.into_iter();
+        let mut versions_reused = false;
+        for (key, prev) in &old {
+            let at = match (self.objects.contains_key(key), deleted_at.get(key)) {
+                (_, Some(at)) => *at,
+                (true, None) => continue,
+                (false, None) => free.next().unwrap_or_else(|| {
+                    versions_reused = true;
+                    rv
+                }),
+            };
+            let gone = Arc::new(prev.with_resource_version(at));
+            events.push(CacheEvent::new(EventType::Deleted, gone, Some(prev.clone())));
+        }
+        events.sort_by_key(|e| e.rv);
+        self.rv = self.rv.max(rv);
+        Replaced { events, versions_reused }
+    }
+}
+
+/// What a relist changed.
+#[derive(Debug)]
+pub(crate) struct Replaced {
+    /// The difference, as events in resourceVersion order.
+    pub events: Vec<CacheEvent>,
+    /// True when some events had to share a resourceVersion.
+    pub versions_reused: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::state::object::tests::cm;
+
+    #[test]
+    fn apply_tracks_previous_state_and_event_kind() {
+        let mut store = Store::default();
+        let e = store.apply(EventType::Added, Arc::new(cm("a", 2, "")));
+        assert_eq!((e.kind, e.prev.is_none()), (EventType::Added, true));
+        let e = store.apply(EventType::Added, Arc::new(cm("a", 3, "")));
+        assert_eq!(e.kind, EventType::Modified, "ADDED for a known key is a modification");
+        assert_eq!(e.prev.unwrap().rv, 2);
+        let e = store.apply(EventType::Deleted, Arc::new(cm("a", 4, "")));
+        assert_eq!(e.kind, EventType::Deleted);
+        assert!(store.is_empty());
+        assert_eq!(store.rv(), 4);
+    }
+
+    #[test]
+    fn snapshots_do_not_see_later_writes() {
+        let mut store = Store::default();
+        store.apply(EventType::Added, Arc::new(cm("a", 2, "")));
+        let snap = store.snapshot();
+        store.apply(EventType::Added, Arc::new(cm("b", 3, "")));
+        store.apply(EventType::Deleted, Arc::new(cm("a", 4, "")));
+        assert_eq!(snap.objects.len(), 1);
+        assert_eq!(snap.rv, 2);
+        assert_eq!(store.len(), 1);
+    }
+
+    fn with_uid(name: &str, rv: u64, uid: &str) -> Arc<CachedObject> {
+        let raw = format!(
+            r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","uid":"{uid}","resourceVersion":"{rv}"}}}}"#
+        );
+        Arc::new(
+            CachedObject::decode(bytes::Bytes::from(raw), &crate::cache::state::object::tests::cm_shape()).unwrap(),
+        )
+    }
+
+    #[test]
+    fn deleted_and_created_again_in_a_gap_is_deleted_then_added() {
+        let mut store = Store::default();
+        for (name, rv) in [("a", 2), ("c", 3)] {
+            store.apply(EventType::Added, with_uid(name, rv, &format!("{name}-1")));
+        }
+        // In the gap: c deleted (4) and created again (5), a deleted (6), b created (7).
+        let mut fresh = Objects::new();
+        for obj in [with_uid("c", 5, "c-2"), with_uid("b", 7, "b-1")] {
+            fresh.insert(obj.key.clone(), obj);
+        }
+        let replaced = store.replace(fresh, 8);
+        let seen: Vec<_> =
+            replaced.events.iter().map(|e| (e.kind, e.object.key.name.as_str(), e.rv, &*e.object.uid)).collect();
+        // c's deletion takes the lowest free version, below its new life.
+        assert_eq!(
+            seen,
+            [
+                (EventType::Deleted, "c", 4, "c-1"),
+                (EventType::Added, "c", 5, "c-2"),
+                (EventType::Deleted, "a", 6, "a-1"),
+                (EventType::Added, "b", 7, "b-1"),
+            ]
+        );
+        assert!(!replaced.versions_reused);
+    }
+
+    #[test]
+    fn replace_yields_the_difference_in_version_order() {
+        let mut store = Store::default();
+        for (name, rv) in [("keep", 2), ("change", 3), ("gone", 4)] {
+            store.apply(EventType::Added, Arc::new(cm(name, rv, "")));
+        }
+        let mut fresh = Objects::new();
+        for (name, rv) in [("keep", 2), ("change", 9), ("new", 7)] {
+            let o = Arc::new(cm(name, rv, ""));
+            fresh.insert(o.key.clone(), o);
+        }
+        let replaced = store.replace(fresh, 10);
+        assert!(!replaced.versions_reused);
+        let seen: Vec<_> = replaced.events.iter().map(|e| (e.kind, e.object.key.name.as_str(), e.rv)).collect();
+        // The deletion takes the first version in (4, 10] that no survivor carries.
+        assert_eq!(
+            seen,
+            vec![(EventType::Deleted, "gone", 5), (EventType::Added, "new", 7), (EventType::Modified, "change", 9)]
+        );
+        assert_eq!(replaced.events[0].object.rv, 5);
+        assert_eq!(store.rv(), 10);
+        assert_eq!(store.len(), 3);
+    }
+}

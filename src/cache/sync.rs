@@ -1,0 +1,8 @@
+//! Keeping a cache in step with the upstream.
+//!
+//! - [`reflector`]: the list+watch state machine; the only holder of a cache's writer.
+//! - [`upstream_watch`]: the upstream's list and watch responses, read in one place.
+
+pub(crate) mod reflector;
+pub(crate) mod schema_check;
+pub(crate) mod upstream_watch;

@@ -1,0 +1,346 @@
+//! The reflector: keeps one resource cache in step with the upstream API
+//! server through one list+watch.
+//!
+//! An explicit state machine, as kube-runtime's watcher is:
+//! `Listing` (a paginated, consistent LIST) → `Watching` (a watch with
+//! bookmarks from the last version) → on a normal end, `Watching` again from
+//! where it stopped; on `410 Gone`, `Listing` again (a relist whose difference
+//! reaches watchers as ordinary events); on any other failure, `BackingOff`
+//! with exponential delay and jitter, then whichever step failed. Downstream
+//! watchers never see any of this: they are served from the cache throughout.
+//! When the upstream answers 404 for the collection (a deleted CRD, or a
+//! version no longer served), `Gone`: the cache closes, its watch streams
+//! end as the API server ends them, and the registry forgets it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use rand::Rng;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::super::resource::Writer;
+use super::upstream_watch::{LineEnd, ListPage, Opened, ReflectorError, StreamEnd, get_list, open_watch, watch_params};
+use crate::cache::content::ProtobufAvailability;
+use crate::cache::state::object::CachedObject;
+use crate::cache::state::store::Objects;
+use crate::cache::sync::schema_check::{Outcome, SchemaChecker};
+use crate::encode::variant::ContentVariant;
+use crate::error::error_chain;
+use crate::metrics as m;
+use crate::upstream::Upstream;
+
+/// Page size of the upstream LIST, as client-go's reflector uses.
+const LIST_PAGE_SIZE: u32 = 500;
+const BACKOFF_BASE: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The longest an upstream watch may stay silent before it counts as dead
+/// and is resumed from its last version. The API server sends every watch
+/// that allows bookmarks one about once a minute, changes or not, so a live
+/// watch is never this quiet; a half-open connection is, forever, on
+/// HTTP/1.1 (HTTP/2's PINGs find it in 40 s).
+const WATCH_PROGRESS_DEADLINE: Duration = Duration::from_secs(150);
+
+/// The reflector's states.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ReflectorState {
+    /// A full LIST from scratch: the first, or after the upstream expired our version.
+    Listing,
+    /// Watching for changes after this version.
+    Watching { rv: u64 },
+    /// Waiting out a failure before going on to `next`.
+    BackingOff { delay: Duration, next: Box<ReflectorState> },
+    /// The upstream no longer serves the resource: the end.
+    Gone,
+}
+
+/// Why a reflector stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// watchmux is shutting down.
+    Stopped,
+    /// The upstream no longer serves the resource.
+    Gone,
+}
+
+/// How one upstream watch ended.
+#[derive(Debug)]
+enum WatchEnd {
+    /// The stream ended normally (its timeout): resume from `rv`.
+    Closed { rv: u64 },
+    /// The upstream no longer has our version (410): relist.
+    Expired,
+    /// Connection or protocol failure: back off, then resume from `rv`.
+    Failed { rv: u64, error: String },
+    /// The upstream answered 404: the resource is not served any more.
+    Gone,
+}
+
+pub(crate) struct Reflector {
+    /// The cache's one writer.
+    cache: Writer,
+    upstream: Arc<Upstream>,
+    /// The registry's schema checker, shared by its reflectors.
+    schemas: Arc<SchemaChecker>,
+    failures: u32,
+    started: bool,
+}
+
+impl Reflector {
+    pub(crate) fn new(cache: Writer, upstream: Arc<Upstream>, schemas: Arc<SchemaChecker>) -> Self {
+        Self { cache, upstream, schemas, failures: 0, started: false }
+    }
+
+    /// Runs until `stop` is cancelled.
+    pub(crate) async fn run(mut self, stop: CancellationToken) -> Exit {
+        let mut state = ReflectorState::Listing;
+        loop {
+            state = tokio::select! {
+                _ = stop.cancelled() => return Exit::Stopped,
+                next = self.step(state) => next,
+            };
+            if state == ReflectorState::Gone {
+                tracing::info!(resource = %self.cache.cache().label(), "the upstream no longer serves this resource; closing its cache");
+                self.cache.close();
+                return Exit::Gone;
+            }
+        }
+    }
+
+    /// One transition of the state machine.
+    pub(crate) async fn step(&mut self, state: ReflectorState) -> ReflectorState {
+        let label = self.cache.cache().label().to_owned();
+        match state {
+            ReflectorState::Listing => {
+                let started = Instant::now();
+                if self.cache.cache().is_ready() {
+                    self.cache.set_relisting(true);
+                }
+                // The served schema is checked beside the list (bounded by its
+                // own timeout), so that a drifted kind has protobuf off before
+                // the cache is ready.
+                let (listed, schema) =
+                    tokio::join!(self.list_all(), self.schemas.check(&self.upstream, &self.cache.cache().shape.info));
+                self.apply_schema_check(schema);
+                match listed {
+                    Ok((objects, rv)) => {
+                        let count = objects.len();
+                        self.cache.replace(objects, rv);
+                        self.cache.set_relisting(false);
+                        self.cache.set_initial_list_failing(false);
+                        metrics::counter!(m::CACHE_INITIALIZATIONS, "resource" => label.clone()).increment(1);
+                        metrics::histogram!(m::CACHE_INITIALIZATION_DURATION, "resource" => label.clone())
+                            .record(started.elapsed().as_secs_f64());
+                        tracing::info!(resource = %label, objects = count, rv, "cache initialized from upstream list");
+                        self.failures = 0;
+                        ReflectorState::Watching { rv }
+                    }
+                    Err(ReflectorError::Status { status: StatusCode::NOT_FOUND, .. }) => {
+                        self.cache.set_relisting(false);
+                        ReflectorState::Gone
+                    }
+                    Err(err) => {
+                        tracing::warn!(resource = %label, error = %error_chain(&err), "upstream list failed");
+                        if !self.cache.cache().is_ready() {
+                            self.cache.set_initial_list_failing(true);
+                        }
+                        self.back_off(ReflectorState::Listing)
+                    }
+                }
+            }
+            ReflectorState::Watching { rv } => {
+                if self.started {
+                    metrics::counter!(m::UPSTREAM_WATCH_RESTARTS, "resource" => label.clone()).increment(1);
+                }
+                self.started = true;
+                match self.watch_once(rv).await {
+                    WatchEnd::Closed { rv } => {
+                        self.failures = 0;
+                        ReflectorState::Watching { rv }
+                    }
+                    WatchEnd::Expired => {
+                        tracing::info!(resource = %label, rv, "upstream expired our version; relisting");
+                        metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => "expired").increment(1);
+                        ReflectorState::Listing
+                    }
+                    WatchEnd::Failed { rv, error } => {
+                        tracing::warn!(resource = %label, rv, error = %error, "upstream watch failed");
+                        self.back_off(ReflectorState::Watching { rv })
+                    }
+                    WatchEnd::Gone => ReflectorState::Gone,
+                }
+            }
+            ReflectorState::BackingOff { delay, next } => {
+                tokio::time::sleep(delay).await;
+                *next
+            }
+            ReflectorState::Gone => ReflectorState::Gone,
+        }
+    }
+
+    /// Turns protobuf off (or on again) as the schema check found, logging
+    /// and counting a change once, not at every relist.
+    fn apply_schema_check(&self, outcome: Outcome) {
+        let label = self.cache.cache().label().to_owned();
+        metrics::counter!(m::PROTOBUF_SCHEMA_CHECKS, "resource" => label.clone(), "result" => outcome.label())
+            .increment(1);
+        let availability = match &outcome {
+            Outcome::NotInTable | Outcome::Fits => ProtobufAvailability::Both,
+            Outcome::Drift { in_metadata: false, .. } => ProtobufAvailability::MetadataOnly,
+            Outcome::Drift { in_metadata: true, .. } => ProtobufAvailability::Neither,
+            Outcome::Unavailable(why) => {
+                tracing::warn!(
+                    resource = %label,
+                    error = %why,
+                    "cannot read the served OpenAPI schema; protobuf stays as it was (the table's Kubernetes version is assumed)"
+                );
+                return;
+            }
+        };
+        let before = self.cache.set_protobuf_availability(availability);
+        // Every checked built-in kind shows the gauge (0 while it fits), so a
+        // dashboard tells "fits" from "never checked".
+        if !matches!(outcome, Outcome::NotInTable) {
+            for variant in [ContentVariant::Protobuf, ContentVariant::PartialObjectMetadataProtobuf] {
+                let value = if availability.allows(variant) { 0.0 } else { 1.0 };
+                metrics::gauge!(m::PROTOBUF_DISABLED, "resource" => label.clone(), "variant" => variant.metric_label(), "reason" => "schema_drift")
+                    .set(value);
+            }
+        }
+        if before == availability {
+            return;
+        }
+        match outcome {
+            Outcome::Drift { differences, .. } => tracing::warn!(
+                resource = %label,
+                kind = %self.cache.cache().shape.info.kind,
+                differences = ?differences.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "the served schema differs from the protobuf table (another Kubernetes version); protobuf is off for this kind"
+            ),
+            _ => tracing::info!(resource = %label, "the served schema fits the protobuf table again; protobuf is on"),
+        }
+    }
+
+    fn back_off(&mut self, next: ReflectorState) -> ReflectorState {
+        let delay = backoff_delay(self.failures, &mut rand::rng());
+        self.failures = self.failures.saturating_add(1);
+        ReflectorState::BackingOff { delay, next: Box::new(next) }
+    }
+
+    /// A paginated, consistent LIST of everything in scope.
+    async fn list_all(&self) -> Result<(Objects, u64), ReflectorError> {
+        let cache = self.cache.cache();
+        let mut objects = Objects::new();
+        let mut continue_token: Option<String> = None;
+        let mut list_rv = 0;
+        let mut saw_item = false;
+        loop {
+            let mut params = vec![("limit", LIST_PAGE_SIZE.to_string())];
+            if let Some(token) = &continue_token {
+                params.push(("continue", token.clone()));
+            }
+            let bytes = get_list(&self.upstream, cache.collection_uri(&params)).await?;
+            let page: ListPage = serde_json::from_slice(&bytes).map_err(ReflectorError::Decode)?;
+            if continue_token.is_none() {
+                list_rv = page.metadata.version()?;
+            }
+            for item in page.items.unwrap_or_default() {
+                let raw = bytes.slice_ref(item.get().as_bytes());
+                if !saw_item {
+                    saw_item = true;
+                    self.cache.set_list_items_typed(item_has_type_meta(&raw));
+                }
+                match CachedObject::decode(raw, &cache.shape) {
+                    Ok(obj) => {
+                        objects.insert(obj.key.clone(), Arc::new(obj));
+                    }
+                    Err(err) => {
+                        tracing::warn!(resource = %cache.label(), error = %err, "skipping undecodable item")
+                    }
+                }
+            }
+            match page.metadata.continue_token.filter(|t| !t.is_empty()) {
+                Some(token) => continue_token = Some(token),
+                None => return Ok((objects, list_rv)),
+            }
+        }
+    }
+
+    /// One upstream watch from `rv`, applied to the cache until it ends.
+    async fn watch_once(&mut self, mut rv: u64) -> WatchEnd {
+        let cache = self.cache.cache().clone();
+        let timeout = rand::rng().random_range(300..600);
+        let mut stream = match open_watch(&self.upstream, cache.collection_uri(&watch_params(rv, timeout))).await {
+            Opened::Streaming(stream) => stream,
+            Opened::Expired => return WatchEnd::Expired,
+            Opened::Gone => return WatchEnd::Gone,
+            Opened::Failed(error) => return WatchEnd::Failed { rv, error },
+        };
+        // A watch that connected is a success: the next failure starts the
+        // backoff from the beginning.
+        self.failures = 0;
+        loop {
+            // Changes a catch-up watch read for the freshness proof are
+            // applied here, between this watch's own (see `Writer`).
+            let change = tokio::select! {
+                read = stream.next(&cache.shape, Some(WATCH_PROGRESS_DEADLINE)) => match read {
+                    Ok(change) => change,
+                    Err(end) => return end.with_rv(rv),
+                },
+                change = self.cache.next_catch_up(&self.upstream) => change,
+            };
+            rv = rv.max(self.cache.apply(change));
+        }
+    }
+}
+
+/// How the end of reading the upstream watch ends the reflector's watch.
+trait EndsWatch {
+    fn with_rv(self, rv: u64) -> WatchEnd;
+}
+
+impl EndsWatch for StreamEnd {
+    fn with_rv(self, rv: u64) -> WatchEnd {
+        match self {
+            StreamEnd::Closed => WatchEnd::Closed { rv },
+            // Silence past the bookmark period: a connection that died
+            // without a FIN or RST (HTTP/1.1 has no PING to find out).
+            StreamEnd::Silent => WatchEnd::Failed {
+                rv,
+                error: format!("no byte from the upstream watch for {WATCH_PROGRESS_DEADLINE:?}"),
+            },
+            StreamEnd::Broken(error) | StreamEnd::Line(LineEnd::Failed(error)) => WatchEnd::Failed { rv, error },
+            StreamEnd::Line(LineEnd::Expired) => WatchEnd::Expired,
+        }
+    }
+}
+
+/// `{"kind":` first: a list item that carries its own type meta.
+fn item_has_type_meta(raw: &[u8]) -> bool {
+    raw.starts_with(b"{\"kind\":")
+}
+
+/// Exponential backoff with ±50% jitter: 200 ms, 400 ms, ... up to 30 s.
+pub(crate) fn backoff_delay(failures: u32, rng: &mut impl Rng) -> Duration {
+    let exp = BACKOFF_BASE.saturating_mul(1u32 << failures.min(16));
+    let capped = exp.min(BACKOFF_MAX);
+    capped.mul_f64(rng.random_range(0.5..1.5))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn backoff_grows_and_is_capped_with_jitter() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for failures in 0..40 {
+            let d = backoff_delay(failures, &mut rng);
+            let nominal = BACKOFF_BASE.saturating_mul(1 << failures.min(16)).min(BACKOFF_MAX);
+            assert!(d >= nominal.mul_f64(0.5) && d <= nominal.mul_f64(1.5), "{failures}: {d:?}");
+        }
+        assert!(backoff_delay(30, &mut rng) <= BACKOFF_MAX.mul_f64(1.5));
+    }
+}

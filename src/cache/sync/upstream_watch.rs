@@ -1,0 +1,360 @@
+//! The upstream's watch and list responses, read in one place: the URL of
+//! a cache's collection, the GET that fetches it, the query of a watch
+//! ([`watch_params`]), a list page and its metadata ([`ListPage`],
+//! [`ListMeta`]), opening a watch ([`open_watch`]) and reading it change by
+//! change ([`WatchLines`]: the splitter that cuts a watch body into lines,
+//! and one typed parse of a line, an event, a bookmark or an ERROR, decoded
+//! into the [`Change`] the cache's writer applies).
+//!
+//! Only reading lives here; deciding and applying live with the reflector
+//! (the cache's writer) and the freshness proof. The reflector's long watch
+//! and the freshness proof's short catch-up watch both read through here,
+//! so a bookmark is known by its parsed type, never by searching the bytes
+//! (an object's data may hold `"type":"BOOKMARK"`).
+
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::body;
+use crate::cache::resource_info::ResourceInfo;
+use crate::cache::state::object::{CachedObject, ObjectShape};
+use crate::encode::watch::EventType;
+use crate::error::error_chain;
+use crate::upstream::Upstream;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReflectorError {
+    #[error("upstream request failed")]
+    Request(#[source] crate::upstream::SendError),
+    #[error("upstream answered {status}: {body}")]
+    Status { status: StatusCode, body: String },
+    #[error("reading the upstream response")]
+    Body(#[source] hyper::Error),
+    #[error("decoding the upstream list")]
+    Decode(#[source] serde_json::Error),
+    #[error("the upstream list's resourceVersion {0:?} is not a number")]
+    ListVersion(String),
+}
+
+#[derive(Deserialize)]
+struct WatchLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct StatusOrMeta {
+    #[serde(default)]
+    code: Option<u16>,
+    #[serde(default)]
+    metadata: Option<ListMeta>,
+}
+
+/// The metadata watchmux reads of an upstream list (and of a bookmark's
+/// object, which carries only its version): one type for every reader.
+#[derive(Debug, Deserialize, Default)]
+pub(crate) struct ListMeta {
+    #[serde(default, rename = "resourceVersion")]
+    pub resource_version: String,
+    #[serde(default, rename = "continue")]
+    pub continue_token: Option<String>,
+}
+
+impl ListMeta {
+    /// The list's resourceVersion, as a number.
+    pub(crate) fn version(&self) -> Result<u64, ReflectorError> {
+        self.resource_version.parse().map_err(|_| ReflectorError::ListVersion(self.resource_version.clone()))
+    }
+}
+
+/// One page of an upstream list; its items raw, borrowed from the body.
+#[derive(Deserialize)]
+pub(crate) struct ListPage<'a> {
+    #[serde(default)]
+    pub metadata: ListMeta,
+    #[serde(borrow, default)]
+    pub items: Option<Vec<&'a RawValue>>,
+}
+
+/// One change read from an upstream watch, decoded.
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// ADDED, MODIFIED or DELETED, and when its line had been read (the
+    /// start of its fan-out time).
+    Event(EventType, CachedObject, Instant),
+    /// Nothing changed up to this version.
+    Bookmark(u64),
+}
+
+impl Change {
+    /// The version this change brings the cache to.
+    pub(crate) fn rv(&self) -> u64 {
+        match self {
+            Self::Event(_, object, _) => object.rv,
+            Self::Bookmark(rv) => *rv,
+        }
+    }
+}
+
+/// One line of an upstream watch, parsed.
+#[derive(Debug)]
+pub(crate) enum Line {
+    /// A blank line (between events, harmless).
+    Blank,
+    /// ADDED, MODIFIED or DELETED, with the object's raw JSON.
+    Event(EventType, Bytes),
+    /// Nothing changed up to this version.
+    Bookmark(u64),
+}
+
+/// Why a watch line ends the watch.
+#[derive(Debug)]
+pub(crate) enum LineEnd {
+    /// An ERROR event with 410: the upstream no longer has our version.
+    Expired,
+    Failed(String),
+}
+
+/// Parses one watch line (without its newline).
+pub(crate) fn parse_line(line: &Bytes) -> Result<Line, LineEnd> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Line::Blank);
+    }
+    let event: WatchLine = serde_json::from_slice(line).map_err(|e| LineEnd::Failed(e.to_string()))?;
+    let raw = line.slice_ref(event.object.get().as_bytes());
+    let kind = match event.kind {
+        "ADDED" => EventType::Added,
+        "MODIFIED" => EventType::Modified,
+        "DELETED" => EventType::Deleted,
+        "BOOKMARK" => {
+            let meta: StatusOrMeta = serde_json::from_slice(&raw).map_err(|e| LineEnd::Failed(e.to_string()))?;
+            let rv = meta
+                .metadata
+                .and_then(|m| m.resource_version.parse().ok())
+                .ok_or_else(|| LineEnd::Failed("bookmark without resourceVersion".into()))?;
+            return Ok(Line::Bookmark(rv));
+        }
+        "ERROR" => {
+            let status: StatusOrMeta =
+                serde_json::from_slice(&raw).unwrap_or(StatusOrMeta { code: None, metadata: None });
+            return Err(if status.code == Some(410) {
+                LineEnd::Expired
+            } else {
+                LineEnd::Failed(format!("ERROR event: {}", String::from_utf8_lossy(&raw)))
+            });
+        }
+        other => return Err(LineEnd::Failed(format!("unknown event type {other:?}"))),
+    };
+    Ok(Line::Event(kind, raw))
+}
+
+/// Decodes a parsed line for a cache of objects of `shape` into the change
+/// its writer applies; `None` for a blank line.
+pub(crate) fn decode_line(shape: &ObjectShape, line: Line) -> Result<Option<Change>, LineEnd> {
+    match line {
+        Line::Blank => Ok(None),
+        Line::Bookmark(rv) => Ok(Some(Change::Bookmark(rv))),
+        Line::Event(kind, raw) => {
+            // The start of the event's fan-out time: decoding is watchmux's work too.
+            let arrived = std::time::Instant::now();
+            let obj = CachedObject::decode(raw, shape).map_err(|e| LineEnd::Failed(e.to_string()))?;
+            Ok(Some(Change::Event(kind, obj, arrived)))
+        }
+    }
+}
+
+/// One watch line read as the writer reads it: [`parse_line`] then
+/// [`decode_line`].
+pub(crate) fn read_line(shape: &ObjectShape, line: &Bytes) -> Result<Option<Change>, LineEnd> {
+    decode_line(shape, parse_line(line)?)
+}
+
+/// Cuts a watch body into lines as its frames arrive (a line may span
+/// frames, a frame may hold many lines).
+#[derive(Debug, Default)]
+pub(crate) struct LineSplitter {
+    buf: BytesMut,
+}
+
+impl LineSplitter {
+    pub(crate) fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// The next complete line, without its newline.
+    pub(crate) fn next_line(&mut self) -> Option<Bytes> {
+        let end = self.buf.iter().position(|&b| b == b'\n')?;
+        let line = self.buf.split_to(end + 1).freeze();
+        Some(line.slice(..end))
+    }
+}
+
+/// The collection URL of `info` with `params`, then `selectors` (a cache's
+/// scope).
+pub(crate) fn collection_uri(info: &ResourceInfo, selectors: &[(String, String)], params: &[(&str, String)]) -> String {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in params {
+        query.append_pair(k, v);
+    }
+    for (k, v) in selectors {
+        query.append_pair(k, v);
+    }
+    format!("{}?{}", info.collection_path(None), query.finish())
+}
+
+/// The query of a watch of changes after `from`, with bookmarks, that the
+/// upstream ends after `timeout_seconds`: the reflector's watch and the
+/// catch-up watch ask alike.
+pub(crate) fn watch_params(from: u64, timeout_seconds: u64) -> [(&'static str, String); 4] {
+    [
+        ("watch", "true".to_owned()),
+        ("allowWatchBookmarks", "true".to_owned()),
+        ("resourceVersion", from.to_string()),
+        ("timeoutSeconds", timeout_seconds.to_string()),
+    ]
+}
+
+/// A list (or one page of it): the whole body, once the status says success.
+pub(crate) async fn get_list(upstream: &Upstream, uri: String) -> Result<Bytes, ReflectorError> {
+    let resp = upstream_get(upstream, uri).await?;
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.map_err(ReflectorError::Body)?.to_bytes();
+    if !status.is_success() {
+        return Err(ReflectorError::Status { status, body: String::from_utf8_lossy(&bytes).into_owned() });
+    }
+    Ok(bytes)
+}
+
+/// How asking for a watch went.
+pub(crate) enum Opened {
+    /// Changes follow.
+    Streaming(WatchLines),
+    /// 410: the upstream no longer has the version asked for.
+    Expired,
+    /// 404: the upstream does not serve the resource (any more).
+    Gone,
+    /// No answer, or another status (with its body).
+    Failed(String),
+}
+
+/// Asks for the watch at `uri`.
+pub(crate) async fn open_watch(upstream: &Upstream, uri: String) -> Opened {
+    let resp = match upstream_get(upstream, uri).await {
+        Ok(r) => r,
+        Err(e) => return Opened::Failed(error_chain(&e)),
+    };
+    match resp.status() {
+        StatusCode::GONE => Opened::Expired,
+        StatusCode::NOT_FOUND => Opened::Gone,
+        status if !status.is_success() => {
+            let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            Opened::Failed(format!("{status}: {}", String::from_utf8_lossy(&body)))
+        }
+        _ => Opened::Streaming(WatchLines { body: resp.into_body(), lines: LineSplitter::default() }),
+    }
+}
+
+/// How reading a watch ended.
+#[derive(Debug)]
+pub(crate) enum StreamEnd {
+    /// The upstream ended the response (its timeout).
+    Closed,
+    /// Nothing arrived within the silence allowed.
+    Silent,
+    /// The connection failed.
+    Broken(String),
+    /// A line ended it (an ERROR event, or one that cannot be read).
+    Line(LineEnd),
+}
+
+/// An open upstream watch, read change by change.
+pub(crate) struct WatchLines {
+    body: Incoming,
+    lines: LineSplitter,
+}
+
+impl WatchLines {
+    /// The next change, decoded as objects of `shape`; the end when there is none.
+    /// `silence`: how long the upstream may send nothing at all.
+    ///
+    /// Cancel-safe (for `select!`): a line is taken whole or not at all, and
+    /// what arrived stays buffered here.
+    pub(crate) async fn next(&mut self, shape: &ObjectShape, silence: Option<Duration>) -> Result<Change, StreamEnd> {
+        loop {
+            while let Some(line) = self.lines.next_line() {
+                match read_line(shape, &line) {
+                    Ok(Some(change)) => return Ok(change),
+                    Ok(None) => {}
+                    Err(end) => return Err(StreamEnd::Line(end)),
+                }
+            }
+            let next = match silence {
+                Some(silence) => {
+                    tokio::time::timeout(silence, self.body.frame()).await.map_err(|_| StreamEnd::Silent)?
+                }
+                None => self.body.frame().await,
+            };
+            let frame = match next {
+                None => return Err(StreamEnd::Closed),
+                Some(Err(e)) => return Err(StreamEnd::Broken(error_chain(&e))),
+                Some(Ok(frame)) => frame,
+            };
+            if let Ok(data) = frame.into_data() {
+                self.lines.push(&data);
+            }
+        }
+    }
+}
+
+/// A JSON GET to the upstream with watchmux's identity.
+pub(crate) async fn upstream_get(
+    upstream: &Upstream,
+    uri: String,
+) -> Result<http::Response<hyper::body::Incoming>, ReflectorError> {
+    let req = Request::get(uri)
+        .header(header::ACCEPT, "application/json")
+        .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")))
+        .body(body::empty())
+        .expect("valid request");
+    upstream.send(req).await.map_err(ReflectorError::Request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_cut_across_frames() {
+        let mut s = LineSplitter::default();
+        s.push(b"{\"a\":1}\n{\"b\"");
+        assert_eq!(s.next_line().as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(s.next_line(), None);
+        s.push(b":2}\n\n");
+        assert_eq!(s.next_line().as_deref(), Some(&b"{\"b\":2}"[..]));
+        assert_eq!(s.next_line().as_deref(), Some(&b""[..]));
+        assert_eq!(s.next_line(), None);
+    }
+
+    #[test]
+    fn an_object_whose_data_says_bookmark_is_an_event() {
+        // A Secret of type BOOKMARK: the pair appears in the object's bytes.
+        let line = Bytes::from_static(
+            br#"{"type":"ADDED","object":{"kind":"Secret","apiVersion":"v1","metadata":{"name":"s","resourceVersion":"5"},"type":"BOOKMARK"}}"#,
+        );
+        assert!(matches!(parse_line(&line), Ok(Line::Event(EventType::Added, _))));
+        let bookmark =
+            Bytes::from_static(br#"{"type":"BOOKMARK","object":{"kind":"Secret","metadata":{"resourceVersion":"9"}}}"#);
+        assert!(matches!(parse_line(&bookmark), Ok(Line::Bookmark(9))));
+        let gone = Bytes::from_static(br#"{"type":"ERROR","object":{"kind":"Status","code":410}}"#);
+        assert!(matches!(parse_line(&gone), Err(LineEnd::Expired)));
+        assert!(matches!(parse_line(&Bytes::from_static(b"  ")), Ok(Line::Blank)));
+    }
+}

@@ -1,0 +1,14 @@
+//! Accepting and serving connections.
+//!
+//! - [`listener`]: accept loops and per-connection serving (TCP, TLS, unix socket),
+//!   with the HTTP/1.1 watch front.
+//! - [`opening`]: a connection's first bytes, read under the listener's deadline.
+//! - [`tls`]: the serving certificate, ALPN and client-certificate verification.
+//! - [`write_behind`]: batching HTTP/2 frames into one socket write.
+//! - [`early_resets`]: counting requests cancelled before they are answered.
+
+pub(crate) mod early_resets;
+pub(crate) mod listener;
+pub(crate) mod opening;
+pub(crate) mod tls;
+pub(crate) mod write_behind;

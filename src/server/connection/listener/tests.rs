@@ -1,0 +1,383 @@
+//! The accept loops against clients that try to hold connections open
+//! without sending a request. Real sockets, so the set-up deadline is a short
+//! one of the test's (paused time would let the clock jump while the kernel
+//! still carries a packet); every wait is bounded.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+
+use super::*;
+use crate::server::connection::early_resets::MIN_EARLY_RESETS;
+use crate::server::gates::limits;
+
+/// Far longer than any step here takes: a wait that reaches it is a failure.
+const WAIT: Duration = Duration::from_secs(10);
+/// The set-up deadline of these tests' listeners.
+const SETUP: Duration = Duration::from_millis(300);
+
+/// Answers "hello", or the 429 of a connection over the limit, as the API
+/// handler does; never answers `/stall`, as a request waiting on the
+/// upstream, and counts those.
+#[derive(Clone, Default)]
+struct Hello {
+    stalled: Arc<AtomicUsize>,
+}
+
+impl Handler for Hello {
+    async fn handle(&self, req: Request<RequestBody>, peer: Peer) -> Response<ProxyBody> {
+        if peer.over_connection_limit {
+            return limits::too_many_requests(limits::Limit::Connections, true);
+        }
+        if req.uri().path() == "/stall" {
+            self.stalled.fetch_add(1, Ordering::Relaxed);
+            std::future::pending::<()>().await;
+        }
+        Response::new(crate::body::full("hello"))
+    }
+}
+
+/// Where a test listener is, its stop switch, and its handler's count of
+/// requests that never got an answer.
+struct Listening {
+    addr: SocketAddr,
+    stop: CancellationToken,
+    stalled: Arc<AtomicUsize>,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Serves [`Hello`] on loopback; `name` labels its metrics, so each test
+/// reads only its own.
+async fn listen(
+    name: &'static str,
+    tls: Option<ApiTls>,
+    budget: Option<Arc<ConnectionBudget>>,
+    setup_timeout: Duration,
+) -> Listening {
+    listen_with(name, tls, budget, setup_timeout, http_builder()).await
+}
+
+async fn listen_with(
+    name: &'static str,
+    tls: Option<ApiTls>,
+    budget: Option<Arc<ConnectionBudget>>,
+    setup_timeout: Duration,
+    builder: Arc<HttpBuilder>,
+) -> Listening {
+    metrics();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let serving_stop = stop.clone();
+    let handler = Hello::default();
+    let stalled = handler.stalled.clone();
+    tokio::spawn(async move {
+        let graceful = GracefulShutdown::new();
+        let serving = Serving {
+            name,
+            builder: &builder,
+            graceful: &graceful,
+            handler,
+            budget,
+            h2_write_batching: true,
+            setup_timeout,
+            stop: serving_stop,
+        };
+        accept_tcp(listener, tls, serving).await;
+    });
+    Listening { addr, stop, stalled }
+}
+
+/// The process-wide recorder, installed by the first test that asks.
+fn metrics() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| crate::metrics::install().unwrap())
+}
+
+/// The connection errors counted for `listener` at `stage`.
+fn connection_errors(listener: &str, stage: &str) -> u64 {
+    let text = metrics().render();
+    let labels = [format!("listener=\"{listener}\""), format!("stage=\"{stage}\"")];
+    text.lines()
+        .filter(|l| l.starts_with(m::CONNECTION_ERRORS) && labels.iter().all(|label| l.contains(label.as_str())))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Waits, bounded, until `listener` has counted `n` connection errors at
+/// `stage`: the server closes the socket a moment before it counts.
+async fn count_reaches(listener: &str, stage: &str, n: u64) {
+    let counted = tokio::time::timeout(WAIT, async {
+        while connection_errors(listener, stage) < n {
+            tokio::task::yield_now().await;
+        }
+    });
+    counted.await.unwrap_or_else(|_| panic!("{listener}: {stage} errors never reached {n}"));
+    assert_eq!(connection_errors(listener, stage), n);
+}
+
+/// Waits, bounded, for the server to close `io`; returns what it sent
+/// before.
+async fn closed_by_server<IO: AsyncRead + Unpin>(io: &mut IO) -> Vec<u8> {
+    let mut got = Vec::new();
+    // A reset or a TLS stream cut without close_notify is a close too.
+    let _ = tokio::time::timeout(WAIT, io.read_to_end(&mut got)).await.expect("the server left the connection open");
+    got
+}
+
+/// One HTTP/1.1 GET on a fresh connection; the whole answer.
+async fn get(addr: SocketAddr) -> String {
+    let mut stream = tokio::time::timeout(WAIT, TcpStream::connect(addr)).await.unwrap().unwrap();
+    stream.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut answer)).await.unwrap().unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// A self-signed serving certificate for localhost, and a client that
+/// trusts it and offers `alpn`.
+fn tls_pair(alpn: &[&[u8]]) -> (ApiTls, tokio_rustls::TlsConnector, tempfile::TempDir) {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    let acceptor = super::super::tls::api_tls(&cert_path, &key_path, None).unwrap();
+    // The client is watchmux's own upstream TLS, trusting the test's CA.
+    let upstream = crate::upstream::kubeconfig::UpstreamConfig {
+        ca_pem: Some(cert.cert.pem().into_bytes()),
+        ..crate::upstream::kubeconfig::UpstreamConfig::for_test("https://localhost")
+    };
+    let mut config = crate::upstream::tls::client_config(&upstream).unwrap();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    (acceptor, tokio_rustls::TlsConnector::from(Arc::new(config)), dir)
+}
+
+#[tokio::test]
+async fn a_silent_tcp_client_is_closed_at_the_setup_deadline() {
+    let server = listen("t-silent", None, None, SETUP).await;
+    let start = Instant::now();
+    let mut silent = TcpStream::connect(server.addr).await.unwrap();
+    let sent = closed_by_server(&mut silent).await;
+    assert!(start.elapsed() >= SETUP, "closed after {:?}, before the deadline", start.elapsed());
+    assert!(sent.is_empty(), "{sent:?}");
+    count_reaches("t-silent", "preface", 1).await;
+    // The listener still serves.
+    assert!(get(server.addr).await.ends_with("hello"));
+}
+
+#[tokio::test]
+async fn a_partial_h2_preface_is_closed_at_the_setup_deadline() {
+    let server = listen("t-partial", None, None, SETUP).await;
+    let start = Instant::now();
+    let mut partial = TcpStream::connect(server.addr).await.unwrap();
+    partial.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let sent = closed_by_server(&mut partial).await;
+    assert!(start.elapsed() >= SETUP, "closed after {:?}, before the deadline", start.elapsed());
+    assert!(sent.is_empty(), "{sent:?}");
+    count_reaches("t-partial", "preface", 1).await;
+}
+
+#[tokio::test]
+async fn a_tls_client_silent_after_its_handshake_is_closed_at_the_setup_deadline() {
+    let (acceptor, connector, _dir) = tls_pair(&[b"h2"]);
+    let server = listen("t-tls-silent", Some(acceptor), None, SETUP).await;
+    let start = Instant::now();
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let mut tls = tokio::time::timeout(WAIT, connector.connect(ServerName::try_from("localhost").unwrap(), tcp))
+        .await
+        .unwrap()
+        .unwrap();
+    let sent = closed_by_server(&mut tls).await;
+    assert!(start.elapsed() >= SETUP, "closed after {:?}, before the deadline", start.elapsed());
+    assert!(sent.is_empty(), "{sent:?}");
+    count_reaches("t-tls-silent", "preface", 1).await;
+    assert_eq!(connection_errors("t-tls-silent", "tls"), 0);
+}
+
+#[tokio::test]
+async fn a_tls_handshake_never_started_is_closed_at_the_setup_deadline() {
+    let (acceptor, _, _dir) = tls_pair(&[]);
+    let server = listen("t-tls-none", Some(acceptor), None, SETUP).await;
+    let start = Instant::now();
+    let mut silent = TcpStream::connect(server.addr).await.unwrap();
+    closed_by_server(&mut silent).await;
+    assert!(start.elapsed() >= SETUP, "closed after {:?}, before the deadline", start.elapsed());
+    count_reaches("t-tls-none", "tls", 1).await;
+}
+
+/// A TLS client that offers no ALPN but opens with the HTTP/2 preface is
+/// served HTTP/2 (and so gets the write-behind), as on plain text.
+#[tokio::test]
+async fn an_h2_preface_over_tls_without_alpn_is_served_h2() {
+    let (acceptor, connector, _dir) = tls_pair(&[]);
+    let server = listen("t-tls-no-alpn", Some(acceptor), None, SETUP).await;
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let tls = connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), None);
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await.unwrap();
+    tokio::spawn(conn);
+    let req = Request::get("https://localhost/").body(http_body_util::Empty::<bytes::Bytes>::new()).unwrap();
+    let resp = tokio::time::timeout(WAIT, send.send_request(req)).await.unwrap().unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+}
+
+/// Silent connections fill `--max-connections`, then give their slots back
+/// at the deadline: a client that comes later is served, not refused.
+#[tokio::test]
+async fn silent_connections_give_their_slots_back_at_the_deadline() {
+    let budget = ConnectionBudget::new(2);
+    let server = listen("t-budget", None, Some(budget), SETUP).await;
+    let mut silent = [TcpStream::connect(server.addr).await.unwrap(), TcpStream::connect(server.addr).await.unwrap()];
+    // While both are open, a third client is over the limit.
+    assert!(get(server.addr).await.starts_with("HTTP/1.1 429"));
+    for s in &mut silent {
+        closed_by_server(s).await;
+    }
+    // The slots are released when the connection task ends, just after the
+    // close the client saw; a refusal in that gap is retried, boundedly.
+    let served = tokio::time::timeout(WAIT, async {
+        loop {
+            let answer = get(server.addr).await;
+            if answer.starts_with("HTTP/1.1 200") {
+                return answer;
+            }
+            assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the silent connections' slots were never released");
+    assert!(served.ends_with("hello"));
+}
+
+/// At shutdown, connections that have not sent a request yet are closed at
+/// once instead of holding the graceful phase until their deadline.
+#[tokio::test]
+async fn connections_still_setting_up_end_when_the_listener_stops() {
+    let server = listen("t-stop", None, None, Duration::from_secs(3600)).await;
+    let mut silent = TcpStream::connect(server.addr).await.unwrap();
+    // The connection is accepted (and so has its task) once a request on
+    // another connection is served: the accept loop takes them in order.
+    assert!(get(server.addr).await.ends_with("hello"));
+    server.stop.cancel();
+    closed_by_server(&mut silent).await;
+    assert_eq!(connection_errors("t-stop", "preface"), 0, "a shutdown is not the client's error");
+}
+
+#[tokio::test]
+async fn a_silent_unix_client_is_closed_at_the_setup_deadline() {
+    metrics();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("api.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let stop = CancellationToken::new();
+    let serving_stop = stop.clone();
+    tokio::spawn(async move {
+        let (builder, graceful) = (http_builder(), GracefulShutdown::new());
+        let serving = Serving {
+            name: "t-unix",
+            builder: &builder,
+            graceful: &graceful,
+            handler: Hello::default(),
+            budget: None,
+            h2_write_batching: false,
+            setup_timeout: SETUP,
+            stop: serving_stop,
+        };
+        accept_unix(listener, serving).await;
+    });
+    let start = Instant::now();
+    let mut silent = UnixStream::connect(&path).await.unwrap();
+    closed_by_server(&mut silent).await;
+    assert!(start.elapsed() >= SETUP, "closed after {:?}, before the deadline", start.elapsed());
+    count_reaches("t-unix", "preface", 1).await;
+    let mut client = UnixStream::connect(&path).await.unwrap();
+    client.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").await.unwrap();
+    let answer = closed_by_server(&mut client).await;
+    assert!(String::from_utf8_lossy(&answer).ends_with("hello"));
+    stop.cancel();
+}
+
+/// Streams the rapid-reset client opens and resets at most.
+const RESET_ATTEMPTS: usize = 10_000;
+
+/// Rapid reset (CVE-2023-44487) with a real h2 client over h2c: each stream
+/// asks for `/stall` and is reset as soon as it is opened (one HEADERS and
+/// RST_STREAM per write), as fast as the h2 crate lets it, or, with
+/// `paced`, each only once the server has started the last one's handler.
+/// Returns how many streams it reset and the error the connection ended
+/// with, if any (a plain close ends it without one).
+async fn rapid_reset(server: &Listening, paced: bool) -> (usize, Option<h2::Error>) {
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let (mut client, conn) = tokio::time::timeout(WAIT, h2::client::handshake(tcp)).await.unwrap().unwrap();
+    let conn = tokio::spawn(conn);
+    let attack = async {
+        let mut reset = 0;
+        while reset < RESET_ATTEMPTS && !conn.is_finished() {
+            if std::future::poll_fn(|cx| client.poll_ready(cx)).await.is_err() {
+                break;
+            }
+            let started = server.stalled.load(Ordering::Relaxed);
+            let req = Request::get("http://t/stall").body(()).unwrap();
+            let Ok((_response, mut stream)) = client.send_request(req, false) else { break };
+            stream.send_reset(h2::Reason::CANCEL);
+            reset += 1;
+            while paced && server.stalled.load(Ordering::Relaxed) == started && !conn.is_finished() {
+                tokio::task::yield_now().await;
+            }
+        }
+        reset
+    };
+    let reset = tokio::time::timeout(6 * WAIT, attack).await.expect("the attack neither ran out nor was stopped");
+    let ended = tokio::time::timeout(WAIT, conn).await.expect("the connection outlived the attack").unwrap();
+    (reset, ended.err())
+}
+
+/// The attack is cut off long before its end: by h2's GOAWAY
+/// ENHANCE_YOUR_CALM when resets outrun accepting, by the close of a
+/// connection whose requests are cancelled before their answers, or by h2's
+/// stream limit, since the h2 client sends new streams' HEADERS ahead of
+/// older streams' RST_STREAM and so keeps up to a thousand open. Other
+/// clients are served. Two worker threads, so client and server race as
+/// over a network. What is bounded is the requests watchmux started: how
+/// many the client got written depends on when it notices the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_reset_is_cut_off_and_other_clients_are_still_served() {
+    let server = listen("t-rapid-reset", None, None, SETUP).await;
+    let (_, err) = rapid_reset(&server, false).await;
+    if let Some(err) = err {
+        let calm = err.is_go_away() && err.is_remote() && err.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM);
+        // Without a GOAWAY, the server closed the socket under the client's writes.
+        assert!(calm || err.is_io(), "not the server's doing: {err}");
+    }
+    let started = server.stalled.load(Ordering::Relaxed);
+    assert!(started < RESET_ATTEMPTS, "{started} requests started for the attack");
+    assert!(get(server.addr).await.ends_with("hello"));
+}
+
+/// h2's limit counts streams reset before the server takes them up, so a
+/// client that waits for each to be taken up never trips it; it is still
+/// disconnected, once [`MIN_EARLY_RESETS`] requests were all cancelled
+/// before their answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paced_rapid_reset_is_cut_off_after_the_early_reset_minimum() {
+    let server = listen("t-paced-reset", None, None, SETUP).await;
+    let (reset, err) = rapid_reset(&server, true).await;
+    assert!(!err.as_ref().is_some_and(h2::Error::is_go_away), "h2's own limit tripped: {err:?}");
+    count_reaches("t-paced-reset", "rapid_reset", 1).await;
+    // The client notices the close a few streams late at most.
+    let min = MIN_EARLY_RESETS as usize;
+    assert!((min..2 * min).contains(&reset), "cut off after {reset} streams reset");
+}
