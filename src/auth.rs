@@ -107,7 +107,7 @@ pub(crate) struct Delegated {
     /// attributes hold the client's selectors, of any length.
     decisions: ReviewCache<Digest, Decision>,
     /// watchmux's own upstream identity, learned once (client mode).
-    own: tokio::sync::OnceCell<UserInfo>,
+    watchmux_user: tokio::sync::OnceCell<UserInfo>,
     /// Which impersonation mode last worked for each requestor.
     modes: impersonation::ModeTracker,
     settings: DelegatedSettings,
@@ -115,7 +115,7 @@ pub(crate) struct Delegated {
 
 /// How a request's caller was authenticated: what its own credential was.
 #[derive(Debug, Clone)]
-pub(crate) enum Credential {
+pub(crate) enum CallerCredential {
     /// A verified client certificate.
     Certificate,
     /// This `Authorization` header, checked with a TokenReview.
@@ -128,7 +128,7 @@ pub(crate) enum Credential {
 #[derive(Debug, Clone)]
 pub(crate) struct Authenticated {
     pub user: Caller,
-    pub credential: Credential,
+    pub credential: CallerCredential,
 }
 
 impl DelegatedSettings {
@@ -147,7 +147,7 @@ impl Delegated {
             reviews,
             tokens: ReviewCache::new("token", bounds),
             decisions: ReviewCache::new("access", bounds),
-            own: tokio::sync::OnceCell::new(),
+            watchmux_user: tokio::sync::OnceCell::new(),
             modes: impersonation::ModeTracker::default(),
             settings,
         }
@@ -239,7 +239,7 @@ impl Delegated {
         let cert_failed = match peer.client_cert.as_ref().and_then(|cert| cert.identity_at(SystemTime::now())) {
             Some(Ok(user)) => {
                 counter!(m::AUTH_AUTHENTICATED, "method" => "x509").increment(1);
-                return Ok(Authenticated { user, credential: Credential::Certificate });
+                return Ok(Authenticated { user, credential: CallerCredential::Certificate });
             }
             Some(Err(invalid)) => {
                 tracing::debug!(error = %invalid, "client certificate not accepted as an identity");
@@ -252,14 +252,14 @@ impl Delegated {
             Bearer::Token(token) => {
                 let user = self.authenticate_token(token, &Asker::peer(peer.addr.map(|a| a.ip()))).await?;
                 let header = headers.get(header::AUTHORIZATION).cloned().expect("a bearer token came from it");
-                Ok(Authenticated { user, credential: Credential::Token(header) })
+                Ok(Authenticated { user, credential: CallerCredential::Token(header) })
             }
             // A credential that failed is an error, not an absence: the API
             // server's anonymous authenticator does not step in then.
             Bearer::None if cert_failed => Err(unauthorized("invalid client certificate")),
             Bearer::None if self.settings.anonymous => {
                 counter!(m::AUTH_AUTHENTICATED, "method" => "anonymous").increment(1);
-                Ok(Authenticated { user: Arc::new(UserInfo::anonymous()), credential: Credential::Anonymous })
+                Ok(Authenticated { user: Arc::new(UserInfo::anonymous()), credential: CallerCredential::Anonymous })
             }
             Bearer::None => Err(unauthorized("no credentials")),
         }
@@ -276,15 +276,15 @@ impl Delegated {
         match self.settings.upstream_identity {
             UpstreamIdentityMode::Impersonate => Ok(UpstreamIdentity::Impersonate(caller)),
             UpstreamIdentityMode::Client => match &authenticated.credential {
-                Credential::Token(header) => Ok(UpstreamIdentity::ClientCredentials(header.clone())),
-                Credential::Anonymous => Ok(UpstreamIdentity::Anonymous),
-                Credential::Certificate => {
+                CallerCredential::Token(header) => Ok(UpstreamIdentity::ClientCredentials(header.clone())),
+                CallerCredential::Anonymous => Ok(UpstreamIdentity::Anonymous),
+                CallerCredential::Certificate => {
                     // The whole identity, not the name: a certificate from the
                     // client CA naming watchmux's user in other groups is
                     // someone else, and must not get watchmux's credentials.
                     let own = self.own_identity().await?;
                     if own.is_same_principal(&authenticated.user) {
-                        Ok(UpstreamIdentity::Own)
+                        Ok(UpstreamIdentity::Watchmux)
                     } else {
                         counter!(m::AUTH_AUTHORIZED, "result" => "unforwardable").increment(1);
                         Err(Box::new(unforwardable_certificate(&authenticated.user.name, &own.name).into_response()))
@@ -297,7 +297,7 @@ impl Delegated {
     /// watchmux's own upstream identity, asked once; until the upstream
     /// answers, certificate clients that would need it are refused (503).
     async fn own_identity(&self) -> Result<&UserInfo, Refusal> {
-        self.own
+        self.watchmux_user
             .get_or_try_init(|| async {
                 let user = self.reviews.own_identity().await?;
                 tracing::info!(user = %user.name, "watchmux's own upstream identity");

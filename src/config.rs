@@ -321,7 +321,7 @@ impl Args {
 
 /// A flag value as it is spelled on the command line (`trusted-local`, not
 /// `TrustedLocal`), for log lines that operators match against their flags.
-pub fn flag_value<E: ValueEnum>(value: &E) -> String {
+pub fn spelled_as_flag<E: ValueEnum>(value: &E) -> String {
     value.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default()
 }
 
@@ -396,9 +396,9 @@ mod tests {
 
     #[test]
     fn flag_values_are_logged_as_they_are_spelled_on_the_command_line() {
-        assert_eq!(flag_value(&AuthMode::TrustedLocal), "trusted-local");
-        assert_eq!(flag_value(&UpstreamIdentityMode::Impersonate), "impersonate");
-        assert_eq!(flag_value(&LogFormat::Json), "json");
+        assert_eq!(spelled_as_flag(&AuthMode::TrustedLocal), "trusted-local");
+        assert_eq!(spelled_as_flag(&UpstreamIdentityMode::Impersonate), "impersonate");
+        assert_eq!(spelled_as_flag(&LogFormat::Json), "json");
     }
 
     #[test]

@@ -61,8 +61,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut opts = args.server_options()?;
     opts.metrics = Some(metrics);
     tracing::info!(
-        auth_mode = config::flag_value(&args.auth_mode),
-        upstream_identity = config::flag_value(&args.upstream_identity),
+        auth_mode = config::spelled_as_flag(&args.auth_mode),
+        upstream_identity = config::spelled_as_flag(&args.upstream_identity),
         client_certificates = args.client_ca_file.is_some(),
         "client auth"
     );

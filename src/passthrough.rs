@@ -37,11 +37,14 @@ pub(crate) struct Passthrough {
     streams_stop: CancellationToken,
     /// The bounded `resource` label of the pass-through metrics.
     resources: Arc<ResourceLabels>,
+    /// Whether requests to the upstream are failing, so that a change is
+    /// logged once, not once per request.
+    failures: Arc<FailureLog>,
 }
 
 impl Passthrough {
     pub(crate) fn new(upstream: Arc<Upstream>, streams_stop: CancellationToken) -> Self {
-        Self { upstream, streams_stop, resources: Arc::default() }
+        Self { upstream, streams_stop, resources: Arc::default(), failures: Arc::default() }
     }
 
     /// Forwards one request as `identity` and returns the upstream's answer,
@@ -55,7 +58,7 @@ impl Passthrough {
         identity: &UpstreamIdentity,
     ) -> Response<ProxyBody> {
         if req.version() <= http::Version::HTTP_11 && headers::is_upgrade_request(req.headers()) {
-            return upgrade::forward(&self.upstream, &self.resources, req, peer, info, identity).await;
+            return upgrade::forward(self, req, peer, info, identity).await;
         }
 
         let started = Instant::now();
@@ -77,17 +80,17 @@ impl Passthrough {
         let sent = self.upstream.send_as(upstream_req, &identity.credential(), ConnectionKind::Pooled).await;
         let resp = match sent {
             Ok(resp) => {
-                UPSTREAM_FAILING.succeeded();
+                self.failures.succeeded();
                 resp
             }
-            Err(err) => return upstream_failure(&self.upstream, &err, verb, self.resources.label(info, None)),
+            Err(err) => return self.upstream_failure(&err, verb, info),
         };
         // A 401 to watchmux's own credentials is watchmux's failure, not the
         // client's: relayed, kubectl would tell a client that sent none to
         // log in. The API server authenticated nobody but watchmux here.
-        if resp.status() == http::StatusCode::UNAUTHORIZED && identity.credential() == UpstreamCredential::Own {
+        if resp.status() == http::StatusCode::UNAUTHORIZED && identity.credential() == UpstreamCredential::Watchmux {
             counter!(m::UPSTREAM_ERRORS, "cause" => "credentials_rejected").increment(1);
-            UPSTREAM_FAILING.rejected();
+            self.failures.rejected();
             let status = Status::upstream_unavailable(
                 self.upstream.server(),
                 "it refused watchmux's own credentials (401): they may have expired or been revoked",
@@ -115,6 +118,37 @@ impl Passthrough {
         };
         Response::from_parts(parts, body)
     }
+
+    /// Maps a failure to reach the upstream (or to get watchmux's credentials
+    /// for it) to the 503 Status a client expects.
+    ///
+    /// The Status names the upstream and the cause. A connection the upstream
+    /// refused gets no Retry-After: a client that reached the API server
+    /// directly would fail at once (connection refused), and client-go retries
+    /// a 503 only when told when to, ten times over; with it, kubectl waited
+    /// 50 s before showing the error. Other failures keep Retry-After: 1.
+    fn upstream_failure(&self, err: &SendError, verb: &'static str, info: &RequestInfo) -> Response<ProxyBody> {
+        let upstream = &self.upstream;
+        let resource = self.resources.label(info, None);
+        let cause = FailureCause::of(err);
+        counter!(m::UPSTREAM_ERRORS, "cause" => cause.label()).increment(1);
+        self.failures.failed(cause.label(), err);
+        // An upstream that took the request and never answered is a gateway
+        // timeout, as kube-apiserver's own 504 for a request it could not finish.
+        let status = match err {
+            SendError::ResponseHeaders(timeout) => Status::new(
+                http::StatusCode::GATEWAY_TIMEOUT,
+                StatusReason::Timeout,
+                format!("watchmux: the upstream API server {} did not answer: {timeout}", upstream.server()),
+            ),
+            _ => Status::upstream_unavailable(upstream.server(), error_chain(err)),
+        };
+        counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "resource" => resource, "code" => status.code.as_str().to_owned())
+            .increment(1);
+        // A refused connection fails at once directly too: no Retry-After.
+        let status = if cause == FailureCause::Connect { status } else { status.retry_after(1) };
+        status.into_response()
+    }
 }
 
 /// Writes the request's upstream identity, or answers 403 when the API
@@ -132,40 +166,6 @@ fn set_identity(headers: &mut http::HeaderMap, identity: &UpstreamIdentity) -> R
         status.nosniff = true;
         Box::new(status.into_response())
     })
-}
-
-/// Maps a failure to reach the upstream (or to get watchmux's credentials
-/// for it) to the 503 Status a client expects.
-///
-/// The Status names the upstream and the cause. A connection the upstream
-/// refused gets no Retry-After: a client that reached the API server
-/// directly would fail at once (connection refused), and client-go retries
-/// a 503 only when told when to, ten times over; with it, kubectl waited
-/// 50 s before showing the error. Other failures keep Retry-After: 1.
-fn upstream_failure(
-    upstream: &Upstream,
-    err: &SendError,
-    verb: &'static str,
-    resource: metrics::SharedString,
-) -> Response<ProxyBody> {
-    let cause = FailureCause::of(err);
-    counter!(m::UPSTREAM_ERRORS, "cause" => cause.label()).increment(1);
-    UPSTREAM_FAILING.failed(cause.label(), err);
-    // An upstream that took the request and never answered is a gateway
-    // timeout, as kube-apiserver's own 504 for a request it could not finish.
-    let status = match err {
-        SendError::ResponseHeaders(timeout) => Status::new(
-            http::StatusCode::GATEWAY_TIMEOUT,
-            StatusReason::Timeout,
-            format!("watchmux: the upstream API server {} did not answer: {timeout}", upstream.server()),
-        ),
-        _ => Status::upstream_unavailable(upstream.server(), error_chain(err)),
-    };
-    counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "resource" => resource, "code" => status.code.as_str().to_owned())
-        .increment(1);
-    // A refused connection fails at once directly too: no Retry-After.
-    let status = if cause == FailureCause::Connect { status } else { status.retry_after(1) };
-    status.into_response()
 }
 
 /// Why a request could not be sent upstream, as counted
@@ -206,8 +206,7 @@ impl FailureCause {
 /// Whether requests to the upstream are failing, so that a change is
 /// logged once, not once per request (an outage would log every client's
 /// every retry).
-static UPSTREAM_FAILING: FailureLog = FailureLog(AtomicBool::new(false));
-
+#[derive(Debug, Default)]
 struct FailureLog(AtomicBool);
 
 impl FailureLog {

@@ -102,7 +102,7 @@ impl Handler for ApiHandler {
             if let Some(resp) = self.cached_answer(&req, &info, &Open).await {
                 return resp;
             }
-            return self.passthrough.forward(req, peer, &info, &UpstreamIdentity::Own).await;
+            return self.passthrough.forward(req, peer, &info, &UpstreamIdentity::Watchmux).await;
         };
 
         let authenticated = match delegated.authenticate(req.headers(), &peer).await {

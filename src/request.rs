@@ -263,12 +263,12 @@ fn resource_verb(method: &Method, named: bool, watch: bool) -> Verb {
 /// true. The query is read as Go reads it ([`GoQuery`]): `?watch=1;` has no
 /// `watch` at all.
 pub(crate) fn query_flag(uri: &Uri, key: &str) -> bool {
-    GoQuery::of(uri).get(key).is_some_and(flag_value)
+    GoQuery::of(uri).get(key).is_some_and(query_bool)
 }
 
 /// The API server's boolean parameter value: false only for `0` and `false`
 /// (any case); anything else, an empty value too, is true.
-pub(crate) fn flag_value(value: &str) -> bool {
+pub(crate) fn query_bool(value: &str) -> bool {
     !(value == "0" || value.eq_ignore_ascii_case("false"))
 }
 

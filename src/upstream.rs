@@ -48,7 +48,7 @@ use crate::body::{self, ProxyBody};
 use crate::metrics as m;
 use crate::upstream::kubeconfig::{UpstreamAuth, UpstreamConfig};
 use cert_files::RotatingCertFiles;
-use credentials::{Credentials, CredentialsError, Own};
+use credentials::{CredentialSource, CredentialsError, WatchmuxAuth};
 use exec::ClientIdentity;
 pub use exec::ExecError;
 use health::HealthCell;
@@ -141,7 +141,7 @@ type HttpsClient = Client<UpstreamConnector, ProxyBody>;
 pub enum UpstreamCredential {
     /// watchmux's own: its bearer token, and its client certificate if the
     /// kubeconfig has one.
-    Own,
+    Watchmux,
     /// This `Authorization` value and no client certificate.
     Header(http::HeaderValue),
     /// Nothing: no `Authorization`, no client certificate.
@@ -261,7 +261,7 @@ pub struct Upstream {
     /// The kubeconfig's client certificate when it came from files, read
     /// again as they rotate (the kubelet's, in nodeLocal mode).
     cert_files: Option<RotatingCertFiles>,
-    credentials: Credentials,
+    credentials: CredentialSource,
     health: HealthCell,
 }
 
@@ -308,7 +308,7 @@ impl Upstream {
             tls_base: anonymous,
             bare,
             cert_files,
-            credentials: Credentials::new(&cfg.auth, cfg)?,
+            credentials: CredentialSource::new(&cfg.auth, cfg)?,
             health: HealthCell::default(),
         })
     }
@@ -329,7 +329,7 @@ impl Upstream {
     /// kubeconfig has one: at start-up, so that a plugin that fails is a
     /// fatal error and not a proxy that refuses every request.
     pub async fn load_credentials(&self) -> Result<(), Arc<ExecError>> {
-        self.credentials.own().await.map(drop)
+        self.credentials.watchmux_auth().await.map(drop)
     }
 
     /// The upstream's server URL as the kubeconfig names it, for messages.
@@ -341,8 +341,8 @@ impl Upstream {
     /// The request's URI is rewritten from its path and query; any
     /// `Authorization` it carries is replaced.
     pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
-        let (own, clients) = self.clients_for(&UpstreamCredential::Own).await?;
-        let req = self.prepare(req, authorization(&UpstreamCredential::Own, own.as_ref()));
+        let (own, clients) = self.clients_for(&UpstreamCredential::Watchmux).await?;
+        let req = self.prepare(req, authorization(&UpstreamCredential::Watchmux, own.as_ref()));
         let resp = self.in_time(clients.own.request(req)).await?;
         self.answered(resp.status(), own.as_ref());
         Ok(resp)
@@ -351,8 +351,8 @@ impl Upstream {
     /// Sends a review (TokenReview, SubjectAccessReview) with watchmux's
     /// credentials, on the connections kept for reviews.
     pub(crate) async fn send_review(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
-        let (own, clients) = self.clients_for(&UpstreamCredential::Own).await?;
-        let req = self.prepare(req, authorization(&UpstreamCredential::Own, own.as_ref()));
+        let (own, clients) = self.clients_for(&UpstreamCredential::Watchmux).await?;
+        let req = self.prepare(req, authorization(&UpstreamCredential::Watchmux, own.as_ref()));
         let resp = self.in_time(clients.reviews.request(req)).await?;
         self.answered(resp.status(), own.as_ref());
         Ok(resp)
@@ -398,10 +398,13 @@ impl Upstream {
 
     /// The connections for `credential`, and watchmux's own credentials
     /// when they are the ones to send.
-    async fn clients_for(&self, credential: &UpstreamCredential) -> Result<(Option<Own>, Arc<Clients>), SendError> {
+    async fn clients_for(
+        &self,
+        credential: &UpstreamCredential,
+    ) -> Result<(Option<WatchmuxAuth>, Arc<Clients>), SendError> {
         Ok(match credential {
-            UpstreamCredential::Own => {
-                let own = self.credentials.own().await.map_err(SendError::Credentials)?;
+            UpstreamCredential::Watchmux => {
+                let own = self.credentials.watchmux_auth().await.map_err(SendError::Credentials)?;
                 let clients = self.own_clients(&own).map_err(SendError::ClientTls)?;
                 (Some(own), clients)
             }
@@ -412,7 +415,7 @@ impl Upstream {
     }
 
     /// A 401 to watchmux's own credentials (`own`) renews them.
-    fn answered(&self, status: http::StatusCode, own: Option<&Own>) {
+    fn answered(&self, status: http::StatusCode, own: Option<&WatchmuxAuth>) {
         if status == http::StatusCode::UNAUTHORIZED
             && let Some(own) = own
         {
@@ -426,7 +429,7 @@ impl Upstream {
     /// watchmux's connections for `own`: replaced first when the client
     /// certificate to present now (the exec plugin's, or the one read again
     /// from rotating files) is not the one they present.
-    fn own_clients(&self, own: &Own) -> Result<Arc<Clients>, tls::TlsConfigError> {
+    fn own_clients(&self, own: &WatchmuxAuth) -> Result<Arc<Clients>, tls::TlsConfigError> {
         let from_files = self.cert_files.as_ref().map(RotatingCertFiles::current);
         let identity = own.exec.as_ref().and_then(|c| c.identity.as_ref()).or(from_files.as_ref());
         let same = |current: &OwnClients| match (&current.identity, identity) {
@@ -517,10 +520,10 @@ impl Upstream {
 }
 
 /// The `Authorization` a request sends as `credential`; `own` is
-/// watchmux's, fetched for [`UpstreamCredential::Own`].
-fn authorization(credential: &UpstreamCredential, own: Option<&Own>) -> Option<http::HeaderValue> {
+/// watchmux's, fetched for [`UpstreamCredential::Watchmux`].
+fn authorization(credential: &UpstreamCredential, own: Option<&WatchmuxAuth>) -> Option<http::HeaderValue> {
     match credential {
-        UpstreamCredential::Own => own.and_then(|o| o.authorization.clone()),
+        UpstreamCredential::Watchmux => own.and_then(|o| o.authorization.clone()),
         UpstreamCredential::Header(value) => Some(value.clone()),
         UpstreamCredential::None => None,
     }
@@ -550,8 +553,8 @@ mod tests {
             .header(header::AUTHORIZATION, "Bearer client")
             .body(body::empty())
             .unwrap();
-        let own = up.credentials.own().await.unwrap();
-        let req = up.prepare(req, authorization(&UpstreamCredential::Own, Some(&own)));
+        let own = up.credentials.watchmux_auth().await.unwrap();
+        let req = up.prepare(req, authorization(&UpstreamCredential::Watchmux, Some(&own)));
         assert_eq!(req.headers()[header::AUTHORIZATION], "Bearer t");
         assert!(req.headers().get(header::HOST).is_none());
         assert_eq!(req.version(), Version::HTTP_11);
@@ -638,15 +641,15 @@ mod tests {
         let up = Upstream::new(&cfg, UpstreamOptions::default()).unwrap();
         let clients = |up: &Upstream| Arc::as_ptr(&up.own.read().clients);
         let initial = clients(&up);
-        let own = up.credentials.own().await.unwrap();
+        let own = up.credentials.watchmux_auth().await.unwrap();
         let first = Arc::as_ptr(&up.own_clients(&own).unwrap());
         assert_ne!(first, initial, "the plugin's certificate needs connections of its own");
         assert_eq!(Arc::as_ptr(&up.own_clients(&own).unwrap()), first);
         up.credentials.unauthorized(&own);
-        let same_cert = up.credentials.own().await.unwrap();
+        let same_cert = up.credentials.watchmux_auth().await.unwrap();
         assert_eq!(Arc::as_ptr(&up.own_clients(&same_cert).unwrap()), first, "an unchanged certificate keeps them");
         up.credentials.unauthorized(&same_cert);
-        let rotated = up.credentials.own().await.unwrap();
+        let rotated = up.credentials.watchmux_auth().await.unwrap();
         assert_ne!(Arc::as_ptr(&up.own_clients(&rotated).unwrap()), first, "a new certificate replaces them");
         assert_eq!(p.runs(), 3);
     }
@@ -675,7 +678,7 @@ mod tests {
         let cfg = kubeconfig::resolve(Some(&kubeconfig), None).unwrap();
         assert!(cfg.client_cert_files.is_some(), "a pair from files is one that rotates");
         let up = Upstream::new(&cfg, UpstreamOptions::default()).unwrap();
-        let own = up.credentials.own().await.unwrap();
+        let own = up.credentials.watchmux_auth().await.unwrap();
         let first = Arc::as_ptr(&up.own_clients(&own).unwrap());
         assert_eq!(first, Arc::as_ptr(&up.own.read().clients), "the kubeconfig's pair keeps the first connections");
 

@@ -14,7 +14,7 @@ pub(crate) enum UpstreamIdentity {
     /// watchmux's own credentials (trusted-local: every client is watchmux).
     /// A client's `Impersonate-*` headers stay: the API server checks
     /// watchmux's own right to impersonate, as for any client of it.
-    Own,
+    Watchmux,
     /// watchmux's credentials, impersonating the authenticated caller
     /// (delegated mode with impersonation rights).
     Impersonate(Caller),
@@ -33,7 +33,7 @@ impl UpstreamIdentity {
     /// The credentials the upstream client must attach for this identity.
     pub(crate) fn credential(&self) -> UpstreamCredential {
         match self {
-            Self::Own | Self::Impersonate(_) => UpstreamCredential::Own,
+            Self::Watchmux | Self::Impersonate(_) => UpstreamCredential::Watchmux,
             Self::ClientCredentials(value) => UpstreamCredential::Header(value.clone()),
             Self::Anonymous => UpstreamCredential::None,
         }

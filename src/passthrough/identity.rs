@@ -27,7 +27,7 @@ pub(crate) fn apply(headers: &mut HeaderMap, identity: &UpstreamIdentity) -> Res
     headers.remove(header::AUTHORIZATION);
     remove_front_proxy_headers(headers);
     match identity {
-        UpstreamIdentity::Own | UpstreamIdentity::ClientCredentials(_) | UpstreamIdentity::Anonymous => Ok(()),
+        UpstreamIdentity::Watchmux | UpstreamIdentity::ClientCredentials(_) | UpstreamIdentity::Anonymous => Ok(()),
         UpstreamIdentity::Impersonate(caller) => impersonation::impersonate(headers, caller),
     }
 }
@@ -112,7 +112,7 @@ mod tests {
     #[test]
     fn own_identity_keeps_client_impersonation_but_not_front_proxy_headers() {
         let mut h = map(&[("authorization", "Bearer c"), ("impersonate-user", "bob"), ("x-remote-user", "root")]);
-        apply(&mut h, &UpstreamIdentity::Own).unwrap();
+        apply(&mut h, &UpstreamIdentity::Watchmux).unwrap();
         assert_eq!(h["impersonate-user"], "bob");
         assert!(h.get("authorization").is_none() && h.get("x-remote-user").is_none());
     }
@@ -132,7 +132,7 @@ mod tests {
             UpstreamCredential::Header(HeaderValue::from_static("Bearer t"))
         );
         assert_eq!(UpstreamIdentity::Anonymous.credential(), UpstreamCredential::None);
-        assert_eq!(UpstreamIdentity::Impersonate(alice()).credential(), UpstreamCredential::Own);
+        assert_eq!(UpstreamIdentity::Impersonate(alice()).credential(), UpstreamCredential::Watchmux);
     }
 
     #[test]

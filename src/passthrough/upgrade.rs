@@ -7,16 +7,15 @@ use http::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use metrics::{counter, gauge};
 
-use super::{Peer, ResourceLabels, headers, set_identity, upstream_failure};
+use super::{Passthrough, Peer, headers, set_identity};
 use crate::auth::UpstreamIdentity;
 use crate::body::{self, ProxyBody, RequestBody};
 use crate::metrics as m;
 use crate::request::RequestInfo;
-use crate::upstream::{ConnectionKind, Upstream};
+use crate::upstream::ConnectionKind;
 
 pub(super) async fn forward(
-    upstream: &Upstream,
-    resources: &ResourceLabels,
+    pass: &Passthrough,
     mut req: Request<RequestBody>,
     peer: Peer,
     info: &RequestInfo,
@@ -34,11 +33,14 @@ pub(super) async fn forward(
         return *refusal;
     }
     let upstream_req = Request::from_parts(parts, body::boxed(incoming));
-    let mut resp = match upstream.send_as(upstream_req, &identity.credential(), ConnectionKind::Upgrade).await {
-        Ok(resp) => resp,
-        Err(err) => return upstream_failure(upstream, &err, verb, resources.label(info, None)),
+    let mut resp = match pass.upstream.send_as(upstream_req, &identity.credential(), ConnectionKind::Upgrade).await {
+        Ok(resp) => {
+            pass.failures.succeeded();
+            resp
+        }
+        Err(err) => return pass.upstream_failure(&err, verb, info),
     };
-    let resource = resources.label(info, Some(resp.status()));
+    let resource = pass.resources.label(info, Some(resp.status()));
     counter!(m::PASSTHROUGH_REQUESTS, "verb" => verb, "resource" => resource, "code" => resp.status().as_str().to_owned())
         .increment(1);
 

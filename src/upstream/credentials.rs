@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::exec::{ExecError, ExecPlugin};
-use super::exec_cache::{Credential, ExecCredentials};
+use super::exec_cache::{ExecCredentials, IssuedCredential};
 use crate::upstream::kubeconfig::{UpstreamAuth, UpstreamConfig};
 
 /// How long a token read from a file is used before the file is read again.
@@ -39,7 +39,7 @@ pub enum CredentialsError {
 
 /// Produces the `Authorization` header for upstream requests.
 #[derive(Debug)]
-pub(crate) enum Credentials {
+pub(crate) enum CredentialSource {
     None,
     Fixed(HeaderValue),
     TokenFile { path: PathBuf, cached: Mutex<(HeaderValue, Instant)> },
@@ -48,14 +48,14 @@ pub(crate) enum Credentials {
 
 /// What one request goes upstream with as watchmux.
 #[derive(Debug, Default)]
-pub(crate) struct Own {
+pub(crate) struct WatchmuxAuth {
     pub authorization: Option<HeaderValue>,
     /// The exec plugin's credential, when that is where it came from: its
     /// client certificate, and what a 401 names.
-    pub exec: Option<Arc<Credential>>,
+    pub exec: Option<Arc<IssuedCredential>>,
 }
 
-impl Credentials {
+impl CredentialSource {
     /// `cfg` is the upstream an exec plugin is told about.
     pub(crate) fn new(auth: &UpstreamAuth, cfg: &UpstreamConfig) -> Result<Self, CredentialsError> {
         Ok(match auth {
@@ -75,18 +75,18 @@ impl Credentials {
 
     /// The credentials to send now: the exec plugin's current ones (run
     /// if none is usable), or [`Self::authorization`].
-    pub(crate) async fn own(&self) -> Result<Own, Arc<ExecError>> {
+    pub(crate) async fn watchmux_auth(&self) -> Result<WatchmuxAuth, Arc<ExecError>> {
         match self {
             Self::Exec(exec) => {
                 let credential = exec.current().await?;
-                Ok(Own { authorization: credential.authorization.clone(), exec: Some(credential) })
+                Ok(WatchmuxAuth { authorization: credential.authorization.clone(), exec: Some(credential) })
             }
-            other => Ok(Own { authorization: other.authorization(), exec: None }),
+            other => Ok(WatchmuxAuth { authorization: other.authorization(), exec: None }),
         }
     }
 
     /// Tells the exec plugin's cache that the upstream answered 401 to `own`.
-    pub(crate) fn unauthorized(&self, own: &Own) {
+    pub(crate) fn unauthorized(&self, own: &WatchmuxAuth) {
         if let (Self::Exec(exec), Some(credential)) = (self, &own.exec) {
             exec.unauthorized(credential);
         }
@@ -150,7 +150,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "first\n").unwrap();
-        let creds = Credentials::new(&UpstreamAuth::TokenFile(path.clone()), &test_cfg()).unwrap();
+        let creds = CredentialSource::new(&UpstreamAuth::TokenFile(path.clone()), &test_cfg()).unwrap();
         assert_eq!(creds.authorization().unwrap(), "Bearer first");
 
         std::fs::write(&path, "second").unwrap();
@@ -166,7 +166,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "kept").unwrap();
-        let creds = Credentials::new(&UpstreamAuth::TokenFile(path.clone()), &test_cfg()).unwrap();
+        let creds = CredentialSource::new(&UpstreamAuth::TokenFile(path.clone()), &test_cfg()).unwrap();
         std::fs::remove_file(&path).unwrap();
         tokio::time::advance(TOKEN_FILE_REFRESH * 2).await;
         assert_eq!(creds.authorization().unwrap(), "Bearer kept");
@@ -178,7 +178,7 @@ mod tests {
         let path = dir.path().join("token");
         std::fs::write(&path, "  \n").unwrap();
         assert!(matches!(
-            Credentials::new(&UpstreamAuth::TokenFile(path), &test_cfg()),
+            CredentialSource::new(&UpstreamAuth::TokenFile(path), &test_cfg()),
             Err(CredentialsError::EmptyTokenFile(_))
         ));
     }
@@ -186,7 +186,8 @@ mod tests {
     #[test]
     fn basic_auth_and_sensitivity() {
         let creds =
-            Credentials::new(&UpstreamAuth::Basic { username: "u".into(), password: "p".into() }, &test_cfg()).unwrap();
+            CredentialSource::new(&UpstreamAuth::Basic { username: "u".into(), password: "p".into() }, &test_cfg())
+                .unwrap();
         let h = creds.authorization().unwrap();
         assert_eq!(h, "Basic dTpw");
         assert!(h.is_sensitive());

@@ -38,7 +38,7 @@ fn refresh_margin(lifetime: Duration) -> Duration {
 
 /// One credential in use.
 #[derive(Debug)]
-pub(crate) struct Credential {
+pub(crate) struct IssuedCredential {
     /// Counts the plugin's successful runs; a 401 names the one it refused.
     pub generation: u64,
     /// `Bearer <token>`, marked sensitive, when the plugin gave a token.
@@ -52,7 +52,7 @@ pub(crate) struct Credential {
     expires_at: Option<Instant>,
 }
 
-impl Credential {
+impl IssuedCredential {
     fn expired(&self, now: Instant) -> bool {
         self.expires_at.is_some_and(|t| now >= t)
     }
@@ -64,7 +64,7 @@ impl Credential {
 
 #[derive(Debug, Default)]
 struct State {
-    current: Option<Arc<Credential>>,
+    current: Option<Arc<IssuedCredential>>,
     /// The upstream answered 401 to the current credential.
     refused: bool,
     /// Finished runs, successful or not: a request that waited for a run
@@ -76,13 +76,13 @@ struct State {
 
 impl State {
     /// The credential requests may use now, if any.
-    fn usable(&self, now: Instant) -> Option<&Arc<Credential>> {
+    fn usable(&self, now: Instant) -> Option<&Arc<IssuedCredential>> {
         self.current.as_ref().filter(|c| !self.refused && !c.expired(now))
     }
 
     /// What a request gets without running the plugin: the usable
     /// credential, else the last failure.
-    fn outcome(&self, now: Instant) -> Option<Result<Arc<Credential>, Arc<ExecError>>> {
+    fn outcome(&self, now: Instant) -> Option<Result<Arc<IssuedCredential>, Arc<ExecError>>> {
         match (self.usable(now), &self.last_failure) {
             (Some(c), _) => Some(Ok(c.clone())),
             (None, Some((_, err))) => Some(Err(err.clone())),
@@ -107,7 +107,7 @@ impl ExecCredentials {
 
     /// The credential to send now, running the plugin if there is none
     /// usable (first use, expired, or refused with a 401).
-    pub(crate) async fn current(self: &Arc<Self>) -> Result<Arc<Credential>, Arc<ExecError>> {
+    pub(crate) async fn current(self: &Arc<Self>) -> Result<Arc<IssuedCredential>, Arc<ExecError>> {
         let now = Instant::now();
         let runs_seen = {
             let state = self.state.lock();
@@ -140,7 +140,7 @@ impl ExecCredentials {
     /// Records that the upstream answered 401 to `refused`: the next
     /// request runs the plugin again. 401s to an older credential than the
     /// current one are the same burst and change nothing.
-    pub(crate) fn unauthorized(&self, refused: &Credential) {
+    pub(crate) fn unauthorized(&self, refused: &IssuedCredential) {
         let mut state = self.state.lock();
         if state.current.as_ref().is_some_and(|c| c.generation == refused.generation) && !state.refused {
             state.refused = true;
@@ -164,7 +164,7 @@ impl ExecCredentials {
     }
 
     /// Runs the plugin (the caller holds `run`) and records the outcome.
-    async fn run_plugin(&self) -> Result<Arc<Credential>, Arc<ExecError>> {
+    async fn run_plugin(&self) -> Result<Arc<IssuedCredential>, Arc<ExecError>> {
         let started = Instant::now();
         let result = self.plugin.run().await;
         let now = Instant::now();
@@ -208,7 +208,7 @@ impl ExecCredentials {
 }
 
 /// Turns what the plugin printed into the credential requests carry.
-fn credential(issued: Issued, generation: u64, previous: Option<&Credential>, now: Instant) -> Credential {
+fn credential(issued: Issued, generation: u64, previous: Option<&IssuedCredential>, now: Instant) -> IssuedCredential {
     let authorization = issued.token.map(|t| {
         let mut v = HeaderValue::try_from(format!("Bearer {t}")).expect("checked when the output was parsed");
         v.set_sensitive(true);
@@ -230,7 +230,7 @@ fn credential(issued: Issued, generation: u64, previous: Option<&Credential>, no
             (Some(expires_at - refresh_margin(lifetime)), Some(expires_at))
         }
     };
-    Credential { generation, authorization, identity, refresh_at, expires_at }
+    IssuedCredential { generation, authorization, identity, refresh_at, expires_at }
 }
 
 #[cfg(test)]
@@ -321,7 +321,7 @@ exit "$(cat "$dir/exit" 2>/dev/null || echo 0)"
         }
     }
 
-    fn bearer(c: &Credential) -> String {
+    fn bearer(c: &IssuedCredential) -> String {
         c.authorization.as_ref().unwrap().to_str().unwrap().to_owned()
     }
 

@@ -152,7 +152,7 @@ fn is_go_duration(s: &str) -> bool {
     true
 }
 
-use crate::request::flag_value as flag;
+use crate::request::query_bool as flag;
 
 #[cfg(test)]
 mod tests {
