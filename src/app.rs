@@ -44,6 +44,8 @@ pub struct ServerOptions {
     pub delegated: Option<DelegatedSettings>,
     /// Request and connection limits.
     pub limits: Limits,
+    /// Priority levels and seats for the reads the cache answers (`--fairness-*`).
+    pub fairness: crate::fairness::FairnessSettings,
     /// One socket write per batch of HTTP/2 frames (`--h2-write-batching`).
     pub h2_write_batching: bool,
     /// trusted-local's Host check (`--accept-hosts`); `None` checks nothing.
@@ -84,6 +86,7 @@ impl App {
         let cache =
             opts.cache.map(|config| config.build(upstream.clone(), stages.background.clone(), stages.streams.clone()));
         let delegated = opts.delegated.map(|settings| settings.build(upstream.clone()));
+        let fairness = crate::fairness::Fairness::new(opts.fairness, delegated.is_some());
         let limits = opts.limits;
         let api = ApiHandler::new(
             Passthrough::new(upstream.clone(), stages.streams.clone()),
@@ -92,6 +95,7 @@ impl App {
             RequestLimits::new(limits.max_requests_inflight, limits.max_request_body_bytes),
             opts.accept_hosts,
             opts.reject_paths,
+            fairness,
         );
         let admin = AdminHandler(Arc::new(AdminState {
             upstream: upstream.clone(),

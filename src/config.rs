@@ -223,6 +223,29 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 400)]
     pub max_requests_inflight: usize,
 
+    /// Seats for the reads watchmux answers from its cache (LISTs until
+    /// written, watches until their initial events are), split between the
+    /// API server's default priority levels by their shares: kubelets,
+    /// kube-system controllers, service accounts and other users each have
+    /// their own, and within a level each user (trusted-local: each
+    /// connection) queues on its own, in turn. `system:masters` is exempt. A
+    /// full queue (50) or a longer wait gets the API server's 429. 0: off.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub fairness_seats: usize,
+
+    /// The longest a cached read waits for a seat before its 429.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub fairness_queue_wait: Duration,
+
+    /// Watches one user (trusted-local: one connection) may start per second
+    /// from the cache, on average; more get 429.
+    #[arg(long, value_name = "N", default_value_t = 20.0)]
+    pub fairness_watch_starts_per_second: f64,
+
+    /// Watches one user (trusted-local: one connection) may start at once.
+    #[arg(long, value_name = "N", default_value_t = 200.0)]
+    pub fairness_watch_start_burst: f64,
+
     /// Downstream connections that may be open at once; requests on further
     /// connections get 429 and the connection is closed. 0: no limit.
     #[arg(long, value_name = "N", default_value_t = 20_000)]

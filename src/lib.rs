@@ -20,6 +20,8 @@ pub(crate) mod cache;
 pub mod config;
 pub mod encode;
 pub(crate) mod error;
+pub(crate) mod fair_queue;
+pub mod fairness;
 pub mod install;
 pub(crate) mod metrics;
 pub(crate) mod negotiate;

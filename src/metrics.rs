@@ -144,6 +144,12 @@ pub(crate) const AUTH_CACHE_ENTRIES: &str = "watchmux_auth_cache_entries";
 pub(crate) const AUTH_CACHE_BYTES: &str = "watchmux_auth_cache_bytes";
 /// Reviews waiting for a slot (`--max-concurrent-reviews`), over all callers.
 pub(crate) const AUTH_REVIEWS_WAITING: &str = "watchmux_auth_reviews_waiting";
+/// Cached reads refused with 429 by fairness, by priority level and reason.
+pub(crate) const FAIRNESS_REJECTED: &str = "watchmux_fairness_rejected_total";
+/// Cached reads waiting for a seat, by priority level.
+pub(crate) const FAIRNESS_WAITING: &str = "watchmux_fairness_waiting";
+/// Seats of each priority level (`--fairness-seats` split by shares).
+pub(crate) const FAIRNESS_SEATS: &str = "watchmux_fairness_seats";
 
 /// Buckets for the auth checks: a cached answer takes microseconds.
 const AUTH_CHECK_BUCKETS: &[f64] =
@@ -231,6 +237,12 @@ fn describe() {
         AUTH_REVIEWS_WAITING,
         "Reviews waiting for one of the --max-concurrent-reviews slots, which are handed out round-robin by caller."
     );
+    describe_counter!(
+        FAIRNESS_REJECTED,
+        "Reads the cache would answer refused with the API server's 429, by priority level (APF's default levels) and reason (queue_full, queue_wait, watch_rate)."
+    );
+    describe_gauge!(FAIRNESS_WAITING, "Reads the cache would answer waiting for a seat, by priority level.");
+    describe_gauge!(FAIRNESS_SEATS, "Seats of each priority level: --fairness-seats split by APF's nominal shares.");
     describe_counter!(
         PASSTHROUGH_REQUESTS,
         "Requests forwarded to the upstream API server, by verb, resource and HTTP code. resource is the group-qualified resource once the upstream has answered a request for it with success (at most 256 of them), \"other\" for the rest and \"\" for non-resource paths."

@@ -8,7 +8,8 @@
 //! 3. In delegated mode, who the caller is (authentication, then any
 //!    impersonation it asks for).
 //! 4. The cache, for the reads it can answer (authorized first, in delegated
-//!    mode, as the caller).
+//!    mode, as the caller), each LIST and WATCH on a seat of the caller's
+//!    priority level ([`fairness`](crate::fairness)).
 //! 5. Everything else passes through to the API server, as watchmux itself,
 //!    as the caller (impersonating), or with the caller's own credentials.
 //!
@@ -24,8 +25,9 @@ use crate::auth::reviews::Attributes;
 use crate::auth::{CallerGate, Delegated, UpstreamIdentity, UpstreamIdentityMode, impersonation};
 use crate::body::{ProxyBody, RequestBody};
 use crate::cache::read::serve::{CacheService, Open, ReadGate, Served};
+use crate::fairness::{Fairness, Flow};
 use crate::passthrough::Passthrough;
-use crate::request::RequestInfo;
+use crate::request::{RequestInfo, Verb};
 use crate::server::connection::listener::Handler;
 use crate::server::gates::hosts::{self, AcceptHosts};
 use crate::server::gates::limits::{self, RequestLimits};
@@ -42,6 +44,7 @@ pub(crate) struct ApiHandler {
     limits: RequestLimits,
     accept_hosts: Option<AcceptHosts>,
     reject_paths: Option<RejectPaths>,
+    fairness: Option<Arc<Fairness>>,
 }
 
 impl ApiHandler {
@@ -52,20 +55,39 @@ impl ApiHandler {
         limits: RequestLimits,
         accept_hosts: Option<AcceptHosts>,
         reject_paths: Option<RejectPaths>,
+        fairness: Option<Arc<Fairness>>,
     ) -> Self {
-        Self { passthrough, cache, delegated, limits, accept_hosts, reject_paths }
+        Self { passthrough, cache, delegated, limits, accept_hosts, reject_paths, fairness }
     }
 
     /// The cache's answer, when there is a cache and it answers (`gate`
-    /// authorizes the read first); `None` passes the request through.
+    /// authorizes the read first); `None` passes the request through. A
+    /// LIST or WATCH of a cached resource first takes a seat of `flow`'s
+    /// priority level, or gets its 429.
     async fn cached_answer(
         &self,
         req: &Request<RequestBody>,
         info: &RequestInfo,
         gate: &impl ReadGate,
+        flow: impl FnOnce() -> Flow,
     ) -> Option<Response<ProxyBody>> {
-        match self.cache.as_ref()?.serve(req.method(), req.uri(), req.headers(), info, gate).await {
-            Served::Response(resp) => Some(resp),
+        let cache = self.cache.as_ref()?;
+        let seat = match &self.fairness {
+            Some(fairness)
+                if matches!(info.verb, Some(Verb::List | Verb::Watch)) && cache.may_answer(req.method(), info) =>
+            {
+                match fairness.admit(&flow(), info.is_watch()).await {
+                    Ok(seat) => Some(seat),
+                    Err(refused) => return Some(*refused),
+                }
+            }
+            _ => None,
+        };
+        match cache.serve(req.method(), req.uri(), req.headers(), info, gate).await {
+            Served::Response(resp) => Some(match seat {
+                Some(seat) => seat.held_by(resp),
+                None => resp,
+            }),
             Served::Passthrough(_) => None,
         }
     }
@@ -99,7 +121,8 @@ impl Handler for ApiHandler {
             Err(refused) => return *refused,
         };
         let Some(delegated) = &self.delegated else {
-            if let Some(resp) = self.cached_answer(&req, &info, &Open).await {
+            let flow = || Flow::of_connection(peer.addr);
+            if let Some(resp) = self.cached_answer(&req, &info, &Open, flow).await {
                 return resp;
             }
             return self.passthrough.forward(req, peer, &info, &UpstreamIdentity::Watchmux).await;
@@ -125,8 +148,10 @@ impl Handler for ApiHandler {
                 Err(refused) => return *refused,
             }
         };
+        let flow = || Flow::of_user(&caller.name, &caller.groups, &info.api_group, &info.resource);
         if !client_impersonates
-            && let Some(resp) = self.cached_answer(&req, &info, &CallerGate { auth: delegated, caller: &caller }).await
+            && let Some(resp) =
+                self.cached_answer(&req, &info, &CallerGate { auth: delegated, caller: &caller }, flow).await
         {
             return resp;
         }

@@ -13,6 +13,7 @@ mod crd_lifecycle;
 mod differential;
 mod env;
 mod exec_plugin;
+mod fairness;
 mod operator;
 mod protobuf;
 mod relay;

@@ -178,7 +178,7 @@ trap cleanup EXIT
 examples="$chart/examples"
 cases=(
   "tier|restricted|-|--set mode=tier"
-  "tier-cache-all|restricted|-|--set mode=tier --set 'cache.resources={*}' --set cache.scopes.configmaps=labelSelector=app=demo"
+  "tier-cache-all|restricted|-|--set mode=tier --set 'cache.resources={*}' --set cache.scopes.configmaps=labelSelector=app=demo --set limits.fairnessSeats=200 --set limits.fairnessQueueWait=5s"
   "tier-cache-off|restricted|-|--set mode=tier --set cache.enabled=false"
   "tier-servicemonitor|restricted|-|--set mode=tier --set serviceMonitor.enabled=true --set networkPolicy.enabled=true"
   "tier-certmanager|restricted|-|--set mode=tier --set certManager.enabled=true"

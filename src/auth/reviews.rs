@@ -29,7 +29,7 @@ use crate::metrics as m;
 use crate::request::{RequestInfo, Verb};
 use crate::selector::FieldSelector;
 use crate::upstream::Upstream;
-use slots::FairSlots;
+use slots::review_slots;
 
 /// How long one review may take before it counts as failed.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
@@ -203,14 +203,14 @@ pub(crate) struct Decision {
 #[derive(Clone)]
 pub(crate) struct ReviewClient {
     upstream: Arc<Upstream>,
-    slots: Arc<FairSlots>,
+    slots: Arc<crate::fair_queue::FairSlots<Asker>>,
     max_concurrent: usize,
 }
 
 impl ReviewClient {
     pub(crate) fn new(upstream: Arc<Upstream>, max_concurrent: usize) -> Self {
         let max_concurrent = max_concurrent.max(1);
-        Self { upstream, slots: FairSlots::new(max_concurrent), max_concurrent }
+        Self { upstream, slots: review_slots(max_concurrent), max_concurrent }
     }
 
     /// Who `token` belongs to, or `None` when the API server does not accept
@@ -279,7 +279,7 @@ impl ReviewClient {
         let started = Instant::now();
         let deadline = started + REVIEW_TIMEOUT;
         let result = match tokio::time::timeout_at(deadline, self.slots.acquire(asker)).await {
-            Ok(_slot) => tokio::time::timeout_at(deadline, self.send(path, body))
+            Ok(Ok(_slot)) => tokio::time::timeout_at(deadline, self.send(path, body))
                 .await
                 .unwrap_or(Err(ReviewError::Timeout(REVIEW_TIMEOUT))),
             _ => Err(ReviewError::Busy(self.max_concurrent, REVIEW_TIMEOUT)),

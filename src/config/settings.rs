@@ -48,6 +48,12 @@ impl super::Args {
                 max_connections: self.max_connections,
                 max_request_body_bytes: self.max_request_body_bytes,
             },
+            fairness: crate::fairness::FairnessSettings {
+                seats: self.fairness_seats,
+                queue_wait: self.fairness_queue_wait,
+                watch_starts_per_second: self.fairness_watch_starts_per_second,
+                watch_start_burst: self.fairness_watch_start_burst,
+            },
             h2_write_batching: self.h2_write_batching,
             // Delegated mode authenticates every request instead.
             accept_hosts: match self.auth_mode {

@@ -538,6 +538,12 @@ current-context: watchmux-tier
 - --max-requests-inflight={{ int .Values.limits.maxRequestsInflight }}
 - --max-connections={{ int .Values.limits.maxConnections }}
 - --max-request-body-bytes={{ int64 .Values.limits.maxRequestBodyBytes }}
+{{- if ne (toString .Values.limits.fairnessSeats) "" }}
+- --fairness-seats={{ int .Values.limits.fairnessSeats }}
+{{- end }}
+{{- with .Values.limits.fairnessQueueWait }}
+- --fairness-queue-wait={{ . }}
+{{- end }}
 {{- with .Values.extraArgs }}
 {{ toYaml . }}
 {{- end }}

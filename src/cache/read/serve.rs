@@ -124,6 +124,17 @@ impl CacheService {
         &self.registry
     }
 
+    /// Whether the request is a read of a cached resource: one the cache
+    /// may answer, though [`CacheService::serve`] may still pass it on.
+    pub(crate) fn may_answer(&self, method: &Method, info: &RequestInfo) -> bool {
+        *method == Method::GET
+            && info.is_resource_request
+            && info.subresource.is_none()
+            && self
+                .registry
+                .is_enabled(&GroupResource { group: info.api_group.clone(), resource: info.resource.clone() })
+    }
+
     /// Serves a request from the cache, or says why it must pass through.
     pub(crate) async fn serve(
         &self,

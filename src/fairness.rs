@@ -1,0 +1,247 @@
+//! Fairness for the reads watchmux answers from its cache: one client's
+//! storm of LISTs cannot starve the kubelets.
+//!
+//! The API server's Priority and Fairness (APF) protects it, but a read the
+//! cache answers never reaches it: without limits here, one client running
+//! a hundred LISTs of 10,000 pods in a loop takes every core of the proxy
+//! that every kubelet of the node (or the tier) syncs through. So cached
+//! LISTs and watch starts take a seat, as APF's do:
+//!
+//! - Seats (`--fairness-seats`) are split between the priority levels of
+//!   APF's default configuration by their nominal shares ([`level`]) in
+//!   delegated mode (in trusted-local mode every client is watchmux: one
+//!   level has every seat, and connections are the flows):
+//!   kubelets (`node-high`, `system`) and kube-system's controllers
+//!   (`workload-high`) have seats of their own, apart from workloads'
+//!   service accounts (`workload-low`) and other users and anonymous
+//!   (`global-default`). `system:masters` is exempt.
+//! - Within a level, each flow (a user; in trusted-local mode, a client
+//!   connection) queues on its own, and waiting flows take turns
+//!   ([`crate::fair_queue`]): one flow's backlog delays another by at most
+//!   one request per flow ahead of it.
+//! - A LIST holds its seat until its answer is written; a watch until its
+//!   initial events are (its body first has nothing to send), so the bytes
+//!   of initial events in flight are bounded by the seats too. Watch starts
+//!   are also limited per flow and second (`--fairness-watch-starts`).
+//! - A request that finds its flow's queue full (50, APF's queue length),
+//!   that waits longer than `--fairness-queue-wait`, or that starts a watch
+//!   over its flow's rate gets the API server's own 429 (plain text,
+//!   `Retry-After: 1`), counted in `watchmux_fairness_rejected_total` by
+//!   priority level and reason.
+//!
+//! Reads that pass through are the API server's to limit, with the caller's
+//! identity (impersonated or its own), and take no seat here.
+
+pub(crate) mod level;
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use http_body::{Body, Frame, SizeHint};
+use metrics::counter;
+use tokio::time::Instant;
+
+use crate::body::{self, BoxError, Chunk, ProxyBody};
+use crate::fair_queue::{FairSlots, QueueFull, Slot};
+use crate::metrics as m;
+pub(crate) use level::{Flow, FlowKey, PriorityLevel};
+
+/// How many requests one flow may have waiting for a seat: APF's default
+/// queue length limit.
+const QUEUE_LENGTH: usize = 50;
+
+/// Watch-start buckets kept per level before full (idle) ones are dropped.
+const BUCKETS_KEPT: usize = 10_000;
+
+/// `--fairness-*`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FairnessSettings {
+    /// Seats over every limited level; 0 turns fairness off.
+    pub seats: usize,
+    /// The longest a request waits for a seat before its 429.
+    pub queue_wait: Duration,
+    /// Watch starts per second one flow may make, on average.
+    pub watch_starts_per_second: f64,
+    /// Watch starts one flow may make at once.
+    pub watch_start_burst: f64,
+}
+
+impl Default for FairnessSettings {
+    fn default() -> Self {
+        Self {
+            seats: 100,
+            queue_wait: Duration::from_secs(15),
+            watch_starts_per_second: 20.0,
+            watch_start_burst: 200.0,
+        }
+    }
+}
+
+/// The seats of every level.
+pub(crate) struct Fairness {
+    levels: HashMap<PriorityLevel, Level>,
+    settings: FairnessSettings,
+}
+
+struct Level {
+    seats: Arc<FairSlots<FlowKey>>,
+    starts: parking_lot::Mutex<HashMap<FlowKey, Bucket>>,
+}
+
+/// A token bucket of watch starts.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// Why a request got 429.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rejected {
+    QueueFull,
+    QueueWait,
+    WatchRate,
+}
+
+impl Rejected {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::QueueFull => "queue_full",
+            Self::QueueWait => "queue_wait",
+            Self::WatchRate => "watch_rate",
+        }
+    }
+}
+
+impl Fairness {
+    /// The levels these settings describe, APF's defaults with `by_identity`
+    /// (delegated mode) and otherwise one level, `global-default`, with
+    /// every seat (trusted-local: every client is watchmux, only connections
+    /// tell them apart); `None` when fairness is off.
+    pub(crate) fn new(settings: FairnessSettings, by_identity: bool) -> Option<Arc<Self>> {
+        if settings.seats == 0 {
+            return None;
+        }
+        let limited: &[PriorityLevel] =
+            if by_identity { &PriorityLevel::LIMITED } else { &[PriorityLevel::GlobalDefault] };
+        let total_shares: usize = limited.iter().map(|l| l.shares()).sum();
+        let levels = limited
+            .iter()
+            .map(|&level| {
+                // Rounded up, as APF's nominal concurrency limits are.
+                let seats = (settings.seats * level.shares()).div_ceil(total_shares);
+                let waiting = metrics::gauge!(m::FAIRNESS_WAITING, "priority_level" => level.as_str());
+                metrics::gauge!(m::FAIRNESS_SEATS, "priority_level" => level.as_str()).set(seats as f64);
+                // A flow alone may use every seat of its level (APF is
+                // work-conserving); flows that wait take turns.
+                let seats = FairSlots::new(seats, seats, QUEUE_LENGTH, waiting);
+                (level, Level { seats, starts: parking_lot::Mutex::default() })
+            })
+            .collect();
+        Some(Arc::new(Self { levels, settings }))
+    }
+
+    /// A seat for one cached read of `flow` (a watch when `watch`), or the
+    /// 429 to answer instead.
+    pub(crate) async fn admit(&self, flow: &Flow, watch: bool) -> Result<Seat, body::Refusal> {
+        // Exempt (`system:masters`) has no seats to take.
+        let Some(level) = self.levels.get(&flow.level) else {
+            return Ok(Seat { slot: None, watch });
+        };
+        if watch && !self.take_watch_start(level, &flow.key) {
+            return Err(refuse(flow.level, Rejected::WatchRate));
+        }
+        match tokio::time::timeout(self.settings.queue_wait, level.seats.acquire(&flow.key)).await {
+            Ok(Ok(slot)) => Ok(Seat { slot: Some(slot), watch }),
+            Ok(Err(QueueFull)) => Err(refuse(flow.level, Rejected::QueueFull)),
+            Err(_) => Err(refuse(flow.level, Rejected::QueueWait)),
+        }
+    }
+
+    fn take_watch_start(&self, level: &Level, key: &FlowKey) -> bool {
+        let (rate, burst) = (self.settings.watch_starts_per_second, self.settings.watch_start_burst);
+        let now = Instant::now();
+        let mut starts = level.starts.lock();
+        if starts.len() >= BUCKETS_KEPT {
+            // A full bucket is the same as none.
+            starts.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * rate < burst);
+        }
+        let bucket = starts.entry(key.clone()).or_insert(Bucket { tokens: burst, at: now });
+        bucket.tokens = (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate).min(burst);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The API server's 429 for a request APF rejected, counted by level.
+fn refuse(level: PriorityLevel, why: Rejected) -> body::Refusal {
+    counter!(m::FAIRNESS_REJECTED, "priority_level" => level.as_str(), "reason" => why.as_str()).increment(1);
+    let mut resp = Response::new(body::full(Bytes::from_static(b"Too many requests, please try again later.\n")));
+    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    Box::new(resp)
+}
+
+/// One cached read's seat (none for an exempt caller).
+pub(crate) struct Seat {
+    slot: Option<Slot<FlowKey>>,
+    watch: bool,
+}
+
+impl Seat {
+    /// `resp`, holding the seat until its body has been written (a watch:
+    /// until its body first has nothing to send, its initial events sent).
+    pub(crate) fn held_by(self, resp: Response<ProxyBody>) -> Response<ProxyBody> {
+        let Some(slot) = self.slot else { return resp };
+        resp.map(|inner| body::boxed_chunks(SeatedBody { inner, slot: Some(slot), watch: self.watch }))
+    }
+}
+
+/// A response body that gives its seat back when it ends, or (a watch) when
+/// it first has nothing to send.
+struct SeatedBody {
+    inner: ProxyBody,
+    slot: Option<Slot<FlowKey>>,
+    watch: bool,
+}
+
+impl Body for SeatedBody {
+    type Data = Chunk;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        let done = match &polled {
+            Poll::Pending => self.watch,
+            Poll::Ready(None | Some(Err(_))) => true,
+            Poll::Ready(Some(Ok(_))) => false,
+        };
+        if done {
+            self.slot = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests;
