@@ -24,6 +24,8 @@ pub(crate) mod content;
 pub(crate) mod discovery;
 pub(crate) mod dispatcher;
 pub(crate) mod event;
+#[cfg(any(test, feature = "fault-injection"))]
+pub(crate) mod fault;
 pub(crate) mod filter;
 pub(crate) mod history;
 pub(crate) mod object;
@@ -41,4 +43,5 @@ pub(crate) mod snapshots;
 pub(crate) mod store;
 pub(crate) mod stream;
 pub(crate) mod upstream_watch;
+pub(crate) mod verify;
 pub(crate) mod watcher;
