@@ -1,8 +1,9 @@
 //! Issue 26 item 1 against the real API server: each test-only fault in
 //! what the cache applies (a dropped event, a stale replay past the replay
 //! guard, a corrupted resourceVersion; `src/cache/fault.rs`, built in with
-//! the `fault-injection` feature) is found by the next consistency check,
-//! and the cache heals with exactly one relist.
+//! the `fault-injection` feature) is found by the next consistency check
+//! once the cache is past the fault's version, and the cache heals with
+//! exactly one relist.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -50,7 +51,9 @@ fn names(list: &serde_json::Value) -> BTreeMap<String, String> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|i| (i["metadata"]["name"].as_str().unwrap().into(), i["metadata"]["resourceVersion"].as_str().unwrap().into()))
+        .map(|i| {
+            (i["metadata"]["name"].as_str().unwrap().into(), i["metadata"]["resourceVersion"].as_str().unwrap().into())
+        })
         .collect()
 }
 
@@ -61,7 +64,8 @@ async fn each_injected_fault_is_found_by_the_next_check_and_healed_by_one_relist
     let direct = cluster.direct_client();
     let ns = namespace("verify");
     create_namespace(&direct, &ns).await;
-    let (dropped, duplicated, corrupted) = (format!("{ns}-dropped"), format!("{ns}-duplicated"), format!("{ns}-corrupted"));
+    let (dropped, duplicated, corrupted) =
+        (format!("{ns}-dropped"), format!("{ns}-duplicated"), format!("{ns}-corrupted"));
     let faults = format!("drop:configmaps:{dropped},duplicate:configmaps:{duplicated},corrupt:configmaps:{corrupted}");
     let wm = Watchmux::start_with_env(
         &cluster,
@@ -83,6 +87,8 @@ async fn each_injected_fault_is_found_by_the_next_check_and_healed_by_one_relist
             // The replay of its creation after its deletion brings it back.
             configmap(&direct, "delete", &ns, name).await;
         }
+        // A lost event shows once the cache is past its version.
+        configmap(&direct, "create", &ns, &format!("{name}-next")).await;
         let faulted = tokio::time::Instant::now();
         mismatches += 1.0;
         wait_for(&wm, fault, mismatches, "mismatch").await;

@@ -9,15 +9,18 @@
 //! object named `<name>` (any namespace) in the cache of `<resource>` (its
 //! metric label: `configmaps`, `deployments.apps`):
 //!
-//! - `drop`: the event's change to the store is undone (an event lost);
-//! - `duplicate`: the event is applied again, past the replay guard, after
-//!   the object's next event (a stale replay: the older version, or an
-//!   object brought back after its deletion);
+//! - `drop`: the event is not applied at all: neither the store, the
+//!   history nor any watcher gets it (an event lost). It shows once the
+//!   cache moves past its version (a later event or a bookmark);
+//! - `duplicate`: the event is applied to the store again, past the replay
+//!   guard, after the object's next event (a stale replay: the older
+//!   version, or an object brought back after its deletion);
 //! - `corrupt`: the stored object's resourceVersion is made one less than
 //!   the upstream's.
 //!
-//! Only the store is touched: watchers still get every event, so what is
-//! found is the store's divergence, which is what the check compares.
+//! `duplicate` and `corrupt` touch only the store (the history needs
+//! increasing versions): watchers got the true events. What the check
+//! compares is the store.
 
 use std::sync::Arc;
 
@@ -79,6 +82,19 @@ impl Faults {
         Self { armed: Mutex::new(armed) }
     }
 
+    /// Called by the writer before it applies an event of `object`: true
+    /// when the event is to be lost.
+    pub(crate) fn drops(&self, object: &CachedObject) -> bool {
+        let mut armed = self.armed.lock();
+        let found =
+            armed.iter().position(|a| matches!(a, Armed::Waiting(Fault::Drop, name) if *name == object.key.name));
+        if let Some(i) = found {
+            tracing::warn!(fault = "Drop", object = %object.key.name, rv = object.rv, "fault injected");
+            armed.remove(i);
+        }
+        found.is_some()
+    }
+
     /// Called by the writer after `event` was applied to `store`.
     pub(crate) fn after_apply(&self, store: &mut Store, event: &CacheEvent) {
         let mut armed = self.armed.lock();
@@ -89,16 +105,11 @@ impl Faults {
         let mut fired = None;
         for (i, a) in armed.iter_mut().enumerate() {
             match a {
-                Armed::Waiting(fault, name) if *name == key.name => {
+                Armed::Waiting(fault, name) if *name == key.name && *fault != Fault::Drop => {
                     tracing::warn!(fault = ?fault, object = %key.name, rv = event.rv, "fault injected");
                     match fault {
-                        Fault::Drop => {
-                            match &event.prev {
-                                Some(prev) => store.objects_mut().insert(key.clone(), prev.clone()),
-                                None => store.objects_mut().remove(key),
-                            };
-                            fired = Some(i);
-                        }
+                        // Before the event, in `drops`.
+                        Fault::Drop => {}
                         Fault::Corrupt if event.kind != EventType::Deleted => {
                             let wrong = Arc::new(event.object.with_resource_version(event.object.rv.saturating_sub(1)));
                             store.objects_mut().insert(key.clone(), wrong);
@@ -129,8 +140,13 @@ mod tests {
     use super::*;
     use crate::cache::object::tests::cm;
 
+    /// As the writer applies an event.
     fn apply(store: &mut Store, faults: &Faults, kind: EventType, name: &str, rv: u64) {
-        let event = store.apply(kind, Arc::new(cm(name, rv, "")));
+        let object = cm(name, rv, "");
+        if faults.drops(&object) {
+            return;
+        }
+        let event = store.apply(kind, Arc::new(object));
         faults.after_apply(store, &event);
     }
 
@@ -146,10 +162,10 @@ mod tests {
         apply(&mut store, &faults, EventType::Added, "a", 2);
         apply(&mut store, &faults, EventType::Added, "b", 3);
         assert_eq!(held(&store), [("b".to_owned(), 2), ("c".to_owned(), 1)], "a dropped, b one version short");
+        assert_eq!(store.rv(), 3, "the corruption leaves the store's version alone");
         apply(&mut store, &faults, EventType::Added, "a", 4);
         apply(&mut store, &faults, EventType::Modified, "b", 5);
         assert_eq!(held(&store), [("a".to_owned(), 4), ("b".to_owned(), 5), ("c".to_owned(), 1)], "once each");
-        assert_eq!(store.rv(), 5, "the store's version is not touched");
     }
 
     #[test]

@@ -224,23 +224,24 @@ pub(crate) fn watch_params(from: u64, timeout_seconds: u64) -> [(&'static str, S
 
 /// A list (or one page of it): the whole body, once the status says success.
 pub(crate) async fn get_list(upstream: &Upstream, uri: String) -> Result<Bytes, ReflectorError> {
-    get_list_as(upstream, uri, "application/json").await
+    Ok(get_list_as(upstream, uri, "application/json").await?.1)
 }
 
-/// [`get_list`] in the form `accept` asks for (the consistency check reads
-/// PartialObjectMetadataList).
+/// [`get_list`] in one of the forms `accept` names (the consistency check
+/// reads PartialObjectMetadataList), with the `Content-Type` it came in.
 pub(crate) async fn get_list_as(
     upstream: &Upstream,
     uri: String,
     accept: &'static str,
-) -> Result<Bytes, ReflectorError> {
+) -> Result<(Option<http::HeaderValue>, Bytes), ReflectorError> {
     let resp = upstream_get_as(upstream, uri, accept).await?;
     let status = resp.status();
+    let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
     let bytes = resp.into_body().collect().await.map_err(ReflectorError::Body)?.to_bytes();
     if !status.is_success() {
         return Err(ReflectorError::Status { status, body: String::from_utf8_lossy(&bytes).into_owned() });
     }
-    Ok(bytes)
+    Ok((content_type, bytes))
 }
 
 /// How asking for a watch went.

@@ -34,6 +34,7 @@
 
 pub(crate) mod digest;
 mod exact_list;
+mod metadata_pb;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

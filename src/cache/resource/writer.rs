@@ -138,6 +138,10 @@ impl Writer {
             // would break the history's order.
             return;
         }
+        #[cfg(any(test, feature = "fault-injection"))]
+        if self.faults.drops(&object) {
+            return;
+        }
         let event = Arc::new(st.store.apply(kind, Arc::new(object)).arrived_at(arrived));
         #[cfg(any(test, feature = "fault-injection"))]
         self.faults.after_apply(&mut st.store, &event);
