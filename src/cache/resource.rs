@@ -20,6 +20,7 @@
 pub(crate) mod fanout;
 pub(crate) mod freshness;
 pub(crate) mod lifecycle;
+pub(crate) mod verification;
 mod writer;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub(crate) use writer::Writer;
 use self::fanout::Fanout;
 use self::freshness::Freshness;
 use self::lifecycle::{Lifecycle, Published};
+use self::verification::Verification;
 use super::content::{AvailabilityCell, ProtobufAvailability};
 use super::event::CacheEvent;
 use super::filter::Filter;
@@ -42,7 +44,6 @@ use super::object::ObjectShape;
 use super::snapshots::KeptSnapshots;
 use super::store::{Snapshot, Store};
 use super::upstream_watch::collection_uri;
-use super::verify::Verification;
 use super::watcher::{Delivery, WatcherHandle};
 use crate::metrics as m;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -105,7 +106,7 @@ impl Default for CacheSettings {
         Self {
             history_window: super::history::DEFAULT_WINDOW,
             slow_watcher_grace: Duration::from_secs(5),
-            consistency_check_period: super::verify::DEFAULT_PERIOD,
+            consistency_check_period: verification::DEFAULT_PERIOD,
         }
     }
 }

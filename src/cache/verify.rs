@@ -30,18 +30,18 @@
 //! heals it too.
 //!
 //! One check at a time per cache: each cache has one checking task, and a
-//! check refuses to start while another runs ([`Verification::running`]).
+//! check refuses to start while another runs. What a check shares with the
+//! cache's writer and reflector (the flags above) lives on the cache
+//! (`resource/verification.rs`).
 
 pub(crate) mod digest;
 mod exact_list;
 mod metadata_pb;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rand::Rng;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -50,72 +50,6 @@ use self::exact_list::{ExactListError, list_at};
 use super::resource::ResourceCache;
 use crate::metrics as m;
 use crate::upstream::Upstream;
-
-/// The default `--consistency-check-period`, the API server's own.
-pub(crate) const DEFAULT_PERIOD: Duration = Duration::from_secs(300);
-
-/// What the check shares with the cache's writer and reflector, kept on the
-/// cache.
-#[derive(Debug, Default)]
-pub(crate) struct Verification {
-    /// A check is running.
-    running: AtomicBool,
-    /// The reflector is relisting a cache that was ready.
-    relisting: AtomicBool,
-    /// Lists installed so far: a check whose cache was replaced while it
-    /// ran compared a state that is gone.
-    generation: AtomicU64,
-    /// A check found a difference and no relist has completed since.
-    unproven: AtomicBool,
-    /// A relist is asked for and not started yet.
-    relist_wanted: AtomicBool,
-    wake_reflector: Notify,
-}
-
-impl Verification {
-    /// The writer: a relist of a ready cache starts; it answers any relist
-    /// asked for.
-    pub(crate) fn relist_started(&self) {
-        self.relisting.store(true, Ordering::Release);
-        self.relist_wanted.store(false, Ordering::Release);
-    }
-
-    /// The writer installed a complete list: the cache is as the upstream
-    /// listed it, whatever a check found before.
-    pub(crate) fn listed(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        self.unproven.store(false, Ordering::Release);
-        self.relisting.store(false, Ordering::Release);
-    }
-
-    /// The writer: a relist ended without a list (it failed, and backs off).
-    pub(crate) fn relist_ended(&self) {
-        self.relisting.store(false, Ordering::Release);
-    }
-
-    /// A check found the cache different from the upstream: consistent reads
-    /// pass through until a relist heals it.
-    pub(crate) fn is_unproven(&self) -> bool {
-        self.unproven.load(Ordering::Acquire)
-    }
-
-    /// The reflector: resolves when a check asks for a relist (a wake-up
-    /// left over from a relist that already happened is ignored).
-    pub(crate) async fn relist_requested(&self) {
-        loop {
-            self.wake_reflector.notified().await;
-            if self.relist_wanted.swap(false, Ordering::AcqRel) {
-                return;
-            }
-        }
-    }
-
-    fn ask_for_relist(&self) {
-        self.unproven.store(true, Ordering::Release);
-        self.relist_wanted.store(true, Ordering::Release);
-        self.wake_reflector.notify_one();
-    }
-}
 
 /// What one check found: the `result` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,32 +114,14 @@ pub(crate) async fn check(cache: &ResourceCache, upstream: &Upstream) -> Outcome
     outcome
 }
 
-/// Marks a check running for as long as it lives.
-struct Running<'a>(&'a AtomicBool);
-
-impl<'a> Running<'a> {
-    fn start(flag: &'a AtomicBool) -> Option<Self> {
-        (!flag.swap(true, Ordering::AcqRel)).then_some(Self(flag))
-    }
-}
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
-
 async fn check_once(cache: &ResourceCache, upstream: &Upstream) -> Outcome {
     let v = cache.verification();
-    let Some(_running) = Running::start(&v.running) else {
+    let Some(_running) = v.start_check() else {
         return Outcome::SkippedRunning;
     };
-    let replaced_since =
-        |generation| v.relisting.load(Ordering::Acquire) || v.generation.load(Ordering::Acquire) != generation;
-    let generation = v.generation.load(Ordering::Acquire);
-    if replaced_since(generation) {
+    let Some(generation) = v.generation() else {
         return Outcome::SkippedRelisting;
-    }
+    };
     let snapshot = cache.snapshot();
     let rv = snapshot.rv;
     let theirs = match list_at(upstream, cache, rv).await {
@@ -224,7 +140,7 @@ async fn check_once(cache: &ResourceCache, upstream: &Upstream) -> Outcome {
         Ok(c) => c,
         Err(_) => return Outcome::Error,
     };
-    if replaced_since(generation) {
+    if v.generation() != Some(generation) {
         return Outcome::SkippedRelisting;
     }
     match comparison {

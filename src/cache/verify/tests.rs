@@ -29,10 +29,10 @@ async fn a_relisting_cache_is_skipped_and_an_unreachable_upstream_is_an_error() 
 async fn a_check_never_runs_twice_at_once() {
     let w = listed();
     let v = w.cache().verification();
-    let first = Running::start(&v.running).expect("the first starts");
+    let first = v.start_check().expect("the first starts");
     assert_eq!(check(w.cache(), &nowhere()).await, Outcome::SkippedRunning);
     drop(first);
-    assert!(Running::start(&v.running).is_some(), "free again once the first ended");
+    assert!(v.start_check().is_some(), "free again once the first ended");
 }
 
 #[tokio::test(start_paused = true)]
