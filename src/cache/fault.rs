@@ -65,6 +65,7 @@ impl Faults {
     pub(crate) fn parse(spec: &str, resource: &str) -> Self {
         let armed = spec
             .split(',')
+            .filter(|one| !one.trim().is_empty())
             .filter_map(|one| {
                 let mut parts = one.trim().splitn(3, ':');
                 let fault = match parts.next()? {
