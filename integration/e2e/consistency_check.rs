@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::env::*;
+use super::relist_gap::items;
 
 /// The check period of the test: short, so that a check follows each fault
 /// within a second or two.
@@ -43,18 +44,7 @@ async fn wait_for(wm: &Watchmux, what: &str, at_least: f64, result: &str) {
 async fn cached(wm: &Watchmux, ns: &str) -> BTreeMap<String, String> {
     let (code, body) = read(get(wm.addr, &format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0")).await).await;
     assert_eq!(code, 200);
-    names(&serde_json::from_slice(&body).unwrap())
-}
-
-fn names(list: &serde_json::Value) -> BTreeMap<String, String> {
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            (i["metadata"]["name"].as_str().unwrap().into(), i["metadata"]["resourceVersion"].as_str().unwrap().into())
-        })
-        .collect()
+    items(&serde_json::from_slice(&body).unwrap())
 }
 
 #[tokio::test]
@@ -103,7 +93,7 @@ async fn each_injected_fault_is_found_by_the_next_check_and_healed_by_one_relist
         assert_eq!(relists(&wm).await, (relisted + 1.0, lists + 1.0), "{fault}: exactly one relist");
         assert_eq!(checks(&wm, "mismatch").await, mismatches, "{fault}: found once");
         let (_, body) = get_direct(&direct, &format!("/api/v1/namespaces/{ns}/configmaps")).await;
-        let upstream = names(&serde_json::from_slice(&body).unwrap());
+        let upstream = items(&serde_json::from_slice(&body).unwrap());
         assert_eq!(cached(&wm, &ns).await, upstream, "{fault}: the cache is the upstream's again");
         eprintln!("{fault}: found {found_in:?} after the change, healed by one relist");
     }
