@@ -3,7 +3,7 @@
 //! Who writes a cache: its [`resource::Writer`], held only by the reflector
 //! ([`sync::reflector`]); everything else holds the readers' handle,
 //! [`resource::ResourceCache`]. Why an answer is JSON and not protobuf:
-//! [`read::content`], the one decision.
+//! [`content`], the one decision; why a read passes through: [`reason`].
 //!
 //! - [`registry`]: what is cached; one cache per resource, started on first use.
 //! - [`resource`]: one resource's cache (readers' handle, writer, lifecycle,
@@ -16,8 +16,11 @@
 //!   their encoding memo, events, snapshots for later pages).
 //! - [`delivery`]: getting events to watchers (dispatcher, per-watcher
 //!   queues, the watch response body).
-//! - [`read`]: answering LIST, GET and WATCH (parameters, filters, continue
-//!   tokens, the content decision, the typed reasons to pass through).
+//! - [`read`]: answering LIST, GET and WATCH (parameters, continue tokens).
+//! - [`verify`]: each cache checked against the upstream's exact-version list
+//!   every `--consistency-check-period`; a mismatch relists it.
+//! - `fault` (tests and the chaos build only, feature `fault-injection`): drops,
+//!   duplicates or corrupts one event, for `verify` to find.
 //! - `consistency` (tests): a model of the upstream proving that no watcher
 //!   misses a change after any version it holds, or it gets 410.
 
@@ -26,6 +29,8 @@ pub(crate) mod catalog;
 mod consistency;
 pub(crate) mod content;
 pub(crate) mod delivery;
+#[cfg(any(test, feature = "fault-injection"))]
+pub(crate) mod fault;
 pub(crate) mod read;
 pub(crate) mod reason;
 pub(crate) mod registry;
@@ -33,3 +38,4 @@ pub(crate) mod resource;
 pub(crate) mod resource_info;
 pub(crate) mod state;
 pub(crate) mod sync;
+pub(crate) mod verify;

@@ -133,6 +133,14 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub slow_watcher_grace: Duration,
 
+    /// How often each cache is compared with the upstream at the same
+    /// resourceVersion (a paginated metadata-only LIST at exactly the
+    /// cache's version), jittered up to half as long again; 0 turns the
+    /// check off. On a difference the cache is relisted, and consistent
+    /// reads pass through until it is.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub consistency_check_period: Duration,
+
     /// How downstream clients are trusted. `trusted-local`: clients are not
     /// authenticated and act with watchmux's identity (one pod, one identity);
     /// the API listener must then be loopback or a unix socket. `delegated`:

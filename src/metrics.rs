@@ -67,7 +67,8 @@ pub(crate) const CACHE_WATCH_TOTAL: &str = "watchmux_cache_watch_total";
 /// (get, list, watch) and resource: a watch is measured to its headers, not
 /// over its lifetime.
 pub(crate) const CACHE_REQUEST_DURATION: &str = "watchmux_cache_request_duration_seconds";
-/// Consistent reads, by resource and result (success: served from the cache; fallback: passed upstream).
+/// Consistent reads, by resource and result (success: served from the cache; fallback: passed upstream;
+/// unproven: passed upstream because a consistency check found the cache different and it is not relisted yet).
 pub(crate) const CONSISTENT_READS: &str = "watchmux_watch_cache_consistent_read_total";
 /// Encodings of an object into a content variant.
 pub(crate) const CACHE_ENCODES: &str = "watchmux_cache_encodes_total";
@@ -104,6 +105,11 @@ pub(crate) const PROTOBUF_SCHEMA_CHECKS: &str = "watchmux_cache_protobuf_schema_
 pub(crate) const FANOUT_DURATION: &str = "watchmux_fanout_duration_seconds";
 /// Upstream watch (re)starts, by resource and cause.
 pub(crate) const UPSTREAM_WATCH_RESTARTS: &str = "watchmux_upstream_watch_restarts_total";
+/// Consistency checks of a cache against the upstream at the same
+/// resourceVersion, by resource and result (`cache/verify.rs`).
+pub(crate) const CACHE_CONSISTENCY_CHECKS: &str = "watchmux_cache_consistency_checks_total";
+/// How long one consistency check took, by resource.
+pub(crate) const CACHE_CONSISTENCY_CHECK_DURATION: &str = "watchmux_cache_consistency_check_duration_seconds";
 /// Upstream relists after the first, by resource and cause.
 pub(crate) const UPSTREAM_RELISTS: &str = "watchmux_upstream_relists_total";
 
@@ -291,7 +297,7 @@ fn describe() {
     );
     describe_counter!(
         CONSISTENT_READS,
-        "Consistent reads by resource and result: success (cache) or fallback (upstream)."
+        "Consistent reads by resource and result: success (cache), fallback (upstream), or unproven (upstream: a consistency check found the cache different and it is not relisted yet)."
     );
     describe_counter!(CACHE_ENCODES, "Encodings of an object into a content variant, by variant.");
     describe_counter!(
@@ -316,5 +322,17 @@ fn describe() {
         "watchmux's own time to fan a live event out, from reading its line from the upstream watch to: stage=queued, its offer to the last interested watcher's queue; stage=handed, the last of those watchers' bodies handing its frame to the connection (hyper's buffers; the socket write is not included). By resource."
     );
     describe_counter!(UPSTREAM_WATCH_RESTARTS, "Upstream watch starts after the first, by resource and cause.");
-    describe_counter!(UPSTREAM_RELISTS, "Upstream relists after the initial list, by resource and cause.");
+    describe_counter!(
+        UPSTREAM_RELISTS,
+        "Upstream relists after the initial list, by resource and cause (expired: the upstream answered 410; inconsistent: a consistency check found the cache different)."
+    );
+    describe_counter!(
+        CACHE_CONSISTENCY_CHECKS,
+        "Checks of a cache against the upstream's LIST at exactly the cache's resourceVersion, by resource and result (ok, mismatch, skipped_relisting, skipped_compacted, error)."
+    );
+    describe_histogram!(
+        CACHE_CONSISTENCY_CHECK_DURATION,
+        Unit::Seconds,
+        "How long one consistency check took (the upstream's exact-version LIST and the comparison), by resource."
+    );
 }

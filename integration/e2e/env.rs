@@ -128,8 +128,21 @@ impl Watchmux {
         wm
     }
 
+    /// Starts watchmux with variables of the test's choosing in its
+    /// environment (test-only switches such as `WATCHMUX_FAULT_INJECT`).
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    pub(crate) async fn start_with_env(cluster: &Cluster, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let wm = Self::spawn_with(&cluster.kubeconfig, extra, env);
+        wm.wait_ready().await;
+        wm
+    }
+
     /// Starts watchmux without waiting for it to be ready.
     pub(crate) fn spawn_with_kubeconfig(upstream: &Path, extra: &[&str]) -> Self {
+        Self::spawn_with(upstream, extra, &[])
+    }
+
+    fn spawn_with(upstream: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -140,6 +153,7 @@ impl Watchmux {
             .args(["--listen", &addr.to_string(), "--admin-listen", &admin.to_string()])
             .args(extra)
             .env("RUST_LOG", "watchmux=debug,info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -9,6 +9,8 @@ mod auth;
 mod cache;
 mod capacity;
 mod cert_rotation;
+#[cfg(feature = "fault-injection")]
+mod consistency_check;
 mod crd_lifecycle;
 mod differential;
 mod env;

@@ -19,7 +19,7 @@ use super::relay::Relay;
 const WAIT: Duration = Duration::from_secs(30);
 
 /// Names and versions of a list's items.
-fn items(list: &Value) -> BTreeMap<String, String> {
+pub(crate) fn items(list: &Value) -> BTreeMap<String, String> {
     list["items"]
         .as_array()
         .unwrap()

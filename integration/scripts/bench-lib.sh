@@ -31,9 +31,14 @@ bench_build() {
   local WATCHMUX_GIT_REVISION
   WATCHMUX_GIT_REVISION="$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || true)"
   export WATCHMUX_GIT_REVISION
-  cargo build --locked --release -q
+  # BENCH_FEATURES: cargo features of watchmux for this bench (the chaos
+  # driver's fault hook); the same for both builds, or the second would
+  # rebuild target/release/watchmux without them.
+  local features=()
+  if [[ -n ${BENCH_FEATURES:-} ]]; then features=(--features "$BENCH_FEATURES"); fi
+  cargo build --locked --release -q "${features[@]}"
   local exe
-  exe="$(cargo bench --locked --bench "$1" --no-run --message-format=json -q 2>/dev/null |
+  exe="$(cargo bench --locked --bench "$1" --no-run --message-format=json -q "${features[@]}" 2>/dev/null |
     jq -r "select(.executable != null and .target.name == \"$1\") | .executable" | tail -1)"
   [[ -x $exe ]] || { echo "bench: no $1 bench executable" >&2; exit 1; }
   cp -f "$exe" "$2/$1-bench"

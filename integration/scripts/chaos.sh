@@ -21,7 +21,9 @@ if [[ $# -gt 0 ]]; then CHAOS_CASES="$(IFS=,; echo "$*")"; fi
 export CHAOS_CASES="${CHAOS_CASES:-all}"
 logs="$root/.run/chaos"
 rm -f "$logs"/chaos.{md,json} "$logs"/watchmux-*.log "$logs"/kubeconfig-*
-bench_build chaos "$logs"
+# The fault hook (src/cache/fault.rs) for the consistency check's cases:
+# this release build has it, the image's and `make release`'s never do.
+BENCH_FEATURES=fault-injection bench_build chaos "$logs"
 bench_cluster_up
 state="$root/.run/cluster"
 # A process the harness stopped (SIGSTOP) must not stay stopped if the run

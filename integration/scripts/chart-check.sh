@@ -516,7 +516,7 @@ check_cache() {  # check_cache <case> <helm args> [ClusterRole rules JSON instea
   if [[ -n $problems ]]; then
     while read -r p; do fail "$name: $p"; done <<<"$problems"
   else
-    say "ok   cache $name: $(jq -r '[.args[] | select(test("^--(cache|watch-cache|events-history|slow-watcher)"))] | join(" ")' <<<"$cjson"); ClusterRole: $(jq -r '[.[] | "\(.verbs | join("/")) \(.resources | join(","))\(if .resourceNames then "[" + (.resourceNames | join(",")) + "]" else "" end)"] | join("; ") | if . == "" then "no rules" else . end' <<<"${rules:-[]}")"
+    say "ok   cache $name: $(jq -r '[.args[] | select(test("^--(cache|watch-cache|events-history|slow-watcher|consistency-check)"))] | join(" ")' <<<"$cjson"); ClusterRole: $(jq -r '[.[] | "\(.verbs | join("/")) \(.resources | join(","))\(if .resourceNames then "[" + (.resourceNames | join(",")) + "]" else "" end)"] | join("; ") | if . == "" then "no rules" else . end' <<<"${rules:-[]}")"
   fi
 }
 for c in "${cases[@]}"; do

@@ -26,7 +26,9 @@ export WATCHMUX_E2E_PBCHECK="$root/.run/bin/pbcheck"
 export WATCHMUX_E2E_CLUSTER_UP="$scripts/cluster-up.sh"
 export WATCHMUX_E2E_ETCD="$(grep '^ETCD_ENDPOINT=' "$root/.run/cluster/env" | cut -d= -f2-)"
 
-cargo test --locked --test e2e -- --test-threads=4
+# With the test-only fault hook (src/cache/fault.rs): the consistency
+# check's test injects faults into the watchmux binary it starts.
+cargo test --locked --features fault-injection --test e2e -- --test-threads=4
 
 # The auth fuzzer, short and seeded: its corpus, then 400 generated cases
 # (about a minute; `make fuzz-auth` runs 20,000).
@@ -39,3 +41,6 @@ fi
 # The image (a release build, then the archive) run with runc against the
 # same cluster.
 bash "$scripts/image-test.sh"
+
+# That release binary (built without features) carries no fault hook.
+bash "$scripts/release-has-no-faults.sh"

@@ -280,6 +280,8 @@ impl Registry {
         if let Some(writer) = created {
             tracing::info!(resource = %writer.cache().label(), "starting cache");
             let reflector = Reflector::new(writer, self.upstream.clone(), self.schemas.clone());
+            let period = self.config.settings.consistency_check_period;
+            tokio::spawn(super::verify::run(cache.clone(), self.upstream.clone(), period, self.stop.clone()));
             let (caches, discovery, stop) = (self.caches.clone(), self.discovery.clone(), self.stop.clone());
             let mine = cache.clone();
             tokio::spawn(async move {

@@ -20,6 +20,7 @@
 pub(crate) mod fanout;
 pub(crate) mod freshness;
 pub(crate) mod lifecycle;
+pub(crate) mod verification;
 mod writer;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub(crate) use writer::Writer;
 use self::fanout::Fanout;
 use self::freshness::Freshness;
 use self::lifecycle::{Lifecycle, Published};
+use self::verification::Verification;
 use super::content::{AvailabilityCell, ProtobufAvailability};
 use super::delivery::filter::Filter;
 use super::delivery::watcher::{Delivery, WatcherHandle};
@@ -94,11 +96,18 @@ pub struct CacheSettings {
     pub history_window: Duration,
     /// How long a watcher may stay full before it is closed.
     pub slow_watcher_grace: Duration,
+    /// How often each cache is checked against the upstream
+    /// (`--consistency-check-period`); zero: never.
+    pub consistency_check_period: Duration,
 }
 
 impl Default for CacheSettings {
     fn default() -> Self {
-        Self { history_window: super::state::history::DEFAULT_WINDOW, slow_watcher_grace: Duration::from_secs(5) }
+        Self {
+            history_window: super::state::history::DEFAULT_WINDOW,
+            slow_watcher_grace: Duration::from_secs(5),
+            consistency_check_period: verification::DEFAULT_PERIOD,
+        }
     }
 }
 
@@ -133,6 +142,8 @@ pub(crate) struct ResourceCache {
     /// Snapshots kept for paginated lists and exact-version reads.
     snapshots: KeptSnapshots,
     form: UpstreamForm,
+    /// What the consistency check (`verify.rs`) shares with the writer.
+    verification: Verification,
     metrics: CacheMetrics,
 }
 
@@ -183,6 +194,7 @@ impl ResourceCache {
             freshness: Freshness::default(),
             snapshots: KeptSnapshots::new(window),
             form: UpstreamForm { list_items_typed: AtomicBool::new(typed), protobuf: AvailabilityCell::default() },
+            verification: Verification::default(),
             metrics: CacheMetrics::new(label),
         }
     }
@@ -218,6 +230,16 @@ impl ResourceCache {
     /// The freshness proof's state (`freshness.rs`).
     pub(super) fn freshness(&self) -> &Freshness {
         &self.freshness
+    }
+
+    /// The consistency check's state (`verify.rs`).
+    pub(crate) fn verification(&self) -> &Verification {
+        &self.verification
+    }
+
+    /// The upstream stopped serving the resource.
+    pub(crate) fn is_closed(&self) -> bool {
+        matches!(self.published.now().lifecycle, Lifecycle::Closed { .. })
     }
 
     pub(crate) fn is_ready(&self) -> bool {

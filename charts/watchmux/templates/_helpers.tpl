@@ -491,6 +491,7 @@ current-context: watchmux-tier
 {{- end }}
 - --events-history-window={{ .Values.cache.historyWindow }}
 - --slow-watcher-grace={{ .Values.cache.slowWatcherGrace }}
+- --consistency-check-period={{ .Values.cache.consistencyCheckPeriod }}
 {{- $scopes := include "watchmux.cacheScopes" . | fromYaml }}
 {{- range $resource := keys $scopes | sortAlpha }}
 - {{ printf "--cache-scope=%s=%s" $resource (index $scopes $resource) | quote }}

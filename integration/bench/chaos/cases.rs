@@ -1,8 +1,10 @@
 //! The fault cases, by what they break: the upstream and watchmux itself,
-//! the relist gap, the clients, and what is watched.
+//! the relist gap, the clients, what is watched, and the cache itself (the
+//! consistency check).
 
 pub mod clients;
 pub mod compaction;
+pub mod consistency;
 pub mod objects;
 pub mod upstream;
 
@@ -39,6 +41,14 @@ pub const ALL: &[Case] = &[
     case!("churn", "rounds of watchers connecting and leaving: no leak", clients::connect_rounds),
     case!("crd", "a watched CRD deleted and created again", objects::crd_lifecycle),
     case!("large", "ConfigMaps of 100 KiB", objects::large),
+    case!("check-drop", "one event lost by the cache: found by the check, healed", consistency::drop_event),
+    case!("check-duplicate", "one event replayed past the guard: found, healed", consistency::duplicate_event),
+    case!("check-corrupt", "one stored resourceVersion corrupted: found, healed", consistency::corrupt_event),
+    case!(
+        "check-churn",
+        "the check every second at the highest write rate: no false alarm",
+        consistency::no_false_alarm
+    ),
 ];
 
 /// The quick set (`make chaos-quick`).

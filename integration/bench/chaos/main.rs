@@ -68,6 +68,8 @@ pub struct Config {
     pub round_watchers: usize,
     pub large_count: usize,
     pub large_kib: usize,
+    /// How long the no-false-alarm case churns at `write_rate_max`.
+    pub check_churn_secs: f64,
     /// A case that runs longer is abandoned.
     pub case_timeout: Duration,
 }
@@ -101,6 +103,7 @@ impl Config {
             round_watchers: env_or("CHAOS_ROUND_WATCHERS", 500)?,
             large_count: env_or("CHAOS_LARGE_COUNT", 200)?,
             large_kib: env_or("CHAOS_LARGE_KIB", 100)?,
+            check_churn_secs: env_or("CHAOS_CHECK_CHURN_S", 120.0)?,
             case_timeout: secs("CHAOS_CASE_TIMEOUT_S", 360)?,
         })
     }

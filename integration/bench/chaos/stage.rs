@@ -107,11 +107,13 @@ pub struct Plan<'a> {
     pub kind: Option<Kind>,
     /// watchmux's flags besides its addresses and kubeconfig.
     pub flags: &'a [&'a str],
+    /// Variables in watchmux's environment (`WATCHMUX_FAULT_INJECT`).
+    pub env: &'a [(&'a str, &'a str)],
 }
 
 impl Default for Plan<'_> {
     fn default() -> Self {
-        Self { kind: None, flags: &["--cache-resources", "configmaps", "--cache-warm"] }
+        Self { kind: None, flags: &["--cache-resources", "configmaps", "--cache-warm"], env: &[] }
     }
 }
 
@@ -151,7 +153,7 @@ impl Stage {
         let kubeconfig = ctx.setup.kubeconfig_via(ctx.apiserver(), relay.addr, id)?;
         let log = ctx.setup.out_dir.join(format!("watchmux-{id}.log"));
         let _ = std::fs::remove_file(&log);
-        let wm = Watchmux::start(&ctx.setup, &kubeconfig, plan.flags, log).await?;
+        let wm = Watchmux::start(&ctx.setup, &kubeconfig, plan.flags, plan.env, log).await?;
         let proxy = ctx.api.proxy_target()?;
         let fleet = Fleet::start(&proxy, ctx.cfg.shape, ctx.cfg.per_conn, &writer.kind.collection, ctx.cfg.n);
         let ready = fleet.wait_ready(SETUP_LIMIT).await;

@@ -69,6 +69,8 @@ pub struct Watchmux {
     child: Option<Child>,
     bin: PathBuf,
     args: Vec<String>,
+    /// Variables set for it besides RUST_LOG (the fault hook's).
+    env: Vec<(String, String)>,
     log: PathBuf,
     pub admin: SocketAddr,
 }
@@ -76,7 +78,13 @@ pub struct Watchmux {
 impl Watchmux {
     /// Starts watchmux on the setup's addresses with `kubeconfig` and
     /// `flags`, its log in `log`; returns once /readyz answers.
-    pub async fn start(setup: &Setup, kubeconfig: &Path, flags: &[&str], log: PathBuf) -> anyhow::Result<Self> {
+    pub async fn start(
+        setup: &Setup,
+        kubeconfig: &Path,
+        flags: &[&str],
+        env: &[(&str, &str)],
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
         let mut args: Vec<String> = vec![
             "--kubeconfig".into(),
             kubeconfig.display().to_string(),
@@ -88,7 +96,8 @@ impl Watchmux {
         args.extend(flags.iter().map(|s| (*s).to_owned()));
         // As the other benches: WATCHMUX_ARGS adds flags to every watchmux started.
         args.extend(std::env::var("WATCHMUX_ARGS").unwrap_or_default().split_whitespace().map(str::to_owned));
-        let mut wm = Self { child: None, bin: setup.watchmux_bin.clone(), args, log, admin: setup.admin };
+        let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let mut wm = Self { child: None, bin: setup.watchmux_bin.clone(), args, env, log, admin: setup.admin };
         wm.spawn().await?;
         Ok(wm)
     }
@@ -99,6 +108,7 @@ impl Watchmux {
             .args(&self.args)
             .env("RUST_LOG", std::env::var("CHAOS_WATCHMUX_LOG").unwrap_or_else(|_| "info".into()))
             .env("NO_COLOR", "1")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

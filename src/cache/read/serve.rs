@@ -284,8 +284,15 @@ impl CacheService {
 
     /// Proves the cache fresh for a consistent read, counting the outcome.
     async fn consistent(&self, cache: &Arc<ResourceCache>, arrival: Instant) -> bool {
-        let fresh = ensure_fresh(cache, self.registry.upstream(), arrival, TOO_LARGE_RV_WAIT).await;
-        let result = if fresh { "success" } else { "fallback" };
+        // A cache the consistency check found different from the upstream
+        // proves nothing until its relist (`verify.rs`).
+        let unproven = cache.verification().is_unproven();
+        let fresh = !unproven && ensure_fresh(cache, self.registry.upstream(), arrival, TOO_LARGE_RV_WAIT).await;
+        let result = match (fresh, unproven) {
+            (true, _) => "success",
+            (false, true) => "unproven",
+            (false, false) => "fallback",
+        };
         metrics::counter!(m::CONSISTENT_READS, "resource" => cache.label().to_owned(), "result" => result).increment(1);
         fresh
     }

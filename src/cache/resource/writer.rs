@@ -37,6 +37,9 @@ pub(crate) struct Writer {
     history_window: Duration,
     /// What catch-up watches read, for this writer to apply.
     catch_up: CatchUpQueue,
+    /// Test-only faults in what is applied (`cache/fault.rs`).
+    #[cfg(any(test, feature = "fault-injection"))]
+    faults: crate::cache::fault::Faults,
 }
 
 impl std::fmt::Debug for Writer {
@@ -47,7 +50,13 @@ impl std::fmt::Debug for Writer {
 
 impl Writer {
     pub(super) fn new(cache: Arc<ResourceCache>, history_window: Duration) -> Self {
-        Self { cache, history_window, catch_up: CatchUpQueue::new() }
+        Self {
+            #[cfg(any(test, feature = "fault-injection"))]
+            faults: crate::cache::fault::Faults::from_env(cache.label()),
+            cache,
+            history_window,
+            catch_up: CatchUpQueue::new(),
+        }
     }
 
     /// The cache, for the readers.
@@ -63,6 +72,7 @@ impl Writer {
         let now = tokio::time::Instant::now();
         let mut st = cache.state.write();
         self.confirm_current(now);
+        cache.verification.listed();
         if !cache.is_ready() {
             st.store = Store::new(objects, rv);
             st.history = History::new(self.history_window, rv);
@@ -128,7 +138,13 @@ impl Writer {
             // would break the history's order.
             return;
         }
+        #[cfg(any(test, feature = "fault-injection"))]
+        if self.faults.drops(&object) {
+            return;
+        }
         let event = Arc::new(st.store.apply(kind, Arc::new(object)).arrived_at(arrived));
+        #[cfg(any(test, feature = "fault-injection"))]
+        self.faults.after_apply(&mut st.store, &event);
         st.history.push(event.rv, now, event.clone());
         cache.fanout.dispatch_live(&event, now);
         self.record_gauges(&st);
@@ -166,6 +182,11 @@ impl Writer {
     /// ended): published as `watchmux_watch_cache_relist_in_progress`.
     pub(crate) fn set_relisting(&self, relisting: bool) {
         self.cache.metrics.relisting.set(if relisting { 1.0 } else { 0.0 });
+        if relisting {
+            self.cache.verification.relist_started();
+        } else {
+            self.cache.verification.relist_ended();
+        }
     }
 
     /// Records whether the latest attempt at the initial list failed; once

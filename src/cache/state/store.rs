@@ -52,6 +52,12 @@ impl Store {
         self.objects.is_empty()
     }
 
+    /// The objects, to be changed behind the events' back (`fault.rs`).
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub(crate) fn objects_mut(&mut self) -> &mut Objects {
+        &mut self.objects
+    }
+
     pub(crate) fn snapshot(&self) -> Snapshot {
         Snapshot { objects: self.objects.clone(), rv: self.rv }
     }

@@ -75,6 +75,9 @@ enum WatchEnd {
     Failed { rv: u64, error: String },
     /// The upstream answered 404: the resource is not served any more.
     Gone,
+    /// A consistency check found the cache different from the upstream:
+    /// relist.
+    Inconsistent,
 }
 
 pub(crate) struct Reflector {
@@ -169,6 +172,12 @@ impl Reflector {
                         self.back_off(ReflectorState::Watching { rv })
                     }
                     WatchEnd::Gone => ReflectorState::Gone,
+                    WatchEnd::Inconsistent => {
+                        tracing::warn!(resource = %label, "relisting a cache the consistency check found different from the upstream");
+                        metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => "inconsistent")
+                            .increment(1);
+                        ReflectorState::Listing
+                    }
                 }
             }
             ReflectorState::BackingOff { delay, next } => {
@@ -289,6 +298,7 @@ impl Reflector {
                     Err(end) => return end.with_rv(rv),
                 },
                 change = self.cache.next_catch_up(&self.upstream) => change,
+                () = cache.verification().relist_requested() => return WatchEnd::Inconsistent,
             };
             rv = rv.max(self.cache.apply(change));
         }

@@ -224,13 +224,24 @@ pub(crate) fn watch_params(from: u64, timeout_seconds: u64) -> [(&'static str, S
 
 /// A list (or one page of it): the whole body, once the status says success.
 pub(crate) async fn get_list(upstream: &Upstream, uri: String) -> Result<Bytes, ReflectorError> {
-    let resp = upstream_get(upstream, uri).await?;
+    Ok(get_list_as(upstream, uri, "application/json").await?.1)
+}
+
+/// [`get_list`] in one of the forms `accept` names (the consistency check
+/// reads PartialObjectMetadataList), with the `Content-Type` it came in.
+pub(crate) async fn get_list_as(
+    upstream: &Upstream,
+    uri: String,
+    accept: &'static str,
+) -> Result<(Option<http::HeaderValue>, Bytes), ReflectorError> {
+    let resp = upstream_get_as(upstream, uri, accept).await?;
     let status = resp.status();
+    let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
     let bytes = resp.into_body().collect().await.map_err(ReflectorError::Body)?.to_bytes();
     if !status.is_success() {
         return Err(ReflectorError::Status { status, body: String::from_utf8_lossy(&bytes).into_owned() });
     }
-    Ok(bytes)
+    Ok((content_type, bytes))
 }
 
 /// How asking for a watch went.
@@ -319,8 +330,16 @@ pub(crate) async fn upstream_get(
     upstream: &Upstream,
     uri: String,
 ) -> Result<http::Response<hyper::body::Incoming>, ReflectorError> {
+    upstream_get_as(upstream, uri, "application/json").await
+}
+
+async fn upstream_get_as(
+    upstream: &Upstream,
+    uri: String,
+    accept: &'static str,
+) -> Result<http::Response<hyper::body::Incoming>, ReflectorError> {
     let req = Request::get(uri)
-        .header(header::ACCEPT, "application/json")
+        .header(header::ACCEPT, accept)
         .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")))
         .body(body::empty())
         .expect("valid request");
