@@ -19,6 +19,8 @@
 //!   misses a change after any version it holds, or it gets 410.
 
 #[cfg(test)]
+mod catch_up_model;
+#[cfg(test)]
 mod consistency;
 pub(crate) mod content;
 pub(crate) mod discovery;

@@ -24,7 +24,7 @@ use super::object::CachedObject;
 use super::object::tests::cm_shape;
 use super::resource::{CacheSettings, ResourceCache, Scope, StartAt};
 use super::store::Objects;
-use super::watcher::{Terminated, WatcherHandle};
+use super::watcher::{Next, Terminated, WatcherHandle};
 use crate::encode::watch::EventType;
 
 /// An object as a client holds it: its version and its life (uid).
@@ -141,13 +141,14 @@ impl Client {
         let waker = Waker::noop().clone();
         loop {
             match h.take(&waker) {
-                Ok(Some(d)) => self.see(d.kind, d.object()),
-                Ok(None) => return,
+                Ok(Next::Event(d)) => self.see(d.kind, d.object()),
+                Ok(Next::Waiting) => return,
+                Ok(Next::FromRing { .. }) => panic!("a model client fell behind"),
                 Err(Terminated::Expired(_)) => {
                     self.watch = None;
                     return;
                 }
-                Err(Terminated::Behind) => panic!("a model client fell behind"),
+                Err(Terminated::Ended) => panic!("a model client's resource went"),
                 Err(Terminated::Stopped) => panic!("a model client was stopped"),
             }
         }

@@ -17,6 +17,7 @@
 //! watcher that finds its queue empty know it has sent everything up to
 //! that version.
 
+pub(crate) mod catch_up;
 pub(crate) mod fanout;
 pub(crate) mod freshness;
 pub(crate) mod lifecycle;
@@ -42,7 +43,7 @@ use super::object::ObjectShape;
 use super::snapshots::KeptSnapshots;
 use super::store::{Snapshot, Store};
 use super::upstream_watch::collection_uri;
-use super::watcher::{Delivery, WatcherHandle};
+use super::watcher::{Delivery, QUEUE_SOFT_LIMIT, WatcherHandle};
 use crate::metrics as m;
 use crate::selector::{FieldSelector, LabelSelector};
 
@@ -92,13 +93,21 @@ struct UpstreamForm {
 pub struct CacheSettings {
     /// How long events are kept for resuming watchers (`--events-history-window`).
     pub history_window: Duration,
-    /// How long a watcher may stay full before it is closed.
+    /// How long a watcher may stay full before it is moved off live
+    /// delivery to catch up from the history ring.
     pub slow_watcher_grace: Duration,
+    /// Events a watcher may lag before it counts as full: [`QUEUE_SOFT_LIMIT`]
+    /// but in tests that want watchers behind after a few events.
+    pub(crate) queue_soft_limit: usize,
 }
 
 impl Default for CacheSettings {
     fn default() -> Self {
-        Self { history_window: super::history::DEFAULT_WINDOW, slow_watcher_grace: Duration::from_secs(5) }
+        Self {
+            history_window: super::history::DEFAULT_WINDOW,
+            slow_watcher_grace: Duration::from_secs(5),
+            queue_soft_limit: QUEUE_SOFT_LIMIT,
+        }
     }
 }
 
@@ -179,7 +188,7 @@ impl ResourceCache {
             scope,
             state: RwLock::new(State { store: Store::default(), history: History::new(window, 0) }),
             published: Published::new(),
-            fanout: Fanout::new(&label, settings.slow_watcher_grace),
+            fanout: Fanout::new(&label, settings.slow_watcher_grace, settings.queue_soft_limit),
             freshness: Freshness::default(),
             snapshots: KeptSnapshots::new(window),
             form: UpstreamForm { list_items_typed: AtomicBool::new(typed), protobuf: AvailabilityCell::default() },
@@ -343,7 +352,7 @@ mod tests {
     fn drain(h: &WatcherHandle) -> Vec<(EventType, String, u64)> {
         let waker = Waker::noop().clone();
         let mut out = Vec::new();
-        while let Ok(Some(d)) = h.take(&waker) {
+        while let Ok(crate::cache::watcher::Next::Event(d)) = h.take(&waker) {
             out.push((d.kind, d.object().key.name.clone(), d.object().rv));
         }
         out

@@ -91,6 +91,7 @@ impl super::Args {
             settings: CacheSettings {
                 history_window: self.events_history_window,
                 slow_watcher_grace: self.slow_watcher_grace,
+                ..CacheSettings::default()
             },
         }
     }
