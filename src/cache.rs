@@ -26,6 +26,8 @@
 
 pub(crate) mod catalog;
 #[cfg(test)]
+mod catch_up_model;
+#[cfg(test)]
 mod consistency;
 pub(crate) mod content;
 pub(crate) mod delivery;

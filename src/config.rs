@@ -128,8 +128,10 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "75s", value_parser = parse_duration)]
     pub events_history_window: Duration,
 
-    /// How long a watcher may stay behind by a full buffer before it is closed
-    /// (it then resumes from its last resourceVersion).
+    /// How long a watcher may stay behind by a full buffer (1,024 events)
+    /// before it is taken off live delivery: it then catches up from the
+    /// events history, in order, and rejoins; only one that falls behind the
+    /// history itself (--events-history-window) ends, with 410 Expired.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub slow_watcher_grace: Duration,
 

@@ -53,8 +53,14 @@ pub(crate) const CACHE_INITIALIZATIONS: &str = "watchmux_watch_cache_initializat
 pub(crate) const CACHE_INITIALIZATION_DURATION: &str = "watchmux_watch_cache_initialization_duration_seconds";
 /// Time requests waited for the cache to reach a resourceVersion.
 pub(crate) const CACHE_READ_WAIT: &str = "watchmux_watch_cache_read_wait_seconds";
-/// Watchers closed for not keeping up, by resource.
+/// Watchers closed by the cache (the resource went, or a relist gap), by resource.
 pub(crate) const TERMINATED_WATCHERS: &str = "watchmux_terminated_watchers_total";
+/// Slow watchers, by resource and outcome: `moved_to_ring` (fell behind
+/// live delivery and reads the history ring), `caught_up` (back on live
+/// delivery), `expired` (fell behind the ring itself: 410).
+pub(crate) const SLOW_WATCHERS: &str = "watchmux_slow_watchers_total";
+/// Watchers reading the history ring now, by resource.
+pub(crate) const WATCHERS_CATCHING_UP: &str = "watchmux_watchers_catching_up";
 /// Watchers registered now, by resource.
 pub(crate) const REGISTERED_WATCHERS: &str = "watchmux_registered_watchers";
 /// LIST requests answered from the cache, by resource.
@@ -285,7 +291,15 @@ fn describe() {
         "Duration of a full cache initialization (paginated upstream LIST), by resource."
     );
     describe_histogram!(CACHE_READ_WAIT, Unit::Seconds, "Time requests waited for the cache to be fresh enough.");
-    describe_counter!(TERMINATED_WATCHERS, "Watchers closed for not keeping up with events, by resource.");
+    describe_counter!(
+        TERMINATED_WATCHERS,
+        "Watchers closed by the cache (resource gone, or started inside a relist gap), by resource."
+    );
+    describe_counter!(
+        SLOW_WATCHERS,
+        "Slow watchers by resource and outcome: moved_to_ring, caught_up, expired (fell behind the ring: 410)."
+    );
+    describe_gauge!(WATCHERS_CATCHING_UP, "Watchers reading missed events from the history ring, by resource.");
     describe_gauge!(REGISTERED_WATCHERS, "Downstream watchers served from the cache, by resource.");
     describe_counter!(CACHE_LIST_TOTAL, "LIST requests answered from the cache, by resource.");
     describe_counter!(CACHE_GET_TOTAL, "GET requests answered from the cache, by resource.");

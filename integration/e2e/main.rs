@@ -20,6 +20,7 @@ mod operator;
 mod protobuf;
 mod relay;
 mod relist_gap;
+mod slow_watchers;
 mod trust_boundary;
 mod x509_identity;
 

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::delivery::filter::Filter;
-use super::delivery::watcher::{Terminated, WatcherHandle};
+use super::delivery::watcher::{Next, Terminated, WatcherHandle};
 use super::resource::{CacheSettings, ResourceCache, Scope, StartAt};
 use super::state::object::CachedObject;
 use super::state::object::tests::cm_shape;
@@ -141,13 +141,14 @@ impl Client {
         let waker = Waker::noop().clone();
         loop {
             match h.take(&waker) {
-                Ok(Some(d)) => self.see(d.kind, d.object()),
-                Ok(None) => return,
+                Ok(Next::Event(d)) => self.see(d.kind, d.object()),
+                Ok(Next::Waiting) => return,
+                Ok(Next::FromRing { .. }) => panic!("a model client fell behind"),
                 Err(Terminated::Expired(_)) => {
                     self.watch = None;
                     return;
                 }
-                Err(Terminated::Behind) => panic!("a model client fell behind"),
+                Err(Terminated::Ended) => panic!("a model client's resource went"),
                 Err(Terminated::Stopped) => panic!("a model client was stopped"),
             }
         }

@@ -17,6 +17,7 @@
 //! watcher that finds its queue empty know it has sent everything up to
 //! that version.
 
+pub(crate) mod catch_up;
 pub(crate) mod fanout;
 pub(crate) mod freshness;
 pub(crate) mod lifecycle;
@@ -38,7 +39,7 @@ use self::lifecycle::{Lifecycle, Published};
 use self::verification::Verification;
 use super::content::{AvailabilityCell, ProtobufAvailability};
 use super::delivery::filter::Filter;
-use super::delivery::watcher::{Delivery, WatcherHandle};
+use super::delivery::watcher::{Delivery, QUEUE_SOFT_LIMIT, WatcherHandle};
 use super::state::event::CacheEvent;
 use super::state::history::{History, TooOld};
 use super::state::object::ObjectShape;
@@ -94,11 +95,15 @@ struct UpstreamForm {
 pub struct CacheSettings {
     /// How long events are kept for resuming watchers (`--events-history-window`).
     pub history_window: Duration,
-    /// How long a watcher may stay full before it is closed.
+    /// How long a watcher may stay full before it is moved off live
+    /// delivery to catch up from the history ring.
     pub slow_watcher_grace: Duration,
     /// How often each cache is checked against the upstream
     /// (`--consistency-check-period`); zero: never.
     pub consistency_check_period: Duration,
+    /// Events a watcher may lag before it counts as full: [`QUEUE_SOFT_LIMIT`]
+    /// but in tests that want watchers behind after a few events.
+    pub(crate) queue_soft_limit: usize,
 }
 
 impl Default for CacheSettings {
@@ -107,6 +112,7 @@ impl Default for CacheSettings {
             history_window: super::state::history::DEFAULT_WINDOW,
             slow_watcher_grace: Duration::from_secs(5),
             consistency_check_period: verification::DEFAULT_PERIOD,
+            queue_soft_limit: QUEUE_SOFT_LIMIT,
         }
     }
 }
@@ -190,7 +196,7 @@ impl ResourceCache {
             scope,
             state: RwLock::new(State { store: Store::default(), history: History::new(window, 0) }),
             published: Published::new(),
-            fanout: Fanout::new(&label, settings.slow_watcher_grace),
+            fanout: Fanout::new(&label, settings.slow_watcher_grace, settings.queue_soft_limit),
             freshness: Freshness::default(),
             snapshots: KeptSnapshots::new(window),
             form: UpstreamForm { list_items_typed: AtomicBool::new(typed), protobuf: AvailabilityCell::default() },
@@ -365,7 +371,7 @@ mod tests {
     fn drain(h: &WatcherHandle) -> Vec<(EventType, String, u64)> {
         let waker = Waker::noop().clone();
         let mut out = Vec::new();
-        while let Ok(Some(d)) = h.take(&waker) {
+        while let Ok(crate::cache::delivery::watcher::Next::Event(d)) = h.take(&waker) {
             out.push((d.kind, d.object().key.name.clone(), d.object().rv));
         }
         out

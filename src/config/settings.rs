@@ -98,6 +98,7 @@ impl super::Args {
                 history_window: self.events_history_window,
                 slow_watcher_grace: self.slow_watcher_grace,
                 consistency_check_period: self.consistency_check_period,
+                ..CacheSettings::default()
             },
         }
     }

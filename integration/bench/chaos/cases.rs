@@ -6,6 +6,7 @@ pub mod clients;
 pub mod compaction;
 pub mod consistency;
 pub mod objects;
+pub mod slow;
 pub mod upstream;
 
 use std::future::Future;
@@ -36,6 +37,7 @@ pub const ALL: &[Case] = &[
     case!("compaction", "cut, changes, etcd compaction, API server restart; gap clients", compaction::compaction),
     case!("etcd-freeze", "etcd frozen (SIGSTOP) ~10 s", upstream::etcd_freeze),
     case!("non-readers", "watchers that never read beside normal ones", clients::non_readers),
+    case!("slow-watchers", "churn of 4 KiB objects; some watchers read at a tenth of its rate", slow::slow_watchers),
     case!("slowloris", "connections sending nothing or a request one byte a second", clients::slowloris),
     case!("watchmux-kill", "watchmux killed (SIGKILL) and restarted", upstream::watchmux_kill),
     case!("churn", "rounds of watchers connecting and leaving: no leak", clients::connect_rounds),

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::client::{Shape, Target};
-use crate::common::lines::End;
+use crate::common::lines::{End, Pace};
 use crate::common::reflector::{Counters, Reflector, Slot, View};
 
 /// First list+watch of a fleet: this many every 100 ms.
@@ -183,7 +183,20 @@ impl Fleet {
     /// `n` watchers of `list_path` at `target`, `per_conn` to a connection.
     pub fn start(target: &Target, shape: Shape, per_conn: usize, list_path: &str, n: usize) -> Self {
         let seeds = (0..n).map(|_| (StateView::default(), None)).collect();
-        Self::start_from(target, shape, per_conn, list_path, seeds)
+        Self::start_from(target, shape, per_conn, list_path, seeds, None)
+    }
+
+    /// `n` watchers like [`Self::start`]'s that read no faster than `pace`.
+    pub fn start_paced(
+        target: &Target,
+        shape: Shape,
+        per_conn: usize,
+        list_path: &str,
+        n: usize,
+        pace: Arc<Pace>,
+    ) -> Self {
+        let seeds = (0..n).map(|_| (StateView::default(), None)).collect();
+        Self::start_from(target, shape, per_conn, list_path, seeds, Some(pace))
     }
 
     /// One watcher per seed: a view and the version to watch from (None: list first).
@@ -193,6 +206,7 @@ impl Fleet {
         per_conn: usize,
         list_path: &str,
         seeds: Vec<(StateView, Option<u64>)>,
+        pace: Option<Arc<Pace>>,
     ) -> Self {
         let per_conn = if shape == Shape::H1 { 1 } else { per_conn.max(1) };
         let n = seeds.len();
@@ -212,6 +226,7 @@ impl Fleet {
                     list_path: list_path.to_owned(),
                     view,
                     resume_from,
+                    pace: pace.clone(),
                 };
                 let pace = Duration::from_millis((i / OPEN_PACE) as u64 * 100);
                 tokio::spawn(async move {

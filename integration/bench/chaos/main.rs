@@ -64,6 +64,13 @@ pub struct Config {
     pub client_fault_secs: f64,
     pub slowloris: usize,
     pub slowloris_secs: f64,
+    /// The slow-watchers case: slow watchers (each through watchmux and as
+    /// many straight at kube-apiserver), their share of the churn's bytes
+    /// they read while it goes on, the churn's writes a second and object size.
+    pub slow_watchers: usize,
+    pub slow_read_share: f64,
+    pub slow_write_rate: f64,
+    pub slow_object_bytes: usize,
     pub rounds: usize,
     pub round_watchers: usize,
     pub large_count: usize,
@@ -99,6 +106,10 @@ impl Config {
             client_fault_secs: env_or("CHAOS_CLIENT_FAULT_S", 30.0)?,
             slowloris: env_or("CHAOS_SLOWLORIS", 500)?,
             slowloris_secs: env_or("CHAOS_SLOWLORIS_S", 45.0)?,
+            slow_watchers: env_or("CHAOS_SLOW_WATCHERS", 20)?,
+            slow_read_share: env_or("CHAOS_SLOW_READ_SHARE", 0.1)?,
+            slow_write_rate: env_or("CHAOS_SLOW_WRITE_RATE", 50.0)?,
+            slow_object_bytes: env_or("CHAOS_SLOW_OBJECT_BYTES", 4096)?,
             rounds: env_or("CHAOS_ROUNDS", 10)?,
             round_watchers: env_or("CHAOS_ROUND_WATCHERS", 500)?,
             large_count: env_or("CHAOS_LARGE_COUNT", 200)?,

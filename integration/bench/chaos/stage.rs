@@ -109,11 +109,13 @@ pub struct Plan<'a> {
     pub flags: &'a [&'a str],
     /// Variables in watchmux's environment (`WATCHMUX_FAULT_INJECT`).
     pub env: &'a [(&'a str, &'a str)],
+    /// The size of the objects written (default: `CHAOS_OBJECT_BYTES`).
+    pub object_bytes: Option<usize>,
 }
 
 impl Default for Plan<'_> {
     fn default() -> Self {
-        Self { kind: None, flags: &["--cache-resources", "configmaps", "--cache-warm"], env: &[] }
+        Self { kind: None, flags: &["--cache-resources", "configmaps", "--cache-warm"], env: &[], object_bytes: None }
     }
 }
 
@@ -144,7 +146,7 @@ impl Stage {
         let ns = namespace(id);
         ctx.api.ensure_namespace(&ns).await?;
         let kind = plan.kind.unwrap_or_else(|| Kind::configmaps(&ns));
-        let writer = Writer::new(ctx.api.clone(), kind, ctx.cfg.object_bytes);
+        let writer = Writer::new(ctx.api.clone(), kind, plan.object_bytes.unwrap_or(ctx.cfg.object_bytes));
         let names: Vec<String> = (0..ctx.cfg.objects).map(|i| format!("obj-{i:04}")).collect();
         for name in names.iter().chain([&MARKER.to_owned()]) {
             writer.create(name).await.with_context(|| format!("seeding {name}"))?;

@@ -1,11 +1,16 @@
 //! Reading watch streams line by line, with as little work per byte as the
 //! load generator can get away with (it reads every byte every watcher gets).
 
-use std::time::Instant;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
+use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 
 /// The index of the first `\n` in `hay`, eight bytes at a time.
@@ -60,9 +65,64 @@ pub enum End {
     Error(String),
 }
 
+/// A reading speed for slow clients, shared by the watchers it slows; off,
+/// they read as fast as they can.
+#[derive(Debug)]
+pub struct Pace {
+    pub bytes_per_sec: f64,
+    pub on: AtomicBool,
+}
+
+impl Pace {
+    pub fn new(bytes_per_sec: f64) -> Arc<Self> {
+        Arc::new(Self { bytes_per_sec, on: AtomicBool::new(true) })
+    }
+}
+
+/// A body read no faster than its [`Pace`]: after each frame it waits as
+/// long as the frame's bytes take at that speed before taking the next. A
+/// frame not taken holds the stream's flow-control window (HTTP/2) or the
+/// socket's buffers (HTTP/1.1), so the server feels a slow reader.
+pub struct Paced<B> {
+    inner: B,
+    pace: Option<Arc<Pace>>,
+    wait: Option<Pin<Box<Sleep>>>,
+}
+
+impl<B> Paced<B> {
+    pub fn new(inner: B, pace: Option<Arc<Pace>>) -> Self {
+        Self { inner, pace, wait: None }
+    }
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Body for Paced<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if let Some(wait) = &mut self.wait {
+            ready!(wait.as_mut().poll(cx));
+            self.wait = None;
+        }
+        let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        if let (Some(Ok(f)), Some(pace)) = (&frame, &self.pace)
+            && pace.on.load(Ordering::Relaxed)
+            && let Some(data) = f.data_ref()
+        {
+            let secs = data.len() as f64 / pace.bytes_per_sec;
+            self.wait = Some(Box::pin(tokio::time::sleep(Duration::from_secs_f64(secs))));
+        }
+        Poll::Ready(frame)
+    }
+}
+
 /// Reads `body` until `stop`, its end or an error, calling `on_line` for every
 /// complete line with the time its frame arrived.
-pub async fn read_lines(mut body: Incoming, stop: &CancellationToken, mut on_line: impl FnMut(&[u8], Instant)) -> End {
+pub async fn read_lines<B>(mut body: B, stop: &CancellationToken, mut on_line: impl FnMut(&[u8], Instant)) -> End
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     let mut buf = BytesMut::new();
     loop {
         let frame = tokio::select! {

@@ -15,7 +15,7 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Sender, Shape, Target};
-use super::lines::{End, find_rv, read_lines};
+use super::lines::{End, Pace, Paced, find_rv, read_lines};
 
 /// client-go's reflector backs off from 800 ms, doubling to 30 s, with jitter.
 pub const BACKOFF_START: Duration = Duration::from_millis(800);
@@ -102,6 +102,8 @@ pub struct Reflector<V> {
     /// Start by watching from this version (the view holds what a list at
     /// it said) instead of listing.
     pub resume_from: Option<u64>,
+    /// Read watch streams no faster than this (a slow client); None: at once.
+    pub pace: Option<Arc<Pace>>,
 }
 
 impl<V: View> Reflector<V> {
@@ -201,7 +203,8 @@ impl<V: View> Reflector<V> {
             let mut last = from;
             let mut gone = false;
             let view = &mut self.view;
-            let end = read_lines(resp.into_body(), &stop, |line, now| {
+            let body = Paced::new(resp.into_body(), self.pace.clone());
+            let end = read_lines(body, &stop, |line, now| {
                 if line.starts_with(b"{\"type\":\"ERROR\"") {
                     // 410 Gone (expired): list again.
                     if line.windows(5).any(|w| w == b"\"410\"" || w == b":410,") || line.ends_with(b":410}}") {

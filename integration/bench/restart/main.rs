@@ -184,6 +184,7 @@ impl Bench {
                     list_path: format!("/api/v1/namespaces/{NS}/configmaps"),
                     view: SeqView { shared: shared.clone(), seq: 0, current_at: None, current_for: 0 },
                     resume_from: None,
+                    pace: None,
                 };
                 // The first list+watch is paced, OPEN_CONCURRENCY every 100 ms; reconnects are the storm.
                 let pace = Duration::from_millis((i / OPEN_CONCURRENCY) as u64 * 100);

@@ -29,8 +29,11 @@ pub(crate) struct Dispatcher {
 pub(crate) struct Dispatched {
     /// Watchers the event was queued for.
     pub delivered: usize,
-    /// Watchers terminated for being too slow.
+    /// Watchers found terminated (the resource ended for them), now removed.
     pub terminated: usize,
+    /// Watchers this event found full past their grace: they read the ring
+    /// from now on (see `watcher`).
+    pub fell_behind: usize,
 }
 
 impl Dispatcher {
@@ -121,12 +124,14 @@ impl Dispatcher {
         for k in keys {
             let Some(bucket) = self.buckets.get(&k) else { continue };
             for watcher in bucket.values() {
-                if event.rv <= watcher.start_rv {
+                if event.rv <= watcher.start_rv || watcher.is_behind() {
                     continue;
                 }
                 let Some(delivery) = Delivery::for_filter(event, &watcher.filter) else { continue };
-                match watcher.offer(delivery, now) {
+                match watcher.offer(Delivery { timed: true, ..delivery }, now) {
                     Offer::Queued => out.delivered += 1,
+                    Offer::FellBehind => out.fell_behind += 1,
+                    Offer::Behind => {}
                     Offer::Terminated => {
                         out.terminated += 1;
                         dead.push((k.clone(), watcher.id));
@@ -173,7 +178,13 @@ mod tests {
             LabelSelector::everything(),
             FieldSelector::parse(fields).unwrap(),
         );
-        Arc::new(WatcherHandle::new(id, filter, 0, Duration::from_secs(5)))
+        Arc::new(WatcherHandle::new(
+            id,
+            filter,
+            0,
+            Duration::from_secs(5),
+            crate::cache::delivery::watcher::QUEUE_SOFT_LIMIT,
+        ))
     }
 
     #[tokio::test(start_paused = true)]
@@ -191,7 +202,7 @@ mod tests {
         assert_eq!(d.len(), 6);
         let event = Arc::new(CacheEvent::new(EventType::Added, pod("p1", "a", "n1", 10), None));
         let out = d.dispatch(&event, Instant::now());
-        assert_eq!(out, Dispatched { delivered: 4, terminated: 0 });
+        assert_eq!(out, Dispatched { delivered: 4, terminated: 0, fell_behind: 0 });
         for (w, expect) in [(&on_n1, 1), (&on_n2, 0), (&in_ns, 1), (&other_ns, 0), (&named, 1), (&everything, 1)] {
             assert_eq!(w.backlog(), expect, "watcher {}", w.id);
         }
@@ -207,14 +218,21 @@ mod tests {
         let event = Arc::new(CacheEvent::new(EventType::Modified, bound, Some(unbound)));
         d.dispatch(&event, Instant::now());
         let waker = futures_noop_waker();
-        assert_eq!(on_n1.take(&waker).unwrap().unwrap().kind, EventType::Added);
+        let Ok(crate::cache::delivery::watcher::Next::Event(d)) = on_n1.take(&waker) else { panic!("no event") };
+        assert_eq!(d.kind, EventType::Added);
     }
 
     #[tokio::test(start_paused = true)]
     async fn events_at_or_before_the_start_version_are_skipped_and_removal_works() {
         let mut d = Dispatcher::default();
         let filter = Filter::default();
-        let late = Arc::new(WatcherHandle::new(1, filter, 10, Duration::from_secs(5)));
+        let late = Arc::new(WatcherHandle::new(
+            1,
+            filter,
+            10,
+            Duration::from_secs(5),
+            crate::cache::delivery::watcher::QUEUE_SOFT_LIMIT,
+        ));
         d.add(late.clone());
         let old = Arc::new(CacheEvent::new(EventType::Added, pod("p", "a", "", 10), None));
         assert_eq!(d.dispatch(&old, Instant::now()).delivered, 0);

@@ -3,7 +3,11 @@
 //! In order: the initial events (synthetic ADDED for a snapshot, or the history backlog);
 //! the initial-events-end bookmark for a watch-list; then live events from
 //! the watcher's queue, with bookmarks on the API server's schedule, until
-//! the timeout, shutdown, or the watcher falling too far behind.
+//! the timeout, shutdown, or the resource going. A watcher that fell behind
+//! live delivery reads the history ring from its position instead of its
+//! queue until it has caught up (`resource/catch_up.rs`); no bookmark goes
+//! out meanwhile, there being events to send. One that falls behind the
+//! ring itself ends with 410.
 //!
 //! In protobuf, an object the encoder refuses cannot be sent. The serving
 //! side checks the initial events before the stream starts
@@ -23,7 +27,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::super::resource::{Registration, ResourceCache};
-use super::watcher::{Delivery, Terminated, WatcherHandle};
+use super::watcher::{Delivery, Next, Terminated, WatcherHandle};
 use crate::body::{BoxError, Chunk};
 use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
 use crate::cache::state::store::Snapshot;
@@ -42,6 +46,9 @@ pub(crate) const BOOKMARK_FREQUENCY: Duration = Duration::from_secs(60);
 /// A last bookmark goes out this long before a watch's deadline, so the
 /// client can resume from it.
 const BOOKMARK_BEFORE_DEADLINE: Duration = Duration::from_secs(2);
+/// Ring reads one poll may make when they find nothing for this watcher's
+/// filter; past that the stream yields to the runtime and goes on later.
+const RING_READS_PER_POLL: usize = 8;
 
 /// The next bookmark time, as the API server computes it: every minute, and
 /// once shortly before the deadline; none if that moment has passed.
@@ -115,6 +122,9 @@ pub(crate) struct WatchStream {
     /// The version the initial events bring the watcher to.
     start_rv: u64,
     last_sent_rv: u64,
+    /// How far this watcher's ring reads got (see `resource/catch_up.rs`);
+    /// with `last_sent_rv`, every event up to the greater of the two is done with.
+    ring_position: u64,
     deadline: Pin<Box<Sleep>>,
     deadline_at: Instant,
     bookmark: Option<Pin<Box<Sleep>>>,
@@ -169,6 +179,7 @@ impl WatchStream {
             phase,
             start_rv: reg.start_rv,
             last_sent_rv: reg.start_rv,
+            ring_position: reg.start_rv,
             deadline: Box::pin(tokio::time::sleep_until(deadline_at)),
             deadline_at,
             bookmark,
@@ -287,30 +298,49 @@ impl WatchStream {
         Poll::Pending
     }
 
-    /// The next event in the watcher's queue, or the end the dispatcher gave
-    /// it; `None` while the queue is empty (the waker is then registered).
+    /// The next event in the watcher's queue (read from the ring first when
+    /// the watcher is behind), or the end the dispatcher gave it; `None`
+    /// only while the queue is empty and the watcher on live delivery (the
+    /// waker is then registered).
     fn take_queued(&mut self, cx: &mut Context<'_>) -> Option<Polled> {
-        match self.handle.take(cx.waker()) {
-            Ok(Some(d)) => {
-                self.last_sent_rv = self.last_sent_rv.max(d.event.rv);
-                let frame = self.event(d.kind, d.object());
-                if !self.is_finished() {
-                    // Returning the frame hands it to the connection: the
-                    // fan-out histogram's end (see metrics::FANOUT_DURATION).
-                    self.cache.fanout_handed(&d.event);
+        for _ in 0..RING_READS_PER_POLL {
+            match self.handle.take(cx.waker()) {
+                Ok(Next::Event(d)) => {
+                    self.last_sent_rv = self.last_sent_rv.max(d.event.rv);
+                    let frame = self.event(d.kind, d.object());
+                    if d.timed && !self.is_finished() {
+                        // Returning the frame hands it to the connection: the
+                        // fan-out histogram's end (see metrics::FANOUT_DURATION).
+                        self.cache.fanout_handed(&d.event);
+                    }
+                    return Some(frame);
                 }
-                Some(frame)
-            }
-            Ok(None) => None,
-            Err(Terminated::Behind | Terminated::Stopped) => Some(self.end()),
-            Err(Terminated::Expired(too_old)) => {
-                // The API server's answer to a watch from a version it cannot
-                // bridge; the client lists again.
-                self.phase = Phase::Finished;
-                let status = Status::new(StatusCode::GONE, StatusReason::Expired, too_old.to_string());
-                Some(Poll::Ready(Some(Ok(Frame::data(error_frame(self.opts.variant, &status))))))
+                Ok(Next::Waiting) => return None,
+                Ok(Next::FromRing { anew }) => {
+                    // Anew, the dropped queue may have held the last read's
+                    // deliveries: all that is done with is what was sent.
+                    if anew {
+                        self.ring_position = self.last_sent_rv;
+                    }
+                    let position = self.ring_position.max(self.last_sent_rv);
+                    // On Err the watcher is expired: the next take says so.
+                    if let Ok(reached) = self.cache.read_ring(&self.handle, position, self.last_sent_rv) {
+                        self.ring_position = reached;
+                    }
+                }
+                Err(Terminated::Ended | Terminated::Stopped) => return Some(self.end()),
+                Err(Terminated::Expired(too_old)) => {
+                    // The API server's answer to a watch from a version it
+                    // cannot bridge; the client lists again.
+                    self.phase = Phase::Finished;
+                    let status = Status::new(StatusCode::GONE, StatusReason::Expired, too_old.to_string());
+                    return Some(Poll::Ready(Some(Ok(Frame::data(error_frame(self.opts.variant, &status))))));
+                }
             }
         }
+        // Ring reads that found nothing for this filter: go on at the next poll.
+        cx.waker().wake_by_ref();
+        Some(Poll::Pending)
     }
 }
 

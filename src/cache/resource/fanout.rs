@@ -26,6 +26,10 @@ struct FanoutMetrics {
     deliveries: metrics::Counter,
     terminated_watchers: metrics::Counter,
     registered_watchers: metrics::Gauge,
+    moved_to_ring: metrics::Counter,
+    caught_up: metrics::Counter,
+    expired_behind_ring: metrics::Counter,
+    catching_up: metrics::Gauge,
     queued: metrics::Histogram,
     handed: metrics::Histogram,
 }
@@ -38,6 +42,10 @@ impl FanoutMetrics {
             deliveries: metrics::counter!(m::CACHE_DELIVERIES, &l()),
             terminated_watchers: metrics::counter!(m::TERMINATED_WATCHERS, &l()),
             registered_watchers: metrics::gauge!(m::REGISTERED_WATCHERS, &l()),
+            moved_to_ring: metrics::counter!(m::SLOW_WATCHERS, "resource" => label.to_owned(), "outcome" => "moved_to_ring"),
+            caught_up: metrics::counter!(m::SLOW_WATCHERS, "resource" => label.to_owned(), "outcome" => "caught_up"),
+            expired_behind_ring: metrics::counter!(m::SLOW_WATCHERS, "resource" => label.to_owned(), "outcome" => "expired"),
+            catching_up: metrics::gauge!(m::WATCHERS_CATCHING_UP, &l()),
             queued: metrics::histogram!(m::FANOUT_DURATION, "resource" => label.to_owned(), "stage" => "queued"),
             handed: metrics::histogram!(m::FANOUT_DURATION, "resource" => label.to_owned(), "stage" => "handed"),
         }
@@ -54,8 +62,10 @@ impl FanoutMetrics {
 pub(crate) struct Fanout {
     watchers: Mutex<Dispatcher>,
     next_watcher_id: AtomicU64,
-    /// How long a watcher may stay full before it is closed.
+    /// How long a watcher may stay full before it is moved to the ring.
     slow_watcher_grace: Duration,
+    /// Events a watcher may lag before it counts as full.
+    queue_soft_limit: usize,
     metrics: FanoutMetrics,
 }
 
@@ -73,6 +83,10 @@ impl Dispatching<'_> {
         self.metrics.events_dispatched.increment(1);
         self.metrics.deliveries.increment(out.delivered as u64);
         self.metrics.terminated(out.terminated);
+        if out.fell_behind > 0 {
+            self.metrics.moved_to_ring.increment(out.fell_behind as u64);
+            self.metrics.catching_up.increment(out.fell_behind as f64);
+        }
         out.delivered
     }
 
@@ -85,11 +99,12 @@ impl Dispatching<'_> {
 }
 
 impl Fanout {
-    pub(super) fn new(label: &str, slow_watcher_grace: Duration) -> Self {
+    pub(super) fn new(label: &str, slow_watcher_grace: Duration, queue_soft_limit: usize) -> Self {
         Self {
             watchers: Mutex::new(Dispatcher::default()),
             next_watcher_id: AtomicU64::new(1),
             slow_watcher_grace,
+            queue_soft_limit,
             metrics: FanoutMetrics::new(label),
         }
     }
@@ -115,7 +130,7 @@ impl Fanout {
     /// state's read lock, so no event slips between its start and its queue.
     pub(crate) fn add(&self, filter: Filter, start_rv: u64) -> Arc<WatcherHandle> {
         let id = self.next_watcher_id.fetch_add(1, Ordering::Relaxed);
-        let handle = Arc::new(WatcherHandle::new(id, filter, start_rv, self.slow_watcher_grace));
+        let handle = Arc::new(WatcherHandle::new(id, filter, start_rv, self.slow_watcher_grace, self.queue_soft_limit));
         self.watchers.lock().add(handle.clone());
         self.metrics.registered_watchers.increment(1.0);
         handle
@@ -128,6 +143,27 @@ impl Fanout {
         watchers.remove(handle);
         if watchers.len() < before {
             self.metrics.registered_watchers.decrement(1.0);
+        }
+        // Under the lock the writer offers under: no offer can move it to
+        // the ring after this.
+        if handle.leave_ring() {
+            self.metrics.catching_up.decrement(1.0);
+        }
+    }
+
+    /// A watcher reading the ring reached its newest event: it is back on
+    /// live delivery.
+    pub(crate) fn caught_up(&self) {
+        self.metrics.caught_up.increment(1);
+        self.metrics.catching_up.decrement(1.0);
+    }
+
+    /// A watcher reading the ring found its next events evicted: it leaves
+    /// the ring with 410 (the caller expired it).
+    pub(crate) fn expired_behind_ring(&self, handle: &WatcherHandle) {
+        if handle.leave_ring() {
+            self.metrics.expired_behind_ring.increment(1);
+            self.metrics.catching_up.decrement(1.0);
         }
     }
 

@@ -134,6 +134,23 @@ impl<E> History<E> {
         Ok(self.events.range(first..).map(|entry| &entry.event))
     }
 
+    /// The buffered events after ring position `position`, oldest first, each with its RV;
+    /// Err(TooOld) once the events right after it were evicted (or a reset started the buffer
+    /// over past it).
+    ///
+    /// A position is not a version a client brought: it is one the cache itself delivered or
+    /// passed over (a watcher catching up from the ring, see `resource/catch_up.rs`), so a
+    /// relist's gap is no reason to refuse it, unlike in [`since`](Self::since): everything
+    /// after the position is here, in the order watchers were offered it.
+    pub(crate) fn after_position(&self, position: u64) -> Result<impl Iterator<Item = (u64, &E)> + '_, TooOld> {
+        let oldest = self.oldest_bridgeable_rv();
+        if position < oldest {
+            return Err(TooOld { requested: position, oldest });
+        }
+        let first = self.events.partition_point(|entry| entry.rv <= position);
+        Ok(self.events.range(first..).map(|entry| (entry.rv, &entry.event)))
+    }
+
     /// Forget everything and start again from `start_rv` (after a relist); capacity is kept.
     pub(crate) fn reset(&mut self, start_rv: u64) {
         self.events.clear();
@@ -395,6 +412,23 @@ mod tests {
         let err = history.since(9).err().unwrap();
         assert_eq!(err, TooOld { requested: 9, oldest: 10 });
         assert_eq!(err.to_string(), "too old resource version: 9 (10)");
+    }
+
+    #[test]
+    fn a_ring_position_is_read_across_a_relist_gap_until_its_next_event_is_evicted() {
+        let t0 = Instant::now();
+        let mut history = History::new(DEFAULT_WINDOW, 10);
+        push_burst(&mut history, 5, t0);
+        history.mark_unobserved(12, 20);
+        // A client's version inside the gap is refused; the cache's own position is not.
+        assert!(history.since(13).is_err());
+        let after: Vec<u64> = history.after_position(13).unwrap().map(|(rv, _)| rv).collect();
+        assert_eq!(after, [14, 15]);
+        // 100 more events evict RVs 11..=15: positions up to 14 lost their next event.
+        push_burst(&mut history, 100, t0 + 80 * SEC);
+        assert_eq!(history.oldest_bridgeable_rv(), 15);
+        assert_eq!(history.after_position(14).err(), Some(TooOld { requested: 14, oldest: 15 }));
+        assert_eq!(history.after_position(15).unwrap().next().map(|(rv, _)| rv), Some(16));
     }
 
     #[test]

@@ -22,7 +22,7 @@ const MARKER_EVERY: Duration = Duration::from_secs(3);
 
 /// Writes markers every [`MARKER_EVERY`] until `until`; each one's target
 /// counts from its write. The last one is written at `until`.
-async fn markers_until(st: &Stage, ctx: &Ctx, until: Instant) -> anyhow::Result<Vec<Target>> {
+pub(super) async fn markers_until(st: &Stage, ctx: &Ctx, until: Instant) -> anyhow::Result<Vec<Target>> {
     let mut targets = Vec::new();
     while Instant::now() + MARKER_EVERY < until {
         tokio::time::sleep(MARKER_EVERY).await;
@@ -74,6 +74,12 @@ pub async fn non_readers(ctx: &Ctx) -> anyhow::Result<Outcome> {
     let targets = markers_until(&st, ctx, start + Duration::from_secs_f64(ctx.cfg.client_fault_secs)).await?;
     let after = metrics(st.wm.admin).await;
     let closed = terminated(&after) - terminated(&before);
+    let slow = |o: &str| {
+        let outcome = [("outcome", o)];
+        prom::sum(&after, "watchmux_slow_watchers_total", &outcome)
+            - prom::sum(&before, "watchmux_slow_watchers_total", &outcome)
+    };
+    let (to_ring, expired) = (slow("moved_to_ring"), slow("expired"));
     let still = registered(&after) - st.fleet.n as f64;
     drop(held);
     let fault = format!(
@@ -81,11 +87,14 @@ pub async fn non_readers(ctx: &Ctx) -> anyhow::Result<Outcome> {
         ctx.cfg.non_readers, ctx.cfg.write_rate_max, ctx.cfg.client_fault_secs
     );
     let notes = vec![format!(
-        "watchmux closed {closed} of the non-readers as slow ({still} still registered at the end); {} writes",
+        "watchmux moved {to_ring} of the non-readers to its events history, {expired} of them then fell behind it (410), \
+         closed {closed} ({still} still registered at the end); {} writes",
         st.writer.writes()
     )];
     let (groups, notes, mut details) = st.finish(ctx, (start, Instant::now()), &targets, Vec::new(), notes).await?;
     details["non_readers_closed_by_watchmux"] = closed.into();
+    details["non_readers_moved_to_history"] = to_ring.into();
+    details["non_readers_expired_behind_history"] = expired.into();
     Ok(Outcome::new("non-readers", fault, groups, notes, details))
 }
 

@@ -11,7 +11,6 @@ use tokio::time::advance;
 
 use super::*;
 use crate::cache::delivery::filter::Filter;
-use crate::cache::delivery::watcher::QUEUE_SOFT_LIMIT;
 use crate::cache::resource::{CacheSettings, Scope, StartAt, Writer};
 use crate::cache::state::object::tests::{cm, cm_shape};
 use crate::cache::state::store::Objects;
@@ -413,29 +412,91 @@ async fn selector_transitions_from_the_history_are_seen_the_same_way() {
 
 // Slow watchers.
 
+/// A cache like `cache_with([])` whose watchers count as full past `soft_limit` events.
+fn cache_with_queue(soft_limit: usize) -> Writer {
+    let settings = CacheSettings { queue_soft_limit: soft_limit, ..CacheSettings::default() };
+    let cache = ResourceCache::create(cm_shape(), Scope::default(), settings);
+    cache.replace(Objects::new(), 10);
+    cache
+}
+
+/// Writes `a` at each version of `rvs`, labelled `app=x` at even versions only.
+fn write_alternating(cache: &Writer, rvs: std::ops::RangeInclusive<u64>) {
+    for rv in rvs {
+        let labels = if rv % 2 == 0 { r#""app":"x""# } else { r#""app":"y""# };
+        cache.event(EventType::Modified, cm("a", rv, labels));
+    }
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_slow_watcher_is_terminated_while_a_reading_watcher_gets_every_event() {
-    let cache = cache_with([]);
-    let mut slow = pin!(watch(&cache, everything(), StartAt::After(10), opts(false, LONG)));
-    let mut fast = pin!(watch(&cache, everything(), StartAt::After(10), opts(false, LONG)));
-    assert_pending(&mut slow).await;
-    let mut rv = 10;
+async fn a_slow_watcher_catches_up_from_the_ring_in_order_and_rejoins_live_delivery() {
+    let cache = cache_with_queue(4);
     let grace = CacheSettings::default().slow_watcher_grace;
-    // Past the soft limit now, then still full once the grace period is over.
-    for (wait, events) in [(Duration::ZERO, QUEUE_SOFT_LIMIT + 1), (grace, 1), (MS, 1)] {
-        advance(wait).await;
-        assert_eq!(cache.cache().watcher_count(), 2);
-        for _ in 0..events {
-            rv += 1;
-            cache.event(EventType::Modified, cm("a", rv, ""));
-            assert_eq!(brief(&next(&mut fast).await).2, rv);
+    let mut slow = pin!(watch(&cache, filter(None, "app=x", ""), StartAt::After(10), opts(true, LONG)));
+    let mut fast = pin!(watch(&cache, everything(), StartAt::After(10), opts(true, LONG)));
+    let mut fast_seen = Vec::new();
+    // The slow watcher reads one event, then none for longer than the grace
+    // while 1000 are written: it falls behind (the fast one reads each).
+    write_alternating(&cache, 11..=12);
+    assert_eq!(brief(&next(&mut slow).await), ev("ADDED", "a", 12));
+    fast_seen.extend([brief(&next(&mut fast).await).2, brief(&next(&mut fast).await).2]);
+    for rv in 13..=1010 {
+        write_alternating(&cache, rv..=rv);
+        fast_seen.push(brief(&next(&mut fast).await).2);
+        if rv == 20 {
+            advance(grace + MS).await;
         }
     }
-    assert_eq!(cache.cache().watcher_count(), 1);
+    assert_eq!(fast_seen, (11..=1010).collect::<Vec<_>>());
+    assert_eq!(cache.cache().watcher_count(), 2, "not closed");
+    // It reads everything it missed, from the ring, in order, once, filtered
+    // (a MODIFIED out of the selector is a DELETED), with no bookmark until
+    // it is current; while it reads, new events keep coming.
+    let mut seen = Vec::new();
+    let mut rv = 1010;
+    while let Poll::Ready(Some(v)) = poll_frame(&mut slow).await {
+        assert_ne!(v["type"], "BOOKMARK", "a bookmark while behind: {v}");
+        seen.push(brief(&v));
+        if seen.len() % 100 == 0 {
+            rv += 1;
+            write_alternating(&cache, rv..=rv);
+        }
+    }
+    let expected: Vec<_> =
+        (13..=rv).map(|rv| if rv % 2 == 0 { ev("ADDED", "a", rv) } else { ev("DELETED", "a", rv) }).collect();
+    assert_eq!(seen, expected);
+    // Back on live delivery: the next event arrives through the queue, and
+    // a bookmark tells the version it is current at.
+    write_alternating(&cache, rv + 1..=rv + 1);
+    assert_eq!(brief(&next(&mut slow).await).2, rv + 1);
+    assert_pending(&mut slow).await;
+    cache.bookmark(rv + 5);
+    advance(MINUTE).await;
+    assert_eq!(next(&mut slow).await, bookmark("ConfigMap", "v1", rv + 5, false));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_behind_the_ring_itself_ends_with_410_naming_the_last_version_it_got() {
+    let cache = cache_with_queue(4);
+    let mut slow = pin!(watch(&cache, everything(), StartAt::After(10), opts(false, LONG)));
+    cache.event(EventType::Modified, cm("a", 11, ""));
+    assert_eq!(brief(&next(&mut slow).await).2, 11);
+    // Past the hard limit at once, then long enough (75 s between bursts, so
+    // the ring does not grow) for the ring to evict what it missed.
+    for rv in 12..=200 {
+        cache.event(EventType::Modified, cm("a", rv, ""));
+    }
+    advance(secs(80)).await;
+    for rv in 201..=300 {
+        cache.event(EventType::Modified, cm("a", rv, ""));
+    }
+    let v = next(&mut slow).await;
+    assert_eq!(v["type"], "ERROR", "{v}");
+    assert_eq!(v["object"]["code"], 410, "{v}");
+    assert_eq!(v["object"]["reason"], "Expired", "{v}");
+    let message = v["object"]["message"].as_str().unwrap();
+    assert!(message.starts_with("too old resource version: 11 ("), "{message}");
     assert_ended(&mut slow).await;
-    cache.event(EventType::Modified, cm("a", rv + 1, ""));
-    assert_eq!(brief(&next(&mut fast).await).2, rv + 1);
-    assert_pending(&mut fast).await;
 }
 
 // Shutdown and deregistration.
