@@ -11,7 +11,8 @@
 //!   [`content`]: why an answer is JSON and not protobuf (the one decision).
 //! - `resource/freshness.rs`: proving the cache is current enough for a
 //!   consistent read.
-//! - [`upstream_watch`]: reading the upstream's watch and list responses.
+//! - [`upstream_watch`]: reading the upstream's watch and list responses;
+//!   [`warnings`]: the API server's `Warning` headers, replayed on answers.
 //! - [`discovery`], [`resource_info`]: what the upstream serves.
 //! - [`params`]: the query parameters of a read; [`pagination`]: continue tokens;
 //!   [`snapshots`]: the states later pages are served from.
@@ -41,4 +42,5 @@ pub(crate) mod snapshots;
 pub(crate) mod store;
 pub(crate) mod stream;
 pub(crate) mod upstream_watch;
+pub(crate) mod warnings;
 pub(crate) mod watcher;

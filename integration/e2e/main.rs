@@ -9,6 +9,7 @@ mod auth;
 mod cache;
 mod capacity;
 mod cert_rotation;
+mod consistent_latency;
 mod crd_lifecycle;
 mod differential;
 mod env;
@@ -17,7 +18,9 @@ mod operator;
 mod protobuf;
 mod relay;
 mod relist_gap;
+mod resource_versions;
 mod trust_boundary;
+mod warnings;
 mod x509_identity;
 
 use std::io::{BufRead, BufReader};

@@ -42,6 +42,7 @@ use super::object::ObjectShape;
 use super::snapshots::KeptSnapshots;
 use super::store::{Snapshot, Store};
 use super::upstream_watch::collection_uri;
+use super::warnings::Warnings;
 use super::watcher::{Delivery, WatcherHandle};
 use crate::metrics as m;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -85,6 +86,8 @@ struct UpstreamForm {
     list_items_typed: AtomicBool,
     /// The protobuf forms the schema check left on (see `content.rs`).
     protobuf: AvailabilityCell,
+    /// The API server's warnings on this resource's reads (`warnings.rs`).
+    warnings: Warnings,
 }
 
 /// Settings every resource cache shares.
@@ -182,7 +185,11 @@ impl ResourceCache {
             fanout: Fanout::new(&label, settings.slow_watcher_grace),
             freshness: Freshness::default(),
             snapshots: KeptSnapshots::new(window),
-            form: UpstreamForm { list_items_typed: AtomicBool::new(typed), protobuf: AvailabilityCell::default() },
+            form: UpstreamForm {
+                list_items_typed: AtomicBool::new(typed),
+                protobuf: AvailabilityCell::default(),
+                warnings: Warnings::default(),
+            },
             metrics: CacheMetrics::new(label),
         }
     }
@@ -226,6 +233,11 @@ impl ResourceCache {
 
     pub(crate) fn current_rv(&self) -> u64 {
         self.published.now().rv
+    }
+
+    /// The API server's warnings on this resource's reads.
+    pub(crate) fn warnings(&self) -> &Warnings {
+        &self.form.warnings
     }
 
     /// True when list items of this resource carry `kind` and `apiVersion`.

@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http::{Request, StatusCode, header};
+use http::{HeaderMap, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde::Deserialize;
@@ -222,15 +222,23 @@ pub(crate) fn watch_params(from: u64, timeout_seconds: u64) -> [(&'static str, S
     ]
 }
 
+/// A list (or one page of it) the upstream answered with success.
+pub(crate) struct Listed {
+    pub body: Bytes,
+    /// Its headers (the resource's `Warning`s: `cache::warnings`).
+    pub headers: HeaderMap,
+}
+
 /// A list (or one page of it): the whole body, once the status says success.
-pub(crate) async fn get_list(upstream: &Upstream, uri: String) -> Result<Bytes, ReflectorError> {
+pub(crate) async fn get_list(upstream: &Upstream, uri: String) -> Result<Listed, ReflectorError> {
     let resp = upstream_get(upstream, uri).await?;
     let status = resp.status();
-    let bytes = resp.into_body().collect().await.map_err(ReflectorError::Body)?.to_bytes();
+    let (parts, body) = resp.into_parts();
+    let bytes = body.collect().await.map_err(ReflectorError::Body)?.to_bytes();
     if !status.is_success() {
         return Err(ReflectorError::Status { status, body: String::from_utf8_lossy(&bytes).into_owned() });
     }
-    Ok(bytes)
+    Ok(Listed { body: bytes, headers: parts.headers })
 }
 
 /// How asking for a watch went.

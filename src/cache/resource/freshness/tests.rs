@@ -124,7 +124,7 @@ const BUDGET: Duration = Duration::from_secs(3);
 async fn a_fresh_cache_is_proven_by_the_probe_alone() {
     let state = Arc::new(FakeApiServer::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
-    assert!(ensure_fresh(&cache, &upstream, Instant::now(), BUDGET).await);
+    assert!(ensure_fresh(&cache, &upstream, Instant::now(), Proof::CatchingUp, BUDGET).await);
     assert_eq!(state.catch_ups.load(Ordering::SeqCst), 0, "nothing to catch up");
     stop.cancel();
 }
@@ -137,7 +137,7 @@ async fn a_cache_behind_waits_for_the_catch_up_s_bookmark() {
 
     let reading = tokio::spawn({
         let (cache, upstream) = (cache.clone(), upstream.clone());
-        async move { ensure_fresh(&cache, &upstream, Instant::now(), BUDGET).await }
+        async move { ensure_fresh(&cache, &upstream, Instant::now(), Proof::CatchingUp, BUDGET).await }
     });
     state.catch_up_open().await;
     assert!(!reading.is_finished(), "the read waits for the proof");
@@ -152,7 +152,43 @@ async fn without_a_bookmark_in_its_budget_the_proof_fails() {
     let state = Arc::new(FakeApiServer::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
     state.current.store(20, Ordering::SeqCst);
-    assert!(!ensure_fresh(&cache, &upstream, Instant::now(), Duration::from_millis(300)).await);
+    assert!(!ensure_fresh(&cache, &upstream, Instant::now(), Proof::CatchingUp, Duration::from_millis(300)).await);
     assert_eq!(cache.current_rv(), 10, "nothing proven, nothing moved");
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_list_passes_through_at_once_when_behind_and_the_catch_up_it_asked_for_proves_the_next() {
+    let state = Arc::new(FakeApiServer::default());
+    let (cache, upstream, stop) = cache_at_10(&state).await;
+    state.current.store(20, Ordering::SeqCst);
+    let started = Instant::now();
+    assert!(!ensure_fresh(&cache, &upstream, Instant::now(), Proof::AtOnce, BUDGET).await, "behind the probe");
+    assert!(started.elapsed() < Duration::from_secs(1), "no wait for the catch-up: {:?}", started.elapsed());
+    state.catch_up_open().await;
+    // While the catch-up runs, the cache is known to be behind: no probe.
+    assert!(!ensure_fresh(&cache, &upstream, Instant::now(), Proof::AtOnce, BUDGET).await);
+    state.bookmark().await;
+    assert!(cache.wait_for_rv(20, BUDGET).await, "the catch-up ran on without a reader waiting");
+    // The catch-up task ends just after its bookmark is applied.
+    for _ in 0..200 {
+        if !cache.freshness().catching_up.load(Ordering::Acquire) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(ensure_fresh(&cache, &upstream, Instant::now(), Proof::AtOnce, BUDGET).await, "proven at once now");
+    assert_eq!(state.catch_ups.load(Ordering::SeqCst), 1);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_version_the_cache_has_not_reached_is_waited_for_only_briefly() {
+    let state = Arc::new(FakeApiServer::default());
+    let (cache, _upstream, stop) = cache_at_10(&state).await;
+    assert!(reached(&cache, 10).await);
+    let started = Instant::now();
+    assert!(!reached(&cache, 11).await, "another resource's version: the API server's to answer");
+    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
     stop.cancel();
 }
