@@ -1,8 +1,8 @@
 //! How long a consistent LIST takes, straight at the API server and through
 //! watchmux, in the same run (docs/benchmarks.md, "Consistent LISTs"): a
-//! measurement, not a check, so it is `#[ignore]`d; run it with
-//! `integration/scripts/e2e.sh consistent_list_latency --ignored --nocapture`
-//! (`WATCHMUX_E2E_BIN` picks the watchmux binary). It prints p50 / p99 / max
+//! measurement, not a check, so it is `#[ignore]`d; run it by name with
+//! `--ignored --nocapture` (the command is in docs/benchmarks.md;
+//! `WATCHMUX_E2E_BIN` picks the watchmux binary). It prints p50 / p99 / max
 //! per side, on a quiet cluster (only the API server's own lease renewals
 //! move etcd's revision) and on a busy one (a Secret written every 100 ms).
 

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 
+use super::cache::wait_initialized;
 use super::env::*;
 
 /// The kubelet's and every typed clientset's Accept header.
@@ -281,7 +282,7 @@ async fn protobuf_gets_and_lists_from_the_cache_are_the_api_servers_bytes() {
     assert_eq!((cached.0, cached.1.as_str()), (200, "application/json"));
     assert_eq!(cached.2, direct.2);
     // ... and its PartialObjectMetadataList in protobuf.
-    let path = format!("/apis/{GROUP}/v1/namespaces/{ns}/gadgets");
+    let path = format!("/apis/{GROUP}/v1/namespaces/{ns}/gadgets?resourceVersion=0");
     let (direct, cached) = both(&client, &wm, &path, METADATA_LIST).await;
     assert_eq!((direct.1.as_str(), cached.1.as_str()), (PROTOBUF, PROTOBUF));
     identical += same_list(&direct.2, &cached.2, "PartialObjectMetadataList").0;
@@ -353,7 +354,8 @@ async fn protobuf_watch_frames_from_the_cache_are_the_api_servers_bytes() {
     let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
     // Both watches start from the cache's version: the cache's history begins at its initial
     // list, and a version before it (other tests write meanwhile) would be too old for it.
-    let (_, _, list) = get_via(&wm, &format!("/api/v1/namespaces/{ns}/configmaps"), "application/json").await;
+    let (_, _, list) =
+        get_via(&wm, &format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0"), "application/json").await;
     let list: serde_json::Value = serde_json::from_slice(&list).unwrap();
     let start = list["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
 
@@ -491,7 +493,9 @@ webhooks:
 /// Pages of a protobuf LIST from the cache hold the API server's items.
 #[tokio::test]
 async fn protobuf_list_pages_from_the_cache_hold_the_api_servers_items() {
-    let _shared = CLUSTER.read().await;
+    // Alone on the cluster: a consistent LIST is the cache's only when
+    // nothing else was written since its own last event.
+    let _exclusive = CLUSTER.write().await;
     let cluster = Cluster::from_env();
     let client = cluster.direct_client();
     let ns = namespace("pbpages");
@@ -500,6 +504,9 @@ async fn protobuf_list_pages_from_the_cache_hold_the_api_servers_items() {
         configmap(&client, "create", &ns, &format!("cm{i}")).await;
     }
     let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    wait_initialized(wm.admin, "configmaps", 1.0).await;
+    // The last write is the cache's own: its probe finds it current.
+    configmap(&client, "update", &ns, "cm0").await;
     let base = format!("/api/v1/namespaces/{ns}/configmaps");
     let (direct, _) = both(&client, &wm, &base, KUBELET).await;
     let (_, _, want) = list_parts(&direct.2);

@@ -36,8 +36,8 @@
 //! from the cache only when step 1 finds it current ([`Proof::AtOnce`]):
 //! otherwise it passes through at once, and the catch-up it asks for runs
 //! on, so that the LISTs after it find the cache proven (in a quiet cluster,
-//! nearly all of them); while that catch-up runs, a LIST passes through
-//! without probing. A LIST that waited for the API server's bookmark took a
+//! nearly all of them); while that catch-up runs, and in a busy cluster
+//! (`busy.rs`), a LIST passes through without probing. A LIST that waited for the API server's bookmark took a
 //! second or two where the API server answers in milliseconds
 //! (docs/benchmarks.md, "Consistent LISTs").
 //!
@@ -62,6 +62,7 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
+use self::busy::BusyCluster;
 use super::ResourceCache;
 use crate::cache::upstream_watch::{Change, LineEnd, ListPage, Opened, StreamEnd, get_list, open_watch, watch_params};
 use crate::upstream::Upstream;
@@ -86,6 +87,8 @@ pub(crate) struct Freshness {
     /// Wakes the writer to start the catch-up asked for (a permit is kept
     /// when the writer is not listening: it starts it when it is back).
     wanted: Notify,
+    /// Whether LISTs should probe at all (`busy.rs`).
+    busy: BusyCluster,
 }
 
 impl std::fmt::Debug for Freshness {
@@ -182,16 +185,29 @@ pub(crate) async fn ensure_fresh(
     proof: Proof,
     budget: Duration,
 ) -> bool {
-    // A catch-up under way: the cache is known to be behind.
-    if proof == Proof::AtOnce && cache.freshness().catching_up.load(Ordering::Acquire) {
+    let freshness = cache.freshness();
+    // A catch-up under way: the cache is known to be behind; in a busy
+    // cluster, it will be.
+    if proof == Proof::AtOnce
+        && (freshness.catching_up.load(Ordering::Acquire) || freshness.busy.skip_probe(Instant::now()))
+    {
         return false;
     }
     let deadline = arrival + budget;
     let Ok(Some(target)) = tokio::time::timeout_at(deadline, upstream_rv(cache, upstream, arrival)).await else {
         return false;
     };
-    if proof == Proof::AtOnce && cache.wait_for_rv(target, PROBE_GRACE).await {
-        return true;
+    if proof == Proof::AtOnce {
+        if cache.wait_for_rv(target, PROBE_GRACE).await {
+            freshness.busy.probed(true, Instant::now());
+            return true;
+        }
+        // Counted once a probe, by the LIST that starts the catch-up (the
+        // LISTs sharing the probe find it started).
+        if ask_for_catch_up(cache) {
+            freshness.busy.probed(false, Instant::now());
+        }
+        return false;
     }
     loop {
         if cache.current_rv() >= target {
@@ -199,7 +215,7 @@ pub(crate) async fn ensure_fresh(
         }
         ask_for_catch_up(cache);
         let now = Instant::now();
-        if now >= deadline || proof == Proof::AtOnce {
+        if now >= deadline {
             return false;
         }
         // A catch-up takes about a second; look again after each.
@@ -233,11 +249,14 @@ async fn upstream_rv(cache: &Arc<ResourceCache>, upstream: &Arc<Upstream>, arriv
     (*result).flatten()
 }
 
-/// Asks the writer for a catch-up watch, unless one is asked for or running.
-fn ask_for_catch_up(cache: &ResourceCache) {
-    if !cache.freshness().catching_up.swap(true, Ordering::AcqRel) {
+/// Asks the writer for a catch-up watch, unless one is asked for or
+/// running; whether this call asked.
+fn ask_for_catch_up(cache: &ResourceCache) -> bool {
+    let asked = !cache.freshness().catching_up.swap(true, Ordering::AcqRel);
+    if asked {
         cache.freshness().wanted.notify_one();
     }
+    asked
 }
 
 async fn probe_current_rv(cache: &ResourceCache, upstream: &Upstream) -> Option<u64> {
@@ -282,5 +301,6 @@ async fn catch_up(
     }
 }
 
+mod busy;
 #[cfg(test)]
 mod tests;
