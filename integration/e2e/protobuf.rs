@@ -469,7 +469,8 @@ webhooks:
     assert_eq!((cached.0, cached.1.as_str()), (200, "application/json"));
     assert!(cached.2 == direct_json.2, "the cache's JSON is the API server's");
     let list = format!(
-        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations?fieldSelector=metadata.name={name}"
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations?fieldSelector=metadata.name={name}\
+         &resourceVersion=0"
     );
     let cached_list = get_via(&wm, &list, KUBELET).await;
     assert_eq!((cached_list.0, cached_list.1.as_str()), (200, "application/json"));

@@ -132,7 +132,9 @@ async fn start(cluster: &Cluster, test: &str) -> (Watchmux, std::sync::Arc<Upstr
 /// the same version semantics.
 #[tokio::test]
 async fn reads_at_another_resources_write_version_are_answered_at_once_as_the_api_server_answers() {
-    let _shared = CLUSTER.read().await;
+    // Alone on the cluster: another test's ConfigMap write would bring the
+    // cache to N, and the reads would be the cache's.
+    let _exclusive = CLUSTER.write().await;
     let cluster = Cluster::from_env();
     let (wm, client, ns) = start(&cluster, "rv-other").await;
     let n = create_secret(&client, &ns).await;
