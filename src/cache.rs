@@ -17,6 +17,8 @@
 //! - [`delivery`]: getting events to watchers (dispatcher, per-watcher
 //!   queues, the watch response body).
 //! - [`read`]: answering LIST, GET and WATCH (parameters, continue tokens).
+//! - [`warnings`]: the API server's `Warning` headers for a resource, replayed
+//!   on the answers served from its cache.
 //! - [`verify`]: each cache checked against the upstream's exact-version list
 //!   every `--consistency-check-period`; a mismatch relists it.
 //! - `fault` (tests and the chaos build only, feature `fault-injection`): drops,
@@ -41,3 +43,4 @@ pub(crate) mod resource_info;
 pub(crate) mod state;
 pub(crate) mod sync;
 pub(crate) mod verify;
+pub(crate) mod warnings;

@@ -241,6 +241,20 @@ pub(crate) async fn get(addr: SocketAddr, path: &str) -> Response<Incoming> {
     try_get(addr, path).await.unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
+/// A GET to watchmux at `addr` with this Accept header, over plain
+/// HTTP/1.1 on a connection of its own.
+pub(crate) async fn get_accepting(addr: SocketAddr, path: &str, accept: &str) -> Response<Incoming> {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    let req = Request::get(path)
+        .header("host", addr.to_string())
+        .header("accept", accept)
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    send.send_request(req).await.unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
 /// Status code and body of a response.
 pub(crate) async fn read(resp: Response<Incoming>) -> (u16, Bytes) {
     let status = resp.status().as_u16();

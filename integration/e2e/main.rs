@@ -11,6 +11,7 @@ mod capacity;
 mod cert_rotation;
 #[cfg(feature = "fault-injection")]
 mod consistency_check;
+mod consistent_latency;
 mod crd_lifecycle;
 mod differential;
 mod env;
@@ -20,8 +21,10 @@ mod operator;
 mod protobuf;
 mod relay;
 mod relist_gap;
+mod resource_versions;
 mod slow_watchers;
 mod trust_boundary;
+mod warnings;
 mod x509_identity;
 
 use std::io::{BufRead, BufReader};

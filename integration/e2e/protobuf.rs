@@ -1,10 +1,9 @@
 //! Protobuf from the cache against kube-apiserver's own protobuf: real
 //! objects of many kinds, read with the kubelet's Accept header (and the
 //! metadata client's) through watchmux and straight at the API server. GET
-//! bodies and watch frames must be the same bytes; LIST bodies the same bytes
-//! but for the list's resourceVersion (the cache's own, where a consistent
-//! LIST of the API server names etcd's newest), whose items are compared byte
-//! for byte. Every answer must have come from the cache (its metrics), and
+//! bodies and watch frames must be the same bytes; LIST bodies (at any
+//! version) the same bytes but for the list's resourceVersion (each server's
+//! own), whose items are compared byte for byte. Every answer must have come from the cache (its metrics), and
 //! client-go's typed informer (protobuf by default) runs through it. Watch
 //! events that cannot be byte-identical (a watch-list's bookmark, a 410's
 //! message, each naming its server's own version) are decoded with client-go's
@@ -20,6 +19,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 
+use super::cache::wait_initialized;
 use super::env::*;
 
 /// The kubelet's and every typed clientset's Accept header.
@@ -138,15 +138,7 @@ fn apply(cluster: &Cluster, yaml: &str) {
 
 /// A GET to watchmux with this Accept header, on a connection of its own.
 async fn send_via(wm: &Watchmux, path: &str, accept: &str) -> http::Response<hyper::body::Incoming> {
-    let stream = tokio::net::TcpStream::connect(wm.addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
-    tokio::spawn(conn);
-    let req = Request::get(path)
-        .header("host", wm.addr.to_string())
-        .header("accept", accept)
-        .body(Full::<Bytes>::default())
-        .unwrap();
-    send.send_request(req).await.unwrap()
+    get_accepting(wm.addr, path, accept).await
 }
 
 /// A GET with this Accept header: status, Content-Type, body.
@@ -263,13 +255,14 @@ async fn protobuf_gets_and_lists_from_the_cache_are_the_api_servers_bytes() {
         assert!(cached.2 == direct.2, "GET {path}: the cache's protobuf differs from the API server's");
         identical += 1;
 
+        // At any version: a consistent LIST is the cache's only when it is
+        // current at the API server's revision (other tests write meanwhile).
         let path = format!("{prefix}/namespaces/{ns}/{resource}");
-        let (direct, cached) = both(&client, &wm, &path, KUBELET).await;
+        let (direct, cached) = both(&client, &wm, &format!("{path}?resourceVersion=0"), KUBELET).await;
         assert_eq!((cached.0, cached.1.as_str()), (200, PROTOBUF), "{path}");
         let (items, _, c_meta) = same_list(&direct.2, &cached.2, &path);
         // Never a version from the future: at most the API server's revision
-        // read after it (other tests write meanwhile, so the direct list
-        // read before it may be older than a freshly proven cache).
+        // read after it (a consistent LIST).
         let after = get_direct_as(&client, &path, KUBELET).await;
         let (_, after_meta, _) = list_parts(&after.2);
         assert!(list_rv(&c_meta) <= list_rv(&after_meta), "LIST {path}: the cache's version is ahead of etcd's");
@@ -289,7 +282,7 @@ async fn protobuf_gets_and_lists_from_the_cache_are_the_api_servers_bytes() {
     assert_eq!((cached.0, cached.1.as_str()), (200, "application/json"));
     assert_eq!(cached.2, direct.2);
     // ... and its PartialObjectMetadataList in protobuf.
-    let path = format!("/apis/{GROUP}/v1/namespaces/{ns}/gadgets");
+    let path = format!("/apis/{GROUP}/v1/namespaces/{ns}/gadgets?resourceVersion=0");
     let (direct, cached) = both(&client, &wm, &path, METADATA_LIST).await;
     assert_eq!((direct.1.as_str(), cached.1.as_str()), (PROTOBUF, PROTOBUF));
     identical += same_list(&direct.2, &cached.2, "PartialObjectMetadataList").0;
@@ -361,7 +354,8 @@ async fn protobuf_watch_frames_from_the_cache_are_the_api_servers_bytes() {
     let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
     // Both watches start from the cache's version: the cache's history begins at its initial
     // list, and a version before it (other tests write meanwhile) would be too old for it.
-    let (_, _, list) = get_via(&wm, &format!("/api/v1/namespaces/{ns}/configmaps"), "application/json").await;
+    let (_, _, list) =
+        get_via(&wm, &format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0"), "application/json").await;
     let list: serde_json::Value = serde_json::from_slice(&list).unwrap();
     let start = list["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
 
@@ -475,7 +469,8 @@ webhooks:
     assert_eq!((cached.0, cached.1.as_str()), (200, "application/json"));
     assert!(cached.2 == direct_json.2, "the cache's JSON is the API server's");
     let list = format!(
-        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations?fieldSelector=metadata.name={name}"
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations?fieldSelector=metadata.name={name}\
+         &resourceVersion=0"
     );
     let cached_list = get_via(&wm, &list, KUBELET).await;
     assert_eq!((cached_list.0, cached_list.1.as_str()), (200, "application/json"));
@@ -499,7 +494,9 @@ webhooks:
 /// Pages of a protobuf LIST from the cache hold the API server's items.
 #[tokio::test]
 async fn protobuf_list_pages_from_the_cache_hold_the_api_servers_items() {
-    let _shared = CLUSTER.read().await;
+    // Alone on the cluster: a consistent LIST is the cache's only when
+    // nothing else was written since its own last event.
+    let _exclusive = CLUSTER.write().await;
     let cluster = Cluster::from_env();
     let client = cluster.direct_client();
     let ns = namespace("pbpages");
@@ -508,6 +505,9 @@ async fn protobuf_list_pages_from_the_cache_hold_the_api_servers_items() {
         configmap(&client, "create", &ns, &format!("cm{i}")).await;
     }
     let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
+    wait_initialized(wm.admin, "configmaps", 1.0).await;
+    // The last write is the cache's own: its probe finds it current.
+    configmap(&client, "update", &ns, "cm0").await;
     let base = format!("/api/v1/namespaces/{ns}/configmaps");
     let (direct, _) = both(&client, &wm, &base, KUBELET).await;
     let (_, _, want) = list_parts(&direct.2);

@@ -59,6 +59,10 @@ pub(crate) enum Reason {
     SnapshotGone,
     /// An exact-version list the cache cannot serve.
     Exact,
+    /// A resourceVersion the cache has not reached (another resource's
+    /// write, a bookmark, a continue token): the API server answers at once
+    /// if it has it, and with its own 504 if not (`freshness::reached`).
+    AheadOfCache,
     /// The client takes protobuf and no JSON of the same form, and an object
     /// of the answer has no protobuf form (a custom resource, or one the
     /// encoder refuses).
@@ -99,6 +103,7 @@ impl Reason {
         Reason::Continue,
         Reason::SnapshotGone,
         Reason::Exact,
+        Reason::AheadOfCache,
         Reason::NoProtobufForm,
         Reason::MetadataProtobufError,
     ];
@@ -129,6 +134,7 @@ impl Reason {
             Self::Continue => "continue",
             Self::SnapshotGone => "snapshot_gone",
             Self::Exact => "exact",
+            Self::AheadOfCache => "ahead_of_cache",
             Self::NoProtobufForm => "no_protobuf_form",
             Self::MetadataProtobufError => "metadata_protobuf_error",
         }

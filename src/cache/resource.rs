@@ -46,6 +46,7 @@ use super::state::object::ObjectShape;
 use super::state::snapshots::KeptSnapshots;
 use super::state::store::{Snapshot, Store};
 use super::sync::upstream_watch::collection_uri;
+use super::warnings::Warnings;
 use crate::metrics as m;
 use crate::selector::{FieldSelector, LabelSelector};
 
@@ -88,6 +89,8 @@ struct UpstreamForm {
     list_items_typed: AtomicBool,
     /// The protobuf forms the schema check left on (see `content.rs`).
     protobuf: AvailabilityCell,
+    /// The API server's warnings on this resource's reads (`warnings.rs`).
+    warnings: Warnings,
 }
 
 /// Settings every resource cache shares.
@@ -199,7 +202,11 @@ impl ResourceCache {
             fanout: Fanout::new(&label, settings.slow_watcher_grace, settings.queue_soft_limit),
             freshness: Freshness::default(),
             snapshots: KeptSnapshots::new(window),
-            form: UpstreamForm { list_items_typed: AtomicBool::new(typed), protobuf: AvailabilityCell::default() },
+            form: UpstreamForm {
+                list_items_typed: AtomicBool::new(typed),
+                protobuf: AvailabilityCell::default(),
+                warnings: Warnings::default(),
+            },
             verification: Verification::default(),
             metrics: CacheMetrics::new(label),
         }
@@ -254,6 +261,11 @@ impl ResourceCache {
 
     pub(crate) fn current_rv(&self) -> u64 {
         self.published.now().rv
+    }
+
+    /// The API server's warnings on this resource's reads.
+    pub(crate) fn warnings(&self) -> &Warnings {
+        &self.form.warnings
     }
 
     /// True when list items of this resource carry `kind` and `apiVersion`.

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 mod list;
 
 use super::super::registry::{CacheConfig, NotCached, Registry};
-use super::super::resource::freshness::ensure_fresh;
+use super::super::resource::freshness::{Proof, ensure_fresh, reached};
 use super::super::resource::{ResourceCache, StartAt};
 use super::params::{ReadParams, Rv, RvMatch};
 use crate::body::{self, Chunk, ProxyBody, Refusal};
@@ -38,8 +38,9 @@ use crate::request::{RequestInfo, Verb};
 use crate::selector::{FieldSelector, LabelSelector, selectable};
 use crate::upstream::Upstream;
 
-/// How long a read for a resourceVersion newer than the cache waits for it.
-pub(crate) const TOO_LARGE_RV_WAIT: Duration = Duration::from_secs(3);
+/// How long a consistent read may take to be proven fresh (the API server,
+/// too, waits three seconds for its cache before it gives up).
+pub(crate) const FRESHNESS_BUDGET: Duration = Duration::from_secs(3);
 /// How long a request waits for a starting cache before passing through.
 pub(crate) const NOT_READY_WAIT: Duration = Duration::from_secs(3);
 /// The API server's default `--min-request-timeout`: watches without
@@ -271,23 +272,25 @@ impl CacheService {
             return Served::Passthrough(Reason::OutsideScope);
         }
         let resource = cache.label().to_owned();
-        let served = match endpoint {
-            Endpoint::Watch => self.watch(cache, filter, params, answer, arrival).await,
-            Endpoint::List => self.list(cache, filter, params, answer, arrival).await,
-            Endpoint::Get => self.get(cache, filter, params, answer, scoped).await,
+        let mut served = match endpoint {
+            Endpoint::Watch => self.watch(cache.clone(), filter, params, answer, arrival).await,
+            Endpoint::List => self.list(cache.clone(), filter, params, answer, arrival).await,
+            Endpoint::Get => self.get(cache.clone(), filter, params, answer, scoped).await,
         };
-        if let Served::Response(_) = &served {
+        if let Served::Response(response) = &mut served {
+            // The API server's route adds them to every answer, errors too.
+            cache.warnings().add_to(response.headers_mut());
             record_answer(endpoint, resource, arrival);
         }
         served
     }
 
     /// Proves the cache fresh for a consistent read, counting the outcome.
-    async fn consistent(&self, cache: &Arc<ResourceCache>, arrival: Instant) -> bool {
+    async fn consistent(&self, cache: &Arc<ResourceCache>, arrival: Instant, proof: Proof) -> bool {
         // A cache the consistency check found different from the upstream
         // proves nothing until its relist (`verify.rs`).
         let unproven = cache.verification().is_unproven();
-        let fresh = !unproven && ensure_fresh(cache, self.registry.upstream(), arrival, TOO_LARGE_RV_WAIT).await;
+        let fresh = !unproven && ensure_fresh(cache, self.registry.upstream(), arrival, proof, FRESHNESS_BUDGET).await;
         let result = match (fresh, unproven) {
             (true, _) => "success",
             (false, true) => "unproven",
@@ -327,16 +330,15 @@ impl CacheService {
             match p.rv {
                 // A consistent snapshot: at least as new as the upstream now.
                 Rv::Unset => {
-                    if !self.consistent(&cache, arrival).await {
+                    if !self.consistent(&cache, arrival, Proof::CatchingUp).await {
                         return Served::Passthrough(Reason::ConsistentRead);
                     }
                     StartAt::CurrentState
                 }
                 Rv::Any => StartAt::CurrentState,
                 Rv::At(rv) => {
-                    if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
-                        let status = too_large_rv(rv, cache.current_rv());
-                        return Served::Response(watch_response(variant, body::chunk(error_frame(variant, &status))));
+                    if !reached(&cache, rv).await {
+                        return Served::Passthrough(Reason::AheadOfCache);
                     }
                     StartAt::CurrentState
                 }
@@ -400,11 +402,8 @@ impl CacheService {
             Rv::Unset => return Served::Passthrough(Reason::ConsistentGet),
             Rv::Any => {}
             Rv::At(rv) => {
-                if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
-                    return match answer.error_variant() {
-                        Ok(v) => Served::Response(too_large_rv(rv, cache.current_rv()).into_response_as(v)),
-                        Err(reason) => Served::Passthrough(reason),
-                    };
+                if !reached(&cache, rv).await {
+                    return Served::Passthrough(Reason::AheadOfCache);
                 }
             }
         }
@@ -464,23 +463,6 @@ fn wants_pretty_output(headers: &HeaderMap) -> bool {
     let ua = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
     ["curl", "Wget", "Mozilla"].iter().any(|p| ua.starts_with(p))
         || headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("pretty"))
-}
-
-/// The API server's 504 for a resourceVersion the cache has not reached.
-fn too_large_rv(requested: u64, current: u64) -> Status {
-    let mut details = serde_json::Map::new();
-    details.insert(
-        "causes".into(),
-        serde_json::json!([{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]),
-    );
-    let mut status = Status::new(
-        StatusCode::GATEWAY_TIMEOUT,
-        StatusReason::Timeout,
-        format!("Timeout: Too large resource version: {requested}, current: {current}"),
-    )
-    .retry_after(1);
-    status.details = Some(details);
-    status
 }
 
 /// The API server's 404 for a named object that does not exist.

@@ -27,13 +27,32 @@
 //! only at its bookmark time (two seconds before the deadline, on its own
 //! one-second tick) and only if its version moved since the watch began. In
 //! a busy cluster the cache is nearly always behind `P` (`P` is etcd's
-//! revision, moved by every write to any resource). That wait is worth it for
-//! a collection (a LIST or a watch-list passed through costs the API server
-//! all of it), not for one object: a consistent GET is not served from the
-//! cache at all (`serve::CacheService::try_serve`).
+//! revision, moved by every write to any resource). A consistent GET is not
+//! served from the cache at all (`serve::CacheService::try_serve`): the API
+//! server reads one object from etcd at about the cost of step 1.
+//!
+//! Step 2 is only waited for by a watch-list (passing one through costs the
+//! API server a list and a watch for as long as it lasts). A LIST is served
+//! from the cache only when step 1 finds it current ([`Proof::AtOnce`]):
+//! otherwise it passes through at once, and the catch-up it asks for runs
+//! on, so that the LISTs after it find the cache proven (in a quiet cluster,
+//! nearly all of them); while that catch-up runs, and in a busy cluster
+//! (`busy.rs`), a LIST passes through without probing. A LIST that waited for the API server's bookmark took a
+//! second or two where the API server answers in milliseconds
+//! (docs/benchmarks.md, "Consistent LISTs").
 //!
 //! If the proof does not arrive within the budget the read passes through,
 //! and is counted as a fallback.
+//!
+//! **A version the client names** ([`reached`]): resourceVersions are
+//! global, so a client may hold one this cache has not reached, from another
+//! resource's write, from a bookmark or from a continue token, and the
+//! API server answers such a read at once (it asks etcd for progress). The
+//! cache waits for it only as long as its own event takes to arrive
+//! ([`OWN_EVENT_GRACE`]: the client's write of this resource), then passes
+//! the read through: the API server's answer is the exact one, 200 when it
+//! has the version, and, for one above its own revision, its own 504 after
+//! its own three seconds. The same for every verb and content type.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +62,7 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
+use self::busy::BusyCluster;
 use super::ResourceCache;
 use crate::cache::sync::upstream_watch::{
     Change, LineEnd, ListPage, Opened, StreamEnd, get_list, open_watch, watch_params,
@@ -69,6 +89,8 @@ pub(crate) struct Freshness {
     /// Wakes the writer to start the catch-up asked for (a permit is kept
     /// when the writer is not listening: it starts it when it is back).
     wanted: Notify,
+    /// Whether LISTs should probe at all (`busy.rs`).
+    busy: BusyCluster,
 }
 
 impl std::fmt::Debug for Freshness {
@@ -126,18 +148,69 @@ impl CatchUpQueue {
     }
 }
 
+/// How long a read at a version the cache has not reached waits for it:
+/// about what the cache's own event of a write takes to arrive after the
+/// API server acknowledged the write (a few milliseconds on loopback), with
+/// room. A version that is not this resource's waits this long in vain, and
+/// then passes through.
+pub(crate) const OWN_EVENT_GRACE: Duration = Duration::from_millis(50);
+
+/// How long a LIST waits after the probe for the cache to reach the
+/// probe's version: the API server answered the probe once its own cache
+/// held that version, so an event of this resource at it is already on its
+/// way to the cache's watch (the client's write just before its LIST).
+const PROBE_GRACE: Duration = Duration::from_millis(10);
+
+/// Whether the cache holds `rv` (a version a client named), after waiting
+/// at most [`OWN_EVENT_GRACE`]; if not, the read is the API server's.
+pub(crate) async fn reached(cache: &ResourceCache, rv: u64) -> bool {
+    cache.wait_for_rv(rv, OWN_EVENT_GRACE).await
+}
+
+/// What a consistent read waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Proof {
+    /// Only the probe: the cache is current at its answer, or the read
+    /// passes through (and the catch-up it asks for runs on for the next).
+    AtOnce,
+    /// The probe and, if the cache is behind, the catch-up.
+    CatchingUp,
+}
+
 /// Waits until `cache` is at least as new as the upstream was at
-/// `arrival`; false if that cannot be shown by `arrival + budget`.
+/// `arrival`; false if that cannot be shown as `proof` allows, by
+/// `arrival + budget`.
 pub(crate) async fn ensure_fresh(
     cache: &Arc<ResourceCache>,
     upstream: &Arc<Upstream>,
     arrival: Instant,
+    proof: Proof,
     budget: Duration,
 ) -> bool {
+    let freshness = cache.freshness();
+    // A catch-up under way: the cache is known to be behind; in a busy
+    // cluster, it will be.
+    if proof == Proof::AtOnce
+        && (freshness.catching_up.load(Ordering::Acquire) || freshness.busy.skip_probe(Instant::now()))
+    {
+        return false;
+    }
     let deadline = arrival + budget;
     let Ok(Some(target)) = tokio::time::timeout_at(deadline, upstream_rv(cache, upstream, arrival)).await else {
         return false;
     };
+    if proof == Proof::AtOnce {
+        if cache.wait_for_rv(target, PROBE_GRACE).await {
+            freshness.busy.probed(true, Instant::now());
+            return true;
+        }
+        // Counted once a probe, by the LIST that starts the catch-up (the
+        // LISTs sharing the probe find it started).
+        if ask_for_catch_up(cache) {
+            freshness.busy.probed(false, Instant::now());
+        }
+        return false;
+    }
     loop {
         if cache.current_rv() >= target {
             return true;
@@ -178,16 +251,19 @@ async fn upstream_rv(cache: &Arc<ResourceCache>, upstream: &Arc<Upstream>, arriv
     (*result).flatten()
 }
 
-/// Asks the writer for a catch-up watch, unless one is asked for or running.
-fn ask_for_catch_up(cache: &ResourceCache) {
-    if !cache.freshness().catching_up.swap(true, Ordering::AcqRel) {
+/// Asks the writer for a catch-up watch, unless one is asked for or
+/// running; whether this call asked.
+fn ask_for_catch_up(cache: &ResourceCache) -> bool {
+    let asked = !cache.freshness().catching_up.swap(true, Ordering::AcqRel);
+    if asked {
         cache.freshness().wanted.notify_one();
     }
+    asked
 }
 
 async fn probe_current_rv(cache: &ResourceCache, upstream: &Upstream) -> Option<u64> {
-    let bytes = get_list(upstream, cache.collection_uri(&[("limit", "1".to_owned())])).await.ok()?;
-    let page: ListPage = serde_json::from_slice(&bytes).ok()?;
+    let listed = get_list(upstream, cache.collection_uri(&[("limit", "1".to_owned())])).await.ok()?;
+    let page: ListPage = serde_json::from_slice(&listed.body).ok()?;
     page.metadata.version().ok()
 }
 
@@ -227,5 +303,6 @@ async fn catch_up(
     }
 }
 
+mod busy;
 #[cfg(test)]
 mod tests;

@@ -204,6 +204,12 @@ impl Writer {
         self.cache.form.list_items_typed.store(typed, Ordering::Relaxed);
     }
 
+    /// The resource's `Warning` headers, from a list response; whether
+    /// they changed.
+    pub(crate) fn set_warnings(&self, headers: &http::HeaderMap) -> bool {
+        self.cache.form.warnings.record(headers)
+    }
+
     /// The protobuf forms the schema check leaves on; returns the previous
     /// setting.
     pub(crate) fn set_protobuf_availability(&self, to: ProtobufAvailability) -> ProtobufAvailability {

@@ -249,10 +249,15 @@ impl Reflector {
             if let Some(token) = &continue_token {
                 params.push(("continue", token.clone()));
             }
-            let bytes = get_list(&self.upstream, cache.collection_uri(&params)).await?;
+            let listed = get_list(&self.upstream, cache.collection_uri(&params)).await?;
+            let bytes = listed.body;
             let page: ListPage = serde_json::from_slice(&bytes).map_err(ReflectorError::Decode)?;
             if continue_token.is_none() {
                 list_rv = page.metadata.version()?;
+                // The resource's deprecation warnings, for the cache's answers.
+                if self.cache.set_warnings(&listed.headers) {
+                    tracing::info!(resource = %cache.label(), warnings = ?listed.headers.get_all(http::header::WARNING), "the API server's warnings for this resource changed");
+                }
             }
             for item in page.items.unwrap_or_default() {
                 let raw = bytes.slice_ref(item.get().as_bytes());

@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http::{Request, StatusCode, header};
+use http::{HeaderMap, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde::Deserialize;
@@ -222,9 +222,17 @@ pub(crate) fn watch_params(from: u64, timeout_seconds: u64) -> [(&'static str, S
     ]
 }
 
+/// A list (or one page of it) the upstream answered with success.
+pub(crate) struct Listed {
+    pub body: Bytes,
+    /// Its headers (the resource's `Warning`s: `cache::warnings`).
+    pub headers: HeaderMap,
+}
+
 /// A list (or one page of it): the whole body, once the status says success.
-pub(crate) async fn get_list(upstream: &Upstream, uri: String) -> Result<Bytes, ReflectorError> {
-    Ok(get_list_as(upstream, uri, "application/json").await?.1)
+pub(crate) async fn get_list(upstream: &Upstream, uri: String) -> Result<Listed, ReflectorError> {
+    let (headers, body) = fetch_list(upstream, uri, "application/json").await?;
+    Ok(Listed { body, headers })
 }
 
 /// [`get_list`] in one of the forms `accept` names (the consistency check
@@ -234,14 +242,24 @@ pub(crate) async fn get_list_as(
     uri: String,
     accept: &'static str,
 ) -> Result<(Option<http::HeaderValue>, Bytes), ReflectorError> {
+    let (headers, body) = fetch_list(upstream, uri, accept).await?;
+    Ok((headers.get(header::CONTENT_TYPE).cloned(), body))
+}
+
+/// A list's headers and whole body, once the status says success.
+async fn fetch_list(
+    upstream: &Upstream,
+    uri: String,
+    accept: &'static str,
+) -> Result<(HeaderMap, Bytes), ReflectorError> {
     let resp = upstream_get_as(upstream, uri, accept).await?;
     let status = resp.status();
-    let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
-    let bytes = resp.into_body().collect().await.map_err(ReflectorError::Body)?.to_bytes();
+    let (parts, body) = resp.into_parts();
+    let bytes = body.collect().await.map_err(ReflectorError::Body)?.to_bytes();
     if !status.is_success() {
         return Err(ReflectorError::Status { status, body: String::from_utf8_lossy(&bytes).into_owned() });
     }
-    Ok((content_type, bytes))
+    Ok((parts.headers, bytes))
 }
 
 /// How asking for a watch went.

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::Response;
 use tokio::time::Instant;
 
-use super::{CacheService, Served, TOO_LARGE_RV_WAIT, set_common_headers, too_large_rv};
+use super::{CacheService, Served, set_common_headers};
 use crate::body::{self, Chunk, ChunkList};
 use crate::cache::content::{Answer, NoProtobufHere, answer_form};
 use crate::cache::delivery::filter::Filter;
@@ -18,6 +18,7 @@ use crate::cache::read::pagination::{self, KeyScope};
 use crate::cache::read::params::{ReadParams, Rv, RvMatch};
 use crate::cache::reason::Reason;
 use crate::cache::resource::ResourceCache;
+use crate::cache::resource::freshness::{Proof, reached};
 use crate::cache::state::object::{NoProtobuf, ObjectKey};
 use crate::cache::state::store::Snapshot;
 use crate::encode::list::{ListMeta, list_body, protobuf_list_body};
@@ -58,7 +59,7 @@ impl CacheService {
         } else {
             match (p.rv, p.rv_match) {
                 (Rv::Unset, RvMatch::Unset) => {
-                    if !self.consistent(&cache, arrival).await {
+                    if !self.consistent(&cache, arrival, Proof::AtOnce).await {
                         return Served::Passthrough(Reason::ConsistentRead);
                     }
                     (current(&cache, p.limit), None, p.limit)
@@ -73,8 +74,8 @@ impl CacheService {
                 (Rv::At(rv), RvMatch::Exact) | (Rv::At(rv), RvMatch::Unset)
                     if p.rv_match == RvMatch::Exact || p.limit.is_some() =>
                 {
-                    if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
-                        return too_large(&cache, rv, answer);
+                    if !reached(&cache, rv).await {
+                        return Served::Passthrough(Reason::AheadOfCache);
                     }
                     let Some(snapshot) = cache.snapshot_at(rv) else {
                         return Served::Passthrough(Reason::Exact);
@@ -86,8 +87,8 @@ impl CacheService {
                 }
                 // At least N.
                 (Rv::At(rv), _) => {
-                    if !cache.wait_for_rv(rv, TOO_LARGE_RV_WAIT).await {
-                        return too_large(&cache, rv, answer);
+                    if !reached(&cache, rv).await {
+                        return Served::Passthrough(Reason::AheadOfCache);
                     }
                     (current(&cache, p.limit), None, p.limit)
                 }
@@ -106,15 +107,6 @@ impl CacheService {
         };
         metrics::counter!(m::CACHE_LIST_TOTAL, "resource" => cache.label().to_owned()).increment(1);
         Served::Response(response)
-    }
-}
-
-/// The 504 for a version the cache has not reached, in the error form the
-/// request negotiates.
-fn too_large(cache: &ResourceCache, rv: u64, answer: Answer) -> Served {
-    match answer.error_variant() {
-        Ok(variant) => Served::Response(too_large_rv(rv, cache.current_rv()).into_response_as(variant)),
-        Err(reason) => Served::Passthrough(reason),
     }
 }
 

@@ -31,6 +31,7 @@ const LIST: &str = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"res
 #[derive(Default)]
 struct FakeApiServer {
     current: AtomicU64,
+    probes: AtomicU32,
     catch_ups: AtomicU32,
     streams: Mutex<Vec<Sender<Bytes, std::convert::Infallible>>>,
     /// The reflector's own watches, held open and silent.
@@ -87,6 +88,7 @@ async fn fake_upstream(state: Arc<FakeApiServer>) -> Arc<Upstream> {
                         }
                         Response::new(body::boxed(rx))
                     } else if has("limit", "1") {
+                        state.probes.fetch_add(1, Ordering::SeqCst);
                         let rv = state.current.load(Ordering::SeqCst);
                         let text = LIST.replace("\"10\"", &format!("\"{rv}\""));
                         Response::new(body::full(text))
@@ -124,7 +126,7 @@ const BUDGET: Duration = Duration::from_secs(3);
 async fn a_fresh_cache_is_proven_by_the_probe_alone() {
     let state = Arc::new(FakeApiServer::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
-    assert!(ensure_fresh(&cache, &upstream, Instant::now(), BUDGET).await);
+    assert!(ensure_fresh(&cache, &upstream, Instant::now(), Proof::CatchingUp, BUDGET).await);
     assert_eq!(state.catch_ups.load(Ordering::SeqCst), 0, "nothing to catch up");
     stop.cancel();
 }
@@ -137,7 +139,7 @@ async fn a_cache_behind_waits_for_the_catch_up_s_bookmark() {
 
     let reading = tokio::spawn({
         let (cache, upstream) = (cache.clone(), upstream.clone());
-        async move { ensure_fresh(&cache, &upstream, Instant::now(), BUDGET).await }
+        async move { ensure_fresh(&cache, &upstream, Instant::now(), Proof::CatchingUp, BUDGET).await }
     });
     state.catch_up_open().await;
     assert!(!reading.is_finished(), "the read waits for the proof");
@@ -152,7 +154,70 @@ async fn without_a_bookmark_in_its_budget_the_proof_fails() {
     let state = Arc::new(FakeApiServer::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
     state.current.store(20, Ordering::SeqCst);
-    assert!(!ensure_fresh(&cache, &upstream, Instant::now(), Duration::from_millis(300)).await);
+    assert!(!ensure_fresh(&cache, &upstream, Instant::now(), Proof::CatchingUp, Duration::from_millis(300)).await);
     assert_eq!(cache.current_rv(), 10, "nothing proven, nothing moved");
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_list_passes_through_at_once_when_behind_and_the_catch_up_it_asked_for_proves_the_next() {
+    let state = Arc::new(FakeApiServer::default());
+    let (cache, upstream, stop) = cache_at_10(&state).await;
+    state.current.store(20, Ordering::SeqCst);
+    let started = Instant::now();
+    assert!(!ensure_fresh(&cache, &upstream, Instant::now(), Proof::AtOnce, BUDGET).await, "behind the probe");
+    assert!(started.elapsed() < Duration::from_secs(1), "no wait for the catch-up: {:?}", started.elapsed());
+    state.catch_up_open().await;
+    // While the catch-up runs, the cache is known to be behind: no probe.
+    assert!(!ensure_fresh(&cache, &upstream, Instant::now(), Proof::AtOnce, BUDGET).await);
+    state.bookmark().await;
+    assert!(cache.wait_for_rv(20, BUDGET).await, "the catch-up ran on without a reader waiting");
+    caught_up(&cache).await;
+    assert!(ensure_fresh(&cache, &upstream, Instant::now(), Proof::AtOnce, BUDGET).await, "proven at once now");
+    assert_eq!(state.catch_ups.load(Ordering::SeqCst), 1);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_version_the_cache_has_not_reached_is_waited_for_only_briefly() {
+    let state = Arc::new(FakeApiServer::default());
+    let (cache, _upstream, stop) = cache_at_10(&state).await;
+    assert!(reached(&cache, 10).await);
+    let started = Instant::now();
+    assert!(!reached(&cache, 11).await, "another resource's version: the API server's to answer");
+    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+    stop.cancel();
+}
+
+/// Waits (bounded) until the catch-up task has ended (just after its
+/// bookmark is applied).
+async fn caught_up(cache: &ResourceCache) {
+    for _ in 0..200 {
+        if !cache.freshness().catching_up.load(Ordering::Acquire) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the catch-up never ended");
+}
+
+#[tokio::test]
+async fn lists_stop_probing_when_the_cache_is_behind_again_after_each_catch_up() {
+    let state = Arc::new(FakeApiServer::default());
+    let (cache, upstream, stop) = cache_at_10(&state).await;
+    for busy_rv in [20, 30] {
+        state.current.store(busy_rv, Ordering::SeqCst);
+        assert!(!ensure_fresh(&cache, &upstream, Instant::now(), Proof::AtOnce, BUDGET).await);
+        state.catch_up_open().await;
+        state.bookmark().await;
+        assert!(cache.wait_for_rv(busy_rv, BUDGET).await);
+        caught_up(&cache).await;
+    }
+    assert_eq!(state.probes.load(Ordering::SeqCst), 2);
+    // Current now, but the cluster is busy: no probe, the LIST passes through.
+    assert!(!ensure_fresh(&cache, &upstream, Instant::now(), Proof::AtOnce, BUDGET).await);
+    assert_eq!(state.probes.load(Ordering::SeqCst), 2, "no third probe");
+    // A watch-list still proves itself.
+    assert!(ensure_fresh(&cache, &upstream, Instant::now(), Proof::CatchingUp, BUDGET).await);
     stop.cancel();
 }
