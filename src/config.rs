@@ -239,7 +239,7 @@ pub struct Args {
     /// kube-system controllers, service accounts and other users each have
     /// their own, and within a level each user (trusted-local: each
     /// connection) queues on its own, in turn. `system:masters` is exempt. A
-    /// full queue (50) or a longer wait gets the API server's 429. 0: off.
+    /// full queue (300, as APF's six queues of 50 hold for one flow) or a longer wait gets the API server's 429. 0: off.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub fairness_seats: usize,
 
@@ -248,12 +248,13 @@ pub struct Args {
     pub fairness_queue_wait: Duration,
 
     /// Watches one user (trusted-local: one connection) may start per second
-    /// from the cache, on average; more get 429.
-    #[arg(long, value_name = "N", default_value_t = 20.0)]
+    /// from the cache, on average; more get 429. Generous: a flood limit (the
+    /// initial events of watches are bounded by the seats).
+    #[arg(long, value_name = "N", default_value_t = 100.0)]
     pub fairness_watch_starts_per_second: f64,
 
     /// Watches one user (trusted-local: one connection) may start at once.
-    #[arg(long, value_name = "N", default_value_t = 200.0)]
+    #[arg(long, value_name = "N", default_value_t = 2000.0)]
     pub fairness_watch_start_burst: f64,
 
     /// Downstream connections that may be open at once; requests on further

@@ -23,14 +23,18 @@
 //!   initial events are (its body first has nothing to send), so the bytes
 //!   of initial events in flight are bounded by the seats too. Watch starts
 //!   are also limited per flow and second (`--fairness-watch-starts`).
-//! - A request that finds its flow's queue full (50, APF's queue length),
+//! - A request that finds its flow's queue full (300: APF's hand of six
+//!   queues of 50),
 //!   that waits longer than `--fairness-queue-wait`, or that starts a watch
 //!   over its flow's rate gets the API server's own 429 (plain text,
 //!   `Retry-After: 1`), counted in `watchmux_fairness_rejected_total` by
 //!   priority level and reason.
 //!
-//! Reads that pass through are the API server's to limit, with the caller's
-//! identity (impersonated or its own), and take no seat here.
+//! The seat is taken once the read is authorized (the API server takes it
+//! before): authorization here is a review sent upstream, and a burst
+//! waiting on one review would fill the queues. Reads that pass through are
+//! the API server's to limit, with the caller's identity (impersonated or
+//! its own), and take no seat here.
 
 pub(crate) mod level;
 
@@ -51,9 +55,9 @@ use crate::fair_queue::{FairSlots, QueueFull, Slot};
 use crate::metrics as m;
 pub(crate) use level::{Flow, FlowKey, PriorityLevel};
 
-/// How many requests one flow may have waiting for a seat: APF's default
-/// queue length limit.
-const QUEUE_LENGTH: usize = 50;
+/// How many requests one flow may have waiting for a seat: what APF's
+/// queues hold for one flow by default (its hand of 6 queues of 50).
+const QUEUE_LENGTH: usize = 6 * 50;
 
 /// Watch-start buckets kept per level before full (idle) ones are dropped.
 const BUCKETS_KEPT: usize = 10_000;
@@ -76,8 +80,12 @@ impl Default for FairnessSettings {
         Self {
             seats: 100,
             queue_wait: Duration::from_secs(15),
-            watch_starts_per_second: 20.0,
-            watch_start_burst: 200.0,
+            // Generous: an informer factory starts a few dozen watches, a
+            // test or a tier's client a thousand at once, and the API server
+            // limits none of them by rate; this is for floods. Their initial
+            // events are bounded by the seats.
+            watch_starts_per_second: 100.0,
+            watch_start_burst: 2000.0,
         }
     }
 }

@@ -16,6 +16,7 @@
 //! The listeners (`server`) know nothing of these steps; the composition
 //! root (`app`) builds each subsystem and hands this handler to them.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use http::{Request, Response};
@@ -23,11 +24,12 @@ use http::{Request, Response};
 use crate::auth::Peer;
 use crate::auth::reviews::Attributes;
 use crate::auth::{CallerGate, Delegated, UpstreamIdentity, UpstreamIdentityMode, impersonation};
+use crate::body::Refusal;
 use crate::body::{ProxyBody, RequestBody};
-use crate::cache::read::serve::{CacheService, Open, ReadGate, Served};
-use crate::fairness::{Fairness, Flow};
+use crate::cache::read::serve::{Admission, CacheService, Open, ReadGate, Served};
+use crate::fairness::{Fairness, Flow, Seat};
 use crate::passthrough::Passthrough;
-use crate::request::{RequestInfo, Verb};
+use crate::request::RequestInfo;
 use crate::server::connection::listener::Handler;
 use crate::server::gates::hosts::{self, AcceptHosts};
 use crate::server::gates::limits::{self, RequestLimits};
@@ -61,34 +63,41 @@ impl ApiHandler {
     }
 
     /// The cache's answer, when there is a cache and it answers (`gate`
-    /// authorizes the read first); `None` passes the request through. A
-    /// LIST or WATCH of a cached resource first takes a seat of `flow`'s
-    /// priority level, or gets its 429.
+    /// authorizes the read first, then a LIST or WATCH takes a seat of
+    /// `flow`'s priority level or gets its 429); `None` passes the request
+    /// through.
     async fn cached_answer(
         &self,
         req: &Request<RequestBody>,
         info: &RequestInfo,
         gate: &impl ReadGate,
-        flow: impl FnOnce() -> Flow,
+        flow: Flow,
     ) -> Option<Response<ProxyBody>> {
-        let cache = self.cache.as_ref()?;
-        let seat = match &self.fairness {
-            Some(fairness)
-                if matches!(info.verb, Some(Verb::List | Verb::Watch)) && cache.may_answer(req.method(), info) =>
-            {
-                match fairness.admit(&flow(), info.is_watch()).await {
-                    Ok(seat) => Some(seat),
-                    Err(refused) => return Some(*refused),
-                }
-            }
-            _ => None,
-        };
-        match cache.serve(req.method(), req.uri(), req.headers(), info, gate).await {
-            Served::Response(resp) => Some(match seat {
-                Some(seat) => seat.held_by(resp),
-                None => resp,
-            }),
+        let gate = FairGate { gate, fairness: self.fairness.as_deref(), flow };
+        match self.cache.as_ref()?.serve(req.method(), req.uri(), req.headers(), info, &gate).await {
+            Served::Response(resp) => Some(resp),
             Served::Passthrough(_) => None,
+        }
+    }
+}
+
+/// A read gate whose admitted reads then take a seat of their flow's
+/// priority level (none when fairness is off).
+struct FairGate<'a, G> {
+    gate: &'a G,
+    fairness: Option<&'a Fairness>,
+    flow: Flow,
+}
+
+impl<G: ReadGate> ReadGate for FairGate<'_, G> {
+    fn admit(&self, info: &RequestInfo, labels: &str, fields: &str) -> impl Future<Output = Admission> + Send {
+        self.gate.admit(info, labels, fields)
+    }
+
+    async fn seat(&self, watch: bool) -> Result<Option<Seat>, Refusal> {
+        match self.fairness {
+            Some(fairness) => fairness.admit(&self.flow, watch).await.map(Some),
+            None => Ok(None),
         }
     }
 }
@@ -121,7 +130,7 @@ impl Handler for ApiHandler {
             Err(refused) => return *refused,
         };
         let Some(delegated) = &self.delegated else {
-            let flow = || Flow::of_connection(peer.addr);
+            let flow = Flow::of_connection(peer.addr);
             if let Some(resp) = self.cached_answer(&req, &info, &Open, flow).await {
                 return resp;
             }
@@ -148,7 +157,7 @@ impl Handler for ApiHandler {
                 Err(refused) => return *refused,
             }
         };
-        let flow = || Flow::of_user(&caller.name, &caller.groups, &info.api_group, &info.resource);
+        let flow = Flow::of_user(&caller.name, &caller.groups, &info.api_group, &info.resource);
         if !client_impersonates
             && let Some(resp) =
                 self.cached_answer(&req, &info, &CallerGate { auth: delegated, caller: &caller }, flow).await

@@ -78,7 +78,7 @@ async fn a_service_account_holding_its_levels_seats_is_refused_and_a_kubelet_is_
         .await
         .unwrap();
     tokio::spawn(conn);
-    const FLOOD: usize = 5 + 50 + 20;
+    const FLOOD: usize = 5 + 300 + 20;
     let mut flood = tokio::task::JoinSet::new();
     for _ in 0..FLOOD {
         let (mut send, req) = (noisy_send.clone(), get(wm.addr, &list, &noisy, &[]));
@@ -87,15 +87,15 @@ async fn a_service_account_holding_its_levels_seats_is_refused_and_a_kubelet_is_
             send.send_request(req).await.unwrap()
         });
     }
-    // Five hold seats, fifty wait: the other twenty are refused at once
-    // (the fifty only after the 10 s queue wait, long enough for the flood
+    // Five hold seats, 300 wait (APF's six queues of 50): the other twenty are refused at once
+    // (the 300 only after the 10 s queue wait, long enough for the flood
     // to be sent on a busy machine).
     let mut statuses = std::collections::BTreeMap::new();
     // Answers kept: dropping one resets its stream, which frees its seat.
     let mut seated = Vec::new();
     let mut refused = 0;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while refused < FLOOD - 55 {
+    while refused < FLOOD - 305 {
         let done = tokio::time::timeout_at(deadline, flood.join_next()).await.expect("the full queue refuses at once");
         let resp = done.expect("requests left waiting").unwrap();
         *statuses.entry(resp.status().as_u16()).or_insert(0) += 1;
@@ -109,7 +109,7 @@ async fn a_service_account_holding_its_levels_seats_is_refused_and_a_kubelet_is_
     }
     let label = "priority_level=\"workload-low\"";
     let waiting = watchmux_metric_sum(wm.admin, "watchmux_fairness_waiting", &[label]).await;
-    assert_eq!(waiting, 50.0, "the noisy flow's queue");
+    assert_eq!(waiting, 300.0, "the noisy flow's queue");
 
     // A kubelet listing its own Node (as kubelets do): another level
     // (node-high), served at once.
@@ -144,14 +144,14 @@ async fn a_service_account_holding_its_levels_seats_is_refused_and_a_kubelet_is_
         *statuses.entry(resp.status().as_u16()).or_insert(0) += 1;
         seated.push(resp);
     }
-    assert_eq!(statuses, [(200, 5), (429, 70)].into(), "the noisy flow's answers");
+    assert_eq!(statuses, [(200, 5), (429, 320)].into(), "the noisy flow's answers");
 
     let rejected = |reason: &'static str| {
         let reason = format!("reason=\"{reason}\"");
         async move { watchmux_metric_sum(wm.admin, "watchmux_fairness_rejected_total", &[label, &reason]).await }
     };
-    assert_eq!(rejected("queue_full").await, (FLOOD - 55) as f64);
-    assert_eq!(rejected("queue_wait").await, 51.0);
+    assert_eq!(rejected("queue_full").await, (FLOOD - 305) as f64);
+    assert_eq!(rejected("queue_wait").await, 301.0);
     let node_high = watchmux_metric_sum(wm.admin, "watchmux_fairness_rejected_total", &["node-high"]).await;
     assert_eq!(node_high, 0.0);
 }

@@ -147,13 +147,22 @@ pub(crate) struct ResourceCache {
     /// Where the cache is in its life, and the version it is current at.
     published: Published,
     fanout: Fanout,
-    freshness: Freshness,
     /// Snapshots kept for paginated lists and exact-version reads.
     snapshots: KeptSnapshots,
     form: UpstreamForm,
+    trust: Trust,
+    metrics: CacheMetrics,
+}
+
+/// Whether the cache may answer a read that asks for the upstream's own
+/// state: proven as new as the upstream (the freshness proof) and proven
+/// the same (the consistency check).
+#[derive(Default)]
+struct Trust {
+    /// The freshness proof's state, shared by the reads that need it.
+    freshness: Freshness,
     /// What the consistency check (`verify.rs`) shares with the writer.
     verification: Verification,
-    metrics: CacheMetrics,
 }
 
 impl std::fmt::Debug for ResourceCache {
@@ -200,14 +209,13 @@ impl ResourceCache {
             state: RwLock::new(State { store: Store::default(), history: History::new(window, 0) }),
             published: Published::new(),
             fanout: Fanout::new(&label, settings.slow_watcher_grace, settings.queue_soft_limit),
-            freshness: Freshness::default(),
             snapshots: KeptSnapshots::new(window),
             form: UpstreamForm {
                 list_items_typed: AtomicBool::new(typed),
                 protobuf: AvailabilityCell::default(),
                 warnings: Warnings::default(),
             },
-            verification: Verification::default(),
+            trust: Trust::default(),
             metrics: CacheMetrics::new(label),
         }
     }
@@ -242,12 +250,12 @@ impl ResourceCache {
 
     /// The freshness proof's state (`freshness.rs`).
     pub(super) fn freshness(&self) -> &Freshness {
-        &self.freshness
+        &self.trust.freshness
     }
 
     /// The consistency check's state (`verify.rs`).
     pub(crate) fn verification(&self) -> &Verification {
-        &self.verification
+        &self.trust.verification
     }
 
     /// The upstream stopped serving the resource.

@@ -32,6 +32,7 @@ use crate::cache::state::object::ObjectKey;
 use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::encode::watch::error_frame;
+use crate::fairness::Seat;
 use crate::metrics as m;
 use crate::negotiate::{Negotiation, negotiate};
 use crate::request::{RequestInfo, Verb};
@@ -65,6 +66,14 @@ pub(crate) trait ReadGate: Sync {
         label_selector: &str,
         field_selector: &str,
     ) -> impl Future<Output = Admission> + Send;
+
+    /// A seat for an admitted LIST or WATCH (`watch`) the cache is about to
+    /// answer, held until the answer is written (`fairness`), or the 429 to
+    /// send instead. Taken after authorization: a review is a request to the
+    /// upstream, and a burst waiting for one would fill the queues.
+    fn seat(&self, _watch: bool) -> impl Future<Output = Result<Option<Seat>, Refusal>> + Send {
+        std::future::ready(Ok(None))
+    }
 }
 
 /// A gate's answer for one read.
@@ -123,17 +132,6 @@ impl CacheService {
 
     pub(crate) fn registry(&self) -> &Arc<Registry> {
         &self.registry
-    }
-
-    /// Whether the request is a read of a cached resource: one the cache
-    /// may answer, though [`CacheService::serve`] may still pass it on.
-    pub(crate) fn may_answer(&self, method: &Method, info: &RequestInfo) -> bool {
-        *method == Method::GET
-            && info.is_resource_request
-            && info.subresource.is_none()
-            && self
-                .registry
-                .is_enabled(&GroupResource { group: info.api_group.clone(), resource: info.resource.clone() })
     }
 
     /// Serves a request from the cache, or says why it must pass through.
@@ -271,6 +269,13 @@ impl CacheService {
         if scoped && !request_in_scope && endpoint != Endpoint::Get {
             return Served::Passthrough(Reason::OutsideScope);
         }
+        let seat = match endpoint {
+            Endpoint::Get => None,
+            Endpoint::List | Endpoint::Watch => match gate.seat(endpoint == Endpoint::Watch).await {
+                Ok(seat) => seat,
+                Err(refused) => return Served::Response(*refused),
+            },
+        };
         let resource = cache.label().to_owned();
         let mut served = match endpoint {
             Endpoint::Watch => self.watch(cache.clone(), filter, params, answer, arrival).await,
@@ -282,7 +287,10 @@ impl CacheService {
             cache.warnings().add_to(response.headers_mut());
             record_answer(endpoint, resource, arrival);
         }
-        served
+        match (served, seat) {
+            (Served::Response(response), Some(seat)) => Served::Response(seat.held_by(response)),
+            (served, _) => served,
+        }
     }
 
     /// Proves the cache fresh for a consistent read, counting the outcome.

@@ -72,7 +72,7 @@ impl Writer {
         let now = tokio::time::Instant::now();
         let mut st = cache.state.write();
         self.confirm_current(now);
-        cache.verification.listed();
+        cache.verification().listed();
         if !cache.is_ready() {
             st.store = Store::new(objects, rv);
             st.history = History::new(self.history_window, rv);
@@ -183,9 +183,9 @@ impl Writer {
     pub(crate) fn set_relisting(&self, relisting: bool) {
         self.cache.metrics.relisting.set(if relisting { 1.0 } else { 0.0 });
         if relisting {
-            self.cache.verification.relist_started();
+            self.cache.verification().relist_started();
         } else {
-            self.cache.verification.relist_ended();
+            self.cache.verification().relist_ended();
         }
     }
 
