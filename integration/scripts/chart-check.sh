@@ -1311,17 +1311,19 @@ else
         listed="$("$kubectl" --kubeconfig "$d/client.kubeconfig" get namespace "$ns_restricted" -o name 2>>"$d/kubectl.err")" || true
       fi
       # Pods through watchmux: from its cache when pods are cached; only its
-      # own node's when the cache is scoped to the node.
+      # own node's when the cache is scoped to the node. At resourceVersion=0,
+      # as a reflector lists: a consistent LIST passes through whenever the
+      # cache is behind the upstream's revision (docs/design.md).
       resources="$(printf '%s\n' "${args[@]}" | sed -n 's/^--cache-resources=//p')"
       if [[ $scratch_pods == 1 && ,$resources, =~ ,(pods|\*), ]]; then
         if printf '%s\n' "${args[@]}" | grep -qx -- "--cache-scope=pods=fieldSelector=spec.nodeName=$node_a"; then
           scoped=1; want="chart-check-a"
           got="$("$kubectl" --kubeconfig "$d/client.kubeconfig" get --raw \
-            "/api/v1/namespaces/$ns_restricted/pods?fieldSelector=spec.nodeName%3D$node_a" 2>>"$d/kubectl.err" | jq -r '[.items[].metadata.name] | sort | join(" ")')" || true
+            "/api/v1/namespaces/$ns_restricted/pods?fieldSelector=spec.nodeName%3D$node_a&resourceVersion=0" 2>>"$d/kubectl.err" | jq -r '[.items[].metadata.name] | sort | join(" ")')" || true
         else
           want="chart-check-a chart-check-b"
           got="$("$kubectl" --kubeconfig "$d/client.kubeconfig" get --raw \
-            "/api/v1/namespaces/$ns_restricted/pods?labelSelector=app.kubernetes.io%2Fname%3Dchart-check" 2>>"$d/kubectl.err" | jq -r '[.items[].metadata.name] | sort | join(" ")')" || true
+            "/api/v1/namespaces/$ns_restricted/pods?labelSelector=app.kubernetes.io%2Fname%3Dchart-check&resourceVersion=0" 2>>"$d/kubectl.err" | jq -r '[.items[].metadata.name] | sort | join(" ")')" || true
         fi
         lists="$(metric "$admin_port" watchmux_cache_list_total pods)"
         objects="$(metric "$admin_port" watchmux_watch_cache_objects pods)"
