@@ -38,12 +38,12 @@ WATCHMUX_ARGS="$delegated --fairness-seats 0" run_config kubelet watchmux-noisy-
 echo
 echo "### All four, M=$m"
 echo
-echo "| side, condition | kubelets synced / failed | time to synced p50 / p99 / max, ms | all synced in, s | kubelets' 429s | noisy LISTs read / refused | kube-apiserver / watchmux / bench CPU, ms |"
+echo "| side, condition | kubelets synced / failed | time to synced p50 / p99 / max, ms | all synced in, s | kubelets' 429s | noisy LISTs read in full / refused; MiB read | kube-apiserver / watchmux / bench CPU, ms |"
 echo "|---|---|---|---|---|---|---|"
 for tag in direct watchmux-quiet watchmux-noisy watchmux-noisy-unfair; do
   f="$logs/kubelet-$tag.json"
   [[ -f $f ]] || { echo "| $tag | (no results) ||||||"; continue; }
-  jq -r '.runs[] | "| \(.side), \(.condition)\(if .fairness != "" then ", " + .fairness else "" end) | \(.synced) / \(.failed) | \(.time_to_synced_ms | [.p50, .p99, .max] | map(if . == null then "–" else (. | round | tostring) end) | join(" / ")) | \(.all_synced_secs * 10 | round / 10) | \(.kubelet_429) | \(.noisy_ok) / \(.noisy_refused) | \(.apiserver_cpu_ms | round) / \(if .side == "direct" then "–" else (.server_cpu_ms | round | tostring) end) / \(.bench_cpu_ms | round) |"' "$f"
+  jq -r '.runs[] | "| \(.side), \(.condition)\(if .fairness != "" then ", " + .fairness else "" end) | \(.synced) / \(.failed) | \(.time_to_synced_ms | [.p50, .p99, .max] | map(if . == null then "–" else (. | round | tostring) end) | join(" / ")) | \(.all_synced_secs * 10 | round / 10) | \(.kubelet_429) | \(.noisy_ok) / \(.noisy_refused); \(.noisy_bytes / 1048576 | round) | \(.apiserver_cpu_ms | round) / \(if .side == "direct" then "–" else (.server_cpu_ms | round | tostring) end) / \(.bench_cpu_ms | round) |"' "$f"
 done
 echo
 echo "bench-fairness: done in ${SECONDS}s"
