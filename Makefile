@@ -7,7 +7,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e \
-	bench bench-passthrough bench-fanout bench-kubelet bench-restart bench-plots bench-auth \
+	bench bench-passthrough bench-fanout bench-kubelet bench-fairness bench-restart bench-plots bench-auth \
 	chaos chaos-quick test-chaos-quick audit fmt clean monitoring-check fuzz-auth
 .PHONY: protobuf-check
 .PHONY: bench-protobuf
@@ -102,6 +102,12 @@ bench-idle-memory:
 ## Kubelet-shaped load: M kubelets' pod, node, service, configmap, secret watches.
 bench-kubelet:
 	bash integration/scripts/bench-kubelet.sh
+
+## Fairness under a LIST storm (issue 26 item 3): M=1000 kubelets' time to
+## synced beside 100 concurrent LISTs of 10,000 pods, direct and through
+## watchmux (delegated), fairness on and off.
+bench-fairness:
+	bash integration/scripts/bench-fairness.sh
 
 ## Restart storm: kube-apiserver restarted under N watchers.
 bench-restart:

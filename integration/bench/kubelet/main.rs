@@ -26,12 +26,17 @@
 //! Environment: as `fanout` (`WATCHMUX_BENCH_*`, `CLK_TCK`, `BENCH_OUT`), and
 //! `KUBELET_M` (100), `KUBELET_RATE` (changes a second, 20),
 //! `KUBELET_SECONDS` (writing time, 10), `KUBELET_SIDES` (`direct,watchmux`).
+//!
+//! `KUBELET_NOISY` > 0 runs the LIST storm of [`storm`] instead of the
+//! writes (`KUBELET_EXTRA_PODS`, `KUBELET_CONDITIONS`; watchmux in
+//! delegated mode): the kubelets' time to synced beside a noisy client.
 
 // A bench is a binary: `pub` here marks what its modules share, not an API to document.
 #![allow(unreachable_pub, missing_docs)]
 
 #[path = "../common/mod.rs"]
 mod common;
+mod storm;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -59,13 +64,21 @@ const SERVICES: usize = 10;
 const START_CONCURRENCY: usize = 64;
 const START_DEADLINE: Duration = Duration::from_secs(180);
 const IDLE: Duration = Duration::from_secs(5);
-const SETTLE: Duration = Duration::from_secs(4);
+pub(crate) const SETTLE: Duration = Duration::from_secs(4);
 const DELIVERY_DEADLINE: Duration = Duration::from_secs(20);
 const TAIL: Duration = Duration::from_secs(2);
 const WATCHES_PER_KUBELET: usize = 5;
 const KUBELET_RESOURCES: [&str; 5] = ["pods", "nodes", "services", "configmaps", "secrets"];
+/// Tries of one request answered 429, as client-go's default.
+const RETRIES_429: usize = 10;
 
-fn node(i: usize) -> String {
+/// How long a 429 says to wait (`Retry-After`, seconds; 1 if absent).
+pub(crate) fn retry_after<B>(resp: &http::Response<B>) -> Duration {
+    let secs = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(1);
+    Duration::from_secs(secs)
+}
+
+pub(crate) fn node(i: usize) -> String {
     format!("bench-node-{i}")
 }
 
@@ -134,6 +147,11 @@ struct Shared {
     failed: AtomicUsize,
     kubelets_ready: AtomicUsize,
     received: AtomicU64,
+    /// 429s the kubelets were answered (and retried).
+    refused_429: AtomicUsize,
+    /// Each synced kubelet's time from its start (connection) to its five
+    /// watches open.
+    synced_in: parking_lot::Mutex<Vec<Duration>>,
 }
 
 /// What one watch of one kubelet saw: first receipts of sequence numbers.
@@ -143,23 +161,43 @@ struct WatchOutcome {
     error: Option<String>,
 }
 
-/// One kubelet: its connection, five lists, five watches until `stop`.
+/// One kubelet: its connection, five lists, five watches until `stop`. As
+/// `as_node` (the storm runs), its requests carry `headers` (the admin token
+/// impersonating the node), and a 429 is retried after its `Retry-After`, as
+/// client-go does.
 async fn kubelet(
     i: usize,
     target: Target,
+    headers: Arc<http::HeaderMap>,
     permits: Arc<Semaphore>,
     shared: Arc<Shared>,
     stop: CancellationToken,
 ) -> Vec<WatchOutcome> {
     let started = async {
         let _p = permits.acquire().await?;
+        let began = Instant::now();
         let conn = target.connect(Shape::H2).await?;
+        let send = |path: String| {
+            let (conn, target, headers, shared) = (conn.clone(), &target, &headers, &shared);
+            async move {
+                for _ in 0..RETRIES_429 {
+                    let mut req = target.request(Shape::H2, &path);
+                    req.headers_mut().extend(headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    let resp = conn.send(req).await?;
+                    if resp.status() != StatusCode::TOO_MANY_REQUESTS {
+                        return Ok(resp);
+                    }
+                    shared.refused_429.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(retry_after(&resp)).await;
+                }
+                bail!("{path}: 429 {RETRIES_429} times")
+            }
+        };
         let mut streams = Vec::new();
         for path in kubelet_paths(i) {
             let sep = if path.contains('?') { '&' } else { '?' };
             // As a reflector's first LIST: resourceVersion=0, any cached state will do.
-            let list = format!("{path}{sep}resourceVersion=0");
-            let resp = conn.send(target.request(Shape::H2, &list)).await?;
+            let resp = send(format!("{path}{sep}resourceVersion=0")).await?;
             if resp.status() != StatusCode::OK {
                 bail!("LIST {path}: {}", resp.status());
             }
@@ -167,13 +205,14 @@ async fn kubelet(
             let list: serde_json::Value = serde_json::from_slice(&body)?;
             let rv = list["metadata"]["resourceVersion"].as_str().ok_or_else(|| anyhow!("no RV"))?.to_owned();
             let watch = format!("{path}{sep}watch=1&allowWatchBookmarks=true&resourceVersion={rv}");
-            let resp = conn.send(target.request(Shape::H2, &watch)).await?;
+            let resp = send(watch.clone()).await?;
             if resp.status() != StatusCode::OK {
                 bail!("WATCH {watch}: {}", resp.status());
             }
             shared.watches_open.fetch_add(1, Ordering::Relaxed);
             streams.push(resp.into_body());
         }
+        shared.synced_in.lock().push(began.elapsed());
         anyhow::Ok((conn, streams))
     };
     let (_conn, streams): (Sender, _) = match tokio::select! {
@@ -288,9 +327,46 @@ struct Bench {
     rate: u32,
     writes: usize,
     proxy_pid: u32,
+    /// The storm's concurrent LISTs (`KUBELET_NOISY`); 0: the writes bench.
+    noisy: usize,
+}
+
+/// Kubelets started: their tasks run until `stop`.
+struct Started {
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<Vec<WatchOutcome>>>,
+    /// Until every kubelet had synced or failed (or the deadline).
+    secs: f64,
 }
 
 impl Bench {
+    /// Starts the M kubelets against `target` (kubelet `i`'s requests with
+    /// `headers(i)`), at most `START_CONCURRENCY` at once; returns once each
+    /// has synced or failed, or at `START_DEADLINE`.
+    async fn start_kubelets(
+        &self,
+        target: &Target,
+        headers: impl Fn(usize) -> anyhow::Result<http::HeaderMap>,
+    ) -> anyhow::Result<Started> {
+        let shared = Arc::new(Shared::default());
+        let stop = CancellationToken::new();
+        let permits = Arc::new(Semaphore::new(START_CONCURRENCY));
+        let start = Instant::now();
+        let mut tasks = Vec::with_capacity(self.m);
+        for i in 0..self.m {
+            let headers = Arc::new(headers(i)?);
+            let (target, permits, shared, stop) = (target.clone(), permits.clone(), shared.clone(), stop.clone());
+            tasks.push(tokio::spawn(kubelet(i, target, headers, permits, shared, stop)));
+        }
+        while shared.kubelets_ready.load(Ordering::Relaxed) + shared.failed.load(Ordering::Relaxed) < self.m
+            && start.elapsed() < START_DEADLINE
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(Started { shared, stop, tasks, secs: start.elapsed().as_secs_f64() })
+    }
+
     async fn run_side(&self, kind: SideKind, seq_base: u64) -> anyhow::Result<SideResult> {
         let api = &self.api;
         let api_pid = api.apiserver_pid()?;
@@ -317,20 +393,9 @@ impl Bench {
         let s0 = Sample::take(server_pid, api_pid)?;
 
         // The kubelets start.
-        let shared = Arc::new(Shared::default());
-        let stop = CancellationToken::new();
-        let _stop_on_drop = stop.clone().drop_guard();
-        let permits = Arc::new(Semaphore::new(START_CONCURRENCY));
-        let start = Instant::now();
-        let tasks: Vec<_> = (0..self.m)
-            .map(|i| tokio::spawn(kubelet(i, target.clone(), permits.clone(), shared.clone(), stop.clone())))
-            .collect();
-        while shared.kubelets_ready.load(Ordering::Relaxed) + shared.failed.load(Ordering::Relaxed) < self.m
-            && start.elapsed() < START_DEADLINE
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let start_secs = start.elapsed().as_secs_f64();
+        let start = self.start_kubelets(&target, |_| Ok(http::HeaderMap::new())).await?;
+        let (shared, tasks, start_secs) = (start.shared.clone(), start.tasks, start.secs);
+        let (stop, _stop_on_drop) = (start.stop.clone(), start.stop.drop_guard());
         let started = shared.kubelets_ready.load(Ordering::Relaxed);
         eprintln!("kubelet: {kind:?} M={}: {started} kubelets started in {start_secs:.1}s", self.m);
         tokio::time::sleep(IDLE).await;
@@ -522,13 +587,36 @@ async fn main() -> anyhow::Result<()> {
     let t = Instant::now();
     populate(&api, m).await.context("creating the kubelets' objects")?;
     eprintln!("kubelet: {m} nodes, pods, configmaps, secrets in {:.1}s", t.elapsed().as_secs_f64());
+    let noisy: usize = env_or("KUBELET_NOISY", 0)?;
+    if noisy > 0 {
+        let extra: usize = env_or("KUBELET_EXTRA_PODS", 10_000)?;
+        storm::prepare(&api, extra).await.context("the storm's pods and RBAC")?;
+    }
     let bench = Bench {
         api,
         m,
         rate,
         writes: ((rate as f64 * seconds).round() as usize).max(1),
         proxy_pid: env("WATCHMUX_BENCH_PROXY_PID")?.parse()?,
+        noisy,
     };
+    if noisy > 0 {
+        let conditions: Vec<String> = env_list("KUBELET_CONDITIONS", "quiet,noisy")?;
+        let mut results = Vec::new();
+        for &kind in &sides {
+            for c in &conditions {
+                let noisy_on = match c.as_str() {
+                    "quiet" => false,
+                    "noisy" => true,
+                    other => bail!("KUBELET_CONDITIONS: {other:?}: quiet or noisy"),
+                };
+                results.push(bench.run_storm(kind, noisy_on).await.with_context(|| format!("{kind:?} {c}"))?);
+            }
+        }
+        storm::report(&bench, &results);
+        common::env::write_results(&storm::json(&bench, &results))?;
+        return Ok(());
+    }
     let mut results = Vec::new();
     for (i, &kind) in sides.iter().enumerate() {
         let seq_base = 10_000 + i as u64 * 100_000;
