@@ -483,6 +483,40 @@ mod tests {
         assert_eq!(drain(&after_gap.handle), vec![(EventType::Added, "c".into(), 21)]);
     }
 
+    /// A relist that heals a cache the consistency check found different:
+    /// what its watchers were sent came from a wrong cache, and the object
+    /// it missed carries a version below what they saw, so no difference in
+    /// order exists. Every watcher gets 410, and nobody resumes from before.
+    #[tokio::test]
+    async fn a_healing_relist_ends_every_watcher_with_410_and_forgets_the_history() {
+        let w = cache();
+        let c = w.cache();
+        w.event(EventType::Added, cm("a", 11, ""));
+        // The upstream also had `b` at 12, which the cache missed.
+        w.event(EventType::Modified, cm("a", 13, ""));
+        let watching = c.register(Filter::default(), StartAt::After(13)).unwrap();
+        c.verification().ask_for_relist();
+        let mut fresh = Objects::new();
+        for obj in [cm("a", 13, ""), cm("b", 12, "")] {
+            let obj = Arc::new(obj);
+            fresh.insert(obj.key.clone(), obj);
+        }
+        w.replace(fresh, 14);
+        let waker = Waker::noop().clone();
+        match watching.handle.take(&waker) {
+            Err(crate::cache::delivery::watcher::Terminated::Expired(too_old)) => {
+                assert_eq!(too_old.to_string(), "too old resource version: 13 (14)");
+            }
+            other => panic!("expected 410, got {other:?}"),
+        }
+        assert!(c.register(Filter::default(), StartAt::After(13)).is_err(), "resumed from before the heal");
+        assert!(!c.verification().is_unproven());
+        // From the healed list on, events flow as usual.
+        let after = c.register(Filter::default(), StartAt::After(14)).unwrap();
+        w.event(EventType::Added, cm("c", 15, ""));
+        assert_eq!(drain(&after.handle), vec![(EventType::Added, "c".into(), 15)]);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn waiting_for_a_version_ends_when_it_arrives_or_times_out() {
         let w = cache();

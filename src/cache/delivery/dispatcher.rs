@@ -85,6 +85,22 @@ impl Dispatcher {
         expired
     }
 
+    /// Ends every watcher with 410, as if each had asked for its start
+    /// version with `oldest` the oldest the cache can resume from; returns
+    /// how many.
+    pub(crate) fn expire_all(&mut self, oldest: u64) -> usize {
+        let mut expired = 0;
+        for bucket in self.buckets.values() {
+            for watcher in bucket.values() {
+                watcher.expire(TooOld { requested: watcher.start_rv, oldest });
+                expired += 1;
+            }
+        }
+        self.buckets.clear();
+        self.count -= expired;
+        expired
+    }
+
     /// Ends every watcher's stream (the resource is gone) and removes it;
     /// returns how many.
     pub(crate) fn end_all(&mut self) -> usize {

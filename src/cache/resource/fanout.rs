@@ -96,6 +96,12 @@ impl Dispatching<'_> {
         let expired = self.watchers.expire_started_between(after, before);
         self.metrics.terminated(expired);
     }
+
+    /// Ends every watcher with 410 (see `Writer::replace`, a healing relist).
+    pub(crate) fn expire_all(&mut self, oldest: u64) {
+        let expired = self.watchers.expire_all(oldest);
+        self.metrics.terminated(expired);
+    }
 }
 
 impl Fanout {

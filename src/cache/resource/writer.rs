@@ -72,6 +72,8 @@ impl Writer {
         let now = tokio::time::Instant::now();
         let mut st = cache.state.write();
         self.confirm_current(now);
+        // A list that heals a cache the consistency check found different.
+        let healing = cache.verification().is_unproven();
         cache.verification().listed();
         if !cache.is_ready() {
             st.store = Store::new(objects, rv);
@@ -83,6 +85,21 @@ impl Writer {
         }
         let before = st.store.rv();
         let replaced = st.store.replace(objects, rv);
+        if healing {
+            // What watchers were sent came from a cache that was wrong: the
+            // difference cannot be told as events in order (an object the
+            // cache missed carries a version below what they have seen).
+            // Every watcher gets 410, as from a too-old version, and the
+            // history starts over, so every client lists again, from this
+            // list, as the API server's clients do when its watch cache is
+            // reinitialised.
+            cache.fanout.lock().expire_all(rv);
+            st.history.reset(rv);
+            self.record_gauges(&st);
+            drop(st);
+            cache.published.advance(rv, |l| l);
+            return;
+        }
         if replaced.versions_reused {
             // Events sharing a version cannot be resumed between; start the
             // history over so nobody resumes inside the gap.
