@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 
 use super::cache::wait_initialized;
 use super::env::*;

@@ -55,14 +55,12 @@ async fn burst(client: &Arc<Upstream>, ns: &str, n: usize) -> Vec<u64> {
     rvs
 }
 
-/// A namespace of `WRITERS` ConfigMaps; returns the newest version.
-async fn setup(client: &Arc<Upstream>, ns: &str) -> u64 {
+/// A namespace of `WRITERS` ConfigMaps.
+async fn setup(client: &Arc<Upstream>, ns: &str) {
     create_namespace(client, ns).await;
-    let mut rv = 0;
     for w in 0..WRITERS {
-        rv = rv.max(configmap(client, "create", ns, &format!("c{w}")).await);
+        configmap(client, "create", ns, &format!("c{w}")).await;
     }
-    rv
 }
 
 /// A watch of the namespace's ConfigMaps from `rv` on an HTTP/2 connection
@@ -80,6 +78,18 @@ async fn stalled_watch(addr: SocketAddr, ns: &str, rv: u64) -> Incoming {
     let resp = send.send_request(req).await.unwrap();
     assert_eq!(resp.status(), 200);
     resp.into_body()
+}
+
+/// The version the cache is at, from a LIST at resourceVersion=0 through
+/// watchmux (which starts the cache). A watch from the setup's own last
+/// version would get 410 whenever anything in the cluster was written
+/// between it and the cache's first list (a fresh cache bridges nothing
+/// before its list), as a lease renewal sometimes is.
+async fn cache_rv(wm: &Watchmux, ns: &str) -> u64 {
+    let (code, body) = read(get(wm.addr, &format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0")).await).await;
+    assert_eq!(code, 200);
+    let list: Value = serde_json::from_slice(&body).unwrap();
+    list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
 }
 
 /// Reads watch lines from `body` until `done` says so or the stream ends
@@ -137,9 +147,9 @@ async fn a_watcher_that_stops_reading_past_the_grace_then_resumes_gets_every_eve
     let cluster = Cluster::from_env();
     let client = cluster.direct_client();
     let ns = namespace("slow-resume");
-    let from = setup(&client, &ns).await;
+    setup(&client, &ns).await;
     let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--slow-watcher-grace", "1s"]).await;
-    let mut body = stalled_watch(wm.addr, &ns, from).await;
+    let mut body = stalled_watch(wm.addr, &ns, cache_rv(&wm, &ns).await).await;
     let mut written = write_until_behind(&client, &ns, &wm).await;
     assert!(slow_outcome(&wm, "moved_to_ring").await >= 1.0);
     // It reads again while more is written: from the ring, then live.
@@ -177,9 +187,10 @@ async fn a_watcher_stuck_until_the_ring_evicts_what_it_missed_gets_410_expired()
     let cluster = Cluster::from_env();
     let client = cluster.direct_client();
     let ns = namespace("slow-expired");
-    let from = setup(&client, &ns).await;
+    setup(&client, &ns).await;
     let flags = ["--cache-resources", "configmaps", "--slow-watcher-grace", "1s", "--events-history-window", "2s"];
     let wm = Watchmux::start(&cluster, &flags).await;
+    let from = cache_rv(&wm, &ns).await;
     let mut body = stalled_watch(wm.addr, &ns, from).await;
     let written = write_until_behind(&client, &ns, &wm).await;
     // Its window holds a few dozen of these events at most; once a watch
