@@ -21,12 +21,13 @@
 //!   one request per flow ahead of it.
 //! - A LIST holds its seat until its answer is written; a watch until its
 //!   initial events are (its body first has nothing to send), so the bytes
-//!   of initial events in flight are bounded by the seats too. Watch starts
-//!   are also limited per flow and second (`--fairness-watch-starts`).
+//!   of initial events in flight are bounded by the seats too; either for
+//!   60 s at most (the API server's request timeout), so a client that never
+//!   reads cannot keep a seat. Watch starts are also limited per flow and
+//!   second (`--fairness-watch-starts-per-second`).
 //! - A request that finds its flow's queue full (300: APF's hand of six
-//!   queues of 50),
-//!   that waits longer than `--fairness-queue-wait`, or that starts a watch
-//!   over its flow's rate gets the API server's own 429 (plain text,
+//!   queues of 50), that waits longer than `--fairness-queue-wait`, or that
+//!   starts a watch over its flow's rate gets the API server's own 429 (plain text,
 //!   `Retry-After: 1`), counted in `watchmux_fairness_rejected_total` by
 //!   priority level and reason.
 //!
@@ -208,12 +209,43 @@ pub(crate) struct Seat {
     watch: bool,
 }
 
+/// The longest a read keeps its seat: the API server's default request
+/// timeout, past which its own handler (and APF's seat) would have ended. A
+/// client that never reads its answer (a zero window) would otherwise keep
+/// a seat of its level for as long as it keeps the connection.
+const SEAT_MAX_HOLD: Duration = Duration::from_secs(60);
+
 impl Seat {
     /// `resp`, holding the seat until its body has been written (a watch:
-    /// until its body first has nothing to send, its initial events sent).
+    /// until its body first has nothing to send, its initial events sent),
+    /// and for [`SEAT_MAX_HOLD`] at most.
     pub(crate) fn held_by(self, resp: Response<ProxyBody>) -> Response<ProxyBody> {
         let Some(slot) = self.slot else { return resp };
-        resp.map(|inner| body::boxed_chunks(SeatedBody { inner, slot: Some(slot), watch: self.watch }))
+        let seat = Arc::new(parking_lot::Mutex::new(Some(slot)));
+        let weak = Arc::downgrade(&seat);
+        let expiry = tokio::spawn(async move {
+            tokio::time::sleep(SEAT_MAX_HOLD).await;
+            if let Some(seat) = weak.upgrade() {
+                let expired = seat.lock().take();
+                drop(expired);
+            }
+        })
+        .abort_handle();
+        let held = Held { _seat: seat, expiry };
+        resp.map(|inner| body::boxed_chunks(SeatedBody { inner, held: Some(held), watch: self.watch }))
+    }
+}
+
+/// A seat a body holds, and the timer that takes it back after
+/// [`SEAT_MAX_HOLD`] (stopped when the body gives it back first).
+struct Held {
+    _seat: Arc<parking_lot::Mutex<Option<Slot<FlowKey>>>>,
+    expiry: tokio::task::AbortHandle,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.expiry.abort();
     }
 }
 
@@ -221,7 +253,7 @@ impl Seat {
 /// it first has nothing to send.
 struct SeatedBody {
     inner: ProxyBody,
-    slot: Option<Slot<FlowKey>>,
+    held: Option<Held>,
     watch: bool,
 }
 
@@ -237,7 +269,7 @@ impl Body for SeatedBody {
             Poll::Ready(Some(Ok(_))) => false,
         };
         if done {
-            self.slot = None;
+            self.held = None;
         }
         polled
     }

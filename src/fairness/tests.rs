@@ -145,3 +145,27 @@ async fn a_list_holds_its_seat_until_its_body_ends_and_a_watch_until_it_first_wa
     drop(f.admit(&noisy(), false).await.expect("a watch gives its seat back when it first waits"));
     drop(tx);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_seat_whose_answer_is_never_read_is_given_back_after_the_request_timeout() {
+    let f =
+        Fairness::new(FairnessSettings { seats: 1, queue_wait: Duration::from_secs(90), ..Default::default() }, true)
+            .unwrap();
+    // A LIST whose client never reads: its body is never polled.
+    let unread = f
+        .admit(&noisy(), false)
+        .await
+        .unwrap()
+        .held_by(Response::new(body::chunk(Chunk::from(Bytes::from_static(b"[1,2]")))));
+    let started = Instant::now();
+    drop(f.admit(&noisy(), false).await.expect("the seat comes back"));
+    assert_eq!(started.elapsed(), SEAT_MAX_HOLD, "given back at the request timeout, not before");
+    // The body that kept it gives nothing back twice.
+    drop(unread);
+    let mut held = Vec::new();
+    held.push(f.admit(&noisy(), false).await.unwrap());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1), f.admit(&noisy(), false)).await.is_err(),
+        "one seat, held: the late drop did not free a second one"
+    );
+}
