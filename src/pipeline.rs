@@ -71,7 +71,7 @@ impl ApiHandler {
         req: &Request<RequestBody>,
         info: &RequestInfo,
         gate: &impl ReadGate,
-        flow: Flow,
+        flow: impl Fn() -> Flow + Sync,
     ) -> Option<Response<ProxyBody>> {
         let gate = FairGate { gate, fairness: self.fairness.as_deref(), flow };
         match self.cache.as_ref()?.serve(req.method(), req.uri(), req.headers(), info, &gate).await {
@@ -82,21 +82,22 @@ impl ApiHandler {
 }
 
 /// A read gate whose admitted reads then take a seat of their flow's
-/// priority level (none when fairness is off).
-struct FairGate<'a, G> {
+/// priority level (none when fairness is off). The flow is made only for a
+/// read about to be answered: a request that passes through needs none.
+struct FairGate<'a, G, F> {
     gate: &'a G,
     fairness: Option<&'a Fairness>,
-    flow: Flow,
+    flow: F,
 }
 
-impl<G: ReadGate> ReadGate for FairGate<'_, G> {
+impl<G: ReadGate, F: Fn() -> Flow + Sync> ReadGate for FairGate<'_, G, F> {
     fn admit(&self, info: &RequestInfo, labels: &str, fields: &str) -> impl Future<Output = Admission> + Send {
         self.gate.admit(info, labels, fields)
     }
 
     async fn seat(&self, watch: bool) -> Result<Option<Seat>, Refusal> {
         match self.fairness {
-            Some(fairness) => fairness.admit(&self.flow, watch).await.map(Some),
+            Some(fairness) => fairness.admit(&(self.flow)(), watch).await.map(Some),
             None => Ok(None),
         }
     }
@@ -130,7 +131,7 @@ impl Handler for ApiHandler {
             Err(refused) => return *refused,
         };
         let Some(delegated) = &self.delegated else {
-            let flow = Flow::of_connection(peer.addr);
+            let flow = || Flow::of_connection(peer.addr);
             if let Some(resp) = self.cached_answer(&req, &info, &Open, flow).await {
                 return resp;
             }
@@ -157,7 +158,7 @@ impl Handler for ApiHandler {
                 Err(refused) => return *refused,
             }
         };
-        let flow = Flow::of_user(&caller.name, &caller.groups, &info.api_group, &info.resource);
+        let flow = || Flow::of_user(&caller.name, &caller.groups, &info.api_group, &info.resource);
         if !client_impersonates
             && let Some(resp) =
                 self.cached_answer(&req, &info, &CallerGate { auth: delegated, caller: &caller }, flow).await
