@@ -22,27 +22,39 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 # bench_build <bench name> <log dir>: release watchmux and the bench, copied to <log dir>.
 # BENCH_SKIP_BUILD=1 runs the copies already there (built earlier, e.g.
 # before a change, for a before/after comparison in the same minute).
+# BENCH_PROFILE=dev builds both in the dev profile instead: for runs that
+# check behaviour rather than measure (make test's quick chaos cases), which
+# then share the debug build the end-to-end suite made with the same
+# features instead of compiling watchmux again in release (minutes cold).
 bench_build() {
   mkdir -p "$2"
   if [[ ${BENCH_SKIP_BUILD:-0} == 1 && -x $2/$1-bench && -x $2/watchmux ]]; then return 0; fi
-  # The revision make release and image.sh stamp: any other value reruns
-  # build.rs and rebuilds the watchmux crate in release (minutes cold) when
-  # make test's image step built it just before.
-  local WATCHMUX_GIT_REVISION
-  WATCHMUX_GIT_REVISION="$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || true)"
-  export WATCHMUX_GIT_REVISION
   # BENCH_FEATURES: cargo features of watchmux for this bench (the chaos
   # driver's fault hook); the same for both builds, or the second would
-  # rebuild target/release/watchmux without them.
-  local features=()
+  # rebuild the watchmux binary without them.
+  local features=() exe
   if [[ -n ${BENCH_FEATURES:-} ]]; then features=(--features "$BENCH_FEATURES"); fi
-  cargo build --locked --release -q "${features[@]}"
-  local exe
-  exe="$(cargo bench --locked --bench "$1" --no-run --message-format=json -q "${features[@]}" 2>/dev/null |
-    jq -r "select(.executable != null and .target.name == \"$1\") | .executable" | tail -1)"
+  if [[ ${BENCH_PROFILE:-release} == dev ]]; then
+    # As the end-to-end suite builds (no revision stamped: a different value
+    # would rerun build.rs and rebuild the crate).
+    cargo build --locked -q "${features[@]}"
+    exe="$(cargo build --locked --profile dev --bench "$1" --message-format=json -q "${features[@]}" 2>/dev/null |
+      jq -r "select(.executable != null and .target.name == \"$1\") | .executable" | tail -1)"
+    cp -f "$root/target/debug/watchmux" "$2/watchmux"
+  else
+    # The revision make release and image.sh stamp: any other value reruns
+    # build.rs and rebuilds the watchmux crate in release (minutes cold) when
+    # make test's image step built it just before.
+    local WATCHMUX_GIT_REVISION
+    WATCHMUX_GIT_REVISION="$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || true)"
+    export WATCHMUX_GIT_REVISION
+    cargo build --locked --release -q "${features[@]}"
+    exe="$(cargo bench --locked --bench "$1" --no-run --message-format=json -q "${features[@]}" 2>/dev/null |
+      jq -r "select(.executable != null and .target.name == \"$1\") | .executable" | tail -1)"
+    cp -f "$root/target/release/watchmux" "$2/watchmux"
+  fi
   [[ -x $exe ]] || { echo "bench: no $1 bench executable" >&2; exit 1; }
   cp -f "$exe" "$2/$1-bench"
-  cp -f "$root/target/release/watchmux" "$2/watchmux"
 }
 
 started_cluster=0

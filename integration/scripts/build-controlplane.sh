@@ -11,7 +11,8 @@
 # control-plane tests and benchmarks need them.
 #
 # Skipped when the binaries exist and were built from the same inputs
-# (go.mod, go.sum, cmd/cpscenario, go version), recorded in .run/bin/.stamp-controlplane.
+# (go.mod, go.sum, cmd/cpscenario, go version), recorded in .run/bin/.stamp-controlplane,
+# or copied from the machine's tool cache (tool-cache.sh) in a clean checkout.
 #
 # Usage: integration/scripts/build-controlplane.sh
 #   GO_NICE=10     niceness of the go build (default 10; the machine is shared)
@@ -27,11 +28,18 @@ mkdir -p "$out"
 k8s_version="$(awk '$1=="k8s.io/kubernetes"{print $2}' "$integ/go.mod" | head -1)"
 stamp="$(cat "$integ/go.mod" "$integ/go.sum" "$integ"/cmd/cpscenario/*.go <(go version) <(echo "cgo=${CGO_ENABLED:-1}") | sha256sum | cut -d' ' -f1)"
 bins=(kube-scheduler kube-controller-manager kubemark cpscenario)
+# shellcheck source-path=SCRIPTDIR source=tool-cache.sh
+source "$root/integration/scripts/tool-cache.sh"
 
 all_present=1
 for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || all_present=0; done
 if [[ $all_present == 1 && -f "$out/.stamp-controlplane" && "$(cat "$out/.stamp-controlplane")" == "$stamp" ]]; then
   echo "build-controlplane: binaries up to date ($k8s_version)"
+  tool_cache_save controlplane "$stamp" "$out" "${bins[@]}"
+  exit 0
+fi
+if tool_cache_restore controlplane "$stamp" "$out" "${bins[@]}"; then
+  echo "$stamp" > "$out/.stamp-controlplane"
   exit 0
 fi
 
@@ -46,4 +54,5 @@ start=$(date +%s)
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kubemark ./cmd/cpscenario)
 echo "$stamp" > "$out/.stamp-controlplane"
+tool_cache_save controlplane "$stamp" "$out" "${bins[@]}"
 echo "build-controlplane: done in $(( $(date +%s) - start ))s"

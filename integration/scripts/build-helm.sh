@@ -4,9 +4,12 @@
 #
 # Skipped when .run/helm exists and was built from the same inputs (go.mod,
 # go.sum, tools.go, go version), recorded in .run/helm.stamp. A cold build takes
-# a few minutes on two cores; Go's caches keep a rebuild cheap.
+# a few minutes on two cores; Go's caches keep a rebuild cheap, and a clean
+# checkout copies it from the machine's tool cache (tool-cache.sh).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=tool-cache.sh
+source "$root/integration/scripts/tool-cache.sh"
 mod="$root/integration/tools/helm"
 out="$root/.run/helm"
 stamp_file="$root/.run/helm.stamp"
@@ -19,6 +22,11 @@ stamp="$(printf '%s' "$stamp_inputs" | sha256sum | cut -d' ' -f1)"
 
 if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" && -x "$out" ]]; then
   echo "build-helm: helm up to date ($helm_version)"
+  tool_cache_save helm "$stamp" "$(dirname "$out")" "$(basename "$out")"
+  exit 0
+fi
+if tool_cache_restore helm "$stamp" "$(dirname "$out")" "$(basename "$out")"; then
+  echo "$stamp" > "$stamp_file"
   exit 0
 fi
 
@@ -39,4 +47,5 @@ trap 'rm -f "$tmp"' EXIT
 (cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp" helm.sh/helm/v3/cmd/helm)
 mv -f "$tmp" "$out"
 echo "$stamp" > "$stamp_file"
+tool_cache_save helm "$stamp" "$(dirname "$out")" "$(basename "$out")"
 echo "build-helm: done in $(( $(date +%s) - start ))s"

@@ -5,9 +5,12 @@
 #
 # Skipped when the binary exists and was built from the same inputs (go.mod,
 # go.sum, tools.go, go version), recorded in .run/bin/promtool.stamp. A cold
-# build takes several minutes on two cores; Go's caches keep a rebuild cheap.
+# build takes several minutes on two cores; Go's caches keep a rebuild cheap,
+# and a clean checkout copies it from the machine's tool cache (tool-cache.sh).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=tool-cache.sh
+source "$root/integration/scripts/tool-cache.sh"
 mod="$root/integration/tools/promtool"
 out="$root/.run/bin/promtool"
 stamp_file="$root/.run/bin/promtool.stamp"
@@ -20,6 +23,11 @@ stamp="$(printf '%s' "$stamp_inputs" | sha256sum | cut -d' ' -f1)"
 
 if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" && -x "$out" ]]; then
   echo "build-promtool: promtool up to date ($version)"
+  tool_cache_save promtool "$stamp" "$(dirname "$out")" "$(basename "$out")"
+  exit 0
+fi
+if tool_cache_restore promtool "$stamp" "$(dirname "$out")" "$(basename "$out")"; then
+  echo "$stamp" > "$stamp_file"
   exit 0
 fi
 
@@ -35,4 +43,5 @@ release="$(sed -E 's/^v0\.([0-9])0*([0-9]+)\.([0-9]+).*/\1.\2.\3/' <<<"$version"
   -o "$tmp" github.com/prometheus/prometheus/cmd/promtool)
 mv -f "$tmp" "$out"
 echo "$stamp" > "$stamp_file"
+tool_cache_save promtool "$stamp" "$(dirname "$out")" "$(basename "$out")"
 echo "build-promtool: done in $(( $(date +%s) - start ))s"

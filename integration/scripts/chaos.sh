@@ -22,7 +22,8 @@ export CHAOS_CASES="${CHAOS_CASES:-all}"
 logs="$root/.run/chaos"
 rm -f "$logs"/chaos.{md,json} "$logs"/watchmux-*.log "$logs"/kubeconfig-*
 # The fault hook (src/cache/fault.rs) for the consistency check's cases:
-# this release build has it, the image's and `make release`'s never do.
+# this build has it (release, or the debug build with BENCH_PROFILE=dev as
+# make test runs the quick set), the image's and `make release`'s never do.
 BENCH_FEATURES=fault-injection bench_build chaos "$logs"
 bench_cluster_up
 state="$root/.run/cluster"
