@@ -9,6 +9,7 @@
 #   FANOUT_H1_NS   1000                of those, also one HTTP/1.1 connection per watcher (empty: none)
 #   FANOUT_RATES   10 100 1000         changes a second
 #   FANOUT_SIZES   1024 20480          object bytes
+#   FANOUT_TLS     1                   watchmux over TLS as kube-apiserver (0: plain text)
 #   FANOUT_SECONDS 5                   writing time per cell (cells are also bounded in
 #                                      deliveries and bytes; see integration/bench/fanout/main.rs)
 #   KUBELET_MS     100 1000            simulated kubelets

@@ -18,9 +18,11 @@
 # `strace -c -f -e trace=write,writev,sendmsg,sendto` on watchmux: system
 # calls per delivered event, counted by the kernel's other witness.
 #
-# FANOUT_TLS=1: watchmux serves its API listener over TLS (the test cluster's
-# serving certificate, 127.0.0.1, from the CA the bench trusts through the
-# kubeconfig), HTTP/2 or HTTP/1.1 by ALPN; plain text (h2c) otherwise.
+# FANOUT_TLS=1 (the default): watchmux serves its API listener over TLS (the
+# test cluster's serving certificate, 127.0.0.1, from the CA the bench trusts
+# through the kubeconfig), HTTP/2 or HTTP/1.1 by ALPN, as kube-apiserver
+# always does, so the two sides pay the same encryption; FANOUT_TLS=0 serves
+# plain text (h2c), the node-local loopback shape.
 #
 # Prints the machine line and Markdown tables; JSON per configuration in
 # .run/bench-fanout/. Bounded: each run is cut off after BENCH_RUN_TIMEOUT
@@ -34,7 +36,7 @@ read -r -a h1_ns <<< "${FANOUT_H1_NS-1000}"
 logs="$root/.run/bench-fanout"
 [[ ${BENCH_KEEP:-0} == 1 ]] || rm -f "$logs"/fanout-*.json  # BENCH_KEEP=1: add to the last results
 bench_build fanout "$logs"
-if [[ ${FANOUT_TLS:-0} == 1 ]]; then
+if [[ ${FANOUT_TLS:-1} == 1 ]]; then
   export WATCHMUX_ARGS="${WATCHMUX_ARGS:-} --tls-cert-file $root/.run/cluster/apiserver.crt --tls-private-key-file $root/.run/cluster/apiserver.key"
   export WATCHMUX_BENCH_PROXY_TLS=1
   echo "watchmux API over TLS (FANOUT_TLS=1)"

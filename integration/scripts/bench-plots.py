@@ -17,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 RUN = sys.argv[1] if len(sys.argv) > 1 else ".run"
 OUT = sys.argv[2] if len(sys.argv) > 2 else "docs/img"
@@ -52,69 +53,112 @@ def fanout_cells(runs):
         conf = f"N={r['n']:,} {r['shape']}"
         for s in r["sides"]:
             for c in s["cells"]:
-                rows.append((conf, f"{c['rate']}/s {size_label(c['size'])}", s["side"], c))
+                rows.append((conf, f"{c['rate']}/s\n{size_label(c['size'])}", s["side"], c))
     return rows
 
 
-def achieved(rows, conf, cell):
-    """The change rates each side really reached in one cell, as 'achieved d / w /s'.
+def shortfall(rows, conf, cell):
+    """The rates the sides reached in one cell, when one fell short of the rate asked.
 
     A cell is asked for at one rate; when the writer or the server falls behind,
     the rate reached is lower, and a bar is only comparable with its neighbour
-    at the rates they both reached, so the tick label shows them.
+    at the rates they both reached, so the label says so; None when both
+    reached the rate asked (within 5%).
     """
-    got = {sd: c.get("achieved_rate") for cf, cl, sd, c in rows if (cf, cl) == (conf, cell)}
-    d, w = got.get("direct"), got.get("watchmux")
+    got = {sd: c for cf, cl, sd, c in rows if (cf, cl) == (conf, cell)}
+    asked = next(iter(got.values()))["rate"]
+    reached = {sd: c.get("achieved_rate") for sd, c in got.items()}
+    if all(v is not None and v >= 0.95 * asked for v in reached.values()):
+        return None
     f = lambda v: "–" if v is None else f"{v:.0f}"  # noqa: E731
-    return f"achieved: direct {f(d)}/s, watchmux {f(w)}/s"
+    return f"reached {f(reached.get('direct'))} / {f(reached.get('watchmux'))}"
 
 
-def grouped_bars(ax, rows, value, ylabel, log=True, target=None, target_label=None):
-    keys = []
+def grouped_bars(fig, rows, value, ylabel, title, target=None, target_label=None):
+    """One panel per configuration (N and connection shape), the cells of that
+    configuration side by side inside it, a shared log axis with plain numbers.
+
+    A value that is missing or not above zero (a CPU figure net of a baseline
+    noisier than the effect) gets no bar but a "n/a" at the bottom: a log axis
+    cannot draw it, and a negative bar would claim a negative cost.
+    """
+    confs = []
+    for conf, _, _, _ in rows:
+        if conf not in confs:
+            confs.append(conf)
+    cells_of = {conf: [] for conf in confs}
     for conf, cell, _, _ in rows:
-        if (conf, cell) not in keys:
-            keys.append((conf, cell))
+        if cell not in cells_of[conf]:
+            cells_of[conf].append(cell)
+    widths = [max(1, len(cells_of[c])) for c in confs]
+    axes = fig.subplots(1, len(confs), sharey=True, gridspec_kw={"width_ratios": widths}, squeeze=False)[0]
     width = 0.4
-    missing = []
-    for i, side in enumerate(["direct", "watchmux"]):
-        xs, ys = [], []
-        for k, key in enumerate(keys):
-            for conf, cell, sd, c in rows:
-                if (conf, cell) == key and sd == side:
-                    v = value(c)
-                    x = k + (i - 0.5) * width
-                    if v is not None and (not log or v > 0):
-                        xs.append(x)
-                        ys.append(v)
-                    else:
-                        # No figure (e.g. a baseline noisier than the effect): say so.
-                        missing.append((x, side))
-        ax.bar(xs, ys, width, color=COLORS[side], label=LABELS[side])
-    ax.set_xticks(range(len(keys)))
-    ax.set_xticklabels([f"{c}\n{cell}\n{achieved(rows, c, cell)}" for c, cell in keys],
-                       rotation=60, ha="right", fontsize=7)
-    if log:
+    for ax, conf in zip(axes, confs):
+        cells = cells_of[conf]
+        missing = []
+        for i, side in enumerate(["direct", "watchmux"]):
+            xs, ys = [], []
+            for k, cell in enumerate(cells):
+                for cf, cl, sd, c in rows:
+                    if (cf, cl) == (conf, cell) and sd == side:
+                        v = value(c)
+                        x = k + (i - 0.5) * width
+                        if v is not None and v > 0:
+                            xs.append(x)
+                            ys.append(v)
+                        else:
+                            missing.append((x, side))
+            ax.bar(xs, ys, width, color=COLORS[side], label=LABELS[side])
+        ax.set_xticks(range(len(cells)))
+        labels = []
+        for cell in cells:
+            short = shortfall(rows, conf, cell)
+            labels.append(cell if short is None else f"{cell}\n{short}")
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_xlim(-0.6, len(cells) - 0.4)
         ax.set_yscale("log")
-    bottom = ax.get_ylim()[0]
-    for x, side in missing:
-        ax.text(x, bottom, " n/a", rotation=90, va="bottom", ha="center", fontsize=7, color=COLORS[side])
-    if target is not None:
-        ax.axhline(target, color="k", ls="--", lw=1, label=target_label)
-    ax.set_ylabel(ylabel)
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+        ax.set_title(conf, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+        if target is not None:
+            ax.axhline(target, color="k", ls="--", lw=1, label=target_label)
+        ax._missing = missing
+    # Plain numbers on the log axis (10, 100), not 10^1.
+    axes[0].yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axes[0].yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    for ax in axes:
+        bottom = ax.get_ylim()[0]
+        for x, side in ax._missing:
+            ax.text(x, bottom, " n/a", rotation=90, va="bottom", ha="center", fontsize=7, color=COLORS[side])
+    axes[0].set_ylabel(ylabel)
+    axes[-1].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.text(0.5, 0.005, "change rate and object size per cell; "
+             "\"reached d / w\": the rates direct and watchmux reached, where one fell short",
+             ha="center", fontsize=7)
 
 
 def side_bars(ax, groups, value, labels):
-    """Bars for each side over `groups` (run results), `value(side result)` each."""
+    """Bars for each side over `groups` (run results), `value(side result)` each.
+
+    A figure net of a baseline can come out below zero when the baseline's
+    noise is larger than the effect: no bar then (a negative cost would be
+    drawn), but "≈0" at the axis, and the axis starts at zero.
+    """
     for i, side in enumerate(["direct", "watchmux"]):
-        xs, ys = [], []
+        xs, ys, zeros = [], [], []
         for k, r in enumerate(groups):
             for s in r["sides"]:
                 if s["side"] == side and value(s) is not None:
-                    xs.append(k + (i - 0.5) * 0.4)
-                    ys.append(value(s))
+                    x = k + (i - 0.5) * 0.4
+                    if value(s) > 0:
+                        xs.append(x)
+                        ys.append(value(s))
+                    else:
+                        zeros.append(x)
         ax.bar(xs, ys, 0.4, color=COLORS[side], label=LABELS[side])
+        for x in zeros:
+            ax.text(x, 0, "≈0", va="bottom", ha="center", fontsize=8, color=COLORS[side])
+    ax.set_ylim(bottom=0)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(labels)
     ax.grid(axis="y", alpha=0.3)
@@ -124,22 +168,20 @@ def plot_fanout(runs):
     rows = fanout_cells(runs)
     if not rows:
         return
-    fig, ax = plt.subplots(figsize=(11, 4.8))
-    grouped_bars(ax, rows, lambda c: c["cpu_ms_per_1000_events"], "server CPU per 1,000 delivered events, ms\n(lower is better)")
-    ax.set_title("Fan-out: CPU of the serving process per 1,000 events (net of the writes' own cost)")
+    tls = " (both sides over TLS)" if any(r.get("watchmux_tls") for r in runs) else ""
+    fig = plt.figure(figsize=(11, 4.4))
+    grouped_bars(fig, rows, lambda c: c["cpu_ms_per_1000_events"], "server CPU per 1,000 delivered events, ms\n(lower is better)",
+                 f"Fan-out: CPU of the serving process per 1,000 events, net of the writes' own cost{tls}")
     save(fig, "bench-fanout-cpu.png")
 
-    fig, ax = plt.subplots(figsize=(11, 4.8))
-    grouped_bars(ax, rows, lambda c: c["latency_ack_ms"]["p99"], "p99, write acknowledged → received, ms\n(lower is better)",
-                 target=50, target_label="target: 50 ms")
-    ax.set_title("Fan-out: delivery latency p99")
+    fig = plt.figure(figsize=(11, 4.4))
+    grouped_bars(fig, rows, lambda c: c["latency_ack_ms"]["p99"], "p99, write acknowledged → received, ms\n(lower is better)",
+                 f"Fan-out: delivery latency p99{tls}", target=50, target_label="target: 50 ms")
     save(fig, "bench-fanout-latency.png")
 
-    fig, ax = plt.subplots(figsize=(11, 4.8))
-    grouped_bars(ax, rows, lambda c: c["write_syscalls_per_event"], "write system calls per delivered event\n(lower is better)")
-    ax.axhline(1, color="k", ls=":", lw=1, label="one per event")
-    ax.legend(fontsize=8)
-    ax.set_title("Fan-out: write system calls (syscw) per delivered event")
+    fig = plt.figure(figsize=(11, 4.4))
+    grouped_bars(fig, rows, lambda c: c["write_syscalls_per_event"], "write system calls per delivered event\n(lower is better)",
+                 f"Fan-out: write system calls (syscw) per delivered event{tls}", target=1, target_label="one per event")
     save(fig, "bench-fanout-syscalls.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))

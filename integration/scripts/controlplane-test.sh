@@ -29,7 +29,8 @@ if ! "$scripts/cluster-up.sh" --check >/dev/null 2>&1; then
   WATCHMUX_CLUSTER_NODE_AUTHZ=1 "$scripts/cluster-up.sh"
   started_cluster=1
 fi
-if [[ -z "${WATCHMUX_BIN:-}" ]]; then (cd "$root" && cargo build --locked -q); fi
+# The features every test step builds with (see the Makefile's test-unit): one dev build.
+if [[ -z "${WATCHMUX_BIN:-}" ]]; then (cd "$root" && cargo build --locked -q --features fault-injection); fi
 cleanup() {
   [[ "${KEEP:-}" == 1 ]] || "$scripts/controlplane-down.sh" >/dev/null || true
   if [[ $started_cluster == 1 && "${KEEP:-}" != 1 ]]; then "$scripts/cluster-down.sh" >/dev/null || true; fi

@@ -70,7 +70,8 @@ if ! tr '\0' ' ' < "/proc/$(cat "$cluster/apiserver.pid")/cmdline" | grep -q Nod
   exit 1
 fi
 if [[ "$topology" != direct && ! -x "$watchmux" ]]; then
-  (cd "$root" && cargo build --locked)
+  # The features every test step builds with (see the Makefile's test-unit): one dev build.
+  (cd "$root" && cargo build --locked --features fault-injection)
 fi
 
 if [[ -f "$cp/topology" ]]; then

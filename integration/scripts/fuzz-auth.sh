@@ -35,4 +35,5 @@ else
 fi
 export WATCHMUX_E2E_KUBECONFIG="$root/.run/kubeconfig"
 echo "fuzz-auth: seed ${FUZZ_AUTH_SEED:-default}, $FUZZ_AUTH_CASES cases (reproduce one: FUZZ_AUTH_SEED=<seed> FUZZ_AUTH_ONLY=<case> make fuzz-auth)"
-cargo test --locked --test fuzz_auth -- --nocapture
+# The features every test step builds with (see the Makefile's test-unit): one dev build.
+cargo test --locked --features fault-injection --test fuzz_auth -- --nocapture

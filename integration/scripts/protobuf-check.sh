@@ -28,4 +28,5 @@ if [[ ! -d "$openapi" ]]; then
   (cd "$root/integration" && go mod download k8s.io/kubernetes)
 fi
 cd "$root"
-WATCHMUX_OPENAPI_DIR="$openapi" WATCHMUX_PROTOBUF_CORPUS="$out/corpus.jsonl" ${CARGO:-cargo} test --locked --test protobuf_corpus -- --nocapture
+# The features every test step builds with (see the Makefile's test-unit): one dev build.
+WATCHMUX_OPENAPI_DIR="$openapi" WATCHMUX_PROTOBUF_CORPUS="$out/corpus.jsonl" ${CARGO:-cargo} test --locked --features fault-injection --test protobuf_corpus -- --nocapture

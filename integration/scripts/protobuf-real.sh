@@ -248,4 +248,5 @@ for path, accept_suffix in [('/api/v1/namespaces/pbreal/configmaps?watch=1&resou
 print('protobuf-real:', n, 'bodies and events from', api)
 PY
 cd "$root"
-WATCHMUX_PROTOBUF_CORPUS="$out/corpus.jsonl" ${CARGO:-cargo} test --locked --test protobuf_corpus every -- --nocapture
+# The features every test step builds with (see the Makefile's test-unit): one dev build.
+WATCHMUX_PROTOBUF_CORPUS="$out/corpus.jsonl" ${CARGO:-cargo} test --locked --features fault-injection --test protobuf_corpus every -- --nocapture

@@ -240,6 +240,8 @@ pub fn json(bench: &Bench, sides: &[SideResult], skipped: &[Skipped]) -> serde_j
         "scenario": "fanout",
         "n": bench.cfg.n,
         "shape": bench.cfg.shape.name(),
+        // kube-apiserver always serves TLS; watchmux does with FANOUT_TLS=1.
+        "watchmux_tls": bench.api.proxy_tls.is_some(),
         "skipped": skipped.iter().map(|s| json!({"rate": s.rate, "size": s.size, "why": s.why})).collect::<Vec<_>>(),
         "sides": sides.iter().map(|s| json!({
             "side": s.kind.name(),
