@@ -115,6 +115,14 @@ bench-kubelet:
 bench-fairness:
 	bash integration/scripts/bench-fairness.sh
 
+## A cluster at the scalability limits (issue 28): SCALE=full (5,000 nodes,
+## 150,000 pods; the default), light (500 / 15,000) or tiny; memory per cached
+## object, LISTs of every pod and a kubelet storm, direct and through a tier.
+## Replaces the test cluster's state with its own; figures in docs/benchmarks.md.
+.PHONY: bench-scale
+bench-scale:
+	bash integration/scripts/bench-scale.sh
+
 ## Restart storm: kube-apiserver restarted under N watchers.
 bench-restart:
 	bash integration/scripts/bench-restart.sh

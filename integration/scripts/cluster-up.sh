@@ -17,6 +17,10 @@
 # (controlplane-up.sh), whose hollow kubelets act as system:node:<name>.
 # Unset, the API server's flags are what the e2e suite has always used.
 #
+# CLUSTER_ETCD_ARGS and CLUSTER_APISERVER_ARGS add flags to etcd and
+# kube-apiserver (split on spaces), for the scale bench's larger etcd quota
+# and in-flight limits; unset, nothing changes.
+#
 # Usage: cluster-up.sh [--check | --restart-apiserver]
 #   --check: build and start nothing; exit 0 if the cluster is up and ready,
 #            1 if not (e2e.sh and demo.sh use it to know whether to stop it).
@@ -144,6 +148,9 @@ wait_for() {  # wait_for <process name> <check command...>
 start_apiserver() {
   local extra=()
   [[ "${WATCHMUX_CLUSTER_NODE_AUTHZ:-}" == 1 ]] && extra+=(--enable-admission-plugins=NodeRestriction)
+  local more=()
+  read -r -a more <<< "${CLUSTER_APISERVER_ARGS:-}"
+  extra+=("${more[@]}")
   start_detached apiserver "$bin/kube-apiserver" "${extra[@]}" \
     --etcd-servers="$etcd_url" --etcd-compaction-interval=0 \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
@@ -190,7 +197,9 @@ for log in etcd apiserver; do   # keep one previous run's logs
   [[ -f "$state/$log.log" ]] && mv -f "$state/$log.log" "$state/$log.log.prev"
 done
 
-start_detached etcd "$bin/etcd" --name watchmux-test --data-dir "$state/etcd" \
+etcd_extra=()
+read -r -a etcd_extra <<< "${CLUSTER_ETCD_ARGS:-}"
+start_detached etcd "$bin/etcd" "${etcd_extra[@]}" --name watchmux-test --data-dir "$state/etcd" \
   --listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
   --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
   --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \

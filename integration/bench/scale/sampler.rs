@@ -1,0 +1,43 @@
+//! The peak of a process's resident memory over a phase: /proc sampled every
+//! 20 ms by a task of its own (a peak between two samples is missed, so the
+//! figure is a lower bound of the true peak, within 20 ms of allocation).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::common::procfs::rss_bytes;
+
+pub struct PeakRss {
+    peak: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PeakRss {
+    pub fn start(pid: u32) -> Self {
+        let peak = Arc::new(AtomicU64::new(rss_bytes(pid).unwrap_or(0)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let (peak, stop) = (peak.clone(), stop.clone());
+            async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(20));
+                // Bounded: a phase that forgets to stop its sampler ends with the bench.
+                while !stop.load(Ordering::Relaxed) {
+                    tick.tick().await;
+                    if let Ok(rss) = rss_bytes(pid) {
+                        peak.fetch_max(rss, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        Self { peak, stop, task }
+    }
+
+    /// The highest RSS seen, in bytes.
+    pub async fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        self.peak.load(Ordering::Relaxed)
+    }
+}

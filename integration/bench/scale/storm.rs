@@ -1,0 +1,259 @@
+//! The kubelet storm: K kubelet-shaped clients started at one instant, each
+//! on an HTTP/2 connection of its own, each syncing what a kubelet syncs:
+//! its pods (`spec.nodeName`), its Node, every Service, and the ConfigMap
+//! and Secret its first pod mounts (by `metadata.name`). A client is synced
+//! when all five have their initial state and a watch open:
+//!
+//! - `classic`: LIST `resourceVersion=0`, then WATCH from the list's version
+//!   (a reflector before client-go 1.35);
+//! - `watch-list`: one WATCH with `sendInitialEvents=true` and
+//!   `resourceVersionMatch=NotOlderThan`, synced at the bookmark annotated
+//!   `k8s.io/initial-events-end` (client-go 1.35+).
+//!
+//! Time to synced is measured from the storm's start, the instant every
+//! client is released, so it includes waiting for a connection, as a real
+//! kubelet fleet restarted at once would.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail};
+use futures_util::future::{join_all, try_join_all};
+use http::StatusCode;
+use http_body_util::BodyExt;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::common::client::{Sender, Shape, Target};
+use crate::common::lines::{End, read_lines};
+use crate::objects::World;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    Classic,
+    WatchList,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Classic => "classic",
+            Mode::WatchList => "watch-list",
+        }
+    }
+}
+
+/// What every client of one storm shares.
+#[derive(Default)]
+pub struct Tally {
+    pub synced_ms: parking_lot::Mutex<Vec<f64>>,
+    pub failed: AtomicUsize,
+    pub refused_429: AtomicU64,
+    pub streams_broken: AtomicU64,
+    /// Bytes of initial state received (lists and initial events).
+    pub initial_bytes: AtomicU64,
+    pub first_error: parking_lot::Mutex<Option<String>>,
+}
+
+/// The five collections kubelet `i` syncs.
+fn paths(w: &World, i: usize) -> [String; 5] {
+    let node = World::node_name(i);
+    // Its first pod is pod i (pod p runs on node p % nodes).
+    let ns = w.namespace(i);
+    let (cm, secret) = w.pod_config(i);
+    [
+        format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{node}"),
+        format!("/api/v1/nodes?fieldSelector=metadata.name%3D{node}"),
+        "/api/v1/services".to_owned(),
+        format!("/api/v1/namespaces/{ns}/configmaps?fieldSelector=metadata.name%3D{cm}"),
+        format!("/api/v1/namespaces/{ns}/secrets?fieldSelector=metadata.name%3D{secret}"),
+    ]
+}
+
+/// client-go's answer to 429: wait Retry-After (1 s if absent), try again.
+const RETRIES_429: usize = 30;
+
+async fn send(
+    conn: &Sender,
+    target: &Target,
+    path: &str,
+    tally: &Tally,
+) -> anyhow::Result<http::Response<hyper::body::Incoming>> {
+    for _ in 0..RETRIES_429 {
+        let resp = conn.send(target.request(Shape::H2, path)).await?;
+        if resp.status() != StatusCode::TOO_MANY_REQUESTS {
+            return Ok(resp);
+        }
+        tally.refused_429.fetch_add(1, Ordering::Relaxed);
+        let wait = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .map_or(Duration::from_secs(1), Duration::from_secs);
+        tokio::time::sleep(wait).await;
+    }
+    bail!("{path}: 429 {RETRIES_429} times")
+}
+
+/// Syncs one collection; gives back the open watch's body.
+async fn sync_one(
+    conn: &Sender,
+    target: &Target,
+    path: &str,
+    mode: Mode,
+    tally: &Tally,
+    stop: &CancellationToken,
+) -> anyhow::Result<hyper::body::Incoming> {
+    let sep = if path.contains('?') { '&' } else { '?' };
+    match mode {
+        Mode::Classic => {
+            let resp = send(conn, target, &format!("{path}{sep}resourceVersion=0"), tally).await?;
+            if resp.status() != StatusCode::OK {
+                bail!("LIST {path}: {}", resp.status());
+            }
+            let body = resp.into_body().collect().await?.to_bytes();
+            tally.initial_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
+            let list: serde_json::Value = serde_json::from_slice(&body)?;
+            let rv = list["metadata"]["resourceVersion"].as_str().ok_or_else(|| anyhow!("LIST without RV"))?;
+            let watch = format!("{path}{sep}watch=1&allowWatchBookmarks=true&resourceVersion={rv}");
+            let resp = send(conn, target, &watch, tally).await?;
+            if resp.status() != StatusCode::OK {
+                bail!("WATCH {path}: {}", resp.status());
+            }
+            Ok(resp.into_body())
+        }
+        Mode::WatchList => {
+            let watch = format!(
+                "{path}{sep}watch=1&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+            );
+            let resp = send(conn, target, &watch, tally).await?;
+            if resp.status() != StatusCode::OK {
+                bail!("WATCH {path}: {}", resp.status());
+            }
+            let mut body = resp.into_body();
+            // Read up to the initial-events-end bookmark; the rest of the
+            // stream is held (and drained) by the caller.
+            let mut done = false;
+            let mut bytes = 0u64;
+            let inner = CancellationToken::new();
+            let end = {
+                let body = &mut body;
+                let until = stop.child_token();
+                let inner2 = inner.clone();
+                let reading = read_lines(body, &until, |line, _| {
+                    bytes += line.len() as u64;
+                    if line.starts_with(b"{\"type\":\"BOOKMARK\"")
+                        && line.windows(25).any(|w| w == b"k8s.io/initial-events-end")
+                    {
+                        done = true;
+                        inner2.cancel();
+                    }
+                });
+                tokio::select! {
+                    e = reading => e,
+                    _ = inner.cancelled() => End::Cancelled,
+                }
+            };
+            tally.initial_bytes.fetch_add(bytes, Ordering::Relaxed);
+            if !done {
+                bail!("WATCH {path}: stream ended before its initial events ended ({end:?})");
+            }
+            Ok(body)
+        }
+    }
+}
+
+/// What the clients of one storm start from.
+struct Fleet {
+    w: World,
+    target: Target,
+    mode: Mode,
+    /// Bounds the TCP+TLS handshakes in flight.
+    connects: Semaphore,
+    /// The instant every client was released.
+    t0: Instant,
+    tally: Arc<Tally>,
+    stop: CancellationToken,
+}
+
+/// One kubelet: synced (or failed) then holding its watches until `stop`.
+async fn kubelet(i: usize, f: Arc<Fleet>) {
+    let (tally, stop) = (&f.tally, &f.stop);
+    let synced = async {
+        let conn = {
+            let _p = f.connects.acquire().await?;
+            f.target.connect(Shape::H2).await?
+        };
+        let bodies =
+            try_join_all(paths(&f.w, i).iter().map(|p| sync_one(&conn, &f.target, p, f.mode, tally, stop))).await?;
+        tally.synced_ms.lock().push(f.t0.elapsed().as_secs_f64() * 1e3);
+        anyhow::Ok((conn, bodies))
+    };
+    let (_conn, bodies) = match tokio::select! {
+        _ = stop.cancelled() => Err(anyhow!("stopped before synced")),
+        r = synced => r,
+    } {
+        Ok(x) => x,
+        Err(e) => {
+            tally.failed.fetch_add(1, Ordering::Relaxed);
+            tally.first_error.lock().get_or_insert_with(|| format!("kubelet {i}: {e:#}"));
+            return;
+        }
+    };
+    join_all(bodies.into_iter().map(|body| {
+        let (stop, tally) = (stop.clone(), tally.clone());
+        async move {
+            if read_lines(body, &stop, |_, _| {}).await != End::Cancelled {
+                tally.streams_broken.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }))
+    .await;
+}
+
+/// A storm in progress: its clients run until [`Storm::stop`].
+pub struct Storm {
+    pub tally: Arc<Tally>,
+    pub kubelets: usize,
+    stop: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Storm {
+    /// Releases `kubelets` clients at once; `connects` bounds the TCP+TLS
+    /// handshakes in flight (a listen backlog, not a pacing).
+    pub fn start(w: World, target: Target, mode: Mode, kubelets: usize, connects: usize) -> Self {
+        let fleet = Arc::new(Fleet {
+            w,
+            target,
+            mode,
+            connects: Semaphore::new(connects),
+            t0: Instant::now(),
+            tally: Arc::new(Tally::default()),
+            stop: CancellationToken::new(),
+        });
+        let tasks = (0..kubelets).map(|i| tokio::spawn(kubelet(i, fleet.clone()))).collect();
+        Self { tally: fleet.tally.clone(), kubelets, stop: fleet.stop.clone(), tasks }
+    }
+
+    /// Waits until every client is synced or failed, at most `limit`; true if all are done.
+    pub async fn wait_synced(&self, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        loop {
+            let done = self.tally.synced_ms.lock().len() + self.tally.failed.load(Ordering::Relaxed);
+            if done >= self.kubelets {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn stop(self) {
+        self.stop.cancel();
+        join_all(self.tasks).await;
+    }
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# A cluster at the scalability limits on one machine (issue 28;
+# integration/bench/scale): kube-apiserver with etcd filled with SCALE's
+# nodes, pods, services, EndpointSlices, ConfigMaps and Secrets, then side by
+# side, straight at kube-apiserver and through one watchmux tier caching all
+# of it (over TLS, as kube-apiserver serves): memory per cached object, LISTs
+# of every pod, and a storm of kubelet-shaped clients.
+#
+# Usage: bench-scale.sh      SCALE=full (default): 5,000 nodes, 150,000 pods,
+#                            1,000 services, 100 namespaces
+#                            SCALE=light: 500 nodes, 15,000 pods, 100 services, 20 namespaces
+#                            SCALE=tiny: 50 nodes, 500 pods (a smoke run)
+#   SCALE_PHASES  load,memory,list,storm     (the load is skipped when the
+#                 running cluster already holds this SCALE: .run/cluster/scale)
+#   SCALE_KEEP=1  leaves the loaded cluster running for the next run
+#   and the SCALE_* knobs of integration/bench/scale/main.rs.
+#
+# The cluster: its own fresh start (the test cluster's state is replaced)
+# with etcd's quota at 8 GiB and kube-apiserver's in-flight limits raised as
+# large clusters run them (--max-requests-inflight=2000,
+# --max-mutating-requests-inflight=1000), the same for both sides. Results:
+# .run/bench-scale/ (scale.json, the Markdown on stdout, logs).
+listen="127.0.0.1:${BENCH_PORT:-17692}"
+admin="127.0.0.1:${BENCH_ADMIN_PORT:-17693}"
+# shellcheck source-path=SCRIPTDIR source=bench-lib.sh
+source "$(dirname "$0")/bench-lib.sh"
+logs="$root/.run/bench-scale"
+mkdir -p "$logs"
+
+case "${SCALE:-full}" in
+  full)  defaults=(5000 30 1000 100) ;;
+  light) defaults=(500 30 100 20) ;;
+  tiny)  defaults=(50 10 10 5) ;;
+  *) echo "bench-scale: SCALE is full, light or tiny" >&2; exit 2 ;;
+esac
+export SCALE_NODES="${SCALE_NODES:-${defaults[0]}}" SCALE_PODS_PER_NODE="${SCALE_PODS_PER_NODE:-${defaults[1]}}" \
+  SCALE_SERVICES="${SCALE_SERVICES:-${defaults[2]}}" SCALE_NAMESPACES="${SCALE_NAMESPACES:-${defaults[3]}}"
+world="$SCALE_NODES $SCALE_PODS_PER_NODE $SCALE_SERVICES $SCALE_NAMESPACES ${SCALE_PER_NAMESPACE:-10}"
+phases="${SCALE_PHASES:-load,memory,list,storm}"
+
+bench_build scale "$logs"
+
+export CLUSTER_ETCD_ARGS="--quota-backend-bytes=8589934592"
+export CLUSTER_APISERVER_ARGS="--max-requests-inflight=2000 --max-mutating-requests-inflight=1000"
+marker="$root/.run/cluster/scale"
+if bash "$scripts/cluster-up.sh" --check >/dev/null 2>&1 && [[ -f $marker && "$(cat "$marker")" == "$world" ]]; then
+  echo "bench-scale: the running cluster holds this world ($world): no load"
+  phases="${phases//load/}"
+else
+  bash "$scripts/cluster-down.sh" >/dev/null || true
+  bash "$scripts/cluster-up.sh" >/dev/null
+  rm -f "$marker"
+  [[ $phases == *load* ]] || { echo "bench-scale: a fresh cluster needs the load phase" >&2; exit 1; }
+fi
+started_cluster=1
+[[ ${SCALE_KEEP:-0} == 1 ]] && started_cluster=0
+machine_line | tee "$logs/machine.txt"
+bench_env
+
+tls=(--tls-cert-file "$root/.run/cluster/apiserver.crt" --tls-private-key-file "$root/.run/cluster/apiserver.key")
+export WATCHMUX_BENCH_PROXY_TLS=1
+
+# wait_ready <seconds>: watchmux's /readyz (its caches synced), bounded.
+wait_ready() {
+  local limit=$(( SECONDS + $1 ))
+  until curl -fs "http://$admin/readyz" >/dev/null 2>&1; do
+    kill -0 "$wm_pid" 2>/dev/null || { echo "bench-scale: watchmux exited" >&2; tail -20 "$2" >&2; exit 1; }
+    (( SECONDS < limit )) || { echo "bench-scale: watchmux not ready in $1 s" >&2; tail -20 "$2" >&2; exit 1; }
+    sleep 0.2
+  done
+}
+start_tier() {  # start_tier <log> <resources>
+  RUST_LOG=warn "$logs/watchmux" --kubeconfig "$root/.run/kubeconfig" --listen "$listen" --admin-listen "$admin" \
+    "${tls[@]}" --cache-resources "$2" --cache-warm > "$1" 2>&1 &
+  wm_pid=$!
+}
+
+if [[ $phases == *load* ]]; then
+  # The load alone (no watchmux yet: its caches would follow every write).
+  SCALE_PHASES=load BENCH_OUT="$logs/load.json" WATCHMUX_BENCH_PROXY_PID=0 \
+    timeout --signal=INT --kill-after=10 "${SCALE_LOAD_TIMEOUT:-3600}" "$logs/scale-bench" --bench
+  echo "$world" > "$marker"
+  phases="${phases//load/}"
+fi
+
+# An empty watchmux (one small resource cached) for the baseline RSS.
+start_tier "$logs/watchmux-empty.log" leases
+wait_ready 60 "$logs/watchmux-empty.log"
+sleep 2
+base_rss=$(( $(awk '/^VmRSS:/{print $2}' "/proc/$wm_pid/status") * 1024 ))
+stop_watchmux
+
+start_tier "$logs/watchmux.log" pods,nodes,services,endpointslices,configmaps,secrets
+began=$SECONDS
+wait_ready "${SCALE_SYNC_TIMEOUT:-900}" "$logs/watchmux.log"
+echo "bench-scale: the tier synced every cache in $(( SECONDS - began )) s"
+bench_env
+SCALE_PHASES="$phases" SCALE_WATCHMUX_BASE_RSS="$base_rss" BENCH_OUT="$logs/scale.json" \
+  timeout --signal=INT --kill-after=10 "${SCALE_RUN_TIMEOUT:-5400}" "$logs/scale-bench" --bench ||
+  echo "bench-scale: the run failed (exit $?); watchmux alive: $(kill -0 "$wm_pid" 2>/dev/null && echo yes || echo no)"
+stop_watchmux
+watchmux_warnings "$logs/watchmux.log"
+echo
+echo "bench-scale: done in ${SECONDS}s"
