@@ -122,7 +122,8 @@ def grouped_bars(fig, rows, value, ylabel, title, target=None, target_label=None
         if target is not None:
             ax.axhline(target, color="k", ls="--", lw=1, label=target_label)
         ax._missing = missing
-    # Plain numbers on the log axis (10, 100), not 10^1.
+    # Plain numbers on the log axis (2, 5, 10, 20...), not 10^1.
+    axes[0].yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
     axes[0].yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     axes[0].yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     for ax in axes:
