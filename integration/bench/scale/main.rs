@@ -176,8 +176,12 @@ async fn lists(api: &Api, sides: &[SideKind], clients: usize) -> anyhow::Result<
     for &side in sides {
         let (target, pid) = side_target(api, side)?;
         for format in ["json", "protobuf"] {
+            let mut identity_bytes = 0u64;
             for gzip in [false, true] {
                 let r = biglist::run(&target, pid, format, gzip, clients).await?;
+                if r.content_encoding.is_none() {
+                    identity_bytes = r.wire_bytes;
+                }
                 let (p50, _, max) = p50_p99_max(&r.latency_ms);
                 let growth = r.server_rss_peak as f64 - r.server_rss_before as f64;
                 println!(
@@ -188,7 +192,7 @@ async fn lists(api: &Api, sides: &[SideKind], clients: usize) -> anyhow::Result<
                     r.content_encoding.as_deref().unwrap_or("identity"),
                     r.server_cpu_ms,
                     growth / MIB,
-                    growth / r.wire_bytes.max(1) as f64,
+                    growth / identity_bytes.max(1) as f64,
                 );
                 out.push(json!({"side": side.name(), "format": format, "gzip": gzip, "clients": clients,
                     "latency_ms": r.latency_ms, "wire_bytes": r.wire_bytes, "content_encoding": r.content_encoding,
@@ -221,7 +225,7 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
     let mut out = Vec::new();
     println!("\n### Kubelet storm: {kubelets} kubelets × 5 collections, started at once\n");
     println!(
-        "| mode | side | synced / failed | time to synced p50 / p99 / max, s | 429s | kube-apiserver CPU, s | kube-apiserver peak RSS growth / heap after, MiB | LISTs / WATCHes / GETs kube-apiserver served | watchmux CPU, s / peak RSS, MiB |"
+        "| mode | side | synced / failed | time to synced p50 / p99 / max, s | 429s | kube-apiserver CPU, s | kube-apiserver peak RSS growth / heap after, MiB | LISTs / GETs kube-apiserver served, WATCHes it holds | watchmux CPU, s / peak RSS, MiB |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for mode in &modes {
@@ -234,6 +238,7 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
             let (target, _) = side_target(api, side)?;
             let api_pid = api.apiserver_pid()?;
             let before = api.apiserver_metrics().await?;
+            let watches0 = prom::sum(&before, "apiserver_longrunning_requests", &[("verb", "WATCH")]);
             let (api_cpu0, api_rss0) = (cpu_ticks(api_pid)?, rss_bytes(api_pid)?);
             let wm_cpu0 = wm_pid.map(cpu_ticks).transpose()?;
             let api_peak = PeakRss::start(api_pid);
@@ -252,6 +257,9 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
                 None => None,
             };
             let heap = prom::sum(&after, "go_memstats_heap_inuse_bytes", &[]);
+            // A WATCH is counted in apiserver_request_total when it ends: the
+            // ones held are the long-running gauge.
+            let watches = prom::sum(&after, "apiserver_longrunning_requests", &[("verb", "WATCH")]);
             let served = prom::delta(
                 &prom::by_label(&before, "apiserver_request_total", "verb", &[]),
                 &prom::by_label(&after, "apiserver_request_total", "verb", &[]),
@@ -262,7 +270,7 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
             let (p50, p99, max) = p50_p99_max(&synced);
             let failed = t.failed.load(Ordering::Relaxed);
             println!(
-                "| {} | {} | {} / {failed}{} | {:.1} / {:.1} / {:.1} | {} | {api_cpu:.1} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {} |",
+                "| {} | {} | {} / {failed}{} | {:.1} / {:.1} / {:.1} | {} | {api_cpu:.1} | {:.0} / {:.0} | {:.0} / {:.0}, {:.0} → {:.0} | {} |",
                 mode.name(),
                 side.title(),
                 synced.len(),
@@ -274,8 +282,9 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
                 (api_peak as f64 - api_rss0 as f64) / MIB,
                 heap / MIB,
                 verb("LIST"),
-                verb("WATCH"),
                 verb("GET"),
+                watches0,
+                watches,
                 match (wm_cpu, wm_peak) {
                     (Some(c), Some(p)) if side == SideKind::Watchmux => format!("{c:.1} / {:.0}", p as f64 / MIB),
                     _ => "–".into(),
@@ -291,6 +300,7 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
                 "initial_bytes": t.initial_bytes.load(Ordering::Relaxed),
                 "apiserver_cpu_s": api_cpu, "apiserver_rss_before": api_rss0, "apiserver_rss_peak": api_peak,
                 "apiserver_heap_inuse_after": heap, "apiserver_requests": served,
+                "apiserver_watches_before": watches0, "apiserver_watches_synced": watches,
                 "watchmux_cpu_s": wm_cpu, "watchmux_rss_peak": wm_peak}));
             s.stop().await;
             // Let both servers tear the watches down before the next storm.
