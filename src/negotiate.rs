@@ -39,8 +39,19 @@
 //! (its handler has no protobuf serializer outside PartialObjectMetadata, so every protobuf
 //! clause is skipped), and the cache answers it for an object its protobuf encoder refuses (see
 //! `cache::read::serve`). When the header cannot be predicted exactly (hex or `_` q values, more than 12
-//! clauses, leading or trailing tabs, CBOR, whose support is a server flag), the request passes
-//! through.
+//! clauses, leading or trailing tabs), the request passes through.
+//!
+//! # CBOR
+//!
+//! kube-apiserver registers its CBOR serializer only when the `CBORServingAndStorage` feature gate
+//! (alpha, off by default in v1.37) is on (`NewDefaultAPIGroupInfo`, the control plane's codecs, the
+//! custom resource handler; `Config.New` drops it from the allowed media types otherwise). With the
+//! gate off, `application/cbor` is a media type like any other the server does not produce: step 1
+//! does not count it, and step 2 skips its clause, so `application/json;q=0.9,application/cbor;q=1`
+//! gets JSON. Whether the gate is on is learned per cached resource (`cache::sync::cbor_probe`) and
+//! handed in as [`UpstreamCbor`]: `Off` negotiates as above, `On` and `Unknown` pass through any
+//! request whose answer a CBOR clause decides ([`PassthroughReason::Cbor`]). With the gate on, the
+//! API server's CBOR is not byte-deterministic (map order), so the cache does not try to write it.
 //!
 //! # Checked against kube-apiserver v1.37.2
 //!
@@ -109,9 +120,12 @@ pub(crate) enum PassthroughReason {
     /// metadata; a custom resource, or an object the encoder refuses, with no JSON of the same
     /// form accepted next).
     Protobuf,
-    /// kube-apiserver would answer YAML, CBOR or `meta.k8s.io/v1beta1` metadata, or its answer
-    /// cannot be predicted from the header alone.
+    /// kube-apiserver would answer YAML or `meta.k8s.io/v1beta1` metadata, or its answer cannot be
+    /// predicted from the header alone.
     OtherMediaType,
+    /// A CBOR clause decides the answer and the upstream serves CBOR, or whether it does is not
+    /// known yet (see [`UpstreamCbor`]).
+    Cbor,
     /// kube-apiserver refuses with 406 (a metadata list asked on a watch: a 200 stream that ends at
     /// its first event).
     NotAcceptable,
@@ -124,16 +138,28 @@ impl PassthroughReason {
             Self::Table => "table",
             Self::Protobuf => "protobuf",
             Self::OtherMediaType => "other_media_type",
+            Self::Cbor => "cbor",
             Self::NotAcceptable => "not_acceptable",
         }
     }
 }
 
+/// Whether the upstream serves CBOR for the resource read (its `CBORServingAndStorage` gate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UpstreamCbor {
+    /// Not learned yet, or the probe failed: a CBOR clause makes the answer unpredictable.
+    Unknown,
+    /// The gate is off: CBOR is a media type the server does not produce.
+    Off,
+    /// The server answers CBOR.
+    On,
+}
+
 /// Decides how to answer a read with this `Accept` header (the first one, as Go's
-/// `Header.Get` reads it).
-pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint) -> Negotiation {
+/// `Header.Get` reads it), from an upstream whose CBOR is `cbor`.
+pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint, cbor: UpstreamCbor) -> Negotiation {
     use Negotiation::Passthrough;
-    use PassthroughReason::{NotAcceptable, OtherMediaType};
+    use PassthroughReason::{Cbor, NotAcceptable, OtherMediaType};
 
     let header = accept.map_or(&b""[..], HeaderValue::as_bytes);
     if header.is_empty() {
@@ -144,8 +170,13 @@ pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint) -> Neg
     if depends_on_transport(header) {
         return Passthrough(OtherMediaType);
     }
-    if !passes_route_filter(header) {
-        return Passthrough(NotAcceptable);
+    if !passes_route_filter(header, false) {
+        // Only a CBOR element can let it pass, which it does where the route produces CBOR.
+        match (cbor, passes_route_filter(header, true)) {
+            (_, false) | (UpstreamCbor::Off, true) => return Passthrough(NotAcceptable),
+            (UpstreamCbor::Unknown, true) => return Passthrough(Cbor),
+            (UpstreamCbor::On, true) => {}
+        }
     }
     let Ok(mut clauses) = parse_clauses(header) else {
         return Passthrough(OtherMediaType);
@@ -154,10 +185,11 @@ pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint) -> Neg
         return Passthrough(OtherMediaType);
     }
     sort_like_go(&mut clauses);
-    let mut verdicts = clauses.iter().map(verdict).filter(|v| *v != Verdict::Skip);
+    let mut verdicts = clauses.iter().map(|clause| verdict(clause, cbor)).filter(|v| *v != Verdict::Skip);
     match verdicts.next() {
         None => Passthrough(NotAcceptable),
-        Some(Verdict::Skip | Verdict::Unknown) => Passthrough(OtherMediaType),
+        Some(Verdict::Cbor) => Passthrough(Cbor),
+        Some(Verdict::Skip) => Passthrough(OtherMediaType),
         Some(Verdict::Serve(serializer, conversion)) => decide(serializer, conversion, endpoint, verdicts),
     }
 }
@@ -211,7 +243,7 @@ fn decide(
 }
 
 /// The serializers kube-apiserver offers for built-in resources, in `SupportedMediaTypes` order.
-/// CBOR (alpha, off by default) would come last; see [`Verdict::Unknown`].
+/// CBOR (alpha, off by default) would come last; see [`Verdict::Cbor`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Serializer {
     Json,
@@ -257,14 +289,15 @@ enum Verdict {
     Skip,
     /// It answers with this serializer and transformation.
     Serve(Serializer, Conversion),
-    /// `application/cbor`: served only where the CBOR feature gate is on.
-    Unknown,
+    /// `application/cbor` where the upstream serves CBOR or may: left to it.
+    Cbor,
 }
 
-/// The inner loop of `NegotiateMediaTypeOptions` for one clause.
-fn verdict(clause: &Clause<'_>) -> Verdict {
-    if clause.media_type == b"application" && clause.subtype == b"cbor" {
-        return Verdict::Unknown;
+/// The inner loop of `NegotiateMediaTypeOptions` for one clause. With CBOR off, Go's loop finds
+/// no serializer for a CBOR clause and skips it, as for any other type.
+fn verdict(clause: &Clause<'_>, cbor: UpstreamCbor) -> Verdict {
+    if clause.media_type == b"application" && clause.subtype == b"cbor" && cbor != UpstreamCbor::Off {
+        return Verdict::Cbor;
     }
     Serializer::ALL
         .into_iter()

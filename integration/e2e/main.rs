@@ -8,6 +8,7 @@ mod adversarial;
 mod auth;
 mod cache;
 mod capacity;
+mod cbor;
 mod cert_rotation;
 #[cfg(feature = "fault-injection")]
 mod consistency_check;

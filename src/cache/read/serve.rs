@@ -34,7 +34,7 @@ use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::encode::watch::error_frame;
 use crate::fairness::Seat;
 use crate::metrics as m;
-use crate::negotiate::{Negotiation, negotiate};
+use crate::negotiate::{Negotiation, PassthroughReason, UpstreamCbor, negotiate};
 use crate::request::{RequestInfo, Verb};
 use crate::selector::{FieldSelector, LabelSelector, selectable};
 use crate::upstream::Upstream;
@@ -202,11 +202,15 @@ impl CacheService {
         {
             return Served::Passthrough(Reason::WatchParameters);
         }
-        let answer = match negotiate(headers.get(header::ACCEPT), endpoint) {
-            Negotiation::Cache(variant) => Answer { variant, or_json: None },
-            Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },
-            Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
-        };
+        // Whether the upstream serves CBOR is known per cache (`cbor_probe`):
+        // a CBOR clause that decides is negotiated again once the cache is.
+        let accept = headers.get(header::ACCEPT);
+        let negotiated = negotiate(accept, endpoint, UpstreamCbor::Unknown);
+        if let Negotiation::Passthrough(reason) = negotiated
+            && reason != PassthroughReason::Cbor
+        {
+            return Served::Passthrough(Reason::Negotiated(reason));
+        }
         let resource = GroupResource { group: info.api_group.clone(), resource: info.resource.clone() };
         if !self.registry.is_enabled(&resource) {
             return Served::Passthrough(Reason::NotCached);
@@ -231,6 +235,15 @@ impl CacheService {
         if !cache.wait_ready(NOT_READY_WAIT).await {
             return Served::Passthrough(Reason::NotReady);
         }
+        let negotiated = match negotiated {
+            Negotiation::Passthrough(PassthroughReason::Cbor) => negotiate(accept, endpoint, cache.upstream_cbor()),
+            known => known,
+        };
+        let answer = match negotiated {
+            Negotiation::Cache(variant) => Answer { variant, or_json: None },
+            Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },
+            Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
+        };
         let (Ok(labels), Ok(field_sel)) =
             (LabelSelector::parse(&params.label_selector), FieldSelector::parse(&params.field_selector))
         else {
