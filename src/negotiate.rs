@@ -72,6 +72,7 @@
 //! | WATCH | `application/json;POML` | 200 `application/json`, the stream ends at the first event |
 //! | WATCH | `application/yaml` first | 406, the Status written in YAML |
 //! | any | `…;v=v1beta1` metadata | objects with `apiVersion: meta.k8s.io/v1beta1` (passed through) |
+//! | any | `application/json;as=Table;g=meta.k8s.io;v=v1` | a Table ([`Negotiation::Table`]; `encode::table`) |
 //!
 //! 1. Every list item is `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{...}}`;
 //!    an empty list has `"items":null`, where typed lists have `"items":[]`.
@@ -107,6 +108,12 @@ pub(crate) enum Negotiation {
         /// The JSON of the same form the client accepts next.
         or_json: Option<ContentVariant>,
     },
+    /// kube-apiserver answers a `meta.k8s.io` Table in JSON (kubectl get); `v1beta1` when that
+    /// is the version asked for. The cache serves it where it has the kind's printer.
+    Table {
+        /// `meta.k8s.io/v1beta1` rather than `v1`.
+        v1beta1: bool,
+    },
     /// Forward to kube-apiserver.
     Passthrough(PassthroughReason),
 }
@@ -114,7 +121,9 @@ pub(crate) enum Negotiation {
 /// Why a request goes to kube-apiserver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PassthroughReason {
-    /// kube-apiserver would answer a `meta.k8s.io` Table (kubectl get).
+    /// kube-apiserver would answer a `meta.k8s.io` Table (kubectl get) the cache does not write:
+    /// in YAML, in `v1beta1`, on a watch, or of a kind without a printer here
+    /// (`encode::table::printers`).
     Table,
     /// kube-apiserver would answer protobuf that the cache cannot write (`meta.k8s.io/v1beta1`
     /// metadata; a custom resource, or an object the encoder refuses, with no JSON of the same
@@ -206,7 +215,10 @@ fn decide(
     use PassthroughReason::{NotAcceptable, OtherMediaType, Protobuf, Table};
 
     let variant = match conversion {
-        Conversion::Table => return Passthrough(Table),
+        Conversion::Table { version } if serializer == Serializer::Json => {
+            return Negotiation::Table { v1beta1: version == MetaVersion::V1beta1 };
+        }
+        Conversion::Table { .. } => return Passthrough(Table),
         // The handlers answer 406 for a list form on a single object and the reverse; a watch
         // fails to encode its first event instead.
         Conversion::Metadata { list, .. } if list != (endpoint == Endpoint::List) => {
@@ -272,7 +284,7 @@ impl Serializer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Conversion {
     None,
-    Table,
+    Table { version: MetaVersion },
     Metadata { list: bool, version: MetaVersion },
 }
 
@@ -331,7 +343,7 @@ fn accepted_conversion(params: &Params<'_>, serializer: Serializer) -> Option<Co
         _ => return None,
     };
     match params.kind.unwrap_or_default() {
-        b"Table" => (serializer != Serializer::Protobuf).then_some(Conversion::Table),
+        b"Table" => (serializer != Serializer::Protobuf).then_some(Conversion::Table { version }),
         b"PartialObjectMetadata" => Some(Conversion::Metadata { list: false, version }),
         b"PartialObjectMetadataList" => Some(Conversion::Metadata { list: true, version }),
         _ => None,

@@ -24,6 +24,7 @@ mod relay;
 mod relist_gap;
 mod resource_versions;
 mod slow_watchers;
+mod tables;
 mod trust_boundary;
 mod warnings;
 mod x509_identity;

@@ -13,6 +13,7 @@ use Negotiation::{Cache, Passthrough};
 use PassthroughReason::{Cbor, NotAcceptable, OtherMediaType, Protobuf, Table};
 
 const ENDPOINTS: [Endpoint; 3] = [Get, List, Watch];
+const V1_TABLE: Negotiation = Negotiation::Table { v1beta1: false };
 
 /// A protobuf answer, with the JSON of the same form the client accepts next.
 fn pb(variant: ContentVariant, or_json: Option<ContentVariant>) -> Negotiation {
@@ -138,9 +139,10 @@ fn cbor_alone_is_refused_only_where_the_upstream_has_no_cbor() {
 }
 
 #[test]
-fn kubectl_get_asking_for_tables_first_passes_through() {
+fn kubectl_get_asking_for_tables_first_gets_a_v1_table() {
     // kube-apiserver v1.37.2: 200 application/json with kind Table, watch included.
-    assert_everywhere(KUBECTL_GET, Passthrough(Table));
+    assert_everywhere(KUBECTL_GET, V1_TABLE);
+    assert_everywhere("application/json;as=Table;v=v1beta1;g=meta.k8s.io", Negotiation::Table { v1beta1: true });
 }
 
 #[test]
@@ -315,7 +317,7 @@ fn wildcards_take_json_with_its_parameters() {
     let list = "*/*;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
     assert_eq!(decide(list, List), Cache(Metadata));
     assert_eq!(decide("*/*;as=PartialObjectMetadata;g=meta.k8s.io;v=v1", Watch), Cache(Metadata));
-    assert_eq!(decide("*/*;as=Table;g=meta.k8s.io;v=v1", Get), Passthrough(Table));
+    assert_eq!(decide("*/*;as=Table;g=meta.k8s.io;v=v1", Get), V1_TABLE);
     // kube-apiserver v1.37.2: 200 application/json on a watch.
     assert_eq!(decide("*/*;stream=watch", Watch), Cache(Json));
 }
@@ -358,14 +360,14 @@ fn unknown_and_valueless_parameters_are_ignored() {
     let header = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1;foo=bar";
     assert_eq!(decide(header, Get), Cache(Metadata));
     // "key=a=" keeps "a".
-    assert_eq!(decide("application/json;as=Table=;g=meta.k8s.io;v=v1", Get), Passthrough(Table));
+    assert_eq!(decide("application/json;as=Table=;g=meta.k8s.io;v=v1", Get), V1_TABLE);
 }
 
 #[test]
 fn the_last_duplicate_parameter_wins() {
     // kube-apiserver v1.37.2: a Table.
     let header = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1;as=Table";
-    assert_eq!(decide(header, Get), Passthrough(Table));
+    assert_eq!(decide(header, Get), V1_TABLE);
 }
 
 #[test]
@@ -577,6 +579,7 @@ proptest! {
                     }
                     prop_assert!(or_json.is_none_or(|json| json == variant.as_json()));
                 }
+                Negotiation::Table { .. } => prop_assert!(header.contains("Table")),
                 Passthrough(_) => {}
             }
         }

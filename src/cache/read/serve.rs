@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 mod list;
+mod table;
 
 use super::super::registry::{CacheConfig, NotCached, Registry};
 use super::super::resource::freshness::{Proof, ensure_fresh, reached};
@@ -239,11 +240,24 @@ impl CacheService {
             Negotiation::Passthrough(PassthroughReason::Cbor) => negotiate(accept, endpoint, cache.upstream_cbor()),
             known => known,
         };
+        let mut table = None;
         let answer = match negotiated {
             Negotiation::Cache(variant) => Answer { variant, or_json: None },
             Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },
+            Negotiation::Table { v1beta1 } => {
+                match table::table_form(&cache.shape.info, endpoint, v1beta1, params.include_object.as_deref()) {
+                    Ok(form) => table = Some(form),
+                    Err(reason) => return Served::Passthrough(reason),
+                }
+                // A Table is JSON: its errors too.
+                Answer { variant: ContentVariant::Json, or_json: None }
+            }
             Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
         };
+        // Outside a Table, `includeObject` is the API server's to read.
+        if table.is_none() && params.include_object.is_some() {
+            return Served::Passthrough(Reason::Parameters);
+        }
         let (Ok(labels), Ok(field_sel)) =
             (LabelSelector::parse(&params.label_selector), FieldSelector::parse(&params.field_selector))
         else {
@@ -290,10 +304,12 @@ impl CacheService {
             },
         };
         let resource = cache.label().to_owned();
-        let mut served = match endpoint {
-            Endpoint::Watch => self.watch(cache.clone(), filter, params, answer, arrival).await,
-            Endpoint::List => self.list(cache.clone(), filter, params, answer, arrival).await,
-            Endpoint::Get => self.get(cache.clone(), filter, params, answer, scoped).await,
+        let mut served = match (endpoint, table) {
+            (Endpoint::List, Some(form)) => self.table_list(cache.clone(), filter, params, form, arrival).await,
+            (Endpoint::Get, Some(form)) => self.table_get(cache.clone(), filter, params, form, scoped).await,
+            (Endpoint::Watch, _) => self.watch(cache.clone(), filter, params, answer, arrival).await,
+            (Endpoint::List, None) => self.list(cache.clone(), filter, params, answer, arrival).await,
+            (Endpoint::Get, None) => self.get(cache.clone(), filter, params, answer, scoped).await,
         };
         if let Served::Response(response) = &mut served {
             // The API server's route adds them to every answer, errors too.
@@ -414,20 +430,10 @@ impl CacheService {
         answer: Answer,
         scoped: bool,
     ) -> Served {
-        if p.rv_match != RvMatch::Unset || p.limit.is_some() || p.continue_token.is_some() {
-            return Served::Passthrough(Reason::GetParameters);
+        if let Err(reason) = gettable(&cache, &p).await {
+            return Served::Passthrough(reason);
         }
         let label = cache.label().to_owned();
-        match p.rv {
-            // Turned away earlier (`try_serve`); kept total without a panic.
-            Rv::Unset => return Served::Passthrough(Reason::ConsistentGet),
-            Rv::Any => {}
-            Rv::At(rv) => {
-                if !reached(&cache, rv).await {
-                    return Served::Passthrough(Reason::AheadOfCache);
-                }
-            }
-        }
         let name = filter.name.clone().unwrap_or_default();
         let key = ObjectKey { namespace: filter.namespace.clone().unwrap_or_default(), name: name.clone() };
         let snapshot = cache.snapshot();
@@ -459,6 +465,21 @@ impl CacheService {
                 Served::Response(not_found(&cache, &name).into_response_as(variant))
             }
         }
+    }
+}
+
+/// Whether the cache may answer a GET with these parameters: a version it
+/// has reached, and none of a LIST's parameters.
+async fn gettable(cache: &ResourceCache, p: &ReadParams) -> Result<(), Reason> {
+    if p.rv_match != RvMatch::Unset || p.limit.is_some() || p.continue_token.is_some() {
+        return Err(Reason::GetParameters);
+    }
+    match p.rv {
+        // Turned away earlier (`try_serve`); kept total without a panic.
+        Rv::Unset => Err(Reason::ConsistentGet),
+        Rv::Any => Ok(()),
+        Rv::At(rv) if reached(cache, rv).await => Ok(()),
+        Rv::At(_) => Err(Reason::AheadOfCache),
     }
 }
 
