@@ -14,38 +14,27 @@ use super::env::*;
 const KUBECTL_TABLE: &str =
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
-/// A body with each row's last cell (the age, for the kinds printed here)
-/// and the Table's own resourceVersion masked; every other byte kept.
+/// Ages: `59s`, `3m2s`, `335d`, alone or in a restarts cell's `(… ago)`.
+fn age_pattern() -> regex::Regex {
+    regex::Regex::new(r"\b\d+[smhdy](\d+[smhdy])?\b").unwrap()
+}
+
+/// A body with every age and the Table's own resourceVersion masked; every
+/// other byte kept.
 fn mask_ages(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
-    let age = regex::Regex::new(r#""[^"]*"\],"object""#).unwrap();
     let version =
         regex::Regex::new(r#"^(\{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":\{"resourceVersion":")\d+"#)
             .unwrap();
-    let text = age.replace_all(&text, r#""AGE"],"object""#);
+    let text = age_pattern().replace_all(&text, "AGE");
     version.replace(&text, "${1}RV").into_owned()
 }
 
-/// kubectl's tables (one a kind, each under its own header, a blank line
-/// between) with the AGE column masked and runs of blanks made one (column
+/// kubectl's tables with ages masked and runs of blanks made one (column
 /// widths follow the ages' widths).
 fn mask_kubectl(out: &str) -> Vec<String> {
-    let mut age = None;
-    let mut header_next = true;
-    out.lines()
-        .map(|line| {
-            let mut cells: Vec<&str> = line.split_whitespace().collect();
-            if cells.is_empty() {
-                header_next = true;
-            } else if header_next {
-                header_next = false;
-                age = cells.iter().position(|c| *c == "AGE");
-            } else if let Some(at) = age.filter(|at| *at < cells.len()) {
-                cells[at] = "AGE";
-            }
-            cells.join(" ")
-        })
-        .collect()
+    let ages = age_pattern();
+    out.lines().map(|line| ages.replace_all(line, "AGE").split_whitespace().collect::<Vec<_>>().join(" ")).collect()
 }
 
 async fn direct_table(client: &watchmux::upstream::Upstream, path: &str) -> (u16, Option<String>, bytes::Bytes) {
@@ -95,12 +84,13 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
     }
     direct_json(&direct, http::Method::POST, &format!("{base}/serviceaccounts"), json!({"metadata": {"name": "sa"}}))
         .await;
+    let pod_names = create_pods(&direct, &base, &labels).await;
     let wm = Watchmux::start(
         &cluster,
-        &["--cache-resources", "configmaps,secrets,serviceaccounts,namespaces", "--cache-warm"],
+        &["--cache-resources", "configmaps,secrets,serviceaccounts,namespaces,pods", "--cache-warm"],
     )
     .await;
-    for resource in ["configmaps", "secrets", "serviceaccounts", "namespaces"] {
+    for resource in ["configmaps", "secrets", "serviceaccounts", "namespaces", "pods"] {
         wait_initialized(wm.admin, resource, 1.0).await;
     }
 
@@ -108,8 +98,11 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
     let before = tables_served(&wm).await;
     let mut paths = Vec::new();
     for include in ["", "&includeObject=None", "&includeObject=Metadata", "&includeObject=Object"] {
-        for resource in ["configmaps", "secrets", "serviceaccounts"] {
+        for resource in ["configmaps", "secrets", "serviceaccounts", "pods"] {
             paths.push(format!("{base}/{resource}?resourceVersion=0{include}"));
+        }
+        for pod in &pod_names {
+            paths.push(format!("{base}/pods/{pod}?resourceVersion=0{include}"));
         }
         paths.push(format!("{base}/configmaps/two?resourceVersion=0{include}"));
         paths.push(format!("/api/v1/namespaces/{ns}?resourceVersion=0{include}"));
@@ -142,6 +135,9 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
         vec!["get".into(), "configmaps,secrets".into(), "-A".into(), "-l".into(), selector.clone()],
         vec!["get".into(), "secrets".into(), "-n".into(), ns.clone(), "-o".into(), "wide".into()],
         vec!["get".into(), "serviceaccounts".into(), "-n".into(), ns.clone()],
+        vec!["get".into(), "pods".into(), "-n".into(), ns.clone()],
+        vec!["get".into(), "pods".into(), "-n".into(), ns.clone(), "-o".into(), "wide".into()],
+        vec!["get".into(), "pods".into(), "-A".into(), "-l".into(), selector.clone(), "--show-labels".into()],
     ];
     for args in &lists {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -168,4 +164,75 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
         let (via, dir) = kubectl_both(&cluster, &wm, &args);
         assert_eq!(via, dir, "kubectl {args:?}");
     }
+    // Let the held pod go.
+    let release = json!({"metadata": {"finalizers": null}});
+    direct_json(&direct, http::Method::PATCH, &format!("{base}/pods/terminating"), release).await;
+}
+
+/// Pods in the states `printPod` words differently, their statuses written
+/// through the status subresource (no kubelet runs here); returns their names.
+async fn create_pods(direct: &watchmux::upstream::Upstream, base: &str, labels: &serde_json::Value) -> Vec<String> {
+    let finished = "2026-01-01T00:00:00Z";
+    let restarted = json!({"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": finished,
+        "startedAt": finished}});
+    let pods = [
+        ("pending", json!({}), json!({"nominatedNodeName": "n2"})),
+        (
+            "running",
+            json!({"readinessGates": [{"conditionType": "example.com/gate"}]}),
+            json!({
+            "phase": "Running", "podIP": "10.1.0.5", "podIPs": [{"ip": "10.1.0.5"}],
+            "conditions": [{"type": "Ready", "status": "True"}, {"type": "example.com/gate", "status": "True"}],
+            "containerStatuses": [
+                {"name": "a", "ready": true, "restartCount": 3, "image": "x", "imageID": "", "started": true,
+                 "state": {"running": {"startedAt": finished}}, "lastState": restarted},
+                {"name": "b", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
+                 "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}),
+        ),
+        (
+            "init",
+            json!({"initContainers": [{"name": "i0", "image": "x"}, {"name": "i1", "image": "x"}]}),
+            json!({
+            "phase": "Pending",
+            "initContainerStatuses": [
+                {"name": "i0", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
+                 "state": {"terminated": {"exitCode": 0, "startedAt": finished, "finishedAt": finished}}},
+                {"name": "i1", "ready": false, "restartCount": 2, "image": "x", "imageID": "",
+                 "state": {"waiting": {"reason": "ImagePullBackOff"}}, "lastState": restarted}]}),
+        ),
+        (
+            "succeeded",
+            json!({}),
+            json!({"phase": "Succeeded", "containerStatuses": [
+                {"name": "a", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
+                 "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": finished, "finishedAt": finished}}},
+                {"name": "b", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
+                 "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": finished, "finishedAt": finished}}}]}),
+        ),
+        ("terminating", json!({}), json!({"phase": "Running"})),
+    ];
+    let mut names = Vec::new();
+    for (name, extra, status) in pods {
+        let mut spec =
+            json!({"nodeName": "n1", "containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "x"}]});
+        if name == "pending" {
+            spec = json!({"containers": [{"name": "a", "image": "x"}]});
+        }
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        let mut metadata = json!({"name": name, "labels": labels});
+        if name == "terminating" {
+            metadata["finalizers"] = json!(["example.com/hold"]);
+        }
+        direct_json(direct, http::Method::POST, &format!("{base}/pods"), json!({"metadata": metadata, "spec": spec}))
+            .await;
+        if !status.is_null() {
+            let path = format!("{base}/pods/{name}/status");
+            direct_json(direct, http::Method::PATCH, &path, json!({"status": status})).await;
+        }
+        names.push(name.to_owned());
+    }
+    direct_json(direct, http::Method::DELETE, &format!("{base}/pods/terminating"), serde_json::Value::Null).await;
+    names
 }

@@ -23,6 +23,7 @@
 //! - Ages are computed at serve time, as the API server computes them at
 //!   encode time ([`human_duration`]).
 
+mod pod;
 pub(crate) mod printers;
 
 use std::collections::HashMap;
@@ -93,9 +94,10 @@ impl Cell {
     }
 }
 
-/// One row: its cells, and the object bytes to splice (`None` for `null`).
+/// One row: its cells and conditions, and the object bytes to splice
+/// (`None` for `null`).
 pub(crate) struct Row {
-    pub cells: Vec<Cell>,
+    pub printed: printers::Printed,
     pub object: Option<Bytes>,
 }
 
@@ -109,13 +111,18 @@ pub(crate) fn table_body(columns: &str, meta: &ListMeta, rows: Vec<Row>) -> Vec<
     )));
     for (i, row) in rows.into_iter().enumerate() {
         let mut head = String::from(if i == 0 { "{\"cells\":[" } else { ",{\"cells\":[" });
-        for (j, cell) in row.cells.iter().enumerate() {
+        for (j, cell) in row.printed.cells.iter().enumerate() {
             if j > 0 {
                 head.push(',');
             }
             cell.write_json(&mut head);
         }
-        head.push_str("],\"object\":");
+        head.push(']');
+        if let Some(conditions) = row.printed.conditions {
+            head.push_str(",\"conditions\":");
+            head.push_str(conditions);
+        }
+        head.push_str(",\"object\":");
         match row.object {
             Some(object) => {
                 chunks.push(Bytes::from(head));

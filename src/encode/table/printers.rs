@@ -12,7 +12,21 @@ use serde_json::Value;
 use super::{Cell, human_duration};
 
 /// A printer: the object as stored, and now (Unix nanoseconds) for ages.
-pub(crate) type Printer = fn(&Value, i128) -> Vec<Cell>;
+pub(crate) type Printer = fn(&Value, i128) -> Printed;
+
+/// What a printer makes of one object.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Printed {
+    pub cells: Vec<Cell>,
+    /// The row's `conditions`, as encoding/json writes them (a finished Pod's).
+    pub conditions: Option<&'static str>,
+}
+
+impl From<Vec<Cell>> for Printed {
+    fn from(cells: Vec<Cell>) -> Self {
+        Self { cells, conditions: None }
+    }
+}
 
 /// The printer of a built-in kind, if there is one here.
 pub(crate) fn printer(group: &str, kind: &str) -> Option<Printer> {
@@ -21,30 +35,31 @@ pub(crate) fn printer(group: &str, kind: &str) -> Option<Printer> {
         ("", "Secret") => secret,
         ("", "Namespace") => namespace,
         ("", "ServiceAccount") => service_account,
+        ("", "Pod") => super::pod::pod,
         _ => return None,
     };
     Some(printer)
 }
 
 /// `printConfigMap`: name, `len(Data)+len(BinaryData)`, age.
-fn config_map(obj: &Value, now: i128) -> Vec<Cell> {
+fn config_map(obj: &Value, now: i128) -> Printed {
     let data = map_len(obj, "data") + map_len(obj, "binaryData");
-    vec![name(obj), Cell::Int(data), age(obj, now)]
+    vec![name(obj), Cell::Int(data), age_of(obj, now)].into()
 }
 
 /// `printSecret`: name, type, `len(Data)`, age.
-fn secret(obj: &Value, now: i128) -> Vec<Cell> {
-    vec![name(obj), string_at(obj, &["type"]), Cell::Int(map_len(obj, "data")), age(obj, now)]
+fn secret(obj: &Value, now: i128) -> Printed {
+    vec![name(obj), string_at(obj, &["type"]), Cell::Int(map_len(obj, "data")), age_of(obj, now)].into()
 }
 
 /// `printNamespace`: name, `status.phase`, age.
-fn namespace(obj: &Value, now: i128) -> Vec<Cell> {
-    vec![name(obj), string_at(obj, &["status", "phase"]), age(obj, now)]
+fn namespace(obj: &Value, now: i128) -> Printed {
+    vec![name(obj), string_at(obj, &["status", "phase"]), age_of(obj, now)].into()
 }
 
 /// `printServiceAccount`: name, age.
-fn service_account(obj: &Value, now: i128) -> Vec<Cell> {
-    vec![name(obj), age(obj, now)]
+fn service_account(obj: &Value, now: i128) -> Printed {
+    vec![name(obj), age_of(obj, now)].into()
 }
 
 fn name(obj: &Value) -> Cell {
@@ -62,7 +77,7 @@ fn map_len(obj: &Value, key: &str) -> i64 {
 }
 
 /// `translateTimestampSince(CreationTimestamp)`: `<unknown>` for a zero time.
-fn age(obj: &Value, now: i128) -> Cell {
+pub(super) fn age_of(obj: &Value, now: i128) -> Cell {
     let created = obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str).and_then(crate::rfc3339::parse);
     Cell::Str(match created {
         Some((secs, nanos)) => human_duration(now - (i128::from(secs) * 1_000_000_000 + i128::from(nanos))),

@@ -65,7 +65,7 @@ impl TableForm {
             IncludeObject::Metadata => Some(obj.encoded(ContentVariant::PartialObjectMetadataJson)),
             IncludeObject::Object => Some(Ok(json)),
         };
-        Row { cells: (self.printer)(&parsed, now), object: object.map(|o| o.expect("JSON variants always encode")) }
+        Row { printed: (self.printer)(&parsed, now), object: object.map(|o| o.expect("JSON variants always encode")) }
     }
 }
 
