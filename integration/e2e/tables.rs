@@ -85,12 +85,17 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
     direct_json(&direct, http::Method::POST, &format!("{base}/serviceaccounts"), json!({"metadata": {"name": "sa"}}))
         .await;
     let pod_names = create_pods(&direct, &base, &labels).await;
+    create_workloads(&direct, &ns, &labels).await;
     let wm = Watchmux::start(
         &cluster,
-        &["--cache-resources", "configmaps,secrets,serviceaccounts,namespaces,pods", "--cache-warm"],
+        &[
+            "--cache-resources",
+            "configmaps,secrets,serviceaccounts,namespaces,pods,deployments,replicasets,statefulsets,daemonsets",
+            "--cache-warm",
+        ],
     )
     .await;
-    for resource in ["configmaps", "secrets", "serviceaccounts", "namespaces", "pods"] {
+    for resource in ["configmaps", "secrets", "serviceaccounts", "namespaces", "pods", "deployments.apps"] {
         wait_initialized(wm.admin, resource, 1.0).await;
     }
 
@@ -103,6 +108,10 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
         }
         for pod in &pod_names {
             paths.push(format!("{base}/pods/{pod}?resourceVersion=0{include}"));
+        }
+        for resource in WORKLOADS {
+            paths.push(format!("/apis/apps/v1/namespaces/{ns}/{resource}?resourceVersion=0{include}"));
+            paths.push(format!("/apis/apps/v1/namespaces/{ns}/{resource}/w?resourceVersion=0{include}"));
         }
         paths.push(format!("{base}/configmaps/two?resourceVersion=0{include}"));
         paths.push(format!("/api/v1/namespaces/{ns}?resourceVersion=0{include}"));
@@ -122,7 +131,11 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
             assert_eq!(v["rows"][0]["cells"][0], d["rows"][0]["cells"][0]);
             continue;
         }
-        assert_eq!(mask_ages(&vb), mask_ages(&db), "{path}");
+        let rows = |body: &str| body.split_once("\"rows\":").map(|(_, rows)| rows.to_owned()).unwrap_or_default();
+        let (v, d) = (mask_ages(&vb), mask_ages(&db));
+        // The rows first: the column definitions make a long message.
+        assert_eq!(rows(&v), rows(&d), "{path}: rows");
+        assert_eq!(v, d, "{path}");
     }
     let served = tables_served(&wm).await - before;
     assert_eq!(served, paths.len() as f64, "every Table above came from the cache");
@@ -138,6 +151,8 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
         vec!["get".into(), "pods".into(), "-n".into(), ns.clone()],
         vec!["get".into(), "pods".into(), "-n".into(), ns.clone(), "-o".into(), "wide".into()],
         vec!["get".into(), "pods".into(), "-A".into(), "-l".into(), selector.clone(), "--show-labels".into()],
+        vec!["get".into(), "deployments,replicasets,statefulsets,daemonsets".into(), "-n".into(), ns.clone()],
+        vec!["get".into(), "deploy,rs,sts,ds".into(), "-n".into(), ns.clone(), "-o".into(), "wide".into()],
     ];
     for args in &lists {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -235,4 +250,44 @@ async fn create_pods(direct: &watchmux::upstream::Upstream, base: &str, labels: 
     }
     direct_json(direct, http::Method::DELETE, &format!("{base}/pods/terminating"), serde_json::Value::Null).await;
     names
+}
+
+/// The apps/v1 workloads printed here, one named `w` of each in the namespace.
+const WORKLOADS: [&str; 4] = ["deployments", "replicasets", "statefulsets", "daemonsets"];
+
+/// One of each workload (no controllers run here: their statuses are
+/// written through the status subresource), with selectors of every
+/// operator, two containers and a node selector.
+async fn create_workloads(direct: &watchmux::upstream::Upstream, ns: &str, labels: &serde_json::Value) {
+    let selector = json!({"matchLabels": {"app": "w", "a-b": "1"}, "matchExpressions": [
+        {"key": "tier", "operator": "In", "values": ["b", "a"]},
+        {"key": "zone", "operator": "NotIn", "values": ["z"]},
+        {"key": "app", "operator": "Exists"},
+        {"key": "old", "operator": "DoesNotExist"}]});
+    let template = json!({"metadata": {"labels": {"app": "w", "a-b": "1", "tier": "a"}}, "spec": {
+        "nodeSelector": {"disk": "ssd", "a-b": "x"},
+        "containers": [{"name": "web", "image": "nginx:1"}, {"name": "side", "image": "busybox"}]}});
+    let statuses = [
+        ("deployments", json!({"replicas": 3, "updatedReplicas": 2, "readyReplicas": 1, "availableReplicas": 1})),
+        ("replicasets", json!({"replicas": 2, "readyReplicas": 1})),
+        ("statefulsets", json!({"replicas": 2, "readyReplicas": 2, "availableReplicas": 2})),
+        (
+            "daemonsets",
+            json!({"desiredNumberScheduled": 4, "currentNumberScheduled": 3, "numberReady": 2,
+            "updatedNumberScheduled": 1, "numberAvailable": 1, "numberMisscheduled": 0}),
+        ),
+    ];
+    for (resource, status) in statuses {
+        let mut spec = json!({"selector": selector, "template": template});
+        if resource != "daemonsets" {
+            spec["replicas"] = json!(3);
+        }
+        if resource == "statefulsets" {
+            spec["serviceName"] = json!("w");
+        }
+        let base = format!("/apis/apps/v1/namespaces/{ns}/{resource}");
+        let body = json!({"metadata": {"name": "w", "labels": labels}, "spec": spec});
+        direct_json(direct, http::Method::POST, &base, body).await;
+        direct_json(direct, http::Method::PATCH, &format!("{base}/w/status"), json!({"status": status})).await;
+    }
 }

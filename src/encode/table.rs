@@ -23,6 +23,8 @@
 //! - Ages are computed at serve time, as the API server computes them at
 //!   encode time ([`human_duration`]).
 
+mod apps;
+pub(crate) mod internal_metadata;
 mod pod;
 pub(crate) mod printers;
 

@@ -36,6 +36,10 @@ pub(crate) fn printer(group: &str, kind: &str) -> Option<Printer> {
         ("", "Namespace") => namespace,
         ("", "ServiceAccount") => service_account,
         ("", "Pod") => super::pod::pod,
+        ("apps", "Deployment") => super::apps::deployment,
+        ("apps", "ReplicaSet") => super::apps::replica_set,
+        ("apps", "StatefulSet") => super::apps::stateful_set,
+        ("apps", "DaemonSet") => super::apps::daemon_set,
         _ => return None,
     };
     Some(printer)

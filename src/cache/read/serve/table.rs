@@ -18,6 +18,7 @@ use crate::cache::resource::ResourceCache;
 use crate::cache::resource_info::ResourceInfo;
 use crate::cache::state::object::{CachedObject, ObjectKey};
 use crate::encode::list::ListMeta;
+use crate::encode::table::internal_metadata::{internal_only_annotation, without_annotation};
 use crate::encode::table::printers::{Printer, now_nanos, printer};
 use crate::encode::table::{IncludeObject, Row, columns, table_body};
 use crate::encode::variant::{ContentVariant, Endpoint};
@@ -31,6 +32,9 @@ pub(super) struct TableForm {
     columns: &'static str,
     printer: Printer,
     include: IncludeObject,
+    /// The annotation the kind's internal version moves into its spec
+    /// (`internal_metadata`), absent from metadata rows.
+    internal_only: Option<(&'static str, bool)>,
 }
 
 /// Whether the cache writes the Table kube-apiserver would answer: a v1
@@ -52,7 +56,8 @@ pub(super) fn table_form(
     };
     // An unknown value is the API server's 400.
     let include = IncludeObject::parse(include_object.unwrap_or_default()).ok_or(Reason::InvalidParameters)?;
-    Ok(TableForm { columns, printer, include })
+    let internal_only = internal_only_annotation(&info.group, &info.kind);
+    Ok(TableForm { columns, printer, include, internal_only })
 }
 
 impl TableForm {
@@ -62,7 +67,12 @@ impl TableForm {
         let parsed: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
         let object = match self.include {
             IncludeObject::None => None,
-            IncludeObject::Metadata => Some(obj.encoded(ContentVariant::PartialObjectMetadataJson)),
+            IncludeObject::Metadata => {
+                Some(obj.encoded(ContentVariant::PartialObjectMetadataJson).map(|metadata| match self.internal_only {
+                    Some((key, nonempty_only)) => without_annotation(&metadata, key, nonempty_only),
+                    None => metadata,
+                }))
+            }
             IncludeObject::Object => Some(Ok(json)),
         };
         Row { printed: (self.printer)(&parsed, now), object: object.map(|o| o.expect("JSON variants always encode")) }
