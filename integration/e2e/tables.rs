@@ -86,11 +86,12 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
         .await;
     let pod_names = create_pods(&direct, &base, &labels).await;
     create_workloads(&direct, &ns, &labels).await;
+    create_jobs_and_services(&direct, &ns).await;
     let wm = Watchmux::start(
         &cluster,
         &[
             "--cache-resources",
-            "configmaps,secrets,serviceaccounts,namespaces,pods,deployments,replicasets,statefulsets,daemonsets",
+            "configmaps,secrets,serviceaccounts,namespaces,pods,deployments,replicasets,statefulsets,daemonsets,jobs,services",
             "--cache-warm",
         ],
     )
@@ -109,6 +110,8 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
         for pod in &pod_names {
             paths.push(format!("{base}/pods/{pod}?resourceVersion=0{include}"));
         }
+        paths.push(format!("{base}/services?resourceVersion=0{include}"));
+        paths.push(format!("/apis/batch/v1/namespaces/{ns}/jobs?resourceVersion=0{include}"));
         for resource in WORKLOADS {
             paths.push(format!("/apis/apps/v1/namespaces/{ns}/{resource}?resourceVersion=0{include}"));
             paths.push(format!("/apis/apps/v1/namespaces/{ns}/{resource}/w?resourceVersion=0{include}"));
@@ -153,6 +156,7 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
         vec!["get".into(), "pods".into(), "-A".into(), "-l".into(), selector.clone(), "--show-labels".into()],
         vec!["get".into(), "deployments,replicasets,statefulsets,daemonsets".into(), "-n".into(), ns.clone()],
         vec!["get".into(), "deploy,rs,sts,ds".into(), "-n".into(), ns.clone(), "-o".into(), "wide".into()],
+        vec!["get".into(), "services,jobs".into(), "-n".into(), ns.clone(), "-o".into(), "wide".into()],
     ];
     for args in &lists {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -290,4 +294,33 @@ async fn create_workloads(direct: &watchmux::upstream::Upstream, ns: &str, label
         direct_json(direct, http::Method::POST, &base, body).await;
         direct_json(direct, http::Method::PATCH, &format!("{base}/w/status"), json!({"status": status})).await;
     }
+}
+
+/// Jobs (one running with a start time, one never started) and Services of
+/// each type, a load balancer with an address in its status.
+async fn create_jobs_and_services(direct: &watchmux::upstream::Upstream, ns: &str) {
+    let template = json!({"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}});
+    let jobs = format!("/apis/batch/v1/namespaces/{ns}/jobs");
+    let started =
+        json!({"metadata": {"name": "started"}, "spec": {"completions": 2, "parallelism": 2, "template": template}});
+    direct_json(direct, http::Method::POST, &jobs, started).await;
+    let status = json!({"status": {"startTime": "2026-01-01T00:00:00Z", "active": 2}});
+    direct_json(direct, http::Method::PATCH, &format!("{jobs}/started/status"), status).await;
+    let waiting = json!({"metadata": {"name": "waiting"}, "spec": {"parallelism": 3, "template": template}});
+    direct_json(direct, http::Method::POST, &jobs, waiting).await;
+
+    let services = format!("/api/v1/namespaces/{ns}/services");
+    let port = json!([{"name": "http", "port": 80, "protocol": "TCP"}, {"name": "dns", "port": 53, "protocol": "UDP"}]);
+    for (name, spec) in [
+        ("cluster", json!({"selector": {"app": "w", "a-b": "1"}, "ports": port})),
+        ("headless", json!({"clusterIP": "None", "ports": port})),
+        ("node", json!({"type": "NodePort", "externalIPs": ["192.0.2.1"], "ports": port})),
+        ("balancer", json!({"type": "LoadBalancer", "externalIPs": ["192.0.2.2"], "ports": port})),
+        ("external", json!({"type": "ExternalName", "externalName": "db.example.com"})),
+    ] {
+        direct_json(direct, http::Method::POST, &services, json!({"metadata": {"name": name}, "spec": spec})).await;
+    }
+    let ingress =
+        json!({"status": {"loadBalancer": {"ingress": [{"hostname": "lb.example.com"}, {"ip": "192.0.2.9"}]}}});
+    direct_json(direct, http::Method::PATCH, &format!("{services}/balancer/status"), ingress).await;
 }

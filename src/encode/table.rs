@@ -24,6 +24,7 @@
 //!   encode time ([`human_duration`]).
 
 mod apps;
+mod batch_and_service;
 pub(crate) mod internal_metadata;
 mod pod;
 pub(crate) mod printers;

@@ -7,16 +7,16 @@ use serde_json::Value;
 use super::Cell;
 use super::printers::{Printed, age_of};
 
-fn int_at(v: &Value, path: &str) -> i64 {
+pub(super) fn int_at(v: &Value, path: &str) -> i64 {
     v.pointer(path).and_then(Value::as_i64).unwrap_or_default()
 }
 
-fn name(v: &Value) -> Cell {
+pub(super) fn name(v: &Value) -> Cell {
     Cell::Str(v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned())
 }
 
 /// `layoutContainerCells`: the pod template's container names and images, comma-joined.
-fn containers(v: &Value) -> [Cell; 2] {
+pub(super) fn containers(v: &Value) -> [Cell; 2] {
     let containers =
         v.pointer("/spec/template/spec/containers").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
     let field = |key: &str| {
@@ -36,7 +36,7 @@ fn label_set(map: Option<&Value>) -> String {
 }
 
 /// `labels.FormatLabels`: the set, or `<none>`.
-fn format_labels(map: Option<&Value>) -> String {
+pub(super) fn format_labels(map: Option<&Value>) -> String {
     let set = label_set(map);
     if set.is_empty() { "<none>".to_owned() } else { set }
 }
@@ -78,7 +78,7 @@ fn selector_string(selector: Option<&Value>) -> Result<String, ()> {
 }
 
 /// `metav1.FormatLabelSelector`: the selector, `<none>` when empty, `<error>` when refused.
-fn format_label_selector(selector: Option<&Value>) -> String {
+pub(super) fn format_label_selector(selector: Option<&Value>) -> String {
     match selector_string(selector) {
         Ok(s) if s.is_empty() => "<none>".to_owned(),
         Ok(s) => s,

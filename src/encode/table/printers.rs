@@ -40,6 +40,8 @@ pub(crate) fn printer(group: &str, kind: &str) -> Option<Printer> {
         ("apps", "ReplicaSet") => super::apps::replica_set,
         ("apps", "StatefulSet") => super::apps::stateful_set,
         ("apps", "DaemonSet") => super::apps::daemon_set,
+        ("batch", "Job") => super::batch_and_service::job,
+        ("", "Service") => super::batch_and_service::service,
         _ => return None,
     };
     Some(printer)
