@@ -87,11 +87,12 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
     let pod_names = create_pods(&direct, &base, &labels).await;
     create_workloads(&direct, &ns, &labels).await;
     create_jobs_and_services(&direct, &ns).await;
+    let nodes = create_nodes(&direct, &ns, &labels).await;
     let wm = Watchmux::start(
         &cluster,
         &[
             "--cache-resources",
-            "configmaps,secrets,serviceaccounts,namespaces,pods,deployments,replicasets,statefulsets,daemonsets,jobs,services",
+            "configmaps,secrets,serviceaccounts,namespaces,pods,deployments,replicasets,statefulsets,daemonsets,jobs,services,nodes",
             "--cache-warm",
         ],
     )
@@ -111,6 +112,8 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
             paths.push(format!("{base}/pods/{pod}?resourceVersion=0{include}"));
         }
         paths.push(format!("{base}/services?resourceVersion=0{include}"));
+        paths.push(format!("/api/v1/nodes?resourceVersion=0&labelSelector=e2e-tables%3D{ns}{include}"));
+        paths.push(format!("/api/v1/nodes/{}?resourceVersion=0{include}", nodes[0]));
         paths.push(format!("/apis/batch/v1/namespaces/{ns}/jobs?resourceVersion=0{include}"));
         for resource in WORKLOADS {
             paths.push(format!("/apis/apps/v1/namespaces/{ns}/{resource}?resourceVersion=0{include}"));
@@ -157,6 +160,8 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
         vec!["get".into(), "deployments,replicasets,statefulsets,daemonsets".into(), "-n".into(), ns.clone()],
         vec!["get".into(), "deploy,rs,sts,ds".into(), "-n".into(), ns.clone(), "-o".into(), "wide".into()],
         vec!["get".into(), "services,jobs".into(), "-n".into(), ns.clone(), "-o".into(), "wide".into()],
+        vec!["get".into(), "nodes".into(), "-l".into(), selector.clone()],
+        vec!["get".into(), "nodes".into(), "-l".into(), selector.clone(), "-o".into(), "wide".into()],
     ];
     for args in &lists {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -182,6 +187,9 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
     for args in [vec!["get", "configmap", "two", "-n", &ns], vec!["get", "namespace", &ns]] {
         let (via, dir) = kubectl_both(&cluster, &wm, &args);
         assert_eq!(via, dir, "kubectl {args:?}");
+    }
+    for node in &nodes {
+        direct_json(&direct, http::Method::DELETE, &format!("/api/v1/nodes/{node}"), serde_json::Value::Null).await;
     }
     // Let the held pod go.
     let release = json!({"metadata": {"finalizers": null}});
@@ -323,4 +331,29 @@ async fn create_jobs_and_services(direct: &watchmux::upstream::Upstream, ns: &st
     let ingress =
         json!({"status": {"loadBalancer": {"ingress": [{"hostname": "lb.example.com"}, {"ip": "192.0.2.9"}]}}});
     direct_json(direct, http::Method::PATCH, &format!("{services}/balancer/status"), ingress).await;
+}
+
+/// Two nodes (cluster-scoped, so named after the test's namespace): a ready
+/// control-plane node with addresses and node info, and a cordoned one that
+/// never reported; returns their names.
+async fn create_nodes(direct: &watchmux::upstream::Upstream, ns: &str, labels: &serde_json::Value) -> Vec<String> {
+    let ready = format!("{ns}-ready");
+    let cordoned = format!("{ns}-cordoned");
+    let mut role_labels = labels.clone();
+    role_labels["node-role.kubernetes.io/control-plane"] = json!("");
+    role_labels["kubernetes.io/role"] = json!("infra");
+    let body = json!({"metadata": {"name": ready, "labels": role_labels}});
+    direct_json(direct, http::Method::POST, "/api/v1/nodes", body).await;
+    let status = json!({"status": {
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "addresses": [{"type": "InternalIP", "address": "10.2.0.1"}, {"type": "ExternalIP", "address": "203.0.113.1"},
+            {"type": "Hostname", "address": ready}],
+        "nodeInfo": {"kubeletVersion": "v1.37.2", "osImage": "Debian GNU/Linux 13", "kernelVersion": "6.12.0",
+            "architecture": "amd64", "containerRuntimeVersion": "containerd://2.1.0", "machineID": "", "systemUUID": "",
+            "bootID": "", "kubeProxyVersion": "", "operatingSystem": "linux"}}});
+    direct_json(direct, http::Method::PATCH, &format!("/api/v1/nodes/{ready}/status"), status).await;
+    let body = json!({"metadata": {"name": cordoned, "labels": labels}, "spec": {"unschedulable": true}});
+    direct_json(direct, http::Method::POST, "/api/v1/nodes", body).await;
+    vec![ready, cordoned]
 }

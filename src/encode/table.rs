@@ -26,6 +26,7 @@
 mod apps;
 mod batch_and_service;
 pub(crate) mod internal_metadata;
+mod node;
 mod pod;
 pub(crate) mod printers;
 

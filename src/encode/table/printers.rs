@@ -42,6 +42,7 @@ pub(crate) fn printer(group: &str, kind: &str) -> Option<Printer> {
         ("apps", "DaemonSet") => super::apps::daemon_set,
         ("batch", "Job") => super::batch_and_service::job,
         ("", "Service") => super::batch_and_service::service,
+        ("", "Node") => super::node::node,
         _ => return None,
     };
     Some(printer)
