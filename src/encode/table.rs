@@ -25,6 +25,7 @@
 
 mod apps;
 mod batch_and_service;
+mod fields;
 pub(crate) mod internal_metadata;
 mod node;
 mod pod;

@@ -5,15 +5,8 @@
 use serde_json::Value;
 
 use super::Cell;
+use super::fields::{int_at, name};
 use super::printers::{Printed, age_of};
-
-pub(super) fn int_at(v: &Value, path: &str) -> i64 {
-    v.pointer(path).and_then(Value::as_i64).unwrap_or_default()
-}
-
-pub(super) fn name(v: &Value) -> Cell {
-    Cell::Str(v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned())
-}
 
 /// `layoutContainerCells`: the pod template's container names and images, comma-joined.
 pub(super) fn containers(v: &Value) -> [Cell; 2] {

@@ -3,18 +3,10 @@
 
 use serde_json::Value;
 
-use super::apps::{containers, format_label_selector, format_labels, int_at, name};
+use super::apps::{containers, format_label_selector, format_labels};
+use super::fields::{int_at, name, str_at, time_at};
 use super::printers::{Printed, age_of};
 use super::{Cell, human_duration};
-
-fn str_at<'a>(v: &'a Value, path: &str) -> &'a str {
-    v.pointer(path).and_then(Value::as_str).unwrap_or_default()
-}
-
-fn time_at(v: &Value, path: &str) -> Option<i128> {
-    let (secs, nanos) = crate::rfc3339::parse(v.pointer(path)?.as_str()?)?;
-    Some(i128::from(secs) * 1_000_000_000 + i128::from(nanos))
-}
 
 /// `hasJobCondition`: the first condition of the type decides.
 fn has_condition(job: &Value, kind: &str) -> bool {

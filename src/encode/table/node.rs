@@ -4,12 +4,8 @@
 use serde_json::Value;
 
 use super::Cell;
-use super::apps::name;
+use super::fields::{name, str_at};
 use super::printers::{Printed, age_of};
-
-fn str_at<'a>(v: &'a Value, path: &str) -> &'a str {
-    v.pointer(path).and_then(Value::as_str).unwrap_or_default()
-}
 
 /// `findNodeRoles`: `node-role.kubernetes.io/<role>` keys and a non-empty
 /// `kubernetes.io/role` value, sorted and unique, comma-joined; `<none>`.

@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use super::fields::{array, int_at, str_at, time_at};
 use super::printers::{Printed, age_of};
 use super::{Cell, human_duration};
 
@@ -12,24 +13,6 @@ use super::{Cell, human_duration};
 const SUCCEEDED: &str =
     r#"[{"type":"Completed","status":"True","reason":"Succeeded","message":"The pod has completed successfully."}]"#;
 const FAILED: &str = r#"[{"type":"Completed","status":"True","reason":"Failed","message":"The pod failed."}]"#;
-
-fn str_at<'a>(v: &'a Value, path: &str) -> &'a str {
-    v.pointer(path).and_then(Value::as_str).unwrap_or_default()
-}
-
-fn int_at(v: &Value, path: &str) -> i64 {
-    v.pointer(path).and_then(Value::as_i64).unwrap_or_default()
-}
-
-fn array<'a>(v: &'a Value, path: &str) -> &'a [Value] {
-    v.pointer(path).and_then(Value::as_array).map_or(&[], Vec::as_slice)
-}
-
-/// A metav1.Time as Unix nanoseconds; 0 (Go's zero time, for ordering) when absent.
-fn time_at(v: &Value, path: &str) -> Option<i128> {
-    let (secs, nanos) = crate::rfc3339::parse(v.pointer(path)?.as_str()?)?;
-    Some(i128::from(secs) * 1_000_000_000 + i128::from(nanos))
-}
 
 /// `IsRestartableInitContainer`: `restartPolicy: Always`.
 fn is_restartable(container: Option<&Value>) -> bool {

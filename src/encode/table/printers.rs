@@ -9,6 +9,7 @@
 
 use serde_json::Value;
 
+use super::fields::name;
 use super::{Cell, human_duration};
 
 /// A printer: the object as stored, and now (Unix nanoseconds) for ages.
@@ -67,10 +68,6 @@ fn namespace(obj: &Value, now: i128) -> Printed {
 /// `printServiceAccount`: name, age.
 fn service_account(obj: &Value, now: i128) -> Printed {
     vec![name(obj), age_of(obj, now)].into()
-}
-
-fn name(obj: &Value) -> Cell {
-    string_at(obj, &["metadata", "name"])
 }
 
 /// A string field, `""` when absent (Go's zero value).
