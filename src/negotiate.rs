@@ -4,11 +4,11 @@
 //! and a request it cannot predict passes through. The Accept parser, a
 //! replay of Go's, is in [`accept`]; the tests in `negotiate/tests.rs`.
 //!
-//! The cache writes JSON only, in two forms: the object as stored, and `PartialObjectMetadata`
-//! (metadata only, what client-go metadata informers and kube-rs metadata calls ask for). For every
-//! GET, LIST and WATCH, [`negotiate`] reads the `Accept` header and decides: serve from the cache in
-//! one of those forms, or pass the request through to kube-apiserver, which then answers it exactly
-//! (a 406 included). Passing through is always correct; serving is only allowed when the cache's
+//! The cache writes the object as stored and `PartialObjectMetadata` (metadata only, what client-go
+//! metadata informers and kube-rs metadata calls ask for), in JSON and protobuf, and for some kinds
+//! the `meta.k8s.io/v1` Table kubectl asks for (`encode::table`). For every GET, LIST and WATCH,
+//! [`negotiate`] reads the `Accept` header and decides: serve from the cache in one of those forms,
+//! or pass the request through to kube-apiserver, which then answers it exactly (a 406 included). Passing through is always correct; serving is only allowed when the cache's
 //! answer is one kube-apiserver could have given.
 //!
 //! # What kube-apiserver does with `Accept`
@@ -33,8 +33,9 @@
 //!    counts as 0, and q=0 still accepts.
 //!
 //! Then this module serves kube-apiserver's choice when it is JSON or protobuf of a form the cache
-//! has (the object, or `meta.k8s.io/v1` PartialObjectMetadata), and passes everything else
-//! through. A protobuf answer comes with the JSON the client accepts next, if any
+//! has (the object, or `meta.k8s.io/v1` PartialObjectMetadata), hands a JSON Table to the read path
+//! ([`Negotiation::Table`], which serves it only for a kind it has a printer for), and passes
+//! everything else through. A protobuf answer comes with the JSON the client accepts next, if any
 //! ([`Negotiation::Protobuf`]): kube-apiserver itself answers that JSON for a custom resource
 //! (its handler has no protobuf serializer outside PartialObjectMetadata, so every protobuf
 //! clause is skipped), and the cache answers it for an object its protobuf encoder refuses (see
