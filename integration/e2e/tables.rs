@@ -30,6 +30,11 @@ fn mask_ages(body: &[u8]) -> String {
     version.replace(&text, "${1}RV").into_owned()
 }
 
+/// The rows of a Table body (after its column definitions).
+fn rows(body: &str) -> String {
+    body.split_once("\"rows\":").map(|(_, rows)| rows.to_owned()).unwrap_or_default()
+}
+
 /// kubectl's tables with ages masked and runs of blanks made one (column
 /// widths follow the ages' widths).
 fn mask_kubectl(out: &str) -> Vec<String> {
@@ -122,22 +127,11 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
         paths.push(format!("{base}/configmaps/two?resourceVersion=0{include}"));
         paths.push(format!("/api/v1/namespaces/{ns}?resourceVersion=0{include}"));
     }
-    // A page: the continue token and remainingItemCount, then the rest.
-    paths.push(format!("{base}/configmaps?resourceVersion=0&limit=1&resourceVersionMatch=NotOlderThan"));
     for path in &paths {
         let (vc, vt, vb) = via_table(&wm, path).await;
         let (dc, dt, db) = direct_table(&direct, path).await;
         assert_eq!((vc, &vt), (dc, &dt), "{path}");
         assert_eq!(vc, 200, "{path}: {}", String::from_utf8_lossy(&vb));
-        if path.contains("limit=1") {
-            // The continue token names each server's own snapshot.
-            let (v, d): (serde_json::Value, serde_json::Value) =
-                (serde_json::from_slice(&vb).unwrap(), serde_json::from_slice(&db).unwrap());
-            assert_eq!(v["metadata"]["remainingItemCount"], d["metadata"]["remainingItemCount"]);
-            assert_eq!(v["rows"][0]["cells"][0], d["rows"][0]["cells"][0]);
-            continue;
-        }
-        let rows = |body: &str| body.split_once("\"rows\":").map(|(_, rows)| rows.to_owned()).unwrap_or_default();
         let (v, d) = (mask_ages(&vb), mask_ages(&db));
         // The rows first: the column definitions make a long message.
         assert_eq!(rows(&v), rows(&d), "{path}: rows");
@@ -145,6 +139,45 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
     }
     let served = tables_served(&wm).await - before;
     assert_eq!(served, paths.len() as f64, "every Table above came from the cache");
+
+    // Pages of two rows at a version both servers hold (the last pod's
+    // write), walked with each server's own continue token: the same rows
+    // and remainingItemCount on every page, each page from the cache.
+    let (_, pods) = get_direct(&direct, &format!("{base}/pods")).await;
+    let pods: serde_json::Value = serde_json::from_slice(&pods).unwrap();
+    let written = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["metadata"]["resourceVersion"].as_str()?.parse::<u64>().ok())
+        .max()
+        .unwrap();
+    let first = format!("{base}/pods?resourceVersion={written}&resourceVersionMatch=NotOlderThan&limit=2");
+    let (mut via_next, mut dir_next) = (first.clone(), first);
+    let before = tables_served(&wm).await;
+    let mut pages = 0;
+    loop {
+        pages += 1;
+        let ((vc, _, vb), (dc, _, db)) = (via_table(&wm, &via_next).await, direct_table(&direct, &dir_next).await);
+        assert_eq!((vc, dc), (200, 200), "{via_next}: {}", String::from_utf8_lossy(&vb));
+        assert_eq!(rows(&mask_ages(&vb)), rows(&mask_ages(&db)), "page {pages}");
+        let (v, d): (serde_json::Value, serde_json::Value) =
+            (serde_json::from_slice(&vb).unwrap(), serde_json::from_slice(&db).unwrap());
+        assert_eq!(v["metadata"]["remainingItemCount"], d["metadata"]["remainingItemCount"], "page {pages}");
+        let next = |token: &str| {
+            format!(
+                "{base}/pods?limit=2&continue={}",
+                form_urlencoded::byte_serialize(token.as_bytes()).collect::<String>()
+            )
+        };
+        match (v["metadata"]["continue"].as_str(), d["metadata"]["continue"].as_str()) {
+            (Some(via), Some(dir)) => (via_next, dir_next) = (next(via), next(dir)),
+            (None, None) => break,
+            other => panic!("page {pages}: continue tokens {other:?}"),
+        }
+    }
+    assert_eq!(pages, 3, "five pods, two a page");
+    assert_eq!(tables_served(&wm).await - before, 3.0, "every page from the cache");
 
     // kubectl get, through watchmux and directly.
     let selector = format!("e2e-tables={ns}");
