@@ -140,6 +140,12 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
     let served = tables_served(&wm).await - before;
     assert_eq!(served, paths.len() as f64, "every Table above came from the cache");
 
+    // A missing object: the API server's 404 Status, as for JSON.
+    let missing = format!("{base}/configmaps/missing?resourceVersion=0");
+    let (via, dir) = (via_table(&wm, &missing).await, direct_table(&direct, &missing).await);
+    assert_eq!(via.0, 404);
+    assert_eq!(via, dir, "{missing}");
+
     // Pages of two rows at a version both servers hold (the last pod's
     // write), walked with each server's own continue token: the same rows
     // and remainingItemCount on every page, each page from the cache.
