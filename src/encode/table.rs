@@ -99,10 +99,24 @@ impl Cell {
     }
 }
 
+/// What a printer makes of one object.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Printed {
+    pub cells: Vec<Cell>,
+    /// The row's `conditions`, as encoding/json writes them (a finished Pod's).
+    pub conditions: Option<&'static str>,
+}
+
+impl From<Vec<Cell>> for Printed {
+    fn from(cells: Vec<Cell>) -> Self {
+        Self { cells, conditions: None }
+    }
+}
+
 /// One row: its cells and conditions, and the object bytes to splice
 /// (`None` for `null`).
 pub(crate) struct Row {
-    pub printed: printers::Printed,
+    pub printed: Printed,
     pub object: Option<Bytes>,
 }
 

@@ -4,9 +4,8 @@
 
 use serde_json::Value;
 
-use super::Cell;
-use super::fields::{int_at, name};
-use super::printers::{Printed, age_of};
+use super::fields::{age_of, int_at, name};
+use super::{Cell, Printed};
 
 /// `layoutContainerCells`: the pod template's container names and images, comma-joined.
 pub(super) fn containers(v: &Value) -> [Cell; 2] {

@@ -4,9 +4,8 @@
 use serde_json::Value;
 
 use super::apps::{containers, format_label_selector, format_labels};
-use super::fields::{int_at, name, str_at, time_at};
-use super::printers::{Printed, age_of};
-use super::{Cell, human_duration};
+use super::fields::{age_of, int_at, name, str_at, time_at};
+use super::{Cell, Printed, human_duration};
 
 /// `hasJobCondition`: the first condition of the type decides.
 fn has_condition(job: &Value, kind: &str) -> bool {

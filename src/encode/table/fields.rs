@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::Cell;
+use super::{Cell, human_duration};
 
 /// A string at a JSON pointer, `""` when absent.
 pub(super) fn str_at<'a>(v: &'a Value, path: &str) -> &'a str {
@@ -29,4 +29,13 @@ pub(super) fn time_at(v: &Value, path: &str) -> Option<i128> {
 /// `metadata.name`, the first cell of every row.
 pub(super) fn name(v: &Value) -> Cell {
     Cell::Str(str_at(v, "/metadata/name").to_owned())
+}
+
+/// `translateTimestampSince(CreationTimestamp)`: `<unknown>` for a zero time.
+pub(super) fn age_of(obj: &Value, now: i128) -> Cell {
+    let created = obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str).and_then(crate::rfc3339::parse);
+    Cell::Str(match created {
+        Some((secs, nanos)) => human_duration(now - (i128::from(secs) * 1_000_000_000 + i128::from(nanos))),
+        None => "<unknown>".to_owned(),
+    })
 }

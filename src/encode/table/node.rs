@@ -3,9 +3,8 @@
 
 use serde_json::Value;
 
-use super::Cell;
-use super::fields::{name, str_at};
-use super::printers::{Printed, age_of};
+use super::fields::{age_of, name, str_at};
+use super::{Cell, Printed};
 
 /// `findNodeRoles`: `node-role.kubernetes.io/<role>` keys and a non-empty
 /// `kubernetes.io/role` value, sorted and unique, comma-joined; `<none>`.

@@ -5,9 +5,8 @@
 
 use serde_json::Value;
 
-use super::fields::{array, int_at, str_at, time_at};
-use super::printers::{Printed, age_of};
-use super::{Cell, human_duration};
+use super::fields::{age_of, array, int_at, str_at, time_at};
+use super::{Cell, Printed, human_duration};
 
 /// `podSuccessConditions` and `podFailedConditions`, as encoding/json writes them.
 const SUCCEEDED: &str =

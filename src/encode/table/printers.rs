@@ -9,25 +9,11 @@
 
 use serde_json::Value;
 
-use super::fields::name;
-use super::{Cell, human_duration};
+use super::fields::{age_of, name};
+use super::{Cell, Printed};
 
 /// A printer: the object as stored, and now (Unix nanoseconds) for ages.
 pub(crate) type Printer = fn(&Value, i128) -> Printed;
-
-/// What a printer makes of one object.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Printed {
-    pub cells: Vec<Cell>,
-    /// The row's `conditions`, as encoding/json writes them (a finished Pod's).
-    pub conditions: Option<&'static str>,
-}
-
-impl From<Vec<Cell>> for Printed {
-    fn from(cells: Vec<Cell>) -> Self {
-        Self { cells, conditions: None }
-    }
-}
 
 /// The printer of a built-in kind, if there is one here.
 pub(crate) fn printer(group: &str, kind: &str) -> Option<Printer> {
@@ -78,15 +64,6 @@ fn string_at(obj: &Value, path: &[&str]) -> Cell {
 
 fn map_len(obj: &Value, key: &str) -> i64 {
     obj.get(key).and_then(Value::as_object).map_or(0, |m| m.len() as i64)
-}
-
-/// `translateTimestampSince(CreationTimestamp)`: `<unknown>` for a zero time.
-pub(super) fn age_of(obj: &Value, now: i128) -> Cell {
-    let created = obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str).and_then(crate::rfc3339::parse);
-    Cell::Str(match created {
-        Some((secs, nanos)) => human_duration(now - (i128::from(secs) * 1_000_000_000 + i128::from(nanos))),
-        None => "<unknown>".to_owned(),
-    })
 }
 
 /// Now, as the printers' `time.Since` reads it.

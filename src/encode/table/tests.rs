@@ -1,4 +1,4 @@
-use super::printers::{Printed, printer};
+use super::printers::printer;
 use super::*;
 
 const SECOND: i128 = 1_000_000_000;
