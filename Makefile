@@ -54,7 +54,8 @@ test: test-unit test-e2e test-controlplane test-chaos-quick
 
 ## Formatting, lints (Rust, Dockerfile), the module graph (no cycles) and
 ## README's module table (against lib.rs), unit
-## tests and the in-process proxy tests.
+## tests and the in-process proxy tests, the protobuf table and the Table
+## columns against the pinned Go modules.
 ## Every test step (here, e2e.sh, fuzz-auth.sh, protobuf-check.sh, the
 ## control-plane scripts, test-chaos-quick) builds with the `fault-injection`
 ## feature: the end-to-end and chaos cases need the hook, which stays unarmed
@@ -69,6 +70,7 @@ test-unit:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) test --locked --features fault-injection
 	$(MAKE) protobuf-check
+	bash integration/scripts/table-columns.sh
 
 ## The protobuf encoder against Go: the schema table has not drifted from the
 ## pinned k8s.io/api, and a fuzz corpus of every built-in kind (fixed seed, 3

@@ -12,5 +12,6 @@ pub(crate) mod list;
 pub(crate) mod object;
 pub mod protobuf;
 pub(crate) mod status;
+pub(crate) mod table;
 pub(crate) mod variant;
 pub(crate) mod watch;

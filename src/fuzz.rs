@@ -400,7 +400,7 @@ mod accept_negotiation {
 
     use super::{Words, config, one_of};
     use crate::encode::variant::Endpoint;
-    use crate::negotiate::{Negotiation, PassthroughReason, negotiate};
+    use crate::negotiate::{Negotiation, PassthroughReason, UpstreamCbor, negotiate};
 
     const ENDPOINTS: [Endpoint; 3] = [Endpoint::Get, Endpoint::List, Endpoint::Watch];
     /// Repeats weigh the choices toward what clients send.
@@ -470,8 +470,13 @@ mod accept_negotiation {
     }
 
     fn answers_agree(value: &HeaderValue) -> Result<(), TestCaseError> {
-        let answers = ENDPOINTS.map(|e| negotiate(Some(value), e));
-        prop_assert_eq!(&ENDPOINTS.map(|e| negotiate(Some(value), e)), &answers, "{:?} twice", value);
+        let answers = ENDPOINTS.map(|e| negotiate(Some(value), e, UpstreamCbor::Off));
+        prop_assert_eq!(
+            &ENDPOINTS.map(|e| negotiate(Some(value), e, UpstreamCbor::Off)),
+            &answers,
+            "{:?} twice",
+            value
+        );
         let [get, list, watch] = answers;
         // Only the list flag of a metadata conversion depends on the endpoint, and a mismatch is a 406.
         prop_assert_eq!(&get, &watch, "{:?}", value);

@@ -67,6 +67,8 @@ pub(crate) const REGISTERED_WATCHERS: &str = "watchmux_registered_watchers";
 pub(crate) const CACHE_LIST_TOTAL: &str = "watchmux_cache_list_total";
 /// GET requests answered from the cache, by resource.
 pub(crate) const CACHE_GET_TOTAL: &str = "watchmux_cache_get_total";
+/// LISTs and GETs answered from the cache as a `meta.k8s.io` Table (counted in those too).
+pub(crate) const CACHE_TABLE_TOTAL: &str = "watchmux_cache_table_total";
 /// WATCH requests answered from the cache, by resource.
 pub(crate) const CACHE_WATCH_TOTAL: &str = "watchmux_cache_watch_total";
 /// Time from a request's arrival to the cache's response head, by verb
@@ -303,6 +305,10 @@ fn describe() {
     describe_gauge!(REGISTERED_WATCHERS, "Downstream watchers served from the cache, by resource.");
     describe_counter!(CACHE_LIST_TOTAL, "LIST requests answered from the cache, by resource.");
     describe_counter!(CACHE_GET_TOTAL, "GET requests answered from the cache, by resource.");
+    describe_counter!(
+        CACHE_TABLE_TOTAL,
+        "LIST and GET requests answered from the cache as a Table (kubectl get), by resource."
+    );
     describe_counter!(CACHE_WATCH_TOTAL, "WATCH requests answered from the cache, by resource.");
     describe_histogram!(
         CACHE_REQUEST_DURATION,

@@ -4,11 +4,11 @@
 //! and a request it cannot predict passes through. The Accept parser, a
 //! replay of Go's, is in [`accept`]; the tests in `negotiate/tests.rs`.
 //!
-//! The cache writes JSON only, in two forms: the object as stored, and `PartialObjectMetadata`
-//! (metadata only, what client-go metadata informers and kube-rs metadata calls ask for). For every
-//! GET, LIST and WATCH, [`negotiate`] reads the `Accept` header and decides: serve from the cache in
-//! one of those forms, or pass the request through to kube-apiserver, which then answers it exactly
-//! (a 406 included). Passing through is always correct; serving is only allowed when the cache's
+//! The cache writes the object as stored and `PartialObjectMetadata` (metadata only, what client-go
+//! metadata informers and kube-rs metadata calls ask for), in JSON and protobuf, and for some kinds
+//! the `meta.k8s.io/v1` Table kubectl asks for (`encode::table`). For every GET, LIST and WATCH,
+//! [`negotiate`] reads the `Accept` header and decides: serve from the cache in one of those forms,
+//! or pass the request through to kube-apiserver, which then answers it exactly (a 406 included). Passing through is always correct; serving is only allowed when the cache's
 //! answer is one kube-apiserver could have given.
 //!
 //! # What kube-apiserver does with `Accept`
@@ -33,14 +33,26 @@
 //!    counts as 0, and q=0 still accepts.
 //!
 //! Then this module serves kube-apiserver's choice when it is JSON or protobuf of a form the cache
-//! has (the object, or `meta.k8s.io/v1` PartialObjectMetadata), and passes everything else
-//! through. A protobuf answer comes with the JSON the client accepts next, if any
+//! has (the object, or `meta.k8s.io/v1` PartialObjectMetadata), hands a JSON Table to the read path
+//! ([`Negotiation::Table`], which serves it only for a kind it has a printer for), and passes
+//! everything else through. A protobuf answer comes with the JSON the client accepts next, if any
 //! ([`Negotiation::Protobuf`]): kube-apiserver itself answers that JSON for a custom resource
 //! (its handler has no protobuf serializer outside PartialObjectMetadata, so every protobuf
 //! clause is skipped), and the cache answers it for an object its protobuf encoder refuses (see
 //! `cache::read::serve`). When the header cannot be predicted exactly (hex or `_` q values, more than 12
-//! clauses, leading or trailing tabs, CBOR, whose support is a server flag), the request passes
-//! through.
+//! clauses, leading or trailing tabs), the request passes through.
+//!
+//! # CBOR
+//!
+//! kube-apiserver registers its CBOR serializer only when the `CBORServingAndStorage` feature gate
+//! (alpha, off by default in v1.37) is on (`NewDefaultAPIGroupInfo`, the control plane's codecs, the
+//! custom resource handler; `Config.New` drops it from the allowed media types otherwise). With the
+//! gate off, `application/cbor` is a media type like any other the server does not produce: step 1
+//! does not count it, and step 2 skips its clause, so `application/json;q=0.9,application/cbor;q=1`
+//! gets JSON. Whether the gate is on is learned per cached resource (`cache::sync::cbor_probe`) and
+//! handed in as [`UpstreamCbor`]: `Off` negotiates as above, `On` and `Unknown` pass through any
+//! request whose answer a CBOR clause decides ([`PassthroughReason::Cbor`]). With the gate on, the
+//! API server's CBOR is not byte-deterministic (map order), so the cache does not try to write it.
 //!
 //! # Checked against kube-apiserver v1.37.2
 //!
@@ -61,6 +73,7 @@
 //! | WATCH | `application/json;POML` | 200 `application/json`, the stream ends at the first event |
 //! | WATCH | `application/yaml` first | 406, the Status written in YAML |
 //! | any | `…;v=v1beta1` metadata | objects with `apiVersion: meta.k8s.io/v1beta1` (passed through) |
+//! | any | `application/json;as=Table;g=meta.k8s.io;v=v1` | a Table ([`Negotiation::Table`]; `encode::table`) |
 //!
 //! 1. Every list item is `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{...}}`;
 //!    an empty list has `"items":null`, where typed lists have `"items":[]`.
@@ -96,6 +109,12 @@ pub(crate) enum Negotiation {
         /// The JSON of the same form the client accepts next.
         or_json: Option<ContentVariant>,
     },
+    /// kube-apiserver answers a `meta.k8s.io` Table in JSON (kubectl get); `v1beta1` when that
+    /// is the version asked for. The cache serves it where it has the kind's printer.
+    Table {
+        /// `meta.k8s.io/v1beta1` rather than `v1`.
+        v1beta1: bool,
+    },
     /// Forward to kube-apiserver.
     Passthrough(PassthroughReason),
 }
@@ -103,15 +122,20 @@ pub(crate) enum Negotiation {
 /// Why a request goes to kube-apiserver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PassthroughReason {
-    /// kube-apiserver would answer a `meta.k8s.io` Table (kubectl get).
+    /// kube-apiserver would answer a `meta.k8s.io` Table (kubectl get) the cache does not write:
+    /// in YAML, in `v1beta1`, on a watch, or of a kind without a printer here
+    /// (`encode::table::printers`).
     Table,
     /// kube-apiserver would answer protobuf that the cache cannot write (`meta.k8s.io/v1beta1`
     /// metadata; a custom resource, or an object the encoder refuses, with no JSON of the same
     /// form accepted next).
     Protobuf,
-    /// kube-apiserver would answer YAML, CBOR or `meta.k8s.io/v1beta1` metadata, or its answer
-    /// cannot be predicted from the header alone.
+    /// kube-apiserver would answer YAML or `meta.k8s.io/v1beta1` metadata, or its answer cannot be
+    /// predicted from the header alone.
     OtherMediaType,
+    /// A CBOR clause decides the answer and the upstream serves CBOR, or whether it does is not
+    /// known yet (see [`UpstreamCbor`]).
+    Cbor,
     /// kube-apiserver refuses with 406 (a metadata list asked on a watch: a 200 stream that ends at
     /// its first event).
     NotAcceptable,
@@ -124,16 +148,28 @@ impl PassthroughReason {
             Self::Table => "table",
             Self::Protobuf => "protobuf",
             Self::OtherMediaType => "other_media_type",
+            Self::Cbor => "cbor",
             Self::NotAcceptable => "not_acceptable",
         }
     }
 }
 
+/// Whether the upstream serves CBOR for the resource read (its `CBORServingAndStorage` gate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UpstreamCbor {
+    /// Not learned yet, or the probe failed: a CBOR clause makes the answer unpredictable.
+    Unknown,
+    /// The gate is off: CBOR is a media type the server does not produce.
+    Off,
+    /// The server answers CBOR.
+    On,
+}
+
 /// Decides how to answer a read with this `Accept` header (the first one, as Go's
-/// `Header.Get` reads it).
-pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint) -> Negotiation {
+/// `Header.Get` reads it), from an upstream whose CBOR is `cbor`.
+pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint, cbor: UpstreamCbor) -> Negotiation {
     use Negotiation::Passthrough;
-    use PassthroughReason::{NotAcceptable, OtherMediaType};
+    use PassthroughReason::{Cbor, NotAcceptable, OtherMediaType};
 
     let header = accept.map_or(&b""[..], HeaderValue::as_bytes);
     if header.is_empty() {
@@ -144,8 +180,13 @@ pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint) -> Neg
     if depends_on_transport(header) {
         return Passthrough(OtherMediaType);
     }
-    if !passes_route_filter(header) {
-        return Passthrough(NotAcceptable);
+    if !passes_route_filter(header, false) {
+        // Only a CBOR element can let it pass, which it does where the route produces CBOR.
+        match (cbor, passes_route_filter(header, true)) {
+            (_, false) | (UpstreamCbor::Off, true) => return Passthrough(NotAcceptable),
+            (UpstreamCbor::Unknown, true) => return Passthrough(Cbor),
+            (UpstreamCbor::On, true) => {}
+        }
     }
     let Ok(mut clauses) = parse_clauses(header) else {
         return Passthrough(OtherMediaType);
@@ -154,10 +195,11 @@ pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint) -> Neg
         return Passthrough(OtherMediaType);
     }
     sort_like_go(&mut clauses);
-    let mut verdicts = clauses.iter().map(verdict).filter(|v| *v != Verdict::Skip);
+    let mut verdicts = clauses.iter().map(|clause| verdict(clause, cbor)).filter(|v| *v != Verdict::Skip);
     match verdicts.next() {
         None => Passthrough(NotAcceptable),
-        Some(Verdict::Skip | Verdict::Unknown) => Passthrough(OtherMediaType),
+        Some(Verdict::Cbor) => Passthrough(Cbor),
+        Some(Verdict::Skip) => Passthrough(OtherMediaType),
         Some(Verdict::Serve(serializer, conversion)) => decide(serializer, conversion, endpoint, verdicts),
     }
 }
@@ -174,7 +216,10 @@ fn decide(
     use PassthroughReason::{NotAcceptable, OtherMediaType, Protobuf, Table};
 
     let variant = match conversion {
-        Conversion::Table => return Passthrough(Table),
+        Conversion::Table { version } if serializer == Serializer::Json => {
+            return Negotiation::Table { v1beta1: version == MetaVersion::V1beta1 };
+        }
+        Conversion::Table { .. } => return Passthrough(Table),
         // The handlers answer 406 for a list form on a single object and the reverse; a watch
         // fails to encode its first event instead.
         Conversion::Metadata { list, .. } if list != (endpoint == Endpoint::List) => {
@@ -211,7 +256,7 @@ fn decide(
 }
 
 /// The serializers kube-apiserver offers for built-in resources, in `SupportedMediaTypes` order.
-/// CBOR (alpha, off by default) would come last; see [`Verdict::Unknown`].
+/// CBOR (alpha, off by default) would come last; see [`Verdict::Cbor`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Serializer {
     Json,
@@ -240,7 +285,7 @@ impl Serializer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Conversion {
     None,
-    Table,
+    Table { version: MetaVersion },
     Metadata { list: bool, version: MetaVersion },
 }
 
@@ -257,14 +302,15 @@ enum Verdict {
     Skip,
     /// It answers with this serializer and transformation.
     Serve(Serializer, Conversion),
-    /// `application/cbor`: served only where the CBOR feature gate is on.
-    Unknown,
+    /// `application/cbor` where the upstream serves CBOR or may: left to it.
+    Cbor,
 }
 
-/// The inner loop of `NegotiateMediaTypeOptions` for one clause.
-fn verdict(clause: &Clause<'_>) -> Verdict {
-    if clause.media_type == b"application" && clause.subtype == b"cbor" {
-        return Verdict::Unknown;
+/// The inner loop of `NegotiateMediaTypeOptions` for one clause. With CBOR off, Go's loop finds
+/// no serializer for a CBOR clause and skips it, as for any other type.
+fn verdict(clause: &Clause<'_>, cbor: UpstreamCbor) -> Verdict {
+    if clause.media_type == b"application" && clause.subtype == b"cbor" && cbor != UpstreamCbor::Off {
+        return Verdict::Cbor;
     }
     Serializer::ALL
         .into_iter()
@@ -298,7 +344,7 @@ fn accepted_conversion(params: &Params<'_>, serializer: Serializer) -> Option<Co
         _ => return None,
     };
     match params.kind.unwrap_or_default() {
-        b"Table" => (serializer != Serializer::Protobuf).then_some(Conversion::Table),
+        b"Table" => (serializer != Serializer::Protobuf).then_some(Conversion::Table { version }),
         b"PartialObjectMetadata" => Some(Conversion::Metadata { list: false, version }),
         b"PartialObjectMetadataList" => Some(Conversion::Metadata { list: true, version }),
         _ => None,

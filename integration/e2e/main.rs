@@ -8,6 +8,7 @@ mod adversarial;
 mod auth;
 mod cache;
 mod capacity;
+mod cbor;
 mod cert_rotation;
 #[cfg(feature = "fault-injection")]
 mod consistency_check;
@@ -23,6 +24,7 @@ mod relay;
 mod relist_gap;
 mod resource_versions;
 mod slow_watchers;
+mod tables;
 mod trust_boundary;
 mod warnings;
 mod x509_identity;

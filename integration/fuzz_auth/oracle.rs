@@ -69,18 +69,20 @@ fn user_info(a: &Answer) -> Option<String> {
     Some(format!("name={} uid={} groups={groups:?} extra={}", u["username"], u["uid"], u["extra"]))
 }
 
-/// A JSON list's items as `namespace/name` (not for watches or tables).
+/// A JSON list's items, or a Table's rows (each row's object is its
+/// PartialObjectMetadata by default), as `namespace/name` (not for watches).
 fn items(a: &Answer) -> Option<BTreeSet<String>> {
     if !a.content_type.starts_with("application/json") {
         return None;
     }
     let v: Value = a.json()?;
-    if !v["kind"].as_str()?.ends_with("List") {
-        return None;
-    }
+    let objects: Vec<&Value> = match v["kind"].as_str()? {
+        "Table" => v["rows"].as_array()?.iter().map(|row| &row["object"]).collect(),
+        kind if kind.ends_with("List") => v["items"].as_array()?.iter().collect(),
+        _ => return None,
+    };
     Some(
-        v["items"]
-            .as_array()?
+        objects
             .iter()
             .map(|i| format!("{}/{}", i["metadata"]["namespace"].as_str().unwrap_or(""), i["metadata"]["name"]))
             .collect(),

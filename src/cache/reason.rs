@@ -86,6 +86,7 @@ impl Reason {
         Reason::Negotiated(PassthroughReason::Table),
         Reason::Negotiated(PassthroughReason::Protobuf),
         Reason::Negotiated(PassthroughReason::OtherMediaType),
+        Reason::Negotiated(PassthroughReason::Cbor),
         Reason::Negotiated(PassthroughReason::NotAcceptable),
         Reason::NotCached,
         Reason::NotCacheable,

@@ -45,9 +45,11 @@ use super::state::history::{History, TooOld};
 use super::state::object::ObjectShape;
 use super::state::snapshots::KeptSnapshots;
 use super::state::store::{Snapshot, Store};
+use super::sync::cbor_probe::CborCell;
 use super::sync::upstream_watch::collection_uri;
 use super::warnings::Warnings;
 use crate::metrics as m;
+use crate::negotiate::UpstreamCbor;
 use crate::selector::{FieldSelector, LabelSelector};
 
 /// The metric handles of the cache itself (the fan-out has its own), looked
@@ -89,6 +91,8 @@ struct UpstreamForm {
     list_items_typed: AtomicBool,
     /// The protobuf forms the schema check left on (see `content.rs`).
     protobuf: AvailabilityCell,
+    /// Whether the upstream serves CBOR for it (`cbor_probe.rs`).
+    cbor: CborCell,
     /// The API server's warnings on this resource's reads (`warnings.rs`).
     warnings: Warnings,
 }
@@ -213,6 +217,7 @@ impl ResourceCache {
             form: UpstreamForm {
                 list_items_typed: AtomicBool::new(typed),
                 protobuf: AvailabilityCell::default(),
+                cbor: CborCell::default(),
                 warnings: Warnings::default(),
             },
             trust: Trust::default(),
@@ -224,6 +229,11 @@ impl ResourceCache {
     /// decision that uses it is `content::answer_form`.
     pub(crate) fn protobuf_availability(&self) -> ProtobufAvailability {
         self.form.protobuf.load()
+    }
+
+    /// Whether the upstream serves CBOR for this resource, as last probed.
+    pub(crate) fn upstream_cbor(&self) -> UpstreamCbor {
+        self.form.cbor.load()
     }
 
     /// Publishes how long ago the upstream last confirmed the cache current

@@ -3,6 +3,7 @@
 //! - [`reflector`]: the list+watch state machine; the only holder of a cache's writer.
 //! - [`upstream_watch`]: the upstream's list and watch responses, read in one place.
 
+pub(crate) mod cbor_probe;
 pub(crate) mod reflector;
 pub(crate) mod schema_check;
 pub(crate) mod upstream_watch;

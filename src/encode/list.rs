@@ -23,7 +23,7 @@ pub(crate) struct ListMeta {
 }
 
 impl ListMeta {
-    fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let mut meta = format!("{{\"resourceVersion\":\"{}\"", self.rv);
         if let Some(token) = &self.continue_token {
             meta.push_str(&format!(",\"continue\":{}", serde_json::to_string(token).expect("string")));

@@ -139,7 +139,7 @@ impl Status {
 /// so a message with `&` must read `\u0026` to be the same bytes. None of
 /// these characters can occur outside a string in JSON, so replacing them
 /// everywhere is exact.
-fn go_json_escape(json: &str) -> String {
+pub(crate) fn go_json_escape(json: &str) -> String {
     if !json.contains(['&', '<', '>', '\u{2028}', '\u{2029}']) {
         return json.to_owned();
     }

@@ -58,12 +58,13 @@ pub(super) fn depends_on_transport(header: &[u8]) -> bool {
     header.first() == Some(&b'\t') || header.last() == Some(&b'\t') || header.iter().all(|&b| b == b' ' || b == b'\t')
 }
 
-/// go-restful's `Route.matchesAccept` for a resource route.
-pub(super) fn passes_route_filter(header: &[u8]) -> bool {
+/// go-restful's `Route.matchesAccept` for a resource route; `cbor` when the route produces
+/// `application/cbor` too (the server's CBOR gate on).
+pub(super) fn passes_route_filter(header: &[u8], cbor: bool) -> bool {
     header.split(|&b| b == b',').any(|element| {
         let (media_range, _) = split_first(element, b';');
         let media_range = trim_spaces(media_range);
-        media_range == b"*/*" || ROUTE_PRODUCES.contains(&media_range)
+        media_range == b"*/*" || ROUTE_PRODUCES.contains(&media_range) || (cbor && media_range == b"application/cbor")
     })
 }
 

@@ -10,9 +10,10 @@ use ContentVariant::{
 };
 use Endpoint::{Get, List, Watch};
 use Negotiation::{Cache, Passthrough};
-use PassthroughReason::{NotAcceptable, OtherMediaType, Protobuf, Table};
+use PassthroughReason::{Cbor, NotAcceptable, OtherMediaType, Protobuf, Table};
 
 const ENDPOINTS: [Endpoint; 3] = [Get, List, Watch];
+const V1_TABLE: Negotiation = Negotiation::Table { v1beta1: false };
 
 /// A protobuf answer, with the JSON of the same form the client accepts next.
 fn pb(variant: ContentVariant, or_json: Option<ContentVariant>) -> Negotiation {
@@ -38,14 +39,20 @@ const KUBECTL_GET: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,\
 const KUBE_RS_METADATA: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 const KUBE_RS_METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
 
+/// What the cache does for an upstream with CBOR off, kube-apiserver's default (what every
+/// "kube-apiserver v1.37.2:" comment observed).
 fn decide(accept: &str, endpoint: Endpoint) -> Negotiation {
+    decide_with(accept, endpoint, UpstreamCbor::Off)
+}
+
+fn decide_with(accept: &str, endpoint: Endpoint, cbor: UpstreamCbor) -> Negotiation {
     let value = HeaderValue::from_str(accept).expect("test headers are valid");
-    negotiate(Some(&value), endpoint)
+    negotiate(Some(&value), endpoint, cbor)
 }
 
 fn decide_bytes(accept: &[u8], endpoint: Endpoint) -> Negotiation {
     let value = HeaderValue::from_bytes(accept).expect("test headers are valid");
-    negotiate(Some(&value), endpoint)
+    negotiate(Some(&value), endpoint, UpstreamCbor::Off)
 }
 
 #[track_caller]
@@ -60,8 +67,10 @@ fn missing_or_empty_accept_is_served_as_json() {
     // kube-apiserver v1.37.2: no Accept gets 200 application/json on GET, LIST and WATCH.
     // kube-rs sends no Accept for ordinary calls.
     for endpoint in ENDPOINTS {
-        assert_eq!(negotiate(None, endpoint), Cache(Json));
-        assert_eq!(negotiate(Some(&HeaderValue::from_static("")), endpoint), Cache(Json));
+        for cbor in [UpstreamCbor::Off, UpstreamCbor::Unknown, UpstreamCbor::On] {
+            assert_eq!(negotiate(None, endpoint, cbor), Cache(Json));
+            assert_eq!(negotiate(Some(&HeaderValue::from_static("")), endpoint, cbor), Cache(Json));
+        }
     }
 }
 
@@ -89,15 +98,51 @@ fn dynamic_client_is_served_as_json() {
 }
 
 #[test]
-fn dynamic_client_preferring_cbor_passes_through() {
-    // kube-apiserver v1.37.2 (CBOR gate off) answers JSON, one with the gate on answers CBOR.
-    assert_everywhere(DYNAMIC_CBOR, Passthrough(OtherMediaType));
+fn dynamic_client_preferring_cbor_is_served_json_where_the_upstream_has_no_cbor() {
+    // kube-apiserver v1.37.2 (CBOR gate off): 200 application/json.
+    assert_everywhere(DYNAMIC_CBOR, Cache(Json));
+    for endpoint in ENDPOINTS {
+        // With the gate on it answers CBOR; before the probe, nobody knows.
+        assert_eq!(decide_with(DYNAMIC_CBOR, endpoint, UpstreamCbor::On), Passthrough(Cbor));
+        assert_eq!(decide_with(DYNAMIC_CBOR, endpoint, UpstreamCbor::Unknown), Passthrough(Cbor));
+    }
 }
 
 #[test]
-fn kubectl_get_asking_for_tables_first_passes_through() {
+fn cbor_clauses_after_the_winning_clause_change_nothing() {
+    for cbor in [UpstreamCbor::Off, UpstreamCbor::Unknown, UpstreamCbor::On] {
+        assert_eq!(decide_with("application/json,application/cbor", List, cbor), Cache(Json));
+        assert_eq!(decide_with("application/cbor;q=0.5,*/*", Get, cbor), Cache(Json));
+    }
+    // With the gate on, a custom resource would get CBOR before the JSON after it: no fallback.
+    let typed_then_cbor = "application/vnd.kubernetes.protobuf,application/cbor,application/json";
+    assert_eq!(decide_with(typed_then_cbor, Get, UpstreamCbor::Off), pb(Pb, Some(Json)));
+    assert_eq!(decide_with(typed_then_cbor, Get, UpstreamCbor::On), pb(Pb, None));
+}
+
+#[test]
+fn cbor_alone_is_refused_only_where_the_upstream_has_no_cbor() {
+    // kube-apiserver v1.37.2: the route filter's 406 (see nothing_acceptable_...).
+    assert_everywhere("application/cbor", Passthrough(NotAcceptable));
+    assert_everywhere("application/cbor, text/plain", Passthrough(NotAcceptable));
+    for endpoint in ENDPOINTS {
+        assert_eq!(decide_with("application/cbor", endpoint, UpstreamCbor::On), Passthrough(Cbor));
+        assert_eq!(decide_with("application/cbor", endpoint, UpstreamCbor::Unknown), Passthrough(Cbor));
+        // Only the CBOR element passes the route filter: the route filter's 406 where CBOR is not
+        // served; where it is, goautoneg's sort puts the concrete type before the wildcard
+        // whatever their q, and CBOR is the answer.
+        let wildcard_first = "application/*,application/cbor;q=0.5";
+        assert_eq!(decide_with(wildcard_first, endpoint, UpstreamCbor::On), Passthrough(Cbor));
+        assert_eq!(decide_with(wildcard_first, endpoint, UpstreamCbor::Off), Passthrough(NotAcceptable));
+        assert_eq!(decide_with(wildcard_first, endpoint, UpstreamCbor::Unknown), Passthrough(Cbor));
+    }
+}
+
+#[test]
+fn kubectl_get_asking_for_tables_first_gets_a_v1_table() {
     // kube-apiserver v1.37.2: 200 application/json with kind Table, watch included.
-    assert_everywhere(KUBECTL_GET, Passthrough(Table));
+    assert_everywhere(KUBECTL_GET, V1_TABLE);
+    assert_everywhere("application/json;as=Table;v=v1beta1;g=meta.k8s.io", Negotiation::Table { v1beta1: true });
 }
 
 #[test]
@@ -272,7 +317,7 @@ fn wildcards_take_json_with_its_parameters() {
     let list = "*/*;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
     assert_eq!(decide(list, List), Cache(Metadata));
     assert_eq!(decide("*/*;as=PartialObjectMetadata;g=meta.k8s.io;v=v1", Watch), Cache(Metadata));
-    assert_eq!(decide("*/*;as=Table;g=meta.k8s.io;v=v1", Get), Passthrough(Table));
+    assert_eq!(decide("*/*;as=Table;g=meta.k8s.io;v=v1", Get), V1_TABLE);
     // kube-apiserver v1.37.2: 200 application/json on a watch.
     assert_eq!(decide("*/*;stream=watch", Watch), Cache(Json));
 }
@@ -315,14 +360,14 @@ fn unknown_and_valueless_parameters_are_ignored() {
     let header = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1;foo=bar";
     assert_eq!(decide(header, Get), Cache(Metadata));
     // "key=a=" keeps "a".
-    assert_eq!(decide("application/json;as=Table=;g=meta.k8s.io;v=v1", Get), Passthrough(Table));
+    assert_eq!(decide("application/json;as=Table=;g=meta.k8s.io;v=v1", Get), V1_TABLE);
 }
 
 #[test]
 fn the_last_duplicate_parameter_wins() {
     // kube-apiserver v1.37.2: a Table.
     let header = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1;as=Table";
-    assert_eq!(decide(header, Get), Passthrough(Table));
+    assert_eq!(decide(header, Get), V1_TABLE);
 }
 
 #[test]
@@ -512,7 +557,9 @@ proptest! {
     fn negotiate_never_panics_on_any_header_value(bytes in prop::collection::vec(header_byte(), 0..300)) {
         let value = HeaderValue::from_bytes(&bytes).expect("strategy yields valid header bytes");
         for endpoint in ENDPOINTS {
-            let _ = negotiate(Some(&value), endpoint);
+            for cbor in [UpstreamCbor::Off, UpstreamCbor::Unknown, UpstreamCbor::On] {
+                let _ = negotiate(Some(&value), endpoint, cbor);
+            }
         }
     }
 
@@ -520,7 +567,7 @@ proptest! {
     fn the_cache_answers_only_forms_the_client_named(header in header_like()) {
         let value = HeaderValue::from_str(&header).expect("strategy yields valid header text");
         for endpoint in ENDPOINTS {
-            match negotiate(Some(&value), endpoint) {
+            match negotiate(Some(&value), endpoint, UpstreamCbor::Off) {
                 Cache(Json) => prop_assert!(header.is_empty() || header.contains("json") || header.contains('*')),
                 Cache(Metadata) if endpoint == List => prop_assert!(header.contains("PartialObjectMetadataList")),
                 Cache(Metadata) => prop_assert!(header.contains("PartialObjectMetadata")),
@@ -532,7 +579,30 @@ proptest! {
                     }
                     prop_assert!(or_json.is_none_or(|json| json == variant.as_json()));
                 }
+                Negotiation::Table { .. } => prop_assert!(header.contains("Table")),
                 Passthrough(_) => {}
+            }
+        }
+    }
+
+    /// Not knowing whether the upstream serves CBOR never serves what either answer would not:
+    /// the cache answers as for one of them, or passes the read through.
+    #[test]
+    fn an_unknown_cbor_gate_answers_as_a_known_one_or_passes_through(header in header_like()) {
+        let value = HeaderValue::from_str(&header).expect("strategy yields valid header text");
+        for endpoint in ENDPOINTS {
+            let unknown = negotiate(Some(&value), endpoint, UpstreamCbor::Unknown);
+            if unknown == Passthrough(Cbor) {
+                continue;
+            }
+            prop_assert_eq!(&unknown, &negotiate(Some(&value), endpoint, UpstreamCbor::On), "{:?}", header);
+            let off = negotiate(Some(&value), endpoint, UpstreamCbor::Off);
+            match (&unknown, &off) {
+                // A CBOR clause between protobuf and JSON only takes the fallback away.
+                (Negotiation::Protobuf { variant, or_json: None }, Negotiation::Protobuf { variant: v, .. }) => {
+                    prop_assert_eq!(variant, v, "{:?}", header);
+                }
+                _ => prop_assert_eq!(&unknown, &off, "{:?}", header),
             }
         }
     }

@@ -40,6 +40,8 @@ pub(crate) struct ReadParams {
     pub timeout_seconds: Option<u64>,
     pub allow_bookmarks: bool,
     pub send_initial_events: Option<bool>,
+    /// `includeObject`, as given: read only for a Table (`serve::table`).
+    pub include_object: Option<String>,
 }
 
 /// Why a request's parameters keep it out of the cache (a metric label).
@@ -58,6 +60,7 @@ impl ReadParams {
             timeout_seconds: None,
             allow_bookmarks: false,
             send_initial_events: None,
+            include_object: None,
         };
         // Read as the API server reads it: pairs Go drops (a `;`, a malformed
         // escape) do not exist, and a value that was not UTF-8 cannot be
@@ -106,6 +109,7 @@ impl ReadParams {
                 }
                 "allowWatchBookmarks" => p.allow_bookmarks = flag(value),
                 "sendInitialEvents" => p.send_initial_events = Some(flag(value)),
+                "includeObject" => p.include_object = Some(value.to_owned()),
                 // client-go sends its request timeout on every call. It bounds
                 // how long the API server works on a request; a cached answer is
                 // immediate and a watch's length is `timeoutSeconds`, so it

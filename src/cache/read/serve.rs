@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 mod list;
+mod table;
 
 use super::super::registry::{CacheConfig, NotCached, Registry};
 use super::super::resource::freshness::{Proof, ensure_fresh, reached};
@@ -34,7 +35,7 @@ use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::encode::watch::error_frame;
 use crate::fairness::Seat;
 use crate::metrics as m;
-use crate::negotiate::{Negotiation, negotiate};
+use crate::negotiate::{Negotiation, PassthroughReason, UpstreamCbor, negotiate};
 use crate::request::{RequestInfo, Verb};
 use crate::selector::{FieldSelector, LabelSelector, selectable};
 use crate::upstream::Upstream;
@@ -202,11 +203,15 @@ impl CacheService {
         {
             return Served::Passthrough(Reason::WatchParameters);
         }
-        let answer = match negotiate(headers.get(header::ACCEPT), endpoint) {
-            Negotiation::Cache(variant) => Answer { variant, or_json: None },
-            Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },
-            Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
-        };
+        // Whether the upstream serves CBOR is known per cache (`cbor_probe`):
+        // a CBOR clause that decides is negotiated again once the cache is.
+        let accept = headers.get(header::ACCEPT);
+        let negotiated = negotiate(accept, endpoint, UpstreamCbor::Unknown);
+        if let Negotiation::Passthrough(reason) = negotiated
+            && reason != PassthroughReason::Cbor
+        {
+            return Served::Passthrough(Reason::Negotiated(reason));
+        }
         let resource = GroupResource { group: info.api_group.clone(), resource: info.resource.clone() };
         if !self.registry.is_enabled(&resource) {
             return Served::Passthrough(Reason::NotCached);
@@ -230,6 +235,28 @@ impl CacheService {
         // arriving at once from all reaching the upstream.
         if !cache.wait_ready(NOT_READY_WAIT).await {
             return Served::Passthrough(Reason::NotReady);
+        }
+        let negotiated = match negotiated {
+            Negotiation::Passthrough(PassthroughReason::Cbor) => negotiate(accept, endpoint, cache.upstream_cbor()),
+            known => known,
+        };
+        let mut table = None;
+        let answer = match negotiated {
+            Negotiation::Cache(variant) => Answer { variant, or_json: None },
+            Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },
+            Negotiation::Table { v1beta1 } => {
+                match table::table_form(&cache.shape.info, endpoint, v1beta1, params.include_object.as_deref()) {
+                    Ok(form) => table = Some(form),
+                    Err(reason) => return Served::Passthrough(reason),
+                }
+                // A Table is JSON: its errors too.
+                Answer { variant: ContentVariant::Json, or_json: None }
+            }
+            Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
+        };
+        // Outside a Table, `includeObject` is the API server's to read.
+        if table.is_none() && params.include_object.is_some() {
+            return Served::Passthrough(Reason::Parameters);
         }
         let (Ok(labels), Ok(field_sel)) =
             (LabelSelector::parse(&params.label_selector), FieldSelector::parse(&params.field_selector))
@@ -277,10 +304,12 @@ impl CacheService {
             },
         };
         let resource = cache.label().to_owned();
-        let mut served = match endpoint {
-            Endpoint::Watch => self.watch(cache.clone(), filter, params, answer, arrival).await,
-            Endpoint::List => self.list(cache.clone(), filter, params, answer, arrival).await,
-            Endpoint::Get => self.get(cache.clone(), filter, params, answer, scoped).await,
+        let mut served = match (endpoint, table) {
+            (Endpoint::List, Some(form)) => self.table_list(cache.clone(), filter, params, form, arrival).await,
+            (Endpoint::Get, Some(form)) => self.table_get(cache.clone(), filter, params, form, scoped).await,
+            (Endpoint::Watch, _) => self.watch(cache.clone(), filter, params, answer, arrival).await,
+            (Endpoint::List, None) => self.list(cache.clone(), filter, params, answer, arrival).await,
+            (Endpoint::Get, None) => self.get(cache.clone(), filter, params, answer, scoped).await,
         };
         if let Served::Response(response) = &mut served {
             // The API server's route adds them to every answer, errors too.
@@ -401,20 +430,10 @@ impl CacheService {
         answer: Answer,
         scoped: bool,
     ) -> Served {
-        if p.rv_match != RvMatch::Unset || p.limit.is_some() || p.continue_token.is_some() {
-            return Served::Passthrough(Reason::GetParameters);
+        if let Err(reason) = gettable(&cache, &p).await {
+            return Served::Passthrough(reason);
         }
         let label = cache.label().to_owned();
-        match p.rv {
-            // Turned away earlier (`try_serve`); kept total without a panic.
-            Rv::Unset => return Served::Passthrough(Reason::ConsistentGet),
-            Rv::Any => {}
-            Rv::At(rv) => {
-                if !reached(&cache, rv).await {
-                    return Served::Passthrough(Reason::AheadOfCache);
-                }
-            }
-        }
         let name = filter.name.clone().unwrap_or_default();
         let key = ObjectKey { namespace: filter.namespace.clone().unwrap_or_default(), name: name.clone() };
         let snapshot = cache.snapshot();
@@ -446,6 +465,21 @@ impl CacheService {
                 Served::Response(not_found(&cache, &name).into_response_as(variant))
             }
         }
+    }
+}
+
+/// Whether the cache may answer a GET with these parameters: a version it
+/// has reached, and none of a LIST's parameters.
+async fn gettable(cache: &ResourceCache, p: &ReadParams) -> Result<(), Reason> {
+    if p.rv_match != RvMatch::Unset || p.limit.is_some() || p.continue_token.is_some() {
+        return Err(Reason::GetParameters);
+    }
+    match p.rv {
+        // Turned away earlier (`try_serve`); kept total without a panic.
+        Rv::Unset => Err(Reason::ConsistentGet),
+        Rv::Any => Ok(()),
+        Rv::At(rv) if reached(cache, rv).await => Ok(()),
+        Rv::At(_) => Err(Reason::AheadOfCache),
     }
 }
 

@@ -233,6 +233,11 @@ impl Writer {
         self.cache.form.protobuf.swap(to)
     }
 
+    /// What the CBOR probe found; returns the previous setting.
+    pub(crate) fn set_upstream_cbor(&self, to: crate::negotiate::UpstreamCbor) -> crate::negotiate::UpstreamCbor {
+        self.cache.form.cbor.swap(to)
+    }
+
     fn confirm_current(&self, now: tokio::time::Instant) {
         *self.cache.metrics.confirmed_at.lock() = Some(now);
     }

@@ -25,6 +25,7 @@ use super::upstream_watch::{LineEnd, ListPage, Opened, ReflectorError, StreamEnd
 use crate::cache::content::ProtobufAvailability;
 use crate::cache::state::object::CachedObject;
 use crate::cache::state::store::Objects;
+use crate::cache::sync::cbor_probe;
 use crate::cache::sync::schema_check::{Outcome, SchemaChecker};
 use crate::encode::variant::ContentVariant;
 use crate::error::error_chain;
@@ -123,9 +124,19 @@ impl Reflector {
                 // The served schema is checked beside the list (bounded by its
                 // own timeout), so that a drifted kind has protobuf off before
                 // the cache is ready.
-                let (listed, schema) =
-                    tokio::join!(self.list_all(), self.schemas.check(&self.upstream, &self.cache.cache().shape.info));
+                // So is whether the upstream serves CBOR (`cbor_probe`).
+                let info = &self.cache.cache().shape.info;
+                let (listed, schema, cbor) = tokio::join!(
+                    self.list_all(),
+                    self.schemas.check(&self.upstream, info),
+                    cbor_probe::probe(&self.upstream, info)
+                );
                 self.apply_schema_check(schema);
+                if let Some(cbor) = cbor
+                    && self.cache.set_upstream_cbor(cbor) != cbor
+                {
+                    tracing::info!(resource = %label, ?cbor, "learned whether the upstream serves CBOR");
+                }
                 match listed {
                     Ok((objects, rv)) => {
                         let count = objects.len();

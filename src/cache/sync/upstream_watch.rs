@@ -351,7 +351,8 @@ pub(crate) async fn upstream_get(
     upstream_get_as(upstream, uri, "application/json").await
 }
 
-async fn upstream_get_as(
+/// A GET to the upstream with watchmux's identity, accepting `accept`.
+pub(crate) async fn upstream_get_as(
     upstream: &Upstream,
     uri: String,
     accept: &'static str,

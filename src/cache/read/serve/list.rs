@@ -19,14 +19,14 @@ use crate::cache::read::params::{ReadParams, Rv, RvMatch};
 use crate::cache::reason::Reason;
 use crate::cache::resource::ResourceCache;
 use crate::cache::resource::freshness::{Proof, reached};
-use crate::cache::state::object::{NoProtobuf, ObjectKey};
+use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
 use crate::cache::state::store::Snapshot;
 use crate::encode::list::{ListMeta, list_body, protobuf_list_body};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::metrics as m;
 
 /// Where a page starts in its snapshot.
-struct PageStart {
+pub(super) struct PageStart {
     after: ObjectKey,
     exclusive: bool,
 }
@@ -40,60 +40,11 @@ impl CacheService {
         answer: Answer,
         arrival: Instant,
     ) -> Served {
-        if p.send_initial_events.is_some() {
-            return Served::Passthrough(Reason::ListParameters);
-        }
-        let key_scope = key_scope(&cache, &filter);
-        let (snapshot, start, limit) = if let Some(token) = &p.continue_token {
-            // The API server refuses a version next to a continue token.
-            if p.rv != Rv::Unset || p.rv_match != RvMatch::Unset {
-                return Served::Passthrough(Reason::ListParameters);
-            }
-            let Some(c) = pagination::decode(token, key_scope) else {
-                return Served::Passthrough(Reason::Continue);
-            };
-            let Some(snapshot) = cache.snapshot_at(c.rv) else {
-                return Served::Passthrough(Reason::SnapshotGone);
-            };
-            (snapshot, Some(PageStart { after: c.after, exclusive: c.exclusive }), p.limit)
-        } else {
-            match (p.rv, p.rv_match) {
-                (Rv::Unset, RvMatch::Unset) => {
-                    if !self.consistent(&cache, arrival, Proof::AtOnce).await {
-                        return Served::Passthrough(Reason::ConsistentRead);
-                    }
-                    (current(&cache, p.limit), None, p.limit)
-                }
-                // resourceVersionMatch needs a version; Exact cannot be 0:
-                // the API server answers these with its own 422.
-                (Rv::Unset, _) | (Rv::Any, RvMatch::Exact) => return Served::Passthrough(Reason::ListParameters),
-                // Any version: the current state, and, as in the API server,
-                // no pages.
-                (Rv::Any, _) => (cache.snapshot(), None, None),
-                // "Exactly N": explicitly, or N with a limit (the legacy meaning).
-                (Rv::At(rv), RvMatch::Exact) | (Rv::At(rv), RvMatch::Unset)
-                    if p.rv_match == RvMatch::Exact || p.limit.is_some() =>
-                {
-                    if !reached(&cache, rv).await {
-                        return Served::Passthrough(Reason::AheadOfCache);
-                    }
-                    let Some(snapshot) = cache.snapshot_at(rv) else {
-                        return Served::Passthrough(Reason::Exact);
-                    };
-                    if p.limit.is_some() {
-                        cache.keep_snapshot(&snapshot);
-                    }
-                    (snapshot, None, p.limit)
-                }
-                // At least N.
-                (Rv::At(rv), _) => {
-                    if !reached(&cache, rv).await {
-                        return Served::Passthrough(Reason::AheadOfCache);
-                    }
-                    (current(&cache, p.limit), None, p.limit)
-                }
-            }
+        let (snapshot, start, limit) = match self.list_state(&cache, &filter, &p, arrival).await {
+            Ok(state) => state,
+            Err(reason) => return Served::Passthrough(reason),
         };
+        let key_scope = key_scope(&cache, &filter);
         // A list with an item that has no protobuf form is answered whole in
         // the JSON the client accepts next, or by the API server.
         let response = match list_response(&cache, &snapshot, &filter, answer.variant, start.as_ref(), limit, key_scope)
@@ -108,6 +59,71 @@ impl CacheService {
         metrics::counter!(m::CACHE_LIST_TOTAL, "resource" => cache.label().to_owned()).increment(1);
         Served::Response(response)
     }
+
+    /// The state a LIST is answered from: a snapshot, where its page starts,
+    /// and its limit; or why the LIST passes through.
+    pub(super) async fn list_state(
+        &self,
+        cache: &Arc<ResourceCache>,
+        filter: &Filter,
+        p: &ReadParams,
+        arrival: Instant,
+    ) -> Result<(Snapshot, Option<PageStart>, Option<u64>), Reason> {
+        if p.send_initial_events.is_some() {
+            return Err(Reason::ListParameters);
+        }
+        let key_scope = key_scope(cache, filter);
+        Ok(if let Some(token) = &p.continue_token {
+            // The API server refuses a version next to a continue token.
+            if p.rv != Rv::Unset || p.rv_match != RvMatch::Unset {
+                return Err(Reason::ListParameters);
+            }
+            let Some(c) = pagination::decode(token, key_scope) else {
+                return Err(Reason::Continue);
+            };
+            let Some(snapshot) = cache.snapshot_at(c.rv) else {
+                return Err(Reason::SnapshotGone);
+            };
+            (snapshot, Some(PageStart { after: c.after, exclusive: c.exclusive }), p.limit)
+        } else {
+            match (p.rv, p.rv_match) {
+                (Rv::Unset, RvMatch::Unset) => {
+                    if !self.consistent(cache, arrival, Proof::AtOnce).await {
+                        return Err(Reason::ConsistentRead);
+                    }
+                    (current(cache, p.limit), None, p.limit)
+                }
+                // resourceVersionMatch needs a version; Exact cannot be 0:
+                // the API server answers these with its own 422.
+                (Rv::Unset, _) | (Rv::Any, RvMatch::Exact) => return Err(Reason::ListParameters),
+                // Any version: the current state, and, as in the API server,
+                // no pages.
+                (Rv::Any, _) => (cache.snapshot(), None, None),
+                // "Exactly N": explicitly, or N with a limit (the legacy meaning).
+                (Rv::At(rv), RvMatch::Exact) | (Rv::At(rv), RvMatch::Unset)
+                    if p.rv_match == RvMatch::Exact || p.limit.is_some() =>
+                {
+                    if !reached(cache, rv).await {
+                        return Err(Reason::AheadOfCache);
+                    }
+                    let Some(snapshot) = cache.snapshot_at(rv) else {
+                        return Err(Reason::Exact);
+                    };
+                    if p.limit.is_some() {
+                        cache.keep_snapshot(&snapshot);
+                    }
+                    (snapshot, None, p.limit)
+                }
+                // At least N.
+                (Rv::At(rv), _) => {
+                    if !reached(cache, rv).await {
+                        return Err(Reason::AheadOfCache);
+                    }
+                    (current(cache, p.limit), None, p.limit)
+                }
+            }
+        })
+    }
 }
 
 /// The current state; kept for later pages when the list is paginated.
@@ -115,7 +131,7 @@ fn current(cache: &ResourceCache, limit: Option<u64>) -> Snapshot {
     if limit.is_some() { cache.snapshot_for_pages() } else { cache.snapshot() }
 }
 
-fn key_scope<'a>(cache: &ResourceCache, filter: &'a Filter) -> KeyScope<'a> {
+pub(super) fn key_scope<'a>(cache: &ResourceCache, filter: &'a Filter) -> KeyScope<'a> {
     match (&filter.namespace, cache.shape.info.namespaced) {
         (Some(ns), true) => KeyScope::Name { namespace: ns },
         (None, true) => KeyScope::NamespaceAndName,
@@ -136,6 +152,45 @@ fn list_response(
     key_scope: KeyScope<'_>,
 ) -> Result<Response<body::ProxyBody>, NoProtobuf> {
     let info = &cache.shape.info;
+    let builtin = !cache.list_items_typed();
+    let mut items = VecDeque::new();
+    // Protobuf items: bare messages, framed once their lengths are known.
+    let mut messages = Vec::new();
+    let meta = page(cache, snapshot, filter, start, limit, key_scope, |obj| {
+        let [a, b] = obj.list_item(variant, builtin)?;
+        if variant.is_protobuf() {
+            messages.push(a);
+        } else {
+            let sep = if items.is_empty() { Bytes::new() } else { Bytes::from_static(b",") };
+            items.push_back(Chunk::parts(sep, a, b));
+        }
+        Ok(())
+    })?;
+    let chunks = if variant.is_protobuf() {
+        protobuf_list_body(variant, &info.kind, &info.api_version(), &meta, messages)
+            .map_err(|refused| NoProtobuf { reason: refused.reason() })?
+    } else {
+        list_body(variant, &info.kind, &info.api_version(), &meta, items)
+    };
+    let mut resp = Response::new(body::boxed_chunks(ChunkList::new(chunks)));
+    set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::List));
+    Ok(resp)
+}
+
+/// Walks one page of the objects `filter` matches in `snapshot`, handing
+/// each to `item`, and returns the page's list metadata: with a continue
+/// token and, without selectors, the count of what remains, when a limit
+/// cut the list short.
+pub(super) fn page<E>(
+    cache: &ResourceCache,
+    snapshot: &Snapshot,
+    filter: &Filter,
+    start: Option<&PageStart>,
+    limit: Option<u64>,
+    key_scope: KeyScope<'_>,
+    mut item: impl FnMut(&CachedObject) -> Result<(), E>,
+) -> Result<ListMeta, E> {
+    let info = &cache.shape.info;
     let namespace = filter.namespace.clone().filter(|_| info.namespaced);
     let lower = match (&start, &namespace) {
         (Some(s), _) if s.exclusive => Bound::Excluded(s.after.clone()),
@@ -149,10 +204,6 @@ fn list_response(
         .take_while(|(k, _)| namespace.as_ref().is_none_or(|ns| k.namespace == *ns))
         .filter(|(_, obj)| filter.matches(obj));
 
-    let builtin = !cache.list_items_typed();
-    let mut items = VecDeque::new();
-    // Protobuf items: bare messages, framed once their lengths are known.
-    let mut messages = Vec::new();
     let mut last: Option<&ObjectKey> = None;
     let mut cut = None;
     for (count, (key, obj)) in (0u64..).zip(matching.by_ref()) {
@@ -161,13 +212,7 @@ fn list_response(
             cut = Some(1 + matching.count() as u64);
             break;
         }
-        let [a, b] = obj.list_item(variant, builtin)?;
-        if variant.is_protobuf() {
-            messages.push(a);
-        } else {
-            let sep = if items.is_empty() { Bytes::new() } else { Bytes::from_static(b",") };
-            items.push_back(Chunk::parts(sep, a, b));
-        }
+        item(obj)?;
         last = Some(key);
     }
     let mut meta = ListMeta { rv: snapshot.rv, continue_token: None, remaining: None };
@@ -179,13 +224,5 @@ fn list_response(
             meta.remaining = Some(remaining);
         }
     }
-    let chunks = if variant.is_protobuf() {
-        protobuf_list_body(variant, &info.kind, &info.api_version(), &meta, messages)
-            .map_err(|refused| NoProtobuf { reason: refused.reason() })?
-    } else {
-        list_body(variant, &info.kind, &info.api_version(), &meta, items)
-    };
-    let mut resp = Response::new(body::boxed_chunks(ChunkList::new(chunks)));
-    set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::List));
-    Ok(resp)
+    Ok(meta)
 }

@@ -77,7 +77,13 @@ async fn fake_upstream(state: Arc<FakeApiServer>) -> Arc<Upstream> {
                     let query: Vec<(String, String)> =
                         form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
                     let has = |k: &str, v: &str| query.iter().any(|(qk, qv)| qk == k && qv == v);
-                    let resp = if has("watch", "true") {
+                    let cbor = req.headers().get("accept").is_some_and(|a| a == "application/cbor");
+                    let resp = if cbor {
+                        // The reflector's CBOR probe (`cbor_probe`): no CBOR here, as by default.
+                        let mut refused = Response::new(body::empty());
+                        *refused.status_mut() = http::StatusCode::NOT_ACCEPTABLE;
+                        refused
+                    } else if has("watch", "true") {
                         let (tx, rx) = Channel::<Bytes, std::convert::Infallible>::new(4);
                         if has("timeoutSeconds", "3") {
                             state.catch_ups.fetch_add(1, Ordering::SeqCst);

@@ -1,0 +1,201 @@
+//! `meta.k8s.io/v1` Table bodies, as kube-apiserver writes them for
+//! `kubectl get` (`Accept: application/json;as=Table;g=meta.k8s.io;v=v1`).
+//!
+//! The API server builds a Table from its printers
+//! (k8s.io/kubernetes/pkg/printers/internalversion), always "wide" (every
+//! column, priority 1 too), then `asTable` (k8s.io/apiserver
+//! `endpoints/handlers/response.go`) replaces each row's object by what
+//! `includeObject` asks: the object (`Object`), its PartialObjectMetadata
+//! (`Metadata`, the default), or nothing (`None`, written `null`). The body
+//! is encoding/json's: `kind`, `apiVersion`, `metadata` (the list's
+//! resourceVersion, continue and remainingItemCount; a single object's
+//! resourceVersion), `columnDefinitions`, `rows` of `{"cells":[...],"object":...}`.
+//!
+//! - The column definitions are not written here: they are generated from
+//!   the pinned printers (`table/columns.txt`, `integration/cmd/tablecolumns`,
+//!   checked for drift by `make test-unit`) as the exact bytes Go writes, and
+//!   spliced.
+//! - The cells are the Rust printers' ([`printers`]) for the kinds that have
+//!   one; a kind without one is not served here (the read passes through,
+//!   `reason="table"`).
+//! - A row's object is spliced from the object's shared encodings (its JSON,
+//!   or its memoized PartialObjectMetadata JSON), never re-encoded.
+//! - Ages are computed at serve time, as the API server computes them at
+//!   encode time ([`human_duration`]).
+
+mod apps;
+mod batch_and_service;
+mod fields;
+pub(crate) mod internal_metadata;
+mod node;
+mod pod;
+pub(crate) mod printers;
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use bytes::Bytes;
+
+use super::list::ListMeta;
+use super::status::go_json_escape;
+
+/// `includeObject`: what each row carries besides its cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IncludeObject {
+    /// `"object":null`.
+    None,
+    /// The object's PartialObjectMetadata (the API server's default).
+    Metadata,
+    /// The whole object.
+    Object,
+}
+
+impl IncludeObject {
+    /// The query value as `asTable` reads it; `None` for a value it refuses
+    /// (a 400 the API server then gives).
+    pub(crate) fn parse(value: &str) -> Option<Self> {
+        match value {
+            "" | "Metadata" => Some(Self::Metadata),
+            "None" => Some(Self::None),
+            "Object" => Some(Self::Object),
+            _ => None,
+        }
+    }
+}
+
+/// The generated column definitions, by (group, kind), group "core" for the
+/// core group: the JSON array as Go writes it.
+static COLUMNS: LazyLock<HashMap<(&'static str, &'static str), &'static str>> = LazyLock::new(|| {
+    include_str!("table/columns.txt")
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .filter_map(|line| {
+            let (group, rest) = line.split_once(' ')?;
+            let (kind, columns) = rest.split_once(' ')?;
+            Some(((group, kind), columns))
+        })
+        .collect()
+});
+
+/// The column definitions kube-apiserver prints for a built-in kind.
+pub(crate) fn columns(group: &str, kind: &str) -> Option<&'static str> {
+    let group = if group.is_empty() { "core" } else { group };
+    COLUMNS.get(&(group, kind)).copied()
+}
+
+/// One cell, as the printers put it in a row's `[]interface{}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cell {
+    Str(String),
+    Int(i64),
+}
+
+impl Cell {
+    fn write_json(&self, out: &mut String) {
+        match self {
+            Self::Str(s) => out.push_str(&go_json_escape(&serde_json::to_string(s).expect("a string"))),
+            Self::Int(n) => out.push_str(&n.to_string()),
+        }
+    }
+}
+
+/// What a printer makes of one object.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Printed {
+    pub cells: Vec<Cell>,
+    /// The row's `conditions`, as encoding/json writes them (a finished Pod's).
+    pub conditions: Option<&'static str>,
+}
+
+impl From<Vec<Cell>> for Printed {
+    fn from(cells: Vec<Cell>) -> Self {
+        Self { cells, conditions: None }
+    }
+}
+
+/// One row: its cells and conditions, and the object bytes to splice
+/// (`None` for `null`).
+pub(crate) struct Row {
+    pub printed: Printed,
+    pub object: Option<Bytes>,
+}
+
+/// A Table body's chunks: the head, one per row (its cells, then the shared
+/// object bytes), and the close, with the JSON encoder's newline.
+pub(crate) fn table_body(columns: &str, meta: &ListMeta, rows: Vec<Row>) -> Vec<Bytes> {
+    let mut chunks = Vec::with_capacity(2 * rows.len() + 2);
+    chunks.push(Bytes::from(format!(
+        "{{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{},\"columnDefinitions\":{columns},\"rows\":[",
+        meta.to_json()
+    )));
+    for (i, row) in rows.into_iter().enumerate() {
+        let mut head = String::from(if i == 0 { "{\"cells\":[" } else { ",{\"cells\":[" });
+        for (j, cell) in row.printed.cells.iter().enumerate() {
+            if j > 0 {
+                head.push(',');
+            }
+            cell.write_json(&mut head);
+        }
+        head.push(']');
+        if let Some(conditions) = row.printed.conditions {
+            head.push_str(",\"conditions\":");
+            head.push_str(conditions);
+        }
+        head.push_str(",\"object\":");
+        match row.object {
+            Some(object) => {
+                chunks.push(Bytes::from(head));
+                chunks.push(object);
+                chunks.push(Bytes::from_static(b"}"));
+            }
+            None => {
+                head.push_str("null}");
+                chunks.push(Bytes::from(head));
+            }
+        }
+    }
+    chunks.push(Bytes::from_static(b"]}\n"));
+    chunks
+}
+
+/// apimachinery's `duration.HumanDuration` of `nanos` nanoseconds (what
+/// `translateTimestampSince` prints for an age).
+pub(crate) fn human_duration(nanos: i128) -> String {
+    const SECOND: i128 = 1_000_000_000;
+    // Go's int(d.Seconds()) truncates towards zero.
+    let seconds = nanos / SECOND;
+    if seconds < -1 {
+        return "<invalid>".to_owned();
+    } else if seconds < 0 {
+        return "0s".to_owned();
+    } else if seconds < 60 * 2 {
+        return format!("{seconds}s");
+    }
+    let minutes = seconds / 60;
+    if minutes < 10 {
+        let s = seconds % 60;
+        return if s == 0 { format!("{minutes}m") } else { format!("{minutes}m{s}s") };
+    } else if minutes < 60 * 3 {
+        return format!("{minutes}m");
+    }
+    let hours = seconds / 3600;
+    if hours < 8 {
+        let m = minutes % 60;
+        if m == 0 { format!("{hours}h") } else { format!("{hours}h{m}m") }
+    } else if hours < 48 {
+        format!("{hours}h")
+    } else if hours < 24 * 8 {
+        let h = hours % 24;
+        if h == 0 { format!("{}d", hours / 24) } else { format!("{}d{h}h", hours / 24) }
+    } else if hours < 24 * 365 * 2 {
+        format!("{}d", hours / 24)
+    } else if hours < 24 * 365 * 8 {
+        let dy = (hours / 24) % 365;
+        if dy == 0 { format!("{}y", hours / 24 / 365) } else { format!("{}y{dy}d", hours / 24 / 365) }
+    } else {
+        format!("{}y", hours / 24 / 365)
+    }
+}
+
+#[cfg(test)]
+mod tests;

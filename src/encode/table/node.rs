@@ -1,0 +1,96 @@
+//! `printNode`: a Node's status (its last Ready condition, and whether it
+//! is cordoned), roles from its labels, kubelet version, and the wide cells.
+
+use serde_json::Value;
+
+use super::fields::{age_of, name, str_at};
+use super::{Cell, Printed};
+
+/// `findNodeRoles`: `node-role.kubernetes.io/<role>` keys and a non-empty
+/// `kubernetes.io/role` value, sorted and unique, comma-joined; `<none>`.
+fn roles(node: &Value) -> String {
+    let mut roles: Vec<&str> =
+        node.pointer("/metadata/labels").and_then(Value::as_object).map_or(Vec::new(), |labels| {
+            labels
+                .iter()
+                .filter_map(|(k, v)| match k.strip_prefix("node-role.kubernetes.io/") {
+                    Some(role) if !role.is_empty() => Some(role),
+                    Some(_) => None,
+                    None if k == "kubernetes.io/role" => v.as_str().filter(|v| !v.is_empty()),
+                    None => None,
+                })
+                .collect()
+        });
+    roles.sort_unstable();
+    roles.dedup();
+    if roles.is_empty() { "<none>".to_owned() } else { roles.join(",") }
+}
+
+/// The first address of a type, or `<none>`.
+fn address(node: &Value, kind: &str) -> String {
+    node.pointer("/status/addresses")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().find(|a| str_at(a, "/type") == kind))
+        .map_or_else(|| "<none>".to_owned(), |a| str_at(a, "/address").to_owned())
+}
+
+pub(super) fn node(v: &Value, now: i128) -> Printed {
+    // The condition map keeps the last Ready condition.
+    let ready = v
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().rev().find(|c| str_at(c, "/type") == "Ready"));
+    let mut status = vec![match ready {
+        Some(c) if str_at(c, "/status") == "True" => "Ready",
+        Some(_) => "NotReady",
+        None => "Unknown",
+    }];
+    if v.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+        status.push("SchedulingDisabled");
+    }
+    let or_unknown = |s: &str| if s.is_empty() { "<unknown>".to_owned() } else { s.to_owned() };
+    let mut kernel = or_unknown(str_at(v, "/status/nodeInfo/kernelVersion"));
+    let arch = str_at(v, "/status/nodeInfo/architecture");
+    if !arch.is_empty() {
+        kernel = format!("{kernel} ({arch})");
+    }
+    vec![
+        name(v),
+        Cell::Str(status.join(",")),
+        Cell::Str(roles(v)),
+        age_of(v, now),
+        Cell::Str(str_at(v, "/status/nodeInfo/kubeletVersion").to_owned()),
+        Cell::Str(address(v, "InternalIP")),
+        Cell::Str(address(v, "ExternalIP")),
+        Cell::Str(or_unknown(str_at(v, "/status/nodeInfo/osImage"))),
+        Cell::Str(kernel),
+        Cell::Str(or_unknown(str_at(v, "/status/nodeInfo/containerRuntimeVersion"))),
+    ]
+    .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn node_rows_follow_print_node() {
+        let n = json!({"metadata": {"name": "n", "labels": {"node-role.kubernetes.io/worker": "",
+            "node-role.kubernetes.io/": "x", "kubernetes.io/role": "infra", "node-role.kubernetes.io/infra": ""}},
+            "spec": {"unschedulable": true},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "Ready", "status": "False"}],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "InternalIP", "address": "10.0.0.2"}],
+                "nodeInfo": {"kubeletVersion": "v1.37.2", "architecture": "arm64"}}});
+        let cells = node(&n, 0).cells;
+        let text: Vec<String> = cells
+            .into_iter()
+            .map(|c| match c {
+                Cell::Str(s) => s,
+                Cell::Int(n) => n.to_string(),
+            })
+            .collect();
+        assert_eq!(text[1..3], ["NotReady,SchedulingDisabled", "infra,worker"]);
+        assert_eq!(text[4..], ["v1.37.2", "10.0.0.1", "<none>", "<unknown>", "<unknown> (arm64)", "<unknown>"]);
+    }
+}
