@@ -117,6 +117,14 @@ pub struct Args {
     #[arg(long)]
     pub cache_warm: bool,
 
+    /// Gzip the answers served from the cache as kube-apiserver does: for a
+    /// client whose Accept-Encoding names gzip, a GET or LIST over 128 KiB
+    /// and every watch-list stream, with `Content-Encoding: gzip` and
+    /// `Vary: Accept-Encoding`. `false` never compresses them. Requests that
+    /// pass through get the API server's own encoding either way.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    pub compress_responses: bool,
+
     /// Narrows one resource's upstream watch, e.g.
     /// `pods=fieldSelector=spec.nodeName=node-1` on a node-local proxy. Requests
     /// whose selectors do not lie inside the scope pass through. Repeatable.

@@ -9,6 +9,7 @@ mod auth;
 mod cache;
 mod capacity;
 mod cert_rotation;
+mod compression;
 #[cfg(feature = "fault-injection")]
 mod consistency_check;
 mod consistent_latency;
