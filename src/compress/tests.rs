@@ -226,6 +226,22 @@ async fn an_empty_watch_list_sends_nothing() {
     assert!(collect(body).await.is_empty());
 }
 
+#[test]
+fn an_upstream_gzip_body_is_read_whole_every_member() {
+    let mut headers = HeaderMap::new();
+    assert!(!is_gzip(&headers));
+    headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    assert!(is_gzip(&headers));
+    let member = |data: &[u8]| {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut enc, data).unwrap();
+        enc.finish().unwrap()
+    };
+    let two = [member(b"{\"items\":["), member(b"]}")].concat();
+    assert_eq!(gunzip(&two).unwrap(), &b"{\"items\":[]}"[..]);
+    assert!(gunzip(&two[..two.len() - 3]).is_err(), "a cut body is an error, not a short list");
+}
+
 proptest::proptest! {
     #[test]
     fn any_chunking_decodes_to_the_same_bytes(
