@@ -14,6 +14,10 @@
 #      500, as src/cache/sync/reflector.rs asks) straight at kube-apiserver
 #      over loopback, with and without gzip: wall time, bytes, the API
 #      server's CPU, and the client's CPU to inflate the pages (gzip -dc).
+#  (d) The same relist done by watchmux itself: a fresh watchmux with
+#      --cache-warm (its initial list of the pods, then the watch) and
+#      --upstream-gzip-lists=true|false, GZ_RELIST_RUNS times (default 3):
+#      time to /readyz, watchmux's CPU to that point, the API server's CPU.
 #
 # Usage: bench-compress.sh. Results in .run/bench-compress/results.txt.
 # The pods are made once in namespace bench-gz and kept.
@@ -131,3 +135,21 @@ relist() {
 for _ in 1 2; do relist no; relist yes; done
 stop_watchmux
 watchmux_warnings "$logs/watchmux.log"
+
+{ echo; echo "(d) watchmux's own initial list of the pods (--cache-warm, pages of 500) over loopback"; } | tee -a "$results"
+for _ in $(seq 1 "${GZ_RELIST_RUNS:-3}"); do
+  for gz in false true; do
+    api_before="$(cpu_ticks "$api_pid")"
+    start="$(date +%s.%N)"
+    start_watchmux "$logs/watchmux" "$logs/watchmux-relist.log" --cache-resources pods --cache-warm \
+      --upstream-gzip-lists="$gz"
+    end="$(date +%s.%N)"
+    wm_ticks="$(cpu_ticks "$wm_pid")"
+    api_after="$(cpu_ticks "$api_pid")"
+    stop_watchmux
+    awk -v g="$gz" -v s="$start" -v e="$end" -v w="$wm_ticks" -v a=$((api_after - api_before)) -v c="$clk" \
+      'BEGIN{printf "--upstream-gzip-lists=%-5s ready in %5.2f s  watchmux CPU %5.0f ms  API server CPU %5.0f ms\n", g, e-s, 1000*w/c, 1000*a/c}' |
+      tee -a "$results"
+  done
+done
+watchmux_warnings "$logs/watchmux-relist.log"
