@@ -1,7 +1,7 @@
 //! Gzip as kube-apiserver does it (issue 24 item 2), against the real API
 //! server: for each Accept-Encoding a client may send, the answers served
-//! from the cache (LIST over and under 128 KiB, JSON and protobuf, a plain
-//! watch, a watch-list) and one passed through (Secrets) carry the same
+//! from the cache (LIST over and under 128 KiB, JSON and protobuf, GET over
+//! and under, a plain watch, a watch-list) and one passed through (Secrets) carry the same
 //! `Content-Encoding` and `Vary` through watchmux as straight from the API
 //! server, and a compressed answer decodes to what the uncompressed one is.
 //! client-go (kubectl, an informer) reads them with compression on and off.
@@ -124,11 +124,15 @@ async fn cached_and_passed_through_answers_are_compressed_as_by_the_api_server()
     // About 170 KiB of JSON and 165 KiB of protobuf; and a few KiB.
     fill(&client, &large, 40, 4_000).await;
     fill(&client, &small, 3, 100).await;
+    // One object over 128 KiB, for a GET.
+    let big = json!({"metadata": {"name": "big"}, "data": {"v": "z".repeat(200_000)}});
+    direct_json(&client, http::Method::POST, &format!("/api/v1/namespaces/{large}/configmaps"), big).await;
     for i in 0..40 {
         let secret = json!({"metadata": {"name": format!("s-{i:03}")}, "stringData": {"v": "y".repeat(4_000)}});
         direct_json(&client, http::Method::POST, &format!("/api/v1/namespaces/{large}/secrets"), secret).await;
     }
     let served_before = watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[]).await;
+    let gets_before = watchmux_metric_sum(wm.admin, "watchmux_cache_get_total", &[]).await;
 
     let json_ct = "application/json";
     let pb_ct = "application/vnd.kubernetes.protobuf";
@@ -137,6 +141,9 @@ async fn cached_and_passed_through_answers_are_compressed_as_by_the_api_server()
         (format!("/api/v1/namespaces/{large}/configmaps?resourceVersion=0"), pb_ct, true),
         (format!("/api/v1/namespaces/{small}/configmaps?resourceVersion=0"), json_ct, false),
         (format!("/api/v1/namespaces/{small}/configmaps?resourceVersion=0"), pb_ct, false),
+        // GETs at resourceVersion=0, from the cache: one object over 128 KiB, one under.
+        (format!("/api/v1/namespaces/{large}/configmaps/big?resourceVersion=0"), json_ct, true),
+        (format!("/api/v1/namespaces/{large}/configmaps/cm-000?resourceVersion=0"), json_ct, false),
         // Not cached: passed through, the API server's own encoding both ways.
         (format!("/api/v1/namespaces/{large}/secrets"), json_ct, true),
     ];
@@ -176,6 +183,8 @@ async fn cached_and_passed_through_answers_are_compressed_as_by_the_api_server()
     }
     let served_after = watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[]).await;
     assert!(served_after - served_before >= 4.0 * 14.0, "the configmap lists came from the cache");
+    let gets_after = watchmux_metric_sum(wm.admin, "watchmux_cache_get_total", &[]).await;
+    assert!(gets_after - gets_before >= 2.0 * 14.0, "the configmap GETs came from the cache");
 
     // Watches: a watch-list is compressed whatever its size, a plain watch never.
     for (ns, watch) in [
