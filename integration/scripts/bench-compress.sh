@@ -18,6 +18,10 @@
 #      --cache-warm (its initial list of the pods, then the watch) and
 #      --upstream-gzip-lists=true|false, GZ_RELIST_RUNS times (default 3):
 #      time to /readyz, watchmux's CPU to that point, the API server's CPU.
+#  (e) (d) through a relay limited to GZ_LINK_MBIT megabits a second each
+#      way (default 100; throttle-relay.py): a slow link to a remote API server.
+#
+# GZ_PARTS chooses the parts (default abcde).
 #
 # Usage: bench-compress.sh. Results in .run/bench-compress/results.txt.
 # The pods are made once in namespace bench-gz and kept.
@@ -84,16 +88,17 @@ measure() {
     tee -a "$results"
 }
 
+parts="${GZ_PARTS:-abcde}"
 list="/api/v1/namespaces/$ns/pods?resourceVersion=0"
 watch="/api/v1/namespaces/$ns/pods?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=$watch_seconds"
-{ echo; echo "(a) LIST of $pods pods, JSON, resourceVersion=0"; } | tee -a "$results"
-for gz in no yes; do
+[[ $parts == *a* ]] && { echo; echo "(a) LIST of $pods pods, JSON, resourceVersion=0"; } | tee -a "$results"
+[[ $parts == *a* ]] && for gz in no yes; do
   measure "kube-apiserver, gzip=$gz" api "$list" "$gz" "$runs"
   measure "watchmux, gzip=$gz" wm "$list" "$gz" "$runs"
 done
 
-{ echo; echo "(b) watch-list sync of $pods pods, JSON (the stream ends at timeoutSeconds=$watch_seconds)"; } | tee -a "$results"
-for gz in no yes; do
+[[ $parts == *b* ]] && { echo; echo "(b) watch-list sync of $pods pods, JSON (the stream ends at timeoutSeconds=$watch_seconds)"; } | tee -a "$results"
+[[ $parts == *b* ]] && for gz in no yes; do
   for who in api wm; do
     name="$([[ $who == api ]] && echo kube-apiserver || echo watchmux)"
     measure "$name, gzip=$gz" "$who" "$watch" "$gz" "$watch_runs"
@@ -102,7 +107,7 @@ for gz in no yes; do
   done
 done
 
-{ echo; echo "(c) the reflector's relist straight at kube-apiserver over loopback: consistent LIST, pages of 500"; } | tee -a "$results"
+[[ $parts == *c* ]] && { echo; echo "(c) the reflector's relist straight at kube-apiserver over loopback: consistent LIST, pages of 500"; } | tee -a "$results"
 relist() {
   local gz="$1" token="" pages=0 bytes=0 start end before after inflate=0 b
   before="$(cpu_ticks "$api_pid")"
@@ -132,24 +137,50 @@ relist() {
     'BEGIN{printf "relist gzip=%-3s %3d pages %10d bytes  %6.2f s wall  %6.0f ms API server CPU  %4.0f ms to inflate\n", g, p, b, e-s, 1000*t/c, 1000*i/c}' |
     tee -a "$results"
 }
-for _ in 1 2; do relist no; relist yes; done
+[[ $parts == *c* ]] && for _ in 1 2; do relist no; relist yes; done
 stop_watchmux
 watchmux_warnings "$logs/watchmux.log"
 
-{ echo; echo "(d) watchmux's own initial list of the pods (--cache-warm, pages of 500) over loopback"; } | tee -a "$results"
-for _ in $(seq 1 "${GZ_RELIST_RUNS:-3}"); do
-  for gz in false true; do
-    api_before="$(cpu_ticks "$api_pid")"
-    start="$(date +%s.%N)"
-    start_watchmux "$logs/watchmux" "$logs/watchmux-relist.log" --cache-resources pods --cache-warm \
-      --upstream-gzip-lists="$gz"
-    end="$(date +%s.%N)"
-    wm_ticks="$(cpu_ticks "$wm_pid")"
-    api_after="$(cpu_ticks "$api_pid")"
-    stop_watchmux
-    awk -v g="$gz" -v s="$start" -v e="$end" -v w="$wm_ticks" -v a=$((api_after - api_before)) -v c="$clk" \
-      'BEGIN{printf "--upstream-gzip-lists=%-5s ready in %5.2f s  watchmux CPU %5.0f ms  API server CPU %5.0f ms\n", g, e-s, 1000*w/c, 1000*a/c}' |
-      tee -a "$results"
+# initial_list <label> <kubeconfig>: fresh watchmux starts, alternating the
+# upstream gzip setting, GZ_RELIST_RUNS times.
+initial_list() {
+  for _ in $(seq 1 "${GZ_RELIST_RUNS:-3}"); do
+    for gz in false true; do
+      api_before="$(cpu_ticks "$api_pid")"
+      start="$(date +%s.%N)"
+      RUST_LOG=warn "$logs/watchmux" --kubeconfig "$2" --listen "$listen" --admin-listen "$admin" \
+        --cache-resources pods --cache-warm --upstream-gzip-lists="$gz" > "$logs/watchmux-relist.log" 2>&1 &
+      wm_pid=$!
+      for _ in $(seq 1 1200); do
+        curl -fs "http://$admin/readyz" >/dev/null 2>&1 && break
+        kill -0 "$wm_pid" 2>/dev/null || { echo "bench: watchmux exited" >&2; cat "$logs/watchmux-relist.log" >&2; exit 1; }
+        sleep 0.05
+      done
+      end="$(date +%s.%N)"
+      wm_ticks="$(cpu_ticks "$wm_pid")"
+      api_after="$(cpu_ticks "$api_pid")"
+      stop_watchmux
+      awk -v l="$1" -v g="$gz" -v s="$start" -v e="$end" -v w="$wm_ticks" -v a=$((api_after - api_before)) -v c="$clk" \
+        'BEGIN{printf "%s --upstream-gzip-lists=%-5s ready in %5.2f s  watchmux CPU %5.0f ms  API server CPU %5.0f ms\n", l, g, e-s, 1000*w/c, 1000*a/c}' |
+        tee -a "$results"
+    done
   done
-done
-watchmux_warnings "$logs/watchmux-relist.log"
+  watchmux_warnings "$logs/watchmux-relist.log"
+}
+
+if [[ $parts == *d* ]]; then
+  { echo; echo "(d) watchmux's own initial list of the pods (--cache-warm, pages of 500) over loopback"; } | tee -a "$results"
+  initial_list loopback "$kc"
+fi
+
+if [[ $parts == *e* ]]; then
+  mbit="${GZ_LINK_MBIT:-100}"
+  relay_port="${GZ_RELAY_PORT:-17600}"
+  python3 "$scripts/throttle-relay.py" "$relay_port" "${APISERVER_URL#https://}" $((mbit * 125000)) &
+  relay_pid=$!
+  trap 'kill "$relay_pid" 2>/dev/null || true; bench_cleanup' EXIT
+  sed "s#$APISERVER_URL#https://127.0.0.1:$relay_port#" "$kc" > "$logs/kubeconfig-relay"
+  { echo; echo "(e) the same through a relay of $mbit Mbit/s each way (throttle-relay.py)"; } | tee -a "$results"
+  initial_list "${mbit}Mbit/s" "$logs/kubeconfig-relay"
+  kill "$relay_pid" 2>/dev/null || true
+fi
