@@ -72,6 +72,10 @@ impl GzipBody {
     }
 
     fn feed(&mut self, mut chunk: Chunk) -> Result<(), CompressError> {
+        // No member for nothing: an empty frame starts no gzip member.
+        if !chunk.has_remaining() {
+            return Ok(());
+        }
         let member = self.member.get_or_insert_with(|| {
             self.out.extend_from_slice(&MEMBER_HEADER);
             Member { deflate: take_compressor(), crc: Crc::new() }

@@ -224,6 +224,9 @@ async fn an_empty_watch_list_sends_nothing() {
     // The API server's per-flush writer writes no member until an event.
     let body = body::boxed_chunks(GzipBody::new(body::empty()));
     assert!(collect(body).await.is_empty());
+    let empties = ChunkList::new([Chunk::default(), Chunk::default()].into_iter().collect());
+    let body = body::boxed_chunks(GzipBody::new(body::boxed_chunks(empties)));
+    assert!(collect(body).await.is_empty(), "empty frames start no member");
 }
 
 #[test]
