@@ -10,7 +10,7 @@ CARGO ?= cargo
 	bench bench-passthrough bench-fanout bench-kubelet bench-fairness bench-restart bench-plots bench-auth \
 	chaos chaos-quick test-chaos-quick audit fmt clean monitoring-check fuzz-auth
 .PHONY: protobuf-check
-.PHONY: bench-protobuf
+.PHONY: bench-protobuf bench-compress
 .PHONY: controlplane-test test-controlplane bench-controlplane
 
 all: build
@@ -175,6 +175,12 @@ bench-auth:
 ## watchmux), 1,000 watchers JSON against protobuf (docs/benchmarks.md).
 bench-protobuf:
 	bash integration/scripts/bench-protobuf.sh
+
+## Gzip: CPU and bytes of a LIST and a watch-list sync of 10,000 pods,
+## watchmux beside kube-apiserver, and the relist with and without gzip
+## (docs/benchmarks.md, Compression).
+bench-compress:
+	bash integration/scripts/bench-compress.sh
 
 ## The chart's alerts, dashboard and nodeLocal metrics rendering (offline).
 monitoring-check:

@@ -67,6 +67,15 @@ pub struct Args {
     #[arg(long)]
     pub upstream_http1_only: bool,
 
+    /// Ask the upstream for gzip on watchmux's own LISTs (a cache's initial
+    /// list and relists, the consistency check), as client-go does: the API
+    /// server compresses pages over 128 KiB, about 20 times smaller, and
+    /// over TLS neither side spent more CPU for it, even on loopback
+    /// (docs/benchmarks.md, Compression). `false` for an upstream on the
+    /// same host without TLS.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    pub upstream_gzip_lists: bool,
+
     /// How long a TCP connection to the upstream may take to open.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub upstream_connect_timeout: Duration,
@@ -116,6 +125,14 @@ pub struct Args {
     /// ready only once they are synced.
     #[arg(long)]
     pub cache_warm: bool,
+
+    /// Gzip the answers served from the cache as kube-apiserver does: for a
+    /// client whose Accept-Encoding names gzip, a GET or LIST over 128 KiB
+    /// and every watch-list stream, with `Content-Encoding: gzip` and
+    /// `Vary: Accept-Encoding`. `false` never compresses them. Requests that
+    /// pass through get the API server's own encoding either way.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    pub compress_responses: bool,
 
     /// Narrows one resource's upstream watch, e.g.
     /// `pods=fieldSelector=spec.nodeName=node-1` on a node-local proxy. Requests
@@ -296,6 +313,7 @@ impl Args {
     pub fn upstream_options(&self) -> crate::upstream::UpstreamOptions {
         crate::upstream::UpstreamOptions {
             http1_only: self.upstream_http1_only,
+            gzip_lists: self.upstream_gzip_lists,
             timeouts: crate::upstream::UpstreamTimeouts {
                 connect: self.upstream_connect_timeout,
                 tls_handshake: self.upstream_tls_handshake_timeout,

@@ -11,6 +11,10 @@
 //! - [`accept_negotiation`]: any header value, and media ranges with odd parameters
 //!   and q values, on every endpoint. The answer is deterministic, GET and WATCH always
 //!   agree, and LIST differs from GET only by one of them refusing.
+//! - [`accept_encoding`]: any `Accept-Encoding` value, and comma soups of encodings with
+//!   odd case, q values and spaces. Whether it asks for gzip is exactly whether a
+//!   comma-separated piece is `gzip` once Go's spaces are trimmed: appending `,gzip` to
+//!   anything makes it ask, and a value without that piece never does.
 //! - [`watch_lines`]: upstream watch event lines (any bytes, truncated events, wrong
 //!   types, odd resourceVersions, bookmarks, ERROR events) applied to a resource cache,
 //!   then a relist. The cache's version never goes back, a rejected line changes
@@ -498,6 +502,60 @@ mod accept_negotiation {
         #[test]
         fn media_ranges_with_odd_parameters_get_one_answer_agreeing_across_endpoints(accept in accept()) {
             answers_agree(&HeaderValue::from_str(&accept).expect("visible ASCII, spaces and tabs"))?;
+        }
+    }
+}
+
+mod accept_encoding {
+    use http::{HeaderMap, HeaderValue, header};
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+    use proptest::sample::select;
+
+    use super::config;
+    use crate::compress::accepts_gzip;
+
+    fn asks(value: &[u8]) -> bool {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_bytes(value).expect("header bytes"));
+        accepts_gzip(&headers)
+    }
+
+    /// Go's reading, written out differently: the pieces between commas, each
+    /// with its Unicode spaces cut from both ends (invalid UTF-8 is never a space).
+    fn go_reads_gzip(value: &[u8]) -> bool {
+        value.split(|&b| b == b',').any(|piece| {
+            let text = String::from_utf8_lossy(piece);
+            let spaces = |c: char| c.is_whitespace();
+            text.trim_start_matches(spaces).trim_end_matches(spaces) == "gzip"
+        })
+    }
+
+    fn soup() -> impl Strategy<Value = String> {
+        let token = select(
+            &["gzip", "GZIP", "Gzip", "gzip;q=0", "gzip;q=1", "x-gzip", "*", "identity", "br", "deflate", "zstd", ""][..],
+        );
+        let space = select(&["", " ", "\t", "\u{a0}", "\u{85}", "\u{2003}"][..]);
+        vec((space.clone(), token, space), 0..12)
+            .prop_map(|parts| parts.into_iter().map(|(a, t, b)| format!("{a}{t}{b}")).collect::<Vec<_>>().join(","))
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn any_value_asks_for_gzip_exactly_as_go_reads_it(
+            bytes in vec(prop_oneof![Just(b'\t'), 0x20u8..0x7f, 0x80u8..=0xff], 0..300),
+        ) {
+            prop_assert_eq!(asks(&bytes), go_reads_gzip(&bytes), "{:?}", String::from_utf8_lossy(&bytes));
+            let mut with_gzip = bytes.clone();
+            with_gzip.extend_from_slice(b",gzip");
+            prop_assert!(asks(&with_gzip));
+        }
+
+        #[test]
+        fn encoding_soups_ask_for_gzip_exactly_as_go_reads_them(value in soup()) {
+            prop_assert_eq!(asks(value.as_bytes()), go_reads_gzip(value.as_bytes()), "{:?}", value);
         }
     }
 }

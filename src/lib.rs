@@ -17,6 +17,7 @@ pub mod app;
 pub(crate) mod auth;
 pub mod body;
 pub(crate) mod cache;
+pub(crate) mod compress;
 pub mod config;
 pub mod encode;
 pub(crate) mod error;

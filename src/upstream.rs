@@ -128,6 +128,8 @@ impl SendError {
 pub struct UpstreamOptions {
     /// Never negotiate HTTP/2 with the upstream.
     pub http1_only: bool,
+    /// Ask for gzip on watchmux's own LISTs (`--upstream-gzip-lists`).
+    pub gzip_lists: bool,
     /// How long each step of a request may take (`--upstream-*-timeout`).
     pub timeouts: UpstreamTimeouts,
 }
@@ -263,6 +265,8 @@ pub struct Upstream {
     cert_files: Option<RotatingCertFiles>,
     credentials: CredentialSource,
     health: HealthCell,
+    /// Whether watchmux's own LISTs ask for gzip.
+    gzip_lists: bool,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -310,7 +314,13 @@ impl Upstream {
             cert_files,
             credentials: CredentialSource::new(&cfg.auth, cfg)?,
             health: HealthCell::default(),
+            gzip_lists: opts.gzip_lists,
         })
+    }
+
+    /// Whether watchmux's own LISTs ask for gzip (`--upstream-gzip-lists`).
+    pub(crate) fn gzip_lists(&self) -> bool {
+        self.gzip_lists
     }
 
     /// The upstream URI for a downstream path and query.

@@ -10,6 +10,7 @@ mod cache;
 mod capacity;
 mod cbor;
 mod cert_rotation;
+mod compression;
 #[cfg(feature = "fault-injection")]
 mod consistency_check;
 mod consistent_latency;

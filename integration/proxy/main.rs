@@ -96,6 +96,42 @@ async fn request_passes_through_with_body_query_and_end_to_end_headers_only() {
     proxy.shutdown().await;
 }
 
+/// A passed-through answer keeps the upstream's encoding: the client's
+/// Accept-Encoding goes upstream as sent, and a gzip body comes back byte
+/// for byte with its Content-Encoding and Vary, never compressed twice or
+/// decoded on the way.
+#[tokio::test]
+async fn a_passed_through_gzip_answer_reaches_the_client_untouched() {
+    const GZIP_BODY: &[u8] =
+        &[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 0xff, 0xab, 0xae, 5, 0, 0x43, 0xbf, 0xa6, 0xa3, 2, 0, 0, 0];
+    let upstream = fake_upstream(handler(|req: Request<hyper::body::Incoming>| async move {
+        let asked =
+            req.headers().get_all("accept-encoding").iter().map(|v| v.to_str().unwrap().to_owned()).collect::<Vec<_>>();
+        let mut resp = Response::new(body::full(Bytes::from_static(GZIP_BODY)));
+        resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
+        resp.headers_mut().insert("content-encoding", "gzip".parse().unwrap());
+        resp.headers_mut().insert("vary", "Accept-Encoding".parse().unwrap());
+        resp.headers_mut().insert("x-asked", asked.join("|").parse().unwrap());
+        resp
+    }))
+    .await;
+    let proxy = start_proxy(upstream, &[]).await;
+    let mut send = h1(proxy.addr).await;
+    let req = Request::get("/api/v1/namespaces/default/secrets")
+        .header("host", "localhost")
+        .header("accept-encoding", "gzip;q=1, br")
+        .header("accept-encoding", "identity")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["x-asked"], "gzip;q=1, br|identity", "every Accept-Encoding line, as sent");
+    assert_eq!(resp.headers()["content-encoding"], "gzip");
+    assert_eq!(resp.headers().get_all("vary").iter().collect::<Vec<_>>(), ["Accept-Encoding"]);
+    assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), GZIP_BODY);
+    proxy.shutdown().await;
+}
+
 /// Events reach the client while the upstream still holds the stream open:
 /// nothing is buffered until the body ends.
 #[tokio::test]

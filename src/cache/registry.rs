@@ -34,6 +34,8 @@ pub struct CacheConfig {
     pub scopes: HashMap<GroupResource, Scope>,
     pub warm: bool,
     pub settings: CacheSettings,
+    /// Gzip for the answers the cache writes (`--compress-responses`).
+    pub(crate) compression: crate::compress::ResponseCompression,
 }
 
 impl CacheConfig {

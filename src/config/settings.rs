@@ -94,6 +94,7 @@ impl super::Args {
             disabled,
             scopes,
             warm: self.cache_warm,
+            compression: crate::compress::ResponseCompression { enabled: self.compress_responses },
             settings: CacheSettings {
                 history_window: self.events_history_window,
                 slow_watcher_grace: self.slow_watcher_grace,

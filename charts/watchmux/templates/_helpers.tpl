@@ -492,6 +492,9 @@ current-context: watchmux-tier
 - --events-history-window={{ .Values.cache.historyWindow }}
 - --slow-watcher-grace={{ .Values.cache.slowWatcherGrace }}
 - --consistency-check-period={{ .Values.cache.consistencyCheckPeriod }}
+{{- if eq (toString .Values.cache.compressResponses) "false" }}
+- --compress-responses=false
+{{- end }}
 {{- $scopes := include "watchmux.cacheScopes" . | fromYaml }}
 {{- range $resource := keys $scopes | sortAlpha }}
 - {{ printf "--cache-scope=%s=%s" $resource (index $scopes $resource) | quote }}

@@ -30,6 +30,7 @@ use crate::cache::delivery::filter::Filter;
 use crate::cache::delivery::stream::{StreamOptions, WatchStream};
 use crate::cache::reason::Reason;
 use crate::cache::state::object::ObjectKey;
+use crate::compress::AnswerKind;
 use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::encode::watch::error_frame;
@@ -304,6 +305,14 @@ impl CacheService {
             },
         };
         let resource = cache.label().to_owned();
+        let compression_kind = match endpoint {
+            // The API server's `isListWatchRequest`.
+            Endpoint::Watch if params.send_initial_events == Some(true) && params.allow_bookmarks => {
+                AnswerKind::WatchList
+            }
+            Endpoint::Watch => AnswerKind::Watch,
+            Endpoint::Get | Endpoint::List => AnswerKind::Complete,
+        };
         let mut served = match (endpoint, table) {
             (Endpoint::List, Some(form)) => self.table_list(cache.clone(), filter, params, form, arrival).await,
             (Endpoint::Get, Some(form)) => self.table_get(cache.clone(), filter, params, form, scoped).await,
@@ -316,8 +325,15 @@ impl CacheService {
             cache.warnings().add_to(response.headers_mut());
             record_answer(endpoint, resource, arrival);
         }
+        let compression = self.registry.config().compression;
         match (served, seat) {
-            (Served::Response(response), Some(seat)) => Served::Response(seat.held_by(response)),
+            (Served::Response(response), seat) => {
+                let response = compression.apply(headers, compression_kind, response);
+                Served::Response(match seat {
+                    Some(seat) => seat.held_by(response),
+                    None => response,
+                })
+            }
             (served, _) => served,
         }
     }

@@ -38,7 +38,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) async fn probe(upstream: &Upstream, info: &ResourceInfo) -> Option<UpstreamCbor> {
     let path = format!("{}?limit=1", info.collection_path(None));
     let asked = async {
-        let resp = upstream_get_as(upstream, path, "application/cbor").await.ok()?;
+        let resp = upstream_get_as(upstream, path, "application/cbor", false).await.ok()?;
         let found = classify(resp.status(), resp.headers().get(header::CONTENT_TYPE));
         // Read to the end, so that an HTTP/1.1 connection goes back to the pool.
         resp.into_body().collect().await.ok()?;

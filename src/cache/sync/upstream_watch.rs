@@ -36,6 +36,8 @@ pub(crate) enum ReflectorError {
     Status { status: StatusCode, body: String },
     #[error("reading the upstream response")]
     Body(#[source] hyper::Error),
+    #[error("decompressing the upstream response")]
+    Gunzip(#[source] std::io::Error),
     #[error("decoding the upstream list")]
     Decode(#[source] serde_json::Error),
     #[error("the upstream list's resourceVersion {0:?} is not a number")]
@@ -252,10 +254,13 @@ async fn fetch_list(
     uri: String,
     accept: &'static str,
 ) -> Result<(HeaderMap, Bytes), ReflectorError> {
-    let resp = upstream_get_as(upstream, uri, accept).await?;
+    let resp = upstream_get_as(upstream, uri, accept, upstream.gzip_lists()).await?;
     let status = resp.status();
     let (parts, body) = resp.into_parts();
-    let bytes = body.collect().await.map_err(ReflectorError::Body)?.to_bytes();
+    let mut bytes = body.collect().await.map_err(ReflectorError::Body)?.to_bytes();
+    if crate::compress::is_gzip(&parts.headers) {
+        bytes = crate::compress::gunzip(&bytes).map_err(ReflectorError::Gunzip)?;
+    }
     if !status.is_success() {
         return Err(ReflectorError::Status { status, body: String::from_utf8_lossy(&bytes).into_owned() });
     }
@@ -348,21 +353,24 @@ pub(crate) async fn upstream_get(
     upstream: &Upstream,
     uri: String,
 ) -> Result<http::Response<hyper::body::Incoming>, ReflectorError> {
-    upstream_get_as(upstream, uri, "application/json").await
+    upstream_get_as(upstream, uri, "application/json", false).await
 }
 
-/// A GET to the upstream with watchmux's identity, accepting `accept`.
+/// A GET to the upstream with watchmux's identity, accepting `accept`;
+/// `gzip`: asking for it.
 pub(crate) async fn upstream_get_as(
     upstream: &Upstream,
     uri: String,
     accept: &'static str,
+    gzip: bool,
 ) -> Result<http::Response<hyper::body::Incoming>, ReflectorError> {
-    let req = Request::get(uri)
+    let mut req = Request::get(uri)
         .header(header::ACCEPT, accept)
-        .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")))
-        .body(body::empty())
-        .expect("valid request");
-    upstream.send(req).await.map_err(ReflectorError::Request)
+        .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")));
+    if gzip {
+        req = req.header(header::ACCEPT_ENCODING, "gzip");
+    }
+    upstream.send(req.body(body::empty()).expect("valid request")).await.map_err(ReflectorError::Request)
 }
 
 #[cfg(test)]
