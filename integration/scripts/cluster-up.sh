@@ -167,6 +167,14 @@ start_apiserver() {
 # etcd (data kept), as an upgrade or a crash would. For the restart tests.
 if [[ "${1:-}" == "--restart-apiserver" ]]; then
   pid_alive etcd && pid_alive apiserver || { echo "cluster-up: not running" >&2; exit 1; }
+  # The running cluster's own addresses, not this shell's port variables: a
+  # caller that forgot to export them must not start kube-apiserver on the
+  # default ports against another checkout's etcd.
+  if [[ -f "$state/env" ]]; then
+    etcd_url="$(sed -n 's/^ETCD_ENDPOINT=//p' "$state/env")"
+    api_url="$(sed -n 's/^APISERVER_URL=//p' "$state/env")"
+    api_port="${api_url##*:}"
+  fi
   pid="$(cat "$state/apiserver.pid")"
   stop_signal="${APISERVER_STOP_SIGNAL:-TERM}"
   [[ $stop_signal == TERM || $stop_signal == KILL ]] || { echo "cluster-up: APISERVER_STOP_SIGNAL is TERM or KILL" >&2; exit 2; }
