@@ -46,15 +46,18 @@ marker="$root/.run/cluster/scale"
 if bash "$scripts/cluster-up.sh" --check >/dev/null 2>&1 && [[ -f $marker && "$(cat "$marker")" == "$world" ]]; then
   echo "bench-scale: the running cluster holds this world ($world): no load"
   phases="${phases//load/}"
+  how="reused: it already held this world"
 else
   bash "$scripts/cluster-down.sh" >/dev/null || true
   bash "$scripts/cluster-up.sh" >/dev/null
   rm -f "$marker"
   [[ $phases == *load* ]] || { echo "bench-scale: a fresh cluster needs the load phase" >&2; exit 1; }
+  how="started fresh by this run"
 fi
+# Stopped at the end unless SCALE_KEEP=1 (bench-lib's cleanup reads this).
 started_cluster=1
 [[ ${SCALE_KEEP:-0} == 1 ]] && started_cluster=0
-machine_line | tee "$logs/machine.txt"
+machine_line | sed "s/^cluster: .*/cluster: $how/" | tee "$logs/machine.txt"
 bench_env
 
 tls=(--tls-cert-file "$root/.run/cluster/apiserver.crt" --tls-private-key-file "$root/.run/cluster/apiserver.key")

@@ -241,6 +241,7 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
             let watches0 = prom::sum(&before, "apiserver_longrunning_requests", &[("verb", "WATCH")]);
             let (api_cpu0, api_rss0) = (cpu_ticks(api_pid)?, rss_bytes(api_pid)?);
             let wm_cpu0 = wm_pid.map(cpu_ticks).transpose()?;
+            let wm_before = if side == SideKind::Watchmux { api.watchmux_metrics().await.ok() } else { None };
             let api_peak = PeakRss::start(api_pid);
             let wm_peak = wm_pid.map(PeakRss::start);
             let s = storm::Storm::start(w, target, mode, kubelets, connects);
@@ -265,6 +266,18 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
                 &prom::by_label(&after, "apiserver_request_total", "verb", &[]),
             );
             let verb = |v: &str| served.iter().filter(|(k, _)| k == v).map(|(_, n)| *n).sum::<f64>();
+            // Why reads through watchmux reached kube-apiserver, from its own metrics.
+            let why = match &wm_before {
+                Some(b) => {
+                    let a = api.watchmux_metrics().await?;
+                    let d = |name: &str, key: &str| {
+                        prom::delta(&prom::by_label(b, name, key, &[]), &prom::by_label(&a, name, key, &[]))
+                    };
+                    json!({"passthrough_by_reason": d("watchmux_cache_passthrough_total", "reason"),
+                        "consistent_reads_by_result": d("watchmux_watch_cache_consistent_read_total", "result")})
+                }
+                None => Value::Null,
+            };
             let t = &s.tally;
             let synced = t.synced_ms.lock().clone();
             let (p50, p99, max) = p50_p99_max(&synced);
@@ -293,6 +306,12 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
             if let Some(e) = t.first_error.lock().as_ref() {
                 println!("\n(first failure: {e})\n");
             }
+            if !why.is_null() {
+                println!(
+                    "\n(watchmux: passed through by reason {}; consistent reads by result {})\n",
+                    why["passthrough_by_reason"], why["consistent_reads_by_result"]
+                );
+            }
             out.push(json!({"mode": mode.name(), "side": side.name(), "kubelets": kubelets,
                 "synced": synced.len(), "failed": failed, "all_done": all,
                 "synced_ms": {"p50": p50, "p99": p99, "max": max},
@@ -301,7 +320,7 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
                 "apiserver_cpu_s": api_cpu, "apiserver_rss_before": api_rss0, "apiserver_rss_peak": api_peak,
                 "apiserver_heap_inuse_after": heap, "apiserver_requests": served,
                 "apiserver_watches_before": watches0, "apiserver_watches_synced": watches,
-                "watchmux_cpu_s": wm_cpu, "watchmux_rss_peak": wm_peak}));
+                "watchmux_cpu_s": wm_cpu, "watchmux_rss_peak": wm_peak, "watchmux_reads": why}));
             s.stop().await;
             // Let both servers tear the watches down before the next storm.
             tokio::time::sleep(Duration::from_secs(10)).await;
