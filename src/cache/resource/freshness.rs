@@ -8,7 +8,10 @@
 //!    same collection: the API server answers it from its own watch cache
 //!    after confirming with etcd, so its resourceVersion `P` is at least the
 //!    storage revision at the time of the request. Concurrent requests share
-//!    one probe, as long as it started after they arrived.
+//!    one probe, as long as it started after they arrived; a request that
+//!    arrives while a probe is in flight waits for the next one, which
+//!    starts when that one ends and serves every request queued for it, so
+//!    a storm of reads costs one probe in flight at a time, not one each.
 //! 2. **Catching up to it.** If the cache is behind `P`, it may simply have
 //!    seen no change for a while (an upstream watch reports progress only
 //!    with a bookmark a minute). A short catch-up watch from the cache's
@@ -82,7 +85,7 @@ const CATCH_UP_QUEUE: usize = 256;
 /// watch is asked for or running. It holds no way to write the cache.
 #[derive(Default)]
 pub(crate) struct Freshness {
-    probe: Mutex<Option<Probe>>,
+    probe: Mutex<Probes>,
     /// Set from the moment a reader asks for a catch-up until that catch-up
     /// ends: one at a time.
     catching_up: AtomicBool,
@@ -99,9 +102,22 @@ impl std::fmt::Debug for Freshness {
     }
 }
 
+/// A probe's answer: `None` while it runs, then the upstream's version
+/// (`None` inside if the probe failed).
+type ProbeResult = watch::Receiver<Option<Option<u64>>>;
+
 struct Probe {
     started: Instant,
-    result: watch::Receiver<Option<Option<u64>>>,
+    result: ProbeResult,
+}
+
+/// The probe in flight (or the last one), and the one queued behind it.
+#[derive(Default)]
+struct Probes {
+    current: Option<Probe>,
+    /// Shared by the requests that arrived while `current` was in flight;
+    /// it starts when `current` ends, after every one of them arrived.
+    queued: Option<ProbeResult>,
 }
 
 /// The writer's side: the queue catch-up watches fill and only the writer
@@ -229,15 +245,40 @@ pub(crate) async fn ensure_fresh(
 }
 
 /// The upstream's current version, from a probe that started no earlier
-/// than `arrival` (shared with other requests when one is in flight).
+/// than `arrival`: the one in flight if it did, else the one queued behind
+/// it, else a new one.
 async fn upstream_rv(cache: &Arc<ResourceCache>, upstream: &Arc<Upstream>, arrival: Instant) -> Option<u64> {
     let mut rx = {
-        let mut probe = cache.freshness().probe.lock();
-        match &*probe {
-            Some(p) if p.started >= arrival => p.result.clone(),
-            _ => {
+        let mut probes = cache.freshness().probe.lock();
+        let (usable, in_flight) = match &probes.current {
+            Some(p) => (p.started >= arrival, p.result.borrow().is_none().then(|| p.result.clone())),
+            None => (false, None),
+        };
+        match (usable, in_flight, probes.queued.clone()) {
+            (true, ..) => probes.current.as_ref().expect("a usable probe").result.clone(),
+            (false, Some(_), Some(queued)) => queued,
+            (false, Some(in_flight), None) => {
                 let (tx, rx) = watch::channel(None);
-                *probe = Some(Probe { started: Instant::now(), result: rx.clone() });
+                probes.queued = Some(rx.clone());
+                let (cache, upstream) = (cache.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    let mut in_flight = in_flight;
+                    let _ = in_flight.wait_for(|r| r.is_some()).await;
+                    {
+                        // Started now, under the lock the queued readers
+                        // joined under: after every one of them arrived.
+                        let mut probes = cache.freshness().probe.lock();
+                        probes.current = Some(Probe { started: Instant::now(), result: tx.subscribe() });
+                        probes.queued = None;
+                    }
+                    let rv = probe_current_rv(&cache, &upstream).await;
+                    let _ = tx.send(Some(rv));
+                });
+                rx
+            }
+            (false, None, _) => {
+                let (tx, rx) = watch::channel(None);
+                probes.current = Some(Probe { started: Instant::now(), result: rx.clone() });
                 let (cache, upstream) = (cache.clone(), upstream.clone());
                 tokio::spawn(async move {
                     let rv = probe_current_rv(&cache, &upstream).await;

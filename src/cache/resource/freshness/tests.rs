@@ -37,6 +37,10 @@ struct FakeApiServer {
     /// The reflector's own watches, held open and silent.
     silent: Mutex<Vec<Sender<Bytes, std::convert::Infallible>>>,
     catch_up_opened: tokio::sync::Notify,
+    /// When set, each probe is answered only once a permit is added: a
+    /// probe in flight for as long as the test wants.
+    probe_gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
+    probe_arrived: tokio::sync::Notify,
 }
 
 impl FakeApiServer {
@@ -94,8 +98,15 @@ async fn fake_upstream(state: Arc<FakeApiServer>) -> Arc<Upstream> {
                         }
                         Response::new(body::boxed(rx))
                     } else if has("limit", "1") {
-                        state.probes.fetch_add(1, Ordering::SeqCst);
+                        // The version at the probe's arrival, as the API
+                        // server's consistent read takes it.
                         let rv = state.current.load(Ordering::SeqCst);
+                        state.probes.fetch_add(1, Ordering::SeqCst);
+                        state.probe_arrived.notify_waiters();
+                        let gate = state.probe_gate.lock().clone();
+                        if let Some(gate) = gate {
+                            gate.acquire().await.unwrap().forget();
+                        }
                         let text = LIST.replace("\"10\"", &format!("\"{rv}\""));
                         Response::new(body::full(text))
                     } else {
@@ -225,5 +236,58 @@ async fn lists_stop_probing_when_the_cache_is_behind_again_after_each_catch_up()
     assert_eq!(state.probes.load(Ordering::SeqCst), 2, "no third probe");
     // A watch-list still proves itself.
     assert!(ensure_fresh(&cache, &upstream, Instant::now(), Proof::CatchingUp, BUDGET).await);
+    stop.cancel();
+}
+
+impl FakeApiServer {
+    /// Waits (bounded) until `n` probes have reached the fake.
+    async fn probes_reach(&self, n: u32) {
+        for _ in 0..500 {
+            let arrived = self.probe_arrived.notified();
+            if self.probes.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(10), arrived).await;
+        }
+        panic!("{} probes, not {n}", self.probes.load(Ordering::SeqCst));
+    }
+}
+
+#[tokio::test]
+async fn reads_arriving_while_a_probe_runs_share_the_next_one_and_never_an_earlier_one() {
+    let state = Arc::new(FakeApiServer::default());
+    let (cache, upstream, stop) = cache_at_10(&state).await;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *state.probe_gate.lock() = Some(gate.clone());
+    let read = |arrival: Instant| {
+        let (cache, upstream) = (cache.clone(), upstream.clone());
+        tokio::spawn(async move { ensure_fresh(&cache, &upstream, arrival, Proof::AtOnce, BUDGET).await })
+    };
+    let first = read(Instant::now());
+    state.probes_reach(1).await;
+    // Twenty reads arrive while that probe is in flight: it started before
+    // them, so none may use it; they share one probe queued behind it.
+    let queued: Vec<_> = (0..20).map(|_| read(Instant::now())).collect();
+    tokio::task::yield_now().await;
+    assert_eq!(state.probes.load(Ordering::SeqCst), 1, "nothing starts while a probe is in flight");
+    gate.add_permits(1);
+    assert!(first.await.unwrap());
+    state.probes_reach(2).await;
+    // The upstream moves after the queued probe started; a read arriving
+    // now must not take that probe's older answer.
+    state.current.store(20, Ordering::SeqCst);
+    let late = read(Instant::now());
+    gate.add_permits(1);
+    for r in queued {
+        assert!(r.await.unwrap(), "proven by the probe queued for them (version 10)");
+    }
+    state.probes_reach(3).await;
+    gate.add_permits(1);
+    assert!(!late.await.unwrap(), "its own probe says 20: the cache at 10 is behind");
+    assert_eq!(
+        state.probes.load(Ordering::SeqCst),
+        3,
+        "one probe for the first read, one for the twenty, one for the late"
+    );
     stop.cancel();
 }
