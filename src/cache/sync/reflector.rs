@@ -95,9 +95,17 @@ impl Reflector {
         Self { cache, upstream, schemas, failures: 0, started: false }
     }
 
-    /// Runs until `stop` is cancelled.
-    pub(crate) async fn run(mut self, stop: CancellationToken) -> Exit {
-        let mut state = ReflectorState::Listing;
+    /// Runs until `stop` is cancelled, from the first list.
+    #[cfg(test)]
+    pub(crate) async fn run(self, stop: CancellationToken) -> Exit {
+        self.run_from(ReflectorState::Listing, stop).await
+    }
+
+    /// Runs from `first` until `stop` is cancelled: `Listing` for a new
+    /// cache; `Watching` from the stored version for one loaded from disk,
+    /// whose 410 is then an ordinary relist (with its gap rule).
+    pub(crate) async fn run_from(mut self, first: ReflectorState, stop: CancellationToken) -> Exit {
+        let mut state = first;
         loop {
             state = tokio::select! {
                 _ = stop.cancelled() => return Exit::Stopped,
@@ -286,7 +294,12 @@ impl Reflector {
         let cache = self.cache.cache().clone();
         let timeout = rand::rng().random_range(300..600);
         let mut stream = match open_watch(&self.upstream, cache.collection_uri(&watch_params(rv, timeout))).await {
-            Opened::Streaming(stream) => stream,
+            Opened::Streaming(stream) => {
+                // The upstream holds every change after `rv`: a cache loaded
+                // from disk at `rv` is in step with it from here on.
+                self.cache.upstream_answered();
+                stream
+            }
             Opened::Expired => return WatchEnd::Expired,
             Opened::Gone => return WatchEnd::Gone,
             Opened::Failed(error) => return WatchEnd::Failed { rv, error },

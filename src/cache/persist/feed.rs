@@ -1,0 +1,219 @@
+//! Off the hot path: what the cache's writer applied, carried to a thread
+//! that commits it to the resource's [`DiskStore`] in batches.
+//!
+//! The writer only offers each change to a bounded channel (`try_send`, a
+//! few tens of nanoseconds, never a wait): fan-out latency does not depend
+//! on the disk. The thread takes whatever has queued since its last commit
+//! as one batch (one transaction, one fsync), so the commit rate adapts to
+//! the disk: a slow disk makes fewer, larger batches.
+//!
+//! When the channel is full (the disk cannot keep up, or is failing), the
+//! change is dropped and the feed marked as behind: the next commit is the
+//! cache's whole current state (an O(1) snapshot of the store) instead of
+//! the queued changes, which then are all older than it and skipped. The
+//! cache never waits for the disk; the disk catches up by rewriting.
+//!
+//! A commit that fails (a full disk) is logged and counted, the resource is
+//! marked degraded (memory-only), and after a pause the thread tries again
+//! with a whole batch. The store still holds its last good commit: a
+//! consistent, older state, which a restart loads as unproven and the
+//! upstream watch (or its 410 and a relist) brings up to date.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::disk::{Batch, DiskStore};
+use crate::cache::resource::{ChangeSink, ResourceCache};
+use crate::cache::state::event::CacheEvent;
+use crate::encode::watch::EventType;
+use crate::error::error_chain;
+use crate::metrics as m;
+
+/// Changes that may wait for the disk before the feed counts as behind: a
+/// few seconds of a busy resource; memory is a few words per change (the
+/// objects are shared with the cache).
+const QUEUE: usize = 8192;
+
+/// The most changes one batch takes, so a commit stays short.
+const MAX_BATCH: usize = 4096;
+
+/// How long the thread waits after a failed commit before it tries again.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
+
+/// What the writer tells the persisting thread.
+#[derive(Debug)]
+enum Note {
+    /// One applied event: the key's new bytes (`None`: deleted) at `rv`.
+    Changed { rv: u64, key: crate::cache::state::object::ObjectKey, json: Option<Bytes> },
+    /// Nothing changed up to `rv` (a bookmark).
+    Version(u64),
+    /// The store was replaced (a list): write it all.
+    Whole,
+}
+
+/// The writer's end; dropping it ends the thread after its last commit.
+#[derive(Debug)]
+pub(crate) struct Feed {
+    tx: mpsc::Sender<Note>,
+    behind: Arc<AtomicBool>,
+    /// Changes not queued because the queue was full (tests look).
+    dropped: Arc<AtomicU64>,
+    /// Joined only by tests; otherwise the thread ends with the channel.
+    #[cfg(test)]
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Feed {
+    /// Starts the thread that persists `cache` into `store`; `about` is the
+    /// resource's description, written with every whole batch.
+    pub(crate) fn start(cache: Arc<ResourceCache>, store: DiskStore, about: Bytes, written_rv: u64) -> Self {
+        Self::with_queue(cache, store, about, written_rv, QUEUE)
+    }
+
+    fn with_queue(cache: Arc<ResourceCache>, store: DiskStore, about: Bytes, written_rv: u64, queue: usize) -> Self {
+        let (tx, rx) = mpsc::channel(queue);
+        let behind = Arc::new(AtomicBool::new(false));
+        let persister = Persister { cache, store, about, written_rv, behind: behind.clone(), degraded: false };
+        let name = format!("persist-{}", persister.cache.label());
+        let thread = std::thread::Builder::new()
+            .name(name.chars().take(15).collect())
+            .spawn(move || persister.run(rx))
+            .expect("spawning a persist thread");
+        #[cfg(not(test))]
+        drop(thread);
+        Self {
+            tx,
+            behind,
+            dropped: Arc::default(),
+            #[cfg(test)]
+            thread,
+        }
+    }
+
+    fn offer(&self, note: Note) {
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(note) {
+            // Not waited for: the next commit rewrites everything instead.
+            self.behind.store(true, Ordering::Release);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl ChangeSink for Feed {
+    fn changed(&self, event: &CacheEvent) {
+        let json = (event.kind != EventType::Deleted).then(|| event.object.json().clone());
+        self.offer(Note::Changed { rv: event.rv, key: event.object.key.clone(), json });
+    }
+
+    fn version(&self, rv: u64) {
+        self.offer(Note::Version(rv));
+    }
+
+    fn whole(&self) {
+        self.offer(Note::Whole);
+    }
+
+    #[cfg(test)]
+    fn finish(self: Box<Self>) {
+        let Self { tx, thread, .. } = *self;
+        drop(tx);
+        thread.join().expect("the persist thread");
+    }
+}
+
+struct Persister {
+    cache: Arc<ResourceCache>,
+    store: DiskStore,
+    about: Bytes,
+    /// The version of the last commit: notes at or below it are in the store.
+    written_rv: u64,
+    behind: Arc<AtomicBool>,
+    degraded: bool,
+}
+
+impl Persister {
+    fn run(mut self, mut rx: mpsc::Receiver<Note>) {
+        let label = self.cache.label().to_owned();
+        let commits_batch = metrics::counter!(m::PERSIST_COMMITS, "resource" => label.clone(), "kind" => "batch");
+        let commits_whole = metrics::counter!(m::PERSIST_COMMITS, "resource" => label.clone(), "kind" => "whole");
+        let errors = metrics::counter!(m::PERSIST_WRITE_ERRORS, "resource" => label.clone());
+        let degraded = metrics::gauge!(m::PERSIST_DEGRADED, "resource" => label.clone());
+        let duration = metrics::histogram!(m::PERSIST_COMMIT_DURATION, "resource" => label.clone());
+        degraded.set(0.0);
+        let mut notes = Vec::new();
+        while let Some(first) = rx.blocking_recv() {
+            notes.clear();
+            notes.push(first);
+            while notes.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(note) => notes.push(note),
+                    Err(_) => break,
+                }
+            }
+            // A failed commit left the store behind the notes: rewrite it.
+            let whole = self.behind.swap(false, Ordering::AcqRel)
+                || self.degraded
+                || notes.iter().any(|n| matches!(n, Note::Whole));
+            let batch = if whole { self.whole_batch() } else { self.coalesce(&mut notes) };
+            let Some(batch) = batch else { continue };
+            let started = Instant::now();
+            match self.store.commit(&batch) {
+                Ok(()) => {
+                    duration.record(started.elapsed().as_secs_f64());
+                    if batch.whole { &commits_whole } else { &commits_batch }.increment(1);
+                    self.written_rv = batch.rv;
+                    if self.degraded {
+                        tracing::info!(resource = %label, rv = batch.rv, "persisting again");
+                        self.degraded = false;
+                        degraded.set(0.0);
+                    }
+                }
+                Err(err) => {
+                    errors.increment(1);
+                    if !self.degraded {
+                        tracing::error!(resource = %label, error = %error_chain(&err), retry_in = ?RETRY_AFTER_FAILURE, "cannot persist; serving from memory only (the store keeps its last good state)");
+                    }
+                    self.degraded = true;
+                    degraded.set(1.0);
+                    // Meanwhile the channel fills and the feed marks itself
+                    // behind: the cache never waits for this.
+                    std::thread::sleep(RETRY_AFTER_FAILURE);
+                }
+            }
+        }
+    }
+
+    /// The cache's whole current state.
+    fn whole_batch(&self) -> Option<Batch> {
+        let snapshot = self.cache.snapshot();
+        let changes = snapshot.objects.iter().map(|(k, o)| (k.clone(), Some(o.json().clone()))).collect();
+        Some(Batch { rv: snapshot.rv, whole: true, about: Some(self.about.clone()), changes })
+    }
+
+    /// The queued changes newer than the store, last one per key winning;
+    /// `None` when there are none.
+    fn coalesce(&self, notes: &mut Vec<Note>) -> Option<Batch> {
+        let mut latest = std::collections::BTreeMap::new();
+        let mut rv = self.written_rv;
+        for note in notes.drain(..) {
+            match note {
+                Note::Changed { rv: at, key, json } if at > self.written_rv => {
+                    rv = rv.max(at);
+                    latest.insert(key, json);
+                }
+                Note::Version(at) => rv = rv.max(at),
+                Note::Changed { .. } | Note::Whole => {}
+            }
+        }
+        // A store's first commit names its resource, whatever kind it is.
+        let about = (self.written_rv == 0).then(|| self.about.clone());
+        (rv > self.written_rv).then(|| Batch { rv, whole: false, about, changes: latest.into_iter().collect() })
+    }
+}
+
+#[cfg(test)]
+mod tests;

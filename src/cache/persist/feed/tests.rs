@@ -1,0 +1,70 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::cache::resource::{CacheSettings, Scope, Writer};
+use crate::cache::state::object::tests::{cm, cm_shape};
+use crate::cache::state::store::Objects;
+
+fn writer() -> Writer {
+    ResourceCache::create(cm_shape(), Scope::default(), CacheSettings::default())
+}
+
+/// What the store holds, as (name, json) by key, and its version.
+fn on_disk(path: &std::path::Path) -> (u64, BTreeMap<String, Bytes>) {
+    let loaded = DiskStore::open(path).unwrap().load().unwrap().expect("written");
+    (loaded.rv, loaded.objects.into_iter().map(|(k, v)| (k.name, v)).collect())
+}
+
+fn in_memory(cache: &ResourceCache) -> (u64, BTreeMap<String, Bytes>) {
+    let snap = cache.snapshot();
+    (snap.rv, snap.objects.iter().map(|(k, o)| (k.name.clone(), o.json().clone())).collect())
+}
+
+#[tokio::test]
+async fn what_the_writer_applies_reaches_the_disk_with_its_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cm.redb");
+    let mut w = writer();
+    let feed = Feed::start(w.cache().clone(), DiskStore::open(&path).unwrap(), Bytes::from_static(b"{}"), 0);
+    w.persist_to(Box::new(feed));
+    let mut listed = Objects::new();
+    for name in ["a", "b", "c"] {
+        let o = Arc::new(cm(name, 5, ""));
+        listed.insert(o.key.clone(), o);
+    }
+    w.replace(listed, 10);
+    w.event(EventType::Modified, cm("a", 11, "\"x\":\"1\""));
+    w.event(EventType::Deleted, cm("b", 12, ""));
+    w.event(EventType::Added, cm("d", 13, ""));
+    w.bookmark(20);
+    w.take_feed().unwrap().finish();
+    let (rv, objects) = on_disk(&path);
+    assert_eq!(rv, 20, "the bookmark's version is persisted too");
+    assert_eq!((rv, objects), in_memory(w.cache()), "the disk holds the cache's state, byte for byte");
+}
+
+/// A queue of one: the writer finds it full nearly every time. It never
+/// waits, and the disk still ends with exactly the cache's state (written
+/// whole), never a mix of older changes.
+#[tokio::test]
+async fn a_feed_that_falls_behind_writes_the_whole_state_instead_of_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cm.redb");
+    let mut w = writer();
+    let store = DiskStore::open(&path).unwrap();
+    let feed = Feed::with_queue(w.cache().clone(), store, Bytes::from_static(b"{}"), 0, 1);
+    let dropped = feed.dropped.clone();
+    w.persist_to(Box::new(feed));
+    w.replace(Objects::new(), 1);
+    for rv in 2..600u64 {
+        let name = format!("o{}", rv % 23);
+        if rv.is_multiple_of(7) {
+            w.event(EventType::Deleted, cm(&name, rv, ""));
+        } else {
+            w.event(EventType::Modified, cm(&name, rv, ""));
+        }
+    }
+    w.take_feed().unwrap().finish();
+    assert!(dropped.load(Ordering::Relaxed) > 0, "a queue of one should have been full at times");
+    assert_eq!(on_disk(&path), in_memory(w.cache()));
+}
