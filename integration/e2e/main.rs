@@ -18,6 +18,7 @@ mod env;
 mod exec_plugin;
 mod fairness;
 mod operator;
+mod persist;
 mod protobuf;
 mod relay;
 mod relist_gap;
