@@ -64,6 +64,7 @@ async fn a_restart_while_the_upstream_is_unreachable_serves_the_persisted_cache_
     let flags = [
         "--cache-resources",
         "configmaps",
+        "--cache-warm",
         "--persist-dir",
         persist_dir,
         "--persist-resources",
@@ -89,6 +90,7 @@ async fn a_restart_while_the_upstream_is_unreachable_serves_the_persisted_cache_
     // Offline: the relay refuses everything; watchmux starts from disk.
     relay.cut();
     let wm = Watchmux::spawn_with_kubeconfig(&relayed, &flags);
+    // Ready although warming needs discovery: the caches from disk answer.
     wm.wait_ready().await;
     let (code, body) = read(get(wm.addr, &any).await).await;
     assert_eq!(code, 200, "resourceVersion=0 from disk: {}", String::from_utf8_lossy(&body));

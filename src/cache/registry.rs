@@ -88,6 +88,8 @@ pub(crate) struct Registry {
     enabled: parking_lot::RwLock<HashSet<GroupResource>>,
     /// `--persist-dir`: where chosen resources are kept across restarts.
     persistence: Option<Persistence>,
+    /// Set when caches were loaded from disk at start.
+    restored: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Registry {
@@ -109,6 +111,7 @@ impl Registry {
             enabled: parking_lot::RwLock::new(config.literal_names()),
             config,
             persistence,
+            restored: Default::default(),
         })
     }
 
@@ -121,6 +124,7 @@ impl Registry {
             let info = &restored.writer.cache().shape.info;
             let key = (info.group.clone(), info.version.clone(), info.resource.clone());
             self.caches.insert(key.clone(), restored.writer.cache().clone());
+            self.restored.store(true, std::sync::atomic::Ordering::Release);
             self.run_cache(key, restored.writer, ReflectorState::Watching { rv: restored.rv });
         }
     }
@@ -266,9 +270,12 @@ impl Registry {
 
     /// With `--cache-warm`: every configured cache started and synced. A
     /// configuration that caches nothing the upstream serves is ready as soon
-    /// as that is known.
+    /// as that is known. Caches loaded from disk count as warm: they answer
+    /// at once, and warming (which needs discovery) cannot finish while the
+    /// upstream is away, exactly when they matter.
     pub(crate) fn warm_and_synced(&self) -> bool {
-        self.warmed.load(std::sync::atomic::Ordering::Acquire) && self.all_synced()
+        let ordering = std::sync::atomic::Ordering::Acquire;
+        (self.warmed.load(ordering) || self.restored.load(ordering)) && self.all_synced()
     }
 
     /// True when every started cache has completed its initial list.

@@ -3,6 +3,7 @@ use crate::cache::delivery::filter::Filter;
 use crate::cache::resource::StartAt;
 use crate::cache::state::object::tests::{cm, cm_shape};
 use crate::encode::watch::EventType;
+use std::time::Instant;
 
 fn persistence(dir: &Path, named: &[&str]) -> Persistence {
     let config = PersistConfig {
@@ -99,4 +100,128 @@ async fn a_store_no_longer_chosen_or_of_another_scope_is_deleted() {
     let scopes = HashMap::from([(GroupResource::parse("configmaps"), scoped)]);
     assert!(p.restore_all(&CacheSettings::default(), &scopes).is_empty());
     assert!(!path.exists(), "cached under another scope: deleted");
+}
+
+/// A pod as a node's kubelet sees it: about 3.6 KiB of JSON.
+fn pod_json(i: usize, rv: u64) -> Bytes {
+    let v = serde_json::json!({
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {
+            "name": format!("app-{i:05}-7d9f8c6b5-x2k4z"), "namespace": format!("team-{}", i % 40),
+            "uid": format!("6f1c2a4e-0b1d-4c3e-9a7f-{i:012}"), "resourceVersion": rv.to_string(),
+            "generateName": "app-7d9f8c6b5-", "creationTimestamp": "2026-11-30T10:00:00Z",
+            "labels": {"app": format!("app-{}", i % 300), "pod-template-hash": "7d9f8c6b5", "tier": "backend"},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-30T09:59:00Z", "prometheus.io/scrape": "true"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "app-7d9f8c6b5",
+                "uid": "0a0b0c0d-1111-2222-3333-444455556666", "controller": true, "blockOwnerDeletion": true}]
+        },
+        "spec": {
+            "nodeName": format!("node-{}", i % 100), "serviceAccountName": "default", "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst", "schedulerName": "default-scheduler",
+            "containers": ([0, 1].iter().map(|c| serde_json::json!({
+                "name": format!("c{c}"), "image": "registry.example/team/app:1.24.3", "imagePullPolicy": "IfNotPresent",
+                "ports": [{"containerPort": 8080 + c, "protocol": "TCP"}],
+                "env": (0..6).map(|e| serde_json::json!({"name": format!("ENV_{e}"), "value": format!("value-{e}-{i}")})).collect::<Vec<_>>(),
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}],
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 10},
+                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"
+            })).collect::<Vec<_>>()),
+            "volumes": [{"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}],
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]
+        },
+        "status": {
+            "phase": "Running", "hostIP": "10.0.0.1", "podIP": format!("10.244.{}.{}", i / 250, i % 250),
+            "startTime": "2026-11-30T10:00:01Z", "qosClass": "Burstable",
+            "conditions": (["Initialized", "Ready", "ContainersReady", "PodScheduled"].iter().map(|t| serde_json::json!(
+                {"type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-30T10:00:05Z"})).collect::<Vec<_>>()),
+            "containerStatuses": ([0, 1].iter().map(|c| serde_json::json!({
+                "name": format!("c{c}"), "ready": true, "restartCount": 0, "started": true,
+                "image": "registry.example/team/app:1.24.3", "imageID": "registry.example/team/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                "containerID": format!("containerd://{:064x}", i * 2 + c),
+                "state": {"running": {"startedAt": "2026-11-30T10:00:04Z"}}
+            })).collect::<Vec<_>>())
+        }
+    });
+    Bytes::from(serde_json::to_vec(&v).unwrap())
+}
+
+fn pod_shape() -> ObjectShape {
+    ObjectShape::new(crate::cache::resource_info::test_info("", "pods", "Pod", true), None)
+}
+
+/// Figures for docs/node-local.md (run in release, not part of the tests):
+/// `cargo test --release --lib measure_persist -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore = "a measurement; run by hand in release"]
+async fn measure_persist() {
+    let n: usize = std::env::var("PODS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let dir = tempfile::tempdir().unwrap();
+    let p = persistence(dir.path(), &["pods"]);
+    let mut w = ResourceCache::create(pod_shape(), Scope::default(), CacheSettings::default());
+    p.attach(&mut w);
+    let mut listed = Objects::new();
+    let mut object_bytes = 0;
+    for i in 0..n {
+        let json = pod_json(i, 1000 + i as u64);
+        object_bytes += json.len();
+        let o = Arc::new(CachedObject::decode(json, &pod_shape()).unwrap());
+        listed.insert(o.key.clone(), o);
+    }
+    let list_rv = 1000 + n as u64;
+    let started = Instant::now();
+    w.replace(listed, list_rv);
+    w.take_feed().unwrap().finish();
+    let whole_commit = started.elapsed();
+    let path = dir.path().join("pods.v1.core.redb");
+    let after_list = std::fs::metadata(&path).unwrap().len();
+    // A day of churn in miniature: every pod modified twice, in batches.
+    p.attach(&mut w);
+    let started = Instant::now();
+    for round in 0..2u64 {
+        for i in 0..n {
+            let rv = list_rv + 1 + round * n as u64 + i as u64;
+            w.event(EventType::Modified, CachedObject::decode(pod_json(i, rv), &pod_shape()).unwrap());
+        }
+    }
+    w.take_feed().unwrap().finish();
+    let churn = started.elapsed();
+    let after_churn = std::fs::metadata(&path).unwrap().len();
+    let started = Instant::now();
+    let restored = p.restore_all(&CacheSettings::default(), &HashMap::new());
+    let load = started.elapsed();
+    assert_eq!(restored[0].writer.cache().snapshot().objects.len(), n);
+    // The writer's hot path with and without a feed (no watchers: the
+    // apply itself), per event.
+    let per_event = |with_feed: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let p = persistence(dir.path(), &["pods"]);
+        let mut w = ResourceCache::create(pod_shape(), Scope::default(), CacheSettings::default());
+        if with_feed {
+            p.attach(&mut w);
+        }
+        w.replace(Objects::new(), 1);
+        let events: Vec<_> =
+            (0..20_000u64).map(|i| CachedObject::decode(pod_json(i as usize % 500, 2 + i), &pod_shape()).unwrap()).collect();
+        let started = Instant::now();
+        for e in events {
+            w.event(EventType::Modified, e);
+        }
+        let took = started.elapsed() / 20_000;
+        if let Some(feed) = w.take_feed() {
+            feed.finish();
+        }
+        took
+    };
+    let (without, with) = (per_event(false), per_event(true));
+    println!(
+        "pods={n} object_bytes={object_bytes} (avg {} B) file_after_list={after_list} ({:.2}x) whole_commit={whole_commit:?} \
+         churn_2x{n}_events={churn:?} file_after_churn={after_churn} ({:.2}x) load={load:?} \
+         apply_per_event_without_feed={without:?} with_feed={with:?}",
+        object_bytes / n,
+        after_list as f64 / object_bytes as f64,
+        after_churn as f64 / object_bytes as f64,
+    );
 }
