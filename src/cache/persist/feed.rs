@@ -1,17 +1,19 @@
 //! Off the hot path: what the cache's writer applied, carried to a thread
 //! that commits it to the resource's [`DiskStore`] in batches.
 //!
-//! The writer only offers each change to a bounded channel (`try_send`, a
-//! few tens of nanoseconds, never a wait): fan-out latency does not depend
-//! on the disk. The thread takes whatever has queued since its last commit
-//! as one batch (one transaction, one fsync), so the commit rate adapts to
-//! the disk: a slow disk makes fewer, larger batches.
+//! The writer only appends each change to a bounded queue under a short
+//! lock, never a wait for the disk, and wakes the thread only when the queue
+//! was empty: under a stream of events that is once per commit, not once
+//! per event, so fan-out latency does not depend on the disk (figures in
+//! docs/node-local.md). The thread takes whatever has queued since its last
+//! commit as one batch (one transaction, one fsync), so the commit rate
+//! adapts to the disk: a slow disk makes fewer, larger batches.
 //!
-//! When the channel is full (the disk cannot keep up, or is failing), the
+//! When the queue is full (the disk cannot keep up, or is failing), the
 //! change is dropped and the feed marked as behind: the next commit is the
 //! cache's whole current state (an O(1) snapshot of the store) instead of
-//! the queued changes, which then are all older than it and skipped. The
-//! cache never waits for the disk; the disk catches up by rewriting.
+//! the queued changes, which are all older than it. The cache never waits
+//! for the disk; the disk catches up by rewriting.
 //!
 //! A commit that fails (a full disk) is logged and counted, the resource is
 //! marked degraded (memory-only), and after a pause the thread tries again
@@ -20,15 +22,16 @@
 //! upstream watch (or its 410 and a relist) brings up to date.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use parking_lot::{Condvar, Mutex};
 
 use super::disk::{Batch, DiskStore};
 use crate::cache::resource::{ChangeSink, ResourceCache};
 use crate::cache::state::event::CacheEvent;
+use crate::cache::state::object::ObjectKey;
 use crate::encode::watch::EventType;
 use crate::error::error_chain;
 use crate::metrics as m;
@@ -38,9 +41,6 @@ use crate::metrics as m;
 /// objects are shared with the cache).
 const QUEUE: usize = 8192;
 
-/// The most changes one batch takes, so a commit stays short.
-const MAX_BATCH: usize = 4096;
-
 /// How long the thread waits after a failed commit before it tries again.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
 
@@ -48,57 +48,98 @@ const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 enum Note {
     /// One applied event: the key's new bytes (`None`: deleted) at `rv`.
-    Changed { rv: u64, key: crate::cache::state::object::ObjectKey, json: Option<Bytes> },
+    Changed { rv: u64, key: ObjectKey, json: Option<Bytes> },
     /// Nothing changed up to `rv` (a bookmark).
     Version(u64),
     /// The store was replaced (a list): write it all.
     Whole,
 }
 
+/// What waits for the thread, behind one lock.
+#[derive(Debug, Default)]
+struct Pending {
+    notes: Vec<Note>,
+    /// A note was dropped on a full queue: write the whole state.
+    behind: bool,
+    /// The writer is gone: commit what is left, then end.
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct Queue {
+    pending: Mutex<Pending>,
+    /// Signalled when `pending` stops being empty, or closes.
+    ready: Condvar,
+    capacity: usize,
+    /// Changes dropped on a full queue (tests look).
+    dropped: AtomicU64,
+}
+
 /// The writer's end; dropping it ends the thread after its last commit.
 #[derive(Debug)]
 pub(crate) struct Feed {
-    tx: mpsc::Sender<Note>,
-    behind: Arc<AtomicBool>,
-    /// Changes not queued because the queue was full (tests look).
-    dropped: Arc<AtomicU64>,
-    /// Joined only by tests; otherwise the thread ends with the channel.
+    queue: Arc<Queue>,
+    /// Joined only by tests; otherwise the thread ends on its own.
     #[cfg(test)]
-    thread: std::thread::JoinHandle<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Feed {
     /// Starts the thread that persists `cache` into `store`; `about` is the
-    /// resource's description, written with every whole batch.
+    /// resource's description, written with whole batches and a store's
+    /// first commit. `written_rv`: the version the store is at.
     pub(crate) fn start(cache: Arc<ResourceCache>, store: DiskStore, about: Bytes, written_rv: u64) -> Self {
         Self::with_queue(cache, store, about, written_rv, QUEUE)
     }
 
-    fn with_queue(cache: Arc<ResourceCache>, store: DiskStore, about: Bytes, written_rv: u64, queue: usize) -> Self {
-        let (tx, rx) = mpsc::channel(queue);
-        let behind = Arc::new(AtomicBool::new(false));
-        let persister = Persister { cache, store, about, written_rv, behind: behind.clone(), degraded: false };
+    fn with_queue(cache: Arc<ResourceCache>, store: DiskStore, about: Bytes, written_rv: u64, capacity: usize) -> Self {
+        let queue = Arc::new(Queue {
+            pending: Mutex::new(Pending::default()),
+            ready: Condvar::new(),
+            capacity,
+            dropped: AtomicU64::new(0),
+        });
+        let persister = Persister { cache, store, about, written_rv, degraded: false };
         let name = format!("persist-{}", persister.cache.label());
+        let q = queue.clone();
         let thread = std::thread::Builder::new()
             .name(name.chars().take(15).collect())
-            .spawn(move || persister.run(rx))
+            .spawn(move || persister.run(&q))
             .expect("spawning a persist thread");
         #[cfg(not(test))]
         drop(thread);
         Self {
-            tx,
-            behind,
-            dropped: Arc::default(),
+            queue,
             #[cfg(test)]
-            thread,
+            thread: Some(thread),
         }
     }
 
     fn offer(&self, note: Note) {
-        if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(note) {
+        let mut pending = self.queue.pending.lock();
+        if pending.notes.len() >= self.queue.capacity {
             // Not waited for: the next commit rewrites everything instead.
-            self.behind.store(true, Ordering::Release);
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            pending.behind = true;
+            drop(pending);
+            self.queue.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let was_empty = pending.notes.is_empty();
+        pending.notes.push(note);
+        drop(pending);
+        if was_empty {
+            self.queue.ready.notify_one();
+        }
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.queue.pending.lock().closed = true;
+        self.queue.ready.notify_one();
+        #[cfg(test)]
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("the persist thread");
         }
     }
 }
@@ -117,12 +158,9 @@ impl ChangeSink for Feed {
         self.offer(Note::Whole);
     }
 
+    /// Dropping a test build's feed joins its thread.
     #[cfg(test)]
-    fn finish(self: Box<Self>) {
-        let Self { tx, thread, .. } = *self;
-        drop(tx);
-        thread.join().expect("the persist thread");
-    }
+    fn finish(self: Box<Self>) {}
 }
 
 struct Persister {
@@ -131,12 +169,11 @@ struct Persister {
     about: Bytes,
     /// The version of the last commit: notes at or below it are in the store.
     written_rv: u64,
-    behind: Arc<AtomicBool>,
     degraded: bool,
 }
 
 impl Persister {
-    fn run(mut self, mut rx: mpsc::Receiver<Note>) {
+    fn run(mut self, queue: &Queue) {
         let label = self.cache.label().to_owned();
         let commits_batch = metrics::counter!(m::PERSIST_COMMITS, "resource" => label.clone(), "kind" => "batch");
         let commits_whole = metrics::counter!(m::PERSIST_COMMITS, "resource" => label.clone(), "kind" => "whole");
@@ -144,20 +181,19 @@ impl Persister {
         let degraded = metrics::gauge!(m::PERSIST_DEGRADED, "resource" => label.clone());
         let duration = metrics::histogram!(m::PERSIST_COMMIT_DURATION, "resource" => label.clone());
         degraded.set(0.0);
-        let mut notes = Vec::new();
-        while let Some(first) = rx.blocking_recv() {
-            notes.clear();
-            notes.push(first);
-            while notes.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(note) => notes.push(note),
-                    Err(_) => break,
+        loop {
+            let (mut notes, behind) = {
+                let mut pending = queue.pending.lock();
+                while pending.notes.is_empty() && !pending.behind && !pending.closed {
+                    queue.ready.wait(&mut pending);
                 }
-            }
+                if pending.notes.is_empty() && !pending.behind {
+                    return; // closed, and everything committed
+                }
+                (std::mem::take(&mut pending.notes), std::mem::take(&mut pending.behind))
+            };
             // A failed commit left the store behind the notes: rewrite it.
-            let whole = self.behind.swap(false, Ordering::AcqRel)
-                || self.degraded
-                || notes.iter().any(|n| matches!(n, Note::Whole));
+            let whole = behind || self.degraded || notes.iter().any(|n| matches!(n, Note::Whole));
             let batch = if whole { self.whole_batch() } else { self.coalesce(&mut notes) };
             let Some(batch) = batch else { continue };
             let started = Instant::now();
@@ -179,7 +215,7 @@ impl Persister {
                     }
                     self.degraded = true;
                     degraded.set(1.0);
-                    // Meanwhile the channel fills and the feed marks itself
+                    // Meanwhile the queue fills and the feed marks itself
                     // behind: the cache never waits for this.
                     std::thread::sleep(RETRY_AFTER_FAILURE);
                 }

@@ -203,8 +203,9 @@ async fn measure_persist() {
             p.attach(&mut w);
         }
         w.replace(Objects::new(), 1);
-        let events: Vec<_> =
-            (0..20_000u64).map(|i| CachedObject::decode(pod_json(i as usize % 500, 2 + i), &pod_shape()).unwrap()).collect();
+        let events: Vec<_> = (0..20_000u64)
+            .map(|i| CachedObject::decode(pod_json(i as usize % 500, 2 + i), &pod_shape()).unwrap())
+            .collect();
         let started = Instant::now();
         for e in events {
             w.event(EventType::Modified, e);

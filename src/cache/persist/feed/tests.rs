@@ -53,7 +53,7 @@ async fn a_feed_that_falls_behind_writes_the_whole_state_instead_of_blocking() {
     let mut w = writer();
     let store = DiskStore::open(&path).unwrap();
     let feed = Feed::with_queue(w.cache().clone(), store, Bytes::from_static(b"{}"), 0, 1);
-    let dropped = feed.dropped.clone();
+    let queue = feed.queue.clone();
     w.persist_to(Box::new(feed));
     w.replace(Objects::new(), 1);
     for rv in 2..600u64 {
@@ -65,6 +65,6 @@ async fn a_feed_that_falls_behind_writes_the_whole_state_instead_of_blocking() {
         }
     }
     w.take_feed().unwrap().finish();
-    assert!(dropped.load(Ordering::Relaxed) > 0, "a queue of one should have been full at times");
+    assert!(queue.dropped.load(Ordering::Relaxed) > 0, "a queue of one should have been full at times");
     assert_eq!(on_disk(&path), in_memory(w.cache()));
 }
