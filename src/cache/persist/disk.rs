@@ -183,6 +183,14 @@ impl DiskStore {
     }
 }
 
+#[cfg(test)]
+impl DiskStore {
+    /// Compacts the file (measurements).
+    pub(crate) fn compact(&mut self) -> bool {
+        self.db.compact().expect("compacting")
+    }
+}
+
 /// Moves a store that failed its check out of the way (`<name>.bad-<unix
 /// seconds>`, kept for a post-mortem), so the resource starts cold and the
 /// bad file is never read again. Returns where it went.

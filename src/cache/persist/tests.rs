@@ -189,6 +189,10 @@ async fn measure_persist() {
     w.take_feed().unwrap().finish();
     let churn = started.elapsed();
     let after_churn = std::fs::metadata(&path).unwrap().len();
+    let mut store = DiskStore::open(&path).unwrap();
+    while store.compact() {}
+    drop(store);
+    let compacted = std::fs::metadata(&path).unwrap().len();
     let started = Instant::now();
     let restored = p.restore_all(&CacheSettings::default(), &HashMap::new());
     let load = started.elapsed();
@@ -219,10 +223,77 @@ async fn measure_persist() {
     let (without, with) = (per_event(false), per_event(true));
     println!(
         "pods={n} object_bytes={object_bytes} (avg {} B) file_after_list={after_list} ({:.2}x) whole_commit={whole_commit:?} \
-         churn_2x{n}_events={churn:?} file_after_churn={after_churn} ({:.2}x) load={load:?} \
+         churn_2x{n}_events={churn:?} file_after_churn={after_churn} ({:.2}x) compacted={compacted} ({:.2}x) load={load:?} \
          apply_per_event_without_feed={without:?} with_feed={with:?}",
         object_bytes / n,
         after_list as f64 / object_bytes as f64,
         after_churn as f64 / object_bytes as f64,
+        compacted as f64 / object_bytes as f64,
     );
+}
+
+/// An upstream that has compacted past every version: watches get 410, the
+/// list answers `list` (at 20).
+async fn compacted_upstream(list: &'static str) -> Arc<crate::upstream::Upstream> {
+    use http::{Request, Response, StatusCode};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| async move {
+                let watch = req.uri().query().unwrap_or_default().contains("watch=true");
+                let resp = if watch {
+                    let gone =
+                        r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Expired","code":410}"#;
+                    let mut resp = Response::new(crate::body::full(gone));
+                    *resp.status_mut() = StatusCode::GONE;
+                    resp
+                } else {
+                    Response::new(crate::body::full(list))
+                };
+                Ok::<_, std::convert::Infallible>(resp)
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+        }
+    });
+    let cfg = crate::upstream::kubeconfig::UpstreamConfig::for_test(&format!("http://{addr}"));
+    Arc::new(crate::upstream::Upstream::new(&cfg, crate::upstream::UpstreamOptions::default()).unwrap())
+}
+
+/// The upstream no longer has the stored version: the resumed watch's 410
+/// is an ordinary relist, whose difference reaches a watcher that started
+/// from the stored version as events, and which confirms the cache.
+#[tokio::test]
+async fn a_410_on_resuming_from_the_stored_version_relists_with_the_gap_rule() {
+    use crate::cache::sync::reflector::{Reflector, ReflectorState};
+    const LIST: &str = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"20"},"items":[
+        {"metadata":{"name":"b","namespace":"ns","resourceVersion":"10"},"data":{"k":"v"}},
+        {"metadata":{"name":"d","namespace":"ns","resourceVersion":"18"},"data":{"k":"v"}}]}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let p = persistence(dir.path(), &["configmaps"]);
+    cache_and_stop(&p); // a, b at 10, c at 12, store at 13
+    let restored = p.restore_all(&CacheSettings::default(), &HashMap::new()).pop().unwrap();
+    let cache = restored.writer.cache().clone();
+    let watcher = cache.register(Filter::default(), StartAt::After(13)).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let reflector = Reflector::new(restored.writer, compacted_upstream(LIST).await, Arc::default());
+    tokio::spawn(reflector.run_from(ReflectorState::Watching { rv: restored.rv }, stop.clone()));
+    assert!(cache.wait_for_rv(20, std::time::Duration::from_secs(10)).await, "relisted");
+    assert!(!cache.is_unconfirmed());
+    let waker = std::task::Waker::noop().clone();
+    let mut seen = Vec::new();
+    while let Ok(crate::cache::delivery::watcher::Next::Event(d)) = watcher.handle.take(&waker) {
+        seen.push((d.kind, d.object().key.name.clone()));
+    }
+    seen.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(
+        seen,
+        [(EventType::Deleted, "a".into()), (EventType::Deleted, "c".into()), (EventType::Added, "d".into())],
+        "the difference from the stored state, nothing lost"
+    );
+    let names: Vec<_> = cache.snapshot().objects.keys().map(|k| k.name.clone()).collect();
+    assert_eq!(names, ["b", "d"]);
+    stop.cancel();
 }
