@@ -157,6 +157,13 @@ pub struct Args {
     #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "persist_dir")]
     pub persist_resources: Vec<String>,
 
+    /// Encrypt the persisted objects at rest with AES-256-GCM, with the
+    /// 32-byte key this file holds in base64 (as the API server's aesgcm
+    /// EncryptionConfiguration keys). A store written with another key, or
+    /// without one, stops watchmux at start-up with the file to remove.
+    #[arg(long, value_name = "PATH", requires = "persist_dir")]
+    pub persist_encryption_key_file: Option<PathBuf>,
+
     /// While the upstream cannot be reached, answer consistent LISTs and
     /// watch-lists from the cache's unproven state (the last state it knew)
     /// instead of failing them; logged per resource and shown by

@@ -20,9 +20,11 @@
 //! - [`disk`]: one resource's redb file, committed batch by batch.
 //! - [`feed`]: the thread that carries what the cache's writer applied to
 //!   the disk, off the hot path.
+//! - [`seal`]: encryption at rest (`--persist-encryption-key-file`).
 
 pub(crate) mod disk;
 pub(crate) mod feed;
+pub(crate) mod seal;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -32,8 +34,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use self::disk::{DiskError, DiskStore, Loaded};
+use self::disk::{DiskStore, Loaded};
 use self::feed::Feed;
+use self::seal::Sealer;
 use super::catalog::resolve::GroupResource;
 use super::resource::{CacheSettings, ResourceCache, Scope, Writer};
 use super::resource_info::ResourceInfo;
@@ -48,6 +51,8 @@ pub struct PersistConfig {
     /// Where the stores live; `None`: nothing is persisted.
     pub dir: Option<PathBuf>,
     pub resources: PersistSelection,
+    /// `--persist-encryption-key-file`: objects sealed with AES-256-GCM.
+    pub encryption_key_file: Option<PathBuf>,
     /// Answer consistent reads from a cache the upstream has not confirmed
     /// while it cannot be reached (`offline.rs`).
     pub serve_stale_when_unreachable: bool,
@@ -138,15 +143,27 @@ pub(crate) struct Restored {
 pub(crate) struct Persistence {
     dir: PathBuf,
     selection: PersistSelection,
+    sealer: Option<Arc<Sealer>>,
+}
+
+/// How a stored object's sealed bytes are bound to where they belong
+/// (AES-GCM's associated data).
+pub(crate) fn sealed_as(resource: &str, key: &super::state::object::ObjectKey) -> Vec<u8> {
+    format!("{resource}|{}/{}", key.namespace, key.name).into_bytes()
 }
 
 impl Persistence {
     /// `None` without `--persist-dir`. The directory is made, or narrowed,
     /// to 0700.
-    pub(crate) fn new(config: &PersistConfig) -> Result<Option<Self>, DiskError> {
+    /// A key file that cannot be read is a start-up error.
+    pub(crate) fn new(config: &PersistConfig) -> anyhow::Result<Option<Self>> {
         let Some(dir) = &config.dir else { return Ok(None) };
         disk::prepare_dir(dir)?;
-        Ok(Some(Self { dir: dir.clone(), selection: config.resources.clone() }))
+        let sealer = match &config.encryption_key_file {
+            Some(path) => Some(Arc::new(Sealer::from_file(path)?)),
+            None => None,
+        };
+        Ok(Some(Self { dir: dir.clone(), selection: config.resources.clone(), sealer }))
     }
 
     pub(crate) fn persists(&self, gr: &GroupResource) -> bool {
@@ -168,7 +185,7 @@ impl Persistence {
         match DiskStore::open(&path) {
             Ok(store) => {
                 let about = About::of(&cache.shape, &cache.scope).encode();
-                writer.persist_to(Box::new(Feed::start(cache, store, about, 0)));
+                writer.persist_to(Box::new(Feed::start(cache, store, about, self.sealer.clone(), 0)));
             }
             Err(err) => {
                 metrics::counter!(m::PERSIST_WRITE_ERRORS, "resource" => cache.label().to_owned()).increment(1);
@@ -180,17 +197,18 @@ impl Persistence {
 
     /// Every store in the directory that can be served, loaded into a cache
     /// of its own (with its feed attached); the others moved aside or
-    /// deleted, as the module says.
+    /// deleted, as the module says. A store sealed with another key than the
+    /// one given (or with none given) is an error: the operator decides.
     pub(crate) fn restore_all(
         &self,
         settings: &CacheSettings,
         scopes: &HashMap<GroupResource, Scope>,
-    ) -> Vec<Restored> {
+    ) -> anyhow::Result<Vec<Restored>> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(err) => {
                 tracing::error!(dir = %self.dir.display(), error = %err, "cannot read the persist directory; starting cold");
-                return Vec::new();
+                return Ok(Vec::new());
             }
         };
         let mut paths: Vec<PathBuf> = entries
@@ -198,7 +216,11 @@ impl Persistence {
             .filter(|p| p.extension().is_some_and(|x| x == "redb"))
             .collect();
         paths.sort();
-        paths.into_iter().filter_map(|path| self.restore(&path, settings, scopes)).collect()
+        let mut restored = Vec::new();
+        for path in paths {
+            restored.extend(self.restore(&path, settings, scopes)?);
+        }
+        Ok(restored)
     }
 
     fn restore(
@@ -206,59 +228,81 @@ impl Persistence {
         path: &Path,
         settings: &CacheSettings,
         scopes: &HashMap<GroupResource, Scope>,
-    ) -> Option<Restored> {
+    ) -> anyhow::Result<Option<Restored>> {
         let started = Instant::now();
         let (store, loaded) = match DiskStore::open(path).and_then(|s| s.load().map(|l| (s, l))) {
             Ok((store, Some(loaded))) => (store, loaded),
             Ok((store, None)) => {
                 drop(store);
                 remove(path, "it holds nothing");
-                return None;
+                return Ok(None);
             }
-            Err(err) => return move_aside(path, None, &error_chain(&err)),
+            Err(err) => return Ok(move_aside(path, None, &error_chain(&err))),
         };
         let about: About = match serde_json::from_slice(&loaded.about) {
             Ok(about) => about,
-            Err(err) => return move_aside(path, None, &format!("its resource cannot be read: {err}")),
+            Err(err) => return Ok(move_aside(path, None, &format!("its resource cannot be read: {err}"))),
         };
         let gr = about.group_resource();
         if !self.selection.persists(&gr) {
             drop(store);
             remove(path, "its resource is not in --persist-resources any more");
-            return None;
+            return Ok(None);
         }
         let scope = scopes.get(&gr).cloned().unwrap_or_default();
         if scope.query != about.scope {
             drop(store);
             remove(path, "its resource's --cache-scope changed");
-            return None;
+            return Ok(None);
         }
         let shape = about.shape();
         let label = shape.info.qualified_resource();
         if self.path_for(&shape.info) != path {
-            return move_aside(path, Some(&label), "its name does not match the resource it holds");
+            return Ok(move_aside(path, Some(&label), "its name does not match the resource it holds"));
+        }
+        match (&loaded.key_check, &self.sealer) {
+            (Some(check), Some(sealer)) if !sealer.is_key_of(check) => anyhow::bail!(
+                "{}: sealed with another key than --persist-encryption-key-file; give the key it was written with, or remove the file to start {label} cold",
+                path.display()
+            ),
+            (Some(_), None) => anyhow::bail!(
+                "{}: encrypted, and no --persist-encryption-key-file is given; give its key, or remove the file to start {label} cold",
+                path.display()
+            ),
+            (None, Some(_)) => {
+                drop(store);
+                remove(path, "it is stored in clear and --persist-encryption-key-file is given");
+                return Ok(None);
+            }
+            _ => {}
         }
         let (rv, count) = (loaded.rv, loaded.objects.len());
-        let objects = match decode_all(loaded, &shape) {
+        let objects = match decode_all(loaded, &shape, &label, self.sealer.as_deref()) {
             Ok(objects) => objects,
-            Err(why) => return move_aside(path, Some(&label), &why),
+            Err(why) => return Ok(move_aside(path, Some(&label), &why)),
         };
         let mut writer = ResourceCache::create(shape, scope, settings.clone());
         writer.restore(objects, rv);
         let about = About::of(&writer.cache().shape, &writer.cache().scope).encode();
-        writer.persist_to(Box::new(Feed::start(writer.cache().clone(), store, about, rv)));
+        writer.persist_to(Box::new(Feed::start(writer.cache().clone(), store, about, self.sealer.clone(), rv)));
         let took = started.elapsed();
         metrics::gauge!(m::PERSIST_LOAD_DURATION, "resource" => label.clone()).set(took.as_secs_f64());
         tracing::info!(resource = %label, objects = count, rv, took = ?took, "cache loaded from disk; unconfirmed until the upstream answers");
-        Some(Restored { writer, rv })
+        Ok(Some(Restored { writer, rv }))
     }
 }
 
 /// Every stored object decoded as the cache holds it, each under the key it
 /// was stored with: anything else is a store not to be trusted.
-fn decode_all(loaded: Loaded, shape: &ObjectShape) -> Result<Objects, String> {
+fn decode_all(loaded: Loaded, shape: &ObjectShape, label: &str, sealer: Option<&Sealer>) -> Result<Objects, String> {
     let mut objects = Objects::new();
-    for (key, json) in loaded.objects {
+    for (key, stored) in loaded.objects {
+        let json = match sealer {
+            Some(sealer) => sealer
+                .open(&sealed_as(label, &key), &stored)
+                .map_err(|_| format!("object {key:?} does not open with the key (altered)"))?,
+            None => stored,
+        };
         let object = CachedObject::decode(json, shape).map_err(|e| format!("object {key:?} does not decode: {e}"))?;
         if object.key != key {
             return Err(format!("object stored as {key:?} is {:?}", object.key));

@@ -118,15 +118,16 @@ impl Registry {
     /// At start-up, before the upstream is asked anything: every persisted
     /// resource that loads is a ready (unconfirmed) cache, whose reflector
     /// resumes the upstream watch from the stored version.
-    pub(crate) fn restore_persisted(&self) {
-        let Some(persistence) = &self.persistence else { return };
-        for restored in persistence.restore_all(&self.config.settings, &self.config.scopes) {
+    pub(crate) fn restore_persisted(&self) -> anyhow::Result<()> {
+        let Some(persistence) = &self.persistence else { return Ok(()) };
+        for restored in persistence.restore_all(&self.config.settings, &self.config.scopes)? {
             let info = &restored.writer.cache().shape.info;
             let key = (info.group.clone(), info.version.clone(), info.resource.clone());
             self.caches.insert(key.clone(), restored.writer.cache().clone());
             self.restored.store(true, std::sync::atomic::Ordering::Release);
             self.run_cache(key, restored.writer, ReflectorState::Watching { rv: restored.rv });
         }
+        Ok(())
     }
 
     /// Whether `--cache-warm` asks for every configured cache at start-up.

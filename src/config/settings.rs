@@ -119,6 +119,7 @@ impl super::Args {
         PersistConfig {
             dir: self.persist_dir.clone(),
             resources,
+            encryption_key_file: self.persist_encryption_key_file.clone(),
             serve_stale_when_unreachable: self.serve_stale_when_upstream_unreachable,
         }
     }

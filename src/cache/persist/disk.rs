@@ -25,7 +25,8 @@ use crate::cache::state::object::ObjectKey;
 
 /// (namespace, name) → the object's JSON, as a watch event carries it.
 const OBJECTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("objects");
-/// `rv` (u64, big-endian), `about` (the resource, JSON), `format`.
+/// `rv` (u64, big-endian), `about` (the resource, JSON), `format`, and with
+/// encryption at rest `key_check` (`seal.rs`).
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 /// Bumped when what is stored changes meaning: a file of another format is
@@ -68,6 +69,8 @@ pub(crate) struct Loaded {
     pub rv: u64,
     /// What the writer said about the resource (`persist::About`, JSON).
     pub about: Bytes,
+    /// A value sealed with the store's key, when its objects are encrypted.
+    pub key_check: Option<Bytes>,
     pub objects: Vec<(ObjectKey, Bytes)>,
 }
 
@@ -80,6 +83,8 @@ pub(crate) struct Batch {
     pub whole: bool,
     /// Written with every whole batch.
     pub about: Option<Bytes>,
+    /// Written with `about`, when objects are encrypted.
+    pub key_check: Option<Bytes>,
     /// New bytes for a key (`Some`), or its deletion (`None`).
     pub changes: Vec<(ObjectKey, Option<Bytes>)>,
 }
@@ -137,6 +142,7 @@ impl DiskStore {
         }
         let rv = get("rv")?.and_then(|v| <[u8; 8]>::try_from(v).ok()).map(u64::from_be_bytes);
         let (Some(rv), Some(about)) = (rv, get("about")?) else { return Err(bad("no version or no resource")) };
+        let key_check = get("key_check")?.map(Bytes::from);
         let table = txn.open_table(OBJECTS).map_err(|e| read_err(e.into()))?;
         let mut objects = Vec::with_capacity(table.len().map_err(|e| read_err(e.into()))? as usize);
         for entry in table.iter().map_err(|e| read_err(e.into()))? {
@@ -147,7 +153,7 @@ impl DiskStore {
                 Bytes::copy_from_slice(value.value()),
             ));
         }
-        Ok(Some(Loaded { rv, about: Bytes::from(about), objects }))
+        Ok(Some(Loaded { rv, about: Bytes::from(about), key_check, objects }))
     }
 
     /// Commits `batch` in one durable transaction (fsync before it
@@ -177,6 +183,9 @@ impl DiskStore {
             meta.insert("rv", &batch.rv.to_be_bytes()[..]).map_err(|e| write_err(e.into()))?;
             if let Some(about) = &batch.about {
                 meta.insert("about", &about[..]).map_err(|e| write_err(e.into()))?;
+            }
+            if let Some(check) = &batch.key_check {
+                meta.insert("key_check", &check[..]).map_err(|e| write_err(e.into()))?;
             }
         }
         txn.commit().map_err(|e| write_err(e.into()))

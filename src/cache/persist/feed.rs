@@ -29,6 +29,7 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
 use super::disk::{Batch, DiskStore};
+use super::seal::Sealer;
 use crate::cache::resource::{ChangeSink, ResourceCache};
 use crate::cache::state::event::CacheEvent;
 use crate::cache::state::object::ObjectKey;
@@ -88,18 +89,23 @@ impl Feed {
     /// Starts the thread that persists `cache` into `store`; `about` is the
     /// resource's description, written with whole batches and a store's
     /// first commit. `written_rv`: the version the store is at.
-    pub(crate) fn start(cache: Arc<ResourceCache>, store: DiskStore, about: Bytes, written_rv: u64) -> Self {
-        Self::with_queue(cache, store, about, written_rv, QUEUE)
+    pub(crate) fn start(
+        cache: Arc<ResourceCache>,
+        store: DiskStore,
+        about: Bytes,
+        sealer: Option<Arc<Sealer>>,
+        written_rv: u64,
+    ) -> Self {
+        Self::with_queue(Persister { cache, store, about, sealer, written_rv, degraded: false }, QUEUE)
     }
 
-    fn with_queue(cache: Arc<ResourceCache>, store: DiskStore, about: Bytes, written_rv: u64, capacity: usize) -> Self {
+    fn with_queue(persister: Persister, capacity: usize) -> Self {
         let queue = Arc::new(Queue {
             pending: Mutex::new(Pending::default()),
             ready: Condvar::new(),
             capacity,
             dropped: AtomicU64::new(0),
         });
-        let persister = Persister { cache, store, about, written_rv, degraded: false };
         let name = format!("persist-{}", persister.cache.label());
         let q = queue.clone();
         let thread = std::thread::Builder::new()
@@ -167,6 +173,8 @@ struct Persister {
     cache: Arc<ResourceCache>,
     store: DiskStore,
     about: Bytes,
+    /// Encryption at rest (`seal.rs`), done here, off the writer's path.
+    sealer: Option<Arc<Sealer>>,
     /// The version of the last commit: notes at or below it are in the store.
     written_rv: u64,
     degraded: bool,
@@ -226,8 +234,14 @@ impl Persister {
     /// The cache's whole current state.
     fn whole_batch(&self) -> Option<Batch> {
         let snapshot = self.cache.snapshot();
-        let changes = snapshot.objects.iter().map(|(k, o)| (k.clone(), Some(o.json().clone()))).collect();
-        Some(Batch { rv: snapshot.rv, whole: true, about: Some(self.about.clone()), changes })
+        let changes = snapshot.objects.iter().map(|(k, o)| (k.clone(), Some(self.stored(k, o.json())))).collect();
+        Some(Batch {
+            rv: snapshot.rv,
+            whole: true,
+            about: Some(self.about.clone()),
+            key_check: self.key_check(),
+            changes,
+        })
     }
 
     /// The queued changes newer than the store, last one per key winning;
@@ -239,15 +253,35 @@ impl Persister {
             match note {
                 Note::Changed { rv: at, key, json } if at > self.written_rv => {
                     rv = rv.max(at);
-                    latest.insert(key, json);
+                    let stored = json.map(|j| self.stored(&key, &j));
+                    latest.insert(key, stored);
                 }
                 Note::Version(at) => rv = rv.max(at),
                 Note::Changed { .. } | Note::Whole => {}
             }
         }
         // A store's first commit names its resource, whatever kind it is.
-        let about = (self.written_rv == 0).then(|| self.about.clone());
-        (rv > self.written_rv).then(|| Batch { rv, whole: false, about, changes: latest.into_iter().collect() })
+        let first = self.written_rv == 0;
+        let (about, key_check) = if first { (Some(self.about.clone()), self.key_check()) } else { (None, None) };
+        (rv > self.written_rv).then(|| Batch {
+            rv,
+            whole: false,
+            about,
+            key_check,
+            changes: latest.into_iter().collect(),
+        })
+    }
+
+    /// An object's bytes as stored: sealed when encryption is on.
+    fn stored(&self, key: &ObjectKey, json: &Bytes) -> Bytes {
+        match &self.sealer {
+            Some(sealer) => sealer.seal(&super::sealed_as(self.cache.label(), key), json),
+            None => json.clone(),
+        }
+    }
+
+    fn key_check(&self) -> Option<Bytes> {
+        self.sealer.as_ref().map(|s| s.key_check())
     }
 }
 

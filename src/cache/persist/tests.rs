@@ -12,6 +12,7 @@ fn persistence(dir: &Path, named: &[&str]) -> Persistence {
             all_but_secrets: false,
             named: named.iter().map(|n| GroupResource::parse(n)).collect(),
         },
+        encryption_key_file: None,
         serve_stale_when_unreachable: false,
     };
     Persistence::new(&config).unwrap().unwrap()
@@ -43,7 +44,7 @@ async fn a_restart_serves_what_was_cached_at_its_version_unconfirmed() {
     let dir = tempfile::tempdir().unwrap();
     let p = persistence(dir.path(), &["configmaps"]);
     let cached = cache_and_stop(&p);
-    let restored = p.restore_all(&CacheSettings::default(), &HashMap::new());
+    let restored = p.restore_all(&CacheSettings::default(), &HashMap::new()).unwrap();
     assert_eq!(restored.len(), 1);
     let r = &restored[0];
     assert_eq!(r.rv, 13);
@@ -69,7 +70,7 @@ async fn a_store_that_fails_its_check_is_moved_aside_and_the_resource_starts_col
     let p = persistence(dir.path(), &["configmaps"]);
     let path = dir.path().join("configmaps.v1.core.redb");
     std::fs::write(&path, vec![0xa5; 4096]).unwrap();
-    assert!(p.restore_all(&CacheSettings::default(), &HashMap::new()).is_empty());
+    assert!(p.restore_all(&CacheSettings::default(), &HashMap::new()).unwrap().is_empty());
     assert!(!path.exists());
     let aside: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(aside.len(), 1);
@@ -83,7 +84,7 @@ async fn a_store_that_fails_its_check_is_moved_aside_and_the_resource_starts_col
     );
     store.commit(&disk::Batch { rv: 13, changes: vec![(key, Some(broken))], ..disk::Batch::default() }).unwrap();
     drop(store);
-    assert!(p.restore_all(&CacheSettings::default(), &HashMap::new()).is_empty());
+    assert!(p.restore_all(&CacheSettings::default(), &HashMap::new()).unwrap().is_empty());
     assert!(!path.exists(), "moved aside");
 }
 
@@ -92,13 +93,15 @@ async fn a_store_no_longer_chosen_or_of_another_scope_is_deleted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("configmaps.v1.core.redb");
     cache_and_stop(&persistence(dir.path(), &["configmaps"]));
-    assert!(persistence(dir.path(), &["pods"]).restore_all(&CacheSettings::default(), &HashMap::new()).is_empty());
+    assert!(
+        persistence(dir.path(), &["pods"]).restore_all(&CacheSettings::default(), &HashMap::new()).unwrap().is_empty()
+    );
     assert!(!path.exists(), "no longer persisted: deleted, not left to go stale");
     let p = persistence(dir.path(), &["configmaps"]);
     cache_and_stop(&p);
     let scoped = Scope { query: vec![("labelSelector".into(), "app=x".into())], ..Scope::default() };
     let scopes = HashMap::from([(GroupResource::parse("configmaps"), scoped)]);
-    assert!(p.restore_all(&CacheSettings::default(), &scopes).is_empty());
+    assert!(p.restore_all(&CacheSettings::default(), &scopes).unwrap().is_empty());
     assert!(!path.exists(), "cached under another scope: deleted");
 }
 
@@ -194,7 +197,7 @@ async fn measure_persist() {
     drop(store);
     let compacted = std::fs::metadata(&path).unwrap().len();
     let started = Instant::now();
-    let restored = p.restore_all(&CacheSettings::default(), &HashMap::new());
+    let restored = p.restore_all(&CacheSettings::default(), &HashMap::new()).unwrap();
     let load = started.elapsed();
     assert_eq!(restored[0].writer.cache().snapshot().objects.len(), n);
     // The writer's hot path with and without a feed (no watchers: the
@@ -274,7 +277,7 @@ async fn a_410_on_resuming_from_the_stored_version_relists_with_the_gap_rule() {
     let dir = tempfile::tempdir().unwrap();
     let p = persistence(dir.path(), &["configmaps"]);
     cache_and_stop(&p); // a, b at 10, c at 12, store at 13
-    let restored = p.restore_all(&CacheSettings::default(), &HashMap::new()).pop().unwrap();
+    let restored = p.restore_all(&CacheSettings::default(), &HashMap::new()).unwrap().pop().unwrap();
     let cache = restored.writer.cache().clone();
     let watcher = cache.register(Filter::default(), StartAt::After(13)).unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -296,4 +299,45 @@ async fn a_410_on_resuming_from_the_stored_version_relists_with_the_gap_rule() {
     let names: Vec<_> = cache.snapshot().objects.keys().map(|k| k.name.clone()).collect();
     assert_eq!(names, ["b", "d"]);
     stop.cancel();
+}
+
+fn sealed_persistence(dir: &Path, key: u8) -> anyhow::Result<Option<Persistence>> {
+    use base64::Engine;
+    let key_file = dir.join(format!("key-{key}"));
+    std::fs::write(&key_file, base64::engine::general_purpose::STANDARD.encode([key; 32])).unwrap();
+    let config = PersistConfig {
+        dir: Some(dir.join("store")),
+        resources: PersistSelection { all_but_secrets: false, named: [GroupResource::parse("configmaps")].into() },
+        encryption_key_file: Some(key_file),
+        serve_stale_when_unreachable: false,
+    };
+    Persistence::new(&config)
+}
+
+#[tokio::test]
+async fn encrypted_at_rest_opens_only_with_its_key_and_a_wrong_key_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = sealed_persistence(dir.path(), 1).unwrap().unwrap();
+    let cached = cache_and_stop(&p);
+    let file = std::fs::read(dir.path().join("store/configmaps.v1.core.redb")).unwrap();
+    assert!(!file.windows(8).any(|w| w == b"\"data\":{"), "an object's JSON is on disk in clear");
+    let restored = p.restore_all(&CacheSettings::default(), &HashMap::new()).unwrap();
+    assert_eq!(restored_objects(&restored[0]), cached, "the same bytes after opening");
+    drop(restored);
+    let wrong = sealed_persistence(dir.path(), 2).unwrap().unwrap();
+    let err = wrong.restore_all(&CacheSettings::default(), &HashMap::new()).err().expect("a start-up error");
+    assert!(err.to_string().contains("sealed with another key"), "{err}");
+    let no_key = persistence(&dir.path().join("store"), &["configmaps"]);
+    let err = no_key.restore_all(&CacheSettings::default(), &HashMap::new()).err().expect("a start-up error");
+    assert!(err.to_string().contains("no --persist-encryption-key-file"), "{err}");
+    assert!(dir.path().join("store/configmaps.v1.core.redb").exists(), "kept for the operator to decide");
+}
+
+#[tokio::test]
+async fn a_store_in_clear_is_dropped_once_encryption_is_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    cache_and_stop(&persistence(&dir.path().join("store"), &["configmaps"]));
+    let p = sealed_persistence(dir.path(), 1).unwrap().unwrap();
+    assert!(p.restore_all(&CacheSettings::default(), &HashMap::new()).unwrap().is_empty());
+    assert!(!dir.path().join("store/configmaps.v1.core.redb").exists());
 }

@@ -125,7 +125,7 @@ impl CacheService {
     /// and, with `--cache-warm`, starts every configured cache.
     pub(crate) async fn start(&self) -> anyhow::Result<()> {
         // Persisted caches first: they answer before the upstream does.
-        self.registry.restore_persisted();
+        self.registry.restore_persisted()?;
         self.registry.check_names().await?;
         if self.registry.warms() {
             let registry = self.registry.clone();

@@ -21,7 +21,7 @@ fn a_new_store_loads_nothing_and_a_commit_loads_back_exactly() {
     let path = dir.path().join("configmaps.v1.redb");
     let store = DiskStore::open(&path).unwrap();
     assert!(store.load().unwrap().is_none(), "never written: nothing to load");
-    let mut batch = Batch { rv: 7, whole: true, about: Some(Bytes::from_static(b"{}")), changes: Vec::new() };
+    let mut batch = Batch { rv: 7, whole: true, about: Some(Bytes::from_static(b"{}")), ..Batch::default() };
     batch.changes.push((key("a"), Some(Bytes::from_static(b"{\"a\":1}"))));
     batch.changes.push((key("b"), Some(Bytes::from_static(b"{\"b\":1}"))));
     store.commit(&batch).unwrap();
@@ -96,7 +96,7 @@ fn batch_for(v: u64) -> Batch {
     if whole {
         changes = expected_at(v).into_iter().map(|(k, b)| (k, Some(b))).collect();
     }
-    Batch { rv: v, whole, about: (whole || v == 1).then(|| Bytes::from_static(b"{}")), changes }
+    Batch { rv: v, whole, about: (whole || v == 1).then(|| Bytes::from_static(b"{}")), key_check: None, changes }
 }
 
 fn expected_at(v: u64) -> BTreeMap<ObjectKey, Bytes> {

@@ -25,7 +25,7 @@ async fn what_the_writer_applies_reaches_the_disk_with_its_version() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cm.redb");
     let mut w = writer();
-    let feed = Feed::start(w.cache().clone(), DiskStore::open(&path).unwrap(), Bytes::from_static(b"{}"), 0);
+    let feed = Feed::start(w.cache().clone(), DiskStore::open(&path).unwrap(), Bytes::from_static(b"{}"), None, 0);
     w.persist_to(Box::new(feed));
     let mut listed = Objects::new();
     for name in ["a", "b", "c"] {
@@ -52,7 +52,15 @@ async fn a_feed_that_falls_behind_writes_the_whole_state_instead_of_blocking() {
     let path = dir.path().join("cm.redb");
     let mut w = writer();
     let store = DiskStore::open(&path).unwrap();
-    let feed = Feed::with_queue(w.cache().clone(), store, Bytes::from_static(b"{}"), 0, 1);
+    let persister = Persister {
+        cache: w.cache().clone(),
+        store,
+        about: Bytes::from_static(b"{}"),
+        sealer: None,
+        written_rv: 0,
+        degraded: false,
+    };
+    let feed = Feed::with_queue(persister, 1);
     let queue = feed.queue.clone();
     w.persist_to(Box::new(feed));
     w.replace(Objects::new(), 1);
