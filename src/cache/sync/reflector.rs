@@ -88,11 +88,15 @@ pub(crate) struct Reflector {
     schemas: Arc<SchemaChecker>,
     failures: u32,
     started: bool,
+    /// False for a cache loaded from disk until the served schema has been
+    /// checked once (a list checks it beside itself; a resumed watch
+    /// has no list): protobuf stays as the table says until then.
+    schema_checked: bool,
 }
 
 impl Reflector {
     pub(crate) fn new(cache: Writer, upstream: Arc<Upstream>, schemas: Arc<SchemaChecker>) -> Self {
-        Self { cache, upstream, schemas, failures: 0, started: false }
+        Self { cache, upstream, schemas, failures: 0, started: false, schema_checked: true }
     }
 
     /// Runs until `stop` is cancelled, from the first list.
@@ -105,6 +109,7 @@ impl Reflector {
     /// cache; `Watching` from the stored version for one loaded from disk,
     /// whose 410 is then an ordinary relist (with its gap rule).
     pub(crate) async fn run_from(mut self, first: ReflectorState, stop: CancellationToken) -> Exit {
+        self.schema_checked = first == ReflectorState::Listing;
         let mut state = first;
         loop {
             state = tokio::select! {
@@ -161,6 +166,11 @@ impl Reflector {
                 }
             }
             ReflectorState::Watching { rv } => {
+                if !self.schema_checked {
+                    let outcome = self.schemas.check(&self.upstream, &self.cache.cache().shape.info).await;
+                    self.schema_checked = !matches!(outcome, Outcome::Unavailable(_));
+                    self.apply_schema_check(outcome);
+                }
                 if self.started {
                     metrics::counter!(m::UPSTREAM_WATCH_RESTARTS, "resource" => label.clone()).increment(1);
                 }
