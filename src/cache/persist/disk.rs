@@ -18,6 +18,9 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+#[cfg(test)]
+use std::sync::Arc;
+
 use bytes::Bytes;
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
 
@@ -93,6 +96,17 @@ pub(crate) struct Batch {
 pub(crate) struct DiskStore {
     db: Database,
     path: PathBuf,
+    /// Tests: commits fail while set (a full disk), and count.
+    #[cfg(test)]
+    pub(crate) fault: Arc<Fault>,
+}
+
+/// A full disk, on demand (tests).
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct Fault {
+    pub failing: std::sync::atomic::AtomicBool,
+    pub failed: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for DiskStore {
@@ -120,7 +134,12 @@ impl DiskStore {
         fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(io_err)?;
         fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_err)?;
         let db = Database::create(path).map_err(|e| open_err(e.into()))?;
-        Ok(Self { db, path: path.to_owned() })
+        Ok(Self {
+            db,
+            path: path.to_owned(),
+            #[cfg(test)]
+            fault: Arc::default(),
+        })
     }
 
     /// What the last commit left, or `None` for a store never written.
@@ -160,6 +179,11 @@ impl DiskStore {
     /// returns): afterwards a crash loads this batch's state or a later one.
     pub(crate) fn commit(&self, batch: &Batch) -> Result<(), DiskError> {
         let write_err = |source: redb::Error| DiskError::Write { path: self.path.clone(), source: Box::new(source) };
+        #[cfg(test)]
+        if self.fault.failing.load(std::sync::atomic::Ordering::Acquire) {
+            self.fault.failed.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            return Err(write_err(redb::Error::Io(std::io::Error::other("no space left on device (injected)"))));
+        }
         let mut txn = self.db.begin_write().map_err(|e| write_err(e.into()))?;
         txn.set_durability(Durability::Immediate);
         if batch.whole {

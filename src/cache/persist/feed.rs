@@ -96,7 +96,8 @@ impl Feed {
         sealer: Option<Arc<Sealer>>,
         written_rv: u64,
     ) -> Self {
-        Self::with_queue(Persister { cache, store, about, sealer, written_rv, degraded: false }, QUEUE)
+        let retry_after = RETRY_AFTER_FAILURE;
+        Self::with_queue(Persister { cache, store, about, sealer, written_rv, degraded: false, retry_after }, QUEUE)
     }
 
     fn with_queue(persister: Persister, capacity: usize) -> Self {
@@ -178,6 +179,8 @@ struct Persister {
     /// The version of the last commit: notes at or below it are in the store.
     written_rv: u64,
     degraded: bool,
+    /// [`RETRY_AFTER_FAILURE`], shorter in tests.
+    retry_after: Duration,
 }
 
 impl Persister {
@@ -219,13 +222,13 @@ impl Persister {
                 Err(err) => {
                     errors.increment(1);
                     if !self.degraded {
-                        tracing::error!(resource = %label, error = %error_chain(&err), retry_in = ?RETRY_AFTER_FAILURE, "cannot persist; serving from memory only (the store keeps its last good state)");
+                        tracing::error!(resource = %label, error = %error_chain(&err), retry_in = ?self.retry_after, "cannot persist; serving from memory only (the store keeps its last good state)");
                     }
                     self.degraded = true;
                     degraded.set(1.0);
                     // Meanwhile the queue fills and the feed marks itself
                     // behind: the cache never waits for this.
-                    std::thread::sleep(RETRY_AFTER_FAILURE);
+                    std::thread::sleep(self.retry_after);
                 }
             }
         }

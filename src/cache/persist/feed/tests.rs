@@ -59,6 +59,7 @@ async fn a_feed_that_falls_behind_writes_the_whole_state_instead_of_blocking() {
         sealer: None,
         written_rv: 0,
         degraded: false,
+        retry_after: RETRY_AFTER_FAILURE,
     };
     let feed = Feed::with_queue(persister, 1);
     let queue = feed.queue.clone();
@@ -75,4 +76,39 @@ async fn a_feed_that_falls_behind_writes_the_whole_state_instead_of_blocking() {
     w.take_feed().unwrap().finish();
     assert!(queue.dropped.load(Ordering::Relaxed) > 0, "a queue of one should have been full at times");
     assert_eq!(on_disk(&path), in_memory(w.cache()));
+}
+
+/// A disk that refuses every write (full): the writer goes on applying
+/// without waiting, the resource is memory-only meanwhile, and once the
+/// disk takes writes again the store is rewritten whole, equal to the cache.
+#[tokio::test]
+async fn a_full_disk_degrades_to_memory_only_and_recovers_without_blocking_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cm.redb");
+    let mut w = writer();
+    let store = DiskStore::open(&path).unwrap();
+    let fault = store.fault.clone();
+    let persister = Persister {
+        cache: w.cache().clone(),
+        store,
+        about: Bytes::from_static(b"{}"),
+        sealer: None,
+        written_rv: 0,
+        degraded: false,
+        retry_after: std::time::Duration::from_millis(20),
+    };
+    w.persist_to(Box::new(Feed::with_queue(persister, 16)));
+    w.replace(Objects::new(), 1);
+    fault.failing.store(true, Ordering::Release);
+    let started = std::time::Instant::now();
+    for rv in 2..2000u64 {
+        w.event(EventType::Modified, cm(&format!("o{}", rv % 50), rv, ""));
+    }
+    assert_eq!(w.cache().current_rv(), 1999, "every event applied while the disk refused writes");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "the writer waited for the disk");
+    fault.failing.store(false, Ordering::Release);
+    w.event(EventType::Added, cm("after", 2000, ""));
+    w.take_feed().unwrap().finish();
+    assert!(fault.failed.load(Ordering::Acquire) > 0, "no commit was refused");
+    assert_eq!(on_disk(&path), in_memory(w.cache()), "rewritten whole once the disk took writes");
 }
