@@ -9,6 +9,12 @@ fn writer() -> Writer {
     ResourceCache::create(cm_shape(), Scope::default(), CacheSettings::default())
 }
 
+/// A persister of `w`'s cache into `store`, from nothing.
+fn persister(w: &Writer, store: DiskStore, retry_after: std::time::Duration) -> Persister {
+    let about = Bytes::from_static(b"{}");
+    Persister { cache: w.cache().clone(), store, about, sealer: None, written_rv: 0, degraded: false, retry_after }
+}
+
 /// What the store holds, as (name, json) by key, and its version.
 fn on_disk(path: &std::path::Path) -> (u64, BTreeMap<String, Bytes>) {
     let loaded = DiskStore::open(path).unwrap().load().unwrap().expect("written");
@@ -52,16 +58,7 @@ async fn a_feed_that_falls_behind_writes_the_whole_state_instead_of_blocking() {
     let path = dir.path().join("cm.redb");
     let mut w = writer();
     let store = DiskStore::open(&path).unwrap();
-    let persister = Persister {
-        cache: w.cache().clone(),
-        store,
-        about: Bytes::from_static(b"{}"),
-        sealer: None,
-        written_rv: 0,
-        degraded: false,
-        retry_after: RETRY_AFTER_FAILURE,
-    };
-    let feed = Feed::with_queue(persister, 1);
+    let feed = Feed::with_queue(persister(&w, store, RETRY_AFTER_FAILURE), 1);
     let queue = feed.queue.clone();
     w.persist_to(Box::new(feed));
     w.replace(Objects::new(), 1);
@@ -88,16 +85,7 @@ async fn a_full_disk_degrades_to_memory_only_and_recovers_without_blocking_the_c
     let mut w = writer();
     let store = DiskStore::open(&path).unwrap();
     let fault = store.fault.clone();
-    let persister = Persister {
-        cache: w.cache().clone(),
-        store,
-        about: Bytes::from_static(b"{}"),
-        sealer: None,
-        written_rv: 0,
-        degraded: false,
-        retry_after: std::time::Duration::from_millis(20),
-    };
-    w.persist_to(Box::new(Feed::with_queue(persister, 16)));
+    w.persist_to(Box::new(Feed::with_queue(persister(&w, store, std::time::Duration::from_millis(20)), 16)));
     w.replace(Objects::new(), 1);
     fault.failing.store(true, Ordering::Release);
     let started = std::time::Instant::now();
