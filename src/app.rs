@@ -83,8 +83,10 @@ impl App {
     pub async fn build(upstream: Arc<Upstream>, opts: ServerOptions) -> anyhow::Result<Self> {
         let server = Server::bind(&opts.listeners).await?;
         let stages = Stages::default();
-        let cache =
-            opts.cache.map(|config| config.build(upstream.clone(), stages.background.clone(), stages.streams.clone()));
+        let cache = opts
+            .cache
+            .map(|config| config.build(upstream.clone(), stages.background.clone(), stages.streams.clone()))
+            .transpose()?;
         let delegated = opts.delegated.map(|settings| settings.build(upstream.clone()));
         let fairness = crate::fairness::Fairness::new(opts.fairness, delegated.is_some());
         let limits = opts.limits;

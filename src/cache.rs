@@ -19,6 +19,10 @@
 //! - [`read`]: answering LIST, GET and WATCH (parameters, continue tokens).
 //! - [`warnings`]: the API server's `Warning` headers for a resource, replayed
 //!   on the answers served from its cache.
+//! - [`persist`]: chosen resources kept on disk (`--persist-dir`), loaded
+//!   at start before the upstream answers.
+//! - [`offline`]: consistent reads answered from unproven state while the
+//!   upstream cannot be reached (`--serve-stale-when-upstream-unreachable`).
 //! - [`verify`]: each cache checked against the upstream's exact-version list
 //!   every `--consistency-check-period`; a mismatch relists it.
 //! - `fault` (tests and the chaos build only, feature `fault-injection`): drops,
@@ -35,6 +39,8 @@ pub(crate) mod content;
 pub(crate) mod delivery;
 #[cfg(any(test, feature = "fault-injection"))]
 pub(crate) mod fault;
+pub(crate) mod offline;
+pub(crate) mod persist;
 pub(crate) mod read;
 pub(crate) mod reason;
 pub(crate) mod registry;

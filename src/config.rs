@@ -160,6 +160,35 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub consistency_check_period: Duration,
 
+    /// Keep the caches of --persist-resources on disk in this directory (made
+    /// 0700; files 0600), so that a restart serves them before the upstream
+    /// answers, even while it cannot be reached (docs/node-local.md). Each
+    /// store is checked at start; one that fails is moved aside and its
+    /// resource starts cold.
+    #[arg(long, value_name = "PATH")]
+    pub persist_dir: Option<PathBuf>,
+
+    /// The cached resources kept in --persist-dir, comma-separated, as
+    /// plural[.group] (`pods`, `endpointslices.discovery.k8s.io`). `*`: every
+    /// cached resource except Secrets, which are persisted only when named.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "persist_dir")]
+    pub persist_resources: Vec<String>,
+
+    /// Encrypt the persisted objects at rest with AES-256-GCM, with the
+    /// 32-byte key this file holds in base64 (as the API server's aesgcm
+    /// EncryptionConfiguration keys). A store written with another key, or
+    /// without one, stops watchmux at start-up with the file to remove.
+    #[arg(long, value_name = "PATH", requires = "persist_dir")]
+    pub persist_encryption_key_file: Option<PathBuf>,
+
+    /// While the upstream cannot be reached, answer consistent LISTs and
+    /// watch-lists from the cache's unproven state (the last state it knew)
+    /// instead of failing them; logged per resource and shown by
+    /// watchmux_cache_serving_unproven and /readyz?verbose. For node-local
+    /// use, where the last known state beats none.
+    #[arg(long)]
+    pub serve_stale_when_upstream_unreachable: bool,
+
     /// How downstream clients are trusted. `trusted-local`: clients are not
     /// authenticated and act with watchmux's identity (one pod, one identity);
     /// the API listener must then be loopback or a unix socket. `delegated`:
@@ -444,6 +473,20 @@ mod tests {
         );
         assert_eq!(args.events_history_window, Duration::from_secs(75));
         assert!(!args.cache_warm);
+        assert!(args.persist_dir.is_none() && args.persist_resources.is_empty());
+        assert!(!args.serve_stale_when_upstream_unreachable);
+    }
+
+    #[test]
+    fn persisting_names_its_resources_and_never_secrets_by_star() {
+        let args = Args::try_parse_from(["watchmux", "--persist-dir", "/d", "--persist-resources", "*,configmaps"]);
+        let persist = args.unwrap().persist_config();
+        let gr = crate::cache::catalog::resolve::GroupResource::parse;
+        assert!(persist.resources.persists(&gr("pods")) && persist.resources.persists(&gr("deployments.apps")));
+        assert!(!persist.resources.persists(&gr("secrets")), "secrets only when named");
+        let named = Args::try_parse_from(["watchmux", "--persist-dir", "/d", "--persist-resources", "secrets"]);
+        assert!(named.unwrap().persist_config().resources.persists(&gr("secrets")));
+        assert!(Args::try_parse_from(["watchmux", "--persist-resources", "pods"]).is_err(), "needs a directory");
     }
 
     #[test]

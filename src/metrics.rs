@@ -133,6 +133,21 @@ pub(crate) const CACHE_STALENESS: &str = "watchmux_watch_cache_staleness_seconds
 /// 1 while a cache relists after having been in step with the upstream, by resource.
 pub(crate) const CACHE_RELIST_IN_PROGRESS: &str = "watchmux_watch_cache_relist_in_progress";
 
+/// Persist commits (one transaction each), by resource and kind (`batch`, `whole`).
+pub(crate) const PERSIST_COMMITS: &str = "watchmux_persist_commits_total";
+/// How long one persist commit took (its fsync included), by resource.
+pub(crate) const PERSIST_COMMIT_DURATION: &str = "watchmux_persist_commit_duration_seconds";
+/// Persist commits (or store opens) that failed, by resource.
+pub(crate) const PERSIST_WRITE_ERRORS: &str = "watchmux_persist_write_errors_total";
+/// 1 while a persisted resource is memory-only because its store cannot be written, by resource.
+pub(crate) const PERSIST_DEGRADED: &str = "watchmux_persist_degraded";
+/// Stores that failed their check at start and were moved aside, by resource.
+pub(crate) const PERSIST_STORES_MOVED_ASIDE: &str = "watchmux_persist_stores_moved_aside_total";
+/// How long loading a persisted resource took at start, by resource.
+pub(crate) const PERSIST_LOAD_DURATION: &str = "watchmux_persist_load_seconds";
+/// 1 while a cache serves a state the upstream has not confirmed, by resource.
+pub(crate) const CACHE_SERVING_UNPROVEN: &str = "watchmux_cache_serving_unproven";
+
 /// Client impersonations watchmux allowed, by the API server's mode that allowed them.
 pub(crate) const AUTH_IMPERSONATIONS: &str = "watchmux_auth_impersonations_total";
 
@@ -223,6 +238,29 @@ fn describe() {
     describe_gauge!(
         CACHE_RELIST_IN_PROGRESS,
         "1 while a cache relists after having been in step with the upstream (its watchers are behind until it lands), by resource."
+    );
+    describe_counter!(PERSIST_COMMITS, "Persist commits (one transaction each), by resource and kind (batch, whole).");
+    describe_histogram!(
+        PERSIST_COMMIT_DURATION,
+        Unit::Seconds,
+        "How long one persist commit took, its fsync included, by resource."
+    );
+    describe_counter!(
+        PERSIST_WRITE_ERRORS,
+        "Persist commits or store opens that failed (a full disk...), by resource."
+    );
+    describe_gauge!(
+        PERSIST_DEGRADED,
+        "1 while a persisted resource is memory-only because its store cannot be written (retried every 10 s), by resource."
+    );
+    describe_counter!(
+        PERSIST_STORES_MOVED_ASIDE,
+        "Persist stores that failed their check at start and were moved aside (the resource started cold), by resource."
+    );
+    describe_gauge!(PERSIST_LOAD_DURATION, "Seconds loading a persisted resource took at start, by resource.");
+    describe_gauge!(
+        CACHE_SERVING_UNPROVEN,
+        "1 while a cache serves a state the upstream has not confirmed: loaded from disk and not answered yet, or answering consistent reads while the upstream cannot be reached (--serve-stale-when-upstream-unreachable), by resource."
     );
     describe_counter!(
         AUTH_IMPERSONATIONS,
@@ -317,7 +355,7 @@ fn describe() {
     );
     describe_counter!(
         CONSISTENT_READS,
-        "Consistent reads by resource and result: success (cache), fallback (upstream), or unproven (upstream: a consistency check found the cache different and it is not relisted yet)."
+        "Consistent reads by resource and result: success (cache), fallback (upstream), unproven (upstream: a consistency check found the cache different and it is not relisted yet), or offline (cache, unproven: the upstream cannot be reached and --serve-stale-when-upstream-unreachable is on)."
     );
     describe_counter!(CACHE_ENCODES, "Encodings of an object into a content variant, by variant.");
     describe_counter!(

@@ -20,6 +20,7 @@ mod env;
 mod exec_plugin;
 mod fairness;
 mod operator;
+mod persist;
 mod protobuf;
 mod relay;
 mod relist_gap;

@@ -556,13 +556,19 @@ identity_jq='
         | "--kubeconfig=\($kc) is not a hostPath File volume"),
       (select($tree) | select([$hp[] | select(.hostPath.path | endswith("kubelet.conf"))] | length > 0)
         | "the tree mounts the kubelet'"'"'s own kubeconfig, which it does not use"),
-      ($hp[] | . as $v | [$c.volumeMounts[]? | select(.name == $v.name)] as $m
+      # the persist directory (nodeLocal.persist): the one writable hostPath,
+      # at its own path, made if missing, and what --persist-dir names
+      ($hp[] | select(.name == "persist") | . as $v | [$c.volumeMounts[]? | select(.name == "persist")] as $m
+        | select(($m | length) != 1 or $m[0].mountPath != $v.hostPath.path or ($m[0].readOnly // false)
+          or $v.hostPath.type != "DirectoryOrCreate" or ($c.args | index("--persist-dir=\($v.hostPath.path)")) == null)
+        | "the persist hostPath \($v.hostPath.path) is not a writable DirectoryOrCreate at its own path named by --persist-dir"),
+      ($hp[] | select(.name != "persist") | . as $v | [$c.volumeMounts[]? | select(.name == $v.name)] as $m
         | if ($m | length) == 0 then "hostPath \($v.hostPath.path) is not mounted"
           # the static pod: its own files from the host directory at /etc/watchmux
           else ($m[] | select(.readOnly != true or (.mountPath != $v.hostPath.path
               and ($static and (.mountPath | startswith("/etc/watchmux/"))) != true))
             | "hostPath \($v.hostPath.path) mounted at \(.mountPath), readOnly \(.readOnly // false)") end),
-      ($hp[] | select(.hostPath.type != "File" and .hostPath.type != "Directory")
+      ($hp[] | select(.name != "persist") | select(.hostPath.type != "File" and .hostPath.type != "Directory")
         | "hostPath \(.hostPath.path) of type \(.hostPath.type // "\"\"") (a missing path would be created)"),
       (select($pod.securityContext.runAsUser != 0) | "the kubelet'"'"'s credentials (root'"'"'s, mode 0600) need uid 0"),
       (select(($c.securityContext.capabilities.drop // []) != ["ALL"] or $c.securityContext.allowPrivilegeEscalation != false
@@ -688,9 +694,11 @@ check_static_pod() {
     (select($c.image != $image) | "image \($c.image), want \($image)"),
     (("--auth-mode=delegated", "--upstream-identity=client", "--listen=127.0.0.1:7443", "--admin-listen=127.0.0.1:9444",
       "--kubeconfig=/etc/kubernetes/kubelet.conf", "--tls-cert-file=/etc/watchmux/tls/tls.crt",
-      "--client-ca-file=/etc/watchmux/client-ca/ca.crt") | select(has_arg(.) | not) | "args lack \(.)"),
+      "--client-ca-file=/etc/watchmux/client-ca/ca.crt", "--persist-dir=/var/lib/watchmux-cache",
+      "--serve-stale-when-upstream-unreachable") | select(has_arg(.) | not) | "args lack \(.)"),
     ([$s.volumes[] | .hostPath.path] | sort) as $paths
-    | ([$hdir + "/tls", $hdir + "/client-ca", "/etc/kubernetes/kubelet.conf", "/var/lib/kubelet/pki"] | sort) as $want
+    | ([$hdir + "/tls", $hdir + "/client-ca", "/etc/kubernetes/kubelet.conf", "/var/lib/kubelet/pki",
+        "/var/lib/watchmux-cache"] | sort) as $want
     | (select($paths != $want) | "hostPaths \($paths), want \($want)"),
     # no watchmux DaemonSet; the installer writes this file where the kubelet reads it
     ($ds[] | select([.spec.containers[].name] | index("watchmux")) | "a watchmux DaemonSet \(.name) beside the static pod"),

@@ -9,10 +9,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::catalog::discovery::{Discovery, DiscoveryError};
 use super::catalog::resolve::{GroupResource, Resolved, ResourceName, Unresolvable, resolve};
-use super::resource::{CacheSettings, ResourceCache, Scope};
+use super::persist::{PersistConfig, Persistence};
+use super::resource::{CacheSettings, ResourceCache, Scope, Writer};
 use super::resource_info::ResourceInfo;
 use super::state::object::ObjectShape;
-use super::sync::reflector::{Exit, Reflector};
+use super::sync::reflector::{Exit, Reflector, ReflectorState};
 use super::sync::schema_check::SchemaChecker;
 use crate::error::error_chain;
 use crate::upstream::Upstream;
@@ -36,6 +37,8 @@ pub struct CacheConfig {
     pub settings: CacheSettings,
     /// Gzip for the answers the cache writes (`--compress-responses`).
     pub(crate) compression: crate::compress::ResponseCompression,
+    /// `--persist-*`, `--serve-stale-when-upstream-unreachable`.
+    pub persist: PersistConfig,
 }
 
 impl CacheConfig {
@@ -85,6 +88,10 @@ pub(crate) struct Registry {
     /// The resources `--cache-resources` names, resolved (or taken literally
     /// until they can be); unused for `*`.
     enabled: parking_lot::RwLock<HashSet<GroupResource>>,
+    /// `--persist-dir`: where chosen resources are kept across restarts.
+    persistence: Option<Persistence>,
+    /// Set when caches were loaded from disk at start.
+    restored: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Registry {
@@ -94,8 +101,9 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    pub(crate) fn new(upstream: Arc<Upstream>, config: CacheConfig, stop: CancellationToken) -> Self {
-        Self {
+    pub(crate) fn new(upstream: Arc<Upstream>, config: CacheConfig, stop: CancellationToken) -> anyhow::Result<Self> {
+        let persistence = Persistence::new(&config.persist)?;
+        Ok(Self {
             discovery: Arc::new(Discovery::new(upstream.clone())),
             upstream,
             caches: Arc::new(DashMap::new()),
@@ -104,7 +112,24 @@ impl Registry {
             warmed: Default::default(),
             enabled: parking_lot::RwLock::new(config.literal_names()),
             config,
+            persistence,
+            restored: Default::default(),
+        })
+    }
+
+    /// At start-up, before the upstream is asked anything: every persisted
+    /// resource that loads is a ready (unconfirmed) cache, whose reflector
+    /// resumes the upstream watch from the stored version.
+    pub(crate) fn restore_persisted(&self) -> anyhow::Result<()> {
+        let Some(persistence) = &self.persistence else { return Ok(()) };
+        for restored in persistence.restore_all(&self.config.settings, &self.config.scopes)? {
+            let info = &restored.writer.cache().shape.info;
+            let key = (info.group.clone(), info.version.clone(), info.resource.clone());
+            self.caches.insert(key.clone(), restored.writer.cache().clone());
+            self.restored.store(true, std::sync::atomic::Ordering::Release);
+            self.run_cache(key, restored.writer, ReflectorState::Watching { rv: restored.rv });
         }
+        Ok(())
     }
 
     /// Whether `--cache-warm` asks for every configured cache at start-up.
@@ -248,9 +273,12 @@ impl Registry {
 
     /// With `--cache-warm`: every configured cache started and synced. A
     /// configuration that caches nothing the upstream serves is ready as soon
-    /// as that is known.
+    /// as that is known. Caches loaded from disk count as warm: they answer
+    /// at once, and warming (which needs discovery) cannot finish while the
+    /// upstream is away, exactly when they matter.
     pub(crate) fn warm_and_synced(&self) -> bool {
-        self.warmed.load(std::sync::atomic::Ordering::Acquire) && self.all_synced()
+        let ordering = std::sync::atomic::Ordering::Acquire;
+        (self.warmed.load(ordering) || self.restored.load(ordering)) && self.all_synced()
     }
 
     /// True when every started cache has completed its initial list.
@@ -279,25 +307,33 @@ impl Registry {
                 cache
             })
             .clone();
-        if let Some(writer) = created {
+        if let Some(mut writer) = created {
             tracing::info!(resource = %writer.cache().label(), "starting cache");
-            let reflector = Reflector::new(writer, self.upstream.clone(), self.schemas.clone());
-            let period = self.config.settings.consistency_check_period;
-            tokio::spawn(super::verify::run(cache.clone(), self.upstream.clone(), period, self.stop.clone()));
-            let (caches, discovery, stop) = (self.caches.clone(), self.discovery.clone(), self.stop.clone());
-            let mine = cache.clone();
-            tokio::spawn(async move {
-                if reflector.run(stop).await == Exit::Gone {
-                    // A deleted CRD or a version no longer served: forget the
-                    // cache and what discovery said, so that requests find the
-                    // API server's 404 and a re-created CRD gets a fresh cache
-                    // with its current schema and selectable fields.
-                    caches.remove_if(&key, |_, c| Arc::ptr_eq(c, &mine));
-                    discovery.forget(&key.0, &key.1);
-                }
-            });
+            if let Some(persistence) = self.persistence.as_ref().filter(|p| p.persists(&gr)) {
+                persistence.attach(&mut writer);
+            }
+            self.run_cache(key, writer, ReflectorState::Listing);
         }
         cache
+    }
+
+    /// Runs a new cache's reflector from `first` and its consistency check.
+    fn run_cache(&self, key: Gvr, writer: Writer, first: ReflectorState) {
+        let cache = writer.cache().clone();
+        let reflector = Reflector::new(writer, self.upstream.clone(), self.schemas.clone());
+        let period = self.config.settings.consistency_check_period;
+        tokio::spawn(super::verify::run(cache.clone(), self.upstream.clone(), period, self.stop.clone()));
+        let (caches, discovery, stop) = (self.caches.clone(), self.discovery.clone(), self.stop.clone());
+        tokio::spawn(async move {
+            if reflector.run_from(first, stop).await == Exit::Gone {
+                // A deleted CRD or a version no longer served: forget the
+                // cache and what discovery said, so that requests find the
+                // API server's 404 and a re-created CRD gets a fresh cache
+                // with its current schema and selectable fields.
+                caches.remove_if(&key, |_, c| Arc::ptr_eq(c, &cache));
+                discovery.forget(&key.0, &key.1);
+            }
+        });
     }
 
     /// Starts the configured caches now, retrying discovery with backoff

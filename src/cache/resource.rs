@@ -31,7 +31,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use tokio::time::Instant;
 
-pub(crate) use writer::Writer;
+pub(crate) use writer::{ChangeSink, Writer};
 
 use self::fanout::Fanout;
 use self::freshness::Freshness;
@@ -167,6 +167,12 @@ struct Trust {
     freshness: Freshness,
     /// What the consistency check (`verify.rs`) shares with the writer.
     verification: Verification,
+    /// Loaded from disk (`persist.rs`) and not yet answered by the upstream.
+    unconfirmed: AtomicBool,
+    /// Offline mode answered a consistent read from this cache while the
+    /// upstream could not be reached (`offline.rs`), and has not seen it
+    /// back since.
+    serving_unproven: AtomicBool,
 }
 
 impl std::fmt::Debug for ResourceCache {
@@ -266,6 +272,17 @@ impl ResourceCache {
     /// The consistency check's state (`verify.rs`).
     pub(crate) fn verification(&self) -> &Verification {
         &self.trust.verification
+    }
+
+    /// Loaded from disk and not yet answered by the upstream: its state is
+    /// some state the upstream had, but nothing proves it is still current.
+    pub(crate) fn is_unconfirmed(&self) -> bool {
+        self.trust.unconfirmed.load(Ordering::Acquire)
+    }
+
+    /// Offline mode's state for this cache (`offline.rs`).
+    pub(crate) fn offline(&self) -> &AtomicBool {
+        &self.trust.serving_unproven
     }
 
     /// The upstream stopped serving the resource.

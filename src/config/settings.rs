@@ -17,6 +17,7 @@ use super::{AuthMode, CacheResource};
 use crate::app::{Limits, ServerOptions};
 use crate::auth::{self, DelegatedSettings, UpstreamIdentityMode};
 use crate::cache::catalog::resolve::{GroupResource, ResourceName};
+use crate::cache::persist::{PersistConfig, PersistSelection};
 use crate::cache::registry::{CacheConfig, ResourceSelection};
 use crate::cache::resource::{CacheSettings, Scope};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -101,6 +102,26 @@ impl super::Args {
                 consistency_check_period: self.consistency_check_period,
                 ..CacheSettings::default()
             },
+            persist: self.persist_config(),
+        }
+    }
+
+    /// `--persist-*` and `--serve-stale-when-upstream-unreachable`.
+    pub(crate) fn persist_config(&self) -> PersistConfig {
+        let mut resources = PersistSelection::default();
+        for entry in self.persist_resources.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+            match entry {
+                "*" => resources.all_but_secrets = true,
+                name => {
+                    resources.named.insert(GroupResource::parse(name));
+                }
+            }
+        }
+        PersistConfig {
+            dir: self.persist_dir.clone(),
+            resources,
+            encryption_key_file: self.persist_encryption_key_file.clone(),
+            serve_stale_when_unreachable: self.serve_stale_when_upstream_unreachable,
         }
     }
 

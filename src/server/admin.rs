@@ -77,6 +77,9 @@ impl AdminState {
             None => Vec::new(),
         };
         checks.push(consistency_check(&unproven));
+        if let Some(r) = &self.caches {
+            checks.push(offline_check(&crate::cache::offline::publish(r)));
+        }
         checks
     }
 }
@@ -105,6 +108,16 @@ fn consistency_check(unproven: &[String]) -> Check {
     let note = (!unproven.is_empty())
         .then(|| format!("unproven until relisted (consistent reads pass through): {}", unproven.join(", ")));
     Check { name: "cache-consistency", failure: None, note }
+}
+
+/// The caches serving a state the upstream has not confirmed (loaded from
+/// disk and not answered yet, or answering consistent reads while it cannot
+/// be reached). Informational, like the consistency check: these caches
+/// are what keeps a node working while the upstream is away.
+fn offline_check(serving: &[String]) -> Check {
+    let note = (!serving.is_empty())
+        .then(|| format!("serving unproven state (the upstream has not confirmed it): {}", serving.join(", ")));
+    Check { name: "cache-unproven", failure: None, note }
 }
 
 /// The API server's health-check rendering: `ok` when every check passes,
@@ -150,6 +163,7 @@ pub(crate) async fn handle(
                     for cache in registry.caches() {
                         cache.publish_staleness(now);
                     }
+                    crate::cache::offline::publish(registry);
                 }
                 let mut text = handle.render();
                 text.push_str(&crate::metrics::process::render());

@@ -231,6 +231,12 @@ the binary's default. */}}
 {{- end }}
 {{- end }}
 
+{{/* "true" when nodeLocal keeps caches on the node's disk (nodeLocal.persist):
+with the kubelet's credentials, whose uid 0 can write the host directory. */}}
+{{- define "watchmux.persist" -}}
+{{- if and (eq .Values.mode "nodeLocal") .Values.cache.enabled .Values.nodeLocal.persist.resources (include "watchmux.kubeletCredentials" .) }}true{{ end }}
+{{- end }}
+
 {{/* "true" when cache.resources holds "*": every listable, watchable resource. */}}
 {{- define "watchmux.cacheAll" -}}
 {{- if and .Values.cache.enabled (has "*" (include "watchmux.cacheResources" . | fromYamlArray)) }}true{{ end }}
@@ -499,6 +505,13 @@ current-context: watchmux-tier
 {{- range $resource := keys $scopes | sortAlpha }}
 - {{ printf "--cache-scope=%s=%s" $resource (index $scopes $resource) | quote }}
 {{- end }}
+{{- if include "watchmux.persist" . }}
+- --persist-dir={{ .Values.nodeLocal.persist.hostPath }}
+- --persist-resources={{ join "," .Values.nodeLocal.persist.resources }}
+{{- end }}
+{{- if and (eq .Values.mode "nodeLocal") .Values.nodeLocal.serveStaleWhenUpstreamUnreachable }}
+- --serve-stale-when-upstream-unreachable
+{{- end }}
 {{- else }}
 {{- /* The binary caches its default resources unless told otherwise. */}}
 - --cache-resources=
@@ -720,6 +733,10 @@ symlink to the latest rotated certificate in the same directory. */}}
   mountPath: /etc/watchmux/client-ca
   readOnly: true
 {{- end }}
+{{- if include "watchmux.persist" . }}
+- name: persist
+  mountPath: {{ .Values.nodeLocal.persist.hostPath }}
+{{- end }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
@@ -766,6 +783,12 @@ symlink to the latest rotated certificate in the same directory. */}}
 - name: client-ca
   configMap:
     name: {{ .Values.auth.clientCA.configMap }}
+{{- end }}
+{{- if include "watchmux.persist" . }}
+- name: persist
+  hostPath:
+    path: {{ .Values.nodeLocal.persist.hostPath }}
+    type: DirectoryOrCreate
 {{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}

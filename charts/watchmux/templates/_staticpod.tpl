@@ -66,6 +66,12 @@ this one before it can reach the API. */}}
     path: {{ $dir }}/client-ca
     type: Directory
 {{- end }}
+{{- if include "watchmux.persist" . }}
+- name: persist
+  hostPath:
+    path: {{ .Values.nodeLocal.persist.hostPath }}
+    type: DirectoryOrCreate
+{{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}

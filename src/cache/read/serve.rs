@@ -28,6 +28,7 @@ use crate::cache::catalog::resolve::GroupResource;
 use crate::cache::content::{Answer, NoProtobufHere, answer_form, kind_obstacle};
 use crate::cache::delivery::filter::Filter;
 use crate::cache::delivery::stream::{StreamOptions, WatchStream};
+use crate::cache::offline::{proven, serve_unproven};
 use crate::cache::reason::Reason;
 use crate::cache::state::object::ObjectKey;
 use crate::compress::AnswerKind;
@@ -114,16 +115,19 @@ impl CacheConfig {
         upstream: Arc<Upstream>,
         background_stop: CancellationToken,
         streams_stop: CancellationToken,
-    ) -> Arc<CacheService> {
-        let registry = Arc::new(Registry::new(upstream, self, background_stop));
-        Arc::new(CacheService { registry, streams_stop })
+    ) -> anyhow::Result<Arc<CacheService>> {
+        let registry = Arc::new(Registry::new(upstream, self, background_stop)?);
+        Ok(Arc::new(CacheService { registry, streams_stop }))
     }
 }
 
 impl CacheService {
-    /// Checks `--cache-resources` against discovery (a typo is a start-up
-    /// error) and, with `--cache-warm`, starts every configured cache.
+    /// Loads the persisted caches (`--persist-dir`), checks
+    /// `--cache-resources` against discovery (a typo is a start-up error)
+    /// and, with `--cache-warm`, starts every configured cache.
     pub(crate) async fn start(&self) -> anyhow::Result<()> {
+        // Persisted caches first: they answer before the upstream does.
+        self.registry.restore_persisted()?;
         self.registry.check_names().await?;
         if self.registry.warms() {
             let registry = self.registry.clone();
@@ -340,17 +344,30 @@ impl CacheService {
 
     /// Proves the cache fresh for a consistent read, counting the outcome.
     async fn consistent(&self, cache: &Arc<ResourceCache>, arrival: Instant, proof: Proof) -> bool {
+        let upstream = self.registry.upstream();
+        let offline = self.registry.config().persist.serve_stale_when_unreachable;
+        // Offline mode, with the upstream known down: no proof to wait for.
+        if upstream.health().is_down() && serve_unproven(offline, cache, upstream) {
+            metrics::counter!(m::CONSISTENT_READS, "resource" => cache.label().to_owned(), "result" => "offline")
+                .increment(1);
+            return true;
+        }
         // A cache the consistency check found different from the upstream
         // proves nothing until its relist (`verify.rs`).
         let unproven = cache.verification().is_unproven();
-        let fresh = !unproven && ensure_fresh(cache, self.registry.upstream(), arrival, proof, FRESHNESS_BUDGET).await;
-        let result = match (fresh, unproven) {
-            (true, _) => "success",
-            (false, true) => "unproven",
-            (false, false) => "fallback",
+        let fresh = !unproven && ensure_fresh(cache, upstream, arrival, proof, FRESHNESS_BUDGET).await;
+        let served_offline = !fresh && serve_unproven(offline, cache, upstream);
+        if fresh {
+            proven(cache);
+        }
+        let result = match (fresh, unproven, served_offline) {
+            (true, _, _) => "success",
+            (false, _, true) => "offline",
+            (false, true, false) => "unproven",
+            (false, false, false) => "fallback",
         };
         metrics::counter!(m::CONSISTENT_READS, "resource" => cache.label().to_owned(), "result" => result).increment(1);
-        fresh
+        fresh || served_offline
     }
 
     async fn watch(

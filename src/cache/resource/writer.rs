@@ -22,6 +22,7 @@ use super::freshness::CatchUpQueue;
 use super::lifecycle::Lifecycle;
 use super::{ResourceCache, State};
 use crate::cache::content::ProtobufAvailability;
+use crate::cache::state::event::CacheEvent;
 use crate::cache::state::history::History;
 use crate::cache::state::object::CachedObject;
 use crate::cache::state::store::{Objects, Store};
@@ -37,9 +38,26 @@ pub(crate) struct Writer {
     history_window: Duration,
     /// What catch-up watches read, for this writer to apply.
     catch_up: CatchUpQueue,
+    /// Where what is applied is also offered for the disk
+    /// (`--persist-resources`); offering never waits.
+    persist: Option<Box<dyn ChangeSink>>,
     /// Test-only faults in what is applied (`cache/fault.rs`).
     #[cfg(any(test, feature = "fault-injection"))]
     faults: crate::cache::fault::Faults,
+}
+
+/// Where the writer also offers what it applies, after dispatching it: the
+/// disk (`cache::persist::feed`). Offering must never wait.
+pub(crate) trait ChangeSink: Send + Sync {
+    /// An applied event.
+    fn changed(&self, event: &CacheEvent);
+    /// Nothing changed up to `rv` (a bookmark).
+    fn version(&self, rv: u64);
+    /// The store was replaced (a list).
+    fn whole(&self);
+    /// Waits until everything offered is handled (tests).
+    #[cfg(test)]
+    fn finish(self: Box<Self>);
 }
 
 impl std::fmt::Debug for Writer {
@@ -56,6 +74,35 @@ impl Writer {
             cache,
             history_window,
             catch_up: CatchUpQueue::new(),
+            persist: None,
+        }
+    }
+
+    /// From now on, every change is also offered to `feed`.
+    pub(crate) fn persist_to(&mut self, sink: Box<dyn ChangeSink>) {
+        self.persist = Some(sink);
+    }
+
+    /// Installs what a persisted store held at `rv`, before the upstream is
+    /// asked: the cache is ready (reads that need no freshness are served),
+    /// and unconfirmed until the upstream answers (`persist.rs`). The
+    /// history starts at `rv`, so watches resume from it or later.
+    pub(crate) fn restore(&self, objects: Objects, rv: u64) {
+        let cache = &*self.cache;
+        let mut st = cache.state.write();
+        st.store = Store::new(objects, rv);
+        st.history = History::new(self.history_window, rv);
+        self.record_gauges(&st);
+        drop(st);
+        cache.trust.unconfirmed.store(true, Ordering::Release);
+        cache.published.advance(rv, |_| Lifecycle::Ready);
+    }
+
+    /// The upstream answered this cache's watch or list: what was loaded
+    /// from disk is no longer the only word.
+    pub(crate) fn upstream_answered(&self) {
+        if self.cache.trust.unconfirmed.swap(false, Ordering::AcqRel) {
+            tracing::info!(resource = %self.cache.label(), rv = self.cache.current_rv(), "the upstream answered; the cache loaded from disk is confirmed by its watch from now on");
         }
     }
 
@@ -68,6 +115,13 @@ impl Writer {
     /// becomes ready. After that (a relist), the store is replaced in one step
     /// and watchers receive the difference as ordinary events.
     pub(crate) fn replace(&self, objects: Objects, rv: u64) {
+        self.replace_in_memory(objects, rv);
+        if let Some(feed) = &self.persist {
+            feed.whole();
+        }
+    }
+
+    fn replace_in_memory(&self, objects: Objects, rv: u64) {
         let cache = &*self.cache;
         let now = tokio::time::Instant::now();
         let mut st = cache.state.write();
@@ -168,6 +222,9 @@ impl Writer {
         let rv = st.store.rv();
         drop(st);
         cache.published.advance(rv, |l| l);
+        if let Some(feed) = &self.persist {
+            feed.changed(&event);
+        }
     }
 
     /// An upstream bookmark: nothing changed up to `rv`.
@@ -178,6 +235,9 @@ impl Writer {
         let rv = st.store.rv();
         drop(st);
         self.cache.published.advance(rv, |l| l);
+        if let Some(feed) = &self.persist {
+            feed.version(rv);
+        }
     }
 
     /// The next change a catch-up watch queued, starting the catch-up watch
@@ -239,6 +299,9 @@ impl Writer {
     }
 
     fn confirm_current(&self, now: tokio::time::Instant) {
+        if self.cache.is_unconfirmed() {
+            self.upstream_answered();
+        }
         *self.cache.metrics.confirmed_at.lock() = Some(now);
     }
 
@@ -253,6 +316,11 @@ impl Writer {
     /// Applies one event (tests).
     pub(crate) fn event(&self, kind: EventType, object: CachedObject) {
         self.apply(Change::Event(kind, object, Instant::now()));
+    }
+
+    /// The persist feed, taken back to wait for its commits (tests).
+    pub(crate) fn take_feed(&mut self) -> Option<Box<dyn ChangeSink>> {
+        self.persist.take()
     }
 
     /// The sending end of the catch-up queue, as a catch-up watch holds it (tests).

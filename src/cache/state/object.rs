@@ -259,8 +259,8 @@ impl CachedObject {
         }
     }
 
-    /// The raw JSON, for tests and diagnostics.
-    #[cfg(test)]
+    /// The object as a watch event carries it: what is persisted
+    /// (`persist/feed.rs`), and decoded again at load without re-encoding.
     pub(crate) fn json(&self) -> &Bytes {
         &self.json
     }

@@ -89,16 +89,29 @@ pub(crate) struct Reflector {
     schemas: Arc<SchemaChecker>,
     failures: u32,
     started: bool,
+    /// False for a cache loaded from disk until the served schema has been
+    /// checked once (a list checks it beside itself; a resumed watch
+    /// has no list): protobuf stays as the table says until then.
+    schema_checked: bool,
 }
 
 impl Reflector {
     pub(crate) fn new(cache: Writer, upstream: Arc<Upstream>, schemas: Arc<SchemaChecker>) -> Self {
-        Self { cache, upstream, schemas, failures: 0, started: false }
+        Self { cache, upstream, schemas, failures: 0, started: false, schema_checked: true }
     }
 
-    /// Runs until `stop` is cancelled.
-    pub(crate) async fn run(mut self, stop: CancellationToken) -> Exit {
-        let mut state = ReflectorState::Listing;
+    /// Runs until `stop` is cancelled, from the first list.
+    #[cfg(test)]
+    pub(crate) async fn run(self, stop: CancellationToken) -> Exit {
+        self.run_from(ReflectorState::Listing, stop).await
+    }
+
+    /// Runs from `first` until `stop` is cancelled: `Listing` for a new
+    /// cache; `Watching` from the stored version for one loaded from disk,
+    /// whose 410 is then an ordinary relist (with its gap rule).
+    pub(crate) async fn run_from(mut self, first: ReflectorState, stop: CancellationToken) -> Exit {
+        self.schema_checked = first == ReflectorState::Listing;
+        let mut state = first;
         loop {
             state = tokio::select! {
                 _ = stop.cancelled() => return Exit::Stopped,
@@ -164,6 +177,11 @@ impl Reflector {
                 }
             }
             ReflectorState::Watching { rv } => {
+                if !self.schema_checked {
+                    let outcome = self.schemas.check(&self.upstream, &self.cache.cache().shape.info).await;
+                    self.schema_checked = !matches!(outcome, Outcome::Unavailable(_));
+                    self.apply_schema_check(outcome);
+                }
                 if self.started {
                     metrics::counter!(m::UPSTREAM_WATCH_RESTARTS, "resource" => label.clone()).increment(1);
                 }
@@ -297,7 +315,12 @@ impl Reflector {
         let cache = self.cache.cache().clone();
         let timeout = rand::rng().random_range(300..600);
         let mut stream = match open_watch(&self.upstream, cache.collection_uri(&watch_params(rv, timeout))).await {
-            Opened::Streaming(stream) => stream,
+            Opened::Streaming(stream) => {
+                // The upstream holds every change after `rv`: a cache loaded
+                // from disk at `rv` is in step with it from here on.
+                self.cache.upstream_answered();
+                stream
+            }
             Opened::Expired => return WatchEnd::Expired,
             Opened::Gone => return WatchEnd::Gone,
             Opened::Failed(error) => return WatchEnd::Failed { rv, error },

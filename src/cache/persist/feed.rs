@@ -1,0 +1,292 @@
+//! Off the hot path: what the cache's writer applied, carried to a thread
+//! that commits it to the resource's [`DiskStore`] in batches.
+//!
+//! The writer only appends each change to a bounded queue under a short
+//! lock, never a wait for the disk, and wakes the thread only when the queue
+//! was empty: under a stream of events that is once per commit, not once
+//! per event, so fan-out latency does not depend on the disk (figures in
+//! docs/node-local.md). The thread takes whatever has queued since its last
+//! commit as one batch (one transaction, one fsync), so the commit rate
+//! adapts to the disk: a slow disk makes fewer, larger batches.
+//!
+//! When the queue is full (the disk cannot keep up, or is failing), the
+//! change is dropped and the feed marked as behind: the next commit is the
+//! cache's whole current state (an O(1) snapshot of the store) instead of
+//! the queued changes, which are all older than it. The cache never waits
+//! for the disk; the disk catches up by rewriting.
+//!
+//! A commit that fails (a full disk) is logged and counted, the resource is
+//! marked degraded (memory-only), and after a pause the thread tries again
+//! with a whole batch. The store still holds its last good commit: a
+//! consistent, older state, which a restart loads as unproven and the
+//! upstream watch (or its 410 and a relist) brings up to date.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+
+use super::disk::{Batch, DiskStore};
+use super::seal::Sealer;
+use crate::cache::resource::{ChangeSink, ResourceCache};
+use crate::cache::state::event::CacheEvent;
+use crate::cache::state::object::ObjectKey;
+use crate::encode::watch::EventType;
+use crate::error::error_chain;
+use crate::metrics as m;
+
+/// Changes that may wait for the disk before the feed counts as behind: a
+/// few seconds of a busy resource; memory is a few words per change (the
+/// objects are shared with the cache).
+const QUEUE: usize = 8192;
+
+/// How long the thread waits after a failed commit before it tries again.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
+
+/// What the writer tells the persisting thread.
+#[derive(Debug)]
+enum Note {
+    /// One applied event: the key's new bytes (`None`: deleted) at `rv`.
+    Changed { rv: u64, key: ObjectKey, json: Option<Bytes> },
+    /// Nothing changed up to `rv` (a bookmark).
+    Version(u64),
+    /// The store was replaced (a list): write it all.
+    Whole,
+}
+
+/// What waits for the thread, behind one lock.
+#[derive(Debug, Default)]
+struct Pending {
+    notes: Vec<Note>,
+    /// A note was dropped on a full queue: write the whole state.
+    behind: bool,
+    /// The writer is gone: commit what is left, then end.
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct Queue {
+    pending: Mutex<Pending>,
+    /// Signalled when `pending` stops being empty, or closes.
+    ready: Condvar,
+    capacity: usize,
+    /// Changes dropped on a full queue (tests look).
+    dropped: AtomicU64,
+}
+
+/// The writer's end; dropping it ends the thread after its last commit.
+#[derive(Debug)]
+pub(crate) struct Feed {
+    queue: Arc<Queue>,
+    /// Joined only by tests; otherwise the thread ends on its own.
+    #[cfg(test)]
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Feed {
+    /// Starts the thread that persists `cache` into `store`; `about` is the
+    /// resource's description, written with whole batches and a store's
+    /// first commit. `written_rv`: the version the store is at.
+    pub(crate) fn start(
+        cache: Arc<ResourceCache>,
+        store: DiskStore,
+        about: Bytes,
+        sealer: Option<Arc<Sealer>>,
+        written_rv: u64,
+    ) -> Self {
+        let retry_after = RETRY_AFTER_FAILURE;
+        Self::with_queue(Persister { cache, store, about, sealer, written_rv, degraded: false, retry_after }, QUEUE)
+    }
+
+    fn with_queue(persister: Persister, capacity: usize) -> Self {
+        let queue = Arc::new(Queue {
+            pending: Mutex::new(Pending::default()),
+            ready: Condvar::new(),
+            capacity,
+            dropped: AtomicU64::new(0),
+        });
+        let name = format!("persist-{}", persister.cache.label());
+        let q = queue.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.chars().take(15).collect())
+            .spawn(move || persister.run(&q))
+            .expect("spawning a persist thread");
+        #[cfg(not(test))]
+        drop(thread);
+        Self {
+            queue,
+            #[cfg(test)]
+            thread: Some(thread),
+        }
+    }
+
+    fn offer(&self, note: Note) {
+        let mut pending = self.queue.pending.lock();
+        if pending.notes.len() >= self.queue.capacity {
+            // Not waited for: the next commit rewrites everything instead.
+            pending.behind = true;
+            drop(pending);
+            self.queue.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let was_empty = pending.notes.is_empty();
+        pending.notes.push(note);
+        drop(pending);
+        if was_empty {
+            self.queue.ready.notify_one();
+        }
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.queue.pending.lock().closed = true;
+        self.queue.ready.notify_one();
+        #[cfg(test)]
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("the persist thread");
+        }
+    }
+}
+
+impl ChangeSink for Feed {
+    fn changed(&self, event: &CacheEvent) {
+        let json = (event.kind != EventType::Deleted).then(|| event.object.json().clone());
+        self.offer(Note::Changed { rv: event.rv, key: event.object.key.clone(), json });
+    }
+
+    fn version(&self, rv: u64) {
+        self.offer(Note::Version(rv));
+    }
+
+    fn whole(&self) {
+        self.offer(Note::Whole);
+    }
+
+    /// Dropping a test build's feed joins its thread.
+    #[cfg(test)]
+    fn finish(self: Box<Self>) {}
+}
+
+struct Persister {
+    cache: Arc<ResourceCache>,
+    store: DiskStore,
+    about: Bytes,
+    /// Encryption at rest (`seal.rs`), done here, off the writer's path.
+    sealer: Option<Arc<Sealer>>,
+    /// The version of the last commit: notes at or below it are in the store.
+    written_rv: u64,
+    degraded: bool,
+    /// [`RETRY_AFTER_FAILURE`], shorter in tests.
+    retry_after: Duration,
+}
+
+impl Persister {
+    fn run(mut self, queue: &Queue) {
+        let label = self.cache.label().to_owned();
+        let commits_batch = metrics::counter!(m::PERSIST_COMMITS, "resource" => label.clone(), "kind" => "batch");
+        let commits_whole = metrics::counter!(m::PERSIST_COMMITS, "resource" => label.clone(), "kind" => "whole");
+        let errors = metrics::counter!(m::PERSIST_WRITE_ERRORS, "resource" => label.clone());
+        let degraded = metrics::gauge!(m::PERSIST_DEGRADED, "resource" => label.clone());
+        let duration = metrics::histogram!(m::PERSIST_COMMIT_DURATION, "resource" => label.clone());
+        degraded.set(0.0);
+        loop {
+            let (mut notes, behind) = {
+                let mut pending = queue.pending.lock();
+                while pending.notes.is_empty() && !pending.behind && !pending.closed {
+                    queue.ready.wait(&mut pending);
+                }
+                if pending.notes.is_empty() && !pending.behind {
+                    return; // closed, and everything committed
+                }
+                (std::mem::take(&mut pending.notes), std::mem::take(&mut pending.behind))
+            };
+            // A failed commit left the store behind the notes: rewrite it.
+            let whole = behind || self.degraded || notes.iter().any(|n| matches!(n, Note::Whole));
+            let batch = if whole { self.whole_batch() } else { self.coalesce(&mut notes) };
+            let Some(batch) = batch else { continue };
+            let started = Instant::now();
+            match self.store.commit(&batch) {
+                Ok(()) => {
+                    duration.record(started.elapsed().as_secs_f64());
+                    if batch.whole { &commits_whole } else { &commits_batch }.increment(1);
+                    self.written_rv = batch.rv;
+                    if self.degraded {
+                        tracing::info!(resource = %label, rv = batch.rv, "persisting again");
+                        self.degraded = false;
+                        degraded.set(0.0);
+                    }
+                }
+                Err(err) => {
+                    errors.increment(1);
+                    if !self.degraded {
+                        tracing::error!(resource = %label, error = %error_chain(&err), retry_in = ?self.retry_after, "cannot persist; serving from memory only (the store keeps its last good state)");
+                    }
+                    self.degraded = true;
+                    degraded.set(1.0);
+                    // Meanwhile the queue fills and the feed marks itself
+                    // behind: the cache never waits for this.
+                    std::thread::sleep(self.retry_after);
+                }
+            }
+        }
+    }
+
+    /// The cache's whole current state.
+    fn whole_batch(&self) -> Option<Batch> {
+        let snapshot = self.cache.snapshot();
+        let changes = snapshot.objects.iter().map(|(k, o)| (k.clone(), Some(self.stored(k, o.json())))).collect();
+        Some(Batch {
+            rv: snapshot.rv,
+            whole: true,
+            about: Some(self.about.clone()),
+            key_check: self.key_check(),
+            changes,
+        })
+    }
+
+    /// The queued changes newer than the store, last one per key winning;
+    /// `None` when there are none.
+    fn coalesce(&self, notes: &mut Vec<Note>) -> Option<Batch> {
+        let mut latest = std::collections::BTreeMap::new();
+        let mut rv = self.written_rv;
+        for note in notes.drain(..) {
+            match note {
+                Note::Changed { rv: at, key, json } if at > self.written_rv => {
+                    rv = rv.max(at);
+                    let stored = json.map(|j| self.stored(&key, &j));
+                    latest.insert(key, stored);
+                }
+                Note::Version(at) => rv = rv.max(at),
+                Note::Changed { .. } | Note::Whole => {}
+            }
+        }
+        // A store's first commit names its resource, whatever kind it is.
+        let first = self.written_rv == 0;
+        let (about, key_check) = if first { (Some(self.about.clone()), self.key_check()) } else { (None, None) };
+        (rv > self.written_rv).then(|| Batch {
+            rv,
+            whole: false,
+            about,
+            key_check,
+            changes: latest.into_iter().collect(),
+        })
+    }
+
+    /// An object's bytes as stored: sealed when encryption is on.
+    fn stored(&self, key: &ObjectKey, json: &Bytes) -> Bytes {
+        match &self.sealer {
+            Some(sealer) => sealer.seal(&super::sealed_as(self.cache.label(), key), json),
+            None => json.clone(),
+        }
+    }
+
+    fn key_check(&self) -> Option<Bytes> {
+        self.sealer.as_ref().map(|s| s.key_check())
+    }
+}
+
+#[cfg(test)]
+mod tests;
