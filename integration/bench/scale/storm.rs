@@ -136,25 +136,19 @@ async fn sync_one(
             // stream is held (and drained) by the caller.
             let mut done = false;
             let mut bytes = 0u64;
-            let inner = CancellationToken::new();
-            let end = {
-                let body = &mut body;
-                let until = stop.child_token();
-                let inner2 = inner.clone();
-                let reading = read_lines(body, &until, |line, _| {
-                    bytes += line.len() as u64;
-                    if line.starts_with(b"{\"type\":\"BOOKMARK\"")
-                        && line.windows(25).any(|w| w == b"k8s.io/initial-events-end")
-                    {
-                        done = true;
-                        inner2.cancel();
-                    }
-                });
-                tokio::select! {
-                    e = reading => e,
-                    _ = inner.cancelled() => End::Cancelled,
+            // Ends the read at the bookmark (read_lines looks at its token
+            // before each frame), or with the storm.
+            let until = stop.child_token();
+            let end = read_lines(&mut body, &until, |line, _| {
+                bytes += line.len() as u64;
+                if line.starts_with(b"{\"type\":\"BOOKMARK\"")
+                    && line.windows(25).any(|w| w == b"k8s.io/initial-events-end")
+                {
+                    done = true;
+                    until.cancel();
                 }
-            };
+            })
+            .await;
             tally.initial_bytes.fetch_add(bytes, Ordering::Relaxed);
             if !done {
                 bail!("WATCH {path}: stream ended before its initial events ended ({end:?})");
