@@ -60,7 +60,8 @@ use timeouts::{ResponseHeaderOutcome, ResponseHeaderTimeout, TimedConnector};
 
 /// How often readiness is probed.
 const READINESS_PROBE_INTERVAL: Duration = Duration::from_secs(5);
-/// How long one readiness probe may take before the upstream counts as down.
+/// How long one readiness probe may take before it counts as silent
+/// (`health::UNRESPONSIVE_AFTER` silent probes in a row: unresponsive).
 const READINESS_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// HTTP/2 pings on an idle or busy connection. A watch over a connection
 /// whose peer vanished (no FIN, no RST) would otherwise hang forever.
@@ -502,12 +503,18 @@ impl Upstream {
             Ok(Err(err)) => (UpstreamHealth::of_error(&err), crate::error::error_chain(&err)),
             Err(_) => (UpstreamHealth::Unresponsive, format!("no answer within {READINESS_PROBE_TIMEOUT:?}")),
         };
-        let was = self.health.set(now);
+        let health::Recorded { was, now, silent } = self.health.record(now);
         if was != now {
             match now.failure() {
                 None => tracing::info!("upstream is ready"),
                 Some(why) => tracing::warn!(state = now.as_str(), detail = %detail, "upstream is not ready: {why}"),
             }
+        } else if silent > 0 && silent < health::UNRESPONSIVE_AFTER {
+            tracing::info!(
+                detail = %detail,
+                "the upstream's /readyz did not answer in time ({silent} of {} in a row before it counts as unresponsive)",
+                health::UNRESPONSIVE_AFTER
+            );
         }
         metrics::gauge!(m::UPSTREAM_READY).set(if now == UpstreamHealth::Ready { 1.0 } else { 0.0 });
         for state in UpstreamHealth::ALL {

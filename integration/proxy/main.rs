@@ -337,8 +337,9 @@ async fn an_upstream_that_takes_the_request_and_never_answers_gets_a_504() {
 async fn an_upstream_known_to_hang_fails_requests_after_the_upstream_timeout() {
     let hole = black_hole().await;
     let proxy = start_proxy(hole, &["--upstream-response-header-timeout", "60s", "--upstream-timeout", "1s"]).await;
-    // The probe runs at start and every 5 s, and gives up on an answer after 3 s.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    // The probe runs at start and every 5 s and gives up on an answer after
+    // 3 s; the third silent one in a row (at about 13 s) makes it unresponsive.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
     loop {
         let resp = get(proxy.admin, "/readyz/upstream?verbose").await;
         let text = String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned();

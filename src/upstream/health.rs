@@ -7,8 +7,17 @@
 //! whether the API server answered and is not ready itself. Each is its own
 //! state, in `/readyz/upstream`, in the log line of each change and in
 //! `watchmux_upstream_health{state}`.
+//!
+//! A probe that gets no answer in time is the weakest evidence: an API
+//! server busy with a relist storm, or a connection busy with a large LIST,
+//! can hold one `/readyz` for seconds. Being "down" has consequences (a
+//! request that must reach the upstream then fails after `--upstream-timeout`,
+//! and offline mode serves unproven state), so only
+//! [`UNRESPONSIVE_AFTER`] silent probes in a row make the upstream
+//! unresponsive, as a kubelet's readiness probe needs three failures. An
+//! answer of any kind, or a refused connection, counts at once.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 use http::StatusCode;
 
@@ -130,21 +139,52 @@ impl UpstreamHealth {
     }
 }
 
-/// The last probe's state, shared.
+/// Probes in a row without an answer in time before the upstream counts as
+/// unresponsive (the probe runs every 5 s and waits 3 s: about 13 s of
+/// silence).
+pub(crate) const UNRESPONSIVE_AFTER: u32 = 3;
+
+/// The upstream's state, shared, and the silent probes since the last answer.
 #[derive(Debug, Default)]
-pub(crate) struct HealthCell(AtomicU8);
+pub(crate) struct HealthCell {
+    state: AtomicU8,
+    silent: AtomicU32,
+}
+
+/// What recording one probe did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Recorded {
+    pub was: UpstreamHealth,
+    pub now: UpstreamHealth,
+    /// Silent probes in a row, this one included (0 after an answer).
+    pub silent: u32,
+}
 
 impl HealthCell {
     pub(crate) fn get(&self) -> UpstreamHealth {
-        let v = self.0.load(Ordering::Relaxed);
-        UpstreamHealth::ALL.into_iter().find(|h| *h as u8 == v).unwrap_or(UpstreamHealth::Unknown)
+        from_u8(self.state.load(Ordering::Relaxed))
     }
 
-    /// Records `now`, returning the state before.
-    pub(crate) fn set(&self, now: UpstreamHealth) -> UpstreamHealth {
-        let was = self.0.swap(now as u8, Ordering::Relaxed);
-        UpstreamHealth::ALL.into_iter().find(|h| *h as u8 == was).unwrap_or(UpstreamHealth::Unknown)
+    /// Records what one probe `observed` (only the prober calls this): an
+    /// answer, or a failure to connect, is the state at once; a probe
+    /// without an answer in time only as the [`UNRESPONSIVE_AFTER`]th in a
+    /// row (before that the state stays what it was).
+    pub(crate) fn record(&self, observed: UpstreamHealth) -> Recorded {
+        let was = self.get();
+        let silent = if observed == UpstreamHealth::Unresponsive {
+            self.silent.fetch_add(1, Ordering::Relaxed).saturating_add(1)
+        } else {
+            self.silent.store(0, Ordering::Relaxed);
+            0
+        };
+        let now = if observed == UpstreamHealth::Unresponsive && silent < UNRESPONSIVE_AFTER { was } else { observed };
+        self.state.store(now as u8, Ordering::Relaxed);
+        Recorded { was, now, silent }
     }
+}
+
+fn from_u8(v: u8) -> UpstreamHealth {
+    UpstreamHealth::ALL.into_iter().find(|h| *h as u8 == v).unwrap_or(UpstreamHealth::Unknown)
 }
 
 #[cfg(test)]
@@ -167,13 +207,49 @@ mod tests {
     }
 
     #[test]
-    fn the_cell_keeps_every_state() {
+    fn the_cell_keeps_every_answered_state() {
         let cell = HealthCell::default();
         assert_eq!(cell.get(), UpstreamHealth::Unknown);
-        for h in UpstreamHealth::ALL {
-            cell.set(h);
+        for h in UpstreamHealth::ALL.into_iter().filter(|h| *h != UpstreamHealth::Unresponsive) {
+            let recorded = cell.record(h);
+            assert_eq!((recorded.now, recorded.silent), (h, 0));
             assert_eq!(cell.get(), h);
             assert_eq!(h.failure().is_none(), h == UpstreamHealth::Ready);
         }
+    }
+
+    /// A busy API server that misses one or two probes is not "down" (which
+    /// would cut pass-through requests to --upstream-timeout and turn on
+    /// offline mode); the third silent probe in a row is.
+    #[test]
+    fn only_silent_probes_in_a_row_make_the_upstream_unresponsive() {
+        let cell = HealthCell::default();
+        cell.record(UpstreamHealth::Ready);
+        for round in 0..2 {
+            for n in 1..UNRESPONSIVE_AFTER {
+                let r = cell.record(UpstreamHealth::Unresponsive);
+                assert_eq!((r.now, r.silent), (UpstreamHealth::Ready, n), "round {round}");
+                assert!(!cell.get().is_down());
+            }
+            // An answer in between starts the count again.
+            assert_eq!(cell.record(UpstreamHealth::Ready).silent, 0);
+        }
+        for _ in 1..UNRESPONSIVE_AFTER {
+            cell.record(UpstreamHealth::Unresponsive);
+        }
+        let r = cell.record(UpstreamHealth::Unresponsive);
+        assert_eq!((r.was, r.now, r.silent), (UpstreamHealth::Ready, UpstreamHealth::Unresponsive, UNRESPONSIVE_AFTER));
+        assert!(cell.get().is_down());
+        // Still silent: still down.
+        assert_eq!(cell.record(UpstreamHealth::Unresponsive).now, UpstreamHealth::Unresponsive);
+        // A refused connection needs no streak; nor does the answer after it.
+        let cell = HealthCell::default();
+        assert_eq!(cell.record(UpstreamHealth::Unreachable).now, UpstreamHealth::Unreachable);
+        assert_eq!(
+            cell.record(UpstreamHealth::Unresponsive).now,
+            UpstreamHealth::Unreachable,
+            "one silent probe keeps the last state"
+        );
+        assert_eq!(cell.record(UpstreamHealth::Ready).now, UpstreamHealth::Ready);
     }
 }
