@@ -45,7 +45,12 @@
 //! (docs/benchmarks.md, "Consistent LISTs").
 //!
 //! If the proof does not arrive within the budget the read passes through,
-//! and is counted as a fallback.
+//! and is counted as a fallback. The budget (3 s) bounds the wait for the
+//! probe's answer; a watch-list whose probe answered in time also gets the
+//! catch-up that covers it, up to one catch-up's length after that answer
+//! ([`CATCH_UP_PERIOD`]): in a burst, a probe that answers late in the
+//! budget leaves no time for the bookmark otherwise, and passing the
+//! watch-list through costs the API server far more than the wait.
 //!
 //! **A version the client names** ([`reached`]): resourceVersions are
 //! global, so a client may hold one this cache has not reached, from another
@@ -193,9 +198,20 @@ pub(crate) enum Proof {
     CatchingUp,
 }
 
+/// How long after its probe's answer a read that waits for the catch-up
+/// may wait for the bookmark that covers it: one catch-up watch's whole
+/// length, and a second for its bookmark to be applied. A read whose probe
+/// answered late in its budget (a burst of informers starting at once, each
+/// cache proving hundreds of watch-lists with a probe or two) still gets the
+/// catch-up that proves it, instead of passing through at the budget's end
+/// with the catch-up a second from its bookmark.
+pub(crate) const CATCH_UP_PERIOD: Duration = Duration::from_secs(CATCH_UP_TIMEOUT_SECONDS + 1);
+
 /// Waits until `cache` is at least as new as the upstream was at
-/// `arrival`; false if that cannot be shown as `proof` allows, by
-/// `arrival + budget`.
+/// `arrival`; false if that cannot be shown as `proof` allows: the probe's
+/// answer by `arrival + budget`, and for [`Proof::CatchingUp`] the catch-up's
+/// bookmark by then or within [`CATCH_UP_PERIOD`] of the probe's answer,
+/// whichever is later.
 pub(crate) async fn ensure_fresh(
     cache: &Arc<ResourceCache>,
     upstream: &Arc<Upstream>,
@@ -227,6 +243,7 @@ pub(crate) async fn ensure_fresh(
         }
         return false;
     }
+    let deadline = deadline.max(Instant::now() + CATCH_UP_PERIOD);
     loop {
         if cache.current_rv() >= target {
             return true;

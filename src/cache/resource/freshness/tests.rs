@@ -167,12 +167,51 @@ async fn a_cache_behind_waits_for_the_catch_up_s_bookmark() {
 }
 
 #[tokio::test]
-async fn without_a_bookmark_in_its_budget_the_proof_fails() {
+async fn without_a_bookmark_within_a_catch_up_s_length_the_proof_fails() {
     let state = Arc::new(FakeApiServer::default());
     let (cache, upstream, stop) = cache_at_10(&state).await;
     state.current.store(20, Ordering::SeqCst);
-    assert!(!ensure_fresh(&cache, &upstream, Instant::now(), Proof::CatchingUp, Duration::from_millis(300)).await);
+    let started = Instant::now();
+    assert!(!ensure_fresh(&cache, &upstream, started, Proof::CatchingUp, Duration::from_millis(300)).await);
+    // Past the budget: one catch-up's length after the probe's answer.
+    let took = started.elapsed();
+    assert!(took >= CATCH_UP_PERIOD && took < CATCH_UP_PERIOD + Duration::from_secs(2), "{took:?}");
     assert_eq!(cache.current_rv(), 10, "nothing proven, nothing moved");
+    stop.cancel();
+}
+
+/// A burst of watch-lists: a probe that answers late in the budget (queued
+/// behind another) still lets its reads wait for the catch-up's bookmark,
+/// which comes after the budget's end; a probe that does not answer in the
+/// budget does not.
+#[tokio::test]
+async fn a_probe_answered_late_in_the_budget_still_gets_its_catch_up() {
+    let state = Arc::new(FakeApiServer::default());
+    let (cache, upstream, stop) = cache_at_10(&state).await;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *state.probe_gate.lock() = Some(gate.clone());
+    state.current.store(20, Ordering::SeqCst);
+    let budget = Duration::from_millis(800);
+    let read = |arrival: Instant, budget: Duration| {
+        let (cache, upstream) = (cache.clone(), upstream.clone());
+        tokio::spawn(async move { ensure_fresh(&cache, &upstream, arrival, Proof::CatchingUp, budget).await })
+    };
+    let arrival = Instant::now();
+    let proving = read(arrival, budget);
+    state.probes_reach(1).await;
+    tokio::time::sleep_until(arrival + budget - Duration::from_millis(200)).await;
+    gate.add_permits(1);
+    state.catch_up_open().await;
+    tokio::time::sleep_until(arrival + budget + Duration::from_millis(500)).await;
+    assert!(!proving.is_finished(), "still waiting for the catch-up past the budget");
+    state.bookmark().await;
+    assert!(proving.await.unwrap(), "proven by the bookmark after the budget");
+    // A probe that never answers in the budget: no proof, at the budget.
+    state.current.store(30, Ordering::SeqCst);
+    let arrival = Instant::now();
+    assert!(!read(arrival, budget).await.unwrap());
+    assert!(arrival.elapsed() < budget + Duration::from_millis(500), "{:?}", arrival.elapsed());
+    gate.add_permits(1);
     stop.cancel();
 }
 
