@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart}/ and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale}/ and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -248,6 +248,77 @@ def plot_restart(runs):
     save(fig, "bench-restart.png")
 
 
+def plot_scale(runs):
+    """bench-scale's runs (one per world size): time to synced and
+    kube-apiserver's CPU by storm mode and side, and memory by object count."""
+    runs = sorted(runs, key=lambda r: r["world"]["nodes"])
+    storms = [(r, s) for r in runs for s in r.get("storms", [])]
+    if storms:
+        modes = [m for m in ("watch-list", "classic") if any(s["mode"] == m for _, s in storms)]
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+        for ax, (title, value, log) in zip(axes, [
+            ("time until every kubelet is synced, s\n(bar: p50, tick: max; lower is better)",
+             lambda s: s["synced_ms"]["p50"] / 1000, False),
+            ("kube-apiserver CPU during the storm, s\n(lower is better, log scale)", lambda s: s["apiserver_cpu_s"], True),
+        ]):
+            groups = [(r, m) for r in runs for m in modes]
+            for i, side in enumerate(["direct", "watchmux"]):
+                for k, (r, m) in enumerate(groups):
+                    for s in r.get("storms", []):
+                        if s["mode"] == m and s["side"] == side:
+                            x = k + (i - 0.5) * 0.4
+                            v = max(value(s), 0.01) if log else value(s)
+                            ax.bar(x, v, 0.4, color=COLORS[side], label=LABELS[side] if k == 0 else None)
+                            if not log:
+                                ax.plot([x - 0.15, x + 0.15], [s["synced_ms"]["max"] / 1000] * 2, color="k", lw=1)
+            ax.set_xticks(range(len(groups)))
+            ax.set_xticklabels([f"{m}\n{r['storms'][0]['kubelets']:,} kubelets" for r, m in groups], fontsize=8)
+            if log:
+                ax.set_yscale("log")
+                ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+                ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+                ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            else:
+                ax.set_ylim(bottom=0)
+            ax.set_title(title, fontsize=10)
+            ax.grid(axis="y", alpha=0.3)
+        axes[0].legend(fontsize=8)
+        fig.suptitle("Kubelet storm: every kubelet's collections started at one instant")
+        save(fig, "bench-scale-storm.png")
+    mem = [r for r in runs if r.get("memory")]
+    if mem:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        xs = [r["memory"]["objects"] for r in mem]
+        series = [
+            ("watchmux RSS growth", lambda m: m["watchmux_rss"] - m["watchmux_rss_empty"] if m.get("watchmux_rss_empty") else None,
+             COLORS["watchmux"], "-"),
+            ("watchmux RSS growth, protobuf forms kept",
+             lambda m: m["watchmux_rss_after_protobuf_list"] - m["watchmux_rss_empty"] if m.get("watchmux_rss_empty") else None,
+             COLORS["watchmux"], "--"),
+            ("kube-apiserver Go heap growth",
+             lambda m: m["apiserver_heap_inuse"] - m["apiserver_heap_inuse_before"] if m.get("apiserver_heap_inuse_before") else None,
+             COLORS["direct"], "-"),
+            ("the objects' JSON", lambda m: m["json_bytes"], "grey", ":"),
+        ]
+        for label, f, color, ls in series:
+            pts = [(x, f(r["memory"])) for x, r in zip(xs, mem) if f(r["memory"]) is not None]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] / 2**20 for p in pts], ls, marker="o", color=color, label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("cached objects (pods, nodes, services, EndpointSlices, ConfigMaps, Secrets)")
+        ax.set_ylabel("MiB (lower is better)")
+        ax.set_title("Memory by object count")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+        save(fig, "bench-scale-memory.png")
+
+
 def fmt(v, digits=1):
     return "–" if v is None else f"{v:,.{digits}f}"
 
@@ -332,6 +403,7 @@ def main():
         ("fanout", "bench-fanout/fanout-*.json", plot_fanout),
         ("kubelet", "bench-kubelet/kubelet-*.json", plot_kubelet),
         ("restart", "bench-restart/restart-*.json", plot_restart),
+        ("scale", "bench-scale/scale-*.json", plot_scale),
     ]:
         runs = load(pattern)
         if not runs:

@@ -19,7 +19,8 @@
 # with etcd's quota at 8 GiB and kube-apiserver's in-flight limits raised as
 # large clusters run them (--max-requests-inflight=2000,
 # --max-mutating-requests-inflight=1000), the same for both sides. Results:
-# .run/bench-scale/ (scale.json, the Markdown on stdout, logs).
+# .run/bench-scale/ (scale.json, kept as scale-<SCALE>-<nodes>.json for
+# make bench-plots; the Markdown on stdout, logs).
 listen="127.0.0.1:${BENCH_PORT:-17692}"
 admin="127.0.0.1:${BENCH_ADMIN_PORT:-17693}"
 # shellcheck source-path=SCRIPTDIR source=bench-lib.sh
@@ -103,5 +104,7 @@ SCALE_PHASES="$phases" SCALE_WATCHMUX_BASE_RSS="$base_rss" BENCH_OUT="$logs/scal
   echo "bench-scale: the run failed (exit $?); watchmux alive: $(kill -0 "$wm_pid" 2>/dev/null && echo yes || echo no)"
 stop_watchmux
 watchmux_warnings "$logs/watchmux.log"
+# Kept by world size, for make bench-plots (storm and memory by object count).
+[[ -f $logs/scale.json ]] && cp "$logs/scale.json" "$logs/scale-${SCALE:-full}-${SCALE_NODES}.json"
 echo
 echo "bench-scale: done in ${SECONDS}s"
