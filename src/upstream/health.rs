@@ -12,10 +12,12 @@
 //! server busy with a relist storm, or a connection busy with a large LIST,
 //! can hold one `/readyz` for seconds. Being "down" has consequences (a
 //! request that must reach the upstream then fails after `--upstream-timeout`,
-//! and offline mode serves unproven state), so only
-//! [`UNRESPONSIVE_AFTER`] silent probes in a row make the upstream
-//! unresponsive, as a kubelet's readiness probe needs three failures. An
-//! answer of any kind, or a refused connection, counts at once.
+//! and offline mode serves unproven state), so an upstream that was ready
+//! becomes unresponsive only after [`UNRESPONSIVE_AFTER`] silent probes in a
+//! row, as a kubelet's readiness probe needs three failures. From any other
+//! state (not probed yet: a node-local watchmux restarting while its link to
+//! the control plane is a black hole; or already failing), a silent probe
+//! counts at once, as does an answer of any kind or a refused connection.
 
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
@@ -167,8 +169,8 @@ impl HealthCell {
 
     /// Records what one probe `observed` (only the prober calls this): an
     /// answer, or a failure to connect, is the state at once; a probe
-    /// without an answer in time only as the [`UNRESPONSIVE_AFTER`]th in a
-    /// row (before that the state stays what it was).
+    /// without an answer in time, after the upstream was ready, only as the
+    /// [`UNRESPONSIVE_AFTER`]th in a row (before that it stays ready).
     pub(crate) fn record(&self, observed: UpstreamHealth) -> Recorded {
         let was = self.get();
         let silent = if observed == UpstreamHealth::Unresponsive {
@@ -177,7 +179,8 @@ impl HealthCell {
             self.silent.store(0, Ordering::Relaxed);
             0
         };
-        let now = if observed == UpstreamHealth::Unresponsive && silent < UNRESPONSIVE_AFTER { was } else { observed };
+        let busy = observed == UpstreamHealth::Unresponsive && was == UpstreamHealth::Ready;
+        let now = if busy && silent < UNRESPONSIVE_AFTER { was } else { observed };
         self.state.store(now as u8, Ordering::Relaxed);
         Recorded { was, now, silent }
     }
@@ -218,9 +221,9 @@ mod tests {
         }
     }
 
-    /// A busy API server that misses one or two probes is not "down" (which
-    /// would cut pass-through requests to --upstream-timeout and turn on
-    /// offline mode); the third silent probe in a row is.
+    /// A ready API server that then misses one or two probes (busy) is not
+    /// "down" (which would cut pass-through requests to --upstream-timeout
+    /// and turn on offline mode); the third silent probe in a row is.
     #[test]
     fn only_silent_probes_in_a_row_make_the_upstream_unresponsive() {
         let cell = HealthCell::default();
@@ -242,14 +245,13 @@ mod tests {
         assert!(cell.get().is_down());
         // Still silent: still down.
         assert_eq!(cell.record(UpstreamHealth::Unresponsive).now, UpstreamHealth::Unresponsive);
-        // A refused connection needs no streak; nor does the answer after it.
+        // Not probed yet (a restart behind a black hole), or already failing:
+        // a silent probe counts at once, and so does the answer after it.
+        let cell = HealthCell::default();
+        assert_eq!(cell.record(UpstreamHealth::Unresponsive).now, UpstreamHealth::Unresponsive);
         let cell = HealthCell::default();
         assert_eq!(cell.record(UpstreamHealth::Unreachable).now, UpstreamHealth::Unreachable);
-        assert_eq!(
-            cell.record(UpstreamHealth::Unresponsive).now,
-            UpstreamHealth::Unreachable,
-            "one silent probe keeps the last state"
-        );
+        assert_eq!(cell.record(UpstreamHealth::Unresponsive).now, UpstreamHealth::Unresponsive);
         assert_eq!(cell.record(UpstreamHealth::Ready).now, UpstreamHealth::Ready);
     }
 }

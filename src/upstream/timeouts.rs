@@ -18,8 +18,9 @@
 //!   ends the bodies streaming over it (the upstream module's constants).
 //! - **An upstream known to be down**: once the readiness probe finds it
 //!   unreachable or unresponsive (hung, or a half-open path that swallows
-//!   requests: three probes in a row without an answer, so that an API
-//!   server merely busy for a few seconds is not taken for one), a request that must reach it waits at most
+//!   requests: once it was ready, three probes in a row without an answer,
+//!   so that an API server merely busy for a few seconds is not taken for
+//!   one), a request that must reach it waits at most
 //!   `--upstream-timeout` (5 s) for its dial and headers, instead of the
 //!   full bounds above: clients learn of an outage in seconds, while cached
 //!   answers that need no proof keep serving.
