@@ -13,6 +13,8 @@
 #   SCALE_PHASES  load,memory,list,storm     (the load is skipped when the
 #                 running cluster already holds this SCALE: .run/cluster/scale)
 #   SCALE_KEEP=1  leaves the loaded cluster running for the next run
+#   SCALE_RESTART_CMD  how the storm restarts kube-apiserver under the synced
+#                 kubelets (default: cluster-up.sh --restart-apiserver; empty: none)
 #   and the SCALE_* knobs of integration/bench/scale/main.rs.
 #
 # The cluster: its own fresh start (the test cluster's state is replaced)
@@ -99,6 +101,9 @@ began=$SECONDS
 wait_ready "${SCALE_SYNC_TIMEOUT:-900}" "$logs/watchmux.log"
 echo "bench-scale: the tier synced every cache in $(( SECONDS - began )) s"
 bench_env
+# The storm's last step restarts kube-apiserver under the synced kubelets
+# (SCALE_RESTART_CMD= for none).
+export SCALE_RESTART_CMD="${SCALE_RESTART_CMD-bash $scripts/cluster-up.sh --restart-apiserver >/dev/null}"
 SCALE_PHASES="$phases" SCALE_WATCHMUX_BASE_RSS="$base_rss" BENCH_OUT="$logs/scale.json" \
   timeout --signal=INT --kill-after=10 "${SCALE_RUN_TIMEOUT:-5400}" "$logs/scale-bench" --bench ||
   echo "bench-scale: the run failed (exit $?); watchmux alive: $(kill -0 "$wm_pid" 2>/dev/null && echo yes || echo no)"

@@ -11,7 +11,13 @@
 //!   without gzip ([`biglist`]);
 //! - `storm`: K kubelet-shaped clients started at once, watch-list and
 //!   classic ([`storm`]): time until each is synced, kube-apiserver's CPU,
-//!   peak RSS, Go heap and the requests it served, watchmux's CPU and RSS.
+//!   peak RSS, Go heap and the requests it served, watchmux's CPU and RSS;
+//!   then, the kubelets still watching, a churn phase ([`churn`]: 1% of the
+//!   pods a minute and their EndpointSlices, `SCALE_CHURN_SECONDS`, 60; 0
+//!   for none): both servers' CPU and whether every event arrived; then,
+//!   with `SCALE_RESTART_CMD`, kube-apiserver restarted under them: who lost
+//!   their watches, how long until they were synced again, what the new
+//!   kube-apiserver served and spent.
 //!
 //! Environment: `SCALE_NODES` (5000), `SCALE_PODS_PER_NODE` (30),
 //! `SCALE_SERVICES` (1000), `SCALE_NAMESPACES` (100, must divide the
@@ -31,6 +37,7 @@
 mod common;
 
 mod biglist;
+mod churn;
 mod load;
 mod objects;
 mod sampler;
@@ -221,6 +228,15 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
     let connects: usize = env_or("SCALE_CONNECTS", 512)?;
     let limit = Duration::from_secs(env_or("SCALE_STORM_TIMEOUT", 900)?);
     let modes: Vec<String> = env_list("SCALE_STORM_MODES", "watch-list,classic")?;
+    let churn_for = Duration::from_secs(env_or("SCALE_CHURN_SECONDS", 60)?);
+    let churn_rate: f64 = env_or("SCALE_CHURN_PODS_PER_MINUTE_PERCENT", 1.0)?;
+    let mut churn_first = 0usize;
+    let mut churns = Vec::new();
+    // kube-apiserver restarted under the synced kubelets (bench-scale.sh
+    // names the command: cluster-up.sh --restart-apiserver).
+    let restart_cmd = std::env::var("SCALE_RESTART_CMD").ok().filter(|c| !c.is_empty());
+    let restart_window = Duration::from_secs(env_or("SCALE_RESTART_WINDOW_SECONDS", 60)?);
+    let mut restarts = Vec::new();
     let wm_pid: Option<u32> = std::env::var("WATCHMUX_BENCH_PROXY_PID").ok().and_then(|v| v.parse().ok());
     let mut out = Vec::new();
     println!("\n### Kubelet storm: {kubelets} kubelets × 5 collections, started at once\n");
@@ -321,12 +337,140 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
                 "apiserver_heap_inuse_after": heap, "apiserver_requests": served,
                 "apiserver_watches_before": watches0, "apiserver_watches_synced": watches,
                 "watchmux_cpu_s": wm_cpu, "watchmux_rss_peak": wm_peak, "watchmux_reads": why}));
+            if !churn_for.is_zero() {
+                let (api_cpu0, wm_cpu0) = (cpu_ticks(api_pid)?, wm_pid.map(cpu_ticks).transpose()?);
+                let events0 = t.live_events.load(Ordering::Relaxed);
+                let watched = t.synced_nodes.lock().clone();
+                let c = churn::run(api, w, &watched, churn_for, churn_rate, churn_first).await?;
+                churn_first += c.pod_writes as usize;
+                // The last events' way to the kubelets.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let api_cpu = ticks_ms(cpu_ticks(api_pid)? - api_cpu0) / 1e3;
+                let wm_cpu = match (wm_pid, wm_cpu0) {
+                    (Some(p), Some(c0)) if side == SideKind::Watchmux => Some(ticks_ms(cpu_ticks(p)? - c0) / 1e3),
+                    _ => None,
+                };
+                let events = t.live_events.load(Ordering::Relaxed) - events0;
+                churns.push(json!({"mode": mode.name(), "side": side.name(), "seconds": c.seconds,
+                    "pod_writes": c.pod_writes, "slice_writes": c.slice_writes,
+                    "expected_pod_events": c.expected_pod_events, "kubelet_events": events,
+                    "apiserver_cpu_s": api_cpu, "watchmux_cpu_s": wm_cpu,
+                    "streams_broken": t.streams_broken.load(Ordering::Relaxed)}));
+            }
+            if let Some(cmd) = &restart_cmd {
+                restarts.push(restart(api, w, &s, cmd, restart_window, mode, side, synced.len()).await?);
+            }
             s.stop().await;
             // Let both servers tear the watches down before the next storm.
             tokio::time::sleep(Duration::from_secs(10)).await;
         }
     }
-    Ok(Value::Array(out))
+    if !churns.is_empty() {
+        println!(
+            "\n### Churn: {churn_rate}% of the pods a minute and an EndpointSlice each, for {} s, the kubelets of each storm watching\n",
+            churn_for.as_secs()
+        );
+        println!(
+            "| after the storm | side | pod / EndpointSlice writes | events the kubelets got / expected | kube-apiserver CPU, s | watchmux CPU, s |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for c in &churns {
+            println!(
+                "| {} | {} | {} / {} | {} / {} | {:.1} | {} |",
+                c["mode"].as_str().unwrap_or(""),
+                c["side"].as_str().unwrap_or(""),
+                c["pod_writes"],
+                c["slice_writes"],
+                c["kubelet_events"],
+                c["expected_pod_events"],
+                c["apiserver_cpu_s"].as_f64().unwrap_or(0.0),
+                c["watchmux_cpu_s"].as_f64().map_or("–".to_owned(), |v| format!("{v:.1}")),
+            );
+        }
+    }
+    if !restarts.is_empty() {
+        println!("\n### kube-apiserver restarted (SIGTERM, then started on the same etcd) under the synced kubelets\n");
+        println!(
+            "| after the storm | side | kubelets whose watches broke | synced again p50 / p99 / max, s after the restart (failed) | new kube-apiserver in the window: LISTs served / WATCHes held, CPU s | events after it: got / expected |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for r in &restarts {
+            println!(
+                "| {} | {} | {} | {} | {} / {}, {:.1} | {} / {} |",
+                r["mode"].as_str().unwrap_or(""),
+                r["side"].as_str().unwrap_or(""),
+                r["broken"],
+                if r["broken"].as_u64() == Some(0) {
+                    "–".to_owned()
+                } else {
+                    format!(
+                        "{:.1} / {:.1} / {:.1} ({})",
+                        r["resynced_ms"]["p50"].as_f64().unwrap_or(0.0) / 1e3,
+                        r["resynced_ms"]["p99"].as_f64().unwrap_or(0.0) / 1e3,
+                        r["resynced_ms"]["max"].as_f64().unwrap_or(0.0) / 1e3,
+                        r["resync_failed"]
+                    )
+                },
+                r["lists"],
+                r["watches"],
+                r["apiserver_cpu_s"].as_f64().unwrap_or(0.0),
+                r["events"],
+                r["expected_events"],
+            );
+        }
+    }
+    Ok(json!({"storms": out, "churn": churns, "restarts": restarts}))
+}
+
+/// kube-apiserver restarted with `cmd` under a synced storm: how many
+/// kubelets lost their watches, how long until each was synced again (within
+/// `window` from the restart), what the new kube-apiserver served and spent
+/// in that window, and whether a short churn after it reaches every kubelet.
+#[allow(clippy::too_many_arguments)]
+async fn restart(
+    api: &Api,
+    w: World,
+    s: &storm::Storm,
+    cmd: &str,
+    window: Duration,
+    mode: storm::Mode,
+    side: SideKind,
+    synced: usize,
+) -> anyhow::Result<Value> {
+    let t = &s.tally;
+    let broken0 = t.streams_broken.load(Ordering::Relaxed);
+    let began = std::time::Instant::now();
+    *t.restarted_at.lock() = Some(began);
+    let status = tokio::process::Command::new("bash").arg("-c").arg(cmd).status().await?;
+    if !status.success() {
+        bail!("{cmd}: {status}");
+    }
+    let up_after = began.elapsed();
+    let api_pid = api.apiserver_pid()?;
+    // The same window on both sides: what the new kube-apiserver spent and
+    // served in it (its start included) is comparable.
+    tokio::time::sleep((began + window).saturating_duration_since(std::time::Instant::now())).await;
+    let api_cpu = ticks_ms(cpu_ticks(api_pid)?) / 1e3;
+    let metrics = api.apiserver_metrics().await?;
+    let served = prom::by_label(&metrics, "apiserver_request_total", "verb", &[]);
+    let verb = |v: &str| served.iter().filter(|(k, _)| k == v).map(|(_, n)| *n).sum::<f64>();
+    let watches = prom::sum(&metrics, "apiserver_longrunning_requests", &[("verb", "WATCH")]);
+    // Do the kubelets get events again?
+    let events0 = t.live_events.load(Ordering::Relaxed);
+    let watched = t.synced_nodes.lock().clone();
+    let c = churn::run(api, w, &watched, Duration::from_secs(10), 6.0, w.pods() / 2).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let events = t.live_events.load(Ordering::Relaxed) - events0;
+    let resynced = t.resynced_ms.lock().clone();
+    let (p50, p99, max) = p50_p99_max(&resynced);
+    let broken = t.streams_broken.load(Ordering::Relaxed) - broken0;
+    Ok(json!({"mode": mode.name(), "side": side.name(), "up_after_s": up_after.as_secs_f64(),
+        "window_s": window.as_secs_f64(), "synced_before": synced,
+        "broken": broken, "resynced": resynced.len(),
+        "resync_failed": t.resync_failed.load(Ordering::Relaxed),
+        "resynced_ms": {"p50": p50, "p99": p99, "max": max},
+        "lists": verb("LIST"), "watches": watches, "apiserver_cpu_s": api_cpu,
+        "events": events, "expected_events": c.expected_pod_events}))
 }
 
 #[tokio::main]
@@ -369,7 +513,10 @@ async fn main() -> anyhow::Result<()> {
         result["lists"] = lists(&api, &sides, env_or("SCALE_LIST_CLIENTS", 10)?).await?;
     }
     if phases.iter().any(|p| p == "storm") {
-        result["storms"] = storms(&api, w, &sides).await?;
+        let mut storms = storms(&api, w, &sides).await?;
+        result["churn"] = storms["churn"].take();
+        result["restarts"] = storms["restarts"].take();
+        result["storms"] = storms["storms"].take();
     }
     write_results(&result)
 }

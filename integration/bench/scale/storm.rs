@@ -12,7 +12,9 @@
 //!
 //! Time to synced is measured from the storm's start, the instant every
 //! client is released, so it includes waiting for a connection, as a real
-//! kubelet fleet restarted at once would.
+//! kubelet fleet restarted at once would. A kubelet whose watch ends (its
+//! server restarted) syncs everything again; the time from the restart to
+//! that is its time to resynced.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -50,9 +52,20 @@ pub struct Tally {
     pub synced_ms: parking_lot::Mutex<Vec<f64>>,
     pub failed: AtomicUsize,
     pub refused_429: AtomicU64,
+    /// Times a synced kubelet's watches ended under it (it syncs again).
     pub streams_broken: AtomicU64,
     /// Bytes of initial state received (lists and initial events).
     pub initial_bytes: AtomicU64,
+    /// The kubelets (by node index) that synced, for the events they must get.
+    pub synced_nodes: parking_lot::Mutex<std::collections::HashSet<usize>>,
+    /// Events (not bookmarks) received on the held watches once synced.
+    pub live_events: AtomicU64,
+    /// When the server was restarted under the synced kubelets, and how
+    /// long after that each one was synced again (those whose watches broke).
+    pub restarted_at: parking_lot::Mutex<Option<Instant>>,
+    pub resynced_ms: parking_lot::Mutex<Vec<f64>>,
+    /// Kubelets that could not sync again within their attempts.
+    pub resync_failed: AtomicUsize,
     pub first_error: parking_lot::Mutex<Option<String>>,
 }
 
@@ -171,39 +184,75 @@ struct Fleet {
     stop: CancellationToken,
 }
 
-/// One kubelet: synced (or failed) then holding its watches until `stop`.
+/// How many times a kubelet syncs again after its watches broke (a
+/// kube-apiserver restart), and how long it waits between failed attempts.
+const RESYNC_ATTEMPTS: usize = 600;
+const RESYNC_PAUSE: Duration = Duration::from_millis(500);
+
+/// One kubelet: synced (or failed), then holding its watches until `stop`;
+/// when one of them ends (its server restarted), it connects and syncs
+/// everything again, as a reflector relists after its watch fails with a
+/// version the new server no longer has.
 async fn kubelet(i: usize, f: Arc<Fleet>) {
     let (tally, stop) = (&f.tally, &f.stop);
-    let synced = async {
-        let conn = {
-            let _p = f.connects.acquire().await?;
-            f.target.connect(Shape::H2).await?
+    let mut attempts = 0;
+    let mut first = true;
+    loop {
+        let synced = async {
+            let conn = {
+                let _p = f.connects.acquire().await?;
+                f.target.connect(Shape::H2).await?
+            };
+            let bodies =
+                try_join_all(paths(&f.w, i).iter().map(|p| sync_one(&conn, &f.target, p, f.mode, tally, stop))).await?;
+            anyhow::Ok((conn, bodies))
         };
-        let bodies =
-            try_join_all(paths(&f.w, i).iter().map(|p| sync_one(&conn, &f.target, p, f.mode, tally, stop))).await?;
-        tally.synced_ms.lock().push(f.t0.elapsed().as_secs_f64() * 1e3);
-        anyhow::Ok((conn, bodies))
-    };
-    let (_conn, bodies) = match tokio::select! {
-        _ = stop.cancelled() => Err(anyhow!("stopped before synced")),
-        r = synced => r,
-    } {
-        Ok(x) => x,
-        Err(e) => {
-            tally.failed.fetch_add(1, Ordering::Relaxed);
-            tally.first_error.lock().get_or_insert_with(|| format!("kubelet {i}: {e:#}"));
+        let (_conn, bodies) = match tokio::select! {
+            _ = stop.cancelled() => return,
+            r = synced => r,
+        } {
+            Ok(x) => x,
+            Err(e) if first => {
+                tally.failed.fetch_add(1, Ordering::Relaxed);
+                tally.first_error.lock().get_or_insert_with(|| format!("kubelet {i}: {e:#}"));
+                return;
+            }
+            Err(_) => {
+                attempts += 1;
+                if attempts >= RESYNC_ATTEMPTS {
+                    tally.resync_failed.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                tokio::time::sleep(RESYNC_PAUSE).await;
+                continue;
+            }
+        };
+        if first {
+            tally.synced_ms.lock().push(f.t0.elapsed().as_secs_f64() * 1e3);
+            tally.synced_nodes.lock().insert(i);
+        } else if let Some(at) = *tally.restarted_at.lock() {
+            tally.resynced_ms.lock().push(at.elapsed().as_secs_f64() * 1e3);
+        }
+        first = false;
+        attempts = 0;
+        // Held until the storm stops or the first of them ends.
+        let held = bodies.into_iter().map(|body| {
+            let (stop, tally) = (stop.clone(), tally.clone());
+            Box::pin(async move {
+                let counted = |line: &[u8], _| {
+                    if !line.starts_with(b"{\"type\":\"BOOKMARK\"") {
+                        tally.live_events.fetch_add(1, Ordering::Relaxed);
+                    }
+                };
+                read_lines(body, &stop, counted).await
+            })
+        });
+        let (end, _, _) = futures_util::future::select_all(held).await;
+        if end == End::Cancelled {
             return;
         }
-    };
-    join_all(bodies.into_iter().map(|body| {
-        let (stop, tally) = (stop.clone(), tally.clone());
-        async move {
-            if read_lines(body, &stop, |_, _| {}).await != End::Cancelled {
-                tally.streams_broken.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }))
-    .await;
+        tally.streams_broken.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// A storm in progress: its clients run until [`Storm::stop`].
