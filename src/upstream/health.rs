@@ -130,9 +130,10 @@ impl UpstreamHealth {
     }
 }
 
-/// The last probe's state, shared.
+/// The last probe's state, shared, and a wake-up for those waiting for the
+/// upstream to be found down.
 #[derive(Debug, Default)]
-pub(crate) struct HealthCell(AtomicU8);
+pub(crate) struct HealthCell(AtomicU8, tokio::sync::Notify);
 
 impl HealthCell {
     pub(crate) fn get(&self) -> UpstreamHealth {
@@ -143,13 +144,47 @@ impl HealthCell {
     /// Records `now`, returning the state before.
     pub(crate) fn set(&self, now: UpstreamHealth) -> UpstreamHealth {
         let was = self.0.swap(now as u8, Ordering::Relaxed);
+        if now.is_down() {
+            self.1.notify_waiters();
+        }
         UpstreamHealth::ALL.into_iter().find(|h| *h as u8 == was).unwrap_or(UpstreamHealth::Unknown)
+    }
+
+    /// Returns once a probe has found the upstream down (at once if the
+    /// last one did).
+    pub(crate) async fn down(&self) {
+        loop {
+            let found = self.1.notified();
+            tokio::pin!(found);
+            found.as_mut().enable();
+            if self.get().is_down() {
+                return;
+            }
+            found.await;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_wait_for_down_ends_when_a_probe_finds_it_down() {
+        let cell = std::sync::Arc::new(HealthCell::default());
+        let waiter = tokio::spawn({
+            let cell = cell.clone();
+            async move { cell.down().await }
+        });
+        tokio::task::yield_now().await;
+        cell.set(UpstreamHealth::Ready);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "ready is not down");
+        cell.set(UpstreamHealth::Unresponsive);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.unwrap().unwrap();
+        // Already down: no wait.
+        tokio::time::timeout(std::time::Duration::from_secs(5), cell.down()).await.unwrap();
+    }
 
     #[test]
     fn answers_map_to_their_cause() {
