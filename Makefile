@@ -148,7 +148,7 @@ chaos-persist:
 
 ## The offline reboot with the real control plane (issue 27): a hollow node's
 ## watchmux and kubelet killed and restarted while the link to kube-apiserver
-## is a black hole, with persistence and without, side by side (about 4 min;
+## is a black hole, with persistence and without, side by side (about 2 min;
 ## docs/node-local.md).
 chaos-reboot:
 	bash integration/scripts/reboot-scenario.sh

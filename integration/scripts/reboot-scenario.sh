@@ -43,7 +43,7 @@
 # Uses the test cluster's ports (APISERVER_PORT ...) as cluster-up.sh does;
 # starts the cluster (with NodeRestriction) if it is not up and then stops it
 # again; always stops the control plane it starts (controlplane-down.sh).
-# About 4 minutes for both modes on 2 cores (each keeps the link cut for
+# About 2 minutes for both modes on 2 cores, once built (each keeps the link cut for
 # OFFLINE_WINDOW seconds). Figures in docs/node-local.md.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
