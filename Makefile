@@ -8,7 +8,7 @@ CARGO ?= cargo
 
 .PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e \
 	bench bench-passthrough bench-fanout bench-kubelet bench-fairness bench-restart bench-plots bench-auth \
-	chaos chaos-quick chaos-persist test-chaos-quick audit fmt clean monitoring-check fuzz-auth
+	chaos chaos-quick chaos-persist chaos-reboot test-chaos-quick audit fmt clean monitoring-check fuzz-auth
 .PHONY: protobuf-check
 .PHONY: bench-protobuf bench-compress
 .PHONY: controlplane-test test-controlplane bench-controlplane
@@ -138,13 +138,20 @@ bench-plots:
 ## killed, half-open, compacted under a cut; etcd frozen; clients that never
 ## read or send slowly; watchmux killed; connect/disconnect rounds; a CRD
 ## deleted; large objects. About 4 minutes on 2 cores; CHAOS_CASES chooses.
-chaos: chaos-persist
+chaos: chaos-persist chaos-reboot
 	bash integration/scripts/chaos.sh
 
 ## The persist store killed with SIGKILL at 1,000 random instants, each reload
 ## checked against the states it had committed (make test runs 20; about 5 min).
 chaos-persist:
 	WATCHMUX_PERSIST_CRASH_ITERATIONS=1000 $(CARGO) test --locked --lib a_store_killed_at_any_instant
+
+## The offline reboot with the real control plane (issue 27): a hollow node's
+## watchmux and kubelet killed and restarted while the link to kube-apiserver
+## is a black hole, with persistence and without, side by side (about 2 min;
+## docs/node-local.md).
+chaos-reboot:
+	bash integration/scripts/reboot-scenario.sh
 
 ## The quick set: restart, compaction with a cut, CRD lifecycle (about 30 s).
 chaos-quick:

@@ -28,6 +28,7 @@
 
 pub(crate) mod cert;
 pub(crate) mod impersonation;
+mod offline_reads;
 mod peer;
 pub(crate) mod review_cache;
 pub(crate) mod reviews;
@@ -68,6 +69,10 @@ pub struct DelegatedSettings {
     /// TokenReviews and SubjectAccessReviews in flight at once.
     pub max_concurrent_reviews: usize,
     pub upstream_identity: UpstreamIdentityMode,
+    /// While the upstream is down, cache reads by watchmux's own upstream
+    /// identity need no review (`--serve-stale-when-upstream-unreachable`
+    /// with `--upstream-identity=client`; [`offline_reads`]).
+    pub offline_own_reads: bool,
 }
 
 /// Who requests that pass through act as upstream in delegated mode
@@ -110,6 +115,9 @@ pub(crate) struct Delegated {
     watchmux_user: tokio::sync::OnceCell<UserInfo>,
     /// Which impersonation mode last worked for each requestor.
     modes: impersonation::ModeTracker,
+    /// Whether cache reads are being admitted by [`offline_reads`] (logged
+    /// when it starts and ends).
+    offline_reads: std::sync::atomic::AtomicBool,
     settings: DelegatedSettings,
 }
 
@@ -149,6 +157,7 @@ impl Delegated {
             decisions: ReviewCache::new("access", bounds),
             watchmux_user: tokio::sync::OnceCell::new(),
             modes: impersonation::ModeTracker::default(),
+            offline_reads: Default::default(),
             settings,
         }
     }
@@ -367,7 +376,8 @@ impl Delegated {
     /// The denial cache still spares the API server a review per retry.
     pub(crate) async fn admit_read(&self, caller: &Caller, attrs: impl Into<Attributes>) -> Admission {
         let attrs = attrs.into();
-        match self.decide(caller, &attrs).await {
+        let Some(decided) = self.own_read_offline(caller, &attrs).await else { return Admission::Admitted };
+        match decided {
             (decision, Some(Lookup::Hit)) if !decision.allowed => {
                 counter!(m::AUTH_AUTHORIZED, "result" => "denied_earlier").increment(1);
                 Admission::AskUpstream

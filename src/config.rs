@@ -184,8 +184,11 @@ pub struct Args {
     /// While the upstream cannot be reached, answer consistent LISTs and
     /// watch-lists from the cache's unproven state (the last state it knew)
     /// instead of failing them; logged per resource and shown by
-    /// watchmux_cache_serving_unproven and /readyz?verbose. For node-local
-    /// use, where the last known state beats none.
+    /// watchmux_cache_serving_unproven and /readyz?verbose. With
+    /// --upstream-identity=client, cache reads by watchmux's own upstream
+    /// identity (the node's) are also admitted without a review while the
+    /// upstream is down. For node-local use, where the last known state
+    /// beats none.
     #[arg(long)]
     pub serve_stale_when_upstream_unreachable: bool,
 

@@ -264,6 +264,9 @@ pub struct Upstream {
     /// The kubeconfig's client certificate when it came from files, read
     /// again as they rotate (the kubelet's, in nodeLocal mode).
     cert_files: Option<RotatingCertFiles>,
+    /// The kubeconfig's client certificate when it is inline data (no files
+    /// to read again).
+    inline_cert_pem: Option<Vec<u8>>,
     credentials: CredentialSource,
     health: HealthCell,
     /// Whether watchmux's own LISTs ask for gzip.
@@ -312,6 +315,7 @@ impl Upstream {
             builder,
             tls_base: anonymous,
             bare,
+            inline_cert_pem: if cfg.client_cert_files.is_none() { cfg.client_cert_pem.clone() } else { None },
             cert_files,
             credentials: CredentialSource::new(&cfg.auth, cfg)?,
             health: HealthCell::default(),
@@ -425,6 +429,16 @@ impl Upstream {
         })
     }
 
+    /// The client certificate chain (PEM) watchmux presents as itself now,
+    /// when its kubeconfig names one (files, read again as they rotate, or
+    /// inline data); not an exec plugin's, which is issued on demand.
+    pub(crate) fn own_certificate_pem(&self) -> Option<Vec<u8>> {
+        match &self.cert_files {
+            Some(files) => Some(files.current().cert_pem.clone()),
+            None => self.inline_cert_pem.clone(),
+        }
+    }
+
     /// A 401 to watchmux's own credentials (`own`) renews them.
     fn answered(&self, status: http::StatusCode, own: Option<&WatchmuxAuth>) {
         if status == http::StatusCode::UNAUTHORIZED
@@ -493,6 +507,11 @@ impl Upstream {
     /// What the last readiness probe found.
     pub fn health(&self) -> UpstreamHealth {
         self.health.get()
+    }
+
+    /// Returns once a readiness probe has found the upstream down.
+    pub(crate) async fn found_down(&self) {
+        self.health.down().await
     }
 
     /// Probes `/readyz` once and records the answer, by cause.

@@ -207,10 +207,13 @@ cases=(
   "nodelocal-metrics-on-host|privileged|-|--set mode=nodeLocal --set nodeLocal.adminOnHostIP=true --set serviceMonitor.enabled=true --set monitoring.dashboards.enabled=true --set monitoring.prometheusRule.enabled=true --set monitoring.prometheusRule.runbookBaseURL=https://runbooks.example/docs/runbooks.md --set auth.clientCA.configMap=client-ca"
   "nodelocal-tree|privileged|-|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.kubeletClient=true --set nodeLocal.allowKubeletOnDaemonSet=true --set nodeLocal.tier.server=https://watchmux-tier.watchmux.svc:443 --set nodeLocal.tier.caConfigMap=watchmux-tier-kubeconfig"
   "nodelocal-staticpod-tree|privileged|-|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set nodeLocal.tier.server=https://10.0.0.10:443 --set nodeLocal.tier.caConfigMap=watchmux-tier-kubeconfig --set nodeLocal.tier.tlsServerName=watchmux-tier.watchmux.svc"
+  "nodelocal-persist-key|privileged|-|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.persist.encryptionKey.secret=watchmux-persist-key"
+  "nodelocal-staticpod-persist-key|privileged|-|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set nodeLocal.persist.encryptionKey.secret=watchmux-persist-key --set nodeLocal.persist.encryptionKey.key=aes.key"
   "nodelocal-rollout-tuned|privileged|-|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.rollout.maxUnavailable=50 --set nodeLocal.rollout.minReadySeconds=0 --set resources.requests.memory=1Gi"
 )
 # Values the chart must refuse: name | helm args [| text the error must contain]
 refusals=(
+  "nodelocal-persist-key-without-persistence|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.persist.encryptionKey.secret=k --set 'nodeLocal.persist.resources=null'|nodeLocal.persist.encryptionKey.secret without persistence"
   "nodelocal-delegated-without-client-ca|--set mode=nodeLocal|nodeLocal with delegated auth (the default) needs auth.clientCA.configMap"
   "nodelocal-servicemonitor-loopback|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set serviceMonitor.enabled=true|set nodeLocal.adminOnHostIP=true"
   "client-ca-with-trusted-local|--set mode=tier --set auth.mode=trusted-local --set auth.clientCA.configMap=client-ca|only for delegated auth"
@@ -749,6 +752,46 @@ if [[ -n $staticpodcheck && -s $tmp/static-nodelocal-staticpod/watchmux.yaml ]];
   else
     say "ok   staticpodcheck refuses a static pod with a ServiceAccount: ${out##*: }"
   fi
+fi
+
+# The persist encryption key (nodeLocal.persist.encryptionKey): a Secret the
+# DaemonSet mounts read-only; the static pod reads it from the host directory,
+# where the installer's projected volume puts it; --persist-encryption-key-file
+# names the file in both. Without the value, no key flag.
+# check_persist_key <case> <key name> <static: yes|no>
+check_persist_key() {
+  local name="$1" key="$2" static="$3" f="$tmp/$1.yaml" cjson pod problems
+  IFS=$'\t' read -r _ cjson < <(container_json "$f") || true
+  if [[ $static == yes ]]; then pod="$(static_pod_json "$f" | jq -c .spec)"
+  else pod="$(yq -c 'select(.kind == "DaemonSet") | .spec.template.spec' "$f")"; fi
+  local projected; projected="$(yq -c 'select(.kind == "DaemonSet" and (.metadata.name | endswith("-installer")))
+    | .spec.template.spec.volumes[] | select(.name == "files") | .projected.sources' "$f" | jq -sc 'add // []')"
+  # shellcheck disable=SC2016 # a jq program, not shell
+  problems="$(jq -nr --argjson c "${cjson:-null}" --argjson pod "${pod:-null}" --argjson projected "$projected" \
+      --arg key "$key" --arg static "$static" '
+    (select(($c.args // []) | index(["--persist-encryption-key-file=/etc/watchmux/persist-key/\($key)"]) == null)
+      | "args lack --persist-encryption-key-file=/etc/watchmux/persist-key/\($key)"),
+    ([$c.volumeMounts[]? | select(.name == "persist-key")] | select(length != 1 or .[0].mountPath != "/etc/watchmux/persist-key" or .[0].readOnly != true)
+      | "the key is not mounted read-only at /etc/watchmux/persist-key: \(.)"),
+    ([$pod.volumes[]? | select(.name == "persist-key")][0]) as $v
+    | if $static == "yes" then
+        (select($v.hostPath.path != "/etc/kubernetes/watchmux/persist-key" or $v.hostPath.type != "Directory")
+          | "the static pod'"'"'s key volume is not the host directory'"'"'s persist-key/: \($v)"),
+        (select([$projected[] | select(.secret.name == "watchmux-persist-key") | .secret.items[]
+            | select(.key == $key and .path == "persist-key/\($key)")] | length != 1)
+          | "the installer does not project Secret watchmux-persist-key key \($key) to persist-key/\($key)")
+      else
+        (select($v.secret.secretName != "watchmux-persist-key" or $v.secret.items != [{key: $key, path: $key}])
+          | "the key volume is not Secret watchmux-persist-key with item \($key): \($v)")
+      end
+  ' 2>&1)"
+  if [[ -n $problems ]]; then while read -r p; do fail "$name: $p"; done <<<"$problems"
+  else say "ok   $name: the persist key from Secret watchmux-persist-key, read-only, named by --persist-encryption-key-file"; fi
+}
+check_persist_key nodelocal-persist-key key no
+check_persist_key nodelocal-staticpod-persist-key aes.key yes
+if grep -q -- '--persist-encryption-key-file' "$tmp/nodelocal-staticpod.yaml" "$tmp/nodelocal.yaml"; then
+  fail "--persist-encryption-key-file rendered without nodeLocal.persist.encryptionKey.secret"
 fi
 
 # The installer (`watchmux install-static-pod`, the real binary), run as on a

@@ -40,6 +40,12 @@
 #   NODE_MONITOR_GRACE  controller-manager --node-monitor-grace-period (20s)
 #   NODE_WATCHMUX_EXTRA_ARGS  more flags for the node-local watchmuxes (word-split),
 #                       e.g. --authorization-cache-unauthorized-ttl=1s
+#   NODE_PERSIST=1      node-local watchmuxes keep their caches on disk as the chart's
+#                       nodeLocal.persist renders it: --persist-dir=<node dir>/persist, the
+#                       kubelet's set, --serve-stale-when-upstream-unreachable
+#   NODE0_UPSTREAM=URL  hollow-node-0's watchmux's upstream instead of kube-apiserver
+#                       (reboot-scenario.sh puts a relay there that it can cut)
+#   KUBELET_V=1         the hollow kubelets' -v (2 logs "SyncLoop ADD" and PLEG events)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 scripts="$root/integration/scripts"
@@ -242,6 +248,13 @@ for i in $(seq 0 $((n - 1))); do
   if [[ $topology == node-local || $topology == tree ]]; then
     upstream="$api"
     if [[ $topology == tree ]]; then upstream="$tier_url"; fi
+    if [[ $i == 0 && -n "${NODE0_UPSTREAM:-}" ]]; then upstream="$NODE0_UPSTREAM"; fi
+    persist=()
+    if [[ "${NODE_PERSIST:-0}" == 1 ]]; then
+      persist=("--persist-dir=$dir/persist"
+        --persist-resources=pods,nodes,services,runtimeclasses.node.k8s.io,csidrivers.storage.k8s.io
+        --serve-stale-when-upstream-unreachable)
+    fi
     kubeconfig "$dir/upstream.kubeconfig" "$upstream" cert "node-$i"
     # The chart's nodeLocal arguments (delegated auth, kubelet credentials):
     # cache.resources for kubelet credentials, pods and the Node scoped to
@@ -255,14 +268,14 @@ for i in $(seq 0 $((n - 1))); do
       "--cache-scope=nodes=fieldSelector=metadata.name=$node" \
       "--cache-scope=pods=fieldSelector=spec.nodeName=$node" \
       --auth-mode=delegated --upstream-identity=client --client-ca-file="$CA_CERT" \
-      ${NODE_WATCHMUX_EXTRA_ARGS:-}
+      "${persist[@]}" ${NODE_WATCHMUX_EXTRA_ARGS:-}
     server="https://127.0.0.1:$wport"
   fi
   kubeconfig "$dir/kubelet.kubeconfig" "$server" cert "node-$i"
   kubeconfig "$dir/proxy.kubeconfig" "$server" token "$proxy_token"
   start "kubelet-$node" env TMPDIR="$dir/tmp" "$bin/kubemark" --morph=kubelet --name="$node" \
     --kubeconfig="$dir/kubelet.kubeconfig" --kubelet-port="$kport" --kubelet-read-only-port=0 \
-    --use-host-image-service=false --max-pods=110 -v=1
+    --use-host-image-service=false --max-pods=110 -v="${KUBELET_V:-1}"
   start "proxy-$node" env TMPDIR="$dir/tmp" "$bin/kubemark" --morph=proxy --name="$node" \
     --kubeconfig="$dir/proxy.kubeconfig" -v=1
 done

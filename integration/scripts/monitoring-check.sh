@@ -11,7 +11,8 @@
 #     dashboard file, which parses as JSON, and every query in it parses as
 #     PromQL (promtool, with Grafana's variables filled in), selects by the
 #     cluster, namespace, job and pod variables and aggregates (no line per
-#     pod), and the dashboard shows watchmux_upstream_health;
+#     pod), and the dashboard shows watchmux_upstream_health, the caches
+#     serving unproven state and the persist stores' health;
 #   - every metric the dashboard and the alerts query is one watchmux exports
 #     (named in src/metrics.rs or src/metrics/process.rs);
 #   - nodeLocal with hostNetwork: the admin port is loopback (probes to
@@ -134,7 +135,14 @@ unaggregated="$(jq -r '.. | objects | select(has("expr")) | .expr' "$chart/dashb
 if ! jq -e '[.. | objects | select(has("expr")) | .expr | select(contains("watchmux_upstream_health"))] | length >= 2' "$chart/dashboards/watchmux.json" >/dev/null; then
   fail "the dashboard does not show watchmux_upstream_health"
 fi
-[[ -n $unselected$unaggregated ]] || say "ok   dashboard: variables $vars; every query selects by them and aggregates; watchmux_upstream_health shown"
+# nodeLocal's persistence (issue 27): caches serving unproven state, and the
+# stores' health.
+for metric in watchmux_cache_serving_unproven watchmux_persist_degraded watchmux_persist_write_errors_total \
+    watchmux_persist_stores_moved_aside_total watchmux_persist_commit_duration_seconds_bucket; do
+  jq -e --arg m "$metric" '[.. | objects | select(has("expr")) | .expr | select(contains($m))] | length >= 1' \
+    "$chart/dashboards/watchmux.json" >/dev/null || fail "the dashboard does not show $metric"
+done
+[[ -n $unselected$unaggregated ]] || say "ok   dashboard: variables $vars; every query selects by them and aggregates; watchmux_upstream_health, unproven caches and store health shown"
 
 # --- every metric queried exists ---------------------------------------------------
 exported="$(cat "$root/src/metrics.rs" "$root/src/metrics/process.rs" | grep -oE '"(watchmux|process)_[a-z_]+"' | tr -d '"' | sort -u)"

@@ -95,6 +95,17 @@ impl ClientCert {
     }
 }
 
+/// Who the first certificate of a PEM chain says its holder is, by the same
+/// rule as a client's: watchmux's own client certificate, read while the
+/// upstream cannot be asked (see [`super::offline_reads`]). `None` when
+/// there is no certificate, no common name, or no identity the API server
+/// would accept.
+pub(crate) fn identity_of_pem(pem: &[u8]) -> Option<Arc<UserInfo>> {
+    use rustls::pki_types::pem::PemObject;
+    let leaf = CertificateDer::pem_slice_iter(pem).next()?.ok()?;
+    identity(&leaf)?.ok()
+}
+
 /// Go's reading of a certificate's names, as crypto/tls needs it to accept
 /// the certificate at all: the subject's attributes, once the subject and
 /// the issuer are both names Go parses.

@@ -208,6 +208,11 @@ pub(crate) struct ReviewClient {
 }
 
 impl ReviewClient {
+    /// The upstream the reviews go to.
+    pub(crate) fn upstream(&self) -> &Arc<Upstream> {
+        &self.upstream
+    }
+
     pub(crate) fn new(upstream: Arc<Upstream>, max_concurrent: usize) -> Self {
         let max_concurrent = max_concurrent.max(1);
         Self { upstream, slots: review_slots(max_concurrent), max_concurrent }

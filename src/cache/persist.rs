@@ -21,10 +21,12 @@
 //! - [`feed`]: the thread that carries what the cache's writer applied to
 //!   the disk, off the hot path.
 //! - [`seal`]: encryption at rest (`--persist-encryption-key-file`).
+//! - [`squeeze`]: objects deflated in stores that are not encrypted.
 
 pub(crate) mod disk;
 pub(crate) mod feed;
 pub(crate) mod seal;
+pub(crate) mod squeeze;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -301,7 +303,7 @@ fn decode_all(loaded: Loaded, shape: &ObjectShape, label: &str, sealer: Option<&
             Some(sealer) => sealer
                 .open(&sealed_as(label, &key), &stored)
                 .map_err(|_| format!("object {key:?} does not open with the key (altered)"))?,
-            None => stored,
+            None => squeeze::unpack(stored).map_err(|why| format!("object {key:?} {why}"))?,
         };
         let object = CachedObject::decode(json, shape).map_err(|e| format!("object {key:?} does not decode: {e}"))?;
         if object.key != key {

@@ -153,10 +153,21 @@ impl Registry {
     /// for, with a warning. When the upstream cannot be asked within
     /// [`NAMES_CHECK_BUDGET`], starts with the names taken literally and
     /// checks in the background (a refusal is then an error in the log).
+    /// Every name already a cache loaded from disk: the check runs in the
+    /// background at once, without the wait. Those resources were served
+    /// when their stores were written, and a node restarting while the
+    /// upstream is away must serve them now, not after the budget.
     pub(crate) async fn check_names(self: &Arc<Self>) -> anyhow::Result<()> {
-        match &self.config.resources {
-            ResourceSelection::Only(names) if !names.is_empty() => {}
+        let names = match &self.config.resources {
+            ResourceSelection::Only(names) if !names.is_empty() => names,
             _ => return Ok(()),
+        };
+        if self.all_restored(names) {
+            tracing::info!(
+                "--cache-resources are all loaded from disk: checking them against discovery in the background"
+            );
+            tokio::spawn(self.clone().keep_resolving());
+            return Ok(());
         }
         match tokio::time::timeout(NAMES_CHECK_BUDGET, self.resolve_names()).await {
             Ok(Ok((refused, pending))) => {
@@ -179,6 +190,17 @@ impl Registry {
             }
         }
         Ok(())
+    }
+
+    /// Whether each of `names`, read literally, is a cache restored from disk.
+    fn all_restored(&self, names: &[ResourceName]) -> bool {
+        if !self.restored.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        names.iter().all(|name| {
+            let gr = name.literal();
+            self.caches.iter().any(|c| c.key().0 == gr.group && c.key().2 == gr.resource)
+        })
     }
 
     /// Resolves the names again until none is pending (every 5 s while

@@ -136,6 +136,8 @@ impl super::Args {
             cache_capacity: auth::CACHE_CAPACITY,
             max_concurrent_reviews: self.max_concurrent_reviews,
             upstream_identity: self.upstream_identity,
+            offline_own_reads: self.serve_stale_when_upstream_unreachable
+                && self.upstream_identity == auth::UpstreamIdentityMode::Client,
         })
     }
 }

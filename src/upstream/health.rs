@@ -146,11 +146,13 @@ impl UpstreamHealth {
 /// silence).
 pub(crate) const UNRESPONSIVE_AFTER: u32 = 3;
 
-/// The upstream's state, shared, and the silent probes since the last answer.
+/// The upstream's state, shared, the silent probes since the last answer,
+/// and a wake-up for those waiting for the upstream to be found down.
 #[derive(Debug, Default)]
 pub(crate) struct HealthCell {
     state: AtomicU8,
     silent: AtomicU32,
+    found_down: tokio::sync::Notify,
 }
 
 /// What recording one probe did.
@@ -182,7 +184,24 @@ impl HealthCell {
         let busy = observed == UpstreamHealth::Unresponsive && was == UpstreamHealth::Ready;
         let now = if busy && silent < UNRESPONSIVE_AFTER { was } else { observed };
         self.state.store(now as u8, Ordering::Relaxed);
+        if now.is_down() {
+            self.found_down.notify_waiters();
+        }
         Recorded { was, now, silent }
+    }
+
+    /// Returns once a probe has found the upstream down (at once if the
+    /// last one did).
+    pub(crate) async fn down(&self) {
+        loop {
+            let found = self.found_down.notified();
+            tokio::pin!(found);
+            found.as_mut().enable();
+            if self.get().is_down() {
+                return;
+            }
+            found.await;
+        }
     }
 }
 
@@ -193,6 +212,23 @@ fn from_u8(v: u8) -> UpstreamHealth {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_wait_for_down_ends_when_a_probe_finds_it_down() {
+        let cell = std::sync::Arc::new(HealthCell::default());
+        let waiter = tokio::spawn({
+            let cell = cell.clone();
+            async move { cell.down().await }
+        });
+        tokio::task::yield_now().await;
+        cell.record(UpstreamHealth::Ready);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "ready is not down");
+        cell.record(UpstreamHealth::Unreachable);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.unwrap().unwrap();
+        // Already down: no wait.
+        tokio::time::timeout(std::time::Duration::from_secs(5), cell.down()).await.unwrap();
+    }
 
     #[test]
     fn answers_map_to_their_cause() {

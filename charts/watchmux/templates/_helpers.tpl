@@ -237,6 +237,12 @@ with the kubelet's credentials, whose uid 0 can write the host directory. */}}
 {{- if and (eq .Values.mode "nodeLocal") .Values.cache.enabled .Values.nodeLocal.persist.resources (include "watchmux.kubeletCredentials" .) }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the persisted objects are encrypted with a key from a Secret
+(nodeLocal.persist.encryptionKey.secret). */}}
+{{- define "watchmux.persistKey" -}}
+{{- if and (include "watchmux.persist" .) .Values.nodeLocal.persist.encryptionKey.secret }}true{{ end }}
+{{- end }}
+
 {{/* "true" when cache.resources holds "*": every listable, watchable resource. */}}
 {{- define "watchmux.cacheAll" -}}
 {{- if and .Values.cache.enabled (has "*" (include "watchmux.cacheResources" . | fromYamlArray)) }}true{{ end }}
@@ -509,6 +515,9 @@ current-context: watchmux-tier
 - --persist-dir={{ .Values.nodeLocal.persist.hostPath }}
 - --persist-resources={{ join "," .Values.nodeLocal.persist.resources }}
 {{- end }}
+{{- if include "watchmux.persistKey" . }}
+- --persist-encryption-key-file=/etc/watchmux/persist-key/{{ .Values.nodeLocal.persist.encryptionKey.key }}
+{{- end }}
 {{- if and (eq .Values.mode "nodeLocal") .Values.nodeLocal.serveStaleWhenUpstreamUnreachable }}
 - --serve-stale-when-upstream-unreachable
 {{- end }}
@@ -737,6 +746,11 @@ symlink to the latest rotated certificate in the same directory. */}}
 - name: persist
   mountPath: {{ .Values.nodeLocal.persist.hostPath }}
 {{- end }}
+{{- if include "watchmux.persistKey" . }}
+- name: persist-key
+  mountPath: /etc/watchmux/persist-key
+  readOnly: true
+{{- end }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
@@ -789,6 +803,15 @@ symlink to the latest rotated certificate in the same directory. */}}
   hostPath:
     path: {{ .Values.nodeLocal.persist.hostPath }}
     type: DirectoryOrCreate
+{{- end }}
+{{- if include "watchmux.persistKey" . }}
+- name: persist-key
+  secret:
+    secretName: {{ .Values.nodeLocal.persist.encryptionKey.secret }}
+    defaultMode: 0400
+    items:
+      - key: {{ .Values.nodeLocal.persist.encryptionKey.key }}
+        path: {{ .Values.nodeLocal.persist.encryptionKey.key }}
 {{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}

@@ -72,6 +72,12 @@ this one before it can reach the API. */}}
     path: {{ .Values.nodeLocal.persist.hostPath }}
     type: DirectoryOrCreate
 {{- end }}
+{{- if include "watchmux.persistKey" . }}
+- name: persist-key
+  hostPath:
+    path: {{ $dir }}/persist-key
+    type: Directory
+{{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
@@ -166,6 +172,9 @@ replacement pod could not reach it). */}}
 {{/* Refusals for nodeLocal's two forms. */}}
 {{- define "watchmux.validateNodeLocal" -}}
 {{- if eq .Values.mode "nodeLocal" }}
+{{- if and .Values.nodeLocal.persist.encryptionKey.secret (not (include "watchmux.persist" .)) }}
+{{- fail "nodeLocal.persist.encryptionKey.secret without persistence: nothing would be stored to encrypt (persistence needs nodeLocal.persist.resources, the cache and delegated auth with the kubelet's credentials). Remove the key, or turn persistence on" }}
+{{- end }}
 {{- if include "watchmux.tree" . }}
 {{- $t := .Values.nodeLocal.tier }}
 {{- if not (include "watchmux.kubeletCredentials" .) }}

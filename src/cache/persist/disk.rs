@@ -33,8 +33,13 @@ const OBJECTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("obje
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 /// Bumped when what is stored changes meaning: a file of another format is
-/// moved aside, not misread.
-const FORMAT: &[u8] = b"watchmux-persist-1";
+/// moved aside, not misread. Format 2 may hold deflated objects
+/// (`squeeze.rs`); format 1 held JSON only, which format 2 still reads, so
+/// a store written before an upgrade loads (and is rewritten as its objects
+/// change; every commit writes the format).
+const FORMAT: &[u8] = b"watchmux-persist-2";
+/// Formats this one reads.
+const READABLE: [&[u8]; 2] = [FORMAT, b"watchmux-persist-1"];
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DiskError {
@@ -156,7 +161,7 @@ impl DiskStore {
         let get = |key: &str| -> Result<Option<Vec<u8>>, DiskError> {
             Ok(meta.get(key).map_err(|e| read_err(e.into()))?.map(|v| v.value().to_vec()))
         };
-        if get("format")?.as_deref() != Some(FORMAT) {
+        if !get("format")?.is_some_and(|f| READABLE.contains(&f.as_slice())) {
             return Err(bad("not a watchmux store of this format"));
         }
         let rv = get("rv")?.and_then(|v| <[u8; 8]>::try_from(v).ok()).map(u64::from_be_bytes);
@@ -221,6 +226,24 @@ impl DiskStore {
     /// Compacts the file (measurements).
     pub(crate) fn compact(&mut self) -> bool {
         self.db.compact().expect("compacting")
+    }
+
+    /// Where the file's bytes go, by redb's count (measurements).
+    pub(crate) fn stats(&self) -> String {
+        let txn = self.db.begin_write().expect("a write transaction");
+        let s = txn.stats().expect("stats");
+        let line = format!(
+            "allocated_pages={} leaf_pages={} branch_pages={} stored_bytes={} metadata_bytes={} fragmented_bytes={} page_size={}",
+            s.allocated_pages(),
+            s.leaf_pages(),
+            s.branch_pages(),
+            s.stored_bytes(),
+            s.metadata_bytes(),
+            s.fragmented_bytes(),
+            s.page_size()
+        );
+        txn.abort().expect("abort");
+        line
     }
 }
 

@@ -275,11 +275,12 @@ impl Persister {
         })
     }
 
-    /// An object's bytes as stored: sealed when encryption is on.
+    /// An object's bytes as stored: sealed when encryption is on, else
+    /// deflated (`squeeze.rs`).
     fn stored(&self, key: &ObjectKey, json: &Bytes) -> Bytes {
         match &self.sealer {
             Some(sealer) => sealer.seal(&super::sealed_as(self.cache.label(), key), json),
-            None => json.clone(),
+            None => super::squeeze::pack(json),
         }
     }
 

@@ -78,6 +78,28 @@ fn a_damaged_or_foreign_file_fails_its_check_and_can_be_moved_aside() {
     assert!(matches!(err, DiskError::Integrity { .. }), "{err}");
 }
 
+/// A store of the first format (JSON values, before `squeeze.rs`) still
+/// loads after an upgrade; a commit then writes the current format.
+#[test]
+fn a_store_of_the_first_format_loads_and_is_rewritten_in_the_current_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pods.v1.redb");
+    let store = DiskStore::open(&path).unwrap();
+    let mut batch = Batch { rv: 3, whole: true, about: Some(Bytes::from_static(b"{}")), ..Batch::default() };
+    batch.changes.push((key("a"), Some(Bytes::from_static(b"{\"a\":1}"))));
+    store.commit(&batch).unwrap();
+    {
+        let txn = store.db.begin_write().unwrap();
+        txn.open_table(META).unwrap().insert("format", &b"watchmux-persist-1"[..]).unwrap();
+        txn.commit().unwrap();
+    }
+    let loaded = store.load().unwrap().unwrap();
+    assert_eq!(state(&loaded), BTreeMap::from([(key("a"), Bytes::from_static(b"{\"a\":1}"))]));
+    store.commit(&Batch { rv: 4, ..Batch::default() }).unwrap();
+    let txn = store.db.begin_read().unwrap();
+    assert_eq!(txn.open_table(META).unwrap().get("format").unwrap().unwrap().value(), FORMAT);
+}
+
 /// The workload of the crash test: batch `v` is a pure function of `v`, so
 /// the state after any committed version can be computed again.
 fn batch_for(v: u64) -> Batch {

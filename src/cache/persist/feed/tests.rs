@@ -18,7 +18,7 @@ fn persister(w: &Writer, store: DiskStore, retry_after: std::time::Duration) -> 
 /// What the store holds, as (name, json) by key, and its version.
 fn on_disk(path: &std::path::Path) -> (u64, BTreeMap<String, Bytes>) {
     let loaded = DiskStore::open(path).unwrap().load().unwrap().expect("written");
-    (loaded.rv, loaded.objects.into_iter().map(|(k, v)| (k.name, v)).collect())
+    (loaded.rv, loaded.objects.into_iter().map(|(k, v)| (k.name, super::super::squeeze::unpack(v).unwrap())).collect())
 }
 
 fn in_memory(cache: &ResourceCache) -> (u64, BTreeMap<String, Bytes>) {
@@ -47,6 +47,8 @@ async fn what_the_writer_applies_reaches_the_disk_with_its_version() {
     let (rv, objects) = on_disk(&path);
     assert_eq!(rv, 20, "the bookmark's version is persisted too");
     assert_eq!((rv, objects), in_memory(w.cache()), "the disk holds the cache's state, byte for byte");
+    let raw = DiskStore::open(&path).unwrap().load().unwrap().unwrap().objects;
+    assert!(raw.iter().all(|(_, v)| v.first() == Some(&0)), "a store without a key holds its objects deflated");
 }
 
 /// A queue of one: the writer finds it full nearly every time. It never
