@@ -22,6 +22,7 @@ use serde_json::value::RawValue;
 
 use crate::encode::object::{metadata_of, partial_object_metadata_json};
 use crate::encode::protobuf::{self, Unplaceable};
+use crate::encode::table::TableEventKey;
 use crate::encode::variant::ContentVariant;
 use crate::metrics as m;
 use crate::selector::{Fields, selectable};
@@ -95,6 +96,10 @@ struct Derived {
     metadata_json: OnceLock<Bytes>,
     protobuf: OnceLock<Result<ProtobufBody, NoProtobuf>>,
     metadata_protobuf: OnceLock<Result<ProtobufBody, NoProtobuf>>,
+    /// Table watch events about this version, by table variant: a few at
+    /// most (a variant is an includeObject, a version and whether the
+    /// headers go with it), so a list under a lock taken once per delivery.
+    tables: parking_lot::Mutex<Vec<(TableEventKey, [Bytes; 2])>>,
 }
 
 /// An object version has no protobuf form here: the encoder refused it
@@ -201,6 +206,24 @@ impl CachedObject {
                 self.protobuf_body(variant).map(|p| p.body.clone())
             }
         }
+    }
+
+    /// A Table watch event about this version in one table variant, as the
+    /// frame's head and the row's object (`encode::table::one_row_table`),
+    /// made by `encode` the first time it is asked for, and whether this call
+    /// made it: every watcher of the same variant gets the same bytes, ages
+    /// included, as from the API server's per-event encoding cache.
+    pub(crate) fn table_event(&self, key: TableEventKey, encode: impl FnOnce() -> [Bytes; 2]) -> ([Bytes; 2], bool) {
+        // Held while encoding: the others in the variant wait for the bytes
+        // rather than make them again.
+        let mut tables = self.derived().tables.lock();
+        if let Some((_, event)) = tables.iter().find(|(k, _)| *k == key) {
+            return (event.clone(), false);
+        }
+        metrics::counter!(m::CACHE_ENCODES, "variant" => "table").increment(1);
+        let event = encode();
+        tables.push((key, event.clone()));
+        (event, true)
     }
 
     fn derived(&self) -> &Derived {

@@ -1,0 +1,252 @@
+//! What the cache writes as a `meta.k8s.io` Table (kubectl get), from the
+//! same state its JSON answers come from; the bytes are `encode::table`'s.
+//!
+//! [`table_form`] decides whether the cache writes a Table at all (a kind
+//! with a printer here; else `reason="table"`) and carries what each row
+//! needs. A LIST or GET prints its rows at serve time; a watch's events are
+//! one-row Tables ([`TableForm::event_frame`]), printed once per event and
+//! table variant and shared by every watcher of that variant, as the API
+//! server's watch encoder caches each event's bytes per encoder identity
+//! (`watchEmbeddedEncoder`, k8s.io/apiserver `endpoints/handlers/response.go`):
+//! the ages in those cells are the ones of the first encoding. A watch's
+//! initial events are printed for that watcher alone, as the API server
+//! encodes the objects of its store for each new watcher.
+//!
+//! The first event of a Table watch carries the column definitions, later
+//! ones `"columnDefinitions":null`: the API server's encoder sets NoHeaders
+//! once it has encoded an object itself. An event whose bytes it found in
+//! the event's encoding cache (another watcher of the same identity encoded
+//! it first) is not its own encoding, so it keeps sending headers until it
+//! makes one: of two `kubectl get -w` started together, the one the
+//! dispatcher reaches second gets the column definitions on its second
+//! event too. The memo here keeps that rule ([`TableForm::event_frame`]
+//! says whether the watcher made the bytes), so which watcher gets which
+//! bytes follows the order of delivery, as in the API server. A BOOKMARK is a Table too: the printer's
+//! row of an empty object (name `""`, age `<unknown>`) whose object is the
+//! bookmark's PartialObjectMetadata, `null` for `includeObject=None` except
+//! at the initial-events end (whose annotation makes `asTable` write
+//! metadata), and for `includeObject=Object` the kind's whole empty object,
+//! Go's zero values, which the cache does not write: such watches with
+//! bookmarks pass through.
+
+use bytes::Bytes;
+
+use crate::body::Chunk;
+use crate::cache::reason::Reason;
+use crate::cache::resource_info::ResourceInfo;
+use crate::cache::state::object::CachedObject;
+use crate::encode::table::internal_metadata::{internal_only_annotation, without_annotation};
+use crate::encode::table::printers::{Printer, now_nanos, printer};
+use crate::encode::table::{
+    IncludeObject, ONE_ROW_TABLE_TAIL, Printed, Row, TableEventKey, TableVersion, columns, one_row_table,
+};
+use crate::encode::variant::{ContentVariant, Endpoint};
+use crate::encode::watch::{BOOKMARK_JSON_PREFIX, EventType};
+use crate::negotiate::PassthroughReason;
+
+/// A Table the cache can write: the kind's generated columns, its printer,
+/// and what each row carries.
+#[derive(Clone, Copy)]
+pub(crate) struct TableForm {
+    pub columns: &'static str,
+    printer: Printer,
+    include: IncludeObject,
+    /// `includeObject` absent or empty (see `TableEventKey`).
+    include_unspelled: bool,
+    pub version: TableVersion,
+    /// The annotation the kind's internal version moves into its spec
+    /// (`internal_metadata`), absent from metadata rows.
+    internal_only: Option<(&'static str, bool)>,
+}
+
+/// Whether the cache writes the Table kube-apiserver would answer, for a
+/// kind with a printer here; else why not. A watch allowing bookmarks with
+/// `includeObject=Object` is left to the API server (see the module's doc).
+pub(crate) fn table_form(
+    info: &ResourceInfo,
+    endpoint: Endpoint,
+    v1beta1: bool,
+    include_object: Option<&str>,
+    allow_bookmarks: bool,
+) -> Result<TableForm, Reason> {
+    const NOT_HERE: Reason = Reason::Negotiated(PassthroughReason::Table);
+    let (Some(columns), Some(printer)) = (columns(&info.group, &info.kind), printer(&info.group, &info.kind)) else {
+        return Err(NOT_HERE);
+    };
+    // An unknown value is the API server's 400.
+    let include = IncludeObject::parse(include_object.unwrap_or_default()).ok_or(Reason::InvalidParameters)?;
+    if endpoint == Endpoint::Watch && allow_bookmarks && include == IncludeObject::Object {
+        return Err(NOT_HERE);
+    }
+    let internal_only = internal_only_annotation(&info.group, &info.kind);
+    let version = if v1beta1 { TableVersion::V1beta1 } else { TableVersion::V1 };
+    let include_unspelled = include_object.is_none_or(str::is_empty);
+    Ok(TableForm { columns, printer, include, include_unspelled, version, internal_only })
+}
+
+impl TableForm {
+    /// The row of one object, its cells printed at `now`.
+    pub(crate) fn row(&self, obj: &CachedObject, now: i128) -> Row {
+        let json = obj.encoded(ContentVariant::Json).expect("JSON variants always encode");
+        let parsed: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
+        let object = match self.include {
+            IncludeObject::None => None,
+            IncludeObject::Metadata => {
+                let metadata =
+                    obj.encoded(ContentVariant::PartialObjectMetadataJson).expect("JSON variants always encode");
+                let metadata = match self.internal_only {
+                    Some((key, nonempty_only)) => without_annotation(&metadata, key, nonempty_only),
+                    None => metadata,
+                };
+                Some(self.version.metadata_row(metadata))
+            }
+            IncludeObject::Object => Some(json),
+        };
+        Row { printed: (self.printer)(&parsed, now), object }
+    }
+
+    /// A watch event about `obj` as a one-row Table, with the column
+    /// definitions when `headers`. `shared`: a live event, printed once for
+    /// every watcher of this variant; else printed now for this watcher (an
+    /// initial event). Also whether this watcher made the bytes, after which
+    /// it sends no more headers (see the module's doc).
+    pub(crate) fn event_frame(
+        &self,
+        event: EventType,
+        obj: &CachedObject,
+        headers: bool,
+        shared: bool,
+    ) -> (Chunk, bool) {
+        let encode = || {
+            let columns = headers.then_some(self.columns);
+            one_row_table(event.json_prefix(), self.version, obj.rv, columns, self.row(obj, now_nanos()))
+        };
+        let ([head, object], made_here) = if shared {
+            let key = TableEventKey {
+                event,
+                include: self.include,
+                include_unspelled: self.include_unspelled,
+                version: self.version,
+                headers,
+            };
+            obj.table_event(key, encode)
+        } else {
+            (encode(), true)
+        };
+        (Chunk::parts(head, object, Bytes::from_static(ONE_ROW_TABLE_TAIL)), made_here)
+    }
+
+    /// A BOOKMARK at `rv` as a one-row Table (see the module's doc).
+    pub(crate) fn bookmark_frame(&self, rv: u64, initial_end: bool, headers: bool) -> Chunk {
+        let annotations = if initial_end { r#","annotations":{"k8s.io/initial-events-end":"true"}"# } else { "" };
+        let metadata = format!(r#"{{"resourceVersion":"{rv}"{annotations}}}"#);
+        let object = (self.include != IncludeObject::None || initial_end).then(|| {
+            Bytes::from(format!(
+                r#"{{"kind":"PartialObjectMetadata","apiVersion":"{}","metadata":{metadata}}}"#,
+                self.version.api_version()
+            ))
+        });
+        let empty: serde_json::Value = serde_json::from_str(&format!(r#"{{"metadata":{metadata}}}"#)).expect("JSON");
+        let printed: Printed = (self.printer)(&empty, now_nanos());
+        let columns = headers.then_some(self.columns);
+        let [head, object] = one_row_table(BOOKMARK_JSON_PREFIX, self.version, rv, columns, Row { printed, object });
+        Chunk::parts(head, object, Bytes::from_static(ONE_ROW_TABLE_TAIL))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Buf;
+
+    use super::*;
+    use crate::cache::resource_info::test_info;
+    use crate::cache::state::object::ObjectShape;
+
+    fn text(mut chunk: Chunk) -> String {
+        String::from_utf8(chunk.copy_to_bytes(chunk.remaining()).to_vec()).unwrap()
+    }
+
+    fn configmaps() -> ResourceInfo {
+        test_info("", "configmaps", "ConfigMap", true)
+    }
+
+    fn form(include: Option<&str>, v1beta1: bool) -> TableForm {
+        table_form(&configmaps(), Endpoint::Watch, v1beta1, include, false).ok().unwrap()
+    }
+
+    fn object() -> CachedObject {
+        let json = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"n","uid":"u","resourceVersion":"7","creationTimestamp":"2026-01-01T00:00:00Z"},"data":{"k":"<v>"}}"#;
+        CachedObject::decode(Bytes::from(json), &ObjectShape::new(configmaps(), None)).unwrap()
+    }
+
+    #[test]
+    fn an_event_is_a_one_row_table_with_headers_only_when_asked() {
+        let form = form(Some("None"), false);
+        let (first, _) = form.event_frame(EventType::Added, &object(), true, false);
+        let first = text(first);
+        let v: serde_json::Value = serde_json::from_str(first.trim_end()).unwrap();
+        assert!(first.ends_with("}]}}\n"), "{first}");
+        assert_eq!(v["type"], "ADDED");
+        assert_eq!(v["object"]["metadata"], serde_json::json!({"resourceVersion": "7"}));
+        assert_eq!(v["object"]["columnDefinitions"][0]["name"], "Name");
+        assert_eq!(
+            (&v["object"]["rows"][0]["cells"][0], &v["object"]["rows"][0]["cells"][1]),
+            (&"a".into(), &1.into())
+        );
+        assert!(v["object"]["rows"][0]["object"].is_null());
+        let (later, _) = form.event_frame(EventType::Modified, &object(), false, false);
+        assert!(text(later).contains(r#""columnDefinitions":null,"rows":[{"cells":["a",1,"#));
+    }
+
+    #[test]
+    fn a_live_event_is_encoded_once_per_variant_and_only_its_maker_stops_headers() {
+        let obj = object();
+        let form = form(None, false);
+        let (a, made_a) = form.event_frame(EventType::Added, &obj, true, true);
+        let (b, made_b) = form.event_frame(EventType::Added, &obj, true, true);
+        assert!(made_a && !made_b, "the second watcher reads the first one's bytes");
+        assert_eq!(text(a), text(b));
+        // Spelled `Metadata`: the same rows, another identity, its own encoding.
+        let (c, made_c) = self::form(Some("Metadata"), false).event_frame(EventType::Added, &obj, true, true);
+        assert!(made_c);
+        assert_eq!(text(c), text(form.event_frame(EventType::Added, &obj, true, true).0));
+        // Initial events are printed for their watcher alone.
+        assert!(form.event_frame(EventType::Added, &obj, true, false).1);
+    }
+
+    #[test]
+    fn v1beta1_tables_name_their_version_in_the_table_and_the_metadata_rows() {
+        let (event, _) = form(None, true).event_frame(EventType::Deleted, &object(), false, false);
+        let v: serde_json::Value = serde_json::from_str(text(event).trim_end()).unwrap();
+        assert_eq!(v["object"]["apiVersion"], "meta.k8s.io/v1beta1");
+        assert_eq!(v["object"]["rows"][0]["object"]["apiVersion"], "meta.k8s.io/v1beta1");
+        assert_eq!(v["object"]["rows"][0]["object"]["metadata"]["name"], "a");
+    }
+
+    #[test]
+    fn bookmarks_are_the_printers_empty_row() {
+        let bookmark = text(form(Some("None"), false).bookmark_frame(9, false, false));
+        assert_eq!(
+            bookmark,
+            "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{\"resourceVersion\":\"9\"},\"columnDefinitions\":null,\"rows\":[{\"cells\":[\"\",0,\"\\u003cunknown\\u003e\"],\"object\":null}]}}\n"
+        );
+        // The initial-events end writes its metadata even for None.
+        let end = text(form(Some("None"), false).bookmark_frame(9, true, false));
+        assert!(end.contains(r#""object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"9","annotations":{"k8s.io/initial-events-end":"true"}}}}]}}"#), "{end}");
+    }
+
+    #[test]
+    fn whole_objects_with_bookmarks_and_unknown_include_values_are_left_to_the_api_server() {
+        let info = configmaps();
+        let table = Reason::Negotiated(PassthroughReason::Table);
+        assert!(matches!(table_form(&info, Endpoint::Watch, false, Some("Object"), true), Err(r) if r == table));
+        assert!(table_form(&info, Endpoint::Watch, false, Some("Object"), false).is_ok());
+        assert!(table_form(&info, Endpoint::List, false, Some("Object"), true).is_ok());
+        assert!(matches!(
+            table_form(&info, Endpoint::Watch, false, Some("none"), false),
+            Err(Reason::InvalidParameters)
+        ));
+        let crd = test_info("example.com", "widgets", "Widget", true);
+        assert!(matches!(table_form(&crd, Endpoint::List, false, None, false), Err(r) if r == table));
+    }
+}
