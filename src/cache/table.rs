@@ -28,6 +28,14 @@
 //! metadata), and for `includeObject=Object` the kind's whole empty object,
 //! Go's zero values, which the cache does not write: such watches with
 //! bookmarks pass through.
+//!
+//! Custom resources' Tables (LIST and GET) are printed from their CRD's
+//! printer columns (`read::serve::crd`, `encode::table::custom`); a row the printer
+//! refuses to guess passes the whole read through. Their watches pass
+//! through for now: a refused cell in a live event would have to end the
+//! stream.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -35,6 +43,7 @@ use crate::body::Chunk;
 use crate::cache::reason::Reason;
 use crate::cache::resource_info::ResourceInfo;
 use crate::cache::state::object::CachedObject;
+use crate::encode::table::custom::{CustomColumns, Unsupported, metadata_in_go_order};
 use crate::encode::table::internal_metadata::{internal_only_annotation, without_annotation};
 use crate::encode::table::printers::{Printer, now_nanos, printer};
 use crate::encode::table::{
@@ -44,12 +53,20 @@ use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::encode::watch::{BOOKMARK_JSON_PREFIX, EventType};
 use crate::negotiate::PassthroughReason;
 
-/// A Table the cache can write: the kind's generated columns, its printer,
-/// and what each row carries.
-#[derive(Clone, Copy)]
+/// How a kind's rows are printed, and its column definitions.
+#[derive(Clone)]
+enum Rows {
+    /// A built-in kind: the generated columns, the Rust printer.
+    Builtin { columns: &'static str, printer: Printer },
+    /// A custom resource: its CRD's columns.
+    Custom(Arc<CustomColumns>),
+}
+
+/// A Table the cache can write: the kind's columns and printer, and what
+/// each row carries.
+#[derive(Clone)]
 pub(crate) struct TableForm {
-    pub columns: &'static str,
-    printer: Printer,
+    rows: Rows,
     include: IncludeObject,
     /// `includeObject` absent or empty (see `TableEventKey`).
     include_unspelled: bool,
@@ -60,18 +77,23 @@ pub(crate) struct TableForm {
 }
 
 /// Whether the cache writes the Table kube-apiserver would answer, for a
-/// kind with a printer here; else why not. A watch allowing bookmarks with
-/// `includeObject=Object` is left to the API server (see the module's doc).
+/// kind with a printer here (`custom`: a custom resource's, from its CRD);
+/// else why not. A watch allowing bookmarks with `includeObject=Object`, and
+/// a custom resource's watch, are left to the API server (see the module's
+/// doc).
 pub(crate) fn table_form(
     info: &ResourceInfo,
+    custom: Option<Arc<CustomColumns>>,
     endpoint: Endpoint,
     v1beta1: bool,
     include_object: Option<&str>,
     allow_bookmarks: bool,
 ) -> Result<TableForm, Reason> {
     const NOT_HERE: Reason = Reason::Negotiated(PassthroughReason::Table);
-    let (Some(columns), Some(printer)) = (columns(&info.group, &info.kind), printer(&info.group, &info.kind)) else {
-        return Err(NOT_HERE);
+    let rows = match (columns(&info.group, &info.kind), printer(&info.group, &info.kind), custom) {
+        (Some(columns), Some(printer), _) => Rows::Builtin { columns, printer },
+        (_, _, Some(custom)) if endpoint != Endpoint::Watch => Rows::Custom(custom),
+        _ => return Err(NOT_HERE),
     };
     // An unknown value is the API server's 400.
     let include = IncludeObject::parse(include_object.unwrap_or_default()).ok_or(Reason::InvalidParameters)?;
@@ -81,12 +103,39 @@ pub(crate) fn table_form(
     let internal_only = internal_only_annotation(&info.group, &info.kind);
     let version = if v1beta1 { TableVersion::V1beta1 } else { TableVersion::V1 };
     let include_unspelled = include_object.is_none_or(str::is_empty);
-    Ok(TableForm { columns, printer, include, include_unspelled, version, internal_only })
+    Ok(TableForm { rows, include, include_unspelled, version, internal_only })
 }
 
 impl TableForm {
-    /// The row of one object, its cells printed at `now`.
-    pub(crate) fn row(&self, obj: &CachedObject, now: i128) -> Row {
+    /// The column definitions, as Go writes them.
+    pub(crate) fn columns(&self) -> &str {
+        match &self.rows {
+            Rows::Builtin { columns, .. } => columns,
+            Rows::Custom(custom) => &custom.definitions,
+        }
+    }
+
+    fn print(&self, object: &serde_json::Value, now: i128) -> Result<Printed, Unsupported> {
+        match &self.rows {
+            Rows::Builtin { printer, .. } => Ok(printer(object, now)),
+            Rows::Custom(custom) => custom.cells(object, now),
+        }
+    }
+
+    /// A watch's printing, where nothing is refused: watches are of built-in
+    /// kinds only (a custom resource's passes through, `table_form`).
+    fn print_builtin(&self, object: &serde_json::Value, now: i128) -> Printed {
+        self.print(object, now).unwrap_or_else(|_| Printed::from(Vec::new()))
+    }
+
+    /// A watch event's row (see [`Self::print_builtin`]).
+    fn watch_row(&self, obj: &CachedObject, now: i128) -> Row {
+        self.row(obj, now).unwrap_or_else(|_| Row { printed: Printed::from(Vec::new()), object: None })
+    }
+
+    /// The row of one object, its cells printed at `now`; refused when a
+    /// custom resource's cell is one the printer does not guess.
+    pub(crate) fn row(&self, obj: &CachedObject, now: i128) -> Result<Row, Unsupported> {
         let json = obj.encoded(ContentVariant::Json).expect("JSON variants always encode");
         let parsed: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
         let object = match self.include {
@@ -94,15 +143,18 @@ impl TableForm {
             IncludeObject::Metadata => {
                 let metadata =
                     obj.encoded(ContentVariant::PartialObjectMetadataJson).expect("JSON variants always encode");
-                let metadata = match self.internal_only {
-                    Some((key, nonempty_only)) => without_annotation(&metadata, key, nonempty_only),
-                    None => metadata,
+                let metadata = match (&self.rows, self.internal_only) {
+                    (Rows::Custom(_), _) => {
+                        Bytes::from(metadata_in_go_order(&metadata).ok_or(Unsupported("metadata"))?)
+                    }
+                    (_, Some((key, nonempty_only))) => without_annotation(&metadata, key, nonempty_only),
+                    (_, None) => metadata,
                 };
                 Some(self.version.metadata_row(metadata))
             }
             IncludeObject::Object => Some(json),
         };
-        Row { printed: (self.printer)(&parsed, now), object }
+        Ok(Row { printed: self.print(&parsed, now)?, object })
     }
 
     /// A watch event about `obj` as a one-row Table, with the column
@@ -118,8 +170,8 @@ impl TableForm {
         shared: bool,
     ) -> (Chunk, bool) {
         let encode = || {
-            let columns = headers.then_some(self.columns);
-            one_row_table(event.json_prefix(), self.version, obj.rv, columns, self.row(obj, now_nanos()))
+            let columns = headers.then_some(self.columns());
+            one_row_table(event.json_prefix(), self.version, obj.rv, columns, self.watch_row(obj, now_nanos()))
         };
         let ([head, object], made_here) = if shared {
             let key = TableEventKey {
@@ -147,8 +199,8 @@ impl TableForm {
             ))
         });
         let empty: serde_json::Value = serde_json::from_str(&format!(r#"{{"metadata":{metadata}}}"#)).expect("JSON");
-        let printed: Printed = (self.printer)(&empty, now_nanos());
-        let columns = headers.then_some(self.columns);
+        let printed = self.print_builtin(&empty, now_nanos());
+        let columns = headers.then_some(self.columns());
         let [head, object] = one_row_table(BOOKMARK_JSON_PREFIX, self.version, rv, columns, Row { printed, object });
         Chunk::parts(head, object, Bytes::from_static(ONE_ROW_TABLE_TAIL))
     }
@@ -171,7 +223,7 @@ mod tests {
     }
 
     fn form(include: Option<&str>, v1beta1: bool) -> TableForm {
-        table_form(&configmaps(), Endpoint::Watch, v1beta1, include, false).ok().unwrap()
+        table_form(&configmaps(), None, Endpoint::Watch, v1beta1, include, false).ok().unwrap()
     }
 
     fn object() -> CachedObject {
@@ -239,14 +291,14 @@ mod tests {
     fn whole_objects_with_bookmarks_and_unknown_include_values_are_left_to_the_api_server() {
         let info = configmaps();
         let table = Reason::Negotiated(PassthroughReason::Table);
-        assert!(matches!(table_form(&info, Endpoint::Watch, false, Some("Object"), true), Err(r) if r == table));
-        assert!(table_form(&info, Endpoint::Watch, false, Some("Object"), false).is_ok());
-        assert!(table_form(&info, Endpoint::List, false, Some("Object"), true).is_ok());
+        assert!(matches!(table_form(&info, None, Endpoint::Watch, false, Some("Object"), true), Err(r) if r == table));
+        assert!(table_form(&info, None, Endpoint::Watch, false, Some("Object"), false).is_ok());
+        assert!(table_form(&info, None, Endpoint::List, false, Some("Object"), true).is_ok());
         assert!(matches!(
-            table_form(&info, Endpoint::Watch, false, Some("none"), false),
+            table_form(&info, None, Endpoint::Watch, false, Some("none"), false),
             Err(Reason::InvalidParameters)
         ));
         let crd = test_info("example.com", "widgets", "Widget", true);
-        assert!(matches!(table_form(&crd, Endpoint::List, false, None, false), Err(r) if r == table));
+        assert!(matches!(table_form(&crd, None, Endpoint::List, false, None, false), Err(r) if r == table));
     }
 }

@@ -25,6 +25,7 @@
 
 mod apps;
 mod batch_and_service;
+pub(crate) mod custom;
 mod fields;
 pub(crate) mod internal_metadata;
 mod node;
@@ -88,6 +89,8 @@ pub(crate) fn columns(group: &str, kind: &str) -> Option<&'static str> {
 pub(crate) enum Cell {
     Str(String),
     Int(i64),
+    /// A value already written as Go's JSON (`null`, `true`, `1.5`).
+    Raw(String),
 }
 
 impl Cell {
@@ -95,6 +98,7 @@ impl Cell {
         match self {
             Self::Str(s) => out.push_str(&go_json_escape(&serde_json::to_string(s).expect("a string"))),
             Self::Int(n) => out.push_str(&n.to_string()),
+            Self::Raw(json) => out.push_str(json),
         }
     }
 }

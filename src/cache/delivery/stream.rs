@@ -226,9 +226,9 @@ impl WatchStream {
     }
 
     fn bookmark_chunk(&mut self, rv: u64, initial_end: bool) -> Option<Chunk> {
-        if let Some(form) = self.opts.table {
+        if self.opts.table.is_some() {
             let headers = self.table_headers();
-            return Some(form.bookmark_frame(rv, initial_end, headers));
+            return self.opts.table.as_ref().map(|form| form.bookmark_frame(rv, initial_end, headers));
         }
         let info = &self.cache.shape.info;
         bookmark_frame(&info.kind, &info.api_version(), self.opts.variant, rv, initial_end)
@@ -240,7 +240,7 @@ impl WatchStream {
     /// form in a protobuf variant. `live`: an event from the watcher's queue
     /// or the ring, whose Table is shared by the watchers of its variant.
     fn event(&mut self, kind: EventType, object: &CachedObject, live: bool) -> Polled {
-        if let Some(form) = self.opts.table {
+        if let Some(form) = &self.opts.table {
             // Only a frame this watcher encoded ends its headers (`cache::table`).
             let (chunk, made_here) = form.event_frame(kind, object, !self.table_headers_sent, live);
             self.table_headers_sent |= made_here;

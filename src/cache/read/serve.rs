@@ -16,6 +16,7 @@ use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+mod crd;
 mod list;
 mod table;
 
@@ -259,7 +260,17 @@ impl CacheService {
             Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },
             Negotiation::Table { v1beta1 } => {
                 let include = params.include_object.as_deref();
-                match table_form(&cache.shape.info, endpoint, v1beta1, include, params.allow_bookmarks) {
+                let info = &cache.shape.info;
+                // A custom resource's columns are its CRD's (`cache::table::crd`).
+                let custom = if info.is_builtin_group() || endpoint == Endpoint::Watch {
+                    None
+                } else {
+                    match crd::printer_for(&self.registry, info).await {
+                        Ok(printer) => Some(printer),
+                        Err(reason) => return Served::Passthrough(reason),
+                    }
+                };
+                match table_form(info, custom, endpoint, v1beta1, include, params.allow_bookmarks) {
                     Ok(form) => table = Some(form),
                     Err(reason) => return Served::Passthrough(reason),
                 }
@@ -404,6 +415,7 @@ impl CacheService {
         proven: bool,
     ) -> Served {
         let WatchForm { answer, table } = form;
+        let is_table = table.is_some();
         let variant = answer.variant;
         let watch_list = match (p.send_initial_events, p.rv_match) {
             (None, RvMatch::Unset) => false,
@@ -460,7 +472,7 @@ impl CacheService {
         };
         match cache.register(filter, start) {
             Ok(reg) => {
-                if table.is_some() {
+                if is_table {
                     metrics::counter!(m::CACHE_TABLE_TOTAL, "resource" => cache.label().to_owned()).increment(1);
                 }
                 let mut stream = WatchStream::new(cache, reg, opts);

@@ -12,9 +12,10 @@
 //! object the protobuf encoder refuses ([`NoProtobuf`]) remembers that too,
 //! so the refusal is also worked out once.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
@@ -100,6 +101,9 @@ struct Derived {
     /// most (a variant is an includeObject, a version and whether the
     /// headers go with it), so a list under a lock taken once per delivery.
     tables: parking_lot::Mutex<Vec<(TableEventKey, [Bytes; 2])>>,
+    /// What a reader that knows the kind derives from this version (a CRD's
+    /// printer columns: `cache::table::crd`).
+    reading: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 /// An object version has no protobuf form here: the encoder refused it
@@ -224,6 +228,14 @@ impl CachedObject {
         let event = encode();
         tables.push((key, event.clone()));
         (event, true)
+    }
+
+    /// `make`'s reading of this version, made once; `None` if the version
+    /// already holds a reading of another type (each cache's objects have one
+    /// reader, so this does not happen).
+    pub(crate) fn reading<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Option<Arc<T>> {
+        let reading = self.derived().reading.get_or_init(|| Arc::new(make()));
+        reading.clone().downcast::<T>().ok()
     }
 
     fn derived(&self) -> &Derived {

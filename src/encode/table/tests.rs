@@ -106,6 +106,7 @@ fn pod_cells(pod: serde_json::Value, now: i128) -> (Vec<String>, Option<&'static
         .map(|c| match c {
             Cell::Str(s) => s,
             Cell::Int(n) => n.to_string(),
+            Cell::Raw(json) => json,
         })
         .collect();
     (cells, printed.conditions)

@@ -19,10 +19,12 @@ use crate::cache::resource::ResourceCache;
 use crate::cache::state::object::ObjectKey;
 use crate::cache::table::TableForm;
 use crate::encode::list::ListMeta;
+use crate::encode::table::custom::Unsupported;
 use crate::encode::table::printers::now_nanos;
 use crate::encode::table::{Row, TableVersion, table_body};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::metrics as m;
+use crate::negotiate::PassthroughReason;
 
 impl CacheService {
     pub(super) async fn table_list(
@@ -40,14 +42,15 @@ impl CacheService {
         let now = now_nanos();
         let mut rows = Vec::new();
         let scope = key_scope(&cache, &filter);
-        let Ok(meta) =
-            page::<std::convert::Infallible>(&cache, &snapshot, &filter, start.as_ref(), limit, scope, |obj| {
-                rows.push(form.row(obj, now));
-                Ok(())
-            });
+        let paged = page::<Unsupported>(&cache, &snapshot, &filter, start.as_ref(), limit, scope, |obj| {
+            rows.push(form.row(obj, now)?);
+            Ok(())
+        });
+        // A custom resource's cell the printer does not guess: the API server's.
+        let Ok(meta) = paged else { return Served::Passthrough(Reason::Negotiated(PassthroughReason::Table)) };
         metrics::counter!(m::CACHE_LIST_TOTAL, "resource" => cache.label().to_owned()).increment(1);
         metrics::counter!(m::CACHE_TABLE_TOTAL, "resource" => cache.label().to_owned()).increment(1);
-        Served::Response(table_response(form.version, form.columns, &meta, rows))
+        Served::Response(table_response(form.version, form.columns(), &meta, rows))
     }
 
     pub(super) async fn table_get(
@@ -68,8 +71,11 @@ impl CacheService {
             Some(obj) => {
                 // A single object's Table carries the object's version.
                 let meta = ListMeta { rv: obj.rv, continue_token: None, remaining: None };
+                let Ok(row) = form.row(obj, now_nanos()) else {
+                    return Served::Passthrough(Reason::Negotiated(PassthroughReason::Table));
+                };
                 metrics::counter!(m::CACHE_TABLE_TOTAL, "resource" => label.clone()).increment(1);
-                table_response(form.version, form.columns, &meta, vec![form.row(obj, now_nanos())])
+                table_response(form.version, form.columns(), &meta, vec![row])
             }
             None if scoped => return Served::Passthrough(Reason::OutsideScope),
             // The 404 is the same Status in JSON as for any other JSON read.
