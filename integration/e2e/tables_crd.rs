@@ -1,8 +1,9 @@
 //! Custom resources' Tables from the cache: a CRD's printer columns of every
 //! type (`encode::table::custom`), compared with the real API server's byte
 //! for byte (ages masked), a CRD whose JSONPath the printer refuses (passed
-//! through, the same answer), a CRD without columns (Name and Age), a
-//! change to the columns seen through watchmux's cache of CRDs, and kubectl.
+//! through, the same answer), a CRD without columns (Name and Age), Table
+//! watches (and one that ends at a row the printer refuses), a change to the
+//! columns seen through watchmux's cache of CRDs, and kubectl.
 
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use serde_json::json;
 
 use super::cache::wait_initialized;
 use super::env::*;
+use super::tables_watch::{compare, lines, open};
 
 const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 
@@ -44,6 +46,16 @@ async fn both(wm: &Watchmux, direct: &watchmux::upstream::Upstream, path: &str, 
     let ((vc, vb), (dc, db)) = (read(via).await, read(dir).await);
     assert_eq!((vc, vt), (dc, dt), "{path} {accept}: {}", String::from_utf8_lossy(&vb));
     (mask(&vb), mask(&db))
+}
+
+/// The API server's list version of `path`, once the cache has reached it.
+async fn listed_version(wm: &Watchmux, direct: &watchmux::upstream::Upstream, path: &str) -> String {
+    let (_, list) = get_direct(direct, path).await;
+    let list: serde_json::Value = serde_json::from_slice(&list).unwrap();
+    let rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let (code, _) = read(get(wm.addr, &format!("{path}?resourceVersion={rv}")).await).await;
+    assert_eq!(code, 200, "the cache reached the list's version");
+    rv
 }
 
 async fn metric(wm: &Watchmux, name: &str, filter: &str) -> f64 {
@@ -150,6 +162,44 @@ async fn custom_resource_tables_from_the_cache_are_the_api_servers() {
     assert_eq!(via, dir);
     assert!(dir.contains(r#""cells":["one","True","#), "{dir}");
     assert_eq!(metric(&wm, "watchmux_cache_passthrough_total", "reason=\"table\"").await - passed, 1.0);
+
+    // Watches: live events from a version, and from the current state with
+    // its initial-events-end bookmark (the printer's row of an empty object).
+    let rv = listed_version(&wm, &direct, &widgets).await;
+    let tables_before = metric(&wm, "watchmux_cache_table_total", "").await;
+    let mut pairs = Vec::new();
+    for include in ["", "&includeObject=None", "&includeObject=Object"] {
+        let path = format!("{widgets}?watch=true&resourceVersion={rv}&timeoutSeconds=60{include}");
+        pairs.push(open(&wm, &direct, path, v1.to_owned(), 3).await);
+    }
+    let plains =
+        format!("/apis/{group}/v1/namespaces/{ns}/plains?watch=true&allowWatchBookmarks=true&timeoutSeconds=60");
+    pairs.push(open(&wm, &direct, plains, v1beta1.to_owned(), 2).await);
+    assert_eq!(metric(&wm, "watchmux_cache_table_total", "").await - tables_before, 4.0, "watches from the cache");
+    let late = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": "late"},
+        "spec": {"replicas": 5, "color": "red"}});
+    direct_json(&direct, http::Method::POST, &widgets, late).await;
+    direct_json(&direct, http::Method::PATCH, &format!("{widgets}/late"), json!({"spec": {"enabled": false}})).await;
+    direct_json(&direct, http::Method::DELETE, &format!("{widgets}/late"), serde_json::Value::Null).await;
+    compare(pairs).await;
+
+    // A live row the printer refuses (a number Go writes with an exponent)
+    // ends watchmux's stream; the watch again from the same version, whose
+    // backlog holds that event, passes through and is the API server's.
+    let rv = listed_version(&wm, &direct, &widgets).await;
+    let path = format!("{widgets}?watch=true&resourceVersion={rv}&timeoutSeconds=60");
+    let ended = get_accepting(wm.addr, &path, v1).await;
+    let tiny = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": "tiny"},
+        "spec": {"ratio": 1e-7}});
+    direct_json(&direct, http::Method::POST, &widgets, tiny).await;
+    let started = std::time::Instant::now();
+    assert_eq!(lines(ended, 1).await, Vec::<String>::new(), "no guessed row");
+    assert!(started.elapsed() < Duration::from_secs(10), "the stream ended at the refused row");
+    let passed = metric(&wm, "watchmux_cache_passthrough_total", "reason=\"table\"").await;
+    let again = open(&wm, &direct, path, v1.to_owned(), 1).await;
+    compare(vec![again]).await;
+    assert_eq!(metric(&wm, "watchmux_cache_passthrough_total", "reason=\"table\"").await - passed, 1.0);
+    direct_json(&direct, http::Method::DELETE, &format!("{widgets}/tiny"), serde_json::Value::Null).await;
 
     // kubectl get, plain and wide.
     for args in [vec!["get", "widgets", "-n", &ns], vec!["get", "widgets", "-n", &ns, "-o", "wide"]] {

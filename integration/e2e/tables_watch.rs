@@ -24,7 +24,7 @@ fn table_accept(version: &str) -> String {
 }
 
 /// A watch line with every age and, in a BOOKMARK, every version masked.
-fn mask_line(line: &str) -> String {
+pub(super) fn mask_line(line: &str) -> String {
     let ages = regex::Regex::new(r"\b\d+[smhdy](\d+[smhdy])?\b").unwrap();
     let line = ages.replace_all(line, "AGE").into_owned();
     if line.starts_with(r#"{"type":"BOOKMARK""#) {
@@ -35,7 +35,7 @@ fn mask_line(line: &str) -> String {
 }
 
 /// Reads up to `n` lines of a watch body, for at most 20 s.
-async fn lines(resp: http::Response<Incoming>, n: usize) -> Vec<String> {
+pub(super) async fn lines(resp: http::Response<Incoming>, n: usize) -> Vec<String> {
     let mut body = resp.into_body();
     let mut buf = Vec::new();
     let mut out = Vec::new();
@@ -58,7 +58,7 @@ async fn direct_watch(client: &watchmux::upstream::Upstream, path: &str, accept:
 }
 
 /// One Table watch opened through watchmux and directly.
-struct Pair {
+pub(super) struct Pair {
     path: String,
     accept: String,
     /// Lines to read: the events the test's writes make, plus initial ones.
@@ -67,7 +67,7 @@ struct Pair {
     direct: http::Response<Incoming>,
 }
 
-async fn open(
+pub(super) async fn open(
     wm: &Watchmux,
     direct: &watchmux::upstream::Upstream,
     path: String,
@@ -86,7 +86,7 @@ async fn open(
 /// group, in any order: which of them gets an event's bytes from another's
 /// encoding (and so keeps its column definitions one event longer) follows
 /// the order of delivery, in both servers.
-async fn compare(pairs: Vec<Pair>) -> Vec<(String, Vec<String>)> {
+pub(super) async fn compare(pairs: Vec<Pair>) -> Vec<(String, Vec<String>)> {
     let mut groups: std::collections::BTreeMap<String, (Vec<Vec<String>>, Vec<Vec<String>>)> = Default::default();
     let mut out = Vec::new();
     for pair in pairs {

@@ -29,11 +29,13 @@
 //! Go's zero values, which the cache does not write: such watches with
 //! bookmarks pass through.
 //!
-//! Custom resources' Tables (LIST and GET) are printed from their CRD's
+//! Custom resources' Tables (LIST, GET and WATCH) are printed from their CRD's
 //! printer columns (`read::serve::crd`, `encode::table::custom`); a row the printer
-//! refuses to guess passes the whole read through. Their watches pass
-//! through for now: a refused cell in a live event would have to end the
-//! stream.
+//! refuses to guess passes the whole read through. In a watch, the initial
+//! events are checked before the answer starts (a refusal passes the watch
+//! through), and a live event the printer refuses ends the stream, as a
+//! timeout would: the client watches again from the last version it got,
+//! and that watch, whose backlog holds the refused event, passes through.
 
 use std::sync::Arc;
 
@@ -78,9 +80,8 @@ pub(crate) struct TableForm {
 
 /// Whether the cache writes the Table kube-apiserver would answer, for a
 /// kind with a printer here (`custom`: a custom resource's, from its CRD);
-/// else why not. A watch allowing bookmarks with `includeObject=Object`, and
-/// a custom resource's watch, are left to the API server (see the module's
-/// doc).
+/// else why not. A watch allowing bookmarks with `includeObject=Object` is
+/// left to the API server (see the module's doc).
 pub(crate) fn table_form(
     info: &ResourceInfo,
     custom: Option<Arc<CustomColumns>>,
@@ -92,7 +93,7 @@ pub(crate) fn table_form(
     const NOT_HERE: Reason = Reason::Negotiated(PassthroughReason::Table);
     let rows = match (columns(&info.group, &info.kind), printer(&info.group, &info.kind), custom) {
         (Some(columns), Some(printer), _) => Rows::Builtin { columns, printer },
-        (_, _, Some(custom)) if endpoint != Endpoint::Watch => Rows::Custom(custom),
+        (_, _, Some(custom)) => Rows::Custom(custom),
         _ => return Err(NOT_HERE),
     };
     // An unknown value is the API server's 400.
@@ -122,15 +123,10 @@ impl TableForm {
         }
     }
 
-    /// A watch's printing, where nothing is refused: watches are of built-in
-    /// kinds only (a custom resource's passes through, `table_form`).
-    fn print_builtin(&self, object: &serde_json::Value, now: i128) -> Printed {
+    /// A bookmark's row, of an object with only metadata: no printer
+    /// refuses that (every custom column finds nothing, `null`).
+    fn print_empty(&self, object: &serde_json::Value, now: i128) -> Printed {
         self.print(object, now).unwrap_or_else(|_| Printed::from(Vec::new()))
-    }
-
-    /// A watch event's row (see [`Self::print_builtin`]).
-    fn watch_row(&self, obj: &CachedObject, now: i128) -> Row {
-        self.row(obj, now).unwrap_or_else(|_| Row { printed: Printed::from(Vec::new()), object: None })
     }
 
     /// The row of one object, its cells printed at `now`; refused when a
@@ -161,17 +157,19 @@ impl TableForm {
     /// definitions when `headers`. `shared`: a live event, printed once for
     /// every watcher of this variant; else printed now for this watcher (an
     /// initial event). Also whether this watcher made the bytes, after which
-    /// it sends no more headers (see the module's doc).
+    /// it sends no more headers (see the module's doc). `None`: a custom
+    /// resource's row the printer refuses; the stream must end there.
     pub(crate) fn event_frame(
         &self,
         event: EventType,
         obj: &CachedObject,
         headers: bool,
         shared: bool,
-    ) -> (Chunk, bool) {
+    ) -> Option<(Chunk, bool)> {
         let encode = || {
             let columns = headers.then_some(self.columns());
-            one_row_table(event.json_prefix(), self.version, obj.rv, columns, self.watch_row(obj, now_nanos()))
+            let row = self.row(obj, now_nanos()).ok()?;
+            Some(one_row_table(event.json_prefix(), self.version, obj.rv, columns, row))
         };
         let ([head, object], made_here) = if shared {
             let key = TableEventKey {
@@ -181,11 +179,18 @@ impl TableForm {
                 version: self.version,
                 headers,
             };
-            obj.table_event(key, encode)
+            obj.table_event(key, encode)?
         } else {
-            (encode(), true)
+            (encode()?, true)
         };
-        (Chunk::parts(head, object, Bytes::from_static(ONE_ROW_TABLE_TAIL)), made_here)
+        Some((Chunk::parts(head, object, Bytes::from_static(ONE_ROW_TABLE_TAIL)), made_here))
+    }
+
+    /// Whether every object's row prints (always, but for a custom resource
+    /// whose printer refuses a cell): checked on a watch's initial events
+    /// before its answer starts.
+    pub(crate) fn prints(&self, obj: &CachedObject) -> bool {
+        matches!(self.rows, Rows::Builtin { .. }) || self.row(obj, 0).is_ok()
     }
 
     /// A BOOKMARK at `rv` as a one-row Table (see the module's doc).
@@ -199,7 +204,7 @@ impl TableForm {
             ))
         });
         let empty: serde_json::Value = serde_json::from_str(&format!(r#"{{"metadata":{metadata}}}"#)).expect("JSON");
-        let printed = self.print_builtin(&empty, now_nanos());
+        let printed = self.print_empty(&empty, now_nanos());
         let columns = headers.then_some(self.columns());
         let [head, object] = one_row_table(BOOKMARK_JSON_PREFIX, self.version, rv, columns, Row { printed, object });
         Chunk::parts(head, object, Bytes::from_static(ONE_ROW_TABLE_TAIL))
@@ -234,7 +239,7 @@ mod tests {
     #[test]
     fn an_event_is_a_one_row_table_with_headers_only_when_asked() {
         let form = form(Some("None"), false);
-        let (first, _) = form.event_frame(EventType::Added, &object(), true, false);
+        let (first, _) = form.event_frame(EventType::Added, &object(), true, false).unwrap();
         let first = text(first);
         let v: serde_json::Value = serde_json::from_str(first.trim_end()).unwrap();
         assert!(first.ends_with("}]}}\n"), "{first}");
@@ -246,7 +251,7 @@ mod tests {
             (&"a".into(), &1.into())
         );
         assert!(v["object"]["rows"][0]["object"].is_null());
-        let (later, _) = form.event_frame(EventType::Modified, &object(), false, false);
+        let (later, _) = form.event_frame(EventType::Modified, &object(), false, false).unwrap();
         assert!(text(later).contains(r#""columnDefinitions":null,"rows":[{"cells":["a",1,"#));
     }
 
@@ -254,21 +259,21 @@ mod tests {
     fn a_live_event_is_encoded_once_per_variant_and_only_its_maker_stops_headers() {
         let obj = object();
         let form = form(None, false);
-        let (a, made_a) = form.event_frame(EventType::Added, &obj, true, true);
-        let (b, made_b) = form.event_frame(EventType::Added, &obj, true, true);
+        let (a, made_a) = form.event_frame(EventType::Added, &obj, true, true).unwrap();
+        let (b, made_b) = form.event_frame(EventType::Added, &obj, true, true).unwrap();
         assert!(made_a && !made_b, "the second watcher reads the first one's bytes");
         assert_eq!(text(a), text(b));
         // Spelled `Metadata`: the same rows, another identity, its own encoding.
-        let (c, made_c) = self::form(Some("Metadata"), false).event_frame(EventType::Added, &obj, true, true);
+        let (c, made_c) = self::form(Some("Metadata"), false).event_frame(EventType::Added, &obj, true, true).unwrap();
         assert!(made_c);
-        assert_eq!(text(c), text(form.event_frame(EventType::Added, &obj, true, true).0));
+        assert_eq!(text(c), text(form.event_frame(EventType::Added, &obj, true, true).unwrap().0));
         // Initial events are printed for their watcher alone.
-        assert!(form.event_frame(EventType::Added, &obj, true, false).1);
+        assert!(form.event_frame(EventType::Added, &obj, true, false).unwrap().1);
     }
 
     #[test]
     fn v1beta1_tables_name_their_version_in_the_table_and_the_metadata_rows() {
-        let (event, _) = form(None, true).event_frame(EventType::Deleted, &object(), false, false);
+        let (event, _) = form(None, true).event_frame(EventType::Deleted, &object(), false, false).unwrap();
         let v: serde_json::Value = serde_json::from_str(text(event).trim_end()).unwrap();
         assert_eq!(v["object"]["apiVersion"], "meta.k8s.io/v1beta1");
         assert_eq!(v["object"]["rows"][0]["object"]["apiVersion"], "meta.k8s.io/v1beta1");
@@ -299,6 +304,29 @@ mod tests {
             Err(Reason::InvalidParameters)
         ));
         let crd = test_info("example.com", "widgets", "Widget", true);
+        // A custom resource without its CRD's printer.
         assert!(matches!(table_form(&crd, None, Endpoint::List, false, None, false), Err(r) if r == table));
+    }
+
+    #[test]
+    fn a_custom_row_the_printer_refuses_ends_a_watch_instead_of_guessing() {
+        use crate::encode::table::custom::custom_columns;
+        let crd = br#"{"spec":{"versions":[{"name":"v1","additionalPrinterColumns":[{"name":"R","type":"number","jsonPath":".spec.r"}]}]}}"#;
+        let info = test_info("example.com", "widgets", "Widget", true);
+        let custom = Some(Arc::new(custom_columns(crd, "v1").unwrap()));
+        let form = table_form(&info, custom, Endpoint::Watch, false, None, true).ok().unwrap();
+        let shape = ObjectShape::new(info, None);
+        let widget = |r: &str| {
+            let json = format!(
+                r#"{{"apiVersion":"example.com/v1","kind":"Widget","metadata":{{"name":"w","namespace":"n","uid":"u","resourceVersion":"3"}},"spec":{{"r":{r}}}}}"#
+            );
+            CachedObject::decode(Bytes::from(json), &shape).unwrap()
+        };
+        let (fine, refused) = (widget("0.5"), widget("1e-7"));
+        assert!(form.prints(&fine) && !form.prints(&refused));
+        let (frame, _) = form.event_frame(EventType::Added, &fine, true, true).unwrap();
+        assert!(text(frame).contains(r#""rows":[{"cells":["w",0.5],"object":{"kind":"PartialObjectMetadata""#));
+        assert!(form.event_frame(EventType::Modified, &refused, false, true).is_none());
+        assert!(form.event_frame(EventType::Modified, &refused, false, false).is_none());
     }
 }

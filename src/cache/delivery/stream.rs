@@ -9,6 +9,10 @@
 //! out meanwhile, there being events to send. One that falls behind the
 //! ring itself ends with 410.
 //!
+//! A Table watch of a custom resource is checked the same way
+//! ([`WatchStream::table_prints`]), and a live row its printer refuses ends
+//! the stream (`cache::table`).
+//!
 //! In protobuf, an object the encoder refuses cannot be sent. The serving
 //! side checks the initial events before the stream starts
 //! ([`WatchStream::protobuf_refusal`]: it then answers JSON or passes the
@@ -242,7 +246,10 @@ impl WatchStream {
     fn event(&mut self, kind: EventType, object: &CachedObject, live: bool) -> Polled {
         if let Some(form) = &self.opts.table {
             // Only a frame this watcher encoded ends its headers (`cache::table`).
-            let (chunk, made_here) = form.event_frame(kind, object, !self.table_headers_sent, live);
+            let Some((chunk, made_here)) = form.event_frame(kind, object, !self.table_headers_sent, live) else {
+                tracing::debug!(rv = object.rv, "a row the Table printer refuses; ending the watch");
+                return self.end();
+            };
             self.table_headers_sent |= made_here;
             return self.frame(chunk);
         }
@@ -277,6 +284,20 @@ impl WatchStream {
             }
             Phase::Backlog(backlog) => backlog.iter().find_map(|d| d.object().encoded(variant).err()),
             Phase::InitialEnd(_) | Phase::Live | Phase::Finished => None,
+        }
+    }
+
+    /// Whether a Table watch's initial events all print (a custom resource's
+    /// printer may refuse a row: the watch then passes through).
+    pub(crate) fn table_prints(&self) -> bool {
+        let Some(form) = &self.opts.table else { return true };
+        match &self.phase {
+            Phase::Snapshot(cursor) => {
+                let mut cursor = cursor.clone();
+                std::iter::from_fn(|| cursor.next_matching(&self.handle)).all(|obj| form.prints(&obj))
+            }
+            Phase::Backlog(backlog) => backlog.iter().all(|d| form.prints(d.object())),
+            Phase::InitialEnd(_) | Phase::Live | Phase::Finished => true,
         }
     }
 

@@ -262,7 +262,7 @@ impl CacheService {
                 let include = params.include_object.as_deref();
                 let info = &cache.shape.info;
                 // A custom resource's columns are its CRD's (`cache::table::crd`).
-                let custom = if info.is_builtin_group() || endpoint == Endpoint::Watch {
+                let custom = if info.is_builtin_group() {
                     None
                 } else {
                     match crd::printer_for(&self.registry, info).await {
@@ -472,10 +472,15 @@ impl CacheService {
         };
         match cache.register(filter, start) {
             Ok(reg) => {
-                if is_table {
-                    metrics::counter!(m::CACHE_TABLE_TOTAL, "resource" => cache.label().to_owned()).increment(1);
-                }
+                let label = cache.label().to_owned();
                 let mut stream = WatchStream::new(cache, reg, opts);
+                // Dropping the stream deregisters the watcher.
+                if !stream.table_prints() {
+                    return Served::Passthrough(Reason::Negotiated(PassthroughReason::Table));
+                }
+                if is_table {
+                    metrics::counter!(m::CACHE_TABLE_TOTAL, "resource" => label).increment(1);
+                }
                 let mut variant = variant;
                 // Every initial event must have the stream's form before the
                 // headers say protobuf; otherwise JSON, or the API server.

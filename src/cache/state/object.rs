@@ -215,19 +215,23 @@ impl CachedObject {
     /// A Table watch event about this version in one table variant, as the
     /// frame's head and the row's object (`encode::table::one_row_table`),
     /// made by `encode` the first time it is asked for, and whether this call
-    /// made it: every watcher of the same variant gets the same bytes, ages
+    /// made it (`None` when `encode` refuses): every watcher of the same variant gets the same bytes, ages
     /// included, as from the API server's per-event encoding cache.
-    pub(crate) fn table_event(&self, key: TableEventKey, encode: impl FnOnce() -> [Bytes; 2]) -> ([Bytes; 2], bool) {
+    pub(crate) fn table_event(
+        &self,
+        key: TableEventKey,
+        encode: impl FnOnce() -> Option<[Bytes; 2]>,
+    ) -> Option<([Bytes; 2], bool)> {
         // Held while encoding: the others in the variant wait for the bytes
-        // rather than make them again.
+        // rather than make them again. A refusal (`None`) is not kept.
         let mut tables = self.derived().tables.lock();
         if let Some((_, event)) = tables.iter().find(|(k, _)| *k == key) {
-            return (event.clone(), false);
+            return Some((event.clone(), false));
         }
+        let event = encode()?;
         metrics::counter!(m::CACHE_ENCODES, "variant" => "table").increment(1);
-        let event = encode();
         tables.push((key, event.clone()));
-        (event, true)
+        Some((event, true))
     }
 
     /// `make`'s reading of this version, made once; `None` if the version
