@@ -10,7 +10,7 @@ CARGO ?= cargo
 	bench bench-passthrough bench-fanout bench-kubelet bench-fairness bench-restart bench-plots bench-auth \
 	chaos chaos-quick chaos-persist chaos-reboot test-chaos-quick audit fmt clean monitoring-check fuzz-auth
 .PHONY: protobuf-check
-.PHONY: bench-protobuf bench-compress
+.PHONY: bench-protobuf bench-compress bench-table
 .PHONY: controlplane-test test-controlplane bench-controlplane
 
 all: build
@@ -193,6 +193,9 @@ bench-protobuf:
 ## (docs/benchmarks.md, Compression).
 bench-compress:
 	bash integration/scripts/bench-compress.sh
+
+bench-table:
+	bash integration/scripts/bench-table.sh
 
 ## The chart's alerts, dashboard and nodeLocal metrics rendering (offline).
 monitoring-check:

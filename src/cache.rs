@@ -17,6 +17,8 @@
 //! - [`delivery`]: getting events to watchers (dispatcher, per-watcher
 //!   queues, the watch response body).
 //! - [`read`]: answering LIST, GET and WATCH (parameters, continue tokens).
+//! - [`table`]: what the cache writes as a `meta.k8s.io` Table (kubectl get), and
+//!   which Table reads pass through.
 //! - [`warnings`]: the API server's `Warning` headers for a resource, replayed
 //!   on the answers served from its cache.
 //! - [`persist`]: chosen resources kept on disk (`--persist-dir`), loaded
@@ -48,5 +50,6 @@ pub(crate) mod resource;
 pub(crate) mod resource_info;
 pub(crate) mod state;
 pub(crate) mod sync;
+pub(crate) mod table;
 pub(crate) mod verify;
 pub(crate) mod warnings;

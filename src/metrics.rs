@@ -67,7 +67,7 @@ pub(crate) const REGISTERED_WATCHERS: &str = "watchmux_registered_watchers";
 pub(crate) const CACHE_LIST_TOTAL: &str = "watchmux_cache_list_total";
 /// GET requests answered from the cache, by resource.
 pub(crate) const CACHE_GET_TOTAL: &str = "watchmux_cache_get_total";
-/// LISTs and GETs answered from the cache as a `meta.k8s.io` Table (counted in those too).
+/// LISTs, GETs and WATCHes answered from the cache as a `meta.k8s.io` Table (counted in those too).
 pub(crate) const CACHE_TABLE_TOTAL: &str = "watchmux_cache_table_total";
 /// WATCH requests answered from the cache, by resource.
 pub(crate) const CACHE_WATCH_TOTAL: &str = "watchmux_cache_watch_total";
@@ -345,7 +345,7 @@ fn describe() {
     describe_counter!(CACHE_GET_TOTAL, "GET requests answered from the cache, by resource.");
     describe_counter!(
         CACHE_TABLE_TOTAL,
-        "LIST and GET requests answered from the cache as a Table (kubectl get), by resource."
+        "LIST, GET and WATCH requests answered from the cache as a Table (kubectl get), by resource."
     );
     describe_counter!(CACHE_WATCH_TOTAL, "WATCH requests answered from the cache, by resource.");
     describe_histogram!(

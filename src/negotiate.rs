@@ -6,7 +6,7 @@
 //!
 //! The cache writes the object as stored and `PartialObjectMetadata` (metadata only, what client-go
 //! metadata informers and kube-rs metadata calls ask for), in JSON and protobuf, and for some kinds
-//! the `meta.k8s.io/v1` Table kubectl asks for (`encode::table`). For every GET, LIST and WATCH,
+//! the `meta.k8s.io` Table kubectl asks for (`encode::table`). For every GET, LIST and WATCH,
 //! [`negotiate`] reads the `Accept` header and decides: serve from the cache in one of those forms,
 //! or pass the request through to kube-apiserver, which then answers it exactly (a 406 included). Passing through is always correct; serving is only allowed when the cache's
 //! answer is one kube-apiserver could have given.
@@ -73,7 +73,7 @@
 //! | WATCH | `application/json;POML` | 200 `application/json`, the stream ends at the first event |
 //! | WATCH | `application/yaml` first | 406, the Status written in YAML |
 //! | any | `…;v=v1beta1` metadata | objects with `apiVersion: meta.k8s.io/v1beta1` (passed through) |
-//! | any | `application/json;as=Table;g=meta.k8s.io;v=v1` | a Table ([`Negotiation::Table`]; `encode::table`) |
+//! | any | `application/json;as=Table;g=meta.k8s.io;v=v1` or `v=v1beta1` | a Table ([`Negotiation::Table`]; `encode::table`), watches too (`cache::table`) |
 //!
 //! 1. Every list item is `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{...}}`;
 //!    an empty list has `"items":null`, where typed lists have `"items":[]`.
@@ -123,8 +123,8 @@ pub(crate) enum Negotiation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PassthroughReason {
     /// kube-apiserver would answer a `meta.k8s.io` Table (kubectl get) the cache does not write:
-    /// in YAML, in `v1beta1`, on a watch, or of a kind without a printer here
-    /// (`encode::table::printers`).
+    /// in YAML, of a kind without a printer here (`encode::table::printers`), or a watch with
+    /// bookmarks and whole objects (`cache::table`).
     Table,
     /// kube-apiserver would answer protobuf that the cache cannot write (`meta.k8s.io/v1beta1`
     /// metadata; a custom resource, or an object the encoder refuses, with no JSON of the same

@@ -27,6 +27,8 @@ mod relist_gap;
 mod resource_versions;
 mod slow_watchers;
 mod tables;
+mod tables_crd;
+mod tables_watch;
 mod trust_boundary;
 mod warnings;
 mod x509_identity;

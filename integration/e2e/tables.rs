@@ -23,9 +23,10 @@ fn age_pattern() -> regex::Regex {
 /// other byte kept.
 fn mask_ages(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
-    let version =
-        regex::Regex::new(r#"^(\{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":\{"resourceVersion":")\d+"#)
-            .unwrap();
+    let version = regex::Regex::new(
+        r#"^(\{"kind":"Table","apiVersion":"meta.k8s.io/v1(beta1)?","metadata":\{"resourceVersion":")\d+"#,
+    )
+    .unwrap();
     let text = age_pattern().replace_all(&text, "AGE");
     version.replace(&text, "${1}RV").into_owned()
 }
@@ -139,6 +140,23 @@ async fn tables_from_the_cache_are_the_api_servers_tables() {
     }
     let served = tables_served(&wm).await - before;
     assert_eq!(served, paths.len() as f64, "every Table above came from the cache");
+
+    // `meta.k8s.io/v1beta1` Tables, which the API server still serves: the
+    // same rows, the version in the Table and in its metadata rows.
+    let before = tables_served(&wm).await;
+    let v1beta1 = "application/json;as=Table;g=meta.k8s.io;v=v1beta1";
+    let beta_paths: Vec<&String> = paths.iter().filter(|p| !p.contains("includeObject=None")).step_by(3).collect();
+    for path in &beta_paths {
+        let via = get_accepting(wm.addr, path, v1beta1).await;
+        let req = Request::get(path.as_str()).header("accept", v1beta1).body(watchmux::body::empty()).unwrap();
+        let dir = direct.send(req).await.unwrap();
+        let (vt, dt) = (via.headers().get("content-type").cloned(), dir.headers().get("content-type").cloned());
+        let ((vc, vb), (dc, db)) = (read(via).await, read(dir).await);
+        assert_eq!((vc, vt), (dc, dt), "{path}");
+        assert!(String::from_utf8_lossy(&db).starts_with(r#"{"kind":"Table","apiVersion":"meta.k8s.io/v1beta1""#));
+        assert_eq!(mask_ages(&vb), mask_ages(&db), "{path} in v1beta1");
+    }
+    assert_eq!(tables_served(&wm).await - before, beta_paths.len() as f64, "v1beta1 Tables from the cache");
 
     // A missing object: the API server's 404 Status, as for JSON.
     let missing = format!("{base}/configmaps/missing?resourceVersion=0");

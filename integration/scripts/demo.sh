@@ -80,8 +80,8 @@ KC
 
 echo "== $WATCHERS Rust watchers and one kubectl watch, all through watchmux"
 echo "   (kubectl prints -o jsonpath, which asks for JSON objects: served from the cache like the Rust"
-echo "   watchers. Its default table output asks for as=Table: served from the cache for LIST and GET of"
-echo "   a few kinds, ConfigMaps among them; a table watch (get -w) still passes through.)"
+echo "   watchers. Its default table output asks for as=Table: served from the cache for LIST, GET and"
+echo "   WATCH (get -w) of a dozen built-in kinds, ConfigMaps among them.)"
 for i in $(seq 1 "$WATCHERS"); do
   "$root/target/release/examples/watch" --server "http://$listen" \
     --path "/api/v1/namespaces/$ns/configmaps" --label "watcher-$i" --seconds 60 &

@@ -140,6 +140,7 @@ impl Watch {
             initial_events_end: false,
             timeout: Duration::from_secs(100_000),
             stop: CancellationToken::new(),
+            table: None,
         };
         let reg = cache.cache().register(filter, StartAt::After(from)).expect("registered");
         let stream = WatchStream::new(cache.cache().clone(), reg, opts);
@@ -341,6 +342,7 @@ fn a_slow_reader_on_its_own_thread_gets_every_event_once_in_order() {
                 initial_events_end: false,
                 timeout: Duration::from_secs(3600),
                 stop: CancellationToken::new(),
+                table: None,
             };
             let mut stream = WatchStream::new(cache.clone(), reg, opts);
             let mut seen = Vec::with_capacity(EVENTS as usize);

@@ -25,6 +25,7 @@
 
 mod apps;
 mod batch_and_service;
+pub(crate) mod custom;
 mod fields;
 pub(crate) mod internal_metadata;
 mod node;
@@ -88,6 +89,8 @@ pub(crate) fn columns(group: &str, kind: &str) -> Option<&'static str> {
 pub(crate) enum Cell {
     Str(String),
     Int(i64),
+    /// A value already written as Go's JSON (`null`, `true`, `1.5`).
+    Raw(String),
 }
 
 impl Cell {
@@ -95,6 +98,7 @@ impl Cell {
         match self {
             Self::Str(s) => out.push_str(&go_json_escape(&serde_json::to_string(s).expect("a string"))),
             Self::Int(n) => out.push_str(&n.to_string()),
+            Self::Raw(json) => out.push_str(json),
         }
     }
 }
@@ -120,28 +124,96 @@ pub(crate) struct Row {
     pub object: Option<Bytes>,
 }
 
+/// One table variant of one watch event: the same bytes for every watcher
+/// whose Table has these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TableEventKey {
+    pub event: crate::encode::watch::EventType,
+    pub include: IncludeObject,
+    /// `includeObject` left out (or empty) rather than spelled `Metadata`:
+    /// the same rows, but another encoder identity in the API server, whose
+    /// watchers share no encodings with the other's (which decides when
+    /// each stops sending headers: see `cache::table`).
+    pub include_unspelled: bool,
+    pub version: TableVersion,
+    /// The column definitions go with it.
+    pub headers: bool,
+}
+
+/// The `meta.k8s.io` version a Table is asked in: the same body either way
+/// but for the `apiVersion` of the Table and of its metadata rows (`asTable`
+/// gives each PartialObjectMetadata the group version asked for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum TableVersion {
+    V1,
+    V1beta1,
+}
+
+impl TableVersion {
+    pub(crate) fn api_version(self) -> &'static str {
+        match self {
+            Self::V1 => "meta.k8s.io/v1",
+            Self::V1beta1 => "meta.k8s.io/v1beta1",
+        }
+    }
+
+    /// A row's PartialObjectMetadata in this version, from the object's
+    /// shared `meta.k8s.io/v1` bytes (the same bytes for v1).
+    pub(crate) fn metadata_row(self, metadata: Bytes) -> Bytes {
+        const V1: &[u8] = b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",";
+        match self {
+            Self::V1 => metadata,
+            Self::V1beta1 => match metadata.strip_prefix(V1) {
+                Some(rest) => {
+                    let mut out =
+                        b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1beta1\",".to_vec();
+                    out.extend_from_slice(rest);
+                    Bytes::from(out)
+                }
+                // Unreachable: the memo writes that prefix.
+                None => metadata,
+            },
+        }
+    }
+}
+
+/// The start of a Table: kind, apiVersion, metadata and the column
+/// definitions (`null` without headers, as a watch's later events have
+/// them), up to the rows' opening bracket.
+fn table_head(version: TableVersion, meta: &ListMeta, columns: Option<&str>) -> String {
+    format!(
+        "{{\"kind\":\"Table\",\"apiVersion\":\"{}\",\"metadata\":{},\"columnDefinitions\":{},\"rows\":[",
+        version.api_version(),
+        meta.to_json(),
+        columns.unwrap_or("null")
+    )
+}
+
+/// A row up to its object: `{"cells":[...]` (and `conditions`) then `,"object":`.
+fn push_row_head(out: &mut String, printed: &Printed) {
+    out.push_str("{\"cells\":[");
+    for (j, cell) in printed.cells.iter().enumerate() {
+        if j > 0 {
+            out.push(',');
+        }
+        cell.write_json(out);
+    }
+    out.push(']');
+    if let Some(conditions) = printed.conditions {
+        out.push_str(",\"conditions\":");
+        out.push_str(conditions);
+    }
+    out.push_str(",\"object\":");
+}
+
 /// A Table body's chunks: the head, one per row (its cells, then the shared
 /// object bytes), and the close, with the JSON encoder's newline.
-pub(crate) fn table_body(columns: &str, meta: &ListMeta, rows: Vec<Row>) -> Vec<Bytes> {
+pub(crate) fn table_body(version: TableVersion, columns: &str, meta: &ListMeta, rows: Vec<Row>) -> Vec<Bytes> {
     let mut chunks = Vec::with_capacity(2 * rows.len() + 2);
-    chunks.push(Bytes::from(format!(
-        "{{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{},\"columnDefinitions\":{columns},\"rows\":[",
-        meta.to_json()
-    )));
+    chunks.push(Bytes::from(table_head(version, meta, Some(columns))));
     for (i, row) in rows.into_iter().enumerate() {
-        let mut head = String::from(if i == 0 { "{\"cells\":[" } else { ",{\"cells\":[" });
-        for (j, cell) in row.printed.cells.iter().enumerate() {
-            if j > 0 {
-                head.push(',');
-            }
-            cell.write_json(&mut head);
-        }
-        head.push(']');
-        if let Some(conditions) = row.printed.conditions {
-            head.push_str(",\"conditions\":");
-            head.push_str(conditions);
-        }
-        head.push_str(",\"object\":");
+        let mut head = String::from(if i == 0 { "" } else { "," });
+        push_row_head(&mut head, &row.printed);
         match row.object {
             Some(object) => {
                 chunks.push(Bytes::from(head));
@@ -157,6 +229,30 @@ pub(crate) fn table_body(columns: &str, meta: &ListMeta, rows: Vec<Row>) -> Vec<
     chunks.push(Bytes::from_static(b"]}\n"));
     chunks
 }
+
+/// A one-row Table, the object of a Table watch event, as a head (the event
+/// frame's `prefix`, the Table up to the row's object) and the row's object
+/// (`null` for none); [`ONE_ROW_TABLE_TAIL`] closes the row, the Table and
+/// the event. Its metadata is the object's resourceVersion (`GenerateTable`
+/// reads it from a single object); `columns` is `None` once a watch's first
+/// event is out (`watchEmbeddedEncoder` sets NoHeaders after it).
+pub(crate) fn one_row_table(
+    prefix: &str,
+    version: TableVersion,
+    rv: u64,
+    columns: Option<&str>,
+    row: Row,
+) -> [Bytes; 2] {
+    let meta = ListMeta { rv, continue_token: None, remaining: None };
+    let mut head = String::from(prefix);
+    head.push_str(&table_head(version, &meta, columns));
+    push_row_head(&mut head, &row.printed);
+    [Bytes::from(head), row.object.unwrap_or_else(|| Bytes::from_static(b"null"))]
+}
+
+/// What follows a one-row Table's object in a watch event: the row, the
+/// rows, the Table and the event close, and the line ends.
+pub(crate) const ONE_ROW_TABLE_TAIL: &[u8] = b"}]}}\n";
 
 /// apimachinery's `duration.HumanDuration` of `nanos` nanoseconds (what
 /// `translateTimestampSince` prints for an age).

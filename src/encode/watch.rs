@@ -35,16 +35,24 @@ impl EventType {
         }
     }
 
+    /// A JSON frame up to the event's object.
+    pub(crate) fn json_prefix(self) -> &'static str {
+        match self {
+            Self::Added => "{\"type\":\"ADDED\",\"object\":",
+            Self::Modified => "{\"type\":\"MODIFIED\",\"object\":",
+            Self::Deleted => "{\"type\":\"DELETED\",\"object\":",
+        }
+    }
+
     fn header(self) -> Bytes {
-        Bytes::from_static(match self {
-            Self::Added => b"{\"type\":\"ADDED\",\"object\":",
-            Self::Modified => b"{\"type\":\"MODIFIED\",\"object\":",
-            Self::Deleted => b"{\"type\":\"DELETED\",\"object\":",
-        })
+        Bytes::from_static(self.json_prefix().as_bytes())
     }
 }
 
 const TAIL: &[u8] = b"}\n";
+
+/// A JSON BOOKMARK frame up to its object.
+pub(crate) const BOOKMARK_JSON_PREFIX: &str = "{\"type\":\"BOOKMARK\",\"object\":";
 
 /// The frame of an event of type `kind` about an object already encoded in
 /// the watch's variant (for protobuf, its whole body).

@@ -12,7 +12,7 @@
 //! v1.37.2; the tests say which message and which value came from where.
 
 mod extract;
-mod go_fmt;
+pub(crate) mod go_fmt;
 
 pub(crate) use extract::extract;
 

@@ -9,6 +9,10 @@
 //! out meanwhile, there being events to send. One that falls behind the
 //! ring itself ends with 410.
 //!
+//! A Table watch of a custom resource is checked the same way
+//! ([`WatchStream::table_prints`]), and a live row its printer refuses ends
+//! the stream (`cache::table`).
+//!
 //! In protobuf, an object the encoder refuses cannot be sent. The serving
 //! side checks the initial events before the stream starts
 //! ([`WatchStream::protobuf_refusal`]: it then answers JSON or passes the
@@ -31,6 +35,7 @@ use super::watcher::{Delivery, Next, Terminated, WatcherHandle};
 use crate::body::{BoxError, Chunk};
 use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
 use crate::cache::state::store::Snapshot;
+use crate::cache::table::TableForm;
 use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::ContentVariant;
 use crate::encode::watch::EventType;
@@ -67,6 +72,9 @@ pub(crate) struct StreamOptions {
     pub initial_events_end: bool,
     pub timeout: Duration,
     pub stop: CancellationToken,
+    /// Every event, bookmarks too, as a one-row `meta.k8s.io` Table
+    /// (`cache::table`); the variant is then JSON.
+    pub table: Option<TableForm>,
 }
 
 /// Walks a snapshot's objects in key order without holding a borrow across polls.
@@ -133,6 +141,9 @@ pub(crate) struct WatchStream {
     /// stays registered.
     stop: Pin<Box<WaitForCancellationFutureOwned>>,
     stop_registered: bool,
+    /// A Table watch has encoded a frame itself: later ones carry no column
+    /// definitions (`cache::table`).
+    table_headers_sent: bool,
 }
 
 /// The waker the stop token holds for one stream: cancelling the token
@@ -185,6 +196,7 @@ impl WatchStream {
             bookmark,
             stop,
             stop_registered: false,
+            table_headers_sent: false,
         }
     }
 
@@ -211,7 +223,17 @@ impl WatchStream {
         matches!(self.phase, Phase::Finished)
     }
 
-    fn bookmark_chunk(&self, rv: u64, initial_end: bool) -> Option<Chunk> {
+    /// Whether the next frame carries a Table watch's column definitions;
+    /// none after this one, which the watcher encodes itself (a bookmark).
+    fn table_headers(&mut self) -> bool {
+        !std::mem::replace(&mut self.table_headers_sent, true)
+    }
+
+    fn bookmark_chunk(&mut self, rv: u64, initial_end: bool) -> Option<Chunk> {
+        if self.opts.table.is_some() {
+            let headers = self.table_headers();
+            return self.opts.table.as_ref().map(|form| form.bookmark_frame(rv, initial_end, headers));
+        }
         let info = &self.cache.shape.info;
         bookmark_frame(&info.kind, &info.api_version(), self.opts.variant, rv, initial_end)
             .inspect_err(|e| tracing::warn!(error = %e, "no protobuf bookmark for this kind; ending the watch"))
@@ -219,8 +241,18 @@ impl WatchStream {
     }
 
     /// The frame of an event, or the end of the stream when the object has no
-    /// form in a protobuf variant.
-    fn event(&mut self, kind: EventType, object: &CachedObject) -> Polled {
+    /// form in a protobuf variant. `live`: an event from the watcher's queue
+    /// or the ring, whose Table is shared by the watchers of its variant.
+    fn event(&mut self, kind: EventType, object: &CachedObject, live: bool) -> Polled {
+        if let Some(form) = &self.opts.table {
+            // Only a frame this watcher encoded ends its headers (`cache::table`).
+            let Some((chunk, made_here)) = form.event_frame(kind, object, !self.table_headers_sent, live) else {
+                tracing::debug!(rv = object.rv, "a row the Table printer refuses; ending the watch");
+                return self.end();
+            };
+            self.table_headers_sent |= made_here;
+            return self.frame(chunk);
+        }
         let variant = self.opts.variant;
         match object.encoded(variant) {
             Ok(bytes) => self.frame(event_frame(variant, kind, bytes)),
@@ -252,6 +284,20 @@ impl WatchStream {
             }
             Phase::Backlog(backlog) => backlog.iter().find_map(|d| d.object().encoded(variant).err()),
             Phase::InitialEnd(_) | Phase::Live | Phase::Finished => None,
+        }
+    }
+
+    /// Whether a Table watch's initial events all print (a custom resource's
+    /// printer may refuse a row: the watch then passes through).
+    pub(crate) fn table_prints(&self) -> bool {
+        let Some(form) = &self.opts.table else { return true };
+        match &self.phase {
+            Phase::Snapshot(cursor) => {
+                let mut cursor = cursor.clone();
+                std::iter::from_fn(|| cursor.next_matching(&self.handle)).all(|obj| form.prints(&obj))
+            }
+            Phase::Backlog(backlog) => backlog.iter().all(|d| form.prints(d.object())),
+            Phase::InitialEnd(_) | Phase::Live | Phase::Finished => true,
         }
     }
 
@@ -307,7 +353,7 @@ impl WatchStream {
             match self.handle.take(cx.waker()) {
                 Ok(Next::Event(d)) => {
                     self.last_sent_rv = self.last_sent_rv.max(d.event.rv);
-                    let frame = self.event(d.kind, d.object());
+                    let frame = self.event(d.kind, d.object(), true);
                     if d.timed && !self.is_finished() {
                         // Returning the frame hands it to the connection: the
                         // fan-out histogram's end (see metrics::FANOUT_DURATION).
@@ -369,13 +415,13 @@ impl Body for WatchStream {
         loop {
             match &mut this.phase {
                 Phase::Snapshot(cursor) => match cursor.next_matching(&this.handle) {
-                    Some(obj) => return this.event(EventType::Added, &obj),
+                    Some(obj) => return this.event(EventType::Added, &obj, false),
                     None => this.phase = this.after_initial_events(),
                 },
                 Phase::Backlog(backlog) => match backlog.pop_front() {
                     Some(d) => {
                         this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
-                        return this.event(d.kind, d.object());
+                        return this.event(d.kind, d.object(), false);
                     }
                     None => this.phase = this.after_initial_events(),
                 },

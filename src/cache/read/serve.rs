@@ -16,6 +16,7 @@ use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+mod crd;
 mod list;
 mod table;
 
@@ -31,6 +32,7 @@ use crate::cache::delivery::stream::{StreamOptions, WatchStream};
 use crate::cache::offline::{proven, serve_unproven};
 use crate::cache::reason::Reason;
 use crate::cache::state::object::ObjectKey;
+use crate::cache::table::{TableForm, table_form};
 use crate::compress::AnswerKind;
 use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::{ContentVariant, Endpoint};
@@ -50,6 +52,13 @@ pub(crate) const NOT_READY_WAIT: Duration = Duration::from_secs(3);
 /// The API server's default `--min-request-timeout`: watches without
 /// `timeoutSeconds` last a random time in [this, twice this).
 pub(crate) const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// What a watch's events are written as: the negotiated form, and the
+/// one-row Table each event becomes when a Table was asked for.
+struct WatchForm {
+    answer: Answer,
+    table: Option<TableForm>,
+}
 
 /// The cache's answer, or why it has none.
 pub(crate) enum Served {
@@ -250,7 +259,18 @@ impl CacheService {
             Negotiation::Cache(variant) => Answer { variant, or_json: None },
             Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },
             Negotiation::Table { v1beta1 } => {
-                match table::table_form(&cache.shape.info, endpoint, v1beta1, params.include_object.as_deref()) {
+                let include = params.include_object.as_deref();
+                let info = &cache.shape.info;
+                // A custom resource's columns are its CRD's (`cache::table::crd`).
+                let custom = if info.is_builtin_group() {
+                    None
+                } else {
+                    match crd::printer_for(&self.registry, info).await {
+                        Ok(printer) => Some(printer),
+                        Err(reason) => return Served::Passthrough(reason),
+                    }
+                };
+                match table_form(info, custom, endpoint, v1beta1, include, params.allow_bookmarks) {
                     Ok(form) => table = Some(form),
                     Err(reason) => return Served::Passthrough(reason),
                 }
@@ -332,7 +352,10 @@ impl CacheService {
         let mut served = match (endpoint, table) {
             (Endpoint::List, Some(form)) => self.table_list(cache.clone(), filter, params, form, arrival).await,
             (Endpoint::Get, Some(form)) => self.table_get(cache.clone(), filter, params, form, scoped).await,
-            (Endpoint::Watch, _) => self.watch(cache.clone(), filter, params, answer, arrival, proven_early).await,
+            (Endpoint::Watch, table) => {
+                let form = WatchForm { answer, table };
+                self.watch(cache.clone(), filter, params, form, arrival, proven_early).await
+            }
             (Endpoint::List, None) => self.list(cache.clone(), filter, params, answer, arrival).await,
             (Endpoint::Get, None) => self.get(cache.clone(), filter, params, answer, scoped).await,
         };
@@ -387,10 +410,12 @@ impl CacheService {
         cache: Arc<ResourceCache>,
         filter: Filter,
         p: ReadParams,
-        answer: Answer,
+        form: WatchForm,
         arrival: Instant,
         proven: bool,
     ) -> Served {
+        let WatchForm { answer, table } = form;
+        let is_table = table.is_some();
         let variant = answer.variant;
         let watch_list = match (p.send_initial_events, p.rv_match) {
             (None, RvMatch::Unset) => false,
@@ -443,10 +468,19 @@ impl CacheService {
             initial_events_end: watch_list || matches!(start, StartAt::CurrentState),
             timeout,
             stop: self.streams_stop.clone(),
+            table,
         };
         match cache.register(filter, start) {
             Ok(reg) => {
+                let label = cache.label().to_owned();
                 let mut stream = WatchStream::new(cache, reg, opts);
+                // Dropping the stream deregisters the watcher.
+                if !stream.table_prints() {
+                    return Served::Passthrough(Reason::Negotiated(PassthroughReason::Table));
+                }
+                if is_table {
+                    metrics::counter!(m::CACHE_TABLE_TOTAL, "resource" => label).increment(1);
+                }
                 let mut variant = variant;
                 // Every initial event must have the stream's form before the
                 // headers say protobuf; otherwise JSON, or the API server.

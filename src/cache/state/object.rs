@@ -12,9 +12,10 @@
 //! object the protobuf encoder refuses ([`NoProtobuf`]) remembers that too,
 //! so the refusal is also worked out once.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
@@ -22,6 +23,7 @@ use serde_json::value::RawValue;
 
 use crate::encode::object::{metadata_of, partial_object_metadata_json};
 use crate::encode::protobuf::{self, Unplaceable};
+use crate::encode::table::TableEventKey;
 use crate::encode::variant::ContentVariant;
 use crate::metrics as m;
 use crate::selector::{Fields, selectable};
@@ -95,6 +97,13 @@ struct Derived {
     metadata_json: OnceLock<Bytes>,
     protobuf: OnceLock<Result<ProtobufBody, NoProtobuf>>,
     metadata_protobuf: OnceLock<Result<ProtobufBody, NoProtobuf>>,
+    /// Table watch events about this version, by table variant: a few at
+    /// most (a variant is an includeObject, a version and whether the
+    /// headers go with it), so a list under a lock taken once per delivery.
+    tables: parking_lot::Mutex<Vec<(TableEventKey, [Bytes; 2])>>,
+    /// What a reader that knows the kind derives from this version (a CRD's
+    /// printer columns: `cache::table::crd`).
+    reading: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 /// An object version has no protobuf form here: the encoder refused it
@@ -201,6 +210,36 @@ impl CachedObject {
                 self.protobuf_body(variant).map(|p| p.body.clone())
             }
         }
+    }
+
+    /// A Table watch event about this version in one table variant, as the
+    /// frame's head and the row's object (`encode::table::one_row_table`),
+    /// made by `encode` the first time it is asked for, and whether this call
+    /// made it (`None` when `encode` refuses): every watcher of the same variant gets the same bytes, ages
+    /// included, as from the API server's per-event encoding cache.
+    pub(crate) fn table_event(
+        &self,
+        key: TableEventKey,
+        encode: impl FnOnce() -> Option<[Bytes; 2]>,
+    ) -> Option<([Bytes; 2], bool)> {
+        // Held while encoding: the others in the variant wait for the bytes
+        // rather than make them again. A refusal (`None`) is not kept.
+        let mut tables = self.derived().tables.lock();
+        if let Some((_, event)) = tables.iter().find(|(k, _)| *k == key) {
+            return Some((event.clone(), false));
+        }
+        let event = encode()?;
+        metrics::counter!(m::CACHE_ENCODES, "variant" => "table").increment(1);
+        tables.push((key, event.clone()));
+        Some((event, true))
+    }
+
+    /// `make`'s reading of this version, made once; `None` if the version
+    /// already holds a reading of another type (each cache's objects have one
+    /// reader, so this does not happen).
+    pub(crate) fn reading<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Option<Arc<T>> {
+        let reading = self.derived().reading.get_or_init(|| Arc::new(make()));
+        reading.clone().downcast::<T>().ok()
     }
 
     fn derived(&self) -> &Derived {

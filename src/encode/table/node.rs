@@ -88,6 +88,7 @@ mod tests {
             .map(|c| match c {
                 Cell::Str(s) => s,
                 Cell::Int(n) => n.to_string(),
+                Cell::Raw(json) => json,
             })
             .collect();
         assert_eq!(text[1..3], ["NotReady,SchedulingDisabled", "infra,worker"]);

@@ -77,14 +77,15 @@ fn a_table_body_splices_columns_and_objects_and_writes_cells_as_go() {
         },
         Row { printed: Printed { cells: vec![Cell::Str("c".into())], conditions: Some("[{}]") }, object: None },
     ];
-    let body: Vec<u8> = table_body("[{\"name\":\"Name\"}]", &meta, rows).concat();
+    let body: Vec<u8> = table_body(TableVersion::V1, "[{\"name\":\"Name\"}]", &meta, rows).concat();
     assert_eq!(
         String::from_utf8(body).unwrap(),
         "{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{\"resourceVersion\":\"7\",\
          \"continue\":\"tok\",\"remainingItemCount\":2},\"columnDefinitions\":[{\"name\":\"Name\"}],\"rows\":[\
          {\"cells\":[\"a\\u003cb\",3],\"object\":{\"o\":1}},{\"cells\":[\"c\"],\"conditions\":[{}],\"object\":null}]}\n"
     );
-    let empty: Vec<u8> = table_body("[]", &ListMeta { rv: 1, continue_token: None, remaining: None }, vec![]).concat();
+    let empty: Vec<u8> =
+        table_body(TableVersion::V1, "[]", &ListMeta { rv: 1, continue_token: None, remaining: None }, vec![]).concat();
     assert!(String::from_utf8(empty).unwrap().ends_with("\"rows\":[]}\n"));
 }
 
@@ -105,6 +106,7 @@ fn pod_cells(pod: serde_json::Value, now: i128) -> (Vec<String>, Option<&'static
         .map(|c| match c {
             Cell::Str(s) => s,
             Cell::Int(n) => n.to_string(),
+            Cell::Raw(json) => json,
         })
         .collect();
     (cells, printed.conditions)

@@ -45,7 +45,7 @@ fn go_is_print(c: char) -> bool {
 
 /// A float64 as Go's `fmt.Sprint` writes it (`%v`, that is `%g` with the
 /// shortest digits: exponent form when the decimal exponent is below -4 or at least 6).
-pub(super) fn go_float(f: f64) -> String {
+pub(crate) fn go_float(f: f64) -> String {
     // Rust's `{:e}` gives the same shortest round-trip digits as strconv: "d.ddde[-]x".
     let sci = format!("{f:e}");
     let (mantissa, exp) = sci.split_once('e').expect("{:e} always has an exponent");

@@ -50,7 +50,14 @@ fn everything() -> Filter {
 
 fn opts(allow_bookmarks: bool, timeout: Duration) -> StreamOptions {
     let variant = ContentVariant::Json;
-    StreamOptions { variant, allow_bookmarks, initial_events_end: false, timeout, stop: CancellationToken::new() }
+    StreamOptions {
+        variant,
+        allow_bookmarks,
+        initial_events_end: false,
+        timeout,
+        stop: CancellationToken::new(),
+        table: None,
+    }
 }
 
 fn watch(cache: &Writer, filter: Filter, start: StartAt, opts: StreamOptions) -> WatchStream {

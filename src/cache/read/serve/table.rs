@@ -1,7 +1,8 @@
-//! LIST and GET answered as a `meta.k8s.io/v1` Table (`kubectl get`), from
+//! LIST and GET answered as a `meta.k8s.io` Table (`kubectl get`), from
 //! the same state a LIST or GET in JSON is answered from; the body is
 //! `encode::table`'s. Which requests come here, and which pass through
-//! (`reason="table"`): [`table_form`].
+//! (`reason="table"`): `cache::table::table_form`. A Table WATCH is the
+//! watch stream's (`delivery::stream`).
 
 use std::sync::Arc;
 
@@ -15,69 +16,15 @@ use crate::cache::delivery::filter::Filter;
 use crate::cache::read::params::ReadParams;
 use crate::cache::reason::Reason;
 use crate::cache::resource::ResourceCache;
-use crate::cache::resource_info::ResourceInfo;
-use crate::cache::state::object::{CachedObject, ObjectKey};
+use crate::cache::state::object::ObjectKey;
+use crate::cache::table::TableForm;
 use crate::encode::list::ListMeta;
-use crate::encode::table::internal_metadata::{internal_only_annotation, without_annotation};
-use crate::encode::table::printers::{Printer, now_nanos, printer};
-use crate::encode::table::{IncludeObject, Row, columns, table_body};
+use crate::encode::table::custom::Unsupported;
+use crate::encode::table::printers::now_nanos;
+use crate::encode::table::{Row, TableVersion, table_body};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::metrics as m;
 use crate::negotiate::PassthroughReason;
-
-/// A Table the cache can write: the kind's generated columns, its printer,
-/// and what each row carries.
-#[derive(Clone, Copy)]
-pub(super) struct TableForm {
-    columns: &'static str,
-    printer: Printer,
-    include: IncludeObject,
-    /// The annotation the kind's internal version moves into its spec
-    /// (`internal_metadata`), absent from metadata rows.
-    internal_only: Option<(&'static str, bool)>,
-}
-
-/// Whether the cache writes the Table kube-apiserver would answer: a v1
-/// Table of a LIST or GET, for a kind with a printer here; else why not.
-pub(super) fn table_form(
-    info: &ResourceInfo,
-    endpoint: Endpoint,
-    v1beta1: bool,
-    include_object: Option<&str>,
-) -> Result<TableForm, Reason> {
-    const NOT_HERE: Reason = Reason::Negotiated(PassthroughReason::Table);
-    // A watch's Tables (headers on the first event only) and v1beta1 rows
-    // are left to the API server for now.
-    if v1beta1 || endpoint == Endpoint::Watch {
-        return Err(NOT_HERE);
-    }
-    let (Some(columns), Some(printer)) = (columns(&info.group, &info.kind), printer(&info.group, &info.kind)) else {
-        return Err(NOT_HERE);
-    };
-    // An unknown value is the API server's 400.
-    let include = IncludeObject::parse(include_object.unwrap_or_default()).ok_or(Reason::InvalidParameters)?;
-    let internal_only = internal_only_annotation(&info.group, &info.kind);
-    Ok(TableForm { columns, printer, include, internal_only })
-}
-
-impl TableForm {
-    /// The row of one object, its cells printed now.
-    fn row(&self, obj: &CachedObject, now: i128) -> Row {
-        let json = obj.encoded(ContentVariant::Json).expect("JSON variants always encode");
-        let parsed: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
-        let object = match self.include {
-            IncludeObject::None => None,
-            IncludeObject::Metadata => {
-                Some(obj.encoded(ContentVariant::PartialObjectMetadataJson).map(|metadata| match self.internal_only {
-                    Some((key, nonempty_only)) => without_annotation(&metadata, key, nonempty_only),
-                    None => metadata,
-                }))
-            }
-            IncludeObject::Object => Some(Ok(json)),
-        };
-        Row { printed: (self.printer)(&parsed, now), object: object.map(|o| o.expect("JSON variants always encode")) }
-    }
-}
 
 impl CacheService {
     pub(super) async fn table_list(
@@ -95,14 +42,15 @@ impl CacheService {
         let now = now_nanos();
         let mut rows = Vec::new();
         let scope = key_scope(&cache, &filter);
-        let Ok(meta) =
-            page::<std::convert::Infallible>(&cache, &snapshot, &filter, start.as_ref(), limit, scope, |obj| {
-                rows.push(form.row(obj, now));
-                Ok(())
-            });
+        let paged = page::<Unsupported>(&cache, &snapshot, &filter, start.as_ref(), limit, scope, |obj| {
+            rows.push(form.row(obj, now)?);
+            Ok(())
+        });
+        // A custom resource's cell the printer does not guess: the API server's.
+        let Ok(meta) = paged else { return Served::Passthrough(Reason::Negotiated(PassthroughReason::Table)) };
         metrics::counter!(m::CACHE_LIST_TOTAL, "resource" => cache.label().to_owned()).increment(1);
         metrics::counter!(m::CACHE_TABLE_TOTAL, "resource" => cache.label().to_owned()).increment(1);
-        Served::Response(table_response(form.columns, &meta, rows))
+        Served::Response(table_response(form.version, form.columns(), &meta, rows))
     }
 
     pub(super) async fn table_get(
@@ -123,8 +71,11 @@ impl CacheService {
             Some(obj) => {
                 // A single object's Table carries the object's version.
                 let meta = ListMeta { rv: obj.rv, continue_token: None, remaining: None };
+                let Ok(row) = form.row(obj, now_nanos()) else {
+                    return Served::Passthrough(Reason::Negotiated(PassthroughReason::Table));
+                };
                 metrics::counter!(m::CACHE_TABLE_TOTAL, "resource" => label.clone()).increment(1);
-                table_response(form.columns, &meta, vec![form.row(obj, now_nanos())])
+                table_response(form.version, form.columns(), &meta, vec![row])
             }
             None if scoped => return Served::Passthrough(Reason::OutsideScope),
             // The 404 is the same Status in JSON as for any other JSON read.
@@ -135,8 +86,8 @@ impl CacheService {
     }
 }
 
-fn table_response(columns: &str, meta: &ListMeta, rows: Vec<Row>) -> Response<body::ProxyBody> {
-    let chunks = table_body(columns, meta, rows).into_iter().map(Chunk::from).collect();
+fn table_response(version: TableVersion, columns: &str, meta: &ListMeta, rows: Vec<Row>) -> Response<body::ProxyBody> {
+    let chunks = table_body(version, columns, meta, rows).into_iter().map(Chunk::from).collect();
     let mut resp = Response::new(body::boxed_chunks(ChunkList::new(chunks)));
     set_common_headers(resp.headers_mut(), ContentVariant::Json.content_type(Endpoint::List));
     resp

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Tables (issue 24 item 3): the CPU a `kubectl get`-shaped Table costs,
+# watchmux beside kube-apiserver in one run on one cluster.
+#
+#  (a) A Table LIST of TB_PODS pods (default 2000) at resourceVersion=0 (both
+#      answer from their watch cache), `includeObject` left out (kubectl's
+#      default: each row's PartialObjectMetadata) and `None`, TB_RUNS times
+#      (default 10): bytes and the CPU the answering process spent per LIST
+#      (/proc/<pid>/stat), beside the plain JSON LIST of the same pods.
+#  (b) Table watches: TB_WATCHERS (default 50) `kubectl get -w`-shaped watches
+#      (Table, from the list's version) through each server while TB_CHANGES
+#      (default 200) pod label patches are made straight at the API server:
+#      the CPU each server spent per change while they watched.
+#
+# Usage: bench-table.sh (BENCH_SKIP_BUILD=1 reuses the copies in
+# .run/bench-table). Results in .run/bench-table/results.txt. The pods are
+# made once in namespace bench-table and kept.
+listen="127.0.0.1:${BENCH_PORT:-17601}"
+admin="127.0.0.1:${BENCH_ADMIN_PORT:-17602}"
+# shellcheck source-path=SCRIPTDIR source=bench-lib.sh
+source "$(dirname "$0")/bench-lib.sh"
+pods="${TB_PODS:-2000}"
+runs="${TB_RUNS:-10}"
+watchers="${TB_WATCHERS:-50}"
+changes="${TB_CHANGES:-200}"
+ns=bench-table
+logs="$root/.run/bench-table"
+mkdir -p "$logs"
+if [[ ${BENCH_SKIP_BUILD:-0} != 1 || ! -x $logs/watchmux ]]; then
+  cargo build --locked --release -q
+  cp -f "$root/target/release/watchmux" "$logs/watchmux"
+fi
+kubectl="$root/.run/kubectl"
+kc="$root/.run/kubeconfig"
+bench_cluster_up
+# shellcheck source=/dev/null
+source "$root/.run/cluster/env"
+results="$logs/results.txt"
+machine_line | tee "$results"
+
+have="$("$kubectl" --kubeconfig "$kc" get pods -n "$ns" -o name --chunk-size=1000 2>/dev/null | wc -l)"
+if (( have < pods )); then
+  echo "bench-table: creating $pods pods in $ns (have $have)"
+  "$root/.run/bin/pbbench" populate --kubeconfig "$kc" --namespace "$ns" --count "$pods"
+fi
+
+start_watchmux "$logs/watchmux" "$logs/watchmux.log" --cache-resources pods --cache-warm
+api_pid="$(cat "$root/.run/cluster/apiserver.pid")"
+clk="$(getconf CLK_TCK)"
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+table="application/json;as=Table;g=meta.k8s.io;v=v1"
+# Not curl's own User-Agent: both would pretty-print JSON for it.
+curl_common=(-s -o "$logs/body" -H "User-Agent: bench-table")
+direct=(--cacert "$CA_CERT" -H "Authorization: Bearer $ADMIN_TOKEN")
+
+# measure <label> <who: api|wm> <path> <accept>: per request over $runs.
+measure() {
+  local label="$1" who="$2" path="$3" accept="$4" pid url extra=() bytes=0 before after b
+  if [[ $who == api ]]; then pid="$api_pid"; url="$APISERVER_URL$path"; extra=("${direct[@]}"); else
+    pid="$wm_pid"; url="http://$listen$path"; fi
+  curl "${curl_common[@]}" "${extra[@]}" -H "Accept: $accept" "$url" # warm-up
+  before="$(cpu_ticks "$pid")"
+  for _ in $(seq 1 "$runs"); do
+    b="$(curl "${curl_common[@]}" "${extra[@]}" -H "Accept: $accept" -w '%{size_download}' "$url")"
+    bytes=$((bytes + b))
+  done
+  after="$(cpu_ticks "$pid")"
+  awk -v l="$label" -v b="$bytes" -v t=$((after - before)) -v n="$runs" -v c="$clk" \
+    'BEGIN{printf "%-52s %10.0f bytes  %6.1f ms CPU  (per request, %d runs)\n", l, b/n, 1000*t/c/n, n}' | tee -a "$results"
+}
+
+list="/api/v1/namespaces/$ns/pods?resourceVersion=0"
+{ echo; echo "(a) LIST of $pods pods at resourceVersion=0"; } | tee -a "$results"
+for who in api wm; do
+  name="$([[ $who == api ]] && echo kube-apiserver || echo watchmux)"
+  measure "$name, JSON" "$who" "$list" "application/json"
+  measure "$name, Table (includeObject left out)" "$who" "$list" "$table"
+  measure "$name, Table, includeObject=None" "$who" "$list&includeObject=None" "$table"
+done
+
+# (b) Table watches from the list's version, each a curl reading until killed.
+{ echo; echo "(b) $watchers Table watches through each server, $changes pod label patches"; } | tee -a "$results"
+rv="$(curl -s "${direct[@]}" "$APISERVER_URL/api/v1/namespaces/$ns/pods?limit=1" | jq -r .metadata.resourceVersion)"
+watch_path="/api/v1/namespaces/$ns/pods?watch=true&resourceVersion=$rv"
+curls=()
+for _ in $(seq 1 "$watchers"); do
+  curl -s -N "${direct[@]}" -H "User-Agent: bench-table" -H "Accept: $table" "$APISERVER_URL$watch_path" > /dev/null &
+  curls+=($!)
+  curl -s -N -H "User-Agent: bench-table" -H "Accept: $table" "http://$listen$watch_path" > /dev/null &
+  curls+=($!)
+done
+sleep 2
+api_before="$(cpu_ticks "$api_pid")"
+wm_before="$(cpu_ticks "$wm_pid")"
+mapfile -t names < <("$kubectl" --kubeconfig "$kc" get pods -n "$ns" -o name --chunk-size=1000 | head -n "$changes")
+i=0
+for pod in "${names[@]}"; do
+  i=$((i + 1))
+  "$kubectl" --kubeconfig "$kc" label -n "$ns" "$pod" --overwrite "bench-table=$RANDOM$i" > /dev/null
+done
+sleep 2
+api_after="$(cpu_ticks "$api_pid")"
+wm_after="$(cpu_ticks "$wm_pid")"
+kill "${curls[@]}" 2>/dev/null || true
+encodes="$(curl -s "http://$admin/metrics" | awk '/^watchmux_cache_encodes_total\{variant="table"\}/{print $2}')"
+awk -v n="$i" -v w="$watchers" -v a=$((api_after - api_before)) -v m=$((wm_after - wm_before)) -v c="$clk" -v e="${encodes:-0}" \
+  'BEGIN{printf "kube-apiserver: %5.2f ms CPU per change (%d watchers; its CPU includes the writes themselves)\nwatchmux:       %5.2f ms CPU per change (%d watchers), %d Table encodes for %d changes\n", 1000*a/c/n, w, 1000*m/c/n, w, e, n}' |
+  tee -a "$results"
+stop_watchmux
+watchmux_warnings "$logs/watchmux.log"
