@@ -221,6 +221,54 @@ impl DiskStore {
     }
 }
 
+/// A file at least this large whose allocated pages fill less than
+/// 1/[`COMPACT_WHEN_FILE_OVER_PAGES`] of it is compacted (`compact_if_loose`).
+const COMPACT_MIN_FILE: u64 = 4 << 20;
+/// File size over the bytes of its allocated pages that asks for compaction.
+/// redb's copy-on-write commits leave the old pages free inside the file,
+/// and a batch that rewrites most objects needs old and new side by side,
+/// so the file keeps its high-water mark until compacted.
+const COMPACT_WHEN_FILE_OVER_PAGES: f64 = 1.25;
+/// Compaction passes at most (each moves what it can to lower pages, then
+/// the file is truncated).
+const COMPACT_PASSES: usize = 8;
+
+/// What a compaction did: the file's length before and after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Compacted {
+    pub before: u64,
+    pub after: u64,
+}
+
+impl DiskStore {
+    /// Compacts the file when its free pages are more than a quarter of what
+    /// its live pages take (and it is a few MiB at least); `None` when it
+    /// was tight enough. Run by the store's own thread between commits: no
+    /// read transaction is open then (reads happen once, at start).
+    pub(crate) fn compact_if_loose(&mut self) -> Result<Option<Compacted>, DiskError> {
+        let err = |source: redb::Error| DiskError::Write { path: self.path.clone(), source: Box::new(source) };
+        let before = fs::metadata(&self.path).map_err(|e| err(redb::Error::Io(e)))?.len();
+        if before < COMPACT_MIN_FILE {
+            return Ok(None);
+        }
+        let txn = self.db.begin_write().map_err(|e| err(e.into()))?;
+        let stats = txn.stats().map_err(|e| err(e.into()));
+        txn.abort().map_err(|e| err(e.into()))?;
+        let stats = stats?;
+        let allocated = stats.allocated_pages() * stats.page_size() as u64;
+        if (before as f64) < allocated as f64 * COMPACT_WHEN_FILE_OVER_PAGES {
+            return Ok(None);
+        }
+        for _ in 0..COMPACT_PASSES {
+            if !self.db.compact().map_err(|e| err(e.into()))? {
+                break;
+            }
+        }
+        let after = fs::metadata(&self.path).map_err(|e| err(redb::Error::Io(e)))?.len();
+        Ok(Some(Compacted { before, after }))
+    }
+}
+
 #[cfg(test)]
 impl DiskStore {
     /// Compacts the file (measurements).

@@ -97,7 +97,19 @@ impl Feed {
         written_rv: u64,
     ) -> Self {
         let retry_after = RETRY_AFTER_FAILURE;
-        Self::with_queue(Persister { cache, store, about, sealer, written_rv, degraded: false, retry_after }, QUEUE)
+        Self::with_queue(
+            Persister {
+                cache,
+                store,
+                about,
+                sealer,
+                written_rv,
+                degraded: false,
+                retry_after,
+                compaction_checked: Instant::now(),
+            },
+            QUEUE,
+        )
     }
 
     fn with_queue(persister: Persister, capacity: usize) -> Self {
@@ -181,7 +193,14 @@ struct Persister {
     degraded: bool,
     /// [`RETRY_AFTER_FAILURE`], shorter in tests.
     retry_after: Duration,
+    /// When the file was last looked at for compaction ([`COMPACT_CHECK_EVERY`]).
+    compaction_checked: Instant,
 }
+
+/// How often, at most, a store's file is looked at for free pages to give
+/// back (`DiskStore::compact_if_loose`): a check is one empty write
+/// transaction; a compaction rewrites the file's live pages.
+const COMPACT_CHECK_EVERY: Duration = Duration::from_secs(60);
 
 impl Persister {
     fn run(mut self, queue: &Queue) {
@@ -218,6 +237,10 @@ impl Persister {
                         self.degraded = false;
                         degraded.set(0.0);
                     }
+                    if self.compaction_checked.elapsed() >= COMPACT_CHECK_EVERY {
+                        self.compaction_checked = Instant::now();
+                        self.compact(&label);
+                    }
                 }
                 Err(err) => {
                     errors.increment(1);
@@ -230,6 +253,25 @@ impl Persister {
                     // behind: the cache never waits for this.
                     std::thread::sleep(self.retry_after);
                 }
+            }
+        }
+    }
+
+    /// Gives the file's free pages back when they are many (between
+    /// commits, on this thread: the cache never waits for it).
+    fn compact(&mut self, label: &str) {
+        let started = Instant::now();
+        match self.store.compact_if_loose() {
+            Ok(Some(c)) => tracing::info!(
+                resource = %label,
+                before = c.before,
+                after = c.after,
+                took = ?started.elapsed(),
+                "compacted the persisted store"
+            ),
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!(resource = %label, error = %error_chain(&err), "compacting the persisted store failed; it stays as it was")
             }
         }
     }

@@ -43,6 +43,39 @@ fn a_new_store_loads_nothing_and_a_commit_loads_back_exactly() {
     assert_eq!(loaded.objects[0].0.name, "z");
 }
 
+/// A whole rewrite after a large one leaves the first one's pages free in
+/// the file (copy-on-write): the store gives them back once they are many,
+/// and the state loads back the same; a tight file is left alone.
+#[test]
+fn a_loose_file_is_compacted_and_loads_back_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pods.v1.redb");
+    let mut store = DiskStore::open(&path).unwrap();
+    let whole = |rv: u64, n: usize, size: usize| Batch {
+        rv,
+        whole: true,
+        about: Some(Bytes::from_static(b"{}")),
+        changes: (0..n)
+            .map(|i| (key(&format!("pod-{i:05}")), Some(Bytes::from(vec![b'x' + (rv % 2) as u8; size]))))
+            .collect(),
+        ..Batch::default()
+    };
+    store.commit(&whole(1, 4_000, 2_000)).unwrap();
+    assert_eq!(store.compact_if_loose().unwrap(), None, "one commit: the file is its pages");
+    // Most objects gone: their pages are free, the file as large as before.
+    store.commit(&whole(2, 400, 2_000)).unwrap();
+    let loose = std::fs::metadata(&path).unwrap().len();
+    let compacted = store.compact_if_loose().unwrap().expect("compacted");
+    assert_eq!(compacted.before, loose);
+    assert!(compacted.after * 2 < compacted.before, "{compacted:?}");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), compacted.after);
+    assert_eq!(store.compact_if_loose().unwrap(), None, "tight again");
+    drop(store);
+    let loaded = DiskStore::open(&path).unwrap().load().unwrap().unwrap();
+    assert_eq!((loaded.rv, loaded.objects.len()), (2, 400));
+    assert!(loaded.objects.iter().all(|(_, v)| v.len() == 2_000 && v[0] == b'x'));
+}
+
 #[test]
 fn the_directory_and_the_files_are_the_users_only() {
     let dir = tempfile::tempdir().unwrap();

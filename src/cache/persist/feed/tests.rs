@@ -12,7 +12,16 @@ fn writer() -> Writer {
 /// A persister of `w`'s cache into `store`, from nothing.
 fn persister(w: &Writer, store: DiskStore, retry_after: std::time::Duration) -> Persister {
     let about = Bytes::from_static(b"{}");
-    Persister { cache: w.cache().clone(), store, about, sealer: None, written_rv: 0, degraded: false, retry_after }
+    Persister {
+        cache: w.cache().clone(),
+        store,
+        about,
+        sealer: None,
+        written_rv: 0,
+        degraded: false,
+        retry_after,
+        compaction_checked: std::time::Instant::now(),
+    }
 }
 
 /// What the store holds, as (name, json) by key, and its version.
