@@ -79,7 +79,7 @@ impl Server {
     /// Binds every listener the flags ask for. Binding happens before any
     /// serving so that a port conflict fails start-up, not the first request.
     pub(crate) async fn bind(l: &Listeners) -> anyhow::Result<Self> {
-        let api = TcpListener::bind(l.api).await.with_context(|| format!("binding --listen {}", l.api))?;
+        let api = connection::backlog::bind_tcp(l.api).with_context(|| format!("binding --listen {}", l.api))?;
         let api_tls = match &l.tls {
             Some(t) => Some(connection::tls::api_tls(&t.cert, &t.key, t.client_ca.as_deref())?),
             None => None,
@@ -88,7 +88,8 @@ impl Server {
             Some(path) => Some((connection::listener::bind_unix(path)?, path.clone())),
             None => None,
         };
-        let admin = TcpListener::bind(l.admin).await.with_context(|| format!("binding --admin-listen {}", l.admin))?;
+        let admin =
+            connection::backlog::bind_tcp(l.admin).with_context(|| format!("binding --admin-listen {}", l.admin))?;
         Ok(Self { api, api_tls, api_unix, admin })
     }
 

@@ -1,5 +1,6 @@
 //! Accepting and serving connections.
 //!
+//! - [`backlog`]: TCP listeners with the kernel's whole accept queue, as Go's.
 //! - [`listener`]: accept loops and per-connection serving (TCP, TLS, unix socket),
 //!   with the HTTP/1.1 watch front.
 //! - [`opening`]: a connection's first bytes, read under the listener's deadline.
@@ -7,6 +8,7 @@
 //! - [`write_behind`]: batching HTTP/2 frames into one socket write.
 //! - [`early_resets`]: counting requests cancelled before they are answered.
 
+pub(crate) mod backlog;
 pub(crate) mod early_resets;
 pub(crate) mod listener;
 pub(crate) mod opening;
