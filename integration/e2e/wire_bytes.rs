@@ -74,6 +74,7 @@ async fn custom_resource_partial_object_metadata_is_the_api_servers() {
     let list: serde_json::Value = serde_json::from_slice(&list).unwrap();
     let rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
 
+    let passed = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await;
     let one = format!("{gadgets}/g?resourceVersion={rv}");
     let (via, dir) = both(&wm, &direct, &one, POM).await;
     assert_eq!(via, dir, "GET as PartialObjectMetadata");
@@ -94,6 +95,8 @@ async fn custom_resource_partial_object_metadata_is_the_api_servers() {
     let (via, dir) = (lines(via, 2).await, lines(dir, 2).await);
     assert_eq!(dir.len(), 2, "{dir:#?}");
     assert_eq!(via, dir, "watch events as PartialObjectMetadata");
+    let passed = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await - passed;
+    assert_eq!(passed, 0.0, "every read came from the cache");
 }
 
 /// The BOOKMARK lines of a JSON watch, one at a time.
@@ -145,6 +148,7 @@ async fn json_bookmarks_are_the_api_servers_for_every_kind() {
         wait_initialized(wm.admin, resource, 1.0).await;
     }
     let watch_list = "watch=true&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan";
+    let passed = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await;
     let elsewhere = namespace("bookmarks-elsewhere");
     create_namespace(&direct, &elsewhere).await;
     for path in [
@@ -174,9 +178,7 @@ async fn json_bookmarks_are_the_api_servers_for_every_kind() {
             let d = d.unwrap_or_else(|| panic!("{path}: no bookmark before the timeout"));
             assert!(!d.contains("k8s.io/initial-events-end"), "{path}: {d}");
             assert_eq!(v.map(|v| mask_version(&v)), Some(mask_version(&d)), "{path}: the bookmark before the timeout");
-            eprintln!("{path}: {d}");
         }
-        eprintln!("{path}: {d}");
         let mut via = Bookmarks::new(get_accepting(wm.addr, &path, POM).await);
         let mut dir = Bookmarks::new(direct_get(&direct, &path, POM).await);
         let (v, d) = tokio::join!(via.next(), dir.next());
@@ -198,4 +200,6 @@ async fn json_bookmarks_are_the_api_servers_for_every_kind() {
             assert_eq!(decoded(&via), decoded(&dir), "{path} in protobuf");
         }
     }
+    let passed = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await - passed;
+    assert_eq!(passed, 0.0, "every watch came from the cache");
 }
