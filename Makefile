@@ -70,7 +70,7 @@ test-unit:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) test --locked --features fault-injection
 	$(MAKE) protobuf-check
-	bash integration/scripts/table-columns.sh
+	bash integration/scripts/generated-tables.sh
 
 ## The protobuf encoder against Go: the schema table has not drifted from the
 ## pinned k8s.io/api, and a fuzz corpus of every built-in kind (fixed seed, 3

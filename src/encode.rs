@@ -8,6 +8,7 @@
 //! Go would write, from a schema table generated from the Go types. The cache decides what to write and keeps each object's
 //! encoded bytes; deciding which form a read gets is [`crate::negotiate`]'s.
 
+pub(crate) mod bookmark;
 pub(crate) mod list;
 pub(crate) mod object;
 pub mod protobuf;

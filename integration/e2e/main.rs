@@ -31,6 +31,7 @@ mod tables_crd;
 mod tables_watch;
 mod trust_boundary;
 mod warnings;
+mod wire_bytes;
 mod x509_identity;
 
 use std::io::{BufRead, BufReader};

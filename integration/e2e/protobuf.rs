@@ -602,7 +602,7 @@ async fn next_change(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>, wha
 /// The events of a protobuf watch stream as client-go decodes them
 /// (`pbcheck decode`: its framer, WatchEvent decoder and scheme), one JSON
 /// value `{"type", "object"}` each.
-fn go_decode(cluster: &Cluster, stream: &[u8]) -> Vec<serde_json::Value> {
+pub(super) fn go_decode(cluster: &Cluster, stream: &[u8]) -> Vec<serde_json::Value> {
     use std::io::Write;
     let mut child = Command::new(cluster.pbcheck())
         .arg("decode")

@@ -18,7 +18,7 @@ const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 
 /// A namespaced CRD `<plural>.<group>` of kind `kind`, version v1, any
 /// spec and status, with these printer columns (none when `null`).
-fn crd(group: &str, plural: &str, kind: &str, columns: serde_json::Value) -> serde_json::Value {
+pub(super) fn crd(group: &str, plural: &str, kind: &str, columns: serde_json::Value) -> serde_json::Value {
     let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
     let mut version = json!({"name": "v1", "served": true, "storage": true,
         "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": open, "status": open}}}});
@@ -62,7 +62,7 @@ async fn metric(wm: &Watchmux, name: &str, filter: &str) -> f64 {
     watchmux_metric_sum(wm.admin, name, &[filter]).await
 }
 
-async fn until_served(direct: &watchmux::upstream::Upstream, path: &str) {
+pub(super) async fn until_served(direct: &watchmux::upstream::Upstream, path: &str) {
     for _ in 0..100 {
         if get_direct(direct, path).await.0 == 200 {
             return;

@@ -45,7 +45,7 @@ use crate::body::Chunk;
 use crate::cache::reason::Reason;
 use crate::cache::resource_info::ResourceInfo;
 use crate::cache::state::object::CachedObject;
-use crate::encode::table::custom::{CustomColumns, Unsupported, metadata_in_go_order};
+use crate::encode::table::custom::{CustomColumns, Unsupported};
 use crate::encode::table::internal_metadata::{internal_only_annotation, without_annotation};
 use crate::encode::table::printers::{Printer, now_nanos, printer};
 use crate::encode::table::{
@@ -139,12 +139,9 @@ impl TableForm {
             IncludeObject::Metadata => {
                 let metadata =
                     obj.encoded(ContentVariant::PartialObjectMetadataJson).expect("JSON variants always encode");
-                let metadata = match (&self.rows, self.internal_only) {
-                    (Rows::Custom(_), _) => {
-                        Bytes::from(metadata_in_go_order(&metadata).ok_or(Unsupported("metadata"))?)
-                    }
-                    (_, Some((key, nonempty_only))) => without_annotation(&metadata, key, nonempty_only),
-                    (_, None) => metadata,
+                let metadata = match self.internal_only {
+                    Some((key, nonempty_only)) => without_annotation(&metadata, key, nonempty_only),
+                    None => metadata,
                 };
                 Some(self.version.metadata_row(metadata))
             }

@@ -9,6 +9,7 @@
 
 use bytes::Bytes;
 
+use super::bookmark::{bookmark_metadata, bookmark_object, typed_bookmark_object};
 use super::protobuf::{self, Unplaceable};
 use super::status::Status;
 use super::variant::ContentVariant;
@@ -64,9 +65,10 @@ pub(crate) fn event_frame(variant: ContentVariant, kind: EventType, object: Byte
     Chunk::parts(kind.header(), object, Bytes::from_static(TAIL))
 }
 
-/// A BOOKMARK frame: an empty object of the watched kind carrying only a
-/// resourceVersion, and the initial-events-end annotation when asked. Only
-/// protobuf can fail: a kind the encoder does not know.
+/// A BOOKMARK frame: the object kube-apiserver writes (see
+/// [`super::bookmark`]), carrying only a resourceVersion, and the
+/// initial-events-end annotation when asked. Only protobuf can fail: a kind
+/// the encoder does not know.
 pub(crate) fn bookmark_frame(
     kind: &str,
     api_version: &str,
@@ -74,24 +76,24 @@ pub(crate) fn bookmark_frame(
     rv: u64,
     initial_end: bool,
 ) -> Result<Chunk, Unplaceable> {
-    let (kind, api_version) = variant.object_type(kind, api_version);
-    let annotations = if initial_end { r#","annotations":{"k8s.io/initial-events-end":"true"}"# } else { "" };
-    let metadata = format!(r#"{{"resourceVersion":"{rv}"{annotations}}}"#);
-    let object = format!(
-        r#"{{"kind":{},"apiVersion":{},"metadata":{metadata}}}"#,
-        serde_json::to_string(kind).expect("string"),
-        serde_json::to_string(api_version).expect("string"),
-    );
+    let (pom_kind, pom_version) = variant.object_type(kind, api_version);
     let body = match variant {
         ContentVariant::Json | ContentVariant::PartialObjectMetadataJson => {
-            return Ok(Chunk::from(Bytes::from(format!(r#"{{"type":"BOOKMARK","object":{object}}}"#) + "\n")));
+            let object = if variant == ContentVariant::Json {
+                bookmark_object(kind, api_version, rv, initial_end)
+            } else {
+                typed_bookmark_object(pom_kind, pom_version, rv, initial_end)
+            };
+            return Ok(Chunk::from(Bytes::from(format!("{BOOKMARK_JSON_PREFIX}{object}}}\n"))));
         }
-        // What the API server encodes: an empty object of the kind, whose
-        // non-pointer fields Go writes as zero values.
-        ContentVariant::Protobuf => protobuf::encode_object(object.as_bytes())?,
+        // The protobuf encoder writes Go's zero values of the fields the
+        // object leaves out.
+        ContentVariant::Protobuf => {
+            protobuf::encode_object(bookmark_object(kind, api_version, rv, initial_end).as_bytes())?
+        }
         ContentVariant::PartialObjectMetadataProtobuf => {
-            let message = protobuf::encode_partial_object_metadata(metadata.as_bytes())?;
-            protobuf::envelope(api_version, kind, &message)
+            let message = protobuf::encode_partial_object_metadata(bookmark_metadata(rv, initial_end).as_bytes())?;
+            protobuf::envelope(pom_version, pom_kind, &message)
         }
     };
     Ok(Chunk::from(Bytes::from(protobuf::watch_frame("BOOKMARK", &body))))

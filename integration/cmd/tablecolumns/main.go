@@ -15,7 +15,7 @@
 // never re-encodes them.
 //
 // Usage: go run ./cmd/tablecolumns -o ../src/encode/table/columns.txt
-// (integration/scripts/table-columns.sh wraps it and checks for drift).
+// (integration/scripts/generated-tables.sh wraps it and checks for drift).
 package main
 
 import (
@@ -35,28 +35,7 @@ import (
 
 	// The printers' own imports leave out a few groups whose kinds they
 	// print; every internal group is installed so that each has a name.
-	_ "k8s.io/kubernetes/pkg/apis/admissionregistration/install"
-	_ "k8s.io/kubernetes/pkg/apis/apiserverinternal/install"
-	_ "k8s.io/kubernetes/pkg/apis/apps/install"
-	_ "k8s.io/kubernetes/pkg/apis/authentication/install"
-	_ "k8s.io/kubernetes/pkg/apis/authorization/install"
-	_ "k8s.io/kubernetes/pkg/apis/autoscaling/install"
-	_ "k8s.io/kubernetes/pkg/apis/batch/install"
-	_ "k8s.io/kubernetes/pkg/apis/certificates/install"
-	_ "k8s.io/kubernetes/pkg/apis/coordination/install"
-	_ "k8s.io/kubernetes/pkg/apis/core/install"
-	_ "k8s.io/kubernetes/pkg/apis/discovery/install"
-	_ "k8s.io/kubernetes/pkg/apis/events/install"
-	_ "k8s.io/kubernetes/pkg/apis/extensions/install"
-	_ "k8s.io/kubernetes/pkg/apis/flowcontrol/install"
-	_ "k8s.io/kubernetes/pkg/apis/networking/install"
-	_ "k8s.io/kubernetes/pkg/apis/node/install"
-	_ "k8s.io/kubernetes/pkg/apis/policy/install"
-	_ "k8s.io/kubernetes/pkg/apis/rbac/install"
-	_ "k8s.io/kubernetes/pkg/apis/resource/install"
-	_ "k8s.io/kubernetes/pkg/apis/scheduling/install"
-	_ "k8s.io/kubernetes/pkg/apis/storage/install"
-	_ "k8s.io/kubernetes/pkg/apis/storagemigration/install"
+	_ "github.com/watchmux/watchmux/integration/internal/k8sinstall"
 )
 
 // recorder is a printers.PrintHandler that keeps what it is given.

@@ -134,14 +134,3 @@ fn definitions_are_name_then_the_columns_with_go_s_defaults() {
     let odd = json!([{"name": "X", "type": "object", "jsonPath": ".x"}]);
     assert_eq!(custom_columns(&crd(odd), "v1").err(), Some(Unsupported("column_type")));
 }
-
-#[test]
-fn custom_resource_metadata_is_written_in_object_meta_s_order() {
-    let stored = br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"creationTimestamp":"2026-01-01T00:00:00Z","generation":1,"labels":{"a":"b"},"managedFields":[{"apiVersion":"g/v1","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{}},"manager":"m","operation":"Update","time":"2026-01-01T00:00:00Z"}],"name":"w","namespace":"n","ownerReferences":[{"apiVersion":"v1","kind":"K","name":"o","uid":"u2"}],"resourceVersion":"5","uid":"u"}}"#;
-    assert_eq!(
-        metadata_in_go_order(stored).unwrap(),
-        r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"w","namespace":"n","uid":"u","resourceVersion":"5","generation":1,"creationTimestamp":"2026-01-01T00:00:00Z","labels":{"a":"b"},"ownerReferences":[{"apiVersion":"v1","kind":"K","name":"o","uid":"u2"}],"managedFields":[{"manager":"m","operation":"Update","apiVersion":"g/v1","time":"2026-01-01T00:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{}}}]}}"#
-    );
-    let odd = br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"w","extra":1}}"#;
-    assert_eq!(metadata_in_go_order(odd), None);
-}
