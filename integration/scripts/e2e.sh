@@ -25,6 +25,11 @@ export WATCHMUX_E2E_WATCHCHECK="$root/.run/bin/watchcheck"
 export WATCHMUX_E2E_PBCHECK="$root/.run/bin/pbcheck"
 export WATCHMUX_E2E_CLUSTER_UP="$scripts/cluster-up.sh"
 export WATCHMUX_E2E_ETCD="$(grep '^ETCD_ENDPOINT=' "$root/.run/cluster/env" | cut -d= -f2-)"
+# kubectl's discovery cache, fresh for each run: the one in ~/.kube/cache is
+# keyed by host and port only, so a cluster started again on the same port
+# (CRDs created and deleted by earlier runs) would find groups that are gone.
+export KUBECACHEDIR="$root/.run/kube-cache"
+rm -rf "$KUBECACHEDIR"
 
 # With the test-only fault hook (src/cache/fault.rs): the consistency
 # check's test injects faults into the watchmux binary it starts.
