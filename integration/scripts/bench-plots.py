@@ -261,7 +261,7 @@ def plot_scale(runs):
              lambda s: s["synced_ms"]["p50"] / 1000, False),
             ("kube-apiserver CPU during the storm, s\n(lower is better, log scale)", lambda s: s["apiserver_cpu_s"], True),
         ]):
-            groups = [(r, m) for r in runs for m in modes]
+            groups = [(r, m) for r in runs for m in modes if any(s["mode"] == m for s in r.get("storms", []))]
             for i, side in enumerate(["direct", "watchmux"]):
                 for k, (r, m) in enumerate(groups):
                     for s in r.get("storms", []):
@@ -290,13 +290,13 @@ def plot_scale(runs):
         fig, ax = plt.subplots(figsize=(7, 4.2))
         xs = [r["memory"]["objects"] for r in mem]
         series = [
-            ("watchmux RSS growth", lambda m: m["watchmux_rss"] - m["watchmux_rss_empty"] if m.get("watchmux_rss_empty") else None,
+            ("watchmux RSS growth", lambda m: m["watchmux_rss"] - m["watchmux_rss_empty"] if m.get("watchmux_rss_empty") is not None else None,
              COLORS["watchmux"], "-"),
             ("watchmux RSS growth, protobuf forms kept",
-             lambda m: m["watchmux_rss_after_protobuf_list"] - m["watchmux_rss_empty"] if m.get("watchmux_rss_empty") else None,
+             lambda m: m["watchmux_rss_after_protobuf_list"] - m["watchmux_rss_empty"] if m.get("watchmux_rss_empty") is not None else None,
              COLORS["watchmux"], "--"),
             ("kube-apiserver Go heap growth",
-             lambda m: m["apiserver_heap_inuse"] - m["apiserver_heap_inuse_before"] if m.get("apiserver_heap_inuse_before") else None,
+             lambda m: m["apiserver_heap_inuse"] - m["apiserver_heap_inuse_before"] if m.get("apiserver_heap_inuse_before") is not None else None,
              COLORS["direct"], "-"),
             ("the objects' JSON", lambda m: m["json_bytes"], "grey", ":"),
         ]
