@@ -141,9 +141,9 @@ impl UpstreamHealth {
     }
 }
 
-/// Probes in a row without an answer in time before the upstream counts as
-/// unresponsive (the probe runs every 5 s and waits 3 s: about 13 s of
-/// silence).
+/// Probes in a row without an answer in time before an upstream that was
+/// ready counts as unresponsive (the probe runs every 5 s and waits 3 s:
+/// about 13 s of silence).
 pub(crate) const UNRESPONSIVE_AFTER: u32 = 3;
 
 /// The upstream's state, shared, the silent probes since the last answer,
