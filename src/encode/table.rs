@@ -94,6 +94,15 @@ pub(crate) enum Cell {
 }
 
 impl Cell {
+    /// The cell as kubectl prints it (tests compare printed rows).
+    #[cfg(test)]
+    pub(crate) fn into_text(self) -> String {
+        match self {
+            Self::Str(s) | Self::Raw(s) => s,
+            Self::Int(n) => n.to_string(),
+        }
+    }
+
     fn write_json(&self, out: &mut String) {
         match self {
             Self::Str(s) => out.push_str(&go_json_escape(&serde_json::to_string(s).expect("a string"))),

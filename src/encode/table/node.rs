@@ -83,14 +83,7 @@ mod tests {
                 "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "InternalIP", "address": "10.0.0.2"}],
                 "nodeInfo": {"kubeletVersion": "v1.37.2", "architecture": "arm64"}}});
         let cells = node(&n, 0).cells;
-        let text: Vec<String> = cells
-            .into_iter()
-            .map(|c| match c {
-                Cell::Str(s) => s,
-                Cell::Int(n) => n.to_string(),
-                Cell::Raw(json) => json,
-            })
-            .collect();
+        let text: Vec<String> = cells.into_iter().map(Cell::into_text).collect();
         assert_eq!(text[1..3], ["NotReady,SchedulingDisabled", "infra,worker"]);
         assert_eq!(text[4..], ["v1.37.2", "10.0.0.1", "<none>", "<unknown>", "<unknown> (arm64)", "<unknown>"]);
     }

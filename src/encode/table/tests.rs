@@ -100,15 +100,7 @@ fn include_object_reads_as_the_api_server_reads_it() {
 
 fn pod_cells(pod: serde_json::Value, now: i128) -> (Vec<String>, Option<&'static str>) {
     let printed = printer("", "Pod").unwrap()(&pod, now);
-    let cells = printed
-        .cells
-        .into_iter()
-        .map(|c| match c {
-            Cell::Str(s) => s,
-            Cell::Int(n) => n.to_string(),
-            Cell::Raw(json) => json,
-        })
-        .collect();
+    let cells = printed.cells.into_iter().map(Cell::into_text).collect();
     (cells, printed.conditions)
 }
 
