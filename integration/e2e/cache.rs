@@ -36,6 +36,26 @@ async fn cached_list_rv(wm: &Watchmux, ns: &str) -> String {
     v["metadata"]["resourceVersion"].as_str().unwrap().to_owned()
 }
 
+/// Collects a watch's events (bounded, bookmarks left out) up to and with
+/// the first about the object named `marker`, as (type, name, resourceVersion).
+async fn events_until(rx: &mut mpsc::UnboundedReceiver<Option<Seen>>, marker: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    loop {
+        match tokio::time::timeout(WAIT, rx.recv()).await {
+            Ok(Some(Some(seen))) if seen.kind == "BOOKMARK" => {}
+            Ok(Some(Some(seen))) => {
+                let done = seen.name == marker;
+                out.push((seen.kind, seen.name, seen.rv));
+                if done {
+                    return out;
+                }
+            }
+            Ok(Some(None)) | Ok(None) => panic!("watch ended before {marker}: {out:?}"),
+            Err(_) => panic!("timed out waiting for {marker}: {out:?}"),
+        }
+    }
+}
+
 /// Collects exactly `n` events from a watch (bounded), failing if it ends first.
 async fn take(rx: &mut mpsc::UnboundedReceiver<Option<Seen>>, n: usize) -> Vec<Seen> {
     let mut out = Vec::with_capacity(n);
@@ -554,10 +574,6 @@ async fn a_scoped_cache_serves_only_requests_inside_its_scope() {
     // Node names of this run only: the scope is cluster-wide, and pods of
     // earlier runs on a reused cluster must not fall inside it.
     let (n1, n2) = (format!("{ns}-n1"), format!("{ns}-n2"));
-    let pod = |name: &str, node: &str| {
-        serde_json::json!({"metadata": {"name": name}, "spec": {"nodeName": node,
-            "containers": [{"name": "c", "image": "registry.invalid/none:1"}]}})
-    };
     let pods = format!("/api/v1/namespaces/{ns}/pods");
     direct_json(&direct, http::Method::POST, &pods, pod("on-n1", &n1)).await;
     direct_json(&direct, http::Method::POST, &pods, pod("on-n2", &n2)).await;
@@ -608,6 +624,130 @@ async fn a_scoped_cache_serves_only_requests_inside_its_scope() {
     direct_json(&direct, http::Method::POST, &pods, pod("new-on-n1", &n1)).await;
     let got = take(&mut rx, 1).await;
     assert_eq!((got[0].kind.as_str(), got[0].name.as_str()), ("ADDED", "new-on-n1"));
+}
+
+/// A pod bound to `node` (none when empty) whose image is never pulled: no
+/// kubelet runs here.
+fn pod(name: &str, node: &str) -> serde_json::Value {
+    serde_json::json!({"metadata": {"name": name}, "spec": {"nodeName": node,
+        "containers": [{"name": "c", "image": "registry.invalid/none:1"}]}})
+}
+
+/// Kubelets' and the scheduler's reads of pods, from the cache's node index:
+/// `spec.nodeName=<node>` LIST pages and watches, and `spec.nodeName=` (the
+/// pods no node has), each the same as the API server's, through a pod's
+/// binding to a node and its deletion.
+#[tokio::test]
+async fn node_selected_lists_and_watches_match_the_api_server() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let ns = namespace("bynode");
+    create_namespace(&direct, &ns).await;
+    let (n1, n2) = (format!("{ns}-n1"), format!("{ns}-n2"));
+    let pods = format!("/api/v1/namespaces/{ns}/pods");
+    for i in 0..7 {
+        let node = if i % 2 == 0 { &n1 } else { &n2 };
+        direct_json(&direct, http::Method::POST, &pods, pod(&format!("p{i}"), node)).await;
+    }
+    let wm = Watchmux::start(&cluster, &["--cache-resources", "pods", "--cache-warm"]).await;
+    wait_initialized(wm.admin, "pods", 1.0).await;
+    let (_, listed) = get_direct(&direct, &format!("{pods}?limit=500")).await;
+    let listed: serde_json::Value = serde_json::from_slice(&listed).unwrap();
+    let rv = listed["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+
+    // Pages of one node's pods, at the version just listed (served from the cache's kept state).
+    let names = |v: &serde_json::Value| -> Vec<String> {
+        v["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect()
+    };
+    let pages = |via_watchmux: bool| {
+        let (direct, pods, n1, rv, addr) = (&direct, &pods, &n1, &rv, wm.addr);
+        async move {
+            let mut all = Vec::new();
+            let mut next = format!(
+                "{pods}?fieldSelector=spec.nodeName%3D{n1}&limit=2&resourceVersion={rv}&resourceVersionMatch=NotOlderThan"
+            );
+            for _ in 0..10 {
+                let (code, body) =
+                    if via_watchmux { read(get(addr, &next).await).await } else { get_direct(direct, &next).await };
+                assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                all.push(names(&v));
+                match v["metadata"]["continue"].as_str() {
+                    Some(token) if !token.is_empty() => {
+                        next = format!("{pods}?fieldSelector=spec.nodeName%3D{n1}&limit=2&continue={token}");
+                    }
+                    _ => break,
+                }
+            }
+            all
+        }
+    };
+    let (via, dir) = (pages(true).await, pages(false).await);
+    assert_eq!(via, dir);
+    assert_eq!(via, [vec!["p0", "p2"], vec!["p4", "p6"]]);
+
+    // Watches: a kubelet's and the scheduler's, both sides, from the listed version.
+    let open = |via_watchmux: bool, selector: String| {
+        let (direct, pods, rv, addr) = (&direct, &pods, &rv, wm.addr);
+        async move {
+            let path = format!("{pods}?watch=1&fieldSelector={selector}&resourceVersion={rv}");
+            let resp = if via_watchmux {
+                get(addr, &path).await
+            } else {
+                direct.send(Request::get(&path).body(watchmux::body::empty()).unwrap()).await.unwrap()
+            };
+            assert_eq!(resp.status(), 200);
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(pump_watch(resp, tx));
+            rx
+        }
+    };
+    let on_n1 = format!("spec.nodeName%3D{n1}");
+    let pending = "spec.nodeName%3D".to_owned();
+    let mut watches = Vec::new();
+    for via_watchmux in [true, false] {
+        watches.push((open(via_watchmux, on_n1.clone()).await, open(via_watchmux, pending.clone()).await));
+    }
+    // A pod created with no node, bound to n1, then deleted; and one on n2.
+    direct_json(&direct, http::Method::POST, &pods, pod("late", "")).await;
+    let binding = serde_json::json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "late"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": n1}});
+    direct_json(&direct, http::Method::POST, &format!("{pods}/late/binding"), binding).await;
+    direct_json(&direct, http::Method::POST, &pods, pod("elsewhere", &n2)).await;
+    direct_json(&direct, http::Method::DELETE, &format!("{pods}/late"), serde_json::json!({"gracePeriodSeconds": 0}))
+        .await;
+    // Markers after which each watch has seen all of the above.
+    direct_json(&direct, http::Method::POST, &pods, pod("z-end-bound", &n1)).await;
+    direct_json(&direct, http::Method::POST, &pods, pod("z-end-pending", "")).await;
+    let mut seen = Vec::new();
+    for (kubelet, scheduler) in &mut watches {
+        seen.push((events_until(kubelet, "z-end-bound").await, events_until(scheduler, "z-end-pending").await));
+    }
+    assert_eq!(seen[0], seen[1], "through watchmux, then straight at kube-apiserver");
+    let (k, s) = &seen[0];
+    let shape = |events: &[(String, String, String)]| {
+        events.iter().map(|(kind, name, _)| format!("{kind} {name}")).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        shape(k).first().map(String::as_str),
+        Some("ADDED late"),
+        "the binding adds the pod to its node's watch"
+    );
+    assert_eq!(shape(k).last().map(String::as_str), Some("ADDED z-end-bound"));
+    assert!(shape(k).contains(&"DELETED late".to_owned()));
+    assert!(!shape(k).iter().any(|e| e.contains("elsewhere")));
+    assert_eq!(
+        shape(s),
+        ["ADDED late", "DELETED late", "ADDED z-end-pending"],
+        "binding takes it out of the pending watch"
+    );
+    assert_eq!(
+        watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await,
+        0.0,
+        "every read here is served from the cache"
+    );
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &["resource=\"pods\""]).await, 2.0);
 }
 
 /// With --cache-warm, an upstream that is down at start-up delays

@@ -113,7 +113,7 @@ impl Faults {
                         Fault::Drop => {}
                         Fault::Corrupt if event.kind != EventType::Deleted => {
                             let wrong = Arc::new(event.object.with_resource_version(event.object.rv.saturating_sub(1)));
-                            store.objects_mut().insert(key.clone(), wrong);
+                            store.put_behind_events(wrong);
                             fired = Some(i);
                         }
                         Fault::Corrupt => {}
@@ -123,7 +123,7 @@ impl Faults {
                 }
                 Armed::Held(held, object) if held == key && object.rv != event.rv => {
                     tracing::warn!(fault = "Duplicate", object = %key.name, rv = object.rv, "fault injected: replayed");
-                    store.objects_mut().insert(key.clone(), object.clone());
+                    store.put_behind_events(object.clone());
                     fired = Some(i);
                     break;
                 }

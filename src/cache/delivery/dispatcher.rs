@@ -173,19 +173,11 @@ impl Dispatcher {
 mod tests {
     use super::*;
     use crate::cache::delivery::filter::Filter;
-    use crate::cache::resource_info::test_info;
-    use crate::cache::state::object::{CachedObject, ObjectShape};
     use crate::encode::watch::EventType;
     use crate::selector::{FieldSelector, LabelSelector};
     use std::time::Duration;
 
-    fn pod(name: &str, ns: &str, node: &str, rv: u64) -> Arc<CachedObject> {
-        let shape = ObjectShape::new(test_info("", "pods", "Pod", true), None);
-        let raw = format!(
-            r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{rv}"}},"spec":{{"nodeName":"{node}"}}}}"#
-        );
-        Arc::new(CachedObject::decode(bytes::Bytes::from(raw), &shape).unwrap())
-    }
+    use crate::cache::state::object::tests::pod;
 
     fn watcher(id: u64, ns: Option<&str>, name: Option<&str>, fields: &str) -> Arc<WatcherHandle> {
         let filter = Filter::new(
@@ -236,6 +228,20 @@ mod tests {
         let waker = futures_noop_waker();
         let Ok(crate::cache::delivery::watcher::Next::Event(d)) = on_n1.take(&waker) else { panic!("no event") };
         assert_eq!(d.kind, EventType::Added);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unscheduled_pods_reach_a_watch_for_an_empty_node() {
+        // The scheduler watches pods with `spec.nodeName=`: the pods no node has yet.
+        let mut d = Dispatcher::default();
+        let pending = watcher(1, None, None, "spec.nodeName=");
+        d.add(pending.clone());
+        let created = Arc::new(CacheEvent::new(EventType::Added, pod("p", "a", "", 5), None));
+        assert_eq!(d.dispatch(&created, Instant::now()).delivered, 1);
+        let bound = Arc::new(CacheEvent::new(EventType::Modified, pod("p", "a", "n1", 6), Some(pod("p", "a", "", 5))));
+        assert_eq!(d.dispatch(&bound, Instant::now()).delivered, 1, "binding leaves the watch as a deletion");
+        let other = Arc::new(CacheEvent::new(EventType::Added, pod("q", "a", "n2", 7), None));
+        assert_eq!(d.dispatch(&other, Instant::now()).delivered, 0);
     }
 
     #[tokio::test(start_paused = true)]

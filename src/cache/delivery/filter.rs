@@ -2,12 +2,11 @@
 //! selectors, and the index bucket that lets the dispatcher skip the
 //! watchers that cannot be interested in an event.
 
-use crate::selector::{FieldSelector, FieldSet, LabelSelector};
+use crate::selector::{FieldSelector, LabelSelector};
 
 use crate::cache::state::object::{CachedObject, ObjectKey};
 
-/// The field the node index is built on.
-pub(crate) const NODE_FIELD: &str = "spec.nodeName";
+pub(crate) use crate::cache::state::node_index::{NODE_FIELD, node_of};
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Filter {
@@ -56,7 +55,9 @@ impl Filter {
                 name: name.clone(),
             });
         }
-        if let Some(node) = self.fields.exact(NODE_FIELD) {
+        // `spec.nodeName=` asks for the pods no node has (the scheduler's
+        // watch): those are in no node's bucket.
+        if let Some(node) = self.fields.exact(NODE_FIELD).filter(|n| !n.is_empty()) {
             return IndexKey::Node(node.to_owned());
         }
         match &self.namespace {
@@ -64,9 +65,4 @@ impl Filter {
             None => IndexKey::All,
         }
     }
-}
-
-/// The node an object is bound to, for the node index.
-pub(crate) fn node_of(obj: &CachedObject) -> Option<&str> {
-    obj.fields.get(NODE_FIELD).filter(|n| !n.is_empty())
 }

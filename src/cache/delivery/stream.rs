@@ -31,6 +31,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::super::resource::{Registration, ResourceCache};
+use super::filter::NODE_FIELD;
 use super::watcher::{Delivery, Next, Terminated, WatcherHandle};
 use crate::body::{BoxError, Chunk};
 use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
@@ -77,29 +78,39 @@ pub(crate) struct StreamOptions {
     pub table: Option<TableForm>,
 }
 
-/// Walks a snapshot's objects in key order without holding a borrow across polls.
+/// Walks the snapshot's objects a watcher's filter can match (one node's
+/// from the node index, one namespace's, or all) in key order, without
+/// holding a borrow across polls.
 #[derive(Clone)]
 struct SnapshotCursor {
     snapshot: Snapshot,
-    next_from: Option<ObjectKey>,
-    namespace: Option<String>,
+    /// Where the walk goes on; none before the first object.
+    after: Option<ObjectKey>,
+    done: bool,
 }
 
 impl SnapshotCursor {
+    fn new(snapshot: Snapshot) -> Self {
+        Self { snapshot, after: None, done: false }
+    }
+
     fn next_matching(&mut self, handle: &WatcherHandle) -> Option<Arc<CachedObject>> {
         use std::ops::Bound;
-        loop {
-            let from = self.next_from.take()?;
-            let mut range = self.snapshot.objects.range((Bound::Included(from), Bound::Unbounded));
-            let (key, obj) = range.next()?;
-            if self.namespace.as_ref().is_some_and(|ns| *ns != key.namespace) {
-                return None;
-            }
-            self.next_from = range.next().map(|(k, _)| k.clone());
-            if handle.filter.matches(obj) {
-                return Some(obj.clone());
-            }
+        if self.done {
+            return None;
         }
+        let filter = &handle.filter;
+        let lower = self.after.as_ref().map_or(Bound::Unbounded, Bound::Excluded);
+        let found = self
+            .snapshot
+            .candidates(filter.fields.exact(NODE_FIELD), filter.namespace.as_deref(), lower)
+            .find(|(_, obj)| filter.matches(obj))
+            .map(|(_, obj)| obj.clone());
+        match &found {
+            Some(obj) => self.after = Some(obj.key.clone()),
+            None => self.done = true,
+        }
+        found
     }
 }
 
@@ -175,11 +186,7 @@ impl WatchStream {
             None
         };
         let phase = match reg.snapshot {
-            Some(snapshot) => {
-                let namespace = reg.handle.filter.namespace.clone();
-                let first = ObjectKey { namespace: namespace.clone().unwrap_or_default(), name: String::new() };
-                Phase::Snapshot(SnapshotCursor { snapshot, next_from: Some(first), namespace })
-            }
+            Some(snapshot) => Phase::Snapshot(SnapshotCursor::new(snapshot)),
             None => Phase::Backlog(reg.backlog.into()),
         };
         let stop = Box::pin(opts.stop.clone().cancelled_owned());

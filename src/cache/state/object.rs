@@ -340,6 +340,15 @@ pub(crate) mod tests {
         ObjectShape::new(test_info("", "configmaps", "ConfigMap", true), None)
     }
 
+    /// A pod in `ns`, bound to `node` unless that is empty.
+    pub(crate) fn pod(name: &str, ns: &str, node: &str, rv: u64) -> std::sync::Arc<CachedObject> {
+        let shape = ObjectShape::new(test_info("", "pods", "Pod", true), None);
+        let raw = format!(
+            r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{rv}"}},"spec":{{"nodeName":"{node}"}}}}"#
+        );
+        std::sync::Arc::new(CachedObject::decode(Bytes::from(raw), &shape).unwrap())
+    }
+
     pub(crate) fn cm(name: &str, rv: u64, labels: &str) -> CachedObject {
         let raw = format!(
             r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}","labels":{{{labels}}}}},"data":{{"k":"v"}}}}"#

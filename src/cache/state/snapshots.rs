@@ -9,7 +9,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::store::{Objects, Snapshot};
+use super::store::Snapshot;
 
 /// Snapshots kept at most.
 const MAX_KEPT: usize = 32;
@@ -17,7 +17,7 @@ const MAX_KEPT: usize = 32;
 /// The kept states, by version; each is shared structure (`imbl`), not a copy.
 #[derive(Debug)]
 pub(crate) struct KeptSnapshots {
-    kept: Mutex<BTreeMap<u64, (Objects, Instant)>>,
+    kept: Mutex<BTreeMap<u64, (Snapshot, Instant)>>,
     /// How long a state is kept since it was last asked for: the events
     /// history window, which bounds how long a paginated list may take.
     window: Duration,
@@ -32,7 +32,7 @@ impl KeptSnapshots {
     pub(crate) fn keep(&self, snap: &Snapshot) {
         let now = Instant::now();
         let mut kept = self.kept.lock();
-        kept.entry(snap.rv).or_insert_with(|| (snap.objects.clone(), now)).1 = now;
+        kept.entry(snap.rv).or_insert_with(|| (snap.clone(), now)).1 = now;
         // Pages are read within seconds; keep what the history window keeps,
         // and never more than a few dozen states.
         let window = self.window;
@@ -45,7 +45,7 @@ impl KeptSnapshots {
 
     /// The state kept at exactly `rv`.
     pub(crate) fn get(&self, rv: u64) -> Option<Snapshot> {
-        self.kept.lock().get(&rv).map(|(objects, _)| Snapshot { objects: objects.clone(), rv })
+        self.kept.lock().get(&rv).map(|(snap, _)| snap.clone())
     }
 }
 
@@ -57,12 +57,12 @@ mod tests {
     async fn states_are_kept_for_the_window_and_at_most_a_few_dozen() {
         let kept = KeptSnapshots::new(Duration::from_secs(75));
         for rv in 1..=40 {
-            kept.keep(&Snapshot { objects: Objects::new(), rv });
+            kept.keep(&Snapshot { rv, ..Snapshot::default() });
         }
         assert!(kept.get(8).is_none(), "the oldest beyond {MAX_KEPT} go first");
         assert!(kept.get(9).is_some() && kept.get(40).is_some());
         tokio::time::advance(Duration::from_secs(76)).await;
-        kept.keep(&Snapshot { objects: Objects::new(), rv: 41 });
+        kept.keep(&Snapshot { rv: 41, ..Snapshot::default() });
         assert!(kept.get(40).is_none(), "past the window");
         assert_eq!(kept.get(41).map(|s| s.rv), Some(41));
     }

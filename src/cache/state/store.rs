@@ -3,12 +3,15 @@
 //! `imbl::OrdMap` shares structure between versions, so a snapshot of the
 //! whole store (for a paginated LIST, or the initial events of a watch) is an
 //! O(1) clone that later writes never disturb, and each write costs O(log n).
+//! The node index (`node_index.rs`) is kept beside the objects the same way.
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use imbl::OrdMap;
 
 use super::event::CacheEvent;
+use super::node_index::NodeIndex;
 use super::object::{CachedObject, ObjectKey};
 use crate::encode::watch::EventType;
 
@@ -18,19 +21,51 @@ pub(crate) type Objects = OrdMap<ObjectKey, Arc<CachedObject>>;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Snapshot {
     pub objects: Objects,
+    pub by_node: NodeIndex,
     pub rv: u64,
+}
+
+impl Snapshot {
+    /// The objects a request for `node` (a `spec.nodeName=` requirement) and
+    /// `namespace` can match, in key order from `lower` on: that node's
+    /// objects from the index when a node is named, that namespace's key
+    /// range otherwise, else all. The caller still applies its whole filter.
+    pub(crate) fn candidates<'a>(
+        &'a self,
+        node: Option<&'a str>,
+        namespace: Option<&'a str>,
+        lower: Bound<&ObjectKey>,
+    ) -> Box<dyn Iterator<Item = (&'a ObjectKey, &'a Arc<CachedObject>)> + Send + 'a> {
+        // A namespace's walk starts at its first key, or later.
+        let namespace_start;
+        let lower = match (lower, namespace) {
+            (Bound::Included(k) | Bound::Excluded(k), Some(ns)) if k.namespace.as_str() >= ns => lower,
+            (_, Some(ns)) => {
+                namespace_start = ObjectKey { namespace: ns.to_owned(), name: String::new() };
+                Bound::Included(&namespace_start)
+            }
+            (lower, None) => lower,
+        };
+        let in_namespace =
+            move |(k, _): &(&ObjectKey, &Arc<CachedObject>)| namespace.is_none_or(|ns| k.namespace == ns);
+        match node.filter(|n| !n.is_empty()) {
+            Some(node) => Box::new(self.by_node.range(node, lower).take_while(in_namespace)),
+            None => Box::new(self.objects.range((lower.cloned(), Bound::Unbounded)).take_while(in_namespace)),
+        }
+    }
 }
 
 /// The objects and the resourceVersion they are current at.
 #[derive(Debug, Default)]
 pub(crate) struct Store {
     objects: Objects,
+    by_node: NodeIndex,
     rv: u64,
 }
 
 impl Store {
     pub(crate) fn new(objects: Objects, rv: u64) -> Self {
-        Self { objects, rv }
+        Self { by_node: NodeIndex::of(objects.values()), objects, rv }
     }
 
     pub(crate) fn rv(&self) -> u64 {
@@ -52,14 +87,15 @@ impl Store {
         self.objects.is_empty()
     }
 
-    /// The objects, to be changed behind the events' back (`fault.rs`).
+    /// Puts `object` in the store behind the events' back (`fault.rs`).
     #[cfg(any(test, feature = "fault-injection"))]
-    pub(crate) fn objects_mut(&mut self) -> &mut Objects {
-        &mut self.objects
+    pub(crate) fn put_behind_events(&mut self, object: Arc<CachedObject>) {
+        let prev = self.objects.insert(object.key.clone(), object.clone());
+        self.by_node.update(prev.as_ref(), Some(&object));
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
-        Snapshot { objects: self.objects.clone(), rv: self.rv }
+        Snapshot { objects: self.objects.clone(), by_node: self.by_node.clone(), rv: self.rv }
     }
 
     /// Applies one upstream change and returns it as a cache event carrying
@@ -72,6 +108,7 @@ impl Store {
             EventType::Deleted => self.objects.remove(&object.key),
             EventType::Added | EventType::Modified => self.objects.insert(object.key.clone(), object.clone()),
         };
+        self.by_node.update(prev.as_ref(), (kind != EventType::Deleted).then_some(&object));
         let kind = match (kind, &prev) {
             (EventType::Deleted, _) => EventType::Deleted,
             (_, Some(_)) => EventType::Modified,
@@ -154,6 +191,9 @@ impl Store {
             events.push(CacheEvent::new(EventType::Deleted, gone, Some(prev.clone())));
         }
         events.sort_by_key(|e| e.rv);
+        // Rebuilt, not patched with the difference: an unchanged object is a
+        // fresh decode too, and the index must not keep the old one alive.
+        self.by_node = NodeIndex::of(self.objects.values());
         self.rv = self.rv.max(rv);
         Replaced { events, versions_reused }
     }
@@ -257,5 +297,117 @@ mod tests {
         assert_eq!(replaced.events[0].object.rv, 5);
         assert_eq!(store.rv(), 10);
         assert_eq!(store.len(), 3);
+    }
+
+    mod node_index {
+        use super::*;
+        use crate::cache::state::object::tests::pod;
+        use crate::selector::FieldSet;
+        use proptest::prelude::*;
+
+        /// What the index holds, as (node, key, the very object).
+        fn entries(snap: &Snapshot) -> Vec<(String, ObjectKey, usize)> {
+            let mut nodes: Vec<&str> =
+                snap.objects.values().filter_map(|o| crate::cache::state::node_index::node_of(o)).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            nodes
+                .into_iter()
+                .flat_map(|n| {
+                    snap.by_node
+                        .range(n, Bound::Unbounded)
+                        .map(move |(k, o)| (n.to_owned(), k.clone(), Arc::as_ptr(o) as usize))
+                })
+                .collect()
+        }
+
+        fn rebuilt(snap: &Snapshot) -> Vec<(String, ObjectKey, usize)> {
+            let again = Snapshot { by_node: NodeIndex::of(snap.objects.values()), ..snap.clone() };
+            entries(&again)
+        }
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Put { name: u8, ns: u8, node: u8 },
+            Delete { name: u8, ns: u8 },
+            Relist(Vec<(u8, u8, u8)>),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (0..6u8, 0..2u8, 0..4u8).prop_map(|(name, ns, node)| Op::Put { name, ns, node }),
+                2 => (0..6u8, 0..2u8).prop_map(|(name, ns)| Op::Delete { name, ns }),
+                1 => prop::collection::vec((0..6u8, 0..2u8, 0..4u8), 0..8).prop_map(Op::Relist),
+            ]
+        }
+
+        /// Node 0 is "no node" (a pending pod).
+        fn node(n: u8) -> String {
+            if n == 0 { String::new() } else { format!("n{n}") }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// After any writes and relists the index holds exactly the bound
+            /// objects the store holds, the same Arcs, and a node-filtered walk
+            /// from any start finds what a walk of every object finds.
+            #[test]
+            fn index_follows_every_write_and_finds_what_a_full_walk_finds(ops in prop::collection::vec(op(), 1..40), start in (0..6u8, 0..2u8), bound in 0..3u8) {
+                let mut store = Store::default();
+                let mut rv = 1;
+                for op in ops {
+                    rv += 1;
+                    match op {
+                        Op::Put { name, ns, node: n } => {
+                            store.apply(EventType::Added, pod(&format!("p{name}"), &format!("ns{ns}"), &node(n), rv));
+                        }
+                        Op::Delete { name, ns } => {
+                            store.apply(EventType::Deleted, pod(&format!("p{name}"), &format!("ns{ns}"), "", rv));
+                        }
+                        Op::Relist(objs) => {
+                            let mut fresh = Objects::new();
+                            for (name, ns, n) in objs {
+                                let p = pod(&format!("p{name}"), &format!("ns{ns}"), &node(n), rv);
+                                fresh.insert(p.key.clone(), p);
+                            }
+                            rv += 8;
+                            store.replace(fresh, rv);
+                        }
+                    }
+                    let snap = store.snapshot();
+                    prop_assert_eq!(entries(&snap), rebuilt(&snap));
+                }
+                let snap = store.snapshot();
+                let from = ObjectKey { namespace: format!("ns{}", start.1), name: format!("p{}", start.0) };
+                let lower = match bound { 0 => Bound::Unbounded, 1 => Bound::Included(&from), _ => Bound::Excluded(&from) };
+                for n in 0..5u8 {
+                    for ns in [None, Some("ns0"), Some("ns1")] {
+                        let want = node(n);
+                        let indexed: Vec<&ObjectKey> = snap.candidates(Some(&want), ns, lower)
+                            .filter(|(_, o)| o.fields.get("spec.nodeName") == Some(want.as_str()))
+                            .map(|(k, _)| k).collect();
+                        let walked: Vec<&ObjectKey> = snap.candidates(None, ns, lower)
+                            .filter(|(_, o)| o.fields.get("spec.nodeName") == Some(want.as_str()))
+                            .map(|(k, _)| k).collect();
+                        prop_assert_eq!(indexed, walked, "node {:?} namespace {:?}", want, ns);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn a_snapshot_keeps_its_index_while_the_store_moves_on() {
+            let mut store = Store::default();
+            store.apply(EventType::Added, pod("a", "ns", "n1", 2));
+            let before = store.snapshot();
+            store.apply(EventType::Deleted, pod("a", "ns", "n1", 3));
+            store.apply(EventType::Added, pod("b", "ns", "n1", 4));
+            let names = |s: &Snapshot| {
+                s.candidates(Some("n1"), None, Bound::Unbounded).map(|(k, _)| k.name.clone()).collect::<Vec<_>>()
+            };
+            assert_eq!(names(&before), ["a"]);
+            assert_eq!(names(&store.snapshot()), ["b"]);
+        }
     }
 }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::{CacheService, Served, set_common_headers};
 use crate::body::{self, Chunk, ChunkList};
 use crate::cache::content::{Answer, NoProtobufHere, answer_form};
-use crate::cache::delivery::filter::Filter;
+use crate::cache::delivery::filter::{Filter, NODE_FIELD};
 use crate::cache::read::pagination::{self, KeyScope};
 use crate::cache::read::params::{ReadParams, Rv, RvMatch};
 use crate::cache::reason::Reason;
@@ -191,18 +191,14 @@ pub(super) fn page<E>(
     mut item: impl FnMut(&CachedObject) -> Result<(), E>,
 ) -> Result<ListMeta, E> {
     let info = &cache.shape.info;
-    let namespace = filter.namespace.clone().filter(|_| info.namespaced);
-    let lower = match (&start, &namespace) {
-        (Some(s), _) if s.exclusive => Bound::Excluded(s.after.clone()),
-        (Some(s), _) => Bound::Included(s.after.clone()),
-        (None, Some(ns)) => Bound::Included(ObjectKey { namespace: ns.clone(), name: String::new() }),
-        (None, None) => Bound::Unbounded,
+    let namespace = filter.namespace.as_deref().filter(|_| info.namespaced);
+    let lower = match &start {
+        Some(s) if s.exclusive => Bound::Excluded(&s.after),
+        Some(s) => Bound::Included(&s.after),
+        None => Bound::Unbounded,
     };
-    let mut matching = snapshot
-        .objects
-        .range((lower, Bound::Unbounded))
-        .take_while(|(k, _)| namespace.as_ref().is_none_or(|ns| k.namespace == *ns))
-        .filter(|(_, obj)| filter.matches(obj));
+    let mut matching =
+        snapshot.candidates(filter.fields.exact(NODE_FIELD), namespace, lower).filter(|(_, obj)| filter.matches(obj));
 
     let mut last: Option<&ObjectKey> = None;
     let mut cut = None;
