@@ -9,7 +9,7 @@ CARGO ?= cargo
 .PHONY: all build release k8s cluster-up cluster-down demo test test-unit test-e2e \
 	bench bench-passthrough bench-fanout bench-kubelet bench-fairness bench-restart bench-plots bench-auth \
 	chaos chaos-quick chaos-persist chaos-reboot test-chaos-quick audit fmt clean monitoring-check fuzz-auth
-.PHONY: protobuf-check go-tools-early
+.PHONY: protobuf-check
 .PHONY: bench-protobuf bench-compress bench-table
 .PHONY: controlplane-test test-controlplane bench-controlplane
 
@@ -50,13 +50,7 @@ cluster-down:
 demo: release
 	bash integration/scripts/demo.sh
 
-test: go-tools-early test-unit test-e2e test-controlplane test-chaos-quick
-
-## The Go-built tools of the later steps (helm, promtool, the API server, the
-## control plane), built in the background while cargo builds and tests: on a
-## cold machine they no longer wait for the Rust side (go-tools-early.sh).
-go-tools-early:
-	bash integration/scripts/go-tools-early.sh
+test: test-unit test-e2e test-controlplane test-chaos-quick
 
 ## Formatting, lints (Rust, Dockerfile), the module graph (no cycles) and
 ## README's module table (against lib.rs), unit

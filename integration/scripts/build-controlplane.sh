@@ -30,7 +30,6 @@ stamp="$(cat "$integ/go.mod" "$integ/go.sum" "$integ"/cmd/cpscenario/*.go <(go v
 bins=(kube-scheduler kube-controller-manager kubemark cpscenario)
 # shellcheck source-path=SCRIPTDIR source=tool-cache.sh
 source "$root/integration/scripts/tool-cache.sh"
-tool_lock controlplane
 
 all_present=1
 for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || all_present=0; done

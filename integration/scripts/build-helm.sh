@@ -10,7 +10,6 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=tool-cache.sh
 source "$root/integration/scripts/tool-cache.sh"
-tool_lock helm
 mod="$root/integration/tools/helm"
 out="$root/.run/helm"
 stamp_file="$root/.run/helm.stamp"

@@ -15,7 +15,6 @@ out="$root/.run/bin"
 mkdir -p "$out"
 # shellcheck source-path=SCRIPTDIR source=tool-cache.sh
 source "$root/integration/scripts/tool-cache.sh"
-tool_lock k8s
 bins=(kube-apiserver kubectl etcd watchcheck difftest pbcheck pbbench)
 
 k8s_version="$(awk '$1=="k8s.io/kubernetes"{print $2}' "$integ/go.mod" | head -1)"

@@ -11,7 +11,6 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=tool-cache.sh
 source "$root/integration/scripts/tool-cache.sh"
-tool_lock promtool
 mod="$root/integration/tools/promtool"
 out="$root/.run/bin/promtool"
 stamp_file="$root/.run/bin/promtool.stamp"

@@ -54,13 +54,3 @@ tool_cache_save() {
   ls -1dt "$base/$tool"-* 2>/dev/null | tail -n +4 | xargs -r rm -rf
   echo "tool-cache: $tool kept in $dir"
 }
-
-# tool_lock <tool>: holds a lock on <tool>'s build until the calling script
-# ends, so the build `make test` starts early in the background
-# (go-tools-early.sh) and the one a later step asks for never run at once: the
-# second waits, then finds the tool up to date. Needs $root (the checkout).
-tool_lock() {
-  mkdir -p "$root/.run/locks"
-  exec {tool_lock_fd}>"$root/.run/locks/$1.lock"
-  flock "$tool_lock_fd"
-}
