@@ -39,7 +39,12 @@ trap 'rm -f "$tmp"' EXIT
 # --version says the latter, as a release build would.
 release="$(sed -E 's/^v0\.([0-9])0*([0-9]+)\.([0-9]+).*/\1.\2.\3/' <<<"$version")"
 # go.mod and go.sum are tidy: the default -mod=readonly build changes neither.
-(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
+# remove_all_sd (Prometheus 3.10+) leaves out every service-discovery plugin
+# (the AWS, Azure, GCE, Kubernetes... SDKs): checking and unit-testing rules
+# and parsing PromQL need none of them, and they were most of a cold build's
+# downloads and compile time.
+(cd "$mod" && CGO_ENABLED=0 go build -tags remove_all_sd -trimpath \
+  -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
   -o "$tmp" github.com/prometheus/prometheus/cmd/promtool)
 mv -f "$tmp" "$out"
 echo "$stamp" > "$stamp_file"

@@ -322,6 +322,10 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
             if let Some(e) = t.first_error.lock().as_ref() {
                 println!("\n(first failure: {e})\n");
             }
+            let fallbacks = t.watch_list_fallbacks.load(Ordering::Relaxed);
+            if fallbacks > 0 {
+                println!("\n({fallbacks} watch-lists ended in an ERROR event and fell back to LIST and WATCH)\n");
+            }
             if !why.is_null() {
                 println!(
                     "\n(watchmux: passed through by reason {}; consistent reads by result {})\n",
@@ -332,6 +336,7 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
                 "synced": synced.len(), "failed": failed, "all_done": all,
                 "synced_ms": {"p50": p50, "p99": p99, "max": max},
                 "refused_429": t.refused_429.load(Ordering::Relaxed),
+                "watch_list_fallbacks": t.watch_list_fallbacks.load(Ordering::Relaxed),
                 "initial_bytes": t.initial_bytes.load(Ordering::Relaxed),
                 "apiserver_cpu_s": api_cpu, "apiserver_rss_before": api_rss0, "apiserver_rss_peak": api_peak,
                 "apiserver_heap_inuse_after": heap, "apiserver_requests": served,

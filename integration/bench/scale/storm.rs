@@ -8,7 +8,9 @@
 //!   (a reflector before client-go 1.35);
 //! - `watch-list`: one WATCH with `sendInitialEvents=true` and
 //!   `resourceVersionMatch=NotOlderThan`, synced at the bookmark annotated
-//!   `k8s.io/initial-events-end` (client-go 1.35+).
+//!   `k8s.io/initial-events-end` (client-go 1.35+); one that ends in an
+//!   ERROR event first falls back to the classic LIST and WATCH, as
+//!   client-go's reflector does.
 //!
 //! Time to synced is measured from the storm's start, the instant every
 //! client is released, so it includes waiting for a connection, as a real
@@ -67,6 +69,9 @@ pub struct Tally {
     /// Kubelets that could not sync again within their attempts.
     pub resync_failed: AtomicUsize,
     pub first_error: parking_lot::Mutex<Option<String>>,
+    /// Watch-lists that ended in an ERROR event before their initial events
+    /// did, after which the client listed and watched (as client-go does).
+    pub watch_list_fallbacks: AtomicU64,
 }
 
 /// The five collections kubelet `i` syncs.
@@ -119,56 +124,69 @@ async fn sync_one(
     stop: &CancellationToken,
 ) -> anyhow::Result<hyper::body::Incoming> {
     let sep = if path.contains('?') { '&' } else { '?' };
-    match mode {
-        Mode::Classic => {
-            let resp = send(conn, target, &format!("{path}{sep}resourceVersion=0"), tally).await?;
-            if resp.status() != StatusCode::OK {
-                bail!("LIST {path}: {}", resp.status());
-            }
-            let body = resp.into_body().collect().await?.to_bytes();
-            tally.initial_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
-            let list: serde_json::Value = serde_json::from_slice(&body)?;
-            let rv = list["metadata"]["resourceVersion"].as_str().ok_or_else(|| anyhow!("LIST without RV"))?;
-            let watch = format!("{path}{sep}watch=1&allowWatchBookmarks=true&resourceVersion={rv}");
-            let resp = send(conn, target, &watch, tally).await?;
-            if resp.status() != StatusCode::OK {
-                bail!("WATCH {path}: {}", resp.status());
-            }
-            Ok(resp.into_body())
-        }
-        Mode::WatchList => {
-            let watch = format!(
-                "{path}{sep}watch=1&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
-            );
-            let resp = send(conn, target, &watch, tally).await?;
-            if resp.status() != StatusCode::OK {
-                bail!("WATCH {path}: {}", resp.status());
-            }
-            let mut body = resp.into_body();
-            // Read up to the initial-events-end bookmark; the rest of the
-            // stream is held (and drained) by the caller.
-            let mut done = false;
-            let mut bytes = 0u64;
-            // Ends the read at the bookmark (read_lines looks at its token
-            // before each frame), or with the storm.
-            let until = stop.child_token();
-            let end = read_lines(&mut body, &until, |line, _| {
-                bytes += line.len() as u64;
-                if line.starts_with(b"{\"type\":\"BOOKMARK\"")
-                    && line.windows(25).any(|w| w == b"k8s.io/initial-events-end")
-                {
-                    done = true;
-                    until.cancel();
-                }
-            })
-            .await;
-            tally.initial_bytes.fetch_add(bytes, Ordering::Relaxed);
-            if !done {
-                bail!("WATCH {path}: stream ended before its initial events ended ({end:?})");
-            }
-            Ok(body)
-        }
+    if mode == Mode::Classic {
+        return list_then_watch(conn, target, path, tally).await;
     }
+    let watch =
+        format!("{path}{sep}watch=1&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan");
+    let resp = send(conn, target, &watch, tally).await?;
+    if resp.status() != StatusCode::OK {
+        bail!("WATCH {path}: {}", resp.status());
+    }
+    let mut body = resp.into_body();
+    // Read up to the initial-events-end bookmark; the rest of the
+    // stream is held (and drained) by the caller.
+    let (mut done, mut error) = (false, false);
+    let mut bytes = 0u64;
+    // Ends the read at the bookmark (read_lines looks at its token
+    // before each frame), or with the storm.
+    let until = stop.child_token();
+    let end = read_lines(&mut body, &until, |line, _| {
+        bytes += line.len() as u64;
+        if line.starts_with(b"{\"type\":\"BOOKMARK\"") && line.windows(25).any(|w| w == b"k8s.io/initial-events-end") {
+            done = true;
+            until.cancel();
+        }
+        error |= line.starts_with(b"{\"type\":\"ERROR\"");
+    })
+    .await;
+    tally.initial_bytes.fetch_add(bytes, Ordering::Relaxed);
+    if done {
+        return Ok(body);
+    }
+    if error {
+        // client-go's reflector on a watch-list that ends in an error (the
+        // API server's 504 for a watch cache it cannot prove fresh, which
+        // watchmux also answers): "falling back to the standard LIST/WATCH
+        // semantics".
+        tally.watch_list_fallbacks.fetch_add(1, Ordering::Relaxed);
+        return list_then_watch(conn, target, path, tally).await;
+    }
+    bail!("WATCH {path}: stream ended before its initial events ended ({end:?})")
+}
+
+/// LIST at `resourceVersion=0`, then WATCH from the list's version.
+async fn list_then_watch(
+    conn: &Sender,
+    target: &Target,
+    path: &str,
+    tally: &Tally,
+) -> anyhow::Result<hyper::body::Incoming> {
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let resp = send(conn, target, &format!("{path}{sep}resourceVersion=0"), tally).await?;
+    if resp.status() != StatusCode::OK {
+        bail!("LIST {path}: {}", resp.status());
+    }
+    let body = resp.into_body().collect().await?.to_bytes();
+    tally.initial_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
+    let list: serde_json::Value = serde_json::from_slice(&body)?;
+    let rv = list["metadata"]["resourceVersion"].as_str().ok_or_else(|| anyhow!("LIST without RV"))?;
+    let watch = format!("{path}{sep}watch=1&allowWatchBookmarks=true&resourceVersion={rv}");
+    let resp = send(conn, target, &watch, tally).await?;
+    if resp.status() != StatusCode::OK {
+        bail!("WATCH {path}: {}", resp.status());
+    }
+    Ok(resp.into_body())
 }
 
 /// What the clients of one storm start from.

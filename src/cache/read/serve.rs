@@ -21,7 +21,8 @@ mod list;
 mod table;
 
 use super::super::registry::{CacheConfig, NotCached, Registry};
-use super::super::resource::freshness::{Proof, ensure_fresh, reached};
+use super::super::resource::freshness::fallbacks::too_large;
+use super::super::resource::freshness::{Proof, ProofOutcome, ensure_fresh, prove_watch_list, reached};
 use super::super::resource::{ResourceCache, StartAt};
 use super::params::{ReadParams, Rv, RvMatch};
 use crate::body::{self, Chunk, ProxyBody, Refusal};
@@ -330,8 +331,18 @@ impl CacheService {
             && params.send_initial_events == Some(true)
             && params.rv_match == RvMatch::NotOlderThan
             && params.rv == Rv::Unset;
-        if proven_early && !self.consistent(&cache, arrival, Proof::CatchingUp).await {
-            return Served::Passthrough(Reason::ConsistentRead);
+        if proven_early {
+            match self.consistent(&cache, arrival, Proof::CatchingUp).await {
+                ProofOutcome::Fresh => {}
+                ProofOutcome::PassThrough => return Served::Passthrough(Reason::ConsistentRead),
+                ProofOutcome::TooLarge { required, current } => {
+                    let status = too_large(required, current);
+                    let variant = answer.variant;
+                    let mut response = watch_response(variant, body::chunk(error_frame(variant, &status)));
+                    cache.warnings().add_to(response.headers_mut());
+                    return Served::Response(response);
+                }
+            }
         }
         let seat = match endpoint {
             Endpoint::Get => None,
@@ -354,7 +365,7 @@ impl CacheService {
             (Endpoint::Get, Some(form)) => self.table_get(cache.clone(), filter, params, form, scoped).await,
             (Endpoint::Watch, table) => {
                 let form = WatchForm { answer, table };
-                self.watch(cache.clone(), filter, params, form, arrival, proven_early).await
+                self.watch(cache.clone(), filter, params, form).await
             }
             (Endpoint::List, None) => self.list(cache.clone(), filter, params, answer, arrival).await,
             (Endpoint::Get, None) => self.get(cache.clone(), filter, params, answer, scoped).await,
@@ -377,43 +388,53 @@ impl CacheService {
         }
     }
 
-    /// Proves the cache fresh for a consistent read, counting the outcome.
-    async fn consistent(&self, cache: &Arc<ResourceCache>, arrival: Instant, proof: Proof) -> bool {
+    /// Proves the cache fresh for a consistent read, counting the outcome: a
+    /// LIST's proof is the probe alone ([`Proof::AtOnce`]), passing through
+    /// when it fails; a watch-list's waits for the catch-up too, and passes
+    /// through only within its resource's fallback budget
+    /// ([`prove_watch_list`]).
+    async fn consistent(&self, cache: &Arc<ResourceCache>, arrival: Instant, proof: Proof) -> ProofOutcome {
         let upstream = self.registry.upstream();
         let offline = self.registry.config().persist.serve_stale_when_unreachable;
         // Offline mode, with the upstream known down: no proof to wait for.
         if upstream.health().is_down() && serve_unproven(offline, cache, upstream) {
             metrics::counter!(m::CONSISTENT_READS, "resource" => cache.label().to_owned(), "result" => "offline")
                 .increment(1);
-            return true;
+            return ProofOutcome::Fresh;
         }
         // A cache the consistency check found different from the upstream
-        // proves nothing until its relist (`verify.rs`).
+        // proves nothing until its relist (`verify.rs`), and its reads pass
+        // through, every one: a 504 would send client-go to a LIST at
+        // version 0, which this cache would answer wrong.
         let unproven = cache.verification().is_unproven();
-        let fresh = !unproven && ensure_fresh(cache, upstream, arrival, proof, FRESHNESS_BUDGET).await;
-        let served_offline = !fresh && serve_unproven(offline, cache, upstream);
-        if fresh {
-            proven(cache);
-        }
-        let result = match (fresh, unproven, served_offline) {
-            (true, _, _) => "success",
-            (false, _, true) => "offline",
-            (false, true, false) => "unproven",
-            (false, false, false) => "fallback",
+        let outcome = match (unproven, proof) {
+            (true, _) => ProofOutcome::PassThrough,
+            (false, Proof::AtOnce) => match ensure_fresh(cache, upstream, arrival, proof, FRESHNESS_BUDGET).await {
+                true => ProofOutcome::Fresh,
+                false => ProofOutcome::PassThrough,
+            },
+            (false, Proof::CatchingUp) => prove_watch_list(cache, upstream, arrival, FRESHNESS_BUDGET).await,
+        };
+        let served_offline = outcome != ProofOutcome::Fresh && serve_unproven(offline, cache, upstream);
+        let result = match (outcome, unproven, served_offline) {
+            (ProofOutcome::Fresh, _, _) => "success",
+            (_, _, true) => "offline",
+            (_, true, false) => "unproven",
+            (ProofOutcome::PassThrough, false, false) => "fallback",
+            (ProofOutcome::TooLarge { .. }, false, false) => "timeout",
         };
         metrics::counter!(m::CONSISTENT_READS, "resource" => cache.label().to_owned(), "result" => result).increment(1);
-        fresh || served_offline
+        match outcome {
+            ProofOutcome::Fresh => {
+                proven(cache);
+                ProofOutcome::Fresh
+            }
+            _ if served_offline => ProofOutcome::Fresh,
+            unproven => unproven,
+        }
     }
 
-    async fn watch(
-        &self,
-        cache: Arc<ResourceCache>,
-        filter: Filter,
-        p: ReadParams,
-        form: WatchForm,
-        arrival: Instant,
-        proven: bool,
-    ) -> Served {
+    async fn watch(&self, cache: Arc<ResourceCache>, filter: Filter, p: ReadParams, form: WatchForm) -> Served {
         let WatchForm { answer, table } = form;
         let is_table = table.is_some();
         let variant = answer.variant;
@@ -437,13 +458,8 @@ impl CacheService {
         let start = if watch_list {
             match p.rv {
                 // A consistent snapshot: at least as new as the upstream now.
-                Rv::Unset => {
-                    // Proven before the seat (`proven`), or here.
-                    if !proven && !self.consistent(&cache, arrival, Proof::CatchingUp).await {
-                        return Served::Passthrough(Reason::ConsistentRead);
-                    }
-                    StartAt::CurrentState
-                }
+                // Proven before the seat (`proven_early` in `try_serve`).
+                Rv::Unset => StartAt::CurrentState,
                 Rv::Any => StartAt::CurrentState,
                 Rv::At(rv) => {
                     if !reached(&cache, rv).await {

@@ -50,7 +50,11 @@
 //! catch-up that covers it, up to one catch-up's length after that answer
 //! ([`CATCH_UP_PERIOD`]): in a burst, a probe that answers late in the
 //! budget leaves no time for the bookmark otherwise, and passing the
-//! watch-list through costs the API server far more than the wait.
+//! watch-list through costs the API server far more than the wait. Even so,
+//! an unproven watch-list passes through only within its resource's
+//! fallback budget ([`prove_watch_list`], `fallbacks.rs`: a few at once, one
+//! a second after that); the rest wait for a second proof, then get the
+//! API server's own 504 for a watch cache it cannot prove fresh.
 //!
 //! **A version the client names** ([`reached`]): resourceVersions are
 //! global, so a client may hold one this cache has not reached, from another
@@ -71,6 +75,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
 use self::busy::BusyCluster;
+use self::fallbacks::FallbackBudget;
 use super::ResourceCache;
 use crate::cache::sync::upstream_watch::{
     Change, LineEnd, ListPage, Opened, StreamEnd, get_list, open_watch, watch_params,
@@ -99,6 +104,8 @@ pub(crate) struct Freshness {
     wanted: Notify,
     /// Whether LISTs should probe at all (`busy.rs`).
     busy: BusyCluster,
+    /// How many unproven watch-lists may pass through (`fallbacks.rs`).
+    fallbacks: FallbackBudget,
 }
 
 impl std::fmt::Debug for Freshness {
@@ -219,44 +226,103 @@ pub(crate) async fn ensure_fresh(
     proof: Proof,
     budget: Duration,
 ) -> bool {
+    prove(cache, upstream, arrival, proof, budget).await.is_ok()
+}
+
+/// What a consistent watch-list gets ([`prove_watch_list`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProofOutcome {
+    /// Served from the cache: proven fresh.
+    Fresh,
+    /// Passed through, within the resource's [`FallbackBudget`].
+    PassThrough,
+    /// Neither: kube-apiserver's answer when its own watch cache cannot
+    /// reach `required` ([`fallbacks::too_large`]); the cache is at `current`.
+    TooLarge { required: u64, current: u64 },
+}
+
+/// A consistent watch-list's proof ([`Proof::CatchingUp`] within `budget`);
+/// if it fails, a pass-through from the resource's fallback budget, else a
+/// second proof (the same budget: 3 s, the API server's own wait for its
+/// watch cache), else a pass-through again if the budget has refilled, else
+/// the API server's 504 (`fallbacks.rs` says why).
+pub(crate) async fn prove_watch_list(
+    cache: &Arc<ResourceCache>,
+    upstream: &Arc<Upstream>,
+    arrival: Instant,
+    budget: Duration,
+) -> ProofOutcome {
+    let Err(first) = prove(cache, upstream, arrival, Proof::CatchingUp, budget).await else {
+        return ProofOutcome::Fresh;
+    };
+    let fallbacks = &cache.freshness().fallbacks;
+    if fallbacks.try_take(Instant::now()) {
+        return ProofOutcome::PassThrough;
+    }
+    let Err(second) = prove(cache, upstream, Instant::now(), Proof::CatchingUp, budget).await else {
+        return ProofOutcome::Fresh;
+    };
+    if fallbacks.try_take(Instant::now()) {
+        return ProofOutcome::PassThrough;
+    }
+    let current = cache.current_rv();
+    match second.or(first) {
+        // Reached meanwhile (a catch-up ending just after the deadline).
+        Some(required) if required <= current => ProofOutcome::Fresh,
+        Some(required) => ProofOutcome::TooLarge { required, current },
+        // No probe answered: the version after the cache's is the least
+        // the proof needed.
+        None => ProofOutcome::TooLarge { required: current + 1, current },
+    }
+}
+
+/// [`ensure_fresh`]'s proof; on failure, the upstream's version it was
+/// after, if the probe answered in time.
+async fn prove(
+    cache: &Arc<ResourceCache>,
+    upstream: &Arc<Upstream>,
+    arrival: Instant,
+    proof: Proof,
+    budget: Duration,
+) -> Result<(), Option<u64>> {
     let freshness = cache.freshness();
     // A catch-up under way: the cache is known to be behind; in a busy
     // cluster, it will be.
     if proof == Proof::AtOnce
         && (freshness.catching_up.load(Ordering::Acquire) || freshness.busy.skip_probe(Instant::now()))
     {
-        return false;
+        return Err(None);
     }
     let deadline = arrival + budget;
     let Ok(Some(target)) = tokio::time::timeout_at(deadline, upstream_rv(cache, upstream, arrival)).await else {
-        return false;
+        return Err(None);
     };
     if proof == Proof::AtOnce {
         if cache.wait_for_rv(target, PROBE_GRACE).await {
             freshness.busy.probed(true, Instant::now());
-            return true;
+            return Ok(());
         }
         // Counted once a probe, by the LIST that starts the catch-up (the
         // LISTs sharing the probe find it started).
         if ask_for_catch_up(cache) {
             freshness.busy.probed(false, Instant::now());
         }
-        return false;
+        return Err(Some(target));
     }
     let deadline = deadline.max(Instant::now() + CATCH_UP_PERIOD);
     loop {
         if cache.current_rv() >= target {
-            return true;
+            return Ok(());
         }
         ask_for_catch_up(cache);
         let now = Instant::now();
         if now >= deadline {
-            return false;
+            return Err(Some(target));
         }
         // A catch-up takes about a second; look again after each.
         let slice = (deadline - now).min(Duration::from_millis(1500));
         if cache.wait_for_rv(target, slice).await {
-            return true;
+            return Ok(());
         }
     }
 }
@@ -362,5 +428,6 @@ async fn catch_up(
 }
 
 mod busy;
+pub(crate) mod fallbacks;
 #[cfg(test)]
 mod tests;

@@ -18,7 +18,7 @@ use crate::cache::read::pagination::{self, KeyScope};
 use crate::cache::read::params::{ReadParams, Rv, RvMatch};
 use crate::cache::reason::Reason;
 use crate::cache::resource::ResourceCache;
-use crate::cache::resource::freshness::{Proof, reached};
+use crate::cache::resource::freshness::{Proof, ProofOutcome, reached};
 use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
 use crate::cache::state::store::Snapshot;
 use crate::encode::list::{ListMeta, list_body, protobuf_list_body};
@@ -88,7 +88,7 @@ impl CacheService {
         } else {
             match (p.rv, p.rv_match) {
                 (Rv::Unset, RvMatch::Unset) => {
-                    if !self.consistent(cache, arrival, Proof::AtOnce).await {
+                    if self.consistent(cache, arrival, Proof::AtOnce).await != ProofOutcome::Fresh {
                         return Err(Reason::ConsistentRead);
                     }
                     (current(cache, p.limit), None, p.limit)

@@ -330,3 +330,39 @@ async fn reads_arriving_while_a_probe_runs_share_the_next_one_and_never_an_earli
     );
     stop.cancel();
 }
+
+/// Watch-lists whose proof fails (here: the probe never answers) pass
+/// through only within the resource's fallback budget; the rest try a second
+/// proof and then get the API server's 504, naming the version after the
+/// cache's (no probe answered) and the cache's own.
+#[tokio::test]
+async fn unproven_watch_lists_pass_through_only_within_the_fallback_budget() {
+    let state = Arc::new(FakeApiServer::default());
+    let (cache, upstream, stop) = cache_at_10(&state).await;
+    *state.probe_gate.lock() = Some(Arc::new(tokio::sync::Semaphore::new(0)));
+    let budget = Duration::from_millis(200);
+    let started = Instant::now();
+    let reads: Vec<_> = (0..7)
+        .map(|_| {
+            let (cache, upstream) = (cache.clone(), upstream.clone());
+            tokio::spawn(async move { prove_watch_list(&cache, &upstream, Instant::now(), budget).await })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for read in reads {
+        outcomes.push(read.await.unwrap());
+    }
+    let took = started.elapsed();
+    let passed = outcomes.iter().filter(|o| **o == ProofOutcome::PassThrough).count();
+    let refused = outcomes.iter().filter(|o| **o == ProofOutcome::TooLarge { required: 11, current: 10 }).count();
+    assert_eq!(passed + refused, 7, "{outcomes:?}");
+    // The burst, and what refilled while the second proofs ran (one a second).
+    let refilled = (took.as_secs_f64() * fallbacks::PER_SECOND) as usize;
+    assert!(
+        passed >= fallbacks::BURST as usize && passed <= fallbacks::BURST as usize + refilled,
+        "{outcomes:?} in {took:?}"
+    );
+    assert!(refused >= 1, "{outcomes:?}");
+    assert!(took >= budget * 2, "a second proof was tried: {took:?}");
+    stop.cancel();
+}
