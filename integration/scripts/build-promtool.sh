@@ -42,8 +42,9 @@ release="$(sed -E 's/^v0\.([0-9])0*([0-9]+)\.([0-9]+).*/\1.\2.\3/' <<<"$version"
 # remove_all_sd (Prometheus 3.10+) leaves out every service-discovery plugin
 # (the AWS, Azure, GCE, Kubernetes... SDKs): checking and unit-testing rules
 # and parsing PromQL need none of them, and they were most of a cold build's
-# downloads and compile time.
-(cd "$mod" && CGO_ENABLED=0 go build -tags remove_all_sd -trimpath \
+# downloads and compile time. cgo as Go's default, as every Go build here
+# (build-helm.sh says why).
+(cd "$mod" && go build -tags remove_all_sd -trimpath \
   -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
   -o "$tmp" github.com/prometheus/prometheus/cmd/promtool)
 mv -f "$tmp" "$out"

@@ -24,8 +24,9 @@ ggcr="$(cd "$mod" && go list -m -f '{{.Version}}' github.com/google/go-container
 echo "image-tools: building ocibuild and crane (go-containerregistry $ggcr)"
 start=$(date +%s)
 # go.mod and go.sum are tidy: the default -mod=readonly build changes neither.
-(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/ocibuild" . &&
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$ggcr" \
+# cgo as Go's default, as every Go build here (build-helm.sh says why).
+(cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$out/ocibuild" . &&
+  go build -trimpath -ldflags "-s -w -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$ggcr" \
     -o "$out/crane" github.com/google/go-containerregistry/cmd/crane)
 echo "$stamp" > "$stamp_file"
 echo "image-tools: done in $(( $(date +%s) - start ))s"
