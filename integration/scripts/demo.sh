@@ -53,7 +53,7 @@ cleanup() {
   if [[ $started_cluster == 1 ]]; then bash "$scripts/cluster-down.sh" >/dev/null || true; fi
 }
 trap cleanup EXIT
-echo "== starting kube-apiserver and etcd on loopback (cold: builds them from the Go modules first, 10-25 min on two cores; then seconds)"
+echo "== starting kube-apiserver and etcd on loopback (cold: builds them from the Go modules first, about 5 min on two cores; then seconds)"
 with_progress "building or starting the API server" bash "$scripts/cluster-up.sh"
 
 echo "== starting watchmux on $listen (admin $admin) in front of $(grep server: .run/kubeconfig | awk '{print $2}')"
