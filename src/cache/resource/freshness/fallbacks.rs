@@ -116,5 +116,7 @@ mod tests {
         // As kube-apiserver v1.37 writes it (seen on the wire, JSON field order included).
         let want = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: Too large resource version: 120, current: 100","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#;
         assert_eq!(too_large(120, 100).to_json().to_string(), want);
+        // A protobuf watch gets it in protobuf: causes and all have a place there.
+        assert!(too_large(120, 100).to_protobuf().is_ok());
     }
 }
