@@ -404,8 +404,8 @@ impl CacheService {
         }
         // A cache the consistency check found different from the upstream
         // proves nothing until its relist (`verify.rs`), and its reads pass
-        // through, every one: a 504 would send client-go to a LIST at
-        // version 0, which this cache would answer wrong.
+        // through, every one: a 504 would only make client-go ask again,
+        // and this cache cannot be proven before its relist.
         let unproven = cache.verification().is_unproven();
         let outcome = match (unproven, proof) {
             (true, _) => ProofOutcome::PassThrough,

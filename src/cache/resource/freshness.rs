@@ -229,7 +229,8 @@ pub(crate) async fn ensure_fresh(
     prove(cache, upstream, arrival, proof, budget).await.is_ok()
 }
 
-/// What a consistent watch-list gets ([`prove_watch_list`]).
+/// What a consistent read gets: a LIST's proof gives `Fresh` or
+/// `PassThrough`, a watch-list's ([`prove_watch_list`]) any of the three.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ProofOutcome {
     /// Served from the cache: proven fresh.

@@ -15,13 +15,16 @@
 //! the next proof, and if that fails too, get what kube-apiserver answers a
 //! watch-list its own watch cache cannot prove fresh within its three
 //! seconds: a watch whose one event is the 504 "Too large resource version"
-//! Status ([`too_large`]). client-go answers that by falling back to a LIST
-//! at version 0 and a watch from the version it got, both of which the
-//! cache serves without any proof.
+//! Status ([`too_large`]). client-go's reflector (v0.37 `watchList`) takes
+//! that error as retriable and asks for the watch-list again at once; each
+//! retry waits for its own proof here, so a storm's retries are paced by the
+//! proofs and never reach the API server beyond the budget. (On other
+//! watch-list errors client-go falls back to a LIST at version 0, which the
+//! cache serves without a proof.)
 
 use http::StatusCode;
 use parking_lot::Mutex;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 use tokio::time::Instant;
 
 use crate::encode::status::{Status, StatusReason};
@@ -74,13 +77,11 @@ impl FallbackBudget {
 /// version the proof was after (the cache's next one when the probe never
 /// answered), `current` the cache's.
 pub(crate) fn too_large(required: u64, current: u64) -> Status {
-    let cause: Map<String, Value> =
-        json!({"reason": "ResourceVersionTooLarge", "message": "Too large resource version"})
-            .as_object()
-            .cloned()
-            .expect("an object");
     let mut details = Map::new();
-    details.insert("causes".into(), Value::Array(vec![Value::Object(cause)]));
+    details.insert(
+        "causes".into(),
+        json!([{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]),
+    );
     let mut status = Status::new(
         StatusCode::GATEWAY_TIMEOUT,
         StatusReason::Timeout,
