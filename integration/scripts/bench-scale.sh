@@ -15,6 +15,7 @@
 #   SCALE_KEEP=1  leaves the loaded cluster running for the next run
 #   SCALE_RESTART_CMD  how the storm restarts kube-apiserver under the synced
 #                 kubelets (default: cluster-up.sh --restart-apiserver; empty: none)
+#   SCALE_WATCHMUX_ARGS  more flags for the tier (an A/B of one setting)
 #   and the SCALE_* knobs of integration/bench/scale/main.rs.
 #
 # The cluster: its own fresh start (the test cluster's state is replaced)
@@ -75,9 +76,10 @@ wait_ready() {
     sleep 0.2
   done
 }
+read -ra extra_args <<< "${SCALE_WATCHMUX_ARGS:-}"
 start_tier() {  # start_tier <log> <resources>
   RUST_LOG=warn "$logs/watchmux" --kubeconfig "$root/.run/kubeconfig" --listen "$listen" --admin-listen "$admin" \
-    "${tls[@]}" --cache-resources "$2" --cache-warm > "$1" 2>&1 &
+    "${tls[@]}" --cache-resources "$2" --cache-warm "${extra_args[@]}" > "$1" 2>&1 &
   wm_pid=$!
 }
 

@@ -61,6 +61,9 @@ use objects::World;
 use sampler::PeakRss;
 
 const MIB: f64 = 1024.0 * 1024.0;
+/// How long after the last kubelet synced the tier's RSS is read again: the
+/// storm's last answers flushed, its kubelets idle on their watches.
+const SETTLE: Duration = Duration::from_secs(5);
 
 /// p50, p99 and max of some figures (0 when there are none).
 fn p50_p99_max(values: &[f64]) -> (f64, f64, f64) {
@@ -241,7 +244,7 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
     let mut out = Vec::new();
     println!("\n### Kubelet storm: {kubelets} kubelets × 5 collections, started at once\n");
     println!(
-        "| mode | side | synced / failed | time to synced p50 / p99 / max, s | 429s | kube-apiserver CPU, s | kube-apiserver peak RSS growth / heap after, MiB | LISTs / GETs kube-apiserver served, WATCHes it holds | watchmux CPU, s / peak RSS, MiB |"
+        "| mode | side | synced / failed | time to synced p50 / p99 / max, s | 429s | kube-apiserver CPU, s | kube-apiserver peak RSS growth / heap after, MiB | LISTs / GETs kube-apiserver served, WATCHes it holds | watchmux CPU, s / peak RSS / RSS settled, MiB |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for mode in &modes {
@@ -272,6 +275,15 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
             let wm_peak = match wm_peak {
                 Some(p) => Some(p.finish().await),
                 None => None,
+            };
+            // What the tier keeps once the storm is over and its kubelets sit
+            // on their watches: the peak's transient buffers should be gone.
+            let wm_settled = match wm_pid {
+                Some(p) if side == SideKind::Watchmux => {
+                    tokio::time::sleep(SETTLE).await;
+                    Some(rss_bytes(p)?)
+                }
+                _ => None,
             };
             let heap = prom::sum(&after, "go_memstats_heap_inuse_bytes", &[]);
             // A WATCH is counted in apiserver_request_total when it ends: the
@@ -314,17 +326,23 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
                 verb("GET"),
                 watches0,
                 watches,
-                match (wm_cpu, wm_peak) {
-                    (Some(c), Some(p)) if side == SideKind::Watchmux => format!("{c:.1} / {:.0}", p as f64 / MIB),
+                match (wm_cpu, wm_peak, wm_settled) {
+                    (Some(c), Some(p), Some(r)) => format!("{c:.1} / {:.0} / {:.0}", p as f64 / MIB, r as f64 / MIB),
                     _ => "–".into(),
                 },
             );
             if let Some(e) = t.first_error.lock().as_ref() {
                 println!("\n(first failure: {e})\n");
             }
+            let retries = t.watch_list_retries.load(Ordering::Relaxed);
+            if retries > 0 {
+                println!(
+                    "\n({retries} watch-lists ended in the 504 Too large resource version and were asked again)\n"
+                );
+            }
             let fallbacks = t.watch_list_fallbacks.load(Ordering::Relaxed);
             if fallbacks > 0 {
-                println!("\n({fallbacks} watch-lists ended in an ERROR event and fell back to LIST and WATCH)\n");
+                println!("\n({fallbacks} watch-lists ended in another ERROR event and fell back to LIST and WATCH)\n");
             }
             if !why.is_null() {
                 println!(
@@ -336,12 +354,13 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
                 "synced": synced.len(), "failed": failed, "all_done": all,
                 "synced_ms": {"p50": p50, "p99": p99, "max": max},
                 "refused_429": t.refused_429.load(Ordering::Relaxed),
-                "watch_list_fallbacks": t.watch_list_fallbacks.load(Ordering::Relaxed),
+                "watch_list_retries": retries, "watch_list_fallbacks": fallbacks,
                 "initial_bytes": t.initial_bytes.load(Ordering::Relaxed),
                 "apiserver_cpu_s": api_cpu, "apiserver_rss_before": api_rss0, "apiserver_rss_peak": api_peak,
                 "apiserver_heap_inuse_after": heap, "apiserver_requests": served,
                 "apiserver_watches_before": watches0, "apiserver_watches_synced": watches,
-                "watchmux_cpu_s": wm_cpu, "watchmux_rss_peak": wm_peak, "watchmux_reads": why}));
+                "watchmux_cpu_s": wm_cpu, "watchmux_rss_peak": wm_peak, "watchmux_rss_settled": wm_settled,
+                "watchmux_reads": why}));
             if !churn_for.is_zero() {
                 let (api_cpu0, wm_cpu0) = (cpu_ticks(api_pid)?, wm_pid.map(cpu_ticks).transpose()?);
                 let events0 = t.live_events.load(Ordering::Relaxed);

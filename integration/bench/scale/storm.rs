@@ -8,9 +8,11 @@
 //!   (a reflector before client-go 1.35);
 //! - `watch-list`: one WATCH with `sendInitialEvents=true` and
 //!   `resourceVersionMatch=NotOlderThan`, synced at the bookmark annotated
-//!   `k8s.io/initial-events-end` (client-go 1.35+); one that ends in an
-//!   ERROR event first falls back to the classic LIST and WATCH, as
-//!   client-go's reflector does.
+//!   `k8s.io/initial-events-end` (client-go 1.35+). As client-go v0.37's
+//!   reflector: one that ends in the 504 "Too large resource version" (the
+//!   answer of a server that cannot prove its watch cache fresh in time) is
+//!   asked again at once; one that ends in another ERROR event falls back to
+//!   the classic LIST and WATCH.
 //!
 //! Time to synced is measured from the storm's start, the instant every
 //! client is released, so it includes waiting for a connection, as a real
@@ -69,10 +71,11 @@ pub struct Tally {
     /// Kubelets that could not sync again within their attempts.
     pub resync_failed: AtomicUsize,
     pub first_error: parking_lot::Mutex<Option<String>>,
-    /// Watch-lists that ended in an ERROR event before their initial events
-    /// did, after which the client listed and watched (as client-go does
-    /// for most errors; on a 504 "Too large resource version" it retries the
-    /// watch-list instead, which this bench does not yet imitate).
+    /// Watch-lists that ended in the 504 "Too large resource version"
+    /// before their initial events did, and were asked again.
+    pub watch_list_retries: AtomicU64,
+    /// Watch-lists that ended in another ERROR event, after which the
+    /// client listed and watched.
     pub watch_list_fallbacks: AtomicU64,
 }
 
@@ -131,14 +134,53 @@ async fn sync_one(
     }
     let watch =
         format!("{path}{sep}watch=1&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan");
-    let resp = send(conn, target, &watch, tally).await?;
+    for _ in 0..WATCH_LIST_ATTEMPTS {
+        match watch_list(conn, target, path, &watch, tally, stop).await? {
+            WatchList::Synced(body) => return Ok(body),
+            WatchList::TooLarge => {
+                tally.watch_list_retries.fetch_add(1, Ordering::Relaxed);
+            }
+            WatchList::Failed => {
+                // client-go's reflector: "Falling back to regular list".
+                tally.watch_list_fallbacks.fetch_add(1, Ordering::Relaxed);
+                return list_then_watch(conn, target, path, tally).await;
+            }
+        }
+    }
+    bail!("WATCH {path}: 504 Too large resource version {WATCH_LIST_ATTEMPTS} times")
+}
+
+/// How many 504s "Too large resource version" a kubelet takes on one
+/// collection before it gives up (client-go retries for ever; a bench ends).
+const WATCH_LIST_ATTEMPTS: usize = 100;
+
+/// How one watch-list ended.
+enum WatchList {
+    /// Its initial events ended: the watch goes on in this body.
+    Synced(hyper::body::Incoming),
+    /// An ERROR event with the `ResourceVersionTooLarge` cause: client-go
+    /// asks again at once (its reflector's `watchList` loop).
+    TooLarge,
+    /// Another ERROR event: client-go lists instead.
+    Failed,
+}
+
+async fn watch_list(
+    conn: &Sender,
+    target: &Target,
+    path: &str,
+    watch: &str,
+    tally: &Tally,
+    stop: &CancellationToken,
+) -> anyhow::Result<WatchList> {
+    let resp = send(conn, target, watch, tally).await?;
     if resp.status() != StatusCode::OK {
         bail!("WATCH {path}: {}", resp.status());
     }
     let mut body = resp.into_body();
     // Read up to the initial-events-end bookmark; the rest of the
     // stream is held (and drained) by the caller.
-    let (mut done, mut error) = (false, false);
+    let (mut done, mut error, mut too_large) = (false, false, false);
     let mut bytes = 0u64;
     // Ends the read at the bookmark (read_lines looks at its token
     // before each frame), or with the storm.
@@ -149,21 +191,18 @@ async fn sync_one(
             done = true;
             until.cancel();
         }
-        error |= line.starts_with(b"{\"type\":\"ERROR\"");
+        if line.starts_with(b"{\"type\":\"ERROR\"") {
+            error = true;
+            too_large |= line.windows(23).any(|w| w == b"ResourceVersionTooLarge");
+        }
     })
     .await;
     tally.initial_bytes.fetch_add(bytes, Ordering::Relaxed);
     if done {
-        return Ok(body);
+        return Ok(WatchList::Synced(body));
     }
     if error {
-        // client-go's reflector on a watch-list that ends in most errors:
-        // "Falling back to regular list". (On the 504 "Too large resource
-        // version", which kube-apiserver and watchmux send for a watch cache
-        // they cannot prove fresh, client-go v0.37 retries the watch-list at
-        // once instead; not imitated here yet.)
-        tally.watch_list_fallbacks.fetch_add(1, Ordering::Relaxed);
-        return list_then_watch(conn, target, path, tally).await;
+        return Ok(if too_large { WatchList::TooLarge } else { WatchList::Failed });
     }
     bail!("WATCH {path}: stream ended before its initial events ended ({end:?})")
 }
