@@ -317,10 +317,10 @@ pub struct Args {
     pub max_request_body_bytes: u64,
 
     /// Write HTTP/2 connections (TLS, h2c and the unix socket) through a
-    /// write-behind buffer: frames that queue up while the socket is busy go
-    /// out in one write, instead of one write per frame (the h2 crate flushes
-    /// after every large DATA frame). `false` writes each frame as hyper
-    /// hands it over.
+    /// write-behind buffer: frames that queue up while the socket is busy (up
+    /// to 32 KiB a connection) go out in one write, instead of one write per
+    /// frame (the h2 crate flushes after every large DATA frame). `false`
+    /// writes each frame as hyper hands it over.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
     pub h2_write_batching: bool,
 

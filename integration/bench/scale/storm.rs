@@ -94,8 +94,11 @@ fn paths(w: &World, i: usize) -> [String; 5] {
     ]
 }
 
-/// client-go's answer to 429: wait Retry-After (1 s if absent), try again.
-const RETRIES_429: usize = 30;
+/// client-go's answer to 429: wait Retry-After (1 s if absent), try again;
+/// its reflector never gives up, so a kubelet here tries for as long as a
+/// storm may last (SCALE_STORM_TIMEOUT's default, 900 s) rather than fail
+/// a kubelet client-go would have synced late.
+const RETRIES_429: usize = 900;
 
 async fn send(
     conn: &Sender,
