@@ -48,7 +48,13 @@ started_cluster=0
 bash "$scripts/cluster-up.sh" --check >/dev/null 2>&1 || started_cluster=1
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # The watchers first, watchmux (pids[0]) once they are gone: a watcher
+  # that saw watchmux stop first would report its stream ending and fail
+  # to resume it.
+  local i
+  for (( i = ${#pids[@]} - 1; i > 0; i-- )); do kill "${pids[i]}" 2>/dev/null || true; done
+  for (( i = ${#pids[@]} - 1; i > 0; i-- )); do wait "${pids[i]}" 2>/dev/null || true; done
+  if (( ${#pids[@]} > 0 )); then kill "${pids[0]}" 2>/dev/null || true; fi
   wait 2>/dev/null || true
   if [[ $started_cluster == 1 ]]; then bash "$scripts/cluster-down.sh" >/dev/null || true; fi
 }
@@ -87,9 +93,12 @@ for i in $(seq 1 "$WATCHERS"); do
     --path "/api/v1/namespaces/$ns/configmaps" --label "watcher-$i" --seconds 60 &
   pids+=($!)
 done
+# Its output prefixed through a process substitution, so that $! is kubectl
+# itself (a pipeline's $! is its last command: killing sed left kubectl
+# watching, and the cleanup waiting for it).
 "$root/.run/kubectl" --kubeconfig "$logs/kubeconfig" get configmaps -n "$ns" -w \
   -o jsonpath='{.metadata.name} round={.data.round}{"\n"}' \
-  | sed -u 's/^/[kubectl -w] /' &
+  > >(sed -u 's/^/[kubectl -w] /') &
 pids+=($!)
 sleep 2
 
