@@ -16,6 +16,10 @@
 #   SCALE_RESTART_CMD  how the storm restarts kube-apiserver under the synced
 #                 kubelets (default: cluster-up.sh --restart-apiserver; empty: none)
 #   SCALE_WATCHMUX_ARGS  more flags for the tier (an A/B of one setting)
+#   SCALE_SIDES   direct,watchmux (default); add nodelocal for side (c): the
+#                 first SCALE_NODE_LOCALS (20) kubelets behind node-local
+#                 watchmux processes in front of the tier, started with the
+#                 storm (integration/bench/scale/nodelocal.rs)
 #   and the SCALE_* knobs of integration/bench/scale/main.rs.
 #
 # The cluster: its own fresh start (the test cluster's state is replaced)
@@ -106,6 +110,12 @@ bench_env
 # The storm's last step restarts kube-apiserver under the synced kubelets
 # (SCALE_RESTART_CMD= for none).
 export SCALE_RESTART_CMD="${SCALE_RESTART_CMD-bash $scripts/cluster-up.sh --restart-apiserver >/dev/null}"
+# Side (c): the node-locals' upstream is the tier, over TLS as in the chart.
+if [[ ${SCALE_SIDES:-} == *nodelocal* ]]; then
+  sed "s|^    server: .*|    server: https://$listen|" "$root/.run/kubeconfig" > "$logs/nodelocal.kubeconfig"
+  export SCALE_NODE_LOCAL_BIN="$logs/watchmux" SCALE_NODE_LOCAL_KUBECONFIG="$logs/nodelocal.kubeconfig" \
+    SCALE_NODE_LOCAL_TLS="${tls[1]}:${tls[3]}" SCALE_NODE_LOCAL_LOGS="$logs"
+fi
 SCALE_PHASES="$phases" SCALE_WATCHMUX_BASE_RSS="$base_rss" BENCH_OUT="$logs/scale.json" \
   timeout --signal=INT --kill-after=10 "${SCALE_RUN_TIMEOUT:-5400}" "$logs/scale-bench" --bench ||
   echo "bench-scale: the run failed (exit $?); watchmux alive: $(kill -0 "$wm_pid" 2>/dev/null && echo yes || echo no)"

@@ -17,14 +17,17 @@
 //!   for none): both servers' CPU and whether every event arrived; then,
 //!   with `SCALE_RESTART_CMD`, kube-apiserver restarted under them: who lost
 //!   their watches, how long until they were synced again, what the new
-//!   kube-apiserver served and spent.
+//!   kube-apiserver served and spent. The storm's sides are (a) `direct`,
+//!   (b) `watchmux` (the tier) and (c) `nodelocal` ([`nodelocal`]: the
+//!   first nodes' kubelets behind node-local watchmux processes in front of
+//!   the tier, the rest simulated).
 //!
 //! Environment: `SCALE_NODES` (5000), `SCALE_PODS_PER_NODE` (30),
 //! `SCALE_SERVICES` (1000), `SCALE_NAMESPACES` (100, must divide the
 //! services), `SCALE_PER_NAMESPACE` (10 ConfigMaps and 10 Secrets),
 //! `SCALE_PHASES` (`load,memory,list,storm`), `SCALE_LOAD_IN_FLIGHT` (128),
 //! `SCALE_KUBELETS` (the nodes), `SCALE_STORM_MODES` (`watch-list,classic`),
-//! `SCALE_SIDES` (`direct,watchmux`), `SCALE_LIST_CLIENTS` (10),
+//! `SCALE_SIDES` (`direct,watchmux`; `nodelocal` too for side (c)), `SCALE_LIST_CLIENTS` (10),
 //! `SCALE_CONNECTS` (handshakes in flight, 512), `SCALE_WATCHMUX_BASE_RSS`
 //! (bytes of an empty watchmux, from the script), `SCALE_BASELINE` (where the
 //! load records kube-apiserver's memory before it), and the `WATCHMUX_BENCH_*`
@@ -39,6 +42,7 @@ mod common;
 mod biglist;
 mod churn;
 mod load;
+mod nodelocal;
 mod objects;
 mod sampler;
 mod storm;
@@ -216,6 +220,53 @@ async fn lists(api: &Api, sides: &[SideKind], clients: usize) -> anyhow::Result<
     Ok(Value::Array(out))
 }
 
+/// Where a storm's kubelets go: issue 28's sides (a), (b) and (c).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum StormSide {
+    Direct,
+    Tier,
+    /// The first nodes behind node-locals of their own in front of the tier.
+    NodeLocal,
+}
+
+impl std::str::FromStr for StormSide {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "direct" => Ok(StormSide::Direct),
+            "watchmux" => Ok(StormSide::Tier),
+            "nodelocal" => Ok(StormSide::NodeLocal),
+            other => bail!("SCALE_SIDES: {other:?} is direct, watchmux or nodelocal"),
+        }
+    }
+}
+
+impl StormSide {
+    fn name(self) -> &'static str {
+        match self {
+            StormSide::Direct => "direct",
+            StormSide::Tier => "watchmux",
+            StormSide::NodeLocal => "nodelocal",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            StormSide::Direct => "direct",
+            StormSide::Tier => "through watchmux",
+            StormSide::NodeLocal => "node-locals → watchmux",
+        }
+    }
+
+    /// The server the kubelets that have no node-local ask.
+    fn kind(self) -> SideKind {
+        match self {
+            StormSide::Direct => SideKind::Direct,
+            StormSide::Tier | StormSide::NodeLocal => SideKind::Watchmux,
+        }
+    }
+}
+
 /// Where a side's requests go and the pid of the process serving them.
 fn side_target(api: &Api, side: SideKind) -> anyhow::Result<(Target, u32)> {
     Ok(match side {
@@ -226,7 +277,7 @@ fn side_target(api: &Api, side: SideKind) -> anyhow::Result<(Target, u32)> {
     })
 }
 
-async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value> {
+async fn storms(api: &Api, w: World, sides: &[StormSide]) -> anyhow::Result<Value> {
     let kubelets: usize = env_or("SCALE_KUBELETS", w.nodes)?;
     let connects: usize = env_or("SCALE_CONNECTS", 512)?;
     let limit = Duration::from_secs(env_or("SCALE_STORM_TIMEOUT", 900)?);
@@ -254,17 +305,37 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
             other => bail!("SCALE_STORM_MODES: {other:?} is classic or watch-list"),
         };
         for &side in sides {
-            let (target, _) = side_target(api, side)?;
+            let (target, _) = side_target(api, side.kind())?;
+            let tiered = side != StormSide::Direct;
             let api_pid = api.apiserver_pid()?;
             let before = api.apiserver_metrics().await?;
             let watches0 = prom::sum(&before, "apiserver_longrunning_requests", &[("verb", "WATCH")]);
             let (api_cpu0, api_rss0) = (cpu_ticks(api_pid)?, rss_bytes(api_pid)?);
             let wm_cpu0 = wm_pid.map(cpu_ticks).transpose()?;
-            let wm_before = if side == SideKind::Watchmux { api.watchmux_metrics().await.ok() } else { None };
+            let wm_before = if tiered { api.watchmux_metrics().await.ok() } else { None };
             let api_peak = PeakRss::start(api_pid);
             let wm_peak = wm_pid.map(PeakRss::start);
-            let s = storm::Storm::start(w, target, mode, kubelets, connects);
+            // Side (c): the node-locals start cold at the storm's instant.
+            let mut locals = match side {
+                StormSide::NodeLocal => {
+                    Some(nodelocal::NodeLocals::start(&nodelocal::Config::from_env()?, &w, &target)?)
+                }
+                _ => None,
+            };
+            let local_targets = locals.as_ref().map(|l| l.targets.clone()).unwrap_or_default();
+            let s = storm::Storm::start(w, target, local_targets, mode, kubelets, connects);
             let all = s.wait_synced(limit).await;
+            let local = match &mut locals {
+                Some(l) => {
+                    let (p50, p99, max) = p50_p99_max(&s.tally.local_synced_ms.lock());
+                    let synced = s.tally.local_synced_ms.lock().len();
+                    let v = json!({"count": l.targets.len(), "alive": l.alive(), "synced": synced,
+                        "synced_ms": {"p50": p50, "p99": p99, "max": max}, "cpu_s": l.cpu_s(),
+                        "max_rss": l.max_rss(), "refused": s.tally.local_refused.load(Ordering::Relaxed)});
+                    v
+                }
+                None => Value::Null,
+            };
             let api_cpu = ticks_ms(cpu_ticks(api_pid)? - api_cpu0) / 1e3;
             let wm_cpu = match (wm_pid, wm_cpu0) {
                 (Some(p), Some(c0)) => Some(ticks_ms(cpu_ticks(p)? - c0) / 1e3),
@@ -279,7 +350,7 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
             // What the tier keeps once the storm is over and its kubelets sit
             // on their watches: the peak's transient buffers should be gone.
             let wm_settled = match wm_pid {
-                Some(p) if side == SideKind::Watchmux => {
+                Some(p) if tiered => {
                     tokio::time::sleep(SETTLE).await;
                     Some(rss_bytes(p)?)
                 }
@@ -334,6 +405,21 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
             if let Some(e) = t.first_error.lock().as_ref() {
                 println!("\n(first failure: {e})\n");
             }
+            if !local.is_null() {
+                let secs = |q: &str| local["synced_ms"][q].as_f64().unwrap_or(0.0) / 1e3;
+                println!(
+                    "\n({} node-locals, {} still running: their {} kubelets synced p50 / p99 / max {:.1} / {:.1} / {:.1} s, {} connections refused before they listened; the node-locals' CPU {:.1} s in all, the largest RSS {:.0} MiB)\n",
+                    local["count"],
+                    local["alive"],
+                    local["synced"],
+                    secs("p50"),
+                    secs("p99"),
+                    secs("max"),
+                    local["refused"],
+                    local["cpu_s"].as_f64().unwrap_or(0.0),
+                    local["max_rss"].as_f64().unwrap_or(0.0) / MIB
+                );
+            }
             let retries = t.watch_list_retries.load(Ordering::Relaxed);
             if retries > 0 {
                 println!(
@@ -360,7 +446,7 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
                 "apiserver_heap_inuse_after": heap, "apiserver_requests": served,
                 "apiserver_watches_before": watches0, "apiserver_watches_synced": watches,
                 "watchmux_cpu_s": wm_cpu, "watchmux_rss_peak": wm_peak, "watchmux_rss_settled": wm_settled,
-                "watchmux_reads": why}));
+                "watchmux_reads": why, "node_locals": local}));
             if !churn_for.is_zero() {
                 let (api_cpu0, wm_cpu0) = (cpu_ticks(api_pid)?, wm_pid.map(cpu_ticks).transpose()?);
                 let events0 = t.live_events.load(Ordering::Relaxed);
@@ -371,7 +457,7 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 let api_cpu = ticks_ms(cpu_ticks(api_pid)? - api_cpu0) / 1e3;
                 let wm_cpu = match (wm_pid, wm_cpu0) {
-                    (Some(p), Some(c0)) if side == SideKind::Watchmux => Some(ticks_ms(cpu_ticks(p)? - c0) / 1e3),
+                    (Some(p), Some(c0)) if tiered => Some(ticks_ms(cpu_ticks(p)? - c0) / 1e3),
                     _ => None,
                 };
                 let events = t.live_events.load(Ordering::Relaxed) - events0;
@@ -385,6 +471,9 @@ async fn storms(api: &Api, w: World, sides: &[SideKind]) -> anyhow::Result<Value
                 restarts.push(restart(api, w, &s, cmd, restart_window, mode, side, synced.len()).await?);
             }
             s.stop().await;
+            if let Some(l) = locals {
+                l.stop().await;
+            }
             // Let both servers tear the watches down before the next storm.
             tokio::time::sleep(Duration::from_secs(10)).await;
         }
@@ -458,7 +547,7 @@ async fn restart(
     cmd: &str,
     window: Duration,
     mode: storm::Mode,
-    side: SideKind,
+    side: StormSide,
     synced: usize,
 ) -> anyhow::Result<Value> {
     let t = &s.tally;
@@ -510,7 +599,12 @@ async fn main() -> anyhow::Result<()> {
         bail!("SCALE_NAMESPACES ({}) must divide SCALE_SERVICES ({})", w.namespaces, w.services);
     }
     let phases: Vec<String> = env_list("SCALE_PHASES", "load,memory,list,storm")?;
-    let sides: Vec<SideKind> = env_list("SCALE_SIDES", "direct,watchmux")?;
+    let sides: Vec<StormSide> = env_list("SCALE_SIDES", "direct,watchmux")?;
+    // The LISTs have no node-local side: a node-local caches its node's pods.
+    let list_sides: Vec<SideKind> = [SideKind::Direct, SideKind::Watchmux]
+        .into_iter()
+        .filter(|k| sides.iter().any(|s| *s != StormSide::NodeLocal && s.kind() == *k))
+        .collect();
     let api = Arc::new(Api::from_env()?);
     let baseline_path = std::env::var("SCALE_BASELINE").unwrap_or_else(|_| ".run/bench-scale/baseline.json".into());
     let mut result = json!({"scenario": "scale", "world": {"nodes": w.nodes, "pods": w.pods(),
@@ -534,7 +628,7 @@ async fn main() -> anyhow::Result<()> {
         result["memory"] = memory(&api, base_rss, &baseline).await?;
     }
     if phases.iter().any(|p| p == "list") {
-        result["lists"] = lists(&api, &sides, env_or("SCALE_LIST_CLIENTS", 10)?).await?;
+        result["lists"] = lists(&api, &list_sides, env_or("SCALE_LIST_CLIENTS", 10)?).await?;
     }
     if phases.iter().any(|p| p == "storm") {
         let mut storms = storms(&api, w, &sides).await?;

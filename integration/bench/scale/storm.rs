@@ -19,6 +19,11 @@
 //! kubelet fleet restarted at once would. A kubelet whose watch ends (its
 //! server restarted) syncs everything again; the time from the restart to
 //! that is its time to resynced.
+//!
+//! With node-locals (side (c), [`crate::nodelocal`]), the first kubelets
+//! each ask their own node-local watchmux, started at the same instant: until
+//! it listens, its kubelet's connection is refused and tried again, as a
+//! kubelet whose API endpoint is not up yet does.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -77,6 +82,10 @@ pub struct Tally {
     /// Watch-lists that ended in another ERROR event, after which the
     /// client listed and watched.
     pub watch_list_fallbacks: AtomicU64,
+    /// Of `synced_ms`, the kubelets behind a node-local of their own.
+    pub local_synced_ms: parking_lot::Mutex<Vec<f64>>,
+    /// Connections to a node-local refused (it was not listening yet).
+    pub local_refused: AtomicU64,
 }
 
 /// The five collections kubelet `i` syncs.
@@ -251,6 +260,8 @@ async fn list_then_watch(
 struct Fleet {
     w: World,
     target: Target,
+    /// Kubelet i < `local.len()` asks `local[i]` (its node-local) instead.
+    local: Vec<Target>,
     mode: Mode,
     /// Bounds the TCP+TLS handshakes in flight.
     connects: Semaphore,
@@ -265,22 +276,35 @@ struct Fleet {
 const RESYNC_ATTEMPTS: usize = 600;
 const RESYNC_PAUSE: Duration = Duration::from_millis(500);
 
+/// How often, and how far apart, a kubelet tries its node-local's port
+/// before the node-local listens (at most a minute: its start is a few ms).
+const LOCAL_CONNECT_ATTEMPTS: usize = 600;
+const LOCAL_CONNECT_PAUSE: Duration = Duration::from_millis(100);
+
+/// The connection was refused: nothing listens on the port (yet).
+fn refused(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+    })
+}
+
 /// One kubelet: synced (or failed), then holding its watches until `stop`;
 /// when one of them ends (its server restarted), it connects and syncs
 /// everything again, as a reflector relists after its watch fails with a
 /// version the new server no longer has.
 async fn kubelet(i: usize, f: Arc<Fleet>) {
     let (tally, stop) = (&f.tally, &f.stop);
+    let target = f.local.get(i).unwrap_or(&f.target);
     let mut attempts = 0;
     let mut first = true;
     loop {
         let synced = async {
             let conn = {
                 let _p = f.connects.acquire().await?;
-                f.target.connect(Shape::H2).await?
+                target.connect(Shape::H2).await?
             };
             let bodies =
-                try_join_all(paths(&f.w, i).iter().map(|p| sync_one(&conn, &f.target, p, f.mode, tally, stop))).await?;
+                try_join_all(paths(&f.w, i).iter().map(|p| sync_one(&conn, target, p, f.mode, tally, stop))).await?;
             anyhow::Ok((conn, bodies))
         };
         let (_conn, bodies) = match tokio::select! {
@@ -288,6 +312,12 @@ async fn kubelet(i: usize, f: Arc<Fleet>) {
             r = synced => r,
         } {
             Ok(x) => x,
+            Err(e) if first && i < f.local.len() && refused(&e) && attempts < LOCAL_CONNECT_ATTEMPTS => {
+                tally.local_refused.fetch_add(1, Ordering::Relaxed);
+                attempts += 1;
+                tokio::time::sleep(LOCAL_CONNECT_PAUSE).await;
+                continue;
+            }
             Err(e) if first => {
                 tally.failed.fetch_add(1, Ordering::Relaxed);
                 tally.first_error.lock().get_or_insert_with(|| format!("kubelet {i}: {e:#}"));
@@ -304,7 +334,11 @@ async fn kubelet(i: usize, f: Arc<Fleet>) {
             }
         };
         if first {
-            tally.synced_ms.lock().push(f.t0.elapsed().as_secs_f64() * 1e3);
+            let ms = f.t0.elapsed().as_secs_f64() * 1e3;
+            tally.synced_ms.lock().push(ms);
+            if i < f.local.len() {
+                tally.local_synced_ms.lock().push(ms);
+            }
             tally.synced_nodes.lock().insert(i);
         } else if let Some(at) = *tally.restarted_at.lock() {
             tally.resynced_ms.lock().push(at.elapsed().as_secs_f64() * 1e3);
@@ -341,11 +375,13 @@ pub struct Storm {
 
 impl Storm {
     /// Releases `kubelets` clients at once; `connects` bounds the TCP+TLS
-    /// handshakes in flight (a listen backlog, not a pacing).
-    pub fn start(w: World, target: Target, mode: Mode, kubelets: usize, connects: usize) -> Self {
+    /// handshakes in flight (a listen backlog, not a pacing). Kubelet i asks
+    /// `local[i]` where there is one, `target` otherwise.
+    pub fn start(w: World, target: Target, local: Vec<Target>, mode: Mode, kubelets: usize, connects: usize) -> Self {
         let fleet = Arc::new(Fleet {
             w,
             target,
+            local,
             mode,
             connects: Semaphore::new(connects),
             t0: Instant::now(),
