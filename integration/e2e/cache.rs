@@ -651,17 +651,25 @@ async fn node_selected_lists_and_watches_match_the_api_server() {
     create_namespace(&direct, &ns).await;
     let (n1, n2) = (format!("{ns}-n1"), format!("{ns}-n2"));
     let pods = format!("/api/v1/namespaces/{ns}/pods");
-    // The last pod's version: the cache holds it once warm. (A LIST's version
-    // would not do: it is etcd's revision, which other tests' writes move past
-    // the last pod event, and a version the cache has not reached passes through.)
-    let mut rv = String::new();
-    for i in 0..7 {
-        let node = if i % 2 == 0 { &n1 } else { &n2 };
-        let created = direct_json(&direct, http::Method::POST, &pods, pod(&format!("p{i}"), node)).await;
-        rv = created["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let create = |i: usize| {
+        let (direct, pods) = (&direct, &pods);
+        let node = if i % 2 == 0 { n1.clone() } else { n2.clone() };
+        async move {
+            let created = direct_json(direct, http::Method::POST, pods, pod(&format!("p{i}"), &node)).await;
+            created["metadata"]["resourceVersion"].as_str().unwrap().to_owned()
+        }
+    };
+    for i in 0..6 {
+        create(i).await;
     }
     let wm = Watchmux::start(&cluster, &["--cache-resources", "pods", "--cache-warm"]).await;
     wait_initialized(wm.admin, "pods", 1.0).await;
+    // The version the lists and watches start from: the last pod's, created
+    // after the cache listed, so inside its history. (A pod created before
+    // would not do: any write in between, another test's or a lease renewal,
+    // puts the cache's LIST past it, and a watch from a version older than
+    // the cache's history gets 410, as from a freshly started kube-apiserver.)
+    let rv = create(6).await;
 
     // Pages of one node's pods, not older than that version (served from the cache's kept state).
     let names = |v: &serde_json::Value| -> Vec<String> {
