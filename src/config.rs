@@ -76,6 +76,18 @@ pub struct Args {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
     pub upstream_gzip_lists: bool,
 
+    /// Take each cache's full list (the first, and relists) as a
+    /// watch-list, one watch whose initial events are the state and which
+    /// goes on as the cache's watch, as client-go does since v1.35, instead
+    /// of a paginated consistent LIST. For a watchmux in front of another
+    /// (a node-local in front of a tier): the tier serves a watch-list from
+    /// its cache, where a consistent LIST it cannot prove current at once
+    /// passes through to kube-apiserver. An upstream that serves no
+    /// watch-lists (400/422, or no end of its initial events) is listed in
+    /// pages instead.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set)]
+    pub upstream_watch_list: bool,
+
     /// How long a TCP connection to the upstream may take to open.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub upstream_connect_timeout: Duration,
@@ -346,6 +358,7 @@ impl Args {
         crate::upstream::UpstreamOptions {
             http1_only: self.upstream_http1_only,
             gzip_lists: self.upstream_gzip_lists,
+            watch_list: self.upstream_watch_list,
             timeouts: crate::upstream::UpstreamTimeouts {
                 connect: self.upstream_connect_timeout,
                 tls_handshake: self.upstream_tls_handshake_timeout,

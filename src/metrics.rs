@@ -120,6 +120,9 @@ pub(crate) const CACHE_CONSISTENCY_CHECKS: &str = "watchmux_cache_consistency_ch
 pub(crate) const CACHE_CONSISTENCY_CHECK_DURATION: &str = "watchmux_cache_consistency_check_duration_seconds";
 /// Upstream relists after the first, by resource and cause.
 pub(crate) const UPSTREAM_RELISTS: &str = "watchmux_upstream_relists_total";
+/// Full lists that gave a cache its state, by resource and form
+/// (`watch_list`, `pages`).
+pub(crate) const UPSTREAM_LISTS: &str = "watchmux_upstream_lists_total";
 
 /// Requests refused by a limit before any work was done, by limit
 /// (`inflight` 429, `connections` 429, `body_size` 413).
@@ -383,6 +386,10 @@ fn describe() {
     describe_counter!(
         UPSTREAM_RELISTS,
         "Upstream relists after the initial list, by resource and cause (expired: the upstream answered 410; inconsistent: a consistency check found the cache different)."
+    );
+    describe_counter!(
+        UPSTREAM_LISTS,
+        "Full upstream lists that gave a cache its state (the first and every relist), by resource and form (watch_list: --upstream-watch-list; pages: a paginated consistent LIST)."
     );
     describe_counter!(
         CACHE_CONSISTENCY_CHECKS,

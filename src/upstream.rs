@@ -131,6 +131,8 @@ pub struct UpstreamOptions {
     pub http1_only: bool,
     /// Ask for gzip on watchmux's own LISTs (`--upstream-gzip-lists`).
     pub gzip_lists: bool,
+    /// Take a cache's full lists as watch-lists (`--upstream-watch-list`).
+    pub watch_list: bool,
     /// How long each step of a request may take (`--upstream-*-timeout`).
     pub timeouts: UpstreamTimeouts,
 }
@@ -271,6 +273,8 @@ pub struct Upstream {
     health: HealthCell,
     /// Whether watchmux's own LISTs ask for gzip.
     gzip_lists: bool,
+    /// Whether a cache's full lists are watch-lists.
+    watch_list: bool,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -320,7 +324,13 @@ impl Upstream {
             credentials: CredentialSource::new(&cfg.auth, cfg)?,
             health: HealthCell::default(),
             gzip_lists: opts.gzip_lists,
+            watch_list: opts.watch_list,
         })
+    }
+
+    /// Whether a cache's full lists are watch-lists (`--upstream-watch-list`).
+    pub(crate) fn watch_list(&self) -> bool {
+        self.watch_list
     }
 
     /// Whether watchmux's own LISTs ask for gzip (`--upstream-gzip-lists`).

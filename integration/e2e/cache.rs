@@ -765,6 +765,72 @@ async fn node_selected_lists_and_watches_match_the_api_server() {
     assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &["resource=\"pods\""]).await, 2.0);
 }
 
+/// A node-local watchmux in front of a tier (the chart's tree) with
+/// `--upstream-watch-list`: its node's pods come from the tier's cache as
+/// one watch-list, no LIST of pods reaches the tier, and that same watch
+/// goes on: a pod bound to the node later reaches the node-local's
+/// watchers, and what the node-local serves is what kube-apiserver does.
+#[tokio::test]
+async fn a_node_local_behind_a_tier_takes_its_state_as_a_watch_list() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let ns = namespace("wlist");
+    create_namespace(&direct, &ns).await;
+    let (n1, n2) = (format!("{ns}-n1"), format!("{ns}-n2"));
+    let pods = format!("/api/v1/namespaces/{ns}/pods");
+    for (name, node) in [("a", &n1), ("b", &n2), ("c", &n1)] {
+        direct_json(&direct, http::Method::POST, &pods, pod(name, node)).await;
+    }
+    let tier = Watchmux::start(&cluster, &["--cache-resources", "pods", "--cache-warm"]).await;
+    wait_initialized(tier.admin, "pods", 1.0).await;
+    let scope = format!("pods=fieldSelector=spec.nodeName={n1}");
+    let local = Watchmux::start_with_kubeconfig(
+        &cluster,
+        &tier.kubeconfig,
+        &["--cache-resources", "pods", "--cache-scope", &scope, "--cache-warm", "--upstream-watch-list=true"],
+    )
+    .await;
+    wait_initialized(local.admin, "pods", 1.0).await;
+    let lists = |form: &'static str| {
+        let admin = local.admin;
+        async move {
+            let form = format!("form=\"{form}\"");
+            watchmux_metric_sum(admin, "watchmux_upstream_lists_total", &["resource=\"pods\"", &form]).await
+        }
+    };
+    assert_eq!((lists("watch_list").await, lists("pages").await), (1.0, 0.0), "{}", local.log());
+    assert_eq!(
+        watchmux_metric_sum(tier.admin, "watchmux_cache_list_total", &["resource=\"pods\""]).await,
+        0.0,
+        "the node-local listed no pods through the tier"
+    );
+    assert!(watchmux_metric_sum(tier.admin, "watchmux_cache_watch_total", &["resource=\"pods\""]).await >= 1.0);
+
+    // What it holds is the API server's answer for that node.
+    let on_n1 = format!("{pods}?fieldSelector=spec.nodeName%3D{n1}");
+    let names = |body: &[u8]| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+        v["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect()
+    };
+    let (code, via) = read(get(local.addr, &format!("{on_n1}&resourceVersion=0")).await).await;
+    assert_eq!(code, 200);
+    let (_, dir) = get_direct(&direct, &on_n1).await;
+    assert_eq!(names(&via), names(&dir));
+    assert_eq!(names(&via), ["a", "c"]);
+
+    // The watch-list's watch goes on: a later pod on n1 reaches a watcher.
+    let v: serde_json::Value = serde_json::from_slice(&via).unwrap();
+    let rv = v["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(pump_watch(get(local.addr, &format!("{on_n1}&watch=1&resourceVersion={rv}")).await, tx));
+    direct_json(&direct, http::Method::POST, &pods, pod("d", &n2)).await;
+    direct_json(&direct, http::Method::POST, &pods, pod("e", &n1)).await;
+    let got = take(&mut rx, 1).await;
+    assert_eq!((got[0].kind.as_str(), got[0].name.as_str()), ("ADDED", "e"));
+    assert_eq!(lists("watch_list").await, 1.0, "one watch-list, no relist");
+}
+
 /// With --cache-warm, an upstream that is down at start-up delays
 /// readiness, not forever: warming is retried until the caches are synced.
 #[tokio::test]

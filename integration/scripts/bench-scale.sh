@@ -19,7 +19,9 @@
 #   SCALE_SIDES   direct,watchmux (default); add nodelocal for side (c): the
 #                 first SCALE_NODE_LOCALS (20) kubelets behind node-local
 #                 watchmux processes in front of the tier, started with the
-#                 storm (integration/bench/scale/nodelocal.rs)
+#                 storm (integration/bench/scale/nodelocal.rs); they take
+#                 watch-lists as the chart's tree does, SCALE_NODE_LOCAL_WATCH_LIST=0
+#                 paginated consistent LISTs
 #   and the SCALE_* knobs of integration/bench/scale/main.rs.
 #
 # The cluster: its own fresh start (the test cluster's state is replaced)

@@ -73,7 +73,8 @@
 #   - the tree (nodeLocal.tier.server): watchmux's --kubeconfig is the chart's
 #     tree kubeconfig (the tier, its CA, the kubelet's own certificate), in a
 #     ConfigMap for the DaemonSet and a host file the installer writes for
-#     the static pod; the kubelet's kubeconfig is not mounted; its refusals
+#     the static pod; the kubelet's kubeconfig is not mounted; it takes
+#     watch-lists (--upstream-watch-list), and no other case does; its refusals
 #     (no CA, not https, a Service name for the static pod, not delegated
 #     with the kubelet's credentials).
 # With a kubeconfig (the test cluster's .run/kubeconfig, a real kube-apiserver):
@@ -1012,8 +1013,8 @@ tree_check() {  # <case> <kubeconfig path> <expected server> <CA path> <tls-serv
     kc="$(yq -r 'select(.kind == "ConfigMap" and (.metadata.name | endswith("-tier-upstream"))) | .data.kubeconfig' "$tmp/$name.yaml")"
   fi
   local got want
-  got="$(jq -r '[.args[] | select(startswith("--kubeconfig="))] | join(" ")' <<<"$c") $(yq -r '"\(.clusters[0].cluster.server) \(.clusters[0].cluster["certificate-authority"]) \(.clusters[0].cluster["tls-server-name"] // "-") \(.users[0].user["client-certificate"])"' <<<"$kc")"
-  want="--kubeconfig=$path $server $ca $sni /var/lib/kubelet/pki/kubelet-client-current.pem"
+  got="$(jq -r '[.args[] | select(startswith("--kubeconfig=") or startswith("--upstream-watch-list"))] | join(" ")' <<<"$c") $(yq -r '"\(.clusters[0].cluster.server) \(.clusters[0].cluster["certificate-authority"]) \(.clusters[0].cluster["tls-server-name"] // "-") \(.users[0].user["client-certificate"])"' <<<"$kc")"
+  want="--kubeconfig=$path --upstream-watch-list=true $server $ca $sni /var/lib/kubelet/pki/kubelet-client-current.pem"
   if [[ $got == "$want" ]] && jq -e '.volumeMounts | map(select(.mountPath == "/etc/kubernetes/kubelet.conf")) | length == 0' <<<"$c" >/dev/null; then
     say "ok   tree $name: $got; the kubelet's own kubeconfig not mounted"
   else
@@ -1022,6 +1023,20 @@ tree_check() {  # <case> <kubeconfig path> <expected server> <CA path> <tls-serv
 }
 tree_check nodelocal-tree /etc/watchmux/tier/kubeconfig https://watchmux-tier.watchmux.svc:443 /etc/watchmux/tier-ca/ca.crt -
 tree_check nodelocal-staticpod-tree /etc/kubernetes/watchmux/upstream.conf https://10.0.0.10:443 /etc/kubernetes/watchmux/tier-ca/ca.crt watchmux-tier.watchmux.svc
+# Watch-lists by default only in the tree: a tier serves them from its cache;
+# kube-apiserver serves a consistent LIST from its own.
+watch_listers="" tree_cases=""
+for f in "$tmp"/*.yaml; do
+  name="$(basename "$f" .yaml)"
+  IFS=$'\t' read -r _ c < <(container_json "$f") || continue
+  if [[ $name == *-tree || $name == *-tree-* ]]; then tree_cases+=" $name"; fi
+  if jq -e '.args | index("--upstream-watch-list=true")' <<<"$c" >/dev/null 2>&1; then watch_listers+=" $name"; fi
+done
+if [[ -n $tree_cases && $watch_listers == "$tree_cases" ]]; then
+  say "ok   --upstream-watch-list only in the tree:$watch_listers"
+else
+  fail "--upstream-watch-list rendered in [$watch_listers ], want the tree cases [$tree_cases ] alone"
+fi
 if [[ -s $tmp/nodelocal-tree.yaml && $(yq -r 'select(.kind == "DaemonSet") | .spec.template.spec.dnsPolicy' "$tmp/nodelocal-tree.yaml") != ClusterFirstWithHostNet ]]; then
   fail "tree nodelocal-tree: a Service name as the tier needs cluster DNS (dnsPolicy ClusterFirstWithHostNet)"
 fi

@@ -2,8 +2,10 @@
 //!
 //! - [`reflector`]: the list+watch state machine; the only holder of a cache's writer.
 //! - [`upstream_watch`]: the upstream's list and watch responses, read in one place.
+//! - [`watch_list`]: the full list taken as a watch-list, where the upstream serves one.
 
 pub(crate) mod cbor_probe;
 pub(crate) mod reflector;
 pub(crate) mod schema_check;
 pub(crate) mod upstream_watch;
+pub(crate) mod watch_list;

@@ -280,6 +280,16 @@ with the cache off or with "*" (which watchmux resolves by discovery). */}}
 {{- else if has $name (include "watchmux.cachedResources" $ | fromYamlArray) }}true{{ end }}
 {{- end }}
 
+{{/* "true" for --upstream-watch-list: upstream.watchList, or by default when
+a nodeLocal watchmux's upstream is a tier (the tree). */}}
+{{- define "watchmux.upstreamWatchList" -}}
+{{- if kindIs "bool" .Values.upstream.watchList }}
+{{- if .Values.upstream.watchList }}true{{ end }}
+{{- else }}
+{{- include "watchmux.tree" . }}
+{{- end }}
+{{- end }}
+
 {{/* "true" for --cache-warm: cache.warm, or by default in nodeLocal and tier. */}}
 {{- define "watchmux.cacheWarm" -}}
 {{- if .Values.cache.enabled }}
@@ -490,6 +500,9 @@ current-context: watchmux-tier
 {{- end }}
 {{- if .Values.upstream.http1Only }}
 - --upstream-http1-only
+{{- end }}
+{{- if include "watchmux.upstreamWatchList" . }}
+- --upstream-watch-list=true
 {{- end }}
 - --log-format={{ .Values.logFormat }}
 - --shutdown-grace={{ .Values.shutdownGrace }}

@@ -329,7 +329,7 @@ async fn storms(api: &Api, w: World, sides: &[StormSide]) -> anyhow::Result<Valu
                 Some(l) => {
                     let (p50, p99, max) = p50_p99_max(&s.tally.local_synced_ms.lock());
                     let synced = s.tally.local_synced_ms.lock().len();
-                    let v = json!({"count": l.targets.len(), "alive": l.alive(), "synced": synced,
+                    let v = json!({"count": l.targets.len(), "watch_list": l.watch_list, "alive": l.alive(), "synced": synced,
                         "synced_ms": {"p50": p50, "p99": p99, "max": max}, "cpu_s": l.cpu_s(),
                         "max_rss": l.max_rss(), "refused": s.tally.local_refused.load(Ordering::Relaxed)});
                     v
@@ -408,8 +408,9 @@ async fn storms(api: &Api, w: World, sides: &[StormSide]) -> anyhow::Result<Valu
             if !local.is_null() {
                 let secs = |q: &str| local["synced_ms"][q].as_f64().unwrap_or(0.0) / 1e3;
                 println!(
-                    "\n({} node-locals, {} still running: their {} kubelets synced p50 / p99 / max {:.1} / {:.1} / {:.1} s, {} connections refused before they listened; the node-locals' CPU {:.1} s in all, the largest RSS {:.0} MiB)\n",
+                    "\n({} node-locals ({}), {} still running: their {} kubelets synced p50 / p99 / max {:.1} / {:.1} / {:.1} s, {} connections refused before they listened; the node-locals' CPU {:.1} s in all, the largest RSS {:.0} MiB)\n",
                     local["count"],
+                    if local["watch_list"] == true { "watch-lists" } else { "paginated LISTs" },
                     local["alive"],
                     local["synced"],
                     secs("p50"),

@@ -19,7 +19,9 @@
 //! `SCALE_NODE_LOCAL_TLS` (`cert:key` it serves with), `SCALE_NODE_LOCALS`,
 //! `SCALE_NODE_LOCAL_PORT` (18000: node-local i listens on port + 2i, its
 //! admin listener on port + 2i + 1), `SCALE_NODE_LOCAL_LOGS` (a directory
-//! for their logs).
+//! for their logs), `SCALE_NODE_LOCAL_WATCH_LIST` (1: they take their lists
+//! as watch-lists, `--upstream-watch-list`, as the chart's tree does; 0: as
+//! paginated consistent LISTs, for the comparison).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,6 +43,7 @@ pub struct Config {
     pub count: usize,
     port: u16,
     logs: PathBuf,
+    watch_list: bool,
 }
 
 impl Config {
@@ -55,6 +58,7 @@ impl Config {
             count: env_or("SCALE_NODE_LOCALS", 20)?,
             port: env_or("SCALE_NODE_LOCAL_PORT", 18000)?,
             logs: std::env::var("SCALE_NODE_LOCAL_LOGS").unwrap_or_else(|_| ".run/bench-scale".into()).into(),
+            watch_list: env_or("SCALE_NODE_LOCAL_WATCH_LIST", 1u8)? != 0,
         })
     }
 }
@@ -63,6 +67,8 @@ impl Config {
 pub struct NodeLocals {
     children: Vec<tokio::process::Child>,
     pids: Vec<u32>,
+    /// Whether they take their lists as watch-lists.
+    pub watch_list: bool,
     /// Where kubelet i (i < the count) connects: its own node-local.
     pub targets: Vec<Target>,
 }
@@ -90,6 +96,7 @@ impl NodeLocals {
                 .arg(format!("--cache-scope=pods=fieldSelector=spec.nodeName={node}"))
                 .arg(format!("--cache-scope=nodes=fieldSelector=metadata.name={node}"))
                 .arg("--cache-warm")
+                .arg(format!("--upstream-watch-list={}", cfg.watch_list))
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log)
@@ -100,7 +107,7 @@ impl NodeLocals {
             children.push(child);
             targets.push(Target::Proxy { addr, tls: tls.clone() });
         }
-        Ok(Self { children, pids, targets })
+        Ok(Self { children, pids, watch_list: cfg.watch_list, targets })
     }
 
     /// Their CPU so far, seconds, summed.

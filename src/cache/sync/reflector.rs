@@ -2,7 +2,9 @@
 //! server through one list+watch.
 //!
 //! An explicit state machine, as kube-runtime's watcher is:
-//! `Listing` (a paginated, consistent LIST) → `Watching` (a watch with
+//! `Listing` (a paginated, consistent LIST, or with `--upstream-watch-list`
+//! a watch-list whose watch goes on as the first `Watching`: `watch_list`)
+//! → `Watching` (a watch with
 //! bookmarks from the last version) → on a normal end, `Watching` again from
 //! where it stopped; on `410 Gone`, `Listing` again (a relist whose difference
 //! reaches watchers as ordinary events); on any other failure, `BackingOff`
@@ -13,6 +15,7 @@
 //! end as the API server ends them, and the registry forgets it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http::StatusCode;
@@ -21,7 +24,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::super::resource::Writer;
-use super::upstream_watch::{LineEnd, ListPage, Opened, ReflectorError, StreamEnd, get_list, open_watch, watch_params};
+use super::upstream_watch::{
+    LineEnd, ListPage, Opened, ReflectorError, StreamEnd, WatchLines, get_list, open_watch, watch_params,
+};
+use super::watch_list::{self, WatchListError};
 use crate::cache::content::ProtobufAvailability;
 use crate::cache::state::object::CachedObject;
 use crate::cache::state::store::Objects;
@@ -93,11 +99,31 @@ pub(crate) struct Reflector {
     /// checked once (a list checks it beside itself; a resumed watch
     /// has no list): protobuf stays as the table says until then.
     schema_checked: bool,
+    /// Whether full lists are watch-lists: `--upstream-watch-list`, until
+    /// the upstream shows it serves none.
+    watch_list: AtomicBool,
+    /// The watch a watch-list goes on as, for the `Watching` after it.
+    opened: Option<WatchLines>,
+}
+
+/// A full list's state and version; a watch-list's watch too.
+struct Initial {
+    objects: Objects,
+    rv: u64,
+    stream: Option<WatchLines>,
+}
+
+impl Initial {
+    /// The `form` label of `watchmux_upstream_lists_total`.
+    fn form(&self) -> &'static str {
+        if self.stream.is_some() { "watch_list" } else { "pages" }
+    }
 }
 
 impl Reflector {
     pub(crate) fn new(cache: Writer, upstream: Arc<Upstream>, schemas: Arc<SchemaChecker>) -> Self {
-        Self { cache, upstream, schemas, failures: 0, started: false, schema_checked: true }
+        let watch_list = AtomicBool::new(upstream.watch_list());
+        Self { cache, upstream, schemas, failures: 0, started: false, schema_checked: true, watch_list, opened: None }
     }
 
     /// Runs until `stop` is cancelled, from the first list.
@@ -140,7 +166,7 @@ impl Reflector {
                 // So is whether the upstream serves CBOR (`cbor_probe`).
                 let info = &self.cache.cache().shape.info;
                 let (listed, schema, cbor) = tokio::join!(
-                    self.list_all(),
+                    self.initial_list(),
                     self.schemas.check(&self.upstream, info),
                     cbor_probe::probe(&self.upstream, info)
                 );
@@ -151,9 +177,13 @@ impl Reflector {
                     tracing::info!(resource = %label, ?cbor, "learned whether the upstream serves CBOR");
                 }
                 match listed {
-                    Ok((objects, rv)) => {
+                    Ok(initial) => {
+                        metrics::counter!(m::UPSTREAM_LISTS, "resource" => label.clone(), "form" => initial.form())
+                            .increment(1);
+                        let Initial { objects, rv, stream } = initial;
                         let count = objects.len();
                         self.cache.replace(objects, rv);
+                        self.opened = stream;
                         self.cache.set_relisting(false);
                         self.cache.set_initial_list_failing(false);
                         metrics::counter!(m::CACHE_INITIALIZATIONS, "resource" => label.clone()).increment(1);
@@ -266,6 +296,31 @@ impl Reflector {
         ReflectorState::BackingOff { delay, next: Box::new(next) }
     }
 
+    /// Everything in scope: a watch-list where the upstream serves them and
+    /// `--upstream-watch-list` asks for them, a paginated LIST otherwise.
+    async fn initial_list(&self) -> Result<Initial, ReflectorError> {
+        if self.watch_list.load(Ordering::Relaxed) {
+            let cache = self.cache.cache();
+            let timeout = rand::rng().random_range(300..600);
+            let uri = cache.collection_uri(&watch_list::params(timeout));
+            match watch_list::watch_list(&self.upstream, uri, &cache.shape, cache.label()).await {
+                Ok(listed) => {
+                    if self.cache.set_warnings(listed.stream.headers()) {
+                        tracing::info!(resource = %cache.label(), warnings = ?listed.stream.headers().get_all(http::header::WARNING), "the API server's warnings for this resource changed");
+                    }
+                    return Ok(Initial { objects: listed.objects, rv: listed.rv, stream: Some(listed.stream) });
+                }
+                Err(WatchListError::Failed(err)) => return Err(err),
+                Err(WatchListError::Unsupported(why)) => {
+                    tracing::warn!(resource = %cache.label(), why = %why, "the upstream serves no watch-list; listing in pages from now on");
+                    self.watch_list.store(false, Ordering::Relaxed);
+                }
+            }
+        }
+        let (objects, rv) = self.list_all().await?;
+        Ok(Initial { objects, rv, stream: None })
+    }
+
     /// A paginated, consistent LIST of everything in scope.
     async fn list_all(&self) -> Result<(Objects, u64), ReflectorError> {
         let cache = self.cache.cache();
@@ -310,11 +365,16 @@ impl Reflector {
         }
     }
 
-    /// One upstream watch from `rv`, applied to the cache until it ends.
+    /// One upstream watch from `rv`, applied to the cache until it ends:
+    /// the watch-list's that brought the cache to `rv`, or a new one.
     async fn watch_once(&mut self, mut rv: u64) -> WatchEnd {
         let cache = self.cache.cache().clone();
         let timeout = rand::rng().random_range(300..600);
-        let mut stream = match open_watch(&self.upstream, cache.collection_uri(&watch_params(rv, timeout))).await {
+        let opened = match self.opened.take() {
+            Some(stream) => Opened::Streaming(stream),
+            None => open_watch(&self.upstream, cache.collection_uri(&watch_params(rv, timeout))).await,
+        };
+        let mut stream = match opened {
             Opened::Streaming(stream) => {
                 // The upstream holds every change after `rv`: a cache loaded
                 // from disk at `rv` is in step with it from here on.

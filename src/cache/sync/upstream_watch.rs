@@ -42,6 +42,8 @@ pub(crate) enum ReflectorError {
     Decode(#[source] serde_json::Error),
     #[error("the upstream list's resourceVersion {0:?} is not a number")]
     ListVersion(String),
+    #[error("the upstream watch-list ended before its initial events did: {0}")]
+    WatchList(String),
 }
 
 #[derive(Deserialize)]
@@ -52,16 +54,35 @@ struct WatchLine<'a> {
     object: &'a RawValue,
 }
 
+/// An ERROR event's Status: its code is all the reader needs.
 #[derive(Deserialize)]
-struct StatusOrMeta {
+struct ErrorStatus {
     #[serde(default)]
     code: Option<u16>,
-    #[serde(default)]
-    metadata: Option<ListMeta>,
 }
 
-/// The metadata watchmux reads of an upstream list (and of a bookmark's
-/// object, which carries only its version): one type for every reader.
+/// A bookmark's object: its version, and whether it ends a watch-list's
+/// initial events (the `k8s.io/initial-events-end` annotation).
+#[derive(Deserialize)]
+struct BookmarkObject {
+    #[serde(default)]
+    metadata: BookmarkMeta,
+}
+
+#[derive(Deserialize, Default)]
+struct BookmarkMeta {
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: String,
+    #[serde(default)]
+    annotations: Option<std::collections::HashMap<String, String>>,
+}
+
+/// The annotation the API server puts on the bookmark that ends a
+/// watch-list's initial events.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// The metadata watchmux reads of an upstream list: one type for every
+/// reader.
 #[derive(Debug, Deserialize, Default)]
 pub(crate) struct ListMeta {
     #[serde(default, rename = "resourceVersion")]
@@ -115,6 +136,9 @@ pub(crate) enum Line {
     Event(EventType, Bytes),
     /// Nothing changed up to this version.
     Bookmark(u64),
+    /// A watch-list's initial events are complete at this version (a
+    /// bookmark too: to a watch that started elsewhere, only that).
+    InitialEventsEnd(u64),
 }
 
 /// Why a watch line ends the watch.
@@ -137,16 +161,18 @@ pub(crate) fn parse_line(line: &Bytes) -> Result<Line, LineEnd> {
         "MODIFIED" => EventType::Modified,
         "DELETED" => EventType::Deleted,
         "BOOKMARK" => {
-            let meta: StatusOrMeta = serde_json::from_slice(&raw).map_err(|e| LineEnd::Failed(e.to_string()))?;
+            let bookmark: BookmarkObject = serde_json::from_slice(&raw).map_err(|e| LineEnd::Failed(e.to_string()))?;
+            let meta = bookmark.metadata;
             let rv = meta
-                .metadata
-                .and_then(|m| m.resource_version.parse().ok())
-                .ok_or_else(|| LineEnd::Failed("bookmark without resourceVersion".into()))?;
-            return Ok(Line::Bookmark(rv));
+                .resource_version
+                .parse()
+                .map_err(|_| LineEnd::Failed("bookmark without resourceVersion".into()))?;
+            let ends_initial_events =
+                meta.annotations.as_ref().and_then(|a| a.get(INITIAL_EVENTS_END)).is_some_and(|v| v == "true");
+            return Ok(if ends_initial_events { Line::InitialEventsEnd(rv) } else { Line::Bookmark(rv) });
         }
         "ERROR" => {
-            let status: StatusOrMeta =
-                serde_json::from_slice(&raw).unwrap_or(StatusOrMeta { code: None, metadata: None });
+            let status: ErrorStatus = serde_json::from_slice(&raw).unwrap_or(ErrorStatus { code: None });
             return Err(if status.code == Some(410) {
                 LineEnd::Expired
             } else {
@@ -163,7 +189,7 @@ pub(crate) fn parse_line(line: &Bytes) -> Result<Line, LineEnd> {
 pub(crate) fn decode_line(shape: &ObjectShape, line: Line) -> Result<Option<Change>, LineEnd> {
     match line {
         Line::Blank => Ok(None),
-        Line::Bookmark(rv) => Ok(Some(Change::Bookmark(rv))),
+        Line::Bookmark(rv) | Line::InitialEventsEnd(rv) => Ok(Some(Change::Bookmark(rv))),
         Line::Event(kind, raw) => {
             // The start of the event's fan-out time: decoding is watchmux's work too.
             let arrived = std::time::Instant::now();
@@ -174,7 +200,8 @@ pub(crate) fn decode_line(shape: &ObjectShape, line: Line) -> Result<Option<Chan
 }
 
 /// One watch line read as the writer reads it: [`parse_line`] then
-/// [`decode_line`].
+/// [`decode_line`] (the fuzz tests feed the writer lines so).
+#[cfg(test)]
 pub(crate) fn read_line(shape: &ObjectShape, line: &Bytes) -> Result<Option<Change>, LineEnd> {
     decode_line(shape, parse_line(line)?)
 }
@@ -292,7 +319,7 @@ pub(crate) async fn open_watch(upstream: &Upstream, uri: String) -> Opened {
             let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             Opened::Failed(format!("{status}: {}", String::from_utf8_lossy(&body)))
         }
-        _ => Opened::Streaming(WatchLines { body: resp.into_body(), lines: LineSplitter::default() }),
+        _ => Opened::Streaming(WatchLines::new(resp)),
     }
 }
 
@@ -313,9 +340,21 @@ pub(crate) enum StreamEnd {
 pub(crate) struct WatchLines {
     body: Incoming,
     lines: LineSplitter,
+    headers: HeaderMap,
 }
 
 impl WatchLines {
+    /// The body of a watch the upstream answered with success.
+    pub(crate) fn new(resp: http::Response<Incoming>) -> Self {
+        let (parts, body) = resp.into_parts();
+        Self { body, lines: LineSplitter::default(), headers: parts.headers }
+    }
+
+    /// The answer's headers (the resource's `Warning`s).
+    pub(crate) fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
     /// The next change, decoded as objects of `shape`; the end when there is none.
     /// `silence`: how long the upstream may send nothing at all.
     ///
@@ -323,12 +362,20 @@ impl WatchLines {
     /// what arrived stays buffered here.
     pub(crate) async fn next(&mut self, shape: &ObjectShape, silence: Option<Duration>) -> Result<Change, StreamEnd> {
         loop {
-            while let Some(line) = self.lines.next_line() {
-                match read_line(shape, &line) {
-                    Ok(Some(change)) => return Ok(change),
-                    Ok(None) => {}
-                    Err(end) => return Err(StreamEnd::Line(end)),
-                }
+            match decode_line(shape, self.next_line(silence).await?) {
+                Ok(Some(change)) => return Ok(change),
+                Ok(None) => {}
+                Err(end) => return Err(StreamEnd::Line(end)),
+            }
+        }
+    }
+
+    /// The next line, parsed but not decoded (blank lines too). Cancel-safe
+    /// as [`next`](Self::next) is.
+    pub(crate) async fn next_line(&mut self, silence: Option<Duration>) -> Result<Line, StreamEnd> {
+        loop {
+            if let Some(line) = self.lines.next_line() {
+                return parse_line(&line).map_err(StreamEnd::Line);
             }
             let next = match silence {
                 Some(silence) => {
