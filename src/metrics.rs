@@ -69,6 +69,9 @@ pub(crate) const CACHE_LIST_TOTAL: &str = "watchmux_cache_list_total";
 pub(crate) const CACHE_GET_TOTAL: &str = "watchmux_cache_get_total";
 /// LISTs, GETs and WATCHes answered from the cache as a `meta.k8s.io` Table (counted in those too).
 pub(crate) const CACHE_TABLE_TOTAL: &str = "watchmux_cache_table_total";
+/// Reads the cache refused as kube-apiserver would before its handlers, by
+/// resource and reason (`not_acceptable`: the route filter's 406).
+pub(crate) const CACHE_REFUSALS: &str = "watchmux_cache_refusals_total";
 /// WATCH requests answered from the cache, by resource.
 pub(crate) const CACHE_WATCH_TOTAL: &str = "watchmux_cache_watch_total";
 /// Time from a request's arrival to the cache's response head, by verb
@@ -386,6 +389,10 @@ fn describe() {
     describe_counter!(
         UPSTREAM_RELISTS,
         "Upstream relists after the initial list, by resource and cause (expired: the upstream answered 410; inconsistent: a consistency check found the cache different)."
+    );
+    describe_counter!(
+        CACHE_REFUSALS,
+        "Reads refused by the cache as kube-apiserver refuses them before its handlers, by resource and reason (not_acceptable: its route filter's 406 for an Accept header no route produces)."
     );
     describe_counter!(
         UPSTREAM_LISTS,

@@ -54,6 +54,22 @@
 //! request whose answer a CBOR clause decides ([`PassthroughReason::Cbor`]). With the gate on, the
 //! API server's CBOR is not byte-deterministic (map order), so the cache does not try to write it.
 //!
+//! # The route filter's 406
+//!
+//! A header that step 1 refuses gets go-restful's 406 before any handler runs
+//! ([`Negotiation::RouteRefuses`]): a Status whose message names what the route produces,
+//! `406: Not Acceptable\n\nAvailable representations: application/json, application/yaml,
+//! application/vnd.kubernetes.protobuf`, then on a collection's route (LIST and WATCH share it) and
+//! the legacy `/watch/` routes `application/json;stream=watch,
+//! application/vnd.kubernetes.protobuf;stream=watch`, and `"details":{}` ([`route_refusal`]),
+//! written indented as the API server writes an error it cannot negotiate a form for (where a
+//! clause such as `application/*` would negotiate one, the read passes through). The
+//! cache answers it for a built-in resource once it knows the upstream's CBOR is off (with the gate
+//! on, the routes produce CBOR too, and the list would differ); a custom resource's handler (no
+//! go-restful) and an aggregated server answer otherwise, so theirs pass through. A node-local
+//! watchmux's CBOR probe (`GET <collection>?limit=1`, `Accept: application/cbor`) is one: a
+//! tier answers it without kube-apiserver.
+//!
 //! # Checked against kube-apiserver v1.37.2
 //!
 //! `POM` is `as=PartialObjectMetadata;g=meta.k8s.io;v=v1`, `POML` the same with
@@ -87,8 +103,9 @@
 
 mod accept;
 
-use http::HeaderValue;
+use http::{HeaderValue, StatusCode};
 
+use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::{ContentVariant, Endpoint};
 
 use accept::{
@@ -115,6 +132,9 @@ pub(crate) enum Negotiation {
         /// `meta.k8s.io/v1beta1` rather than `v1`.
         v1beta1: bool,
     },
+    /// kube-apiserver's route filter refuses the header (step 1): its 406,
+    /// [`route_refusal`], where the route's media types are known.
+    RouteRefuses,
     /// Forward to kube-apiserver.
     Passthrough(PassthroughReason),
 }
@@ -183,7 +203,7 @@ pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint, cbor: 
     if !passes_route_filter(header, false) {
         // Only a CBOR element can let it pass, which it does where the route produces CBOR.
         match (cbor, passes_route_filter(header, true)) {
-            (_, false) | (UpstreamCbor::Off, true) => return Passthrough(NotAcceptable),
+            (_, false) | (UpstreamCbor::Off, true) => return route_refused(header),
             (UpstreamCbor::Unknown, true) => return Passthrough(Cbor),
             (UpstreamCbor::On, true) => {}
         }
@@ -202,6 +222,56 @@ pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint, cbor: 
         Some(Verdict::Skip) => Passthrough(OtherMediaType),
         Some(Verdict::Serve(serializer, conversion)) => decide(serializer, conversion, endpoint, verdicts),
     }
+}
+
+/// The route filter's 406, where its form is known ([`Negotiation::RouteRefuses`]): the API
+/// server negotiates the error's own serializer from the same header, and writes it raw (indented
+/// JSON) when no clause names one, even by a wildcard. A header with such a clause
+/// (`application/*`) gets the error in that serializer's form, which is not modelled here: it
+/// passes through.
+fn route_refused(header: &[u8]) -> Negotiation {
+    match parse_clauses(header) {
+        Ok(clauses) if !clauses.iter().any(names_a_serializer) => Negotiation::RouteRefuses,
+        _ => Negotiation::Passthrough(PassthroughReason::NotAcceptable),
+    }
+}
+
+/// Whether `NegotiateMediaTypeOptions` would try this clause on a serializer with CBOR off:
+/// the exact type, `application/*`, or `*/*`.
+fn names_a_serializer(clause: &Clause) -> bool {
+    match (clause.media_type, clause.subtype) {
+        (b"*", b"*") => true,
+        (b"application", subtype) => matches!(subtype, b"*" | b"json" | b"yaml" | b"vnd.kubernetes.protobuf"),
+        _ => false,
+    }
+}
+
+/// The media types every route of a built-in resource produces with CBOR off.
+const ROUTE_MEDIA_TYPES: &str = "application/json, application/yaml, application/vnd.kubernetes.protobuf";
+
+/// The stream forms a collection's route (LIST and WATCH) and the legacy
+/// `/watch/` routes produce besides.
+const ROUTE_STREAM_MEDIA_TYPES: &str =
+    "application/json;stream=watch, application/vnd.kubernetes.protobuf;stream=watch";
+
+/// kube-apiserver's answer when its route filter refuses the `Accept` header
+/// of a read of a built-in resource whose server has CBOR off
+/// ([`Negotiation::RouteRefuses`]); `object_route`: the path names one
+/// object outside the legacy `/watch/` prefix, whose route produces no
+/// stream forms.
+pub(crate) fn route_refusal(object_route: bool) -> Status {
+    let available = if object_route {
+        ROUTE_MEDIA_TYPES.to_owned()
+    } else {
+        format!("{ROUTE_MEDIA_TYPES}, {ROUTE_STREAM_MEDIA_TYPES}")
+    };
+    let mut status = Status::new(
+        StatusCode::NOT_ACCEPTABLE,
+        StatusReason::NotAcceptable,
+        format!("406: Not Acceptable\n\nAvailable representations: {available}"),
+    );
+    status.details = Some(serde_json::Map::new());
+    status
 }
 
 /// The answer once kube-apiserver's choice is known; `later` are the clauses after it that

@@ -767,7 +767,8 @@ async fn node_selected_lists_and_watches_match_the_api_server() {
 
 /// A node-local watchmux in front of a tier (the chart's tree) with
 /// `--upstream-watch-list`: its node's pods come from the tier's cache as
-/// one watch-list, no LIST of pods reaches the tier, and that same watch
+/// one watch-list, no LIST of pods reaches the tier (its CBOR probe gets the
+/// tier's own 406), and that same watch
 /// goes on: a pod bound to the node later reaches the node-local's
 /// watchers, and what the node-local serves is what kube-apiserver does.
 #[tokio::test]
@@ -806,6 +807,10 @@ async fn a_node_local_behind_a_tier_takes_its_state_as_a_watch_list() {
         "the node-local listed no pods through the tier"
     );
     assert!(watchmux_metric_sum(tier.admin, "watchmux_cache_watch_total", &["resource=\"pods\""]).await >= 1.0);
+    // Its CBOR probe got the route filter's 406 from the tier, not from kube-apiserver.
+    let not_acceptable = ["reason=\"not_acceptable\""];
+    assert_eq!(watchmux_metric_sum(tier.admin, "watchmux_cache_passthrough_total", &not_acceptable).await, 0.0);
+    assert_eq!(watchmux_metric_sum(tier.admin, "watchmux_cache_refusals_total", &not_acceptable).await, 1.0);
 
     // What it holds is the API server's answer for that node.
     let on_n1 = format!("{pods}?fieldSelector=spec.nodeName%3D{n1}");

@@ -86,12 +86,41 @@ async fn clients_preferring_cbor_are_served_json_from_the_cache_when_the_upstrea
     assert_eq!(cached("watchmux_cache_watch_total").await - watches, 1.0);
     assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &["reason=\"cbor\""]).await, 0.0);
 
-    // CBOR alone: the API server's 406, passed through and counted as refused.
-    let path = format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0");
-    let via = via_accepting(&wm, &path, "application/cbor").await;
-    let dir = direct_accepting(&direct, &path, "application/cbor").await;
-    assert_eq!(via.0, 406);
-    assert_eq!((via.0, &via.1, &via.2), (dir.0, &dir.1, &dir.2));
-    let refused = ["reason=\"not_acceptable\""];
-    assert!(watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &refused).await >= 1.0);
+    // Accept headers the API server's route filter refuses (CBOR alone, with
+    // CBOR off; nothing it produces): its 406, byte for byte, answered by the
+    // cache without it (a node-local watchmux's CBOR probe is the first one).
+    let refused_before =
+        watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &["reason=\"not_acceptable\""]).await;
+    let paths = [
+        format!("/api/v1/namespaces/{ns}/configmaps?limit=1"),
+        format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0"),
+        "/api/v1/configmaps?resourceVersion=0&limit=1".to_owned(),
+        format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion=0&timeoutSeconds=1"),
+        format!("/api/v1/watch/namespaces/{ns}/configmaps?resourceVersion=0&timeoutSeconds=1"),
+        format!("/api/v1/namespaces/{ns}/configmaps/a?resourceVersion=0"),
+    ];
+    // The error is written raw (indented) where no clause names a serializer;
+    // `application/*` and `*` have it negotiated as JSON, and pass through.
+    let raw = ["application/cbor", "text/html", "Application/JSON", "text/plain, application/cbor"];
+    let negotiated = ["application/*", "*"];
+    let mut answered = 0;
+    for path in &paths {
+        for (accept, local) in raw.iter().map(|a| (a, true)).chain(negotiated.iter().map(|a| (a, false))) {
+            let via = via_accepting(&wm, path, accept).await;
+            let dir = direct_accepting(&direct, path, accept).await;
+            assert_eq!(via.0, 406, "{path} {accept}: {}", String::from_utf8_lossy(&via.2));
+            assert_eq!((via.0, &via.1, &via.2), (dir.0, &dir.1, &dir.2), "{path} {accept}");
+            answered += u32::from(local);
+        }
+    }
+    assert_eq!(
+        watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &["reason=\"not_acceptable\""]).await
+            - refused_before,
+        (paths.len() * negotiated.len()) as f64,
+        "only the negotiated ones passed through"
+    );
+    assert_eq!(
+        watchmux_metric_sum(wm.admin, "watchmux_cache_refusals_total", &["reason=\"not_acceptable\""]).await,
+        f64::from(answered)
+    );
 }

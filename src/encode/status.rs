@@ -21,6 +21,7 @@ pub(crate) enum StatusReason {
     RequestEntityTooLarge,
     Unauthorized,
     Forbidden,
+    NotAcceptable,
     ServiceUnavailable,
     Timeout,
     Expired,
@@ -34,6 +35,7 @@ impl StatusReason {
             Self::RequestEntityTooLarge => "RequestEntityTooLarge",
             Self::Unauthorized => "Unauthorized",
             Self::Forbidden => "Forbidden",
+            Self::NotAcceptable => "NotAcceptable",
             Self::ServiceUnavailable => "ServiceUnavailable",
             Self::Timeout => "Timeout",
             Self::Expired => "Expired",
@@ -108,6 +110,14 @@ impl Status {
         self.into_response_as(ContentVariant::Json)
     }
 
+    /// The Status as the API server writes an error it cannot negotiate a
+    /// form for (the `Accept` header was the error: `WriteRawJSON`, Go's
+    /// `json.MarshalIndent` with two spaces, no newline at the end).
+    pub(crate) fn into_raw_json_response(self) -> Response<ProxyBody> {
+        let pretty = serde_json::to_string_pretty(&self.to_json()).expect("a JSON value serializes");
+        self.respond(Bytes::from(go_json_escape(&pretty)), "application/json")
+    }
+
     /// The Status as a complete HTTP response in `variant`'s serializer:
     /// protobuf for a protobuf variant (the API server negotiates its error
     /// serializer too; callers pass only [`ContentVariant::Protobuf`] there,
@@ -119,6 +129,10 @@ impl Status {
             // The API server's encoder ends the body with a newline.
             _ => (Bytes::from(go_json_escape(&self.to_json().to_string()) + "\n"), "application/json"),
         };
+        self.respond(bytes, content_type)
+    }
+
+    fn respond(self, bytes: Bytes, content_type: &'static str) -> Response<ProxyBody> {
         let mut resp = Response::new(body::full(bytes));
         *resp.status_mut() = self.code;
         let headers = resp.headers_mut();
@@ -184,6 +198,17 @@ mod tests {
         assert!(text.contains(r#""message":"a \u0026 \u003cb\u003e""#), "{text}");
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["message"], "a & <b>");
+    }
+
+    #[tokio::test]
+    async fn an_error_the_accept_header_caused_is_written_indented_without_a_newline() {
+        // kube-apiserver v1.37.2's answer to `GET /api/v1/namespaces/x/configmaps/a`, Accept: text/html.
+        let go = "{\n  \"kind\": \"Status\",\n  \"apiVersion\": \"v1\",\n  \"metadata\": {},\n  \"status\": \"Failure\",\n  \"message\": \"406: Not Acceptable\\n\\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf\",\n  \"reason\": \"NotAcceptable\",\n  \"details\": {},\n  \"code\": 406\n}";
+        let resp = crate::negotiate::route_refusal(true).into_raw_json_response();
+        assert_eq!(resp.status(), StatusCode::NOT_ACCEPTABLE);
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(std::str::from_utf8(&body).unwrap(), go);
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@ use ContentVariant::{
     Json, PartialObjectMetadataJson as Metadata, PartialObjectMetadataProtobuf as MetadataPb, Protobuf as Pb,
 };
 use Endpoint::{Get, List, Watch};
+use Negotiation::RouteRefuses;
 use Negotiation::{Cache, Passthrough};
 use PassthroughReason::{Cbor, NotAcceptable, OtherMediaType, Protobuf, Table};
 
@@ -123,8 +124,8 @@ fn cbor_clauses_after_the_winning_clause_change_nothing() {
 #[test]
 fn cbor_alone_is_refused_only_where_the_upstream_has_no_cbor() {
     // kube-apiserver v1.37.2: the route filter's 406 (see nothing_acceptable_...).
-    assert_everywhere("application/cbor", Passthrough(NotAcceptable));
-    assert_everywhere("application/cbor, text/plain", Passthrough(NotAcceptable));
+    assert_everywhere("application/cbor", RouteRefuses);
+    assert_everywhere("application/cbor, text/plain", RouteRefuses);
     for endpoint in ENDPOINTS {
         assert_eq!(decide_with("application/cbor", endpoint, UpstreamCbor::On), Passthrough(Cbor));
         assert_eq!(decide_with("application/cbor", endpoint, UpstreamCbor::Unknown), Passthrough(Cbor));
@@ -303,6 +304,7 @@ fn only_star_slash_star_passes_the_route_filter_on_its_own() {
     // from go-restful ("406: Not Acceptable\n\nAvailable representations: ...").
     assert_everywhere("*/*", Cache(Json));
     assert_everywhere("*/*;q=0.5", Cache(Json));
+    // The error itself is negotiated from them (as JSON): the API server answers.
     assert_everywhere("application/*", Passthrough(NotAcceptable));
     assert_everywhere("*", Passthrough(NotAcceptable));
     // kube-apiserver v1.37.2: application/json once another element passes the filter.
@@ -325,8 +327,8 @@ fn wildcards_take_json_with_its_parameters() {
 #[test]
 fn media_types_and_parameter_names_compare_case_sensitively() {
     // kube-apiserver v1.37.2: 406 for each.
-    assert_everywhere("Application/JSON", Passthrough(NotAcceptable));
-    assert_everywhere("application/JSON", Passthrough(NotAcceptable));
+    assert_everywhere("Application/JSON", RouteRefuses);
+    assert_everywhere("application/JSON", RouteRefuses);
     assert_everywhere("application/json;AS=Table;g=meta.k8s.io;v=v1", Passthrough(NotAcceptable));
 }
 
@@ -433,17 +435,22 @@ fn media_types_the_api_server_cannot_write_are_skipped() {
 }
 
 #[test]
-fn nothing_acceptable_passes_through_as_not_acceptable() {
-    // kube-apiserver v1.37.2: 406 for each.
-    assert_everywhere("text/html", Passthrough(NotAcceptable));
-    assert_everywhere("application/cbor", Passthrough(NotAcceptable));
+fn nothing_a_route_produces_gets_the_route_filters_406() {
+    // kube-apiserver v1.37.2: go-restful's 406 for each.
+    assert_everywhere("text/html", RouteRefuses);
+    assert_everywhere("application/cbor", RouteRefuses);
     assert_everywhere("text/plain,application/*", Passthrough(NotAcceptable));
 }
 
 #[test]
 fn garbage_headers_pass_through_without_panicking() {
     // kube-apiserver v1.37.2: "," and "application/json/" get 406.
-    for garbage in [",", ";", "/", "=", ";;;", ",,,", "a/b/c", "application/", "application/json/", "q=1", "*/"] {
+    for garbage in [",", ";", "/", "=", ";;;", ",,,", "a/b/c", "application/", "q=1"] {
+        assert_everywhere(garbage, RouteRefuses);
+    }
+    // Read as application/json and */* by the error's own negotiation: its form is not the raw
+    // one, and the API server answers.
+    for garbage in ["application/json/", "*/"] {
         assert_everywhere(garbage, Passthrough(NotAcceptable));
     }
     // kube-apiserver v1.37.2: application/json ("application/json/" reads as application/json
@@ -451,7 +458,7 @@ fn garbage_headers_pass_through_without_panicking() {
     assert_everywhere("application/json/,application/yaml", Cache(Json));
     assert_eq!(decide_bytes(b"application/json;foo=\xff\xfe", Get), Cache(Json));
     assert_eq!(decide_bytes(b"application/json;as=\xff\xfe", Get), Passthrough(NotAcceptable));
-    assert_eq!(decide_bytes(b"\xc3\xa9/\xff", Get), Passthrough(NotAcceptable));
+    assert_eq!(decide_bytes(b"\xc3\xa9/\xff", Get), RouteRefuses);
     let huge = "application/json;".repeat(10_000);
     assert_eq!(decide(&huge, Get), Cache(Json));
 }
@@ -580,6 +587,15 @@ proptest! {
                     prop_assert!(or_json.is_none_or(|json| json == variant.as_json()));
                 }
                 Negotiation::Table { .. } => prop_assert!(header.contains("Table")),
+                // Only where no element names what a route produces.
+                Negotiation::RouteRefuses => prop_assert!(
+                    !header.split(',').any(|element| {
+                        let media = element.split(';').next().unwrap_or_default().trim_matches(' ');
+                        ["*/*", "application/json", "application/yaml", "application/vnd.kubernetes.protobuf"].contains(&media)
+                    }),
+                    "{:?}",
+                    header
+                ),
                 Passthrough(_) => {}
             }
         }

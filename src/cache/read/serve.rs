@@ -40,7 +40,7 @@ use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::encode::watch::error_frame;
 use crate::fairness::Seat;
 use crate::metrics as m;
-use crate::negotiate::{Negotiation, PassthroughReason, UpstreamCbor, negotiate};
+use crate::negotiate::{Negotiation, PassthroughReason, UpstreamCbor, negotiate, route_refusal};
 use crate::request::{RequestInfo, Verb};
 use crate::selector::{FieldSelector, LabelSelector, selectable};
 use crate::upstream::Upstream;
@@ -277,6 +277,18 @@ impl CacheService {
                 }
                 // A Table is JSON: its errors too.
                 Answer { variant: ContentVariant::Json, or_json: None }
+            }
+            // The route filter's 406, exactly, where the route's media
+            // types are known: a built-in resource whose server has CBOR off.
+            Negotiation::RouteRefuses => {
+                let known = cache.shape.info.is_builtin_group() && cache.upstream_cbor() == UpstreamCbor::Off;
+                if !known || !info.is_routed(cache.shape.info.namespaced) {
+                    return Served::Passthrough(Reason::Negotiated(PassthroughReason::NotAcceptable));
+                }
+                let object_route = info.name.is_some() && !info.legacy_watch_path;
+                metrics::counter!(m::CACHE_REFUSALS, "resource" => cache.label().to_owned(), "reason" => "not_acceptable")
+                    .increment(1);
+                return Served::Response(route_refusal(object_route).into_raw_json_response());
             }
             Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
         };
