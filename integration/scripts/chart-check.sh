@@ -1402,9 +1402,16 @@ else
     if [[ -n ${tree_tier_port:-} && $kubelet == 1 && $ready == 1 ]]; then
       # The node-local's caches are fed by the tier: the tier holds its
       # watches of pods and of its Node (nothing else watches nodes there).
+      # Its caches are ready from disk at once; a relist (410 for the stored
+      # version) is a watch-list, which the tier registers once it has
+      # proved its cache fresh, a second or two later: waited for, bounded.
       local tier_pods tier_nodes
-      tier_pods="$(metric "$tree_tier_admin" watchmux_registered_watchers pods)"
-      tier_nodes="$(metric "$tree_tier_admin" watchmux_registered_watchers nodes)"
+      for _ in $(seq 1 75); do  # 15s
+        tier_pods="$(metric "$tree_tier_admin" watchmux_registered_watchers pods)"
+        tier_nodes="$(metric "$tree_tier_admin" watchmux_registered_watchers nodes)"
+        if [[ ${tier_pods:-0} -ge 1 && ${tier_nodes:-0} -ge 1 ]]; then break; fi
+        sleep 0.2
+      done
       node_note+="; the tier holds its watches (pods ${tier_pods:-0}, nodes ${tier_nodes:-0})"
       if [[ ${tier_pods:-0} -lt 1 || ${tier_nodes:-0} -lt 1 ]]; then node_ok=0; node_note+=", want at least 1 each"; fi
     fi
