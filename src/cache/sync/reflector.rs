@@ -303,11 +303,9 @@ impl Reflector {
             let cache = self.cache.cache();
             let timeout = rand::rng().random_range(300..600);
             let uri = cache.collection_uri(&watch_list::params(timeout));
-            match watch_list::watch_list(&self.upstream, uri, &cache.shape, cache.label()).await {
+            match watch_list::watch_list(&self.upstream, uri, timeout, &cache.shape, cache.label()).await {
                 Ok(listed) => {
-                    if self.cache.set_warnings(listed.stream.headers()) {
-                        tracing::info!(resource = %cache.label(), warnings = ?listed.stream.headers().get_all(http::header::WARNING), "the API server's warnings for this resource changed");
-                    }
+                    self.record_warnings(listed.stream.headers());
                     return Ok(Initial { objects: listed.objects, rv: listed.rv, stream: Some(listed.stream) });
                 }
                 Err(WatchListError::Failed(err)) => return Err(err),
@@ -319,6 +317,14 @@ impl Reflector {
         }
         let (objects, rv) = self.list_all().await?;
         Ok(Initial { objects, rv, stream: None })
+    }
+
+    /// The resource's deprecation warnings from a full list's answer, for
+    /// the cache's answers; logged when they change.
+    fn record_warnings(&self, headers: &http::HeaderMap) {
+        if self.cache.set_warnings(headers) {
+            tracing::info!(resource = %self.cache.cache().label(), warnings = ?headers.get_all(http::header::WARNING), "the API server's warnings for this resource changed");
+        }
     }
 
     /// A paginated, consistent LIST of everything in scope.
@@ -339,9 +345,7 @@ impl Reflector {
             if continue_token.is_none() {
                 list_rv = page.metadata.version()?;
                 // The resource's deprecation warnings, for the cache's answers.
-                if self.cache.set_warnings(&listed.headers) {
-                    tracing::info!(resource = %cache.label(), warnings = ?listed.headers.get_all(http::header::WARNING), "the API server's warnings for this resource changed");
-                }
+                self.record_warnings(&listed.headers);
             }
             for item in page.items.unwrap_or_default() {
                 let raw = bytes.slice_ref(item.get().as_bytes());

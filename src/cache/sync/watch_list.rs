@@ -19,10 +19,14 @@
 //! the parameters (an older server, or the WatchList feature off), or a
 //! watch that never marks the end of its initial events (one that ignores
 //! the parameters sends no end bookmark, but may send ordinary ones, or
-//! end at its timeout). The reflector then lists in pages from then on.
+//! end at its timeout). The reflector then lists in pages from then on. A
+//! watch that ends before its timeout without the end (the upstream
+//! restarting: a tier's rollout, kube-apiserver's graceful shutdown) is a
+//! failure, asked again after the backoff: one restart must not turn a
+//! fleet of node-locals to paginated LISTs for good.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use http_body_util::BodyExt;
@@ -71,15 +75,17 @@ pub(crate) fn params(timeout_seconds: u64) -> [(&'static str, String); 5] {
 }
 
 /// Takes a cache's state from the upstream as the watch-list at `uri`
-/// (its collection with [`params`]), of objects of `shape`. Items that
-/// cannot be decoded are skipped, as a paginated list skips them; `label`
-/// names the cache in that warning.
+/// (its collection with [`params`] of `timeout_seconds`), of objects of
+/// `shape`. Items that cannot be decoded are skipped, as a paginated list
+/// skips them; `label` names the cache in that warning.
 pub(crate) async fn watch_list(
     upstream: &Upstream,
     uri: String,
+    timeout_seconds: u64,
     shape: &ObjectShape,
     label: &str,
 ) -> Result<WatchListed, WatchListError> {
+    let asked = Instant::now();
     let resp = upstream_get(upstream, uri).await.map_err(WatchListError::Failed)?;
     let status = resp.status();
     if !status.is_success() {
@@ -98,10 +104,13 @@ pub(crate) async fn watch_list(
         let line = match stream.next_line(Some(INITIAL_EVENTS_SILENCE)).await {
             Ok(line) => line,
             // A server that ignored the parameters ends at its timeout
-            // without ever marking the end.
-            Err(StreamEnd::Closed) => {
+            // without ever marking the end; one that ends sooner is
+            // stopping (a restart), and is asked again.
+            Err(StreamEnd::Closed)
+                if asked.elapsed() + Duration::from_secs(1) >= Duration::from_secs(timeout_seconds) =>
+            {
                 return Err(WatchListError::Unsupported(
-                    "the watch ended without an initial-events-end bookmark".into(),
+                    "the watch ended at its timeout without an initial-events-end bookmark".into(),
                 ));
             }
             Err(end) => return Err(WatchListError::Failed(ReflectorError::WatchList(describe(end)))),

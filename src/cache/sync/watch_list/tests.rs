@@ -1,7 +1,8 @@
 //! The reflector's watch-list against an in-process fake upstream that
 //! answers watch-lists one of three ways: as the API server does, with 422
-//! (a server without the WatchList feature), or as a server that ignores
-//! the parameters (a watch from now, an ordinary bookmark, no end).
+//! (a server without the WatchList feature), as a server that ignores the
+//! parameters (a watch from now, an ordinary bookmark, no end), or as one
+//! that restarts during the first (its watch ends early, with no end).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -42,6 +43,7 @@ enum Serves {
     WatchList,
     Refuses,
     IgnoresParameters,
+    RestartsDuringTheFirst,
 }
 
 struct Fake {
@@ -78,17 +80,21 @@ async fn upstream(fake: Arc<Fake>) -> Arc<Upstream> {
                     } else if req.headers().get("accept").is_some_and(|a| a == "application/cbor") {
                         status(StatusCode::NOT_ACCEPTABLE)
                     } else if has("sendInitialEvents", "true") {
-                        fake.watch_lists.fetch_add(1, Ordering::SeqCst);
+                        let nth = fake.watch_lists.fetch_add(1, Ordering::SeqCst) + 1;
                         assert!(has("resourceVersionMatch", "NotOlderThan") && has("allowWatchBookmarks", "true"));
                         assert!(!query.iter().any(|(k, _)| k == "resourceVersion"), "a watch-list names no version");
                         match fake.serves {
                             Serves::Refuses => status(StatusCode::UNPROCESSABLE_ENTITY),
+                            // A server shutting down ends its watches cleanly.
+                            Serves::RestartsDuringTheFirst if nth == 1 => {
+                                Response::new(body::full(event("ADDED", "a", 5)))
+                            }
                             serves => {
                                 let (mut tx, rx) = Channel::<Bytes, std::convert::Infallible>::new(8);
                                 let mut lines = event("ADDED", "a", 5) + &event("ADDED", "b", 6);
                                 // An item that cannot be decoded is skipped, as a list's is.
                                 lines += "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"resourceVersion\":\"6\"}}}\n";
-                                lines += &bookmark(9, serves == Serves::WatchList);
+                                lines += &bookmark(9, serves != Serves::IgnoresParameters);
                                 tx.send_data(Bytes::from(lines)).await.unwrap();
                                 *fake.open.lock() = Some(tx);
                                 fake.opened.notify_waiters();
@@ -177,5 +183,16 @@ async fn a_watch_that_never_marks_the_end_is_not_taken_for_the_state() {
     assert_eq!(cache.current_rv(), 7);
     assert_eq!(names(&cache), ["listed"]);
     assert_eq!((fake.watch_lists.load(Ordering::SeqCst), fake.lists.load(Ordering::SeqCst)), (1, 1));
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_watch_list_ended_early_by_a_restart_is_asked_again() {
+    let (fake, cache, stop) = start(Serves::RestartsDuringTheFirst).await;
+    // The second watch-list's state, not pages: one restart of the upstream
+    // does not turn the cache to paginated LISTs for good.
+    assert_eq!(cache.current_rv(), 9);
+    assert_eq!(names(&cache), ["a", "b"]);
+    assert_eq!((fake.watch_lists.load(Ordering::SeqCst), fake.lists.load(Ordering::SeqCst)), (2, 0));
     stop.cancel();
 }
