@@ -72,6 +72,11 @@ pub(crate) const CACHE_TABLE_TOTAL: &str = "watchmux_cache_table_total";
 /// Reads the cache refused as kube-apiserver would before its handlers, by
 /// resource and reason (`not_acceptable`: the route filter's 406).
 pub(crate) const CACHE_REFUSALS: &str = "watchmux_cache_refusals_total";
+/// Requests for immutable OpenAPI documents (`/openapi/v3/...?hash=`), by
+/// result (`hit`, `fetched`, `passed_through`).
+pub(crate) const OPENAPI_DOCUMENTS: &str = "watchmux_openapi_documents_total";
+/// Bytes of the immutable OpenAPI documents kept.
+pub(crate) const OPENAPI_DOCUMENTS_BYTES: &str = "watchmux_openapi_documents_bytes";
 /// WATCH requests answered from the cache, by resource.
 pub(crate) const CACHE_WATCH_TOTAL: &str = "watchmux_cache_watch_total";
 /// Time from a request's arrival to the cache's response head, by verb
@@ -390,6 +395,11 @@ fn describe() {
         UPSTREAM_RELISTS,
         "Upstream relists after the initial list, by resource and cause (expired: the upstream answered 410; inconsistent: a consistency check found the cache different)."
     );
+    describe_counter!(
+        OPENAPI_DOCUMENTS,
+        "Requests for immutable OpenAPI v3 documents (?hash=), by result (hit: a kept document; fetched: fetched from the upstream for this request and kept; passed_through: not one to keep, the request went upstream)."
+    );
+    describe_gauge!(OPENAPI_DOCUMENTS_BYTES, Unit::Bytes, "Bytes of the immutable OpenAPI v3 documents kept.");
     describe_counter!(
         CACHE_REFUSALS,
         "Reads refused by the cache as kube-apiserver refuses them before its handlers, by resource and reason (not_acceptable: its route filter's 406 for an Accept header no route produces)."

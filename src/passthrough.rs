@@ -6,6 +6,7 @@
 //! downstream connection as soon as it is read, which is what makes `watch`
 //! and `logs -f` work through the proxy. Upgrades are tunnelled as raw bytes.
 
+pub(crate) mod documents;
 pub(crate) mod headers;
 pub(crate) mod identity;
 mod resource_label;
@@ -27,6 +28,7 @@ use crate::error::error_chain;
 use crate::metrics as m;
 use crate::request::RequestInfo;
 use crate::upstream::{ConnectionKind, SendError, Upstream, UpstreamCredential};
+use documents::{DocumentKey, Documents};
 use resource_label::ResourceLabels;
 
 /// Forwards requests to the upstream.
@@ -40,11 +42,21 @@ pub(crate) struct Passthrough {
     /// Whether requests to the upstream are failing, so that a change is
     /// logged once, not once per request.
     failures: Arc<FailureLog>,
+    /// The immutable OpenAPI documents fetched once for every caller.
+    documents: Arc<Documents>,
 }
 
 impl Passthrough {
     pub(crate) fn new(upstream: Arc<Upstream>, streams_stop: CancellationToken) -> Self {
-        Self { upstream, streams_stop, resources: Arc::default(), failures: Arc::default() }
+        let documents = Arc::new(Documents::new(upstream.clone()));
+        Self { upstream, streams_stop, resources: Arc::default(), failures: Arc::default(), documents }
+    }
+
+    /// The kept answer to a request for an immutable OpenAPI document
+    /// (`key`, from [`DocumentKey::of`]), for a caller already authorized
+    /// for it; `None`: forward the request.
+    pub(crate) async fn shared_document(&self, key: &DocumentKey) -> Option<Response<ProxyBody>> {
+        self.documents.answer(key).await
     }
 
     /// Forwards one request as `identity` and returns the upstream's answer,

@@ -9,7 +9,9 @@
 //!    impersonation it asks for).
 //! 4. The cache, for the reads it can answer (authorized first, in delegated
 //!    mode, as the caller), each LIST and WATCH on a seat of the caller's
-//!    priority level ([`fairness`](crate::fairness)).
+//!    priority level ([`fairness`](crate::fairness)); and the immutable
+//!    OpenAPI documents the pass-through keeps
+//!    ([`documents`](crate::passthrough::documents)), authorized the same way.
 //! 5. Everything else passes through to the API server, as watchmux itself,
 //!    as the caller (impersonating), or with the caller's own credentials.
 //!
@@ -29,6 +31,7 @@ use crate::body::{ProxyBody, RequestBody};
 use crate::cache::read::serve::{Admission, CacheService, Open, ReadGate, Served};
 use crate::fairness::{Fairness, Flow, Seat};
 use crate::passthrough::Passthrough;
+use crate::passthrough::documents::DocumentKey;
 use crate::request::RequestInfo;
 use crate::server::connection::listener::Handler;
 use crate::server::gates::hosts::{self, AcceptHosts};
@@ -130,7 +133,13 @@ impl Handler for ApiHandler {
             Ok(admitted) => admitted,
             Err(refused) => return *refused,
         };
+        let document = DocumentKey::of(&req, &info);
         let Some(delegated) = &self.delegated else {
+            if let Some(key) = &document
+                && let Some(resp) = self.passthrough.shared_document(key).await
+            {
+                return resp;
+            }
             let flow = || Flow::of_connection(peer.addr);
             if let Some(resp) = self.cached_answer(&req, &info, &Open, flow).await {
                 return resp;
@@ -158,6 +167,15 @@ impl Handler for ApiHandler {
                 Err(refused) => return *refused,
             }
         };
+        // An immutable OpenAPI document, for a caller the API server would
+        // let read it (any answer but "yes" passes through, for its own).
+        if !client_impersonates
+            && let Some(key) = &document
+            && let Admission::Admitted = delegated.admit_read(&caller, Attributes::of_request(&info, req.uri())).await
+            && let Some(resp) = self.passthrough.shared_document(key).await
+        {
+            return resp;
+        }
         let flow = || Flow::of_user(&caller.name, &caller.groups, &info.api_group, &info.resource);
         if !client_impersonates
             && let Some(resp) =

@@ -19,6 +19,7 @@ mod differential;
 mod env;
 mod exec_plugin;
 mod fairness;
+mod openapi_documents;
 mod operator;
 mod persist;
 mod protobuf;

@@ -35,8 +35,11 @@
 //! every cache at once after an API server restart: a relist storm, on every
 //! node-local watchmux of a fleet) reads the root, and the 1.6 MB document
 //! only if its hash moved (an upgrade, or a server of another version behind
-//! the same address). Without a hash (an older server, an unreadable root)
-//! the document is fetched each time, as before.
+//! the same address). The document is fetched by the URL the root names,
+//! `?hash=` and all, which the API server serves as immutable and a watchmux
+//! tier in between keeps for every node-local behind it
+//! ([`documents`](crate::passthrough::documents)). Without a hash (an older
+//! server, an unreadable root) the document is fetched each time, as before.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -137,7 +140,10 @@ impl SchemaChecker {
         {
             return outcome.clone();
         }
-        let outcome = match self.shared_json(upstream, &path).await {
+        // By the URL the root names, hash and all: the API server serves it
+        // as immutable, and a tier between keeps it for a whole fleet.
+        let document_url = hash.as_ref().map_or_else(|| path.clone(), |h| format!("{path}?hash={h}"));
+        let outcome = match self.shared_json(upstream, &document_url).await {
             Ok(document) => compare(ty, &document),
             Err(why) => Outcome::Unavailable(why),
         };
@@ -159,7 +165,9 @@ impl SchemaChecker {
         if served_path != path {
             return None;
         }
-        form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "hash").map(|(_, v)| v.into_owned())
+        let hash = form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "hash").map(|(_, v)| v.into_owned())?;
+        // Only a hash that can stand in the URL as it is (kube-apiserver's are hex).
+        hash.bytes().all(|b| b.is_ascii_alphanumeric()).then_some(hash)
     }
 
     /// The JSON document at `path`, fetched once for all who ask at the same time.

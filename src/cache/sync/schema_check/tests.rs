@@ -61,6 +61,17 @@ async fn fake_upstream_with_root(
                             }
                             None => (StatusCode::NOT_FOUND, "{}".to_owned()),
                         },
+                        // Only the URL the root names is served (kube-apiserver
+                        // redirects a stale hash; it would serve no hash uncached):
+                        // a check that fetched another fails here.
+                        "/openapi/v3/api/v1"
+                            if hash
+                                .lock()
+                                .as_ref()
+                                .is_some_and(|h| req.uri().query() != Some(&format!("hash={h}"))) =>
+                        {
+                            (StatusCode::MOVED_PERMANENTLY, String::new())
+                        }
                         "/openapi/v3/api/v1" => {
                             *fetches.lock() += 1;
                             match &*openapi.lock() {

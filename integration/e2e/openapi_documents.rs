@@ -1,0 +1,136 @@
+//! Immutable OpenAPI v3 documents (`/openapi/v3/...?hash=`) through
+//! watchmux against the real kube-apiserver: fetched upstream once, answered
+//! to every caller the API server would answer, as the API server answers
+//! (status, headers but the per-request ones, bytes), and everything else
+//! (a stale hash, a range, a caller it refuses) passed through for the API
+//! server's own answer.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::BodyExt;
+use serde_json::Value;
+
+use crate::auth::{Credential, client, reader_namespace, start_delegated, token_for};
+use crate::env::*;
+use watchmux::upstream::Upstream;
+
+const PROTOBUF: &str = "application/com.github.proto-openapi.spec.v3@v1.0+protobuf";
+
+/// Headers kube-apiserver writes for one request, not for the document.
+const PER_REQUEST: &[&str] =
+    &["audit-id", "date", "expires", "x-kubernetes-pf-flowschema-uid", "x-kubernetes-pf-prioritylevel-uid"];
+
+struct Answer {
+    status: u16,
+    headers: BTreeMap<String, String>,
+    body: Bytes,
+}
+
+async fn fetch(client: &Upstream, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut req = Request::get(path);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = client.send(req.body(watchmux::body::empty()).unwrap()).await.unwrap();
+    let status = resp.status().as_u16();
+    let mut all = BTreeMap::new();
+    for (k, v) in resp.headers() {
+        all.entry(k.as_str().to_owned()).or_insert_with(String::new).push_str(v.to_str().unwrap());
+    }
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    Answer { status, headers: all, body }
+}
+
+/// The same request straight and through watchmux: same status, headers
+/// (but the per-request ones) and bytes; `Expires` on both or neither.
+async fn same_answer(direct: &Upstream, via: &Upstream, path: &str, headers: &[(&str, &str)]) -> u16 {
+    let (d, v) = (fetch(direct, path, headers).await, fetch(via, path, headers).await);
+    let comparable = |a: &Answer| {
+        let h: BTreeMap<_, _> = a.headers.iter().filter(|(k, _)| !PER_REQUEST.contains(&k.as_str())).collect();
+        (a.status, format!("{h:?}"), a.body.clone())
+    };
+    assert!(
+        v.body == d.body,
+        "GET {path} {headers:?}: the bytes differ ({} through watchmux, {} direct)",
+        v.body.len(),
+        d.body.len()
+    );
+    assert_eq!(comparable(&v), comparable(&d), "GET {path} {headers:?}: through watchmux (left), direct (right)");
+    assert_eq!(v.headers.contains_key("expires"), d.headers.contains_key("expires"), "GET {path}: Expires");
+    d.status
+}
+
+/// The document URLs the API server's root names now.
+async fn served_urls(direct: &Upstream) -> (String, String) {
+    let root: Value = serde_json::from_slice(&fetch(direct, "/openapi/v3", &[]).await.body).unwrap();
+    let url = |name: &str| root["paths"][name]["serverRelativeURL"].as_str().unwrap().to_owned();
+    (url("api/v1"), url("apis/apps/v1"))
+}
+
+async fn documents(wm: &Watchmux, result: &str) -> f64 {
+    watchmux_metric_sum(wm.admin, "watchmux_openapi_documents_total", &[&format!("result=\"{result}\"")]).await
+}
+
+#[tokio::test]
+async fn a_document_by_hash_is_fetched_once_and_answered_as_the_api_server_answers_it() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let admin = cluster.direct_client();
+    let dir = tempfile::tempdir().unwrap();
+    let ns = reader_namespace(&admin, "openapi").await;
+    let (wm, server) = start_delegated(&cluster, dir.path(), &[]).await;
+    let token = token_for(&cluster, &ns, &[]);
+    let api = format!("https://{}", cluster.api_addr());
+    let direct = client(&cluster, dir.path(), &api, Credential::Token(&token));
+    let via = client(&cluster, dir.path(), &server, Credential::Token(&token));
+    let (core, apps) = served_urls(&direct).await;
+    assert!(core.starts_with("/openapi/v3/api/v1?hash="), "{core}");
+
+    // Each format is one document, fetched once, then answered from the store.
+    let formats: [&[(&str, &str)]; 3] = [&[], &[("accept", "application/json")], &[("accept", PROTOBUF)]];
+    for accept in formats {
+        for _ in 0..2 {
+            assert_eq!(same_answer(&direct, &via, &core, accept).await, 200);
+        }
+    }
+    assert_eq!(same_answer(&direct, &via, &apps, &[]).await, 200);
+    assert_eq!(documents(&wm, "fetched").await, 4.0);
+    assert_eq!(documents(&wm, "hit").await, 3.0);
+
+    // A hash the API server no longer serves: its redirect, not kept.
+    let stale = format!("{}?hash=00FF", core.split_once('?').unwrap().0);
+    assert_eq!(same_answer(&direct, &via, &stale, &[]).await, 301);
+    assert_eq!(documents(&wm, "passed_through").await, 1.0);
+    // A range, a conditional request, the root, no hash: passed through untouched.
+    let etag = fetch(&direct, &core, &[]).await.headers["etag"].clone();
+    assert_eq!(same_answer(&direct, &via, &core, &[("range", "bytes=0-99")]).await, 206);
+    assert_eq!(same_answer(&direct, &via, &core, &[("if-none-match", &etag)]).await, 304);
+    assert_eq!(same_answer(&direct, &via, core.split_once('?').unwrap().0, &[]).await, 200);
+    let (fetched, hits) = (documents(&wm, "fetched").await, documents(&wm, "hit").await);
+    assert_eq!((fetched, hits), (4.0, 3.0), "none of those answered from the store");
+
+    // A caller the API server refuses (anonymous: not system:authenticated)
+    // gets its 403, not the kept document.
+    let anonymous_direct = client(&cluster, dir.path(), &api, Credential::None);
+    let anonymous_via = client(&cluster, dir.path(), &server, Credential::None);
+    assert_eq!(same_answer(&anonymous_direct, &anonymous_via, &core, &[]).await, 403);
+    assert_eq!(documents(&wm, "hit").await, 3.0);
+}
+
+#[tokio::test]
+async fn a_trusted_local_watchmux_keeps_documents_too() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let wm = Watchmux::start(&cluster, &[]).await;
+    let (core, _) = served_urls(&direct).await;
+    let via = format!("http://{}{core}", wm.addr);
+    for _ in 0..3 {
+        let (code, body) = read(get(wm.addr, &core).await).await;
+        assert_eq!(code, 200, "{via}");
+        assert_eq!(body, fetch(&direct, &core, &[]).await.body);
+    }
+    assert_eq!((documents(&wm, "fetched").await, documents(&wm, "hit").await), (1.0, 2.0));
+}
