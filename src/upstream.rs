@@ -24,6 +24,8 @@ mod cert_files;
 pub(crate) mod credentials;
 mod exec;
 mod exec_cache;
+#[cfg(test)]
+pub(crate) mod fake_server;
 mod health;
 pub mod kubeconfig;
 pub(crate) mod streams;

@@ -9,8 +9,8 @@ use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 use super::*;
-use crate::upstream::UpstreamOptions;
 use crate::upstream::kubeconfig::UpstreamConfig;
+use crate::upstream::{UpstreamOptions, fake_server};
 
 const CURRENT: &str = "/openapi/v3/api/v1?hash=AB12";
 const PROTOBUF: &str = "application/com.github.proto-openapi.spec.v3@v1.0+protobuf";
@@ -25,29 +25,19 @@ struct Fake {
 }
 
 async fn upstream(fake: Arc<Fake>) -> Arc<Upstream> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            let fake = fake.clone();
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let fake = fake.clone();
-                async move {
-                    fake.fetches.fetch_add(1, Ordering::SeqCst);
-                    fake.arrived.notify_one();
-                    if let Some(held) = &fake.held {
-                        held.notified().await;
-                    }
-                    Ok::<_, std::convert::Infallible>(answer(&req))
-                }
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+    let addr = fake_server::serve(move |req: Request<Incoming>| {
+        let fake = fake.clone();
+        async move {
+            fake.fetches.fetch_add(1, Ordering::SeqCst);
+            fake.arrived.notify_one();
+            if let Some(held) = &fake.held {
+                held.notified().await;
+            }
+            answer(&req)
         }
-    });
-    let cfg = UpstreamConfig::for_test(&format!("http://{addr}"));
-    Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap())
+    })
+    .await;
+    fake_server::upstream(addr, UpstreamOptions::default())
 }
 
 /// kube-apiserver's answers, headers and all.

@@ -21,8 +21,7 @@ use crate::cache::resource::{CacheSettings, Scope};
 use crate::cache::resource_info::test_info;
 use crate::cache::state::object::ObjectShape;
 use crate::cache::sync::reflector::Reflector;
-use crate::upstream::UpstreamOptions;
-use crate::upstream::kubeconfig::UpstreamConfig;
+use crate::upstream::{UpstreamOptions, fake_server};
 
 const LIST: &str = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[]}"#;
 
@@ -69,58 +68,47 @@ impl FakeApiServer {
 /// A kube-apiserver that lists configmaps at 10, answers a probe with its
 /// current version, and holds every watch open without a word until told.
 async fn fake_upstream(state: Arc<FakeApiServer>) -> Arc<Upstream> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            let state = state.clone();
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let state = state.clone();
-                async move {
-                    let query: Vec<(String, String)> =
-                        form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
-                    let has = |k: &str, v: &str| query.iter().any(|(qk, qv)| qk == k && qv == v);
-                    let cbor = req.headers().get("accept").is_some_and(|a| a == "application/cbor");
-                    let resp = if cbor {
-                        // The reflector's CBOR probe (`cbor_probe`): no CBOR here, as by default.
-                        let mut refused = Response::new(body::empty());
-                        *refused.status_mut() = http::StatusCode::NOT_ACCEPTABLE;
-                        refused
-                    } else if has("watch", "true") {
-                        let (tx, rx) = Channel::<Bytes, std::convert::Infallible>::new(4);
-                        if has("timeoutSeconds", "3") {
-                            state.catch_ups.fetch_add(1, Ordering::SeqCst);
-                            state.streams.lock().push(tx);
-                            state.catch_up_opened.notify_waiters();
-                        } else {
-                            state.silent.lock().push(tx);
-                        }
-                        Response::new(body::boxed(rx))
-                    } else if has("limit", "1") {
-                        // The version at the probe's arrival, as the API
-                        // server's consistent read takes it.
-                        let rv = state.current.load(Ordering::SeqCst);
-                        state.probes.fetch_add(1, Ordering::SeqCst);
-                        state.probe_arrived.notify_waiters();
-                        let gate = state.probe_gate.lock().clone();
-                        if let Some(gate) = gate {
-                            gate.acquire().await.unwrap().forget();
-                        }
-                        let text = LIST.replace("\"10\"", &format!("\"{rv}\""));
-                        Response::new(body::full(text))
-                    } else {
-                        Response::new(body::full(LIST))
-                    };
-                    Ok::<_, std::convert::Infallible>(resp)
+    let addr = fake_server::serve(move |req: Request<Incoming>| {
+        let state = state.clone();
+        async move {
+            let query: Vec<(String, String)> =
+                form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
+            let has = |k: &str, v: &str| query.iter().any(|(qk, qv)| qk == k && qv == v);
+            let cbor = req.headers().get("accept").is_some_and(|a| a == "application/cbor");
+            if cbor {
+                // The reflector's CBOR probe (`cbor_probe`): no CBOR here, as by default.
+                let mut refused = Response::new(body::empty());
+                *refused.status_mut() = http::StatusCode::NOT_ACCEPTABLE;
+                refused
+            } else if has("watch", "true") {
+                let (tx, rx) = Channel::<Bytes, std::convert::Infallible>::new(4);
+                if has("timeoutSeconds", "3") {
+                    state.catch_ups.fetch_add(1, Ordering::SeqCst);
+                    state.streams.lock().push(tx);
+                    state.catch_up_opened.notify_waiters();
+                } else {
+                    state.silent.lock().push(tx);
                 }
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+                Response::new(body::boxed(rx))
+            } else if has("limit", "1") {
+                // The version at the probe's arrival, as the API
+                // server's consistent read takes it.
+                let rv = state.current.load(Ordering::SeqCst);
+                state.probes.fetch_add(1, Ordering::SeqCst);
+                state.probe_arrived.notify_waiters();
+                let gate = state.probe_gate.lock().clone();
+                if let Some(gate) = gate {
+                    gate.acquire().await.unwrap().forget();
+                }
+                let text = LIST.replace("\"10\"", &format!("\"{rv}\""));
+                Response::new(body::full(text))
+            } else {
+                Response::new(body::full(LIST))
+            }
         }
-    });
-    let cfg = UpstreamConfig::for_test(&format!("http://{addr}"));
-    Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap())
+    })
+    .await;
+    fake_server::upstream(addr, UpstreamOptions::default())
 }
 
 /// A ready configmaps cache at 10 whose reflector runs against the fake.

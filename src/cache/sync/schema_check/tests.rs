@@ -18,8 +18,7 @@ use crate::cache::state::object::ObjectShape;
 use crate::cache::sync::reflector::{Reflector, ReflectorState};
 use crate::encode::protobuf::served_document;
 use crate::encode::variant::ContentVariant;
-use crate::upstream::UpstreamOptions;
-use crate::upstream::kubeconfig::UpstreamConfig;
+use crate::upstream::{UpstreamOptions, fake_server};
 
 const CONFIGMAPS: &str = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[{"metadata":{"name":"a","namespace":"ns","resourceVersion":"9"},"data":{"k":"v"}}]}"#;
 
@@ -43,54 +42,40 @@ async fn fake_upstream_with_root(
     fetches: Arc<Mutex<u32>>,
     hash: Arc<Mutex<Option<String>>>,
 ) -> Arc<Upstream> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            let (openapi, fetches, hash) = (openapi.clone(), fetches.clone(), hash.clone());
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let (openapi, fetches, hash) = (openapi.clone(), fetches.clone(), hash.clone());
-                async move {
-                    let (status, text) = match req.uri().path() {
-                        "/api/v1/configmaps" => (StatusCode::OK, CONFIGMAPS.to_owned()),
-                        "/openapi/v3" => match &*hash.lock() {
-                            Some(h) => {
-                                let url = format!("/openapi/v3/api/v1?hash={h}");
-                                (StatusCode::OK, json!({"paths": {"api/v1": {"serverRelativeURL": url}}}).to_string())
-                            }
-                            None => (StatusCode::NOT_FOUND, "{}".to_owned()),
-                        },
-                        // Only the URL the root names is served (kube-apiserver
-                        // redirects a stale hash; it would serve no hash uncached):
-                        // a check that fetched another fails here.
-                        "/openapi/v3/api/v1"
-                            if hash
-                                .lock()
-                                .as_ref()
-                                .is_some_and(|h| req.uri().query() != Some(&format!("hash={h}"))) =>
-                        {
-                            (StatusCode::MOVED_PERMANENTLY, String::new())
-                        }
-                        "/openapi/v3/api/v1" => {
-                            *fetches.lock() += 1;
-                            match &*openapi.lock() {
-                                Ok(doc) => (StatusCode::OK, doc.to_string()),
-                                Err(status) => (*status, "{}".to_owned()),
-                            }
-                        }
-                        _ => (StatusCode::NOT_FOUND, "{}".to_owned()),
-                    };
-                    let resp = Response::builder().status(status).body(body::full(text)).unwrap();
-                    Ok::<_, std::convert::Infallible>(resp)
+    let addr = fake_server::serve(move |req: Request<Incoming>| {
+        let (openapi, fetches, hash) = (openapi.clone(), fetches.clone(), hash.clone());
+        async move {
+            let (status, text) = match req.uri().path() {
+                "/api/v1/configmaps" => (StatusCode::OK, CONFIGMAPS.to_owned()),
+                "/openapi/v3" => match &*hash.lock() {
+                    Some(h) => {
+                        let url = format!("/openapi/v3/api/v1?hash={h}");
+                        (StatusCode::OK, json!({"paths": {"api/v1": {"serverRelativeURL": url}}}).to_string())
+                    }
+                    None => (StatusCode::NOT_FOUND, "{}".to_owned()),
+                },
+                // Only the URL the root names is served (kube-apiserver
+                // redirects a stale hash; it would serve no hash uncached):
+                // a check that fetched another fails here.
+                "/openapi/v3/api/v1"
+                    if hash.lock().as_ref().is_some_and(|h| req.uri().query() != Some(&format!("hash={h}"))) =>
+                {
+                    (StatusCode::MOVED_PERMANENTLY, String::new())
                 }
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+                "/openapi/v3/api/v1" => {
+                    *fetches.lock() += 1;
+                    match &*openapi.lock() {
+                        Ok(doc) => (StatusCode::OK, doc.to_string()),
+                        Err(status) => (*status, "{}".to_owned()),
+                    }
+                }
+                _ => (StatusCode::NOT_FOUND, "{}".to_owned()),
+            };
+            Response::builder().status(status).body(body::full(text)).unwrap()
         }
-    });
-    let cfg = UpstreamConfig::for_test(&format!("http://{addr}"));
-    Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap())
+    })
+    .await;
+    fake_server::upstream(addr, UpstreamOptions::default())
 }
 
 /// A configmaps cache behind `upstream` and its reflector, not started.

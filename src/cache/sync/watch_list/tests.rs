@@ -20,8 +20,7 @@ use crate::cache::resource::{CacheSettings, ResourceCache, Scope};
 use crate::cache::resource_info::test_info;
 use crate::cache::state::object::ObjectShape;
 use crate::cache::sync::reflector::Reflector;
-use crate::upstream::kubeconfig::UpstreamConfig;
-use crate::upstream::{Upstream, UpstreamOptions};
+use crate::upstream::{Upstream, UpstreamOptions, fake_server};
 
 const LIST: &str = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"listed","namespace":"ns","resourceVersion":"7"}}]}"#;
 
@@ -57,68 +56,55 @@ struct Fake {
 }
 
 async fn upstream(fake: Arc<Fake>) -> Arc<Upstream> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            let fake = fake.clone();
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let fake = fake.clone();
-                async move {
-                    let query: Vec<(String, String)> =
-                        form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
-                    let has = |k: &str, v: &str| query.iter().any(|(qk, qv)| qk == k && qv == v);
-                    let status = |code: StatusCode| {
-                        let mut r = Response::new(body::empty());
-                        *r.status_mut() = code;
-                        r
-                    };
-                    let resp = if !req.uri().path().starts_with("/api/v1/configmaps") {
-                        // The schema check's OpenAPI documents: not here.
-                        status(StatusCode::NOT_FOUND)
-                    } else if req.headers().get("accept").is_some_and(|a| a == "application/cbor") {
-                        status(StatusCode::NOT_ACCEPTABLE)
-                    } else if has("sendInitialEvents", "true") {
-                        let nth = fake.watch_lists.fetch_add(1, Ordering::SeqCst) + 1;
-                        assert!(has("resourceVersionMatch", "NotOlderThan") && has("allowWatchBookmarks", "true"));
-                        assert!(!query.iter().any(|(k, _)| k == "resourceVersion"), "a watch-list names no version");
-                        match fake.serves {
-                            Serves::Refuses => status(StatusCode::UNPROCESSABLE_ENTITY),
-                            // A server shutting down ends its watches cleanly.
-                            Serves::RestartsDuringTheFirst if nth == 1 => {
-                                Response::new(body::full(event("ADDED", "a", 5)))
-                            }
-                            serves => {
-                                let (mut tx, rx) = Channel::<Bytes, std::convert::Infallible>::new(8);
-                                let mut lines = event("ADDED", "a", 5) + &event("ADDED", "b", 6);
-                                // An item that cannot be decoded is skipped, as a list's is.
-                                lines += "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"resourceVersion\":\"6\"}}}\n";
-                                lines += &bookmark(9, serves != Serves::IgnoresParameters);
-                                tx.send_data(Bytes::from(lines)).await.unwrap();
-                                *fake.open.lock() = Some(tx);
-                                fake.opened.notify_waiters();
-                                Response::new(body::boxed(rx))
-                            }
-                        }
-                    } else if has("watch", "true") {
-                        fake.watches.fetch_add(1, Ordering::SeqCst);
-                        let (tx, rx) = Channel::<Bytes, std::convert::Infallible>::new(1);
-                        std::mem::forget(tx);
+    let addr = fake_server::serve(move |req: Request<Incoming>| {
+        let fake = fake.clone();
+        async move {
+            let query: Vec<(String, String)> =
+                form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
+            let has = |k: &str, v: &str| query.iter().any(|(qk, qv)| qk == k && qv == v);
+            let status = |code: StatusCode| {
+                let mut r = Response::new(body::empty());
+                *r.status_mut() = code;
+                r
+            };
+            if !req.uri().path().starts_with("/api/v1/configmaps") {
+                // The schema check's OpenAPI documents: not here.
+                status(StatusCode::NOT_FOUND)
+            } else if req.headers().get("accept").is_some_and(|a| a == "application/cbor") {
+                status(StatusCode::NOT_ACCEPTABLE)
+            } else if has("sendInitialEvents", "true") {
+                let nth = fake.watch_lists.fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(has("resourceVersionMatch", "NotOlderThan") && has("allowWatchBookmarks", "true"));
+                assert!(!query.iter().any(|(k, _)| k == "resourceVersion"), "a watch-list names no version");
+                match fake.serves {
+                    Serves::Refuses => status(StatusCode::UNPROCESSABLE_ENTITY),
+                    // A server shutting down ends its watches cleanly.
+                    Serves::RestartsDuringTheFirst if nth == 1 => Response::new(body::full(event("ADDED", "a", 5))),
+                    serves => {
+                        let (mut tx, rx) = Channel::<Bytes, std::convert::Infallible>::new(8);
+                        let mut lines = event("ADDED", "a", 5) + &event("ADDED", "b", 6);
+                        // An item that cannot be decoded is skipped, as a list's is.
+                        lines += "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"resourceVersion\":\"6\"}}}\n";
+                        lines += &bookmark(9, serves != Serves::IgnoresParameters);
+                        tx.send_data(Bytes::from(lines)).await.unwrap();
+                        *fake.open.lock() = Some(tx);
+                        fake.opened.notify_waiters();
                         Response::new(body::boxed(rx))
-                    } else {
-                        fake.lists.fetch_add(1, Ordering::SeqCst);
-                        Response::new(body::full(LIST))
-                    };
-                    Ok::<_, std::convert::Infallible>(resp)
+                    }
                 }
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+            } else if has("watch", "true") {
+                fake.watches.fetch_add(1, Ordering::SeqCst);
+                let (tx, rx) = Channel::<Bytes, std::convert::Infallible>::new(1);
+                std::mem::forget(tx);
+                Response::new(body::boxed(rx))
+            } else {
+                fake.lists.fetch_add(1, Ordering::SeqCst);
+                Response::new(body::full(LIST))
+            }
         }
-    });
-    let cfg = UpstreamConfig::for_test(&format!("http://{addr}"));
-    Arc::new(Upstream::new(&cfg, UpstreamOptions { watch_list: true, ..UpstreamOptions::default() }).unwrap())
+    })
+    .await;
+    fake_server::upstream(addr, UpstreamOptions { watch_list: true, ..UpstreamOptions::default() })
 }
 
 /// A configmaps cache whose reflector asks `fake` for watch-lists; ready.
