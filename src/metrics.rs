@@ -72,11 +72,12 @@ pub(crate) const CACHE_TABLE_TOTAL: &str = "watchmux_cache_table_total";
 /// Reads the cache refused as kube-apiserver would before its handlers, by
 /// resource and reason (`not_acceptable`: the route filter's 406).
 pub(crate) const CACHE_REFUSALS: &str = "watchmux_cache_refusals_total";
-/// Requests for immutable OpenAPI documents (`/openapi/v3/...?hash=`), by
-/// result (`hit`, `fetched`, `passed_through`).
-pub(crate) const OPENAPI_DOCUMENTS: &str = "watchmux_openapi_documents_total";
-/// Bytes of the immutable OpenAPI documents kept.
-pub(crate) const OPENAPI_DOCUMENTS_BYTES: &str = "watchmux_openapi_documents_bytes";
+/// Requests the pass-through answers once for every caller, by kind
+/// (`openapi`: immutable documents by hash; `health`: `/readyz` and the
+/// like) and result (`hit`, `fetched`, `passed_through`).
+pub(crate) const SHARED_ANSWERS: &str = "watchmux_shared_answers_total";
+/// Bytes of the shared answers kept.
+pub(crate) const SHARED_ANSWERS_BYTES: &str = "watchmux_shared_answers_bytes";
 /// WATCH requests answered from the cache, by resource.
 pub(crate) const CACHE_WATCH_TOTAL: &str = "watchmux_cache_watch_total";
 /// Time from a request's arrival to the cache's response head, by verb
@@ -396,10 +397,10 @@ fn describe() {
         "Upstream relists after the initial list, by resource and cause (expired: the upstream answered 410; inconsistent: a consistency check found the cache different)."
     );
     describe_counter!(
-        OPENAPI_DOCUMENTS,
-        "Requests for immutable OpenAPI v3 documents (?hash=), by result (hit: a kept document; fetched: fetched from the upstream for this request and kept; passed_through: not one to keep, the request went upstream)."
+        SHARED_ANSWERS,
+        "Requests answered once for every caller that asks, by kind (openapi: immutable OpenAPI v3 documents by ?hash=; health: /readyz, /livez, /healthz, an answer at most a second old) and result (hit: a kept answer; fetched: fetched from the upstream for this request; passed_through: not one to share, the request went upstream)."
     );
-    describe_gauge!(OPENAPI_DOCUMENTS_BYTES, Unit::Bytes, "Bytes of the immutable OpenAPI v3 documents kept.");
+    describe_gauge!(SHARED_ANSWERS_BYTES, Unit::Bytes, "Bytes of the shared answers kept.");
     describe_counter!(
         CACHE_REFUSALS,
         "Reads refused by the cache as kube-apiserver refuses them before its handlers, by resource and reason (not_acceptable: its route filter's 406 for an Accept header no route produces)."

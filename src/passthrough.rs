@@ -6,10 +6,10 @@
 //! downstream connection as soon as it is read, which is what makes `watch`
 //! and `logs -f` work through the proxy. Upgrades are tunnelled as raw bytes.
 
-pub(crate) mod documents;
 pub(crate) mod headers;
 pub(crate) mod identity;
 mod resource_label;
+pub(crate) mod shared;
 mod upgrade;
 
 use std::sync::Arc;
@@ -28,8 +28,8 @@ use crate::error::error_chain;
 use crate::metrics as m;
 use crate::request::RequestInfo;
 use crate::upstream::{ConnectionKind, SendError, Upstream, UpstreamCredential};
-use documents::{DocumentKey, Documents};
 use resource_label::ResourceLabels;
+use shared::{SharedAnswers, SharedKey};
 
 /// Forwards requests to the upstream.
 #[derive(Debug, Clone)]
@@ -42,21 +42,21 @@ pub(crate) struct Passthrough {
     /// Whether requests to the upstream are failing, so that a change is
     /// logged once, not once per request.
     failures: Arc<FailureLog>,
-    /// The immutable OpenAPI documents fetched once for every caller.
-    documents: Arc<Documents>,
+    /// The answers fetched once for every caller (OpenAPI documents, health).
+    shared: Arc<SharedAnswers>,
 }
 
 impl Passthrough {
     pub(crate) fn new(upstream: Arc<Upstream>, streams_stop: CancellationToken) -> Self {
-        let documents = Arc::new(Documents::new(upstream.clone()));
-        Self { upstream, streams_stop, resources: Arc::default(), failures: Arc::default(), documents }
+        let shared = Arc::new(SharedAnswers::new(upstream.clone()));
+        Self { upstream, streams_stop, resources: Arc::default(), failures: Arc::default(), shared }
     }
 
-    /// The kept answer to a request for an immutable OpenAPI document
-    /// (`key`, from [`DocumentKey::of`]), for a caller already authorized
-    /// for it; `None`: forward the request.
-    pub(crate) async fn shared_document(&self, key: &DocumentKey) -> Option<Response<ProxyBody>> {
-        self.documents.answer(key).await
+    /// The shared answer to a request (`key`, from [`SharedKey::of`]: an
+    /// immutable OpenAPI document, a health check), for a caller already
+    /// authorized for it; `None`: forward the request.
+    pub(crate) async fn shared_answer(&self, key: &SharedKey) -> Option<Response<ProxyBody>> {
+        self.shared.answer(key).await
     }
 
     /// Forwards one request as `identity` and returns the upstream's answer,

@@ -9,9 +9,10 @@
 //!    impersonation it asks for).
 //! 4. The cache, for the reads it can answer (authorized first, in delegated
 //!    mode, as the caller), each LIST and WATCH on a seat of the caller's
-//!    priority level ([`fairness`](crate::fairness)); and the immutable
-//!    OpenAPI documents the pass-through keeps
-//!    ([`documents`](crate::passthrough::documents)), authorized the same way.
+//!    priority level ([`fairness`](crate::fairness)); and the answers the
+//!    pass-through shares between callers (immutable OpenAPI documents,
+//!    health checks: [`shared`](crate::passthrough::shared)), authorized the
+//!    same way.
 //! 5. Everything else passes through to the API server, as watchmux itself,
 //!    as the caller (impersonating), or with the caller's own credentials.
 //!
@@ -31,7 +32,7 @@ use crate::body::{ProxyBody, RequestBody};
 use crate::cache::read::serve::{Admission, CacheService, Open, ReadGate, Served};
 use crate::fairness::{Fairness, Flow, Seat};
 use crate::passthrough::Passthrough;
-use crate::passthrough::documents::DocumentKey;
+use crate::passthrough::shared::SharedKey;
 use crate::request::RequestInfo;
 use crate::server::connection::listener::Handler;
 use crate::server::gates::hosts::{self, AcceptHosts};
@@ -133,10 +134,10 @@ impl Handler for ApiHandler {
             Ok(admitted) => admitted,
             Err(refused) => return *refused,
         };
-        let document = DocumentKey::of(&req, &info);
+        let shared = SharedKey::of(&req, &info);
         let Some(delegated) = &self.delegated else {
-            if let Some(key) = &document
-                && let Some(resp) = self.passthrough.shared_document(key).await
+            if let Some(key) = &shared
+                && let Some(resp) = self.passthrough.shared_answer(key).await
             {
                 return resp;
             }
@@ -167,12 +168,13 @@ impl Handler for ApiHandler {
                 Err(refused) => return *refused,
             }
         };
-        // An immutable OpenAPI document, for a caller the API server would
-        // let read it (any answer but "yes" passes through, for its own).
+        // A shared answer (an immutable OpenAPI document, a health check),
+        // for a caller the API server would let read it (any answer but
+        // "yes" passes through, for the API server's own).
         if !client_impersonates
-            && let Some(key) = &document
+            && let Some(key) = &shared
             && let Admission::Admitted = delegated.admit_read(&caller, Attributes::of_request(&info, req.uri())).await
-            && let Some(resp) = self.passthrough.shared_document(key).await
+            && let Some(resp) = self.passthrough.shared_answer(key).await
         {
             return resp;
         }

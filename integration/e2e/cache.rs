@@ -812,10 +812,10 @@ async fn a_node_local_behind_a_tier_takes_its_state_as_a_watch_list() {
     assert_eq!(watchmux_metric_sum(tier.admin, "watchmux_cache_passthrough_total", &not_acceptable).await, 0.0);
     assert_eq!(watchmux_metric_sum(tier.admin, "watchmux_cache_refusals_total", &not_acceptable).await, 1.0);
     // Its schema check's OpenAPI document, asked by hash, came from the tier's store.
-    let documents = "watchmux_openapi_documents_total";
-    let fetched = watchmux_metric_sum(tier.admin, documents, &["result=\"fetched\""]).await;
+    let (shared, openapi) = ("watchmux_shared_answers_total", "kind=\"openapi\"");
+    let fetched = watchmux_metric_sum(tier.admin, shared, &[openapi, "result=\"fetched\""]).await;
     assert_eq!(fetched, 1.0, "the tier fetched core/v1's document once");
-    assert_eq!(watchmux_metric_sum(tier.admin, documents, &["result=\"passed_through\""]).await, 0.0);
+    assert_eq!(watchmux_metric_sum(tier.admin, shared, &[openapi, "result=\"passed_through\""]).await, 0.0);
 
     // What it holds is the API server's answer for that node.
     let on_n1 = format!("{pods}?fieldSelector=spec.nodeName%3D{n1}");

@@ -1,9 +1,10 @@
-//! Immutable OpenAPI v3 documents (`/openapi/v3/...?hash=`) through
-//! watchmux against the real kube-apiserver: fetched upstream once, answered
-//! to every caller the API server would answer, as the API server answers
-//! (status, headers but the per-request ones, bytes), and everything else
-//! (a stale hash, a range, a caller it refuses) passed through for the API
-//! server's own answer.
+//! Answers watchmux shares between callers, against the real kube-apiserver:
+//! immutable OpenAPI v3 documents (`/openapi/v3/...?hash=`) and health
+//! checks (`/readyz`...), fetched upstream once, answered to every caller the
+//! API server would answer, as the API server answers (status, headers but
+//! the per-request ones, bytes), and everything else (a stale hash, a range,
+//! a caller it refuses, `?verbose`) passed through for the API server's own
+//! answer.
 
 use std::collections::BTreeMap;
 
@@ -69,8 +70,13 @@ async fn served_urls(direct: &Upstream) -> (String, String) {
     (url("api/v1"), url("apis/apps/v1"))
 }
 
+async fn shared(wm: &Watchmux, kind: &str, result: &str) -> f64 {
+    let labels = [format!("kind=\"{kind}\""), format!("result=\"{result}\"")];
+    watchmux_metric_sum(wm.admin, "watchmux_shared_answers_total", &[&labels[0], &labels[1]]).await
+}
+
 async fn documents(wm: &Watchmux, result: &str) -> f64 {
-    watchmux_metric_sum(wm.admin, "watchmux_openapi_documents_total", &[&format!("result=\"{result}\"")]).await
+    shared(wm, "openapi", result).await
 }
 
 #[tokio::test]
@@ -133,4 +139,31 @@ async fn a_trusted_local_watchmux_keeps_documents_too() {
         assert_eq!(body, fetch(&direct, &core, &[]).await.body);
     }
     assert_eq!((documents(&wm, "fetched").await, documents(&wm, "hit").await), (1.0, 2.0));
+}
+
+#[tokio::test]
+async fn health_checks_are_answered_from_one_recent_probe() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (wm, server) = start_delegated(&cluster, dir.path(), &[]).await;
+    let api = format!("https://{}", cluster.api_addr());
+    // Anonymous: the API server lets anyone read its health (system:public-info-viewer).
+    let direct = client(&cluster, dir.path(), &api, Credential::None);
+    let via = client(&cluster, dir.path(), &server, Credential::None);
+    for path in ["/readyz", "/livez", "/healthz"] {
+        assert_eq!(same_answer(&direct, &via, path, &[]).await, 200, "{path}");
+    }
+    // Ten probes at once: one fetch, or very nearly (an answer is shared for a second).
+    let probes: Vec<_> = (0..10).map(|_| fetch(&via, "/readyz", &[])).collect();
+    for answer in futures_util::future::join_all(probes).await {
+        assert_eq!((answer.status, &answer.body[..]), (200, &b"ok"[..]));
+    }
+    let (fetched, hits) = (shared(&wm, "health", "fetched").await, shared(&wm, "health", "hit").await);
+    assert_eq!(fetched + hits, 13.0);
+    assert!(fetched < 10.0, "{fetched} fetches for 13 probes");
+    // With a query (`?verbose` lists each check): passed through, as it was.
+    assert_eq!(same_answer(&direct, &via, "/readyz?verbose", &[]).await, 200);
+    assert_eq!(same_answer(&direct, &via, "/livez?exclude=etcd", &[]).await, 200);
+    assert_eq!(shared(&wm, "health", "fetched").await + shared(&wm, "health", "hit").await, 13.0);
 }

@@ -1,12 +1,13 @@
-//! The document store against an in-process fake upstream that serves
+//! The shared answers against an in-process fake upstream that serves
 //! OpenAPI documents as kube-apiserver does (immutable by hash, a redirect
-//! for a stale hash), counting what it is asked.
+//! for a stale hash) and health checks, counting what it is asked.
 
 use std::sync::atomic::AtomicU32;
 
 use http::Method;
 use hyper::body::Incoming;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::*;
 use crate::upstream::kubeconfig::UpstreamConfig;
@@ -28,20 +29,21 @@ async fn upstream(fake: Arc<Fake>) -> Arc<Upstream> {
     let addr = fake_server::serve(move |req: Request<Incoming>| {
         let fake = fake.clone();
         async move {
-            fake.fetches.fetch_add(1, Ordering::SeqCst);
+            let nth = fake.fetches.fetch_add(1, Ordering::SeqCst) + 1;
             fake.arrived.notify_one();
             if let Some(held) = &fake.held {
                 held.notified().await;
             }
-            answer(&req)
+            answer(&req, nth)
         }
     })
     .await;
     fake_server::upstream(addr, UpstreamOptions::default())
 }
 
-/// kube-apiserver's answers, headers and all.
-fn answer(req: &Request<Incoming>) -> Response<ProxyBody> {
+/// kube-apiserver's answers, headers and all; `nth`: the fake's count of
+/// requests, this one included.
+fn answer(req: &Request<Incoming>, nth: u32) -> Response<ProxyBody> {
     let pq = req.uri().path_and_query().unwrap().as_str();
     let protobuf = req.headers().get(header::ACCEPT).is_some_and(|a| a == PROTOBUF);
     let builder = Response::builder()
@@ -65,11 +67,27 @@ fn answer(req: &Request<Incoming>) -> Response<ProxyBody> {
             .header("last-modified", "Thu, 03 Dec 2026 09:44:58 GMT")
             .body(body::full(if protobuf { "\x0a\x05proto" } else { "{\"openapi\":\"3.0.0\"}" }))
             .unwrap(),
+        // Ready at first, then failing: the API server's 500.
+        "/readyz" => {
+            let (status, text) = if nth == 1 {
+                (StatusCode::OK, "ok")
+            } else {
+                (StatusCode::INTERNAL_SERVER_ERROR, "[-]etcd failed: reason withheld\nreadyz check failed\n")
+            };
+            builder
+                .status(status)
+                .header("cache-control", "no-cache, private")
+                .header("content-type", "text/plain; charset=utf-8")
+                .header("x-content-type-options", "nosniff")
+                .body(body::full(text))
+                .unwrap()
+        }
+        // watchmux's identity refused: never shared.
+        "/livez" => builder.status(StatusCode::FORBIDDEN).body(body::full("{}")).unwrap(),
         // A group whose document is too large to keep.
-        "/openapi/v3/apis/big/v1?hash=AB12" => builder
-            .header("cache-control", "public, immutable")
-            .body(body::full(vec![b' '; DOCUMENT_BYTES + 1]))
-            .unwrap(),
+        "/openapi/v3/apis/big/v1?hash=AB12" => {
+            builder.header("cache-control", "public, immutable").body(body::full(vec![b' '; ANSWER_BYTES + 1])).unwrap()
+        }
         // What kube-apiserver serves without a hash: not immutable.
         "/openapi/v3/apis/apps/v1?hash=AB12" => {
             builder.header("cache-control", "no-cache, private").body(body::full("{}")).unwrap()
@@ -91,13 +109,13 @@ fn request(method: Method, uri: &str, headers: &[(&str, &str)]) -> Request<()> {
     req.body(()).unwrap()
 }
 
-fn key_of(method: Method, uri: &str, headers: &[(&str, &str)]) -> Option<DocumentKey> {
+fn key_of(method: Method, uri: &str, headers: &[(&str, &str)]) -> Option<SharedKey> {
     let req = request(method, uri, headers);
     let info = RequestInfo::classify(req.method(), req.uri());
-    DocumentKey::of(&req, &info)
+    SharedKey::of(&req, &info)
 }
 
-fn key(accept: Option<&str>) -> DocumentKey {
+fn key(accept: Option<&str>) -> SharedKey {
     let headers: Vec<(&str, &str)> = accept.map(|a| ("accept", a)).into_iter().collect();
     key_of(Method::GET, CURRENT, &headers).unwrap()
 }
@@ -146,13 +164,20 @@ fn only_a_plain_get_of_a_hashed_openapi_v3_document_is_a_key() {
     let long_accept = "a".repeat(MAX_ACCEPT + 1);
     assert_eq!(key_of(Method::GET, CURRENT, &[("accept", &long_accept)]), None);
     assert_ne!(key(Some("application/json")), key(Some(PROTOBUF)), "Vary: Accept");
+    for health in ["/readyz", "/livez", "/healthz"] {
+        assert_eq!(key_of(Method::GET, health, &[]).map(|k| k.kind), Some(Kind::Health), "{health}");
+    }
+    for uri in ["/readyz?verbose", "/readyz?", "/livez?exclude=etcd", "/healthz/etcd", "/readyz/", "/readyz/ping"] {
+        assert_eq!(key_of(Method::GET, uri, &[]), None, "{uri}: passed through");
+    }
+    assert_eq!(key_of(Method::POST, "/readyz", &[]), None);
     assert_ne!(key(Some("application/json")), key(None));
 }
 
 #[tokio::test]
 async fn callers_asking_at_once_share_one_fetch() {
     let fake = Arc::new(Fake { held: Some(Notify::new()), ..Fake::default() });
-    let documents = Arc::new(Documents::new(upstream(fake.clone()).await));
+    let documents = Arc::new(SharedAnswers::new(upstream(fake.clone()).await));
     let k = key(Some("application/json"));
     let first = tokio::spawn({
         let (documents, k) = (documents.clone(), k.clone());
@@ -189,7 +214,7 @@ async fn callers_asking_at_once_share_one_fetch() {
 #[tokio::test]
 async fn a_kept_answer_has_the_documents_headers_not_the_requests() {
     let fake = Arc::new(Fake::default());
-    let documents = Documents::new(upstream(fake.clone()).await);
+    let documents = SharedAnswers::new(upstream(fake.clone()).await);
     for _ in 0..3 {
         let resp = documents.answer(&key(Some("application/json"))).await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
@@ -224,7 +249,7 @@ async fn a_kept_answer_has_the_documents_headers_not_the_requests() {
 #[tokio::test]
 async fn what_is_not_a_public_immutable_200_is_never_kept() {
     let fake = Arc::new(Fake::default());
-    let documents = Documents::new(upstream(fake.clone()).await);
+    let documents = SharedAnswers::new(upstream(fake.clone()).await);
     let stale = key_of(Method::GET, "/openapi/v3/api/v1?hash=0FF", &[]).unwrap();
     let private = key_of(Method::GET, "/openapi/v3/apis/apps/v1?hash=AB12", &[]).unwrap();
     let big = key_of(Method::GET, "/openapi/v3/apis/big/v1?hash=AB12", &[]).unwrap();
@@ -240,17 +265,18 @@ async fn what_is_not_a_public_immutable_200_is_never_kept() {
 #[tokio::test]
 async fn an_unreachable_upstream_passes_the_request_through() {
     let cfg = UpstreamConfig::for_test("http://127.0.0.1:1");
-    let documents = Documents::new(Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap()));
+    let documents = SharedAnswers::new(Arc::new(Upstream::new(&cfg, UpstreamOptions::default()).unwrap()));
     assert_eq!(documents.lookup(&key(None)).await.1, Outcome::PassedThrough);
     assert!(documents.kept.lock().entries.is_empty());
 }
 
 fn kept_document(size: usize) -> Arc<Entry> {
-    let document = Arc::new(Document { headers: HeaderMap::new(), body: Bytes::from(vec![0; size]) });
-    Arc::new(Entry { document: OnceCell::new_with(Some(Some(document))), last_used: AtomicU64::new(0) })
+    let document =
+        Arc::new(Answer { status: StatusCode::OK, headers: HeaderMap::new(), body: Bytes::from(vec![0; size]) });
+    Arc::new(Entry { answer: OnceCell::new_with(Some(Some(document))), ..Entry::new(0) })
 }
 
-fn numbered(n: usize) -> DocumentKey {
+fn numbered(n: usize) -> SharedKey {
     key_of(Method::GET, &format!("/openapi/v3/apis/g{n}/v1?hash=AB"), &[]).unwrap()
 }
 
@@ -277,11 +303,51 @@ fn the_least_recently_used_go_first_and_the_store_stays_in_its_bounds() {
         kept.entries.insert(numbered(n), entry);
     }
     // One being fetched is never evicted, and counts nothing yet.
-    let fetching = Arc::new(Entry { document: OnceCell::new(), last_used: AtomicU64::new(0) });
+    let fetching = Arc::new(Entry::new(0));
     kept.entries.insert(numbered(9), fetching);
     evict(&mut kept, &numbered(0));
     assert!(kept.bytes() <= STORE_BYTES);
     assert!(kept.entries.contains_key(&numbered(0)), "the one just added stays");
     assert!(!kept.entries.contains_key(&numbered(1)));
     assert!(kept.entries.contains_key(&numbered(2)) && kept.entries.contains_key(&numbered(9)));
+}
+
+/// `entry` as if its fetch had started `age` ago.
+fn aged(entry: &Entry, age: Duration) -> Arc<Entry> {
+    let answer = entry.answer.get().cloned().flatten();
+    let started = Instant::now().checked_sub(age).unwrap();
+    Arc::new(Entry { answer: OnceCell::new_with(Some(answer)), started, ..Entry::new(0) })
+}
+
+#[tokio::test]
+async fn a_health_answer_is_shared_for_a_second_failing_or_not() {
+    let fake = Arc::new(Fake::default());
+    let shared = SharedAnswers::new(upstream(fake.clone()).await);
+    let readyz = key_of(Method::GET, "/readyz", &[]).unwrap();
+    let (answer, outcome) = shared.lookup(&readyz).await;
+    assert_eq!((answer.unwrap().status, outcome), (StatusCode::OK, Outcome::Fetched));
+
+    // Fetched just now: shared.
+    let entry = aged(&shared.kept.lock().entries[&readyz], Duration::ZERO);
+    shared.kept.lock().entries.insert(readyz.clone(), entry);
+    assert_eq!(shared.lookup(&readyz).await.1, Outcome::Hit);
+    assert_eq!(fake.fetches.load(Ordering::SeqCst), 1);
+
+    // Older than a second: asked again, and the API server's failure is the answer.
+    let entry = aged(&shared.kept.lock().entries[&readyz], HEALTH_MAX_AGE + Duration::from_millis(1));
+    shared.kept.lock().entries.insert(readyz.clone(), entry);
+    let (answer, outcome) = shared.lookup(&readyz).await;
+    assert_eq!(outcome, Outcome::Fetched);
+    assert_eq!(fake.fetches.load(Ordering::SeqCst), 2);
+    let resp = answer.unwrap().response();
+    assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(resp.headers()["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
+    assert!(!resp.headers().contains_key("audit-id") && !resp.headers().contains_key("expires"));
+    assert_eq!(&body_of(resp).await[..], b"[-]etcd failed: reason withheld\nreadyz check failed\n");
+
+    // A refusal of watchmux's own identity says nothing of the caller's: not shared.
+    let livez = key_of(Method::GET, "/livez", &[]).unwrap();
+    assert_eq!(shared.lookup(&livez).await.1, Outcome::PassedThrough);
+    assert!(!shared.kept.lock().entries.contains_key(&livez));
 }
