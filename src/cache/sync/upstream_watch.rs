@@ -206,11 +206,20 @@ pub(crate) fn read_line(shape: &ObjectShape, line: &Bytes) -> Result<Option<Chan
     decode_line(shape, parse_line(line)?)
 }
 
+/// The longest watch line (one event) read from the upstream. An event is
+/// one object, and the API server refuses a request body over 3 MB (etcd one
+/// over 1.5 MiB by default): a line this long is no event, and reading on
+/// would hold an upstream's endless bytes in memory.
+pub(crate) const MAX_LINE_BYTES: usize = 64 << 20;
+
 /// Cuts a watch body into lines as its frames arrive (a line may span
 /// frames, a frame may hold many lines).
 #[derive(Debug, Default)]
 pub(crate) struct LineSplitter {
     buf: BytesMut,
+    /// How much of `buf` is known to hold no newline: each byte is looked
+    /// at once, however many frames a long line spans.
+    scanned: usize,
 }
 
 impl LineSplitter {
@@ -220,9 +229,19 @@ impl LineSplitter {
 
     /// The next complete line, without its newline.
     pub(crate) fn next_line(&mut self) -> Option<Bytes> {
-        let end = self.buf.iter().position(|&b| b == b'\n')?;
+        let Some(at) = self.buf[self.scanned..].iter().position(|&b| b == b'\n') else {
+            self.scanned = self.buf.len();
+            return None;
+        };
+        let end = self.scanned + at;
+        self.scanned = 0;
         let line = self.buf.split_to(end + 1).freeze();
         Some(line.slice(..end))
+    }
+
+    /// Whether the line being read is already longer than [`MAX_LINE_BYTES`].
+    pub(crate) fn overlong(&self) -> bool {
+        self.scanned > MAX_LINE_BYTES
     }
 }
 
@@ -377,6 +396,9 @@ impl WatchLines {
             if let Some(line) = self.lines.next_line() {
                 return parse_line(&line).map_err(StreamEnd::Line);
             }
+            if self.lines.overlong() {
+                return Err(StreamEnd::Broken(format!("an event longer than {} MiB", MAX_LINE_BYTES >> 20)));
+            }
             let next = match silence {
                 Some(silence) => {
                     tokio::time::timeout(silence, self.body.frame()).await.map_err(|_| StreamEnd::Silent)?
@@ -434,6 +456,29 @@ mod tests {
         assert_eq!(s.next_line().as_deref(), Some(&b"{\"b\":2}"[..]));
         assert_eq!(s.next_line().as_deref(), Some(&b""[..]));
         assert_eq!(s.next_line(), None);
+        // A line over many frames, each byte looked at once.
+        for _ in 0..100 {
+            s.push(b"0123456789");
+            assert_eq!(s.next_line(), None);
+            assert_eq!(s.scanned, s.buf.len());
+        }
+        s.push(b"!\nnext");
+        assert_eq!(s.next_line().map(|l| l.len()), Some(1001));
+        assert_eq!((s.next_line(), s.scanned), (None, 4));
+    }
+
+    #[test]
+    fn a_line_longer_than_any_event_is_refused() {
+        let mut s = LineSplitter::default();
+        let frame = vec![b'x'; 1 << 20];
+        for _ in 0..(MAX_LINE_BYTES >> 20) {
+            s.push(&frame);
+            assert_eq!(s.next_line(), None);
+            assert!(!s.overlong());
+        }
+        s.push(b"x");
+        assert_eq!(s.next_line(), None);
+        assert!(s.overlong(), "one byte over");
     }
 
     #[test]
