@@ -125,6 +125,11 @@ bench-fairness:
 bench-scale:
 	bash integration/scripts/bench-scale.sh
 
+## What an idle tier and 20 node-locals cost kube-apiserver, per request kind.
+.PHONY: bench-fleet-idle
+bench-fleet-idle:
+	bash integration/scripts/bench-fleet-idle.sh
+
 ## Restart storm: kube-apiserver restarted under N watchers.
 bench-restart:
 	bash integration/scripts/bench-restart.sh
