@@ -7,7 +7,13 @@
 //!
 //! - the index of served group versions (`/api` and `/apis`) is fetched
 //!   first, and again on a miss at most once per [`REFRESH_INTERVAL`]
-//!   (single-flight, so a flood of misses makes one request);
+//!   (single-flight, so a flood of misses makes one request). It is asked
+//!   for in the aggregated form (`apidiscovery.k8s.io/v2`, as kubectl and
+//!   client-go ask since v1.30), which carries every group version's
+//!   resources too: two requests for everything, where a node-local
+//!   resolving `--cache-resources` by bare names read some thirty group
+//!   versions one by one (each passed through a tier to kube-apiserver). An
+//!   upstream that answers the plain form gets the lists fetched one by one;
 //! - a group version's resource list (`/api/v1`, `/apis/{group}/{version}`)
 //!   is fetched only for a group version the index lists, so the kept lists
 //!   are bounded by what the upstream serves, and refreshed on a miss at most
@@ -65,12 +71,6 @@ struct ApiResource {
 }
 
 #[derive(Deserialize)]
-struct ApiGroupList {
-    #[serde(default)]
-    groups: Vec<ApiGroup>,
-}
-
-#[derive(Deserialize)]
 struct ApiGroup {
     name: String,
     #[serde(default)]
@@ -79,16 +79,63 @@ struct ApiGroup {
     preferred_version: Option<GroupVersion>,
 }
 
-/// `/api`: the core group's versions.
-#[derive(Deserialize)]
-struct ApiVersions {
-    #[serde(default)]
-    versions: Vec<String>,
-}
-
 #[derive(Deserialize)]
 struct GroupVersion {
     version: String,
+}
+
+/// What `/api` and `/apis` are asked for: the aggregated form, else the plain one.
+const INDEX_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+
+/// `/api` or `/apis` in the aggregated form: each group with its versions
+/// (the preferred first) and their resources.
+#[derive(Deserialize)]
+struct GroupDiscoveryList {
+    #[serde(default)]
+    items: Vec<GroupDiscovery>,
+}
+
+#[derive(Deserialize)]
+struct GroupDiscovery {
+    #[serde(default)]
+    metadata: GroupName,
+    #[serde(default)]
+    versions: Vec<VersionDiscovery>,
+}
+
+#[derive(Deserialize, Default)]
+struct GroupName {
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct VersionDiscovery {
+    version: String,
+    #[serde(default)]
+    resources: Vec<ResourceDiscovery>,
+}
+
+#[derive(Deserialize)]
+struct ResourceDiscovery {
+    resource: String,
+    #[serde(default, rename = "responseKind")]
+    response_kind: Option<ResponseKind>,
+    /// `Namespaced` or `Cluster`.
+    #[serde(default)]
+    scope: String,
+    #[serde(default, rename = "singularResource")]
+    singular_resource: String,
+    #[serde(default, rename = "shortNames")]
+    short_names: Vec<String>,
+    #[serde(default)]
+    verbs: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct ResponseKind {
+    #[serde(default)]
+    kind: String,
 }
 
 #[derive(Deserialize)]
@@ -197,29 +244,58 @@ impl Discovery {
         if current.at != seen && current.at.is_some() {
             return Ok(current);
         }
-        let core: ApiVersions = self.get_json("/api").await?;
-        let groups: ApiGroupList = self.get_json("/apis").await?;
-        let mut index = Index { at: Some(Instant::now()), ..Index::default() };
-        for v in &core.versions {
-            index.served.insert((String::new(), v.clone()));
-        }
-        // The core group's preferred version is its first.
-        if let Some(v) = core.versions.first() {
-            index.preferred.push((String::new(), v.clone()));
-        }
-        for g in groups.groups {
-            for v in &g.versions {
-                index.served.insert((g.name.clone(), v.version.clone()));
-            }
-            if let Some(p) = g.preferred_version {
-                index.preferred.push((g.name, p.version));
-            }
-        }
+        let (core, groups) = (self.get_index_form("/api").await?, self.get_index_form("/apis").await?);
+        let index = match (core, groups) {
+            (IndexForm::Aggregated(core), IndexForm::Aggregated(groups)) => self.aggregated_index(core, groups),
+            (core, groups) => plain_index(core.plain()?, groups.plain()?),
+        };
         // Resource lists of group versions no longer served are dropped.
         self.group_versions.retain(|k, _| index.served.contains(k));
         let index = Arc::new(index);
         *self.index.write() = index.clone();
         Ok(index)
+    }
+
+    /// The index from the aggregated form, and every group version's
+    /// resource list with it.
+    fn aggregated_index(&self, core: GroupDiscoveryList, groups: GroupDiscoveryList) -> Index {
+        let now = Instant::now();
+        let mut index = Index { at: Some(now), ..Index::default() };
+        let core = core.items.into_iter().map(|g| (String::new(), g.versions));
+        let groups = groups.items.into_iter().map(|g| (g.metadata.name, g.versions));
+        for (group, versions) in core.chain(groups) {
+            // Versions come in the group's order of preference.
+            if let Some(v) = versions.first() {
+                index.preferred.push((group.clone(), v.version.clone()));
+            }
+            for v in versions {
+                let resources = v.resources.into_iter().map(|r| resource_info(&group, &v.version, r)).collect();
+                let key = (group.clone(), v.version);
+                index.served.insert(key.clone());
+                self.group_versions.insert(key, Fetched { resources: Arc::new(resources), at: now });
+            }
+        }
+        index
+    }
+
+    /// `/api` or `/apis`, in the form the upstream answered.
+    async fn get_index_form(&self, path: &str) -> Result<IndexForm, DiscoveryError> {
+        let req = Request::get(path).header(header::ACCEPT, INDEX_ACCEPT).body(body::empty()).expect("valid request");
+        let resp = self.upstream.send(req).await.map_err(DiscoveryError::Request)?;
+        if !resp.status().is_success() {
+            return Err(DiscoveryError::Status(resp.status()));
+        }
+        let aggregated = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|t| t.to_str().ok())
+            .is_some_and(|t| t.contains("as=APIGroupDiscoveryList"));
+        let bytes = resp.into_body().collect().await.map_err(DiscoveryError::Body)?.to_bytes();
+        Ok(if aggregated {
+            IndexForm::Aggregated(serde_json::from_slice(&bytes).map_err(DiscoveryError::Decode)?)
+        } else {
+            IndexForm::Plain(bytes)
+        })
     }
 
     /// The index, fetched if it never was.
@@ -311,3 +387,86 @@ impl Discovery {
         serde_json::from_slice(&bytes).map_err(DiscoveryError::Decode)
     }
 }
+
+/// `/api` or `/apis` as the upstream answered it.
+enum IndexForm {
+    Aggregated(GroupDiscoveryList),
+    /// The plain form's bytes (`APIVersions`, `APIGroupList`).
+    Plain(bytes::Bytes),
+}
+
+impl IndexForm {
+    /// The plain form, decoded; an aggregated answer (when only one of the
+    /// two was: a proxy in between) is read as its groups and versions.
+    fn plain(self) -> Result<PlainIndex, DiscoveryError> {
+        match self {
+            Self::Plain(bytes) => serde_json::from_slice(&bytes).map_err(DiscoveryError::Decode),
+            Self::Aggregated(list) => Ok(PlainIndex {
+                versions: list
+                    .items
+                    .first()
+                    .map(|g| g.versions.iter().map(|v| v.version.clone()).collect())
+                    .unwrap_or_default(),
+                groups: list
+                    .items
+                    .into_iter()
+                    .map(|g| ApiGroup {
+                        preferred_version: g.versions.first().map(|v| GroupVersion { version: v.version.clone() }),
+                        versions: g.versions.into_iter().map(|v| GroupVersion { version: v.version }).collect(),
+                        name: g.metadata.name,
+                    })
+                    .collect(),
+            }),
+        }
+    }
+}
+
+/// The plain form: `/api`'s `versions` (APIVersions) or `/apis`'s `groups`
+/// (APIGroupList), whichever the body holds.
+#[derive(Deserialize)]
+struct PlainIndex {
+    #[serde(default)]
+    versions: Vec<String>,
+    #[serde(default)]
+    groups: Vec<ApiGroup>,
+}
+
+/// The index from the plain forms of `/api` and `/apis`.
+fn plain_index(core: PlainIndex, groups: PlainIndex) -> Index {
+    let mut index = Index { at: Some(Instant::now()), ..Index::default() };
+    for v in &core.versions {
+        index.served.insert((String::new(), v.clone()));
+    }
+    // The core group's preferred version is its first.
+    if let Some(v) = core.versions.first() {
+        index.preferred.push((String::new(), v.clone()));
+    }
+    for g in groups.groups {
+        for v in &g.versions {
+            index.served.insert((g.name.clone(), v.version.clone()));
+        }
+        if let Some(p) = g.preferred_version {
+            index.preferred.push((g.name, p.version));
+        }
+    }
+    index
+}
+
+/// One resource of `group`/`version` as the aggregated form describes it.
+fn resource_info(group: &str, version: &str, r: ResourceDiscovery) -> ResourceInfo {
+    let kind = r.response_kind.map(|k| k.kind).unwrap_or_default();
+    ResourceInfo {
+        group: group.to_owned(),
+        version: version.to_owned(),
+        // As kubectl: no singular name is the lower-cased kind.
+        singular: if r.singular_resource.is_empty() { kind.to_lowercase() } else { r.singular_resource },
+        short_names: r.short_names,
+        resource: r.resource,
+        kind,
+        namespaced: r.scope == "Namespaced",
+        verbs: r.verbs,
+    }
+}
+
+#[cfg(test)]
+mod tests;
