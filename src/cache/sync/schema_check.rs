@@ -38,7 +38,7 @@
 //! the same address). The document is fetched by the URL the root names,
 //! `?hash=` and all, which the API server serves as immutable and a watchmux
 //! tier in between keeps for every node-local behind it
-//! ([`documents`](crate::passthrough::documents)). Without a hash (an older
+//! ([`shared`](crate::passthrough::shared)). Without a hash (an older
 //! server, an unreadable root) the document is fetched each time, as before.
 
 use std::collections::HashMap;
