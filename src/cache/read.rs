@@ -1,10 +1,10 @@
 //! Answering LIST, GET and WATCH from a cache.
 //!
 //! - [`serve`]: the API server's read semantics, or the decision to pass through.
-//! - [`params`], [`filter`]: a read's query parameters, and what it selects.
+//! - [`params`], [`filter`](crate::cache::delivery::filter): a read's query parameters, and what it selects.
 //! - [`pagination`]: continue tokens in the API server's format.
-//! - [`content`]: the form an answer is served in (protobuf or JSON), decided once.
-//! - [`reason`]: why a read passes through, typed.
+//! - [`content`](crate::cache::content): the form an answer is served in (protobuf or JSON), decided once.
+//! - [`reason`](crate::cache::reason): why a read passes through, typed.
 
 pub(crate) mod pagination;
 pub(crate) mod params;

@@ -2,7 +2,7 @@
 //!
 //! Every `--consistency-check-period` (jittered up to half as long again, as
 //! the API server jitters its own; 0 turns the check off), each cache takes
-//! its state at its current version `X` (a [`Snapshot`]: an O(1) clone of
+//! its state at its current version `X` (a [`Snapshot`](crate::cache::state::store::Snapshot): an O(1) clone of
 //! the persistent store, so the writer and the fan-out never wait for the
 //! check), asks the upstream for `LIST resourceVersion=X&
 //! resourceVersionMatch=Exact` ([`exact_list`]), and compares the

@@ -95,7 +95,7 @@ impl CredentialSource {
     /// The header to send now, re-reading a token file when it is due. A
     /// failed re-read keeps the previous token: it is likely still valid, and
     /// the upstream's 401 will say so if not. An exec plugin's token comes
-    /// from [`Self::own`] instead.
+    /// from [`Self::watchmux_auth`] instead.
     fn authorization(&self) -> Option<HeaderValue> {
         match self {
             Self::None | Self::Exec(_) => None,

@@ -2,7 +2,7 @@
 //! for hyper's own HTTP/1.1 (with upgrades) and HTTP/2 connections.
 //!
 //! The listener serves each protocol with hyper's builder for it (see
-//! [`crate::server::connection::listener::Conn::serve`]); hyper-util's watcher takes only
+//! `listener::Conn::serve`); hyper-util's watcher takes only
 //! connections of a trait it seals and does not implement for hyper's
 //! HTTP/1.1 connection with upgrades, so this is the same watcher, given the
 //! connection's own `graceful_shutdown`.
