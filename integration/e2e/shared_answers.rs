@@ -162,8 +162,14 @@ async fn health_checks_are_answered_from_one_recent_probe() {
     let (fetched, hits) = (shared(&wm, "health", "fetched").await, shared(&wm, "health", "hit").await);
     assert_eq!(fetched + hits, 13.0);
     assert!(fetched < 10.0, "{fetched} fetches for 13 probes");
+    // Any Accept: the API server's text/plain "ok", the same as directly.
+    for accept in ["application/json", "text/html", "application/vnd.kubernetes.protobuf", "x/y;q=0"] {
+        assert_eq!(same_answer(&direct, &via, "/readyz", &[("accept", accept)]).await, 200, "{accept}");
+    }
+    let asked = shared(&wm, "health", "fetched").await + shared(&wm, "health", "hit").await;
+    assert_eq!(asked, 17.0, "answered from the shared answer, whatever they accept");
     // With a query (`?verbose` lists each check): passed through, as it was.
     assert_eq!(same_answer(&direct, &via, "/readyz?verbose", &[]).await, 200);
     assert_eq!(same_answer(&direct, &via, "/livez?exclude=etcd", &[]).await, 200);
-    assert_eq!(shared(&wm, "health", "fetched").await + shared(&wm, "health", "hit").await, 13.0);
+    assert_eq!(shared(&wm, "health", "fetched").await + shared(&wm, "health", "hit").await, 17.0);
 }

@@ -24,7 +24,8 @@
 //!
 //! A request is shared only when it is exactly such a request
 //! ([`SharedKey::of`]: a GET, nothing else in the query, no conditional or
-//! range header, its `Accept` kept in the key) and, in delegated mode, after
+//! range header; a document's `Accept` kept in the key, a health check's
+//! ignored, as kube-apiserver ignores it) and, in delegated mode, after
 //! the caller is authorized for the path as the API server would authorize
 //! it (a non-resource review); every other request, and every one the store
 //! cannot answer, passes through unchanged. The answer is fetched with
@@ -136,8 +137,8 @@ impl Kind {
 }
 
 /// What identifies a shared answer: its kind, the request's path and query
-/// (exactly `hash=<hex>` for a document, none for health) and its `Accept`
-/// header, as sent (`Vary: Accept`).
+/// (exactly `hash=<hex>` for a document, none for health) and, for a
+/// document, its `Accept` header as sent (`Vary: Accept`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct SharedKey {
     kind: Kind,
@@ -155,6 +156,12 @@ impl SharedKey {
         let (kind, path_and_query) = openapi_document(req.uri()).or_else(|| health(req.uri()))?;
         if CONDITIONAL.iter().any(|h| req.headers().contains_key(h)) {
             return None;
+        }
+        // kube-apiserver's health handlers write text/plain whatever the
+        // client accepts: one answer per path, which distinct `Accept`
+        // headers can neither split nor use to crowd the documents out.
+        if kind == Kind::Health {
+            return Some(Self { kind, path_and_query, accept: None });
         }
         let mut accepts = req.headers().get_all(header::ACCEPT).iter();
         let accept = accepts.next().cloned();

@@ -171,6 +171,12 @@ fn only_a_plain_get_of_a_hashed_openapi_v3_document_is_a_key() {
         assert_eq!(key_of(Method::GET, uri, &[]), None, "{uri}: passed through");
     }
     assert_eq!(key_of(Method::POST, "/readyz", &[]), None);
+    // kube-apiserver answers text/plain to any Accept: one key per path.
+    let readyz = key_of(Method::GET, "/readyz", &[]);
+    for accept in [&[("accept", "application/json")][..], &[("accept", "text/html")], &two, &[("accept", &long_accept)]]
+    {
+        assert_eq!(key_of(Method::GET, "/readyz", accept), readyz, "{accept:?}");
+    }
     assert_ne!(key(Some("application/json")), key(None));
 }
 
