@@ -103,16 +103,6 @@ pub(crate) fn is_gzip(headers: &HeaderMap) -> bool {
     headers.get(header::CONTENT_ENCODING).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"))
 }
 
-/// A gzip body decompressed: every member, as Go's reader reads them. A
-/// page of 500 pods (about 1.5 MB inflated) takes a few milliseconds, done
-/// where it is read.
-pub(crate) fn gunzip(compressed: &[u8]) -> std::io::Result<bytes::Bytes> {
-    use std::io::Read;
-    let mut out = Vec::with_capacity(compressed.len().saturating_mul(8));
-    flate2::read::MultiGzDecoder::new(compressed).read_to_end(&mut out)?;
-    Ok(out.into())
-}
-
 /// Whether the request asks for gzip, read as Go's
 /// `responsewriters.ContentEncodingSupported` reads it: only the first
 /// `Accept-Encoding` header (`Header.Get`), split at every comma, a token

@@ -20,6 +20,7 @@
 //! sets) are replaced so that new requests present it. Where the upstream is
 //! and which credentials to use come from a kubeconfig ([`kubeconfig`]).
 
+pub(crate) mod bounded_read;
 mod cert_files;
 pub(crate) mod credentials;
 mod exec;

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Method, Request, StatusCode, header};
-use http_body_util::BodyExt;
 use metrics::{counter, histogram};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -28,7 +27,7 @@ use crate::error::error_chain;
 use crate::metrics as m;
 use crate::request::{RequestInfo, Verb};
 use crate::selector::FieldSelector;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, bounded_read};
 use slots::review_slots;
 
 /// How long one review may take before it counts as failed.
@@ -307,13 +306,13 @@ impl ReviewClient {
             .expect("valid request");
         let resp = self.upstream.send_review(req).await.map_err(|e| ReviewError::Unreachable(error_chain(&e)))?;
         let status = resp.status();
-        let bytes = resp.into_body().collect().await.map_err(|e| ReviewError::Unreachable(e.to_string()))?.to_bytes();
         if status != StatusCode::CREATED && status != StatusCode::OK {
-            let mut body = String::from_utf8_lossy(&bytes).into_owned();
-            body.truncate(512);
-            return Err(ReviewError::Status { status, body });
+            let said = bounded_read::read_prefix(resp.into_body(), 512).await;
+            return Err(ReviewError::Status { status, body: String::from_utf8_lossy(&said).into_owned() });
         }
-        Ok(bytes)
+        bounded_read::read_whole(resp.into_body(), bounded_read::REVIEW_BYTES)
+            .await
+            .map_err(|e| ReviewError::Unreachable(error_chain(&e)))
     }
 }
 
@@ -436,5 +435,39 @@ mod tests {
                 "fieldSelector": {"rawSelector": "spec.nodeName=n1"},
             })
         );
+    }
+
+    /// A review client whose upstream answers every review with `status`
+    /// and `body`.
+    async fn answered_with(status: StatusCode, body: bytes::Bytes) -> ReviewClient {
+        use crate::upstream::{UpstreamOptions, fake_server};
+        let addr = fake_server::serve(move |_req| {
+            let body = body.clone();
+            async move { http::Response::builder().status(status).body(crate::body::full(body)).unwrap() }
+        })
+        .await;
+        ReviewClient::new(fake_server::upstream(addr, UpstreamOptions::default()), 4)
+    }
+
+    #[tokio::test]
+    async fn a_review_answer_past_its_bound_is_an_unreachable_upstream_not_a_user() {
+        // A TokenReview that authenticates, padded past the bound with
+        // whitespace JSON allows.
+        let mut said = br#"{"status":{"authenticated":true,"user":{"username":"mallory"}}}"#.to_vec();
+        let fits = answered_with(StatusCode::CREATED, bytes::Bytes::from(said.clone())).await;
+        let user = fits.token("t", &Asker::Peer(None)).await.unwrap().expect("authenticated");
+        assert_eq!(user.name, "mallory", "the same answer within the bound is read");
+        said.resize(bounded_read::REVIEW_BYTES + 1, b' ');
+        let past = answered_with(StatusCode::CREATED, bytes::Bytes::from(said)).await;
+        let err = past.token("t", &Asker::Peer(None)).await.unwrap_err();
+        assert!(matches!(&err, ReviewError::Unreachable(why) if why.contains("larger than")), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_review_keeps_the_first_512_bytes_of_why() {
+        let client = answered_with(StatusCode::FORBIDDEN, bytes::Bytes::from(vec![b'x'; 1 << 20])).await;
+        let err = client.token("t", &Asker::Peer(None)).await.unwrap_err();
+        let ReviewError::Status { status, body } = err else { panic!("{err:?}") };
+        assert_eq!((status, body.len()), (StatusCode::FORBIDDEN, 512));
     }
 }

@@ -26,13 +26,12 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use http::{Request, header};
-use http_body_util::BodyExt;
 use serde::Deserialize;
 use tokio::time::Instant;
 
 use crate::body;
 use crate::cache::resource_info::ResourceInfo;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, bounded_read};
 
 /// How often the index or a group version may be fetched again because of a miss.
 pub(crate) const REFRESH_INTERVAL: Duration = Duration::from_secs(10);
@@ -42,7 +41,7 @@ pub(crate) enum DiscoveryError {
     #[error("upstream discovery request failed")]
     Request(#[source] crate::upstream::SendError),
     #[error("reading upstream discovery")]
-    Body(#[source] hyper::Error),
+    Read(#[source] bounded_read::ReadError),
     #[error("upstream discovery answered {0}")]
     Status(http::StatusCode),
     #[error("decoding discovery")]
@@ -290,7 +289,9 @@ impl Discovery {
             .get(header::CONTENT_TYPE)
             .and_then(|t| t.to_str().ok())
             .is_some_and(|t| t.contains("as=APIGroupDiscoveryList"));
-        let bytes = resp.into_body().collect().await.map_err(DiscoveryError::Body)?.to_bytes();
+        let bytes = bounded_read::read_whole(resp.into_body(), bounded_read::DOCUMENT_BYTES)
+            .await
+            .map_err(DiscoveryError::Read)?;
         Ok(if aggregated {
             IndexForm::Aggregated(serde_json::from_slice(&bytes).map_err(DiscoveryError::Decode)?)
         } else {
@@ -383,7 +384,9 @@ impl Discovery {
         if !resp.status().is_success() {
             return Err(DiscoveryError::Status(resp.status()));
         }
-        let bytes = resp.into_body().collect().await.map_err(DiscoveryError::Body)?.to_bytes();
+        let bytes = bounded_read::read_whole(resp.into_body(), bounded_read::DOCUMENT_BYTES)
+            .await
+            .map_err(DiscoveryError::Read)?;
         serde_json::from_slice(&bytes).map_err(DiscoveryError::Decode)
     }
 }

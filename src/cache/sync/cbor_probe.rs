@@ -23,12 +23,12 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use http::{HeaderValue, StatusCode, header};
-use http_body_util::BodyExt;
 
 use crate::cache::resource_info::ResourceInfo;
 use crate::cache::sync::upstream_watch::upstream_get_as;
 use crate::negotiate::UpstreamCbor;
 use crate::upstream::Upstream;
+use crate::upstream::bounded_read;
 
 /// How long the probe may take before it teaches nothing.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,8 +40,9 @@ pub(crate) async fn probe(upstream: &Upstream, info: &ResourceInfo) -> Option<Up
     let asked = async {
         let resp = upstream_get_as(upstream, path, "application/cbor", false).await.ok()?;
         let found = classify(resp.status(), resp.headers().get(header::CONTENT_TYPE));
-        // Read to the end, so that an HTTP/1.1 connection goes back to the pool.
-        resp.into_body().collect().await.ok()?;
+        // Read to the end (a Status or one object's page), so that an
+        // HTTP/1.1 connection goes back to the pool.
+        bounded_read::read_whole(resp.into_body(), bounded_read::REFUSAL_BYTES).await.ok()?;
         found
     };
     tokio::time::timeout(PROBE_TIMEOUT, asked).await.ok().flatten()

@@ -46,7 +46,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use http::StatusCode;
-use http_body_util::BodyExt;
 use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
@@ -55,6 +54,7 @@ use crate::cache::sync::upstream_watch::upstream_get;
 use crate::encode::protobuf::{Drift, MessageType, openapi_drift};
 use crate::error::error_chain;
 use crate::upstream::Upstream;
+use crate::upstream::bounded_read;
 
 /// How long the document may take before the check gives up (protobuf stays on).
 pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -211,10 +211,14 @@ pub(crate) fn compare(ty: MessageType, document: &serde_json::Value) -> Outcome 
 async fn fetch(upstream: &Upstream, path: &str) -> Result<serde_json::Value, String> {
     let resp = upstream_get(upstream, path.to_owned()).await.map_err(|e| error_chain(&e))?;
     let status = resp.status();
-    let bytes = resp.into_body().collect().await.map_err(|e| error_chain(&e))?.to_bytes();
     if status != StatusCode::OK {
+        // Read (a Status's worth) so that the connection can be used again.
+        bounded_read::read_prefix(resp.into_body(), bounded_read::REFUSAL_BYTES).await;
         return Err(format!("{path}: {status}"));
     }
+    let bytes = bounded_read::read_whole(resp.into_body(), bounded_read::DOCUMENT_BYTES)
+        .await
+        .map_err(|e| format!("{path}: {}", error_chain(&e)))?;
     serde_json::from_slice(&bytes).map_err(|e| format!("{path}: {e}"))
 }
 

@@ -27,6 +27,7 @@ use crate::cache::state::object::{CachedObject, ObjectShape};
 use crate::encode::watch::EventType;
 use crate::error::error_chain;
 use crate::upstream::Upstream;
+use crate::upstream::bounded_read::{self, LIST_PAGE_BYTES, ReadError};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ReflectorError {
@@ -34,10 +35,8 @@ pub(crate) enum ReflectorError {
     Request(#[source] crate::upstream::SendError),
     #[error("upstream answered {status}: {body}")]
     Status { status: StatusCode, body: String },
-    #[error("reading the upstream response")]
-    Body(#[source] hyper::Error),
-    #[error("decompressing the upstream response")]
-    Gunzip(#[source] std::io::Error),
+    #[error("reading the upstream list")]
+    Read(#[source] ReadError),
     #[error("decoding the upstream list")]
     Decode(#[source] serde_json::Error),
     #[error("the upstream list's resourceVersion {0:?} is not a number")]
@@ -303,12 +302,17 @@ async fn fetch_list(
     let resp = upstream_get_as(upstream, uri, accept, upstream.gzip_lists()).await?;
     let status = resp.status();
     let (parts, body) = resp.into_parts();
-    let mut bytes = body.collect().await.map_err(ReflectorError::Body)?.to_bytes();
-    if crate::compress::is_gzip(&parts.headers) {
-        bytes = crate::compress::gunzip(&bytes).map_err(ReflectorError::Gunzip)?;
-    }
+    let gzip = crate::compress::is_gzip(&parts.headers);
     if !status.is_success() {
-        return Err(ReflectorError::Status { status, body: String::from_utf8_lossy(&bytes).into_owned() });
+        let mut said = bounded_read::read_prefix(body, bounded_read::REFUSAL_BYTES).await;
+        if gzip {
+            said = bounded_read::gunzip(&said, bounded_read::REFUSAL_BYTES).unwrap_or(said);
+        }
+        return Err(ReflectorError::Status { status, body: String::from_utf8_lossy(&said).into_owned() });
+    }
+    let mut bytes = bounded_read::read_whole(body, LIST_PAGE_BYTES).await.map_err(ReflectorError::Read)?;
+    if gzip {
+        bytes = bounded_read::gunzip(&bytes, LIST_PAGE_BYTES).map_err(ReflectorError::Read)?;
     }
     Ok((parts.headers, bytes))
 }
@@ -335,7 +339,7 @@ pub(crate) async fn open_watch(upstream: &Upstream, uri: String) -> Opened {
         StatusCode::GONE => Opened::Expired,
         StatusCode::NOT_FOUND => Opened::Gone,
         status if !status.is_success() => {
-            let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let body = bounded_read::read_prefix(resp.into_body(), bounded_read::REFUSAL_BYTES).await;
             Opened::Failed(format!("{status}: {}", String::from_utf8_lossy(&body)))
         }
         _ => Opened::Streaming(WatchLines::new(resp)),
@@ -494,5 +498,76 @@ mod tests {
         let gone = Bytes::from_static(br#"{"type":"ERROR","object":{"kind":"Status","code":410}}"#);
         assert!(matches!(parse_line(&gone), Err(LineEnd::Expired)));
         assert!(matches!(parse_line(&Bytes::from_static(b"  ")), Ok(Line::Blank)));
+    }
+
+    /// A list page's answer from a fake upstream: `status`, gzip or not,
+    /// and a body that claims `claimed` bytes and sends `sent`.
+    async fn page_from(status: StatusCode, gzip: bool, claimed: Option<u64>, sent: Bytes) -> ReflectorError {
+        use crate::upstream::{UpstreamOptions, fake_server};
+        let addr = fake_server::serve(move |_req| {
+            let sent = sent.clone();
+            async move {
+                let mut resp = http::Response::builder().status(status);
+                if gzip {
+                    resp = resp.header(header::CONTENT_ENCODING, "gzip");
+                }
+                let body = match claimed {
+                    // hyper sends the header's length and then waits on
+                    // the body, which never sends a byte.
+                    Some(len) => {
+                        resp = resp.header(header::CONTENT_LENGTH, len);
+                        body::boxed(Silent)
+                    }
+                    None => body::full(sent),
+                };
+                resp.body(body).unwrap()
+            }
+        })
+        .await;
+        let upstream = fake_server::upstream(addr, UpstreamOptions::default());
+        // Bounded: a read that ignored the bound would wait on `Silent`.
+        let listed =
+            tokio::time::timeout(Duration::from_secs(20), get_list(&upstream, "/api/v1/pods?limit=500".into()));
+        listed.await.expect("answered in time").err().expect("an error")
+    }
+
+    /// A body that never sends a byte.
+    struct Silent;
+
+    impl hyper::body::Body for Silent {
+        type Data = Bytes;
+        type Error = crate::body::BoxError;
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+            std::task::Poll::Pending
+        }
+    }
+
+    #[tokio::test]
+    async fn a_list_page_longer_than_any_real_one_is_refused_unread() {
+        let err = page_from(StatusCode::OK, false, Some(LIST_PAGE_BYTES as u64 + 1), Bytes::new()).await;
+        assert!(matches!(err, ReflectorError::Read(ReadError::TooLarge { .. })), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_list_page_that_is_not_gzip_as_it_says_is_an_error_not_a_list() {
+        let err = page_from(StatusCode::OK, true, None, Bytes::from_static(b"{\"items\":[]}")).await;
+        assert!(matches!(err, ReflectorError::Read(ReadError::Gunzip(_))), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_keeps_its_message_inflated_and_no_more_than_its_bound() {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut enc, br#"{"kind":"Status","code":500}"#).unwrap();
+        let gz = Bytes::from(enc.finish().unwrap());
+        let err = page_from(StatusCode::INTERNAL_SERVER_ERROR, true, None, gz).await;
+        let ReflectorError::Status { status, body } = err else { panic!("{err:?}") };
+        assert_eq!((status, body.as_str()), (StatusCode::INTERNAL_SERVER_ERROR, r#"{"kind":"Status","code":500}"#));
+        let huge = Bytes::from(vec![b'x'; 4 * bounded_read::REFUSAL_BYTES]);
+        let err = page_from(StatusCode::INTERNAL_SERVER_ERROR, false, None, huge).await;
+        let ReflectorError::Status { body, .. } = err else { panic!("{err:?}") };
+        assert_eq!(body.len(), bounded_read::REFUSAL_BYTES);
     }
 }

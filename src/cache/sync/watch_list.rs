@@ -29,7 +29,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use http_body_util::BodyExt;
 
 use super::upstream_watch::{LineEnd, ReflectorError, StreamEnd, WatchLines, upstream_get};
 use crate::cache::state::object::{CachedObject, ObjectShape};
@@ -37,6 +36,7 @@ use crate::cache::state::store::Objects;
 use crate::cache::sync::upstream_watch::Line;
 use crate::encode::watch::EventType;
 use crate::upstream::Upstream;
+use crate::upstream::bounded_read;
 
 /// The longest the upstream may send nothing at all before the initial
 /// events' end: a tier proving its cache fresh takes a few seconds
@@ -89,7 +89,7 @@ pub(crate) async fn watch_list(
     let resp = upstream_get(upstream, uri).await.map_err(WatchListError::Failed)?;
     let status = resp.status();
     if !status.is_success() {
-        let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let body = bounded_read::read_prefix(resp.into_body(), bounded_read::REFUSAL_BYTES).await;
         let body = String::from_utf8_lossy(&body).into_owned();
         return Err(match status {
             StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => {
