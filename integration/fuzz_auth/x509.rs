@@ -259,17 +259,8 @@ fn oid(dotted: &str) -> Vec<u8> {
 
 /// UTCTime `YYMMDDHHMMSSZ` for a Unix time (years 2000 to 2049).
 fn utc_time(unix: i64) -> Vec<u8> {
-    let (days, secs) = (unix.div_euclid(86400), unix.rem_euclid(86400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let text = format!("{:02}{month:02}{day:02}{:02}{:02}{:02}Z", year % 100, secs / 3600, secs % 3600 / 60, secs % 60);
+    let t = time::OffsetDateTime::from_unix_timestamp(unix).expect("a time in range");
+    let (year, month) = (t.year() % 100, u8::from(t.month()));
+    let text = format!("{year:02}{month:02}{:02}{:02}{:02}{:02}Z", t.day(), t.hour(), t.minute(), t.second());
     tlv(0x17, text.as_bytes())
 }

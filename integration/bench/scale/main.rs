@@ -364,7 +364,8 @@ async fn storms(api: &Api, w: World, sides: &[StormSide]) -> anyhow::Result<Valu
                 &prom::by_label(&before, "apiserver_request_total", "verb", &[]),
                 &prom::by_label(&after, "apiserver_request_total", "verb", &[]),
             );
-            let verb = |v: &str| served.iter().filter(|(k, _)| k == v).map(|(_, n)| *n).sum::<f64>();
+            // `+ 0.0`: an empty float sum is -0.0, printed as "-0".
+            let verb = |v: &str| served.iter().filter(|(k, _)| k == v).map(|(_, n)| *n).sum::<f64>() + 0.0;
             // Why reads through watchmux reached kube-apiserver, from its own metrics.
             let why = match &wm_before {
                 Some(b) => {
@@ -567,7 +568,7 @@ async fn restart(
     let api_cpu = ticks_ms(cpu_ticks(api_pid)?) / 1e3;
     let metrics = api.apiserver_metrics().await?;
     let served = prom::by_label(&metrics, "apiserver_request_total", "verb", &[]);
-    let verb = |v: &str| served.iter().filter(|(k, _)| k == v).map(|(_, n)| *n).sum::<f64>();
+    let verb = |v: &str| served.iter().filter(|(k, _)| k == v).map(|(_, n)| *n).sum::<f64>() + 0.0;
     let watches = prom::sum(&metrics, "apiserver_longrunning_requests", &[("verb", "WATCH")]);
     // Do the kubelets get events again?
     let events0 = t.live_events.load(Ordering::Relaxed);
