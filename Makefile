@@ -125,6 +125,12 @@ bench-fairness:
 bench-scale:
 	bash integration/scripts/bench-scale.sh
 
+## Where one tier stops keeping up: bench-scale's storm through the tier at
+## 1,000 to 5,000 kubelets (SWEEP_KUBELETS) on one loaded world.
+.PHONY: bench-scale-sweep
+bench-scale-sweep:
+	bash integration/scripts/bench-scale-sweep.sh
+
 ## What an idle tier and 20 node-locals cost kube-apiserver, per request kind.
 .PHONY: bench-fleet-idle
 bench-fleet-idle:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart,scale}/ and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale}/ (bench-scale's sweep-*.json too) and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -21,8 +21,9 @@ import matplotlib.ticker  # noqa: E402
 
 RUN = sys.argv[1] if len(sys.argv) > 1 else ".run"
 OUT = sys.argv[2] if len(sys.argv) > 2 else "docs/img"
-COLORS = {"direct": "#d62728", "watchmux": "#1f77b4"}
-LABELS = {"direct": "straight at kube-apiserver", "watchmux": "through watchmux"}
+COLORS = {"direct": "#d62728", "watchmux": "#1f77b4", "nodelocal": "#2ca02c"}
+LABELS = {"direct": "straight at kube-apiserver", "watchmux": "through watchmux",
+          "nodelocal": "node-locals in front of the tier"}
 
 
 def load(pattern):
@@ -262,15 +263,20 @@ def plot_scale(runs):
             ("kube-apiserver CPU during the storm, s\n(lower is better, log scale)", lambda s: s["apiserver_cpu_s"], True),
         ]):
             groups = [(r, m) for r in runs for m in modes if any(s["mode"] == m for s in r.get("storms", []))]
-            for i, side in enumerate(["direct", "watchmux"]):
+            sides = [side for side in ("direct", "watchmux", "nodelocal") if any(s["side"] == side for _, s in storms)]
+            width = 0.8 / len(sides)
+            for i, side in enumerate(sides):
+                labelled = False
                 for k, (r, m) in enumerate(groups):
                     for s in r.get("storms", []):
                         if s["mode"] == m and s["side"] == side:
-                            x = k + (i - 0.5) * 0.4
+                            x = k + (i - (len(sides) - 1) / 2) * width
                             v = max(value(s), 0.01) if log else value(s)
-                            ax.bar(x, v, 0.4, color=COLORS[side], label=LABELS[side] if k == 0 else None)
+                            ax.bar(x, v, width, color=COLORS[side], label=None if labelled else LABELS[side])
+                            labelled = True
                             if not log:
-                                ax.plot([x - 0.15, x + 0.15], [s["synced_ms"]["max"] / 1000] * 2, color="k", lw=1)
+                                ax.plot([x - width * 0.4, x + width * 0.4], [s["synced_ms"]["max"] / 1000] * 2,
+                                        color="k", lw=1)
             ax.set_xticks(range(len(groups)))
             ax.set_xticklabels([f"{m}\n{r['storms'][0]['kubelets']:,} kubelets" for r, m in groups], fontsize=8)
             if log:
@@ -317,6 +323,55 @@ def plot_scale(runs):
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
         save(fig, "bench-scale-memory.png")
+
+
+def plot_limit(runs):
+    """bench-scale-sweep's steps: one tier, a rising number of kubelets,
+    each world (its node count) a line of its own. Where it stops keeping
+    up: time to synced, the tier's CPU against what two cores give in that
+    time, and its peak RSS."""
+    steps = [(r["world"]["nodes"], s) for r in runs for s in r.get("storms", []) if s["side"] == "watchmux"]
+    if not steps:
+        return
+    worlds = sorted({n for n, _ in steps})
+    modes = [m for m in ("watch-list", "classic") if any(s["mode"] == m for _, s in steps)]
+    styles = {"watch-list": "-", "classic": "--"}
+    markers = ["o", "s", "^", "D"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for w, nodes in enumerate(worlds):
+        for m in modes:
+            pts = sorted((s for n, s in steps if n == nodes and s["mode"] == m), key=lambda s: s["kubelets"])
+            if not pts:
+                continue
+            xs = [s["kubelets"] for s in pts]
+            tag = f"{m}, {nodes:,} nodes"
+            mk = markers[w % len(markers)]
+            axes[0].plot(xs, [s["synced_ms"]["max"] / 1000 for s in pts], styles[m], marker=mk,
+                         color=COLORS["watchmux"], label=f"{tag}: last kubelet")
+            axes[0].plot(xs, [s["synced_ms"]["p50"] / 1000 for s in pts], styles[m], marker=mk, ms=3,
+                         color="grey", label=f"{tag}: p50")
+            # The tier's CPU as a share of what two cores give while the
+            # storm lasts (until its last kubelet synced): 100% is the machine.
+            span = [2 * s["synced_ms"]["max"] / 1000 for s in pts]
+            axes[1].plot(xs, [100 * s["watchmux_cpu_s"] / t for s, t in zip(pts, span)], styles[m], marker=mk,
+                         color=COLORS["watchmux"], label=f"{tag}: the tier")
+            axes[1].plot(xs, [100 * s["apiserver_cpu_s"] / t for s, t in zip(pts, span)], styles[m], marker=mk,
+                         color=COLORS["direct"], label=f"{tag}: kube-apiserver")
+            axes[2].plot(xs, [s["watchmux_rss_peak"] / 2**20 for s in pts], styles[m], marker=mk,
+                         color=COLORS["watchmux"], label=f"{tag}: peak")
+    titles = ["time to synced, s (lower is better)",
+              "CPU during the storm, % of the machine's 2 cores",
+              "the tier's peak RSS, MiB"]
+    for ax, title in zip(axes, titles):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("kubelets started at one instant")
+        ax.set_ylim(bottom=0)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    axes[1].axhline(100, color="k", lw=0.8)
+    fig.suptitle("One watchmux tier on 2 cores, the storm's clients beside it: where it stops keeping up")
+    save(fig, "bench-scale-limit.png")
 
 
 def fmt(v, digits=1):
@@ -404,6 +459,7 @@ def main():
         ("kubelet", "bench-kubelet/kubelet-*.json", plot_kubelet),
         ("restart", "bench-restart/restart-*.json", plot_restart),
         ("scale", "bench-scale/scale-*.json", plot_scale),
+        ("scale sweep", "bench-scale/sweep-*.json", plot_limit),
     ]:
         runs = load(pattern)
         if not runs:
