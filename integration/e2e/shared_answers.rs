@@ -1,6 +1,7 @@
 //! Answers watchmux shares between callers, against the real kube-apiserver:
-//! immutable OpenAPI v3 documents (`/openapi/v3/...?hash=`) and health
-//! checks (`/readyz`...), fetched upstream once, answered to every caller the
+//! immutable OpenAPI v3 documents (`/openapi/v3/...?hash=`), health
+//! checks (`/readyz`...) and discovery (aggregated `/api` and `/apis`, the
+//! OpenAPI v3 root), fetched upstream once, answered to every caller the
 //! API server would answer, as the API server answers (status, headers but
 //! the per-request ones, bytes), and everything else (a stale hash, a range,
 //! a caller it refuses, `?verbose`) passed through for the API server's own
@@ -18,10 +19,23 @@ use crate::env::*;
 use watchmux::upstream::Upstream;
 
 const PROTOBUF: &str = "application/com.github.proto-openapi.spec.v3@v1.0+protobuf";
+/// What client-go asks `/api` and `/apis` for.
+const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,\
+                          application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,\
+                          application/json;q=0.9";
 
-/// Headers kube-apiserver writes for one request, not for the document.
-const PER_REQUEST: &[&str] =
-    &["audit-id", "date", "expires", "x-kubernetes-pf-flowschema-uid", "x-kubernetes-pf-prioritylevel-uid"];
+/// Headers kube-apiserver writes for one request, not for the document,
+/// and `Content-Length`, which is framing: Go's server writes it only when
+/// the whole answer fits its first buffer (aggregated discovery's 7 KB does
+/// not), watchmux for every answer it holds whole. The bytes are compared.
+const PER_REQUEST: &[&str] = &[
+    "audit-id",
+    "date",
+    "expires",
+    "x-kubernetes-pf-flowschema-uid",
+    "x-kubernetes-pf-prioritylevel-uid",
+    "content-length",
+];
 
 struct Answer {
     status: u16,
@@ -172,4 +186,61 @@ async fn health_checks_are_answered_from_one_recent_probe() {
     assert_eq!(same_answer(&direct, &via, "/readyz?verbose", &[]).await, 200);
     assert_eq!(same_answer(&direct, &via, "/livez?exclude=etcd", &[]).await, 200);
     assert_eq!(shared(&wm, "health", "fetched").await + shared(&wm, "health", "hit").await, 17.0);
+}
+
+#[tokio::test]
+async fn aggregated_discovery_and_the_openapi_root_are_shared_the_legacy_form_passes_through() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let admin = cluster.direct_client();
+    let dir = tempfile::tempdir().unwrap();
+    let ns = reader_namespace(&admin, "discovery").await;
+    let (wm, server) = start_delegated(&cluster, dir.path(), &[]).await;
+    let token = token_for(&cluster, &ns, &[]);
+    let api = format!("https://{}", cluster.api_addr());
+    let direct = client(&cluster, dir.path(), &api, Credential::Token(&token));
+    let via = client(&cluster, dir.path(), &server, Credential::Token(&token));
+    let discovery = |result: &'static str| shared(&wm, "discovery", result);
+
+    // The aggregated form, as client-go asks for it: the API server's
+    // status, headers (its ETag, Vary) and bytes.
+    for path in ["/api", "/apis", "/openapi/v3"] {
+        assert_eq!(same_answer(&direct, &via, path, &[("accept", AGGREGATED)]).await, 200, "{path}");
+    }
+    let answer = fetch(&via, "/apis", &[("accept", AGGREGATED)]).await;
+    assert!(answer.headers["content-type"].contains("as=APIGroupDiscoveryList"), "{:?}", answer.headers);
+    let asked = discovery("fetched").await + discovery("hit").await;
+    assert_eq!(asked, 4.0, "each answered from a shared answer");
+    assert_eq!(discovery("passed_through").await, 0.0);
+
+    // Ten starts at once: one fetch, or very nearly (shared for a second).
+    let starts: Vec<_> = (0..10).map(|_| fetch(&via, "/apis", &[("accept", AGGREGATED)])).collect();
+    let direct_bytes = fetch(&direct, "/apis", &[("accept", AGGREGATED)]).await.body;
+    for answer in futures_util::future::join_all(starts).await {
+        assert_eq!((answer.status, &answer.body), (200, &direct_bytes));
+    }
+    let fetched = discovery("fetched").await;
+    assert_eq!(fetched + discovery("hit").await, 14.0);
+    assert!(fetched < 10.0, "{fetched} fetches for 14 requests");
+
+    // The legacy form names server addresses by the caller's address: the
+    // API server's own answer, never a shared one; a conditional request
+    // its 304.
+    for accept in [&[][..], &[("accept", "application/json")], &[("accept", "application/vnd.kubernetes.protobuf")]] {
+        for path in ["/api", "/apis"] {
+            assert_eq!(same_answer(&direct, &via, path, accept).await, 200, "{path} {accept:?}");
+        }
+    }
+    let etag = fetch(&direct, "/apis", &[("accept", AGGREGATED)]).await.headers["etag"].clone();
+    let conditional = [("accept", AGGREGATED), ("if-none-match", etag.as_str())];
+    assert_eq!(same_answer(&direct, &via, "/apis", &conditional).await, 304);
+    assert_eq!(same_answer(&direct, &via, "/apis/apps/v1", &[]).await, 200, "a group version's list");
+    assert_eq!(discovery("fetched").await + discovery("hit").await, 14.0, "none of those shared");
+
+    // A caller the API server refuses (anonymous: discovery is for
+    // system:authenticated) gets its 403, not the shared answer.
+    let anonymous_direct = client(&cluster, dir.path(), &api, Credential::None);
+    let anonymous_via = client(&cluster, dir.path(), &server, Credential::None);
+    assert_eq!(same_answer(&anonymous_direct, &anonymous_via, "/apis", &[("accept", AGGREGATED)]).await, 403);
+    assert_eq!(discovery("fetched").await + discovery("hit").await, 14.0);
 }

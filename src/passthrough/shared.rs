@@ -1,7 +1,7 @@
 //! Answers the pass-through shares between callers: one request to the API
 //! server for every caller that asks the same thing at about the same time.
 //!
-//! Two kinds ([`Kind`]):
+//! Three kinds ([`Kind`]):
 //!
 //! - **Immutable OpenAPI documents.** kube-apiserver names each OpenAPI v3
 //!   document in its root (`/openapi/v3`) by a URL with a hash of its
@@ -21,11 +21,22 @@
 //!   [`HEALTH_MAX_AGE`] before a caller asked is its answer (200, or the
 //!   API server's 500 listing what failed); a probe a second old is what a
 //!   probe through any proxy reports.
+//! - **Discovery** (`/api` and `/apis` in the aggregated form, and the
+//!   OpenAPI v3 root `/openapi/v3`, no query). Every watchmux resolves its
+//!   resources and finds its schema documents from these three when it
+//!   starts, and so does every kubectl and controller; behind a tier, a
+//!   fleet of node-locals rolled out at once would pass three GETs each
+//!   through to kube-apiserver. Shared for [`DISCOVERY_MAX_AGE`], as a health
+//!   answer is. Only the aggregated form of `/api` and `/apis` is shared,
+//!   asked for and answered (`as=APIGroupDiscoveryList`): the legacy
+//!   `APIVersions` names server addresses by the client's address
+//!   (`serverAddressByClientCIDRs`, from `X-Forwarded-For`), which is the
+//!   caller's, not watchmux's.
 //!
 //! A request is shared only when it is exactly such a request
 //! ([`SharedKey::of`]: a GET, nothing else in the query, no conditional or
 //! range header; a document's `Accept` kept in the key, a health check's
-//! ignored, as kube-apiserver ignores it) and, in delegated mode, after
+//! ignored, as kube-apiserver ignores it; discovery's kept) and, in delegated mode, after
 //! the caller is authorized for the path as the API server would authorize
 //! it (a non-resource review); every other request, and every one the store
 //! cannot answer, passes through unchanged. The answer is fetched with
@@ -73,11 +84,21 @@ pub(crate) const ANSWER_BYTES: usize = 16 << 20;
 pub(crate) const HEALTH_MAX_AGE: Duration = Duration::from_secs(1);
 /// The health paths shared, with no query (`?verbose`, `?exclude=` pass through).
 const HEALTH_PATHS: &[&str] = &["/readyz", "/livez", "/healthz"];
+/// How old a discovery answer may be. kube-apiserver itself publishes a new
+/// CRD's group in its aggregated discovery some time after the CRD is
+/// created; a second more is what a slow proxy adds.
+pub(crate) const DISCOVERY_MAX_AGE: Duration = Duration::from_secs(1);
+/// The discovery indexes shared in their aggregated form only.
+const DISCOVERY_INDEXES: &[&str] = &["/api", "/apis"];
+/// The OpenAPI v3 root, naming each group version's document by its hash.
+const OPENAPI_ROOT: &str = "/openapi/v3";
+/// The media type parameter of aggregated discovery (`apidiscovery.k8s.io`).
+const AGGREGATED: &str = "as=APIGroupDiscoveryList";
 /// How long one fetch may take, headers and body; the callers waiting on it
 /// then pass through.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The only path the store answers: kube-apiserver's OpenAPI v3 documents.
+/// Where kube-apiserver serves its OpenAPI v3 documents by hash.
 const PREFIX: &str = "/openapi/v3/";
 /// The longest path, hash and `Accept` header a key may hold.
 const MAX_PATH: usize = 512;
@@ -109,6 +130,9 @@ pub(crate) enum Kind {
     OpenApi,
     /// A health check's answer: shared for [`HEALTH_MAX_AGE`].
     Health,
+    /// Aggregated discovery or the OpenAPI v3 root: shared for
+    /// [`DISCOVERY_MAX_AGE`].
+    Discovery,
 }
 
 impl Kind {
@@ -116,17 +140,33 @@ impl Kind {
         match self {
             Self::OpenApi => "openapi",
             Self::Health => "health",
+            Self::Discovery => "discovery",
         }
     }
 
-    /// Whether the API server's answer (`status`, `headers`) may be shared.
-    fn shares(self, status: StatusCode, headers: &HeaderMap) -> Result<(), String> {
+    /// How long after its fetch started an answer is shared (`None`: until evicted).
+    fn max_age(self) -> Option<Duration> {
+        match self {
+            Self::OpenApi => None,
+            Self::Health => Some(HEALTH_MAX_AGE),
+            Self::Discovery => Some(DISCOVERY_MAX_AGE),
+        }
+    }
+
+    /// Whether the API server's answer (`status`, `headers`) to `path` may be shared.
+    fn shares(self, path: &str, status: StatusCode, headers: &HeaderMap) -> Result<(), String> {
         match self {
             Self::OpenApi if status != StatusCode::OK => Err(format!("status {status}")),
             Self::OpenApi if !is_shared_immutable(headers) => Err("not marked public and immutable".to_owned()),
             // A failing check is the API server's 500 listing what failed.
             Self::Health if status != StatusCode::OK && status != StatusCode::INTERNAL_SERVER_ERROR => {
                 Err(format!("status {status}"))
+            }
+            Self::Discovery if status != StatusCode::OK => Err(format!("status {status}")),
+            // A server without the aggregated form answers the legacy one,
+            // which is the client's own (its address in it).
+            Self::Discovery if path != OPENAPI_ROOT && !names_aggregated(headers.get(header::CONTENT_TYPE)) => {
+                Err("not aggregated discovery".to_owned())
             }
             _ if headers.contains_key(header::CONTENT_ENCODING) || headers.contains_key(header::SET_COOKIE) => {
                 Err("encoded, or with a cookie".to_owned())
@@ -153,7 +193,8 @@ impl SharedKey {
         if req.method() != http::Method::GET || info.is_resource_request {
             return None;
         }
-        let (kind, path_and_query) = openapi_document(req.uri()).or_else(|| health(req.uri()))?;
+        let (kind, path_and_query) =
+            openapi_document(req.uri()).or_else(|| health(req.uri())).or_else(|| discovery(req.uri()))?;
         if CONDITIONAL.iter().any(|h| req.headers().contains_key(h)) {
             return None;
         }
@@ -166,6 +207,11 @@ impl SharedKey {
         let mut accepts = req.headers().get_all(header::ACCEPT).iter();
         let accept = accepts.next().cloned();
         if accepts.next().is_some() || accept.as_ref().is_some_and(|a| a.len() > MAX_ACCEPT) {
+            return None;
+        }
+        // The legacy form is the caller's own: asked for it, the request
+        // passes through without a fetch of watchmux's first.
+        if kind == Kind::Discovery && path_and_query != OPENAPI_ROOT && !names_aggregated(accept.as_ref()) {
             return None;
         }
         Some(Self { kind, path_and_query, accept })
@@ -194,6 +240,20 @@ fn openapi_document(uri: &http::Uri) -> Option<(Kind, String)> {
 fn health(uri: &http::Uri) -> Option<(Kind, String)> {
     let path = uri.path();
     (HEALTH_PATHS.contains(&path) && uri.query().is_none()).then(|| (Kind::Health, path.to_owned()))
+}
+
+/// `/api`, `/apis` or `/openapi/v3`, without a query (not even `?`).
+fn discovery(uri: &http::Uri) -> Option<(Kind, String)> {
+    let path = uri.path();
+    let known = DISCOVERY_INDEXES.contains(&path) || path == OPENAPI_ROOT;
+    (known && uri.query().is_none()).then(|| (Kind::Discovery, path.to_owned()))
+}
+
+/// Whether a media type or an `Accept` list names aggregated discovery.
+fn names_aggregated(value: Option<&HeaderValue>) -> bool {
+    value
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split([',', ';']).any(|param| param.trim().eq_ignore_ascii_case(AGGREGATED)))
 }
 
 /// The bytes of a document's path segment (a group, a version: `.`, `-`).
@@ -241,8 +301,8 @@ fn expires_now(stored: &str) -> Option<HeaderValue> {
 /// An answer being fetched or kept, shared by every caller that wants it.
 struct Entry {
     answer: OnceCell<Option<Arc<Answer>>>,
-    /// When its fetch started: a health answer is shared for
-    /// [`HEALTH_MAX_AGE`] from then.
+    /// When its fetch started: a health or discovery answer is shared for
+    /// its [`Kind::max_age`] from then.
     started: Instant,
     /// The store's clock at the entry's last use, for eviction.
     last_used: AtomicU64,
@@ -255,7 +315,7 @@ impl Entry {
 
     /// Whether a caller asking now may have this entry's answer.
     fn serves_now(&self, kind: Kind) -> bool {
-        kind == Kind::OpenApi || self.started.elapsed() <= HEALTH_MAX_AGE
+        kind.max_age().is_none_or(|age| self.started.elapsed() <= age)
     }
 }
 
@@ -329,7 +389,7 @@ impl SharedAnswers {
             let now = kept.clock;
             let entry = match kept.entries.get(key) {
                 Some(entry) if entry.serves_now(key.kind) => entry.clone(),
-                // None yet, or a health answer too old: a new fetch.
+                // None yet, or an answer too old: a new fetch.
                 _ => {
                     let entry = Arc::new(Entry::new(now));
                     kept.entries.insert(key.clone(), entry.clone());
@@ -395,7 +455,7 @@ impl SharedAnswers {
         let req = req.body(body::empty()).map_err(|e| e.to_string())?;
         let resp = self.upstream.send(req).await.map_err(|e| crate::error::error_chain(&e))?;
         let (parts, incoming) = resp.into_parts();
-        key.kind.shares(parts.status, &parts.headers)?;
+        key.kind.shares(&key.path_and_query, parts.status, &parts.headers)?;
         let body = Limited::new(incoming, ANSWER_BYTES).collect().await.map_err(|e| e.to_string())?.to_bytes();
         let mut headers = parts.headers;
         super::headers::remove_hop_by_hop(&mut headers);

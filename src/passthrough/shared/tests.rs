@@ -15,6 +15,10 @@ use crate::upstream::{UpstreamOptions, fake_server};
 
 const CURRENT: &str = "/openapi/v3/api/v1?hash=AB12";
 const PROTOBUF: &str = "application/com.github.proto-openapi.spec.v3@v1.0+protobuf";
+/// What client-go asks `/api` and `/apis` for.
+const AGGREGATED_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,\
+                                 application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,\
+                                 application/json;q=0.9";
 
 #[derive(Default)]
 struct Fake {
@@ -82,6 +86,29 @@ fn answer(req: &Request<Incoming>, nth: u32) -> Response<ProxyBody> {
                 .body(body::full(text))
                 .unwrap()
         }
+        // Aggregated discovery when asked for it, as kube-apiserver answers.
+        "/apis"
+            if req
+                .headers()
+                .get(header::ACCEPT)
+                .is_some_and(|a| a.to_str().unwrap().contains("as=APIGroupDiscoveryList")) =>
+        {
+            builder
+                .header("cache-control", "no-cache, private")
+                .header("content-type", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+                .body(body::full(format!("{{\"kind\":\"APIGroupDiscoveryList\",\"n\":{nth}}}")))
+                .unwrap()
+        }
+        // A server without the aggregated form: the legacy list, naming
+        // server addresses by the client's address.
+        "/api" => builder
+            .header("content-type", "application/json")
+            .body(body::full(r#"{"kind":"APIVersions","serverAddressByClientCIDRs":[]}"#))
+            .unwrap(),
+        "/openapi/v3" => builder
+            .header("content-type", "application/json")
+            .body(body::full(format!("{{\"paths\":{{}},\"n\":{nth}}}")))
+            .unwrap(),
         // watchmux's identity refused: never shared.
         "/livez" => builder.status(StatusCode::FORBIDDEN).body(body::full("{}")).unwrap(),
         // A group whose document is too large to keep.
@@ -130,7 +157,6 @@ fn only_a_plain_get_of_a_hashed_openapi_v3_document_is_a_key() {
     assert!(key_of(Method::GET, "/openapi/v3/apis/apps/v1?hash=ab12", &[("accept", "application/json")]).is_some());
     assert!(key_of(Method::GET, "/openapi/v3/apis/my-group.example.com/v1beta1?hash=0", &[]).is_some());
     for uri in [
-        "/openapi/v3",                              // the root: changes with every CRD
         "/openapi/v3/api/v1",                       // no hash: served uncached
         "/openapi/v3/api/v1?hash=",                 // an empty hash
         "/openapi/v3/api/v1?hash=XYZ",              // not hex
@@ -146,6 +172,7 @@ fn only_a_plain_get_of_a_hashed_openapi_v3_document_is_a_key() {
         "/openapi/v3/api%2Fv1?hash=AB",             // an escape
         "/openapi/v3/api/v1/?hash=AB",              // a trailing slash
         "/api/v1/pods?hash=AB",                     // a resource
+        "/openapi/v3?hash=AB",                      // the root, with a query
     ] {
         assert_eq!(key_of(Method::GET, uri, &[]), None, "{uri}");
     }
@@ -356,4 +383,67 @@ async fn a_health_answer_is_shared_for_a_second_failing_or_not() {
     let livez = key_of(Method::GET, "/livez", &[]).unwrap();
     assert_eq!(shared.lookup(&livez).await.1, Outcome::PassedThrough);
     assert!(!shared.kept.lock().entries.contains_key(&livez));
+}
+
+#[test]
+fn discovery_is_a_key_in_its_aggregated_form_and_the_openapi_root_in_any() {
+    let aggregated = [("accept", AGGREGATED_ACCEPT)];
+    for path in ["/api", "/apis"] {
+        assert_eq!(key_of(Method::GET, path, &aggregated).map(|k| k.kind), Some(Kind::Discovery), "{path}");
+        // The legacy form names the caller's own server addresses.
+        for accept in [&[][..], &[("accept", "application/json")], &[("accept", "application/vnd.kubernetes.protobuf")]]
+        {
+            assert_eq!(key_of(Method::GET, path, accept), None, "{path} {accept:?}");
+        }
+        let upper = [("accept", "application/json;AS=apigroupdiscoverylist")];
+        assert!(key_of(Method::GET, path, &upper).is_some(), "media type parameters are case-insensitive");
+    }
+    for accept in [&[][..], &[("accept", "application/json")], &aggregated] {
+        assert_eq!(key_of(Method::GET, "/openapi/v3", accept).map(|k| k.kind), Some(Kind::Discovery), "{accept:?}");
+    }
+    // Discovery's answer varies with Accept: the key keeps it.
+    let json = key_of(Method::GET, "/openapi/v3", &[("accept", "application/json")]);
+    assert_ne!(json, key_of(Method::GET, "/openapi/v3", &[]));
+    for uri in
+        ["/api?timeout=32s", "/apis?", "/api/", "/apis/", "/api/v1", "/apis/apps", "/apis/apps/v1", "/openapi/v3/"]
+    {
+        assert_eq!(key_of(Method::GET, uri, &aggregated), None, "{uri}");
+    }
+    assert_eq!(key_of(Method::POST, "/apis", &aggregated), None);
+    let conditional = [("accept", AGGREGATED_ACCEPT), ("if-none-match", "\"abc\"")];
+    assert_eq!(key_of(Method::GET, "/apis", &conditional), None, "a conditional request: the API server's 304");
+    let too_long = format!("{AGGREGATED_ACCEPT},{}", "a".repeat(MAX_ACCEPT));
+    assert_eq!(key_of(Method::GET, "/apis", &[("accept", &too_long)]), None);
+}
+
+#[tokio::test]
+async fn discovery_is_shared_for_a_second_in_its_aggregated_form_only() {
+    let fake = Arc::new(Fake::default());
+    let shared = SharedAnswers::new(upstream(fake.clone()).await);
+    let apis = key_of(Method::GET, "/apis", &[("accept", AGGREGATED_ACCEPT)]).unwrap();
+    let (answer, outcome) = shared.lookup(&apis).await;
+    let answer = answer.unwrap();
+    assert_eq!(outcome, Outcome::Fetched);
+    assert_eq!(answer.headers["content-type"], "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList");
+    assert_eq!(&answer.body[..], br#"{"kind":"APIGroupDiscoveryList","n":1}"#);
+    assert_eq!(shared.lookup(&apis).await.1, Outcome::Hit);
+
+    // Older than a second: asked again, the newer answer kept.
+    let entry = aged(&shared.kept.lock().entries[&apis], DISCOVERY_MAX_AGE + Duration::from_millis(1));
+    shared.kept.lock().entries.insert(apis.clone(), entry);
+    let (answer, outcome) = shared.lookup(&apis).await;
+    assert_eq!(outcome, Outcome::Fetched);
+    assert_eq!(&answer.unwrap().body[..], br#"{"kind":"APIGroupDiscoveryList","n":2}"#);
+
+    // Asked for the aggregated form, answered the legacy one (a server
+    // without it): never shared, the caller's request passes through.
+    let api = key_of(Method::GET, "/api", &[("accept", AGGREGATED_ACCEPT)]).unwrap();
+    assert_eq!(shared.lookup(&api).await.1, Outcome::PassedThrough);
+    assert!(!shared.kept.lock().entries.contains_key(&api));
+
+    // The OpenAPI root in whatever form it is served.
+    let root = key_of(Method::GET, "/openapi/v3", &[]).unwrap();
+    assert_eq!(shared.lookup(&root).await.1, Outcome::Fetched);
+    assert_eq!(shared.lookup(&root).await.1, Outcome::Hit);
+    assert_eq!(fake.fetches.load(Ordering::SeqCst), 4);
 }
