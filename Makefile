@@ -131,6 +131,11 @@ bench-scale:
 bench-scale-sweep:
 	bash integration/scripts/bench-scale-sweep.sh
 
+## What one TLS handshake costs watchmux, RSA 2048 against ECDSA P-256.
+.PHONY: bench-handshake
+bench-handshake:
+	bash integration/scripts/bench-handshake.sh
+
 ## What an idle tier and 20 node-locals cost kube-apiserver, per request kind.
 .PHONY: bench-fleet-idle
 bench-fleet-idle:

@@ -16,6 +16,10 @@
 #   SCALE_RESTART_CMD  how the storm restarts kube-apiserver under the synced
 #                 kubelets (default: cluster-up.sh --restart-apiserver; empty: none)
 #   SCALE_WATCHMUX_ARGS  more flags for the tier (an A/B of one setting)
+#   SCALE_TLS_CERT, SCALE_TLS_KEY  the tier's serving certificate and key
+#                 (default kube-apiserver's, RSA 2048; the kubelets trust
+#                 the cluster's CA, so sign another with it: an A/B of the
+#                 key type's handshake cost)
 #   SCALE_SIDES   direct,watchmux (default); add nodelocal for side (c): the
 #                 first SCALE_NODE_LOCALS (20) kubelets behind node-local
 #                 watchmux processes in front of the tier, started with the
@@ -70,7 +74,8 @@ started_cluster=1
 machine_line | sed "s/^cluster: .*/cluster: $how/" | tee "$logs/machine.txt"
 bench_env
 
-tls=(--tls-cert-file "$root/.run/cluster/apiserver.crt" --tls-private-key-file "$root/.run/cluster/apiserver.key")
+tls=(--tls-cert-file "${SCALE_TLS_CERT:-$root/.run/cluster/apiserver.crt}"
+  --tls-private-key-file "${SCALE_TLS_KEY:-$root/.run/cluster/apiserver.key}")
 export WATCHMUX_BENCH_PROXY_TLS=1
 
 # wait_ready <seconds>: watchmux's /readyz (its caches synced), bounded.
