@@ -61,16 +61,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use metrics::{counter, gauge};
 use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::body::{self, ProxyBody};
+use crate::error::error_chain;
 use crate::metrics as m;
 use crate::request::RequestInfo;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, bounded_read};
 
 /// The most bytes all kept answers may hold together.
 pub(crate) const STORE_BYTES: usize = 64 << 20;
@@ -453,10 +453,10 @@ impl SharedAnswers {
             req = req.header(header::ACCEPT, accept);
         }
         let req = req.body(body::empty()).map_err(|e| e.to_string())?;
-        let resp = self.upstream.send(req).await.map_err(|e| crate::error::error_chain(&e))?;
+        let resp = self.upstream.send(req).await.map_err(|e| error_chain(&e))?;
         let (parts, incoming) = resp.into_parts();
         key.kind.shares(&key.path_and_query, parts.status, &parts.headers)?;
-        let body = Limited::new(incoming, ANSWER_BYTES).collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let body = bounded_read::read_whole(incoming, ANSWER_BYTES).await.map_err(|e| error_chain(&e))?;
         let mut headers = parts.headers;
         super::headers::remove_hop_by_hop(&mut headers);
         for name in PER_REQUEST {

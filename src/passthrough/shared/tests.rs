@@ -5,6 +5,7 @@
 use std::sync::atomic::AtomicU32;
 
 use http::Method;
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::Notify;
 use tokio::time::Instant;
