@@ -185,6 +185,7 @@ cases=(
   "tier-certmanager|restricted|-|--set mode=tier --set certManager.enabled=true"
   "tier-plain-existing-issuer|restricted|-|--set mode=tier --set tls.enabled=false --set certManager.enabled=true --set certManager.issuerRef.name=corp-ca --set certManager.issuerRef.kind=ClusterIssuer"
   "tier-example-values|restricted|-|-f $examples/tier-values.yaml"
+  "tier-scheduling-tuned|restricted|-|--set mode=tier --set tier.spreadOverZones=false --set priorityClassName=system-node-critical"
   "nodelocal|privileged|-|--set mode=nodeLocal --set auth.clientCA.configMap=client-ca --set nodeLocal.kubeletClient=true --set nodeLocal.allowKubeletOnDaemonSet=true"
   "nodelocal-staticpod|privileged|-|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca"
   "nodelocal-staticpod-own-tooling|privileged|-|--set mode=nodeLocal --set nodeLocal.mode=staticPod --set auth.clientCA.configMap=client-ca --set nodeLocal.staticPod.installer.enabled=false --set nodeLocal.staticPod.manifestDir=/var/lib/kubelet/manifests --set nodeLocal.staticPod.hostDir=/var/lib/watchmux --set nodeLocal.staticPod.fileName=wm.yaml --set image.digest=sha256:$(printf '%064d' 0)"
@@ -988,6 +989,27 @@ if [[ -z $res_bad ]]; then
   say "ok   resources per mode: tier [$(res_line tier)], nodeLocal [$(res_line nodelocal)], sidecar [$(res_line sidecar)] (requests cpu, memory; limits memory, cpu), as in the README's sizing table; resources overrides them"
 else
   fail "resources:$res_bad"
+fi
+
+# Scheduling: the tier at system-cluster-critical spread over nodes and zones,
+# the node-local at system-node-critical; each overridable.
+sched_line() {  # <case>: "priorityClassName topologyKeys..." of the pod
+  local pod; pod="$(yq -c 'select(.kind == "DaemonSet" or .kind == "Deployment") | .spec.template.spec' "$tmp/$1.yaml")"
+  [[ -n $pod ]] || pod="$(static_pod_json "$tmp/$1.yaml" | jq -c '.spec')"
+  jq -r '"\(.priorityClassName // "-") \([.topologySpreadConstraints[]?.topologyKey] | join(","))"' <<<"$pod"
+}
+sched_bad=""
+for c in "tier|system-cluster-critical kubernetes.io/hostname,topology.kubernetes.io/zone" \
+         "tier-scheduling-tuned|system-node-critical kubernetes.io/hostname" \
+         "nodelocal|system-node-critical " "nodelocal-staticpod|system-node-critical "; do
+  IFS='|' read -r name want <<<"$c"
+  got="$(sched_line "$name")"
+  [[ $got == "$want" ]] || sched_bad+=" $name: [$got], want [$want];"
+done
+if [[ -z $sched_bad ]]; then
+  say "ok   scheduling: tier [$(sched_line tier)], nodeLocal [$(sched_line nodelocal)], overridable [$(sched_line tier-scheduling-tuned)]"
+else
+  fail "scheduling (priorityClassName, spread keys):$sched_bad"
 fi
 
 # Images: the watchmux image only, the installer's included.

@@ -884,6 +884,8 @@ spec:
   {{- $priority := .Values.priorityClassName }}
   {{- if eq .Values.mode "nodeLocal" }}
   {{- $priority = default .Values.nodeLocal.priorityClassName $priority }}
+  {{- else if eq .Values.mode "tier" }}
+  {{- $priority = default .Values.tier.priorityClassName $priority }}
   {{- end }}
   {{- with $priority }}
   priorityClassName: {{ . }}
@@ -928,14 +930,18 @@ spec:
   {{- if .Values.topologySpreadConstraints }}
   topologySpreadConstraints:
     {{- toYaml .Values.topologySpreadConstraints | nindent 4 }}
-  {{- else if .Values.tier.spreadOverNodes }}
+  {{- else if or .Values.tier.spreadOverNodes .Values.tier.spreadOverZones }}
   topologySpreadConstraints:
+    {{- range $key := list (and .Values.tier.spreadOverNodes "kubernetes.io/hostname") (and .Values.tier.spreadOverZones "topology.kubernetes.io/zone") }}
+    {{- if $key }}
     - maxSkew: 1
-      topologyKey: kubernetes.io/hostname
+      topologyKey: {{ $key }}
       whenUnsatisfiable: ScheduleAnyway
       labelSelector:
         matchLabels:
-          {{- include "watchmux.selectorLabels" . | nindent 10 }}
+          {{- include "watchmux.selectorLabels" $ | nindent 10 }}
+    {{- end }}
+    {{- end }}
   {{- end }}
   {{- end }}
 {{- end }}
