@@ -53,7 +53,7 @@ demo: release
 test: test-unit test-e2e test-controlplane test-chaos-quick
 
 ## Formatting, lints (Rust, Dockerfile), the module graph (no cycles) and
-## README's module table (against lib.rs), unit
+## docs/architecture.md's module table (against lib.rs), unit
 ## tests and the in-process proxy tests, the protobuf table and the Table
 ## columns against the pinned Go modules.
 ## Every test step (here, e2e.sh, fuzz-auth.sh, protobuf-check.sh, the

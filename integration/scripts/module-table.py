@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""README's module table against src/lib.rs: every top-level module lib.rs
+"""docs/architecture.md's module table against src/lib.rs: every top-level module lib.rs
 declares (test-only ones aside) has a row, and every row names one.
 
 Run by `make test-unit`. Exits 1 and names the difference when they part.
@@ -10,7 +10,7 @@ import sys
 
 root = pathlib.Path(__file__).resolve().parents[2]
 lib = (root / "src" / "lib.rs").read_text()
-readme = (root / "README.md").read_text()
+readme = (root / "docs" / "architecture.md").read_text()
 
 declared = set()
 test_only = False
@@ -36,8 +36,8 @@ for line in table.splitlines()[2:]:
 missing, stale = sorted(declared - rows), sorted(rows - declared)
 if missing or stale:
     if missing:
-        print(f"module-table: README.md has no row for {', '.join(missing)} (declared in src/lib.rs)")
+        print(f"module-table: docs/architecture.md has no row for {', '.join(missing)} (declared in src/lib.rs)")
     if stale:
-        print(f"module-table: README.md has a row for {', '.join(stale)}, which src/lib.rs does not declare")
+        print(f"module-table: docs/architecture.md has a row for {', '.join(stale)}, which src/lib.rs does not declare")
     sys.exit(1)
-print(f"module-table: README.md's {len(rows)} rows match src/lib.rs")
+print(f"module-table: docs/architecture.md's {len(rows)} rows match src/lib.rs")
