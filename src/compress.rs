@@ -127,3 +127,6 @@ fn trim_go_space(s: &str) -> &str {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fuzz;

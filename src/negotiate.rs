@@ -423,3 +423,6 @@ fn accepted_conversion(params: &Params<'_>, serializer: Serializer) -> Option<Co
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fuzz;

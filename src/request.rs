@@ -467,3 +467,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod fuzz;

@@ -504,3 +504,6 @@ mod properties {
         }
     }
 }
+
+#[cfg(test)]
+mod fuzz;

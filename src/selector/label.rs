@@ -570,3 +570,6 @@ mod properties {
         }
     }
 }
+
+#[cfg(test)]
+mod fuzz;

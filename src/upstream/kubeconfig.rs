@@ -905,3 +905,6 @@ contexts:
         }
     }
 }
+
+#[cfg(test)]
+mod fuzz;

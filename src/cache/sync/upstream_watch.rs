@@ -571,3 +571,6 @@ mod tests {
         assert_eq!(body.len(), bounded_read::REFUSAL_BYTES);
     }
 }
+
+#[cfg(test)]
+mod fuzz;
