@@ -102,7 +102,7 @@ bench-fanout:
 	bash integration/scripts/bench-fanout.sh
 
 ## Memory per idle HTTP/1.1 watcher, plain and TLS, one connection each
-## (issue 14): IDLE_N watches (2000) of an empty namespace, RSS delta / N.
+## IDLE_N watches (2000) of an empty namespace, RSS delta / N.
 .PHONY: bench-idle-memory
 bench-idle-memory:
 	bash integration/scripts/bench-idle-memory.sh
@@ -111,13 +111,13 @@ bench-idle-memory:
 bench-kubelet:
 	bash integration/scripts/bench-kubelet.sh
 
-## Fairness under a LIST storm (issue 26 item 3): M=1000 kubelets' time to
+## Fairness under a LIST storm: M=1000 kubelets' time to
 ## synced beside 100 concurrent LISTs of 10,000 pods, direct and through
 ## watchmux (delegated), fairness on and off.
 bench-fairness:
 	bash integration/scripts/bench-fairness.sh
 
-## A cluster at the scalability limits (issue 28): SCALE=full (5,000 nodes,
+## A cluster at the scalability limits: SCALE=full (5,000 nodes,
 ## 150,000 pods; the default), light (500 / 15,000) or tiny; memory per cached
 ## object, LISTs of every pod and a kubelet storm, direct and through a tier.
 ## Replaces the test cluster's state with its own; figures in docs/benchmarks.md.
@@ -162,7 +162,7 @@ chaos: chaos-persist chaos-reboot
 chaos-persist:
 	WATCHMUX_PERSIST_CRASH_ITERATIONS=1000 $(CARGO) test --locked --lib a_store_killed_at_any_instant
 
-## The offline reboot with the real control plane (issue 27): a hollow node's
+## The offline reboot with the real control plane: a hollow node's
 ## watchmux and kubelet killed and restarted while the link to kube-apiserver
 ## is a black hole, with persistence and without, side by side (about 2 min;
 ## docs/node-local.md).

@@ -5,7 +5,7 @@
 //! credentials are the node's (the kubelet's own kubeconfig), so every cache
 //! it holds was listed and watched upstream *as the node*, under its
 //! `--cache-scope`, and the API server authorized exactly that. A node that
-//! restarts while the control plane is away (issue 27's offline reboot)
+//! restarts while the control plane is away (the offline reboot)
 //! loads those caches from disk, but its review cache is empty and no
 //! review can be had: without this rule every read by the kubelet fails
 //! closed, and the persisted caches serve no one.

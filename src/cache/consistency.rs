@@ -212,7 +212,7 @@ proptest! {
     }
 }
 
-/// The scenario of issue 16, by hand: the client's version comes from the
+/// The lost-deletion scenario, by hand: the client's version comes from the
 /// upstream while the cache is behind, and deletions after it happen in the
 /// gap the relist jumps over.
 #[test]

@@ -475,7 +475,7 @@ mod tests {
         }
     }
 
-    /// Issue 16's lost deletions: a client lists straight from the upstream
+    /// Lost deletions: a client lists straight from the upstream
     /// at 16 while the cache is behind at 12, then watches from 16 through
     /// the cache. When the relist lands, the deletion of `a` (really after
     /// 16) can only be given a version from the gap, below 16: the watcher

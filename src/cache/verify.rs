@@ -1,4 +1,4 @@
-//! The cache checks itself against the API server (issue 26, item 1).
+//! The cache checks itself against the API server.
 //!
 //! Every `--consistency-check-period` (jittered up to half as long again, as
 //! the API server jitters its own; 0 turns the check off), each cache takes
