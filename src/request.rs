@@ -13,11 +13,9 @@
 //! malformed escape) or that does not decode to UTF-8 is left a non-resource
 //! request: it passes through and the API server gives its own answer.
 
-mod query;
-
 use http::{Method, Uri};
 
-pub(crate) use query::GoQuery;
+pub(crate) use crate::go_rules::url_query::GoQuery;
 
 /// The verb of a request, as kube-apiserver's authorizer names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

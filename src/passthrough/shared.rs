@@ -292,7 +292,7 @@ impl Answer {
 fn expires_now(stored: &str) -> Option<HeaderValue> {
     let zone = stored.rsplit(' ').next().filter(|z| matches!(*z, "UTC" | "GMT"))?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
-    let later = crate::rfc3339::one_year_later(i64::try_from(now).ok()?);
+    let later = crate::go_rules::rfc3339::one_year_later(i64::try_from(now).ok()?);
     let at = UNIX_EPOCH + Duration::from_secs(u64::try_from(later).ok()?);
     let formatted = httpdate::fmt_http_date(at);
     HeaderValue::from_str(&format!("{} {zone}", formatted.strip_suffix(" GMT")?)).ok()

@@ -12,12 +12,11 @@
 //! v1.37.2; the tests say which message and which value came from where.
 
 mod extract;
-pub(crate) mod go_fmt;
 
 pub(crate) use extract::extract;
 
 use super::FieldSelector;
-use go_fmt::go_quote;
+use crate::go_rules::fmt::go_quote;
 
 /// How the kind's conversion func words a rejection.
 #[derive(Clone, Copy)]

@@ -394,7 +394,7 @@ pub(super) fn check_key_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), Stri
 
 /// An RFC 3339 timestamp as Go's `time.RFC3339` layout reads it.
 fn parse_rfc3339(s: &str) -> Option<SystemTime> {
-    let (secs, nanos) = crate::rfc3339::parse(s)?;
+    let (secs, nanos) = crate::go_rules::rfc3339::parse(s)?;
     let base = if secs >= 0 {
         SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs as u64))?
     } else {
@@ -442,9 +442,9 @@ mod tests {
             y in 1971i64..2400, m in 1i64..=12, d in 1i64..=31, h in 0i64..24, mi in 0i64..60, s in 0i64..60,
             frac in proptest::option::of(0u32..1_000_000_000), off in proptest::option::of(-1439i64..=1439),
         ) {
-            proptest::prop_assume!(d <= crate::rfc3339::days_in_month(y, m));
+            proptest::prop_assume!(d <= crate::go_rules::rfc3339::days_in_month(y, m));
             let days = (1970..y).map(|yy| if leap(yy) { 366 } else { 365 }).sum::<i64>()
-                + (1..m).map(|mm| crate::rfc3339::days_in_month(y, mm)).sum::<i64>() + d - 1;
+                + (1..m).map(|mm| crate::go_rules::rfc3339::days_in_month(y, mm)).sum::<i64>() + d - 1;
             let offset = off.unwrap_or(0);
             let expected = days * 86_400 + h * 3600 + mi * 60 + s - offset * 60;
             let zone = match off {

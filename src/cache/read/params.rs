@@ -127,33 +127,12 @@ impl ReadParams {
     }
 }
 
-/// A Go `time.Duration` string as `time.ParseDuration` accepts it, e.g.
-/// `9m43s`, `1.5h`, `300ms` (no sign: a negative timeout is refused anyway).
+/// A `?timeout=` kube-apiserver takes: a Go duration (`9m43s`, `1.5h`,
+/// `300ms`) that `time.ParseDuration` reads, without a sign (a negative
+/// timeout is refused anyway: the request passes through for the API server's
+/// own answer).
 fn is_go_duration(s: &str) -> bool {
-    if s == "0" {
-        return true;
-    }
-    let mut rest = s;
-    if rest.is_empty() {
-        return false;
-    }
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
-        let number = &rest[..digits];
-        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
-            return false;
-        }
-        rest = &rest[digits..];
-        let unit = ["ns", "us", "µs", "μs", "ms", "s", "m", "h"]
-            .iter()
-            .filter(|u| rest.starts_with(**u))
-            .max_by_key(|u| u.len());
-        match unit {
-            Some(u) => rest = &rest[u.len()..],
-            None => return false,
-        }
-    }
-    true
+    !s.starts_with(['-', '+']) && crate::go_rules::duration::parse(s).is_some()
 }
 
 use crate::request::query_bool as flag;

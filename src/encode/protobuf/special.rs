@@ -83,7 +83,7 @@ pub(super) fn zero(special: Special, out: &mut Vec<u8>) -> Result<(), BadSpecial
 fn time(raw: &RawValue, micro: bool, out: &mut Vec<u8>) -> Result<(), BadSpecial> {
     let expected = if micro { "an RFC 3339 time with microseconds" } else { "an RFC 3339 time" };
     let text = json::string(raw).map_err(|_| bad(expected, raw))?;
-    let (seconds, nanos) = crate::rfc3339::parse(&text).ok_or_else(|| bad(expected, raw))?;
+    let (seconds, nanos) = crate::go_rules::rfc3339::parse(&text).ok_or_else(|| bad(expected, raw))?;
     // time.Time{}.IsZero(): 0001-01-01T00:00:00Z, whatever the zone.
     if seconds == GO_ZERO_TIME_UNIX && nanos == 0 {
         return Ok(());
@@ -104,103 +104,10 @@ const GO_ZERO_TIME_UNIX: i64 = -62_135_596_800;
 fn duration(raw: &RawValue, out: &mut Vec<u8>) -> Result<(), BadSpecial> {
     let expected = "a Go duration";
     let text = json::string(raw).map_err(|_| bad(expected, raw))?;
-    let nanos = parse_go_duration(&text).ok_or_else(|| bad(expected, raw))?;
+    let nanos = crate::go_rules::duration::parse(&text).ok_or_else(|| bad(expected, raw))?;
     put_key(out, 1, VARINT);
     put_varint(out, nanos as u64);
     Ok(())
-}
-
-/// time.ParseDuration, step for step (its overflow limits and its float
-/// arithmetic for fractions included, so the nanoseconds are Go's).
-pub(super) fn parse_go_duration(s: &str) -> Option<i64> {
-    const LIMIT: u64 = 1 << 63;
-    let (neg, mut rest) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if rest == "0" {
-        return Some(0);
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total: u64 = 0;
-    while !rest.is_empty() {
-        // leadingInt
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let mut v: u64 = 0;
-        for c in rest[..digits].bytes() {
-            if v > LIMIT / 10 {
-                return None;
-            }
-            v = v * 10 + u64::from(c - b'0');
-            if v > LIMIT {
-                return None;
-            }
-        }
-        let pre = digits > 0;
-        rest = &rest[digits..];
-        // leadingFraction
-        let (mut f, mut scale, mut post) = (0u64, 1f64, false);
-        if let Some(after) = rest.strip_prefix('.') {
-            let n = after.bytes().take_while(u8::is_ascii_digit).count();
-            let mut overflow = false;
-            for c in after[..n].bytes() {
-                if overflow {
-                    continue;
-                }
-                if f > (LIMIT - 1) / 10 {
-                    overflow = true;
-                    continue;
-                }
-                let y = f * 10 + u64::from(c - b'0');
-                if y > LIMIT {
-                    overflow = true;
-                    continue;
-                }
-                f = y;
-                scale *= 10.0;
-            }
-            post = n > 0;
-            rest = &after[n..];
-        }
-        if !pre && !post {
-            return None;
-        }
-        let unit_len = rest.find(|c: char| c == '.' || c.is_ascii_digit()).unwrap_or(rest.len());
-        let unit: u64 = match &rest[..unit_len] {
-            "ns" => 1,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        if v > LIMIT / unit {
-            return None;
-        }
-        v *= unit;
-        if f > 0 {
-            v += (f as f64 * (unit as f64 / scale)) as u64;
-            if v > LIMIT {
-                return None;
-            }
-        }
-        total = total.checked_add(v)?;
-        if total > LIMIT {
-            return None;
-        }
-    }
-    if neg {
-        return Some((total as i64).wrapping_neg());
-    }
-    if total > LIMIT - 1 {
-        return None;
-    }
-    Some(total as i64)
 }
 
 /// intstr.IntOrString: `{type = 1, intVal = 2, strVal = 3}`, all three
@@ -256,26 +163,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn go_durations_parse_to_go_nanoseconds() {
-        assert_eq!(parse_go_duration("0s"), Some(0));
-        assert_eq!(parse_go_duration("0"), Some(0));
-        assert_eq!(parse_go_duration("1h2m3.5s"), Some(3_723_500_000_000));
-        assert_eq!(parse_go_duration("-1.5µs"), Some(-1500));
-        assert_eq!(parse_go_duration("2562047h47m16.854775807s"), Some(i64::MAX));
-        assert_eq!(parse_go_duration("-2562047h47m16.854775808s"), Some(i64::MIN));
-        assert_eq!(parse_go_duration("2562047h47m16.854775808s"), None);
-        assert_eq!(parse_go_duration("1"), None);
-        assert_eq!(parse_go_duration(""), None);
-        assert_eq!(parse_go_duration(".s"), None);
-    }
-
-    #[test]
     fn rfc3339_times_parse_to_unix_seconds() {
-        assert_eq!(crate::rfc3339::parse("1970-01-01T00:00:00Z"), Some((0, 0)));
-        assert_eq!(crate::rfc3339::parse("0001-01-01T00:00:00Z"), Some((GO_ZERO_TIME_UNIX, 0)));
-        assert_eq!(crate::rfc3339::parse("2024-02-29T12:00:00.123456Z"), Some((1_709_208_000, 123_456_000)));
-        assert_eq!(crate::rfc3339::parse("2024-02-29T14:00:00+02:00"), Some((1_709_208_000, 0)));
-        assert_eq!(crate::rfc3339::parse("2023-02-29T12:00:00Z"), None);
-        assert_eq!(crate::rfc3339::parse("2024-02-29 12:00:00Z"), None);
+        assert_eq!(crate::go_rules::rfc3339::parse("1970-01-01T00:00:00Z"), Some((0, 0)));
+        assert_eq!(crate::go_rules::rfc3339::parse("0001-01-01T00:00:00Z"), Some((GO_ZERO_TIME_UNIX, 0)));
+        assert_eq!(crate::go_rules::rfc3339::parse("2024-02-29T12:00:00.123456Z"), Some((1_709_208_000, 123_456_000)));
+        assert_eq!(crate::go_rules::rfc3339::parse("2024-02-29T14:00:00+02:00"), Some((1_709_208_000, 0)));
+        assert_eq!(crate::go_rules::rfc3339::parse("2023-02-29T12:00:00Z"), None);
+        assert_eq!(crate::go_rules::rfc3339::parse("2024-02-29 12:00:00Z"), None);
     }
 }

@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::{Cell, Printed, human_duration};
 use crate::encode::status::go_json_escape;
-use crate::selector::selectable::go_fmt::go_float;
+use crate::go_rules::fmt::go_float;
 
 /// Why a custom resource's Table is left to the API server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,7 +190,7 @@ fn cell(ty: ColumnType, value: &Value, now: i128) -> Result<Cell, Unsupported> {
         }
         (ColumnType::Boolean, Value::Bool(b)) => Cell::Raw(b.to_string()),
         (ColumnType::Date, Value::String(s)) if s.is_empty() || s == "null" => Cell::Str("<unknown>".to_owned()),
-        (ColumnType::Date, Value::String(s)) => match crate::rfc3339::parse(s) {
+        (ColumnType::Date, Value::String(s)) => match crate::go_rules::rfc3339::parse(s) {
             Some((secs, nanos)) => {
                 Cell::Str(human_duration(now - (i128::from(secs) * 1_000_000_000 + i128::from(nanos))))
             }

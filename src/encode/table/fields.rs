@@ -22,7 +22,7 @@ pub(super) fn array<'a>(v: &'a Value, path: &str) -> &'a [Value] {
 
 /// A metav1.Time at a JSON pointer as Unix nanoseconds; `None` for Go's zero time.
 pub(super) fn time_at(v: &Value, path: &str) -> Option<i128> {
-    let (secs, nanos) = crate::rfc3339::parse(v.pointer(path)?.as_str()?)?;
+    let (secs, nanos) = crate::go_rules::rfc3339::parse(v.pointer(path)?.as_str()?)?;
     Some(i128::from(secs) * 1_000_000_000 + i128::from(nanos))
 }
 
@@ -33,7 +33,8 @@ pub(super) fn name(v: &Value) -> Cell {
 
 /// `translateTimestampSince(CreationTimestamp)`: `<unknown>` for a zero time.
 pub(super) fn age_of(obj: &Value, now: i128) -> Cell {
-    let created = obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str).and_then(crate::rfc3339::parse);
+    let created =
+        obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str).and_then(crate::go_rules::rfc3339::parse);
     Cell::Str(match created {
         Some((secs, nanos)) => human_duration(now - (i128::from(secs) * 1_000_000_000 + i128::from(nanos))),
         None => "<unknown>".to_owned(),

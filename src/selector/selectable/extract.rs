@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::super::Fields;
-use super::go_fmt::go_float;
+use crate::go_rules::fmt::go_float;
 
 /// The field set of one object (JSON as served by the API server), for a
 /// built-in resource or for a custom resource with `selectable` = the CRD's

@@ -1,4 +1,4 @@
-//! RFC 3339 timestamps as Go's `time.Parse(time.RFC3339, …)` reads them:
+//! RFC 3339 timestamps as Go's `time.Parse(time.RFC3339, …)` reads them (Go 1.26):
 //! the one parser for the Kubernetes API's times (metav1.Time in the
 //! protobuf encoder, an ExecCredential's expirationTimestamp), and the
 //! calendar arithmetic beside it (Go's `AddDate` of a year).

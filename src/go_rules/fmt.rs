@@ -1,12 +1,14 @@
 //! Go's formatting of the values that end up in selector matching and messages:
-//! `%q` for quoted field names, `%v` for floats.
+//! `%q` for quoted field names (`strconv.Quote`), `%v` for floats
+//! (`strconv.FormatFloat(f, 'g', -1, 64)`), as of Go 1.26, the toolchain the
+//! test kube-apiserver v1.37.2 is built with.
 
 /// Go's `%q` (`strconv.Quote`) for a string.
 ///
 /// Go escapes every rune `unicode.IsPrint` rejects; without its tables this
 /// escapes controls, non-ASCII spaces, format characters, private use and
 /// noncharacters, which leaves only unassigned code points printed differently.
-pub(super) fn go_quote(s: &str) -> String {
+pub(crate) fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -1,5 +1,5 @@
 //! Query strings read as kube-apiserver reads them: Go's `url.ParseQuery`
-//! (through `URL.Query()`), not the WHATWG form decoding.
+//! (through `URL.Query()`; `net/url`, Go 1.26), not the WHATWG form decoding.
 //!
 //! The differences matter at the trust boundary. A pair that Go drops is
 //! invisible to the API server, so watchmux must not act on it either:
