@@ -150,13 +150,7 @@ impl Feed {
     /// Queued even on a full queue: it is not a change the whole state
     /// would restate.
     fn offer_always(&self, note: Note) {
-        let mut pending = self.queue.pending.lock();
-        let was_empty = pending.notes.is_empty();
-        pending.notes.push(note);
-        drop(pending);
-        if was_empty {
-            self.queue.ready.notify_one();
-        }
+        self.push(self.queue.pending.lock(), note);
     }
 
     fn offer(&self, note: Note) {
@@ -168,6 +162,11 @@ impl Feed {
             self.queue.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        self.push(pending, note);
+    }
+
+    /// Queues `note`, waking the thread when the queue was empty.
+    fn push(&self, mut pending: parking_lot::MutexGuard<'_, Pending>, note: Note) {
         let was_empty = pending.notes.is_empty();
         pending.notes.push(note);
         drop(pending);
