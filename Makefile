@@ -171,7 +171,7 @@ chaos-reboot:
 	bash integration/scripts/reboot-scenario.sh
 
 ## The quick set: restart, compaction with a cut, CRD lifecycle, a truncated
-## and a read-only persisted store (under a minute; the persist cases mount a tmpfs: root).
+## and a read-only persisted store (about a minute; the persist cases mount a tmpfs: root).
 chaos-quick:
 	CHAOS_CASES=quick bash integration/scripts/chaos.sh
 

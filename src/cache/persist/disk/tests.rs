@@ -220,13 +220,19 @@ fn expected_at(v: u64) -> BTreeMap<ObjectKey, Bytes> {
 
 const CHILD_ENV: &str = "WATCHMUX_PERSIST_CRASH_CHILD";
 
+/// The crash test's store is sealed: its MAC must verify after any kill,
+/// as it is written in the same transaction as what it covers.
+fn crash_sealer() -> Arc<Sealer> {
+    Arc::new(Sealer::from_bytes(&[9; 32]).unwrap())
+}
+
 /// The child of the crash test (does nothing unless the test runs it):
 /// commits the workload's batches after what the store holds, printing each
 /// version once its commit returned, until it is killed.
 #[test]
 fn crash_child() {
     let Some(path) = std::env::var_os(CHILD_ENV) else { return };
-    let store = DiskStore::open(Path::new(&path)).unwrap();
+    let store = DiskStore::open_with(Path::new(&path), Some(crash_sealer())).unwrap();
     let from = store.load().unwrap().map_or(0, |l| l.rv);
     for v in from + 1..from + 100_000 {
         store.commit(&batch_for(v)).unwrap();
@@ -234,11 +240,11 @@ fn crash_child() {
     }
 }
 
-/// Kills a child process that commits batches with SIGKILL at random
-/// instants, `WATCHMUX_PERSIST_CRASH_ITERATIONS` times (20 by default; `make
+/// Kills a child process that commits batches to a sealed store with
+/// SIGKILL at random instants, `WATCHMUX_PERSIST_CRASH_ITERATIONS` times (20 by default; `make
 /// chaos` runs 1,000): every reload must be exactly the state at some
-/// version that was committed, never a mix, never an error, and never older
-/// than the last commit the child saw return.
+/// version that was committed, never a mix, never an error, never older
+/// than the last commit the child saw return, and authenticated by its MAC.
 #[test]
 fn a_store_killed_at_any_instant_reloads_a_committed_state() {
     if std::env::var_os(CHILD_ENV).is_some() {
@@ -276,6 +282,10 @@ fn a_store_killed_at_any_instant_reloads_a_committed_state() {
                 continue;
             }
         };
+        if let Some(loaded) = &loaded {
+            assert_eq!(crash_sealer().manifest().verify(&loaded.meta, &loaded.objects), Ok(()), "iteration {i}");
+            assert_eq!(loaded.generation, loaded.rv, "iteration {i}: the generation of another commit");
+        }
         let (rv, got) = loaded.as_ref().map_or((0, BTreeMap::new()), |l| (l.rv, state(l)));
         if let Some(ack) = acknowledged {
             assert!(rv >= ack, "iteration {i}: loaded {rv}, but {ack} had been committed");
