@@ -219,7 +219,8 @@ impl Persistence {
     /// Starts persisting a cache just made (before its first list): the
     /// list replaces whatever the store held. A store that cannot be opened
     /// for what it holds is moved aside and made anew; one the file system
-    /// refuses is logged and the cache stays memory-only.
+    /// refuses (full, read-only) is logged, the cache is memory-only
+    /// meanwhile (degraded), and its feed opens the store once it can.
     pub(crate) fn attach(&self, writer: &mut Writer) {
         let cache = writer.cache().clone();
         let path = self.path_for(&cache.shape.info);
@@ -230,26 +231,16 @@ impl Persistence {
             }
             other => other,
         };
-        match opened {
-            Ok(store) => {
-                let header = self.header(&cache);
-                let generation = self.last_generation(&path);
-                let target = Target {
-                    store,
-                    header,
-                    sealer: self.sealer.clone(),
-                    ledger: self.ledger(),
-                    written_rv: 0,
-                    generation,
-                };
-                writer.persist_to(Box::new(Feed::start(cache, target)));
-            }
-            Err(err) => {
-                metrics::counter!(m::PERSIST_WRITE_ERRORS, "resource" => cache.label().to_owned()).increment(1);
-                metrics::gauge!(m::PERSIST_DEGRADED, "resource" => cache.label().to_owned()).set(1.0);
-                tracing::error!(resource = %cache.label(), error = %error_chain(&err), "cannot open the persist store; this cache is memory-only");
-            }
-        }
+        let store = opened.unwrap_or_else(|err| {
+            metrics::counter!(m::PERSIST_WRITE_ERRORS, "resource" => cache.label().to_owned()).increment(1);
+            tracing::error!(resource = %cache.label(), error = %error_chain(&err), "cannot open the persist store; this cache is memory-only until it can (retried every 10 s)");
+            DiskStore::closed(&path, self.sealer.clone())
+        });
+        let header = self.header(&cache);
+        let generation = self.last_generation(&path);
+        let target =
+            Target { store, header, sealer: self.sealer.clone(), ledger: self.ledger(), written_rv: 0, generation };
+        writer.persist_to(Box::new(Feed::start(cache, target)));
     }
 
     /// What a store of `cache` says besides its objects.

@@ -215,6 +215,15 @@ fn open_db(path: &Path) -> Result<Database, DiskError> {
     }
 }
 
+/// Opens (or makes) the store's file, mode 0600 before redb writes a byte
+/// (an existing file is narrowed too).
+fn open_file(path: &Path) -> Result<Database, DiskError> {
+    let io_err = |e: std::io::Error| DiskError::Open { path: path.to_owned(), source: Box::new(redb::Error::Io(e)) };
+    fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(io_err)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_err)?;
+    open_db(path)
+}
+
 impl DiskStore {
     /// Opens `path` in clear, making an empty store if there is none.
     #[cfg(test)]
@@ -227,18 +236,26 @@ impl DiskStore {
     /// redb checks the file's commit checksums as it opens it, and recovers
     /// the last good commit after a crash.
     pub(crate) fn open_with(path: &Path, sealer: Option<Arc<Sealer>>) -> Result<Self, DiskError> {
-        let io_err =
-            |e: std::io::Error| DiskError::Open { path: path.to_owned(), source: Box::new(redb::Error::Io(e)) };
-        // Made 0600 before redb writes a byte; an existing file is narrowed too.
-        fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(io_err)?;
-        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_err)?;
-        Ok(Self {
-            db: Some(open_db(path)?),
+        let mut store = Self::closed(path, sealer);
+        store.db = Some(open_file(path)?);
+        Ok(store)
+    }
+
+    /// The store at `path`, not open yet: its feed opens it ([`Self::reopen`])
+    /// once the file system lets it (a full or read-only disk when a cache
+    /// attaches).
+    pub(crate) fn closed(path: &Path, sealer: Option<Arc<Sealer>>) -> Self {
+        Self {
+            db: None,
             path: path.to_owned(),
             sealer,
             #[cfg(test)]
             fault: Arc::default(),
-        })
+        }
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        self.db.is_some()
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -250,7 +267,7 @@ impl DiskStore {
     /// this is the only way to write again once there is room.
     pub(crate) fn reopen(&mut self) -> Result<(), DiskError> {
         self.db = None; // redb locks the file: the old handle goes first
-        self.db = Some(open_db(&self.path)?);
+        self.db = Some(open_file(&self.path)?);
         #[cfg(test)]
         {
             self.fault.poisoned.store(false, std::sync::atomic::Ordering::Release);

@@ -52,7 +52,10 @@ use crate::metrics as m;
 const QUEUE: usize = 8192;
 
 /// How long the thread waits after a failed commit before it tries again.
+#[cfg(not(test))]
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
+#[cfg(test)]
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(50);
 
 /// What the writer tells the persisting thread.
 #[derive(Debug)]
@@ -238,6 +241,7 @@ const COMPACT_CHECK_EVERY: Duration = Duration::from_secs(60);
 impl Persister {
     fn new(cache: Arc<ResourceCache>, target: Target, retry_after: Duration) -> Self {
         let name = target.store.path().file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let closed = !target.store.is_open();
         Self {
             cache,
             store: target.store,
@@ -248,8 +252,9 @@ impl Persister {
             name,
             written_rv: target.written_rv,
             generation: target.generation,
-            degraded: false,
-            reopen: false,
+            // A store its cache could not open yet: opened on the first try.
+            degraded: closed,
+            reopen: closed,
             retry_after,
             compaction_checked: Instant::now(),
         }
@@ -263,7 +268,7 @@ impl Persister {
         let reopens = metrics::counter!(m::PERSIST_REOPENS, "resource" => label.clone());
         let degraded = metrics::gauge!(m::PERSIST_DEGRADED, "resource" => label.clone());
         let duration = metrics::histogram!(m::PERSIST_COMMIT_DURATION, "resource" => label.clone());
-        degraded.set(0.0);
+        degraded.set(if self.degraded { 1.0 } else { 0.0 });
         let mut ledger_failing = false;
         loop {
             let (mut notes, behind, closed) = {
@@ -305,7 +310,15 @@ impl Persister {
             // A failed commit left the store behind the notes: rewrite it.
             let whole = behind || self.degraded || notes.iter().any(|n| matches!(n, Note::Whole));
             let batch = if whole { self.whole_batch() } else { self.coalesce(&mut notes) };
-            let Some(batch) = batch else { continue };
+            let Some(batch) = batch else {
+                if self.degraded {
+                    // Open, and nothing to catch up to: the cache has not
+                    // listed yet (its list is written whole when it does).
+                    self.degraded = false;
+                    degraded.set(0.0);
+                }
+                continue;
+            };
             let started = Instant::now();
             match self.store.commit(&batch) {
                 Ok(()) => {
@@ -392,9 +405,13 @@ impl Persister {
         }
     }
 
-    /// The cache's whole current state.
+    /// The cache's whole current state; `None` before its first list (a
+    /// store at version 0 would restore as an empty cache).
     fn whole_batch(&self) -> Option<Batch> {
         let snapshot = self.cache.snapshot();
+        if snapshot.rv == 0 {
+            return None;
+        }
         let changes = snapshot.objects.iter().map(|(k, o)| (k.clone(), Some(self.stored(k, o.json())))).collect();
         Some(Batch {
             rv: snapshot.rv,

@@ -566,3 +566,33 @@ fn a_directory_that_cannot_be_made_means_memory_only_not_a_failed_start() {
     };
     assert!(Persistence::new(&config).unwrap().is_none());
 }
+
+/// A store the file system refuses when its cache attaches (here: a
+/// directory where the file goes; a full or read-only disk in life): the
+/// cache is memory-only meanwhile, and its store is written once the
+/// obstacle is gone, without a restart.
+#[tokio::test]
+async fn a_store_the_file_system_refuses_at_attach_is_written_once_it_can_be() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = persistence(dir.path(), &["configmaps"]);
+    let path = dir.path().join("configmaps.v1.core.redb");
+    std::fs::create_dir(&path).unwrap();
+    let mut w = ResourceCache::create(cm_shape(), Scope::default(), CacheSettings::default());
+    p.attach(&mut w);
+    let mut listed = Objects::new();
+    let o = Arc::new(cm("a", 10, ""));
+    listed.insert(o.key.clone(), o);
+    w.replace(listed, 10);
+    std::fs::remove_dir(&path).unwrap();
+    w.event(EventType::Added, cm("b", 11, ""));
+    // Retried on its own (every 50 ms in tests) until the file opens.
+    let until = Instant::now() + std::time::Duration::from_secs(10);
+    while !path.is_file() && Instant::now() < until {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    w.take_feed().expect("a feed, though the store did not open").finish();
+    let restored = p.restore_all(&CacheSettings::default(), &HashMap::new()).unwrap();
+    assert_eq!(restored.len(), 1, "never written");
+    assert_eq!(restored[0].rv, 11);
+    assert_eq!(restored_objects(&restored[0]).len(), 2);
+}
