@@ -153,7 +153,8 @@ bench-plots:
 ## below is the last step of make test; cases and figures in docs/chaos.md): kube-apiserver frozen,
 ## killed, half-open, compacted under a cut; etcd frozen; clients that never
 ## read or send slowly; watchmux killed; connect/disconnect rounds; a CRD
-## deleted; large objects. About 4 minutes on 2 cores; CHAOS_CASES chooses.
+## deleted; large objects; the persisted store truncated, read-only, on a
+## full disk. About 4 minutes on 2 cores; CHAOS_CASES chooses.
 chaos: chaos-persist chaos-reboot
 	bash integration/scripts/chaos.sh
 
@@ -169,12 +170,13 @@ chaos-persist:
 chaos-reboot:
 	bash integration/scripts/reboot-scenario.sh
 
-## The quick set: restart, compaction with a cut, CRD lifecycle (about 30 s).
+## The quick set: restart, compaction with a cut, CRD lifecycle, a truncated
+## and a read-only persisted store (about a minute; the persist cases mount a tmpfs: root).
 chaos-quick:
 	CHAOS_CASES=quick bash integration/scripts/chaos.sh
 
-## The quick fault cases as the last step of make test (about 80 s: restart,
-## compaction with a cut, CRD lifecycle). They check behaviour, not speed, so
+## The quick fault cases as the last step of make test (about 90 s: restart,
+## compaction with a cut, CRD lifecycle, persist-truncated, persist-readonly). They check behaviour, not speed, so
 ## they run the debug build the end-to-end suite made (same features) and a
 ## debug harness, instead of compiling watchmux again in release.
 test-chaos-quick:

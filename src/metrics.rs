@@ -155,6 +155,10 @@ pub(crate) const PERSIST_WRITE_ERRORS: &str = "watchmux_persist_write_errors_tot
 pub(crate) const PERSIST_DEGRADED: &str = "watchmux_persist_degraded";
 /// Stores that failed their check at start and were moved aside, by resource.
 pub(crate) const PERSIST_STORES_MOVED_ASIDE: &str = "watchmux_persist_stores_moved_aside_total";
+/// Sealed stores refused at start as not the latest this node committed (rolled back, swapped), by resource.
+pub(crate) const PERSIST_ROLLBACKS_REFUSED: &str = "watchmux_persist_rollbacks_refused_total";
+/// Stores reopened after a write error (redb refuses every later transaction on a handle that saw one), by resource.
+pub(crate) const PERSIST_REOPENS: &str = "watchmux_persist_reopens_total";
 /// How long loading a persisted resource took at start, by resource.
 pub(crate) const PERSIST_LOAD_DURATION: &str = "watchmux_persist_load_seconds";
 /// 1 while a cache serves a state the upstream has not confirmed, by resource.
@@ -263,11 +267,19 @@ fn describe() {
     );
     describe_gauge!(
         PERSIST_DEGRADED,
-        "1 while a persisted resource is memory-only because its store cannot be written (retried every 10 s), by resource."
+        "1 while a persisted resource is memory-only because its store cannot be written (retried every 10 s), by resource; resource=\"*\" when the persist directory itself cannot be written (nothing is persisted or restored)."
     );
     describe_counter!(
         PERSIST_STORES_MOVED_ASIDE,
         "Persist stores that failed their check at start and were moved aside (the resource started cold), by resource."
+    );
+    describe_counter!(
+        PERSIST_ROLLBACKS_REFUSED,
+        "Sealed persist stores refused at start because they are not the latest this node committed (a file rolled back, swapped in from elsewhere, or the ledger lost); moved aside, the resource started cold, by resource."
+    );
+    describe_counter!(
+        PERSIST_REOPENS,
+        "Persist stores reopened after a write error (a full disk), so that writes resume once there is room, by resource."
     );
     describe_gauge!(PERSIST_LOAD_DURATION, "Seconds loading a persisted resource took at start, by resource.");
     describe_gauge!(

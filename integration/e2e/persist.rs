@@ -179,3 +179,86 @@ async fn a_restart_while_the_upstream_is_unreachable_serves_the_persisted_cache_
     let (_, upstream) = get_direct(&direct, &list).await;
     assert_eq!(items(&via), items(&upstream), "converged");
 }
+
+/// The finding, as it was made: an older, validly sealed copy of an
+/// encrypted store put back while watchmux was stopped, then a restart
+/// while the upstream cannot be reached. The copy still holds a ConfigMap
+/// deleted upstream since; it must not be served. The store is refused
+/// (moved aside, counted, logged) and the cache starts cold.
+#[tokio::test]
+async fn an_encrypted_store_rolled_back_to_an_older_copy_is_not_served_offline() {
+    let _exclusive = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let ns = namespace("persist-rollback");
+    create_namespace(&direct, &ns).await;
+    for name in ["gone", "kept"] {
+        configmap(&direct, "create", &ns, name).await;
+    }
+    let relay = Relay::start(cluster.api_addr()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let relayed = relay.kubeconfig(&cluster, dir.path());
+    let persist = dir.path().join("persist");
+    let key = dir.path().join("persist.key");
+    // 32 bytes (0 to 31) in base64, as the API server's aesgcm keys.
+    std::fs::write(&key, "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=").unwrap();
+    let flags = [
+        "--cache-resources",
+        "configmaps",
+        "--cache-warm",
+        "--persist-dir",
+        persist.to_str().unwrap(),
+        "--persist-resources",
+        "configmaps",
+        "--persist-encryption-key-file",
+        key.to_str().unwrap(),
+        "--serve-stale-when-upstream-unreachable",
+    ];
+    let store = persist.join("configmaps.v1.core.redb");
+    let any = format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0");
+    let names = |body: &[u8]| items(body).into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+
+    // The copy: both ConfigMaps persisted.
+    let mut wm = Watchmux::start_with_kubeconfig(&cluster, &relayed, &flags).await;
+    wait_metric(&wm, "watchmux_persist_commits_total", &["resource=\"configmaps\""], 1.0).await;
+    wm.terminate();
+    let older = std::fs::read(&store).unwrap();
+
+    // "gone" deleted upstream, and the node's store follows: a restart
+    // online resumes the watch, which carries the deletion to the disk.
+    configmap(&direct, "delete", &ns, "gone").await;
+    let mut wm = Watchmux::start_with_kubeconfig(&cluster, &relayed, &flags).await;
+    for _ in 0..200 {
+        if names(&read(get(wm.addr, &any).await).await.1) == ["kept"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(names(&read(get(wm.addr, &any).await).await.1), ["kept"]);
+    // A later write's commit: the deletion's (before it) is on disk.
+    let commits = watchmux_metric_sum(wm.admin, "watchmux_persist_commits_total", &["resource=\"configmaps\""]).await;
+    configmap(&direct, "create", &ns, "later").await;
+    wait_metric(&wm, "watchmux_persist_commits_total", &["resource=\"configmaps\""], commits + 1.0).await;
+    wm.terminate();
+
+    // The older copy put back; the upstream cut; watchmux started again.
+    std::fs::write(&store, &older).unwrap();
+    relay.cut();
+    let wm = Watchmux::spawn_with_kubeconfig(&relayed, &flags);
+    wm.wait_for_admin("/metrics").await;
+    wait_metric(&wm, "watchmux_persist_rollbacks_refused_total", &["resource=\"configmaps\""], 1.0).await;
+    assert!(wm.log().contains("rolled back"), "{}", wm.log());
+    let aside = std::fs::read_dir(&persist)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".bad-"))
+        .count();
+    assert_eq!(aside, 1, "the copy is kept aside for a post-mortem");
+    // Nothing from the copy is served: the cache is cold, and an answer, if
+    // any comes while the upstream is away, is not the copy's.
+    if let Ok(resp) = tokio::time::timeout(Duration::from_secs(5), get(wm.addr, &any)).await {
+        let (code, body) = read(resp).await;
+        assert!(code != 200 || !names(&body).contains(&"gone".to_owned()), "the deleted ConfigMap served: {code}");
+    }
+    let gauge = watchmux_metric_sum(wm.admin, "watchmux_cache_serving_unproven", &["resource=\"configmaps\""]).await;
+    assert_eq!(gauge, 0.0, "no cache loaded from disk");
+}

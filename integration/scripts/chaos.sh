@@ -5,7 +5,9 @@
 # watchers, one fault; converged / lost / stuck / time to current.
 #
 # Usage: chaos.sh [case...]   (default: CHAOS_CASES, else every case;
-#                              "quick": restart, compaction, crd)
+#                              "quick": restart, compaction, crd,
+#                              persist-truncated, persist-readonly; the
+#                              persist cases mount tmpfs: root)
 #
 # Ports: the cluster's come from cluster-up.sh's variables (ETCD_PORT,
 # ETCD_PEER_PORT, APISERVER_PORT; pass the same ones to every script, since

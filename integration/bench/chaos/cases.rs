@@ -1,11 +1,12 @@
 //! The fault cases, by what they break: the upstream and watchmux itself,
-//! the relist gap, the clients, what is watched, and the cache itself (the
-//! consistency check).
+//! the relist gap, the clients, what is watched, the cache itself (the
+//! consistency check), and the persisted store.
 
 pub mod clients;
 pub mod compaction;
 pub mod consistency;
 pub mod objects;
+pub mod persist;
 pub mod slow;
 pub mod upstream;
 
@@ -51,7 +52,14 @@ pub const ALL: &[Case] = &[
         "the check every second at the highest write rate: no false alarm",
         consistency::no_false_alarm
     ),
+    case!(
+        "persist-truncated",
+        "the persisted store cut to a tenth, then to 4,096 bytes, at restarts",
+        persist::truncated
+    ),
+    case!("persist-readonly", "the persist directory a read-only file system", persist::readonly),
+    case!("persist-full-disk", "the persisted store's file system filled, then freed", persist::full_disk),
 ];
 
 /// The quick set (`make chaos-quick`).
-pub const QUICK: &[&str] = &["restart", "compaction", "crd"];
+pub const QUICK: &[&str] = &["restart", "compaction", "crd", "persist-truncated", "persist-readonly"];

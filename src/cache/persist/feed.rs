@@ -16,10 +16,18 @@
 //! for the disk; the disk catches up by rewriting.
 //!
 //! A commit that fails (a full disk) is logged and counted, the resource is
-//! marked degraded (memory-only), and after a pause the thread tries again
-//! with a whole batch. The store still holds its last good commit: a
-//! consistent, older state, which a restart loads as unproven and the
-//! upstream watch (or its 410 and a relist) brings up to date.
+//! marked degraded (memory-only), and after a pause the thread reopens the
+//! store and tries again with a whole batch, until one commits (logged and
+//! counted as a reopen). The reopen is what makes it heal: redb refuses
+//! every transaction on a handle that once saw an I/O error, so retrying on
+//! the same handle would fail forever, even with room again. A store that
+//! no longer opens (damaged by the failure) is moved aside and made anew.
+//! Meanwhile the store holds its last good commit: a consistent, older
+//! state, which a restart loads as unproven and the upstream watch (or its
+//! 410 and a relist) brings up to date.
+//!
+//! An encrypted store's commits each carry the next generation, and the
+//! directory's ledger records it after the commit (`ledger.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,7 +36,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
-use super::disk::{Batch, DiskStore};
+use super::disk::{Batch, DiskStore, Header};
+use super::ledger::Ledger;
 use super::seal::Sealer;
 use crate::cache::resource::{ChangeSink, ResourceCache};
 use crate::cache::state::event::CacheEvent;
@@ -43,7 +52,10 @@ use crate::metrics as m;
 const QUEUE: usize = 8192;
 
 /// How long the thread waits after a failed commit before it tries again.
+#[cfg(not(test))]
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
+#[cfg(test)]
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(50);
 
 /// What the writer tells the persisting thread.
 #[derive(Debug)]
@@ -54,6 +66,8 @@ enum Note {
     Version(u64),
     /// The store was replaced (a list): write it all.
     Whole,
+    /// The cluster the objects come from (`Header::cluster_identity`).
+    Identity(Option<String>),
 }
 
 /// What waits for the thread, behind one lock.
@@ -85,31 +99,24 @@ pub(crate) struct Feed {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// What a feed starts from: the store and what it says besides objects.
+pub(crate) struct Target {
+    pub store: DiskStore,
+    /// Written with whole batches and a store's first commit.
+    pub header: Header,
+    pub sealer: Option<Arc<Sealer>>,
+    /// The directory's ledger, with encryption.
+    pub ledger: Option<Arc<Ledger>>,
+    /// The version the store is at (0: nothing committed yet).
+    pub written_rv: u64,
+    /// The store's generation: the next commit writes one more.
+    pub generation: u64,
+}
+
 impl Feed {
-    /// Starts the thread that persists `cache` into `store`; `about` is the
-    /// resource's description, written with whole batches and a store's
-    /// first commit. `written_rv`: the version the store is at.
-    pub(crate) fn start(
-        cache: Arc<ResourceCache>,
-        store: DiskStore,
-        about: Bytes,
-        sealer: Option<Arc<Sealer>>,
-        written_rv: u64,
-    ) -> Self {
-        let retry_after = RETRY_AFTER_FAILURE;
-        Self::with_queue(
-            Persister {
-                cache,
-                store,
-                about,
-                sealer,
-                written_rv,
-                degraded: false,
-                retry_after,
-                compaction_checked: Instant::now(),
-            },
-            QUEUE,
-        )
+    /// Starts the thread that persists `cache` into `target`'s store.
+    pub(crate) fn start(cache: Arc<ResourceCache>, target: Target) -> Self {
+        Self::with_queue(Persister::new(cache, target, RETRY_AFTER_FAILURE), QUEUE)
     }
 
     fn with_queue(persister: Persister, capacity: usize) -> Self {
@@ -134,6 +141,21 @@ impl Feed {
         }
     }
 
+    /// Records which cluster the objects come from in the store's header
+    /// (covered by an encrypted store's MAC), from the next commit on; a
+    /// restart reads it back as `Restored::cluster_identity`. For the sync
+    /// side, once it knows the cluster's identity.
+    #[cfg_attr(not(test), allow(dead_code, reason = "the sync side's cluster check sets it"))]
+    pub(crate) fn set_cluster_identity(&self, identity: Option<String>) {
+        self.offer_always(Note::Identity(identity));
+    }
+
+    /// Queued even on a full queue: it is not a change the whole state
+    /// would restate.
+    fn offer_always(&self, note: Note) {
+        self.push(self.queue.pending.lock(), note);
+    }
+
     fn offer(&self, note: Note) {
         let mut pending = self.queue.pending.lock();
         if pending.notes.len() >= self.queue.capacity {
@@ -143,6 +165,11 @@ impl Feed {
             self.queue.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        self.push(pending, note);
+    }
+
+    /// Queues `note`, waking the thread when the queue was empty.
+    fn push(&self, mut pending: parking_lot::MutexGuard<'_, Pending>, note: Note) {
         let was_empty = pending.notes.is_empty();
         pending.notes.push(note);
         drop(pending);
@@ -185,12 +212,21 @@ impl ChangeSink for Feed {
 struct Persister {
     cache: Arc<ResourceCache>,
     store: DiskStore,
-    about: Bytes,
+    header: Header,
+    /// The header changed since it was last written.
+    header_changed: bool,
     /// Encryption at rest (`seal.rs`), done here, off the writer's path.
     sealer: Option<Arc<Sealer>>,
+    ledger: Option<Arc<Ledger>>,
+    /// The store's file name, as the ledger knows it.
+    name: String,
     /// The version of the last commit: notes at or below it are in the store.
     written_rv: u64,
+    /// The generation of the last commit.
+    generation: u64,
     degraded: bool,
+    /// A commit failed: the handle must be reopened before the next.
+    reopen: bool,
     /// [`RETRY_AFTER_FAILURE`], shorter in tests.
     retry_after: Duration,
     /// When the file was last looked at for compaction ([`COMPACT_CHECK_EVERY`]).
@@ -203,35 +239,106 @@ struct Persister {
 const COMPACT_CHECK_EVERY: Duration = Duration::from_secs(60);
 
 impl Persister {
+    fn new(cache: Arc<ResourceCache>, target: Target, retry_after: Duration) -> Self {
+        let name = target.store.path().file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let closed = !target.store.is_open();
+        Self {
+            cache,
+            store: target.store,
+            header: target.header,
+            header_changed: false,
+            sealer: target.sealer,
+            ledger: target.ledger,
+            name,
+            written_rv: target.written_rv,
+            generation: target.generation,
+            // A store its cache could not open yet: opened on the first try.
+            degraded: closed,
+            reopen: closed,
+            retry_after,
+            compaction_checked: Instant::now(),
+        }
+    }
+
     fn run(mut self, queue: &Queue) {
         let label = self.cache.label().to_owned();
         let commits_batch = metrics::counter!(m::PERSIST_COMMITS, "resource" => label.clone(), "kind" => "batch");
         let commits_whole = metrics::counter!(m::PERSIST_COMMITS, "resource" => label.clone(), "kind" => "whole");
         let errors = metrics::counter!(m::PERSIST_WRITE_ERRORS, "resource" => label.clone());
+        let reopens = metrics::counter!(m::PERSIST_REOPENS, "resource" => label.clone());
         let degraded = metrics::gauge!(m::PERSIST_DEGRADED, "resource" => label.clone());
         let duration = metrics::histogram!(m::PERSIST_COMMIT_DURATION, "resource" => label.clone());
-        degraded.set(0.0);
+        degraded.set(if self.degraded { 1.0 } else { 0.0 });
+        let mut ledger_failing = false;
         loop {
-            let (mut notes, behind) = {
+            let (mut notes, behind, closed) = {
                 let mut pending = queue.pending.lock();
-                while pending.notes.is_empty() && !pending.behind && !pending.closed {
+                // Degraded, the thread does not wait for a change to try
+                // again: the store must catch up even if nothing changes.
+                while pending.notes.is_empty() && !pending.behind && !pending.closed && !self.degraded {
                     queue.ready.wait(&mut pending);
                 }
-                if pending.notes.is_empty() && !pending.behind {
+                if pending.notes.is_empty() && !pending.behind && !self.degraded {
                     return; // closed, and everything committed
                 }
-                (std::mem::take(&mut pending.notes), std::mem::take(&mut pending.behind))
+                (std::mem::take(&mut pending.notes), std::mem::take(&mut pending.behind), pending.closed)
             };
+            for note in &mut notes {
+                if let Note::Identity(identity) = note {
+                    self.header.cluster_identity = identity.take();
+                    self.header_changed = true;
+                }
+            }
+            if self.reopen {
+                match self.reopen_store() {
+                    Ok(()) => {
+                        reopens.increment(1);
+                        self.reopen = false;
+                        tracing::info!(resource = %label, "reopened the persist store after a write error");
+                    }
+                    Err(err) => {
+                        errors.increment(1);
+                        tracing::debug!(resource = %label, error = %error_chain(&err), "the persist store does not reopen yet");
+                        if closed {
+                            return; // the store keeps its last good commit
+                        }
+                        std::thread::sleep(self.retry_after);
+                        continue;
+                    }
+                }
+            }
             // A failed commit left the store behind the notes: rewrite it.
             let whole = behind || self.degraded || notes.iter().any(|n| matches!(n, Note::Whole));
             let batch = if whole { self.whole_batch() } else { self.coalesce(&mut notes) };
-            let Some(batch) = batch else { continue };
+            let Some(batch) = batch else {
+                if self.degraded {
+                    // Open, and nothing to catch up to: the cache has not
+                    // listed yet (its list is written whole when it does).
+                    self.degraded = false;
+                    degraded.set(0.0);
+                }
+                continue;
+            };
             let started = Instant::now();
             match self.store.commit(&batch) {
                 Ok(()) => {
                     duration.record(started.elapsed().as_secs_f64());
                     if batch.whole { &commits_whole } else { &commits_batch }.increment(1);
                     self.written_rv = batch.rv;
+                    self.generation = batch.generation;
+                    if batch.header.is_some() {
+                        self.header_changed = false;
+                    }
+                    if let Some(ledger) = &self.ledger {
+                        match ledger.record(&self.name, batch.generation) {
+                            Ok(()) => ledger_failing = false,
+                            Err(err) if !ledger_failing => {
+                                ledger_failing = true;
+                                tracing::warn!(resource = %label, error = %err, "cannot record the store's generation in the persist ledger; a restart may refuse the store as not the latest and start cold");
+                            }
+                            Err(_) => {}
+                        }
+                    }
                     if self.degraded {
                         tracing::info!(resource = %label, rv = batch.rv, "persisting again");
                         self.degraded = false;
@@ -248,12 +355,34 @@ impl Persister {
                         tracing::error!(resource = %label, error = %error_chain(&err), retry_in = ?self.retry_after, "cannot persist; serving from memory only (the store keeps its last good state)");
                     }
                     self.degraded = true;
+                    self.reopen = true;
                     degraded.set(1.0);
+                    if closed {
+                        return;
+                    }
                     // Meanwhile the queue fills and the feed marks itself
                     // behind: the cache never waits for this.
                     std::thread::sleep(self.retry_after);
                 }
             }
+        }
+    }
+
+    /// Reopens the store's file; one that no longer opens for what it
+    /// holds (not for the file system) is moved aside and made anew, to be
+    /// written whole.
+    fn reopen_store(&mut self) -> Result<(), super::disk::DiskError> {
+        match self.store.reopen() {
+            Err(err) if !err.is_io() => {
+                let path = self.store.path().to_owned();
+                let to = super::disk::move_aside(&path)
+                    .map_err(|e| super::disk::DiskError::Dir { path: path.clone(), source: e })?;
+                tracing::error!(resource = %self.cache.label(), error = %error_chain(&err), moved_to = %to.display(), "the persist store does not open after a write error; moved aside, writing it anew");
+                metrics::counter!(m::PERSIST_STORES_MOVED_ASIDE, "resource" => self.cache.label().to_owned())
+                    .increment(1);
+                self.store.reopen()
+            }
+            other => other,
         }
     }
 
@@ -276,15 +405,19 @@ impl Persister {
         }
     }
 
-    /// The cache's whole current state.
+    /// The cache's whole current state; `None` before its first list (a
+    /// store at version 0 would restore as an empty cache).
     fn whole_batch(&self) -> Option<Batch> {
         let snapshot = self.cache.snapshot();
+        if snapshot.rv == 0 {
+            return None;
+        }
         let changes = snapshot.objects.iter().map(|(k, o)| (k.clone(), Some(self.stored(k, o.json())))).collect();
         Some(Batch {
             rv: snapshot.rv,
+            generation: self.generation + 1,
             whole: true,
-            about: Some(self.about.clone()),
-            key_check: self.key_check(),
+            header: Some(self.header.clone()),
             changes,
         })
     }
@@ -302,17 +435,18 @@ impl Persister {
                     latest.insert(key, stored);
                 }
                 Note::Version(at) => rv = rv.max(at),
-                Note::Changed { .. } | Note::Whole => {}
+                Note::Changed { .. } | Note::Whole | Note::Identity(_) => {}
             }
         }
         // A store's first commit names its resource, whatever kind it is.
         let first = self.written_rv == 0;
-        let (about, key_check) = if first { (Some(self.about.clone()), self.key_check()) } else { (None, None) };
-        (rv > self.written_rv).then(|| Batch {
+        let header = (first || self.header_changed).then(|| self.header.clone());
+        // A new header alone is worth a commit once the store holds a state.
+        (rv > self.written_rv || (self.header_changed && !first)).then(|| Batch {
             rv,
+            generation: self.generation + 1,
             whole: false,
-            about,
-            key_check,
+            header,
             changes: latest.into_iter().collect(),
         })
     }
@@ -324,10 +458,6 @@ impl Persister {
             Some(sealer) => sealer.seal(&super::sealed_as(self.cache.label(), key), json),
             None => super::squeeze::pack(json),
         }
-    }
-
-    fn key_check(&self) -> Option<Bytes> {
-        self.sealer.as_ref().map(|s| s.key_check())
     }
 }
 

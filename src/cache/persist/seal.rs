@@ -16,6 +16,8 @@ use bytes::{Bytes, BytesMut};
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
 
+use super::manifest::ManifestKey;
+
 /// What a store's `key_check` holds, sealed.
 const KEY_CHECK: &[u8] = b"watchmux-persist-key-check";
 
@@ -31,10 +33,12 @@ pub(crate) enum KeyError {
     Malformed(String),
 }
 
-/// The key, ready to seal and open.
+/// The key, ready to seal and open, and the keys derived from it that
+/// authenticate a store as a whole (`manifest.rs`).
 pub(crate) struct Sealer {
     key: LessSafeKey,
     random: SystemRandom,
+    manifest: ManifestKey,
 }
 
 impl std::fmt::Debug for Sealer {
@@ -61,7 +65,20 @@ impl Sealer {
         (raw.len() == 32).then(|| Self {
             key: LessSafeKey::new(UnboundKey::new(&AES_256_GCM, raw).expect("a 32-byte key")),
             random: SystemRandom::new(),
+            manifest: ManifestKey::derive(raw),
         })
+    }
+
+    /// What authenticates a store sealed with this key as a whole.
+    pub(crate) fn manifest(&self) -> &ManifestKey {
+        &self.manifest
+    }
+
+    /// Random bytes from the system's source (the ledger's id).
+    pub(crate) fn random<const N: usize>(&self) -> [u8; N] {
+        let mut out = [0u8; N];
+        self.random.fill(&mut out).expect("the system's random source");
+        out
     }
 
     /// nonce ‖ ciphertext ‖ tag.

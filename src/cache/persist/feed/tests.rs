@@ -11,17 +11,11 @@ fn writer() -> Writer {
 
 /// A persister of `w`'s cache into `store`, from nothing.
 fn persister(w: &Writer, store: DiskStore, retry_after: std::time::Duration) -> Persister {
-    let about = Bytes::from_static(b"{}");
-    Persister {
-        cache: w.cache().clone(),
-        store,
-        about,
-        sealer: None,
-        written_rv: 0,
-        degraded: false,
-        retry_after,
-        compaction_checked: std::time::Instant::now(),
-    }
+    Persister::new(w.cache().clone(), target(store), retry_after)
+}
+
+fn target(store: DiskStore) -> Target {
+    Target { store, header: Header::about(b"{}"), sealer: None, ledger: None, written_rv: 0, generation: 0 }
 }
 
 /// What the store holds, as (name, json) by key, and its version.
@@ -40,7 +34,7 @@ async fn what_the_writer_applies_reaches_the_disk_with_its_version() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cm.redb");
     let mut w = writer();
-    let feed = Feed::start(w.cache().clone(), DiskStore::open(&path).unwrap(), Bytes::from_static(b"{}"), None, 0);
+    let feed = Feed::start(w.cache().clone(), target(DiskStore::open(&path).unwrap()));
     w.persist_to(Box::new(feed));
     let mut listed = Objects::new();
     for name in ["a", "b", "c"] {
@@ -88,7 +82,8 @@ async fn a_feed_that_falls_behind_writes_the_whole_state_instead_of_blocking() {
 
 /// A disk that refuses every write (full): the writer goes on applying
 /// without waiting, the resource is memory-only meanwhile, and once the
-/// disk takes writes again the store is rewritten whole, equal to the cache.
+/// disk takes writes again the store is reopened and rewritten whole, equal
+/// to the cache.
 #[tokio::test]
 async fn a_full_disk_degrades_to_memory_only_and_recovers_without_blocking_the_cache() {
     let dir = tempfile::tempdir().unwrap();
@@ -109,5 +104,35 @@ async fn a_full_disk_degrades_to_memory_only_and_recovers_without_blocking_the_c
     w.event(EventType::Added, cm("after", 2000, ""));
     w.take_feed().unwrap().finish();
     assert!(fault.failed.load(Ordering::Acquire) > 0, "no commit was refused");
+    // The handle that failed refuses every commit after (as redb's does):
+    // only a reopen lets the store be written again.
+    assert!(fault.reopened.load(Ordering::Acquire) > 0, "the store was never reopened");
     assert_eq!(on_disk(&path), in_memory(w.cache()), "rewritten whole once the disk took writes");
+}
+
+/// A failed commit and then nothing: the store still catches up, without
+/// waiting for the next change (the thread retries on its own).
+#[tokio::test]
+async fn a_failed_commit_is_retried_without_a_new_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cm.redb");
+    let mut w = writer();
+    let store = DiskStore::open(&path).unwrap();
+    let fault = store.fault.clone();
+    w.persist_to(Box::new(Feed::with_queue(persister(&w, store, std::time::Duration::from_millis(10)), 16)));
+    fault.failing.store(true, Ordering::Release);
+    w.replace(Objects::new(), 1);
+    w.event(EventType::Added, cm("a", 2, ""));
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while fault.failed.load(Ordering::Acquire) < 2 && std::time::Instant::now() < until {
+        std::thread::yield_now();
+    }
+    assert!(fault.failed.load(Ordering::Acquire) >= 2, "retried without a new change");
+    fault.failing.store(false, Ordering::Release);
+    while fault.reopened.load(Ordering::Acquire) == 0 && std::time::Instant::now() < until {
+        std::thread::yield_now();
+    }
+    let feed = w.take_feed().unwrap();
+    feed.finish();
+    assert_eq!(on_disk(&path), in_memory(w.cache()));
 }
