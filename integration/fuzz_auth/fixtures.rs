@@ -323,7 +323,9 @@ impl Admin<'_> {
             ]
         };
         let long = long_accounts();
-        let probes: Vec<(Identity, String, Vec<(String, String)>)> = vec![
+        // Who asks, for what, with which impersonation headers.
+        type Probe = (Identity, String, Vec<(String, String)>);
+        let probes: Vec<Probe> = vec![
             (self.who.clone(), "/api/v1/namespaces/fz-a/secrets/s-long".into(), as_node(&long_node())),
             (self.who.clone(), "/api/v1/namespaces/fz-a/secrets/s-n1".into(), as_node(WATCHMUX_NODE)),
             (

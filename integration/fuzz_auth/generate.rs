@@ -175,7 +175,7 @@ impl Dict {
             ("POST", SELF_SUBJECT_REVIEW.to_owned(), SSR_BODY.to_owned())
         } else if own && rng.chance(50) {
             ("GET", kubelet_path(rng), String::new())
-        } else if rng.chance(6) {
+        } else if rng.chance(12) {
             ("GET", self.shared_path(rng), String::new())
         } else if rng.chance(9) {
             ("GET", self.non_resource_path(rng), String::new())

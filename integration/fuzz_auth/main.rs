@@ -176,7 +176,7 @@ async fn generated_requests_never_get_more_through_watchmux_than_from_the_api_se
                 failures.push((format!("seed {seed} case {n} (FUZZ_AUTH_SEED={seed} FUZZ_AUTH_ONLY={n})"), f));
             }
         }
-        if ran % 500 == 0 {
+        if ran.is_multiple_of(500) {
             println!("fuzz-auth: {ran} cases, {} failures, {:.0?}", failures.len(), started.elapsed());
         }
     }
@@ -190,8 +190,9 @@ async fn generated_requests_never_get_more_through_watchmux_than_from_the_api_se
     println!("fuzz-auth: {ran} generated cases in {:.1?} (seed {seed})", started.elapsed());
     for (target, t) in &tally {
         println!(
-            "  {target}: {} same, {} different (triage), {} looser; answered 2xx {} ({} as watchmux's own identity); watches {}, {} with the same events",
-            t.same, t.differs, t.looser, t.ok, t.ok_own, t.watches, t.watches_same
+            "  {target}: {} same, {} different (triage), {} looser; answered 2xx {} ({} of {} as watchmux's own identity); \
+             shared answers {}, {} the same; watches {}, {} with the same events",
+            t.same, t.differs, t.looser, t.ok, t.ok_own, t.own, t.shared, t.shared_same, t.watches, t.watches_same
         );
     }
     for (label, (first, count)) in &first_found {
@@ -250,6 +251,11 @@ struct Tally {
     /// Answered 2xx through watchmux, and of those, to watchmux's own identity.
     ok: u64,
     ok_own: u64,
+    /// Cases sent as watchmux's own identity.
+    own: u64,
+    /// Shared answers (discovery, OpenAPI) both answered 2xx, and those judged the same.
+    shared: u64,
+    shared_same: u64,
     /// Watches both answered 2xx (by a watch query or the `/watch/` prefix), and those judged the same.
     watches: u64,
     watches_same: u64,
@@ -257,6 +263,11 @@ struct Tally {
 
 fn record(tally: &mut BTreeMap<String, Tally>, triage: &mut std::fs::File, at: &str, f: &Finding) {
     let t = tally.entry(f.target.clone()).or_default();
+    t.own += u64::from(oracle::is_own_identity(&f.case));
+    if (200..300).contains(&f.via.status) && (200..300).contains(&f.direct.status) && oracle::is_shared(&f.case.path) {
+        t.shared += 1;
+        t.shared_same += u64::from(f.verdict == Verdict::Same);
+    }
     if (200..300).contains(&f.via.status) {
         t.ok += 1;
         t.ok_own += u64::from(oracle::is_own_identity(&f.case));
@@ -319,7 +330,7 @@ impl Run<'_> {
             let mut via = send(t.addr).await;
             let offline = t.name == "offline";
             let mut verdict = oracle::judge(case, &direct, &via, offline);
-            if via.status == 403 && verdict != Verdict::Same || via.status == 403 && direct.status == 403 {
+            if via.status == 403 && (verdict != Verdict::Same || direct.status == 403) {
                 let again = send(t.addr).await;
                 let second = oracle::judge(case, &direct, &again, offline);
                 if matches!(second, Verdict::Looser(_)) {
@@ -347,21 +358,20 @@ fn label(case: &Case, target: &str, cluster_scoped: &[String]) -> String {
     let long_label = |name: &str| name.split('.').any(|l| l.len() > 63);
     for (k, v) in &case.headers {
         if k == "impersonate-user" {
-            if let Some(name) = v.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')).map(|(_, n)| n)
+            if v.strip_prefix("system:serviceaccount:")
+                .and_then(|r| r.split_once(':'))
+                .is_some_and(|(_, n)| long_label(n))
             {
-                if long_label(name) {
-                    labels.push("row 1: long service-account name");
-                }
+                labels.push("row 1: long service-account name");
             }
             if v.strip_prefix("system:node:").is_some_and(long_label) {
                 labels.push("row 1: long node name");
             }
         }
-        if k.starts_with("impersonate-extra-") {
-            let key = &k["impersonate-extra-".len()..];
-            if key.contains('%') || key.chars().any(|c| c.is_ascii_uppercase()) {
-                labels.push("row 1: extra key");
-            }
+        if let Some(key) = k.strip_prefix("impersonate-extra-")
+            && (key.contains('%') || key.chars().any(|c| c.is_ascii_uppercase()))
+        {
+            labels.push("row 1: extra key");
         }
     }
     let node_user = case.headers.iter().any(|(k, v)| k == "impersonate-user" && v.starts_with("system:node:"));
@@ -369,10 +379,10 @@ fn label(case: &Case, target: &str, cluster_scoped: &[String]) -> String {
         labels.push("a node impersonated without groups");
     }
     let segments: Vec<&str> = case.path.split('?').next().unwrap_or("").split('/').collect();
-    if let Some(i) = segments.iter().position(|s| *s == "namespaces") {
-        if segments.get(i + 2).is_some_and(|r| cluster_scoped.iter().any(|c| c == r)) {
-            labels.push("row 2: cluster-scoped resource at a namespaced path");
-        }
+    if let Some(i) = segments.iter().position(|s| *s == "namespaces")
+        && segments.get(i + 2).is_some_and(|r| cluster_scoped.iter().any(|c| c == r))
+    {
+        labels.push("row 2: cluster-scoped resource at a namespaced path");
     }
     if let Who::Cert { subject, .. } = &case.who {
         let own = format!("system:node:{}", fixtures::WATCHMUX_NODE);

@@ -11,6 +11,11 @@
 //! answer was another 4xx (406, 410, 422: what it refuses to encode or
 //! validate, not who may read it).
 //!
+//! A self-review naming the same principal (name, uid, groups, extras)
+//! but another credential (the `credential-id` extra, a certificate's hash)
+//! is for triage: in `client` mode watchmux asks with its own certificate
+//! for a caller that is the same principal as itself.
+//!
 //! Watches are compared by their events, not only their status: the
 //! objects an event names through watchmux that the API server's events
 //! did not name are looser (a failure); any other difference in the events
@@ -70,9 +75,15 @@ pub(crate) fn judge(case: &Case, direct: &Answer, via: &Answer, offline: bool) -
     }
     if ok(via.status) && ok(direct.status) {
         if case.method == "POST" && case.path == SELF_SUBJECT_REVIEW {
-            let (d, v) = (user_info(direct), user_info(via));
+            let (d, v) = (user_info(direct, false), user_info(via, false));
             if d != v {
                 return Verdict::Looser(format!("another identity: API server {d:?}, watchmux {v:?}"));
+            }
+            let (d, v) = (user_info(direct, true), user_info(via, true));
+            if d != v {
+                return Verdict::Differs(format!(
+                    "the same principal, another credential: API server {d:?}, watchmux {v:?}"
+                ));
             }
         } else if let (Some(d), Some(v)) = (items(direct), items(via)) {
             let more: Vec<&String> = v.difference(&d).collect();
@@ -103,13 +114,23 @@ pub(crate) fn judge(case: &Case, direct: &Answer, via: &Answer, offline: bool) -
     Verdict::Same
 }
 
-/// A SelfSubjectReview's user: name, uid, sorted groups, extras.
-fn user_info(a: &Answer) -> Option<String> {
+/// The extra that names the credential a request came with (a
+/// certificate's hash): it tells two credentials of one principal apart,
+/// not what the principal may do.
+const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
+
+/// A SelfSubjectReview's user: name, uid, sorted groups, extras (with the
+/// credential's id only when `credential` is set).
+fn user_info(a: &Answer, credential: bool) -> Option<String> {
     let v: Value = a.json()?;
     let u = &v["status"]["userInfo"];
     let mut groups: Vec<&str> = u["groups"].as_array()?.iter().filter_map(Value::as_str).collect();
     groups.sort();
-    Some(format!("name={} uid={} groups={groups:?} extra={}", u["username"], u["uid"], u["extra"]))
+    let mut extra = u["extra"].clone();
+    if !credential && let Some(extra) = extra.as_object_mut() {
+        extra.remove(CREDENTIAL_ID);
+    }
+    Some(format!("name={} uid={} groups={groups:?} extra={extra}", u["username"], u["uid"]))
 }
 
 /// A JSON list's items, or a Table's rows (each row's object is its
@@ -134,21 +155,24 @@ fn items(a: &Answer) -> Option<BTreeSet<String>> {
 
 /// Whether the case is sent as watchmux's own upstream identity in the
 /// `client` and `offline` targets, as the API server reads a certificate
-/// (the user is the CN, the groups the Os, a UID attribute the uid):
-/// that node's CN (every CN, since the API server takes the last), its
-/// group alone, no uid, and no impersonation. A token beside the
-/// certificate does not count: the API server reads the certificate first.
+/// (the user is the last CN, as Go's subject parser keeps it; the groups
+/// the Os, and system:authenticated; a UID attribute the uid): that node's
+/// name, its group alone, no uid, and no impersonation. A token beside the certificate does not
+/// count: the API server reads the certificate first.
 pub(crate) fn is_own_identity(case: &Case) -> bool {
     let Who::Cert { subject, .. } = &case.who else { return false };
     if case.headers.iter().any(|(k, _)| k.to_ascii_lowercase().starts_with("impersonate-")) {
         return false;
     }
-    let values = |attr: &str| -> BTreeSet<&str> {
+    let values = |attr: &str| -> Vec<&str> {
         subject.iter().flatten().filter(|a| a.attr == attr).map(|a| a.value.as_str()).collect()
     };
     let own = format!("system:node:{}", crate::fixtures::WATCHMUX_NODE);
-    values("CN") == BTreeSet::from([own.as_str()])
-        && values("O") == BTreeSet::from(["system:nodes"])
+    // The API server adds system:authenticated to every authenticated user's groups.
+    let mut groups: BTreeSet<&str> = values("O").into_iter().collect();
+    groups.insert("system:authenticated");
+    values("CN").last() == Some(&own.as_str())
+        && groups == BTreeSet::from(["system:nodes", "system:authenticated"])
         && values("UID").is_empty()
 }
 
@@ -205,7 +229,7 @@ fn events(a: &Answer) -> Option<Vec<Event>> {
 }
 
 /// An answer watchmux shares among the callers it admits.
-fn is_shared(path: &str) -> bool {
+pub(crate) fn is_shared(path: &str) -> bool {
     let path = path.split('?').next().unwrap_or("");
     matches!(path, "/api" | "/apis" | "/version" | "/openapi/v2") || path.starts_with("/openapi/v3")
 }
@@ -286,6 +310,15 @@ mod tests {
         printable[1][0].string = crate::x509::StringType::Printable;
         let same_principal = case(Who::Cert { subject: printable, token: Some("fz-a/reader".into()) }, "/api/v1/pods");
         assert_eq!(judge(&same_principal, &list, &list, true), Verdict::Same);
+        // Go keeps the last CN of a subject: another name before the node's is the node.
+        let last_cn = [vec![vec![Attr::utf8("CN", "fz-user")]], own_subject()].concat();
+        assert_eq!(judge(&case(Who::Cert { subject: last_cn, token: None }, "/"), &list, &list, true), Verdict::Same);
+        // system:authenticated as an O: every authenticated user has it anyway.
+        let authenticated = [own_subject(), vec![vec![Attr::utf8("O", "system:authenticated")]]].concat();
+        assert_eq!(
+            judge(&case(Who::Cert { subject: authenticated, token: None }, "/"), &list, &list, true),
+            Verdict::Same
+        );
 
         let mut others = vec![
             case(Who::Anonymous, "/api/v1/pods"),
@@ -297,6 +330,11 @@ mod tests {
                 "/",
             ),
             case(Who::Cert { subject: [own_subject(), vec![vec![Attr::utf8("UID", "u")]]].concat(), token: None }, "/"),
+            // The node's name before another: that other name is the user.
+            case(
+                Who::Cert { subject: [own_subject(), vec![vec![Attr::utf8("CN", "fz-user")]]].concat(), token: None },
+                "/",
+            ),
         ];
         let mut impersonating = own.clone();
         impersonating.headers.push(("Impersonate-User".into(), "system:node:fz-n1".into()));
@@ -335,6 +373,31 @@ mod tests {
         assert!(
             matches!(judge(&anyone, &direct, &stream(&[table]), false), Verdict::Looser(why) if why.contains("fz-x/t"))
         );
+    }
+
+    #[test]
+    fn a_self_review_of_another_principal_is_looser_of_another_credential_only_differs() {
+        let review = Case { method: "POST".into(), ..case(Who::Anonymous, SELF_SUBJECT_REVIEW) };
+        let user = |name: &str, groups: &str, credential: &str| {
+            answer(
+                201,
+                &format!(
+                    r#"{{"kind":"SelfSubjectReview","status":{{"userInfo":{{"username":"{name}","groups":[{groups}],"extra":{{"{CREDENTIAL_ID}":["{credential}"]}}}}}}}}"#
+                ),
+            )
+        };
+        let direct = user("system:node:fz-n1", r#""system:nodes","system:authenticated""#, "X509SHA256=a");
+        let reordered = user("system:node:fz-n1", r#""system:authenticated","system:nodes""#, "X509SHA256=a");
+        assert_eq!(judge(&review, &direct, &reordered, false), Verdict::Same);
+        let other_credential = user("system:node:fz-n1", r#""system:nodes","system:authenticated""#, "X509SHA256=b");
+        assert!(
+            matches!(judge(&review, &direct, &other_credential, false), Verdict::Differs(why) if why.contains("another credential"))
+        );
+        let more_groups =
+            user("system:node:fz-n1", r#""system:nodes","system:masters","system:authenticated""#, "X509SHA256=a");
+        assert!(matches!(judge(&review, &direct, &more_groups, false), Verdict::Looser(_)));
+        let other_name = user("system:node:fz-n2", r#""system:nodes","system:authenticated""#, "X509SHA256=a");
+        assert!(matches!(judge(&review, &direct, &other_name, false), Verdict::Looser(_)));
     }
 
     #[test]

@@ -58,7 +58,11 @@ pub(crate) struct Answer {
 impl Answer {
     pub(crate) fn text(&self) -> String {
         let s = String::from_utf8_lossy(&self.body);
-        if s.len() > 400 { format!("{}...", &s[..s.floor_char_boundary(400)]) } else { s.into_owned() }
+        if s.len() <= 400 {
+            return s.into_owned();
+        }
+        let end = (0..=400).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
+        format!("{}...", &s[..end])
     }
 
     /// No status line within the bound: says nothing of who may do what.
