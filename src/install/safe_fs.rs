@@ -66,12 +66,19 @@ impl Dir {
     /// checking every directory on the way.
     pub(super) fn open(path: &Path, role: Role) -> io::Result<Self> {
         let mut components = path.components().filter(|c| *c != Component::CurDir).peekable();
-        let (mut fd, mut at) = if path.is_absolute() {
+        let (start, mut at) = if path.is_absolute() {
             components.next();
-            (rustix::fs::open("/", OFlags::PATH | DIR_FLAGS, Mode::empty())?, PathBuf::from("/"))
+            ("/", PathBuf::from("/"))
         } else {
-            (rustix::fs::open(".", OFlags::PATH | DIR_FLAGS, Mode::empty())?, PathBuf::from("."))
+            // Paths reported as given, without a leading "./".
+            (".", PathBuf::new())
         };
+        if components.peek().is_none() {
+            // The start itself (`--host-dir .`).
+            let fd = rustix::fs::open(start, OFlags::RDONLY | DIR_FLAGS, Mode::empty())?;
+            return Self::checked(fd, at, role);
+        }
+        let mut fd = rustix::fs::open(start, OFlags::PATH | DIR_FLAGS, Mode::empty())?;
         check_ancestor(&fd, &at)?;
         while let Some(component) = components.next() {
             let Component::Normal(name) = component else {
@@ -86,18 +93,23 @@ impl Dir {
             };
             let next = open_or_create_dir(&fd, name, flags, create_mode, &at)?;
             if last {
-                check_owner(&next, &at)?;
-                let dir = Self { fd: next, path: at };
-                match role {
-                    Role::Kubelet => dir.refuse_if_open_to_others()?,
-                    Role::Private => rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode(0o700))?,
-                }
-                return Ok(dir);
+                return Self::checked(next, at, role);
             }
             check_ancestor(&next, &at)?;
             fd = next;
         }
-        Err(refused(path, "names no directory"))
+        unreachable!("the last component returns")
+    }
+
+    /// The directory at the end of a walk, checked for its role.
+    fn checked(fd: OwnedFd, path: PathBuf, role: Role) -> io::Result<Self> {
+        check_owner(&fd, &path)?;
+        let dir = Self { fd, path };
+        match role {
+            Role::Kubelet => dir.refuse_if_open_to_others()?,
+            Role::Private => rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode(0o700))?,
+        }
+        Ok(dir)
     }
 
     /// Opens (creating it if missing) the private directory `name` under this one, made 0700.
@@ -232,5 +244,6 @@ fn check_owner(fd: &OwnedFd, path: &Path) -> io::Result<()> {
 }
 
 fn refused(path: &Path, why: &str) -> io::Error {
+    let path = if path.as_os_str().is_empty() { Path::new(".") } else { path };
     io::Error::new(io::ErrorKind::PermissionDenied, format!("refusing {}: it {why}", path.display()))
 }
