@@ -187,7 +187,8 @@ test-chaos-quick:
 ## persisted caches; an answer through
 ## watchmux that gives more is a failure. FUZZ_AUTH_SEED (random, printed),
 ## FUZZ_AUTH_CASES, FUZZ_AUTH_ONLY=<case> to reproduce one. A short seeded run
-## (400 cases) is part of test-e2e. About 12 minutes on 2 cores.
+## (400 cases) is part of test-e2e. About 12 minutes on 2 cores, and 40 % more
+## with the offline target.
 fuzz-auth:
 	bash integration/scripts/fuzz-auth.sh
 
