@@ -185,10 +185,12 @@ test-chaos-quick:
 ## The generative differential fuzzer of delegated auth against the real API
 ## server (integration/fuzz_auth): the corpus, then 20,000 generated cases
 ## (identities, impersonation, paths from discovery, selectors), each straight
-## and through watchmux in both upstream-identity modes; an answer through
+## and through watchmux in both upstream-identity modes and offline from its
+## persisted caches; an answer through
 ## watchmux that gives more is a failure. FUZZ_AUTH_SEED (random, printed),
 ## FUZZ_AUTH_CASES, FUZZ_AUTH_ONLY=<case> to reproduce one. A short seeded run
-## (400 cases) is part of test-e2e. About 12 minutes on 2 cores.
+## (400 cases) is part of test-e2e. About 12 minutes on 2 cores, and 40 % more
+## with the offline target.
 fuzz-auth:
 	bash integration/scripts/fuzz-auth.sh
 

@@ -196,6 +196,13 @@ impl Admin<'_> {
         resources.into_values().collect()
     }
 
+    /// The OpenAPI v3 documents the index names, each at its current hash.
+    pub(crate) async fn openapi_documents(&self) -> Vec<String> {
+        let index = self.get("/openapi/v3").await.json().expect("/openapi/v3 is JSON");
+        let paths = index["paths"].as_object().expect("/openapi/v3 has paths");
+        paths.values().filter_map(|p| p["serverRelativeURL"].as_str().map(str::to_owned)).collect()
+    }
+
     pub(crate) async fn set_up(&self) {
         let rbac = "/apis/rbac.authorization.k8s.io/v1";
         let binding = |name: &str, kind: &str, role: &str, subjects: Value| {
@@ -316,7 +323,9 @@ impl Admin<'_> {
             ]
         };
         let long = long_accounts();
-        let probes: Vec<(Identity, String, Vec<(String, String)>)> = vec![
+        // Who asks, for what, with which impersonation headers.
+        type Probe = (Identity, String, Vec<(String, String)>);
+        let probes: Vec<Probe> = vec![
             (self.who.clone(), "/api/v1/namespaces/fz-a/secrets/s-long".into(), as_node(&long_node())),
             (self.who.clone(), "/api/v1/namespaces/fz-a/secrets/s-n1".into(), as_node(WATCHMUX_NODE)),
             (

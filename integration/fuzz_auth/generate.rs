@@ -3,6 +3,14 @@
 //! impersonation headers, which path (built from discovery), which query and
 //! which `Accept`.
 //!
+//! Shared answers (what watchmux answers alike to every caller it admits)
+//! get their own weight: `/api` and `/apis` with the aggregated-discovery
+//! `Accept` kubectl and client-go send, and the OpenAPI v3 index and the
+//! hashed, immutable documents it names (from the fixture's `/openapi/v3`,
+//! and the same path with no hash or a stale one). So does watchmux's own
+//! upstream identity (the node's certificate, exactly), with the reads a
+//! kubelet makes: the one caller the offline target may answer.
+//!
 //! Values come half from a dictionary of the fixture's names (so that a
 //! generated identity can hold a right and a generated path can name an
 //! object) and half from generators that walk every length limit and
@@ -92,6 +100,59 @@ pub(crate) fn run_of(c: char, n: usize) -> String {
 /// Everything a generated case may name.
 pub(crate) struct Dict {
     pub(crate) resources: Vec<Resource>,
+    /// The OpenAPI v3 documents as `/openapi/v3` names them (`serverRelativeURL`, with `?hash=`).
+    pub(crate) openapi: Vec<String>,
+}
+
+/// The aggregated-discovery `Accept`s: kubectl's and client-go's (with
+/// fallbacks), the protobuf form, the bare type, and the older v2beta1.
+const DISCOVERY_ACCEPTS: &[&str] = &[
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json",
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json",
+    "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json",
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+    "application/json;g=apidiscovery.k8s.io;v=v1;as=APIGroupDiscoveryList",
+];
+
+/// The `Accept`s client-go's OpenAPI v3 client sends, and a few it does not.
+const OPENAPI_ACCEPTS: &[&str] = &[
+    "application/json",
+    "application/com.github.proto-openapi.spec.v3@v1.0+protobuf",
+    "application/com.github.proto-openapi.spec.v3.v1.0+protobuf",
+    "*/*",
+    "text/plain",
+];
+
+/// A subject one step from watchmux's own: the same name without its
+/// group, with another group beside it, with a uid, with the name twice or
+/// another name beside it, or in another string type (still the same
+/// principal to the API server).
+fn near_own_subject(rng: &mut Rng) -> Subject {
+    let mut subject = own_subject();
+    let extra = |attr: &str, value: &str| vec![Attr::utf8(attr, value)];
+    match rng.below(7) {
+        0 => drop(subject.remove(0)),
+        1 => {
+            let group = *rng.pick(GROUPS);
+            subject.push(extra("O", group));
+        }
+        2 => subject.push(extra("UID", "fz-uid")),
+        3 => subject.insert(0, extra("CN", &fixtures::user_word(rng))),
+        4 => subject.push(extra("CN", &format!("system:node:{}", fixtures::WATCHMUX_NODE))),
+        5 => subject[1][0].string = *rng.pick(&STRING_TYPES),
+        _ => subject[0][0].value = "system:Nodes".into(),
+    }
+    subject
+}
+
+/// The subject of watchmux's own upstream identity in the `client` and
+/// `offline` targets: the node's certificate.
+pub(crate) fn own_subject() -> Subject {
+    vec![
+        vec![Attr::utf8("O", "system:nodes")],
+        vec![Attr::utf8("CN", &format!("system:node:{}", fixtures::WATCHMUX_NODE))],
+    ]
 }
 
 impl Dict {
@@ -102,11 +163,20 @@ impl Dict {
             _ => None,
         };
         let mut headers = Vec::new();
-        if rng.chance(45) {
+        let own_name = format!("system:node:{}", fixtures::WATCHMUX_NODE);
+        let own = matches!(&who, Who::Cert { subject, .. }
+            if subject.iter().flatten().any(|a| a.attr == "CN" && a.value == own_name));
+        // watchmux's own name mostly as itself: the offline target may answer
+        // its own identity, and must tell it from one that only shares its name.
+        if rng.chance(if own { 10 } else { 45 }) {
             impersonation(rng, &mut headers);
         }
         let (method, path, body) = if rng.chance(10) {
             ("POST", SELF_SUBJECT_REVIEW.to_owned(), SSR_BODY.to_owned())
+        } else if own && rng.chance(50) {
+            ("GET", kubelet_path(rng), String::new())
+        } else if rng.chance(12) {
+            ("GET", self.shared_path(rng), String::new())
         } else if rng.chance(9) {
             ("GET", self.non_resource_path(rng), String::new())
         } else {
@@ -115,7 +185,16 @@ impl Dict {
         if method == "POST" {
             headers.push(("content-type".into(), "application/json".into()));
         }
-        if rng.chance(25) {
+        let shared_accepts = if path == "/api" || path == "/apis" || path.starts_with("/apis?") {
+            DISCOVERY_ACCEPTS
+        } else if path.starts_with("/openapi/v3") {
+            OPENAPI_ACCEPTS
+        } else {
+            &[]
+        };
+        if !shared_accepts.is_empty() && rng.chance(70) {
+            headers.push(("accept".into(), (*rng.pick(shared_accepts)).into()));
+        } else if rng.chance(25) {
             let accept = rng.pick(&[
                 "application/json",
                 "application/vnd.kubernetes.protobuf",
@@ -135,11 +214,34 @@ impl Dict {
         match rng.below(100) {
             0..15 => Who::Anonymous,
             15..55 => Who::Token { account: (*rng.pick(fixtures::TOKEN_ACCOUNTS)).into() },
+            55..59 => Who::Cert { subject: own_subject(), token: None },
+            59..63 => Who::Cert { subject: near_own_subject(rng), token: None },
             n => {
                 let token = (n >= 96).then(|| (*rng.pick(fixtures::TOKEN_ACCOUNTS)).to_owned());
                 Who::Cert { subject: subject(rng), token }
             }
         }
+    }
+
+    /// A shared answer: discovery (for the aggregated `Accept`), or OpenAPI
+    /// v3: the index, a document at its current hash, with none, with a
+    /// stale one, or one that does not exist.
+    fn shared_path(&self, rng: &mut Rng) -> String {
+        let document =
+            |rng: &mut Rng| -> Option<String> { (!self.openapi.is_empty()).then(|| rng.pick(&self.openapi).clone()) };
+        let path = match rng.below(10) {
+            0..2 => "/api".to_owned(),
+            2..4 => "/apis".to_owned(),
+            4 => "/openapi/v3".to_owned(),
+            5..8 => document(rng).unwrap_or_else(|| "/openapi/v3/api/v1".to_owned()),
+            8 => match document(rng).as_deref().and_then(|d| d.split_once("?hash=")) {
+                Some((path, _)) if rng.chance(50) => path.to_owned(),
+                Some((path, _)) => format!("{path}?hash=0123456789ABCDEF"),
+                None => "/openapi/v3/api/v1?hash=0".to_owned(),
+            },
+            _ => (*rng.pick(&["/openapi/v3/apis/fz.example/v1", "/openapi/v3/api", "/openapi/v3/api/v1/"])).to_owned(),
+        };
+        encode(rng, path)
     }
 
     fn non_resource_path(&self, rng: &mut Rng) -> String {
@@ -238,6 +340,27 @@ impl Dict {
         }
         let path = encode(rng, path);
         if query.is_empty() { path } else { format!("{path}?{}", query.join("&")) }
+    }
+}
+
+/// What a kubelet reads with its own credentials: its pods (from its
+/// cache's scope, a list, a watch), its node, the services, and a pod of
+/// another node.
+fn kubelet_path(rng: &mut Rng) -> String {
+    let node = fixtures::WATCHMUX_NODE;
+    let mine = format!("fieldSelector=spec.nodeName%3D{node}");
+    match rng.below(9) {
+        0 => format!("/api/v1/pods?{mine}&resourceVersion=0"),
+        1 => format!("/api/v1/pods?{mine}&limit=500"),
+        2 => format!("/api/v1/pods?{mine}&watch=true&resourceVersion=0&timeoutSeconds=1&allowWatchBookmarks=true"),
+        3 => format!(
+            "/api/v1/pods?{mine}&watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"
+        ),
+        4 => format!("/api/v1/nodes?fieldSelector=metadata.name%3D{node}&resourceVersion=0"),
+        5 => format!("/api/v1/nodes/{node}"),
+        6 => "/api/v1/services?resourceVersion=0".to_owned(),
+        7 => "/api/v1/namespaces/fz-a/pods/p-n2".to_owned(),
+        _ => "/api/v1/pods?resourceVersion=0".to_owned(),
     }
 }
 

@@ -16,7 +16,7 @@
 //! - `FUZZ_AUTH_ONLY=<case>`: that one case of the seed (to reproduce);
 //! - `FUZZ_AUTH_CORPUS=0`: skip the corpus (to measure what generation finds);
 //! - `FUZZ_AUTH_STRICT=1`: fail on findings known and open too (`OPEN`);
-//! - `FUZZ_AUTH_TARGETS` (default `impersonate,client`);
+//! - `FUZZ_AUTH_TARGETS` (default `impersonate,client,offline`);
 //! - `FUZZ_AUTH_DEADLINE` seconds for the whole run (default 900): no new
 //!   case starts after it;
 //! - `FUZZ_AUTH_CONCURRENCY` (default 4); `FUZZ_AUTH_OUT` (default
@@ -38,7 +38,7 @@ use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
 
 use crate::fixtures::Admin;
-use crate::generate::{Case, Dict, Rng, Who};
+use crate::generate::{Case, Dict, Rng, Who, own_subject};
 use crate::oracle::Verdict;
 use crate::targets::{Target, World};
 use crate::wire::{Answer, Identity, Req, Wire};
@@ -93,7 +93,7 @@ async fn generated_requests_never_get_more_through_watchmux_than_from_the_api_se
     let deadline = Instant::now() + Duration::from_secs(env_or("FUZZ_AUTH_DEADLINE", 900));
     let concurrency: usize = env_or("FUZZ_AUTH_CONCURRENCY", 4);
     let wanted: Vec<String> =
-        env_or("FUZZ_AUTH_TARGETS", "impersonate,client".to_owned()).split(',').map(str::to_owned).collect();
+        env_or("FUZZ_AUTH_TARGETS", "impersonate,client,offline".to_owned()).split(',').map(str::to_owned).collect();
     let out = PathBuf::from(env_or("FUZZ_AUTH_OUT", format!("{}/.run/fuzz-auth", env!("CARGO_MANIFEST_DIR"))));
     std::fs::create_dir_all(&out).unwrap();
     let started = Instant::now();
@@ -116,7 +116,8 @@ async fn generated_requests_never_get_more_through_watchmux_than_from_the_api_se
     admin.wait_settled(&tokens).await;
     let resources = admin.discover().await;
     let cluster_scoped: Vec<String> = resources.iter().filter(|r| !r.namespaced).map(|r| r.name.clone()).collect();
-    let dict = Dict { resources };
+    let openapi = admin.openapi_documents().await;
+    let dict = Dict { resources, openapi };
     let targets: Vec<Target> = world.start_targets(&wanted).await;
     println!(
         "fuzz-auth: fixture, {} resources and {} watchmux ready in {:.1?}",
@@ -128,7 +129,7 @@ async fn generated_requests_never_get_more_through_watchmux_than_from_the_api_se
     let run = Run { world: &world, wire: &wire, tokens: &tokens, targets: &targets, cluster_scoped: &cluster_scoped };
     let mut failures: Vec<(String, Finding)> = Vec::new();
     let mut triage = std::fs::File::create(out.join(format!("triage-{seed}.jsonl"))).unwrap();
-    let mut tally: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+    let mut tally: BTreeMap<String, Tally> = BTreeMap::new();
 
     if corpus {
         let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/integration/fuzz_auth/corpus.jsonl"))
@@ -175,7 +176,7 @@ async fn generated_requests_never_get_more_through_watchmux_than_from_the_api_se
                 failures.push((format!("seed {seed} case {n} (FUZZ_AUTH_SEED={seed} FUZZ_AUTH_ONLY={n})"), f));
             }
         }
-        if ran % 500 == 0 {
+        if ran.is_multiple_of(500) {
             println!("fuzz-auth: {ran} cases, {} failures, {:.0?}", failures.len(), started.elapsed());
         }
     }
@@ -187,8 +188,12 @@ async fn generated_requests_never_get_more_through_watchmux_than_from_the_api_se
         writeln!(failed, "{entry}").unwrap();
     }
     println!("fuzz-auth: {ran} generated cases in {:.1?} (seed {seed})", started.elapsed());
-    for (target, (same, differs, looser)) in &tally {
-        println!("  {target}: {same} same, {differs} different (triage), {looser} looser");
+    for (target, t) in &tally {
+        println!(
+            "  {target}: {} same, {} different (triage), {} looser; answered 2xx {} ({} of {} as watchmux's own identity); \
+             shared answers {}, {} the same; watches {}, {} with the same events",
+            t.same, t.differs, t.looser, t.ok, t.ok_own, t.own, t.shared, t.shared_same, t.watches, t.watches_same
+        );
     }
     for (label, (first, count)) in &first_found {
         println!("  found {label:?} first at case {first} ({count} cases in all)");
@@ -237,15 +242,48 @@ async fn generated_requests_never_get_more_through_watchmux_than_from_the_api_se
     );
 }
 
-fn record(tally: &mut BTreeMap<String, (u64, u64, u64)>, triage: &mut std::fs::File, at: &str, f: &Finding) {
+/// Per target: verdicts, and how much of what it answered was compared.
+#[derive(Default)]
+struct Tally {
+    same: u64,
+    differs: u64,
+    looser: u64,
+    /// Answered 2xx through watchmux, and of those, to watchmux's own identity.
+    ok: u64,
+    ok_own: u64,
+    /// Cases sent as watchmux's own identity.
+    own: u64,
+    /// Shared answers (discovery, OpenAPI) both answered 2xx, and those judged the same.
+    shared: u64,
+    shared_same: u64,
+    /// Watches both answered 2xx (by a watch query or the `/watch/` prefix), and those judged the same.
+    watches: u64,
+    watches_same: u64,
+}
+
+fn record(tally: &mut BTreeMap<String, Tally>, triage: &mut std::fs::File, at: &str, f: &Finding) {
     let t = tally.entry(f.target.clone()).or_default();
+    t.own += u64::from(oracle::is_own_identity(&f.case));
+    if (200..300).contains(&f.via.status) && (200..300).contains(&f.direct.status) && oracle::is_shared(&f.case.path) {
+        t.shared += 1;
+        t.shared_same += u64::from(f.verdict == Verdict::Same);
+    }
+    if (200..300).contains(&f.via.status) {
+        t.ok += 1;
+        t.ok_own += u64::from(oracle::is_own_identity(&f.case));
+        let watch = f.case.path.contains("watch=") || f.case.path.contains("/watch/");
+        if watch && (200..300).contains(&f.direct.status) {
+            t.watches += 1;
+            t.watches_same += u64::from(f.verdict == Verdict::Same);
+        }
+    }
     match &f.verdict {
-        Verdict::Same => t.0 += 1,
+        Verdict::Same => t.same += 1,
         Verdict::Differs(why) | Verdict::Looser(why) => {
             if matches!(f.verdict, Verdict::Differs(_)) {
-                t.1 += 1;
+                t.differs += 1;
             } else {
-                t.2 += 1;
+                t.looser += 1;
             }
             let line = serde_json::json!({"at": at, "target": f.target, "why": why,
                 "looser": matches!(f.verdict, Verdict::Looser(_)), "case": f.case,
@@ -272,7 +310,9 @@ impl Run<'_> {
             Who::Anonymous => Identity::default(),
             Who::Token { account } => Identity { cert: None, token: token(account) },
             Who::Cert { subject, token: t } => {
-                Identity { cert: Some(self.world.issuer.client(subject)), token: t.as_deref().and_then(token) }
+                let cert =
+                    if *subject == own_subject() { self.world.node.clone() } else { self.world.issuer.client(subject) };
+                Identity { cert: Some(cert), token: t.as_deref().and_then(token) }
             }
         }
     }
@@ -288,10 +328,11 @@ impl Run<'_> {
         let mut findings = Vec::new();
         for t in self.targets.iter().filter(|t| only.is_empty() || only.contains(&t.name)) {
             let mut via = send(t.addr).await;
-            let mut verdict = oracle::judge(case, &direct, &via);
-            if via.status == 403 && verdict != Verdict::Same || via.status == 403 && direct.status == 403 {
+            let offline = t.name == "offline";
+            let mut verdict = oracle::judge(case, &direct, &via, offline);
+            if via.status == 403 && (verdict != Verdict::Same || direct.status == 403) {
                 let again = send(t.addr).await;
-                let second = oracle::judge(case, &direct, &again);
+                let second = oracle::judge(case, &direct, &again, offline);
                 if matches!(second, Verdict::Looser(_)) {
                     (via, verdict) = (again, second);
                 }
@@ -317,21 +358,20 @@ fn label(case: &Case, target: &str, cluster_scoped: &[String]) -> String {
     let long_label = |name: &str| name.split('.').any(|l| l.len() > 63);
     for (k, v) in &case.headers {
         if k == "impersonate-user" {
-            if let Some(name) = v.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')).map(|(_, n)| n)
+            if v.strip_prefix("system:serviceaccount:")
+                .and_then(|r| r.split_once(':'))
+                .is_some_and(|(_, n)| long_label(n))
             {
-                if long_label(name) {
-                    labels.push("row 1: long service-account name");
-                }
+                labels.push("row 1: long service-account name");
             }
             if v.strip_prefix("system:node:").is_some_and(long_label) {
                 labels.push("row 1: long node name");
             }
         }
-        if k.starts_with("impersonate-extra-") {
-            let key = &k["impersonate-extra-".len()..];
-            if key.contains('%') || key.chars().any(|c| c.is_ascii_uppercase()) {
-                labels.push("row 1: extra key");
-            }
+        if let Some(key) = k.strip_prefix("impersonate-extra-")
+            && (key.contains('%') || key.chars().any(|c| c.is_ascii_uppercase()))
+        {
+            labels.push("row 1: extra key");
         }
     }
     let node_user = case.headers.iter().any(|(k, v)| k == "impersonate-user" && v.starts_with("system:node:"));
@@ -339,10 +379,10 @@ fn label(case: &Case, target: &str, cluster_scoped: &[String]) -> String {
         labels.push("a node impersonated without groups");
     }
     let segments: Vec<&str> = case.path.split('?').next().unwrap_or("").split('/').collect();
-    if let Some(i) = segments.iter().position(|s| *s == "namespaces") {
-        if segments.get(i + 2).is_some_and(|r| cluster_scoped.iter().any(|c| c == r)) {
-            labels.push("row 2: cluster-scoped resource at a namespaced path");
-        }
+    if let Some(i) = segments.iter().position(|s| *s == "namespaces")
+        && segments.get(i + 2).is_some_and(|r| cluster_scoped.iter().any(|c| c == r))
+    {
+        labels.push("row 2: cluster-scoped resource at a namespaced path");
     }
     if let Who::Cert { subject, .. } = &case.who {
         let own = format!("system:node:{}", fixtures::WATCHMUX_NODE);
@@ -355,6 +395,9 @@ fn label(case: &Case, target: &str, cluster_scoped: &[String]) -> String {
         if subject.iter().flatten().any(|a| a.attr == "CN" && a.value == "system:anonymous") {
             labels.push("a certificate named system:anonymous");
         }
+    }
+    if target == "offline" && !oracle::is_own_identity(case) {
+        labels.push("offline: another identity");
     }
     if labels.is_empty() { "new".to_owned() } else { labels.join(" + ") }
 }

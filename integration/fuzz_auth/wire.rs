@@ -39,18 +39,30 @@ pub(crate) struct Req<'a> {
     pub(crate) body: &'a str,
 }
 
+/// The response headers kept besides the content type: what a shared
+/// answer's caching and redirects depend on.
+pub(crate) const KEPT_HEADERS: &[&str] = &["cache-control", "etag", "location", "vary"];
+
 /// What came back: status (0 when the connection failed), content type, body.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Answer {
     pub(crate) status: u16,
     pub(crate) content_type: String,
     pub(crate) body: Vec<u8>,
+    /// Those of `KEPT_HEADERS` present, in that order, each value as sent.
+    pub(crate) headers: Vec<(String, String)>,
+    /// The body ended before the read bound and the size cap: all of it is here.
+    pub(crate) complete: bool,
 }
 
 impl Answer {
     pub(crate) fn text(&self) -> String {
         let s = String::from_utf8_lossy(&self.body);
-        if s.len() > 400 { format!("{}...", &s[..s.floor_char_boundary(400)]) } else { s.into_owned() }
+        if s.len() <= 400 {
+            return s.into_owned();
+        }
+        let end = (0..=400).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
+        format!("{}...", &s[..end])
     }
 
     /// No status line within the bound: says nothing of who may do what.
@@ -79,8 +91,8 @@ impl Wire {
     pub(crate) async fn send(&self, addr: SocketAddr, who: &Identity, req: &Req<'_>) -> Answer {
         match tokio::time::timeout(ANSWER_WITHIN, self.try_send(addr, who, req)).await {
             Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => Answer { status: 0, content_type: String::new(), body: e.to_string().into_bytes() },
-            Err(_) => Answer { status: 0, content_type: String::new(), body: NO_ANSWER.to_vec() },
+            Ok(Err(e)) => Answer { body: e.to_string().into_bytes(), ..Answer::default() },
+            Err(_) => Answer { body: NO_ANSWER.to_vec(), ..Answer::default() },
         }
     }
 
@@ -122,17 +134,34 @@ impl Wire {
             .get("content-type")
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .unwrap_or_default();
+        let kept = KEPT_HEADERS
+            .iter()
+            .filter_map(|name| {
+                let value = resp.headers().get(*name)?;
+                Some(((*name).to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+            })
+            .collect();
         let mut stream = resp.into_body();
         let mut bytes = Vec::new();
+        let mut complete = false;
         let deadline = tokio::time::Instant::now() + STREAM_READ;
-        while let Ok(Some(Ok(frame))) = tokio::time::timeout_at(deadline, stream.frame()).await {
-            if let Ok(data) = frame.into_data() {
-                bytes.extend_from_slice(&data);
+        loop {
+            match tokio::time::timeout_at(deadline, stream.frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        bytes.extend_from_slice(&data);
+                    }
+                }
+                Ok(None) => {
+                    complete = true;
+                    break;
+                }
+                Ok(Some(Err(_))) | Err(_) => break,
             }
             if bytes.len() > BODY_CAP {
                 break;
             }
         }
-        Ok(Answer { status, content_type, body: bytes })
+        Ok(Answer { status, content_type, body: bytes, headers: kept, complete })
     }
 }

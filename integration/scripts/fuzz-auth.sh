@@ -4,7 +4,8 @@
 # then replays the corpus and generates FUZZ_AUTH_CASES cases (20,000 here)
 # from FUZZ_AUTH_SEED (a fresh seed, printed, when unset), each sent straight
 # to kube-apiserver and through a delegated watchmux in each upstream-identity
-# mode. Failures and differences go to .run/fuzz-auth/. e2e.sh runs the short
+# mode and one restarted offline from its persisted caches (the upstream
+# refused). Failures and differences go to .run/fuzz-auth/. e2e.sh runs the short
 # seeded form (FUZZ_AUTH_CASES=400, the fixed default seed) on its own cluster;
 # it reports, without failing, findings known and open elsewhere (OPEN in
 # integration/fuzz_auth/main.rs), which the long form fails on (STRICT).
