@@ -62,6 +62,10 @@ pub struct Limits {
     pub max_requests_inflight: usize,
     /// Open connections at once (`--max-connections`).
     pub max_connections: usize,
+    /// Open connections from one source address (`--max-connections-per-address`).
+    pub max_connections_per_address: usize,
+    /// How long an HTTP/2 connection may have no stream (`--idle-connection-timeout`).
+    pub idle_connection_timeout: std::time::Duration,
     /// The largest request body (`--max-request-body-bytes`).
     pub max_request_body_bytes: u64,
 }
@@ -107,6 +111,8 @@ impl App {
         }));
         let settings = ServeSettings {
             max_connections: limits.max_connections,
+            max_connections_per_address: limits.max_connections_per_address,
+            idle_connection_timeout: limits.idle_connection_timeout,
             h2_write_batching: opts.h2_write_batching,
             shutdown_grace: opts.shutdown_grace,
         };

@@ -319,9 +319,23 @@ pub struct Args {
     pub fairness_watch_start_burst: f64,
 
     /// Downstream connections that may be open at once; requests on further
-    /// connections get 429 and the connection is closed. 0: no limit.
+    /// connections get 429 and the connection is closed. 0: no limit but
+    /// the open-file limit's. Lowered at start to what the open-file limit
+    /// allows, with room kept for upstream connections and files.
     #[arg(long, value_name = "N", default_value_t = 20_000)]
     pub max_connections: usize,
+
+    /// Downstream connections one source address may have open at once;
+    /// further ones get 429 and are closed, as over --max-connections.
+    /// 0: a quarter of --max-connections. Unix-socket clients have no share.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_connections_per_address: usize,
+
+    /// How long an HTTP/2 connection may have no request in progress before
+    /// it is sent GOAWAY and closed, as kube-apiserver's 90 s (PINGs do not
+    /// count). HTTP/1.1 connections close after 30 s without a request.
+    #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration)]
+    pub idle_connection_timeout: Duration,
 
     /// Largest request body (by Content-Length) of a create, update, patch or
     /// delete; larger ones get the API server's 413. 0: no limit.
