@@ -337,6 +337,22 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration)]
     pub idle_connection_timeout: Duration,
 
+    /// Bytes that pass-through answers may hold for clients that do not read
+    /// them, in upstream stream windows (256 KiB each): an answer other than a
+    /// watch (or another long-running one) holds one until its body has been
+    /// sent, a watch only while its client is behind; one client address
+    /// holds at most a quarter. A request that finds none gets 429 with
+    /// Retry-After. 0: no budget.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    pub passthrough_buffer_bytes: u64,
+
+    /// How long a pass-through answer may wait for its client to read it
+    /// while the upstream has more to send; then its stream is reset, and
+    /// its upstream stream with it. A watch whose client does not read but
+    /// that has no event waiting is left alone.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub passthrough_stall_timeout: Duration,
+
     /// Largest request body (by Content-Length) of a create, update, patch or
     /// delete; larger ones get the API server's 413. 0: no limit.
     #[arg(long, value_name = "BYTES", default_value_t = 3 * 1024 * 1024)]

@@ -23,6 +23,11 @@ pub(crate) const PASSTHROUGH_DURATION: &str = "watchmux_passthrough_request_dura
 pub(crate) const PASSTHROUGH_INFLIGHT: &str = "watchmux_passthrough_inflight_requests";
 /// Requests that could not reach the upstream, by cause.
 pub(crate) const UPSTREAM_ERRORS: &str = "watchmux_upstream_errors_total";
+/// Bytes of pass-through answers' windows held against
+/// `--passthrough-buffer-bytes`.
+pub(crate) const PASSTHROUGH_BUFFER_RESERVED: &str = "watchmux_passthrough_buffer_reserved_bytes";
+/// Pass-through answers cut off because their client did not read them.
+pub(crate) const PASSTHROUGH_STALLED: &str = "watchmux_passthrough_stalled_total";
 /// Upgraded connections (exec, attach, port-forward) being tunnelled.
 pub(crate) const UPGRADED_TUNNELS: &str = "watchmux_upgraded_tunnels";
 /// Downstream connections accepted, by listener.
@@ -322,6 +327,14 @@ fn describe() {
     );
     describe_gauge!(PASSTHROUGH_INFLIGHT, "Forwarded requests in flight, long-running ones included.");
     describe_counter!(UPSTREAM_ERRORS, "Forwarded requests that failed to reach the upstream, by cause.");
+    describe_gauge!(
+        PASSTHROUGH_BUFFER_RESERVED,
+        "Bytes of pass-through answers' stream windows held against --passthrough-buffer-bytes."
+    );
+    describe_counter!(
+        PASSTHROUGH_STALLED,
+        "Pass-through answers reset because their client did not read them while the upstream had more."
+    );
     describe_gauge!(UPGRADED_TUNNELS, "Upgraded connections (exec, attach, port-forward) being tunnelled.");
     describe_counter!(CONNECTIONS_ACCEPTED, "Downstream connections accepted, by listener.");
     describe_gauge!(CONNECTIONS_OPEN, "Downstream connections open, by listener.");

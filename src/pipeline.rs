@@ -109,31 +109,61 @@ impl<G: ReadGate, F: Fn() -> Flow + Sync> ReadGate for FairGate<'_, G, F> {
 
 impl Handler for ApiHandler {
     async fn handle(&self, req: Request<RequestBody>, peer: Peer) -> Response<ProxyBody> {
+        let (resp, admitted) = self.answer(req, peer).await;
+        match admitted {
+            Some(admitted) => admitted.until_sent(resp),
+            None => resp,
+        }
+    }
+}
+
+impl ApiHandler {
+    /// The answer to `req`, and the in-flight slot it holds until sent
+    /// (`None` for a refusal before the slot was taken).
+    async fn answer(&self, req: Request<RequestBody>, peer: Peer) -> (Response<ProxyBody>, Option<limits::Admitted>) {
+        let (info, admitted) = match self.admitted(&req, &peer) {
+            Ok(admitted) => admitted,
+            Err(refused) => return (refused, None),
+        };
+        (self.admitted_answer(req, peer, info).await, Some(admitted))
+    }
+
+    /// The gates before any work: the connection budget, the host, the path,
+    /// then the in-flight and body limits.
+    fn admitted(
+        &self,
+        req: &Request<RequestBody>,
+        peer: &Peer,
+    ) -> Result<(RequestInfo, limits::Admitted), Response<ProxyBody>> {
         if peer.over_connection_limit {
-            return limits::too_many_requests(limits::Limit::Connections, true);
+            return Err(limits::too_many_requests(limits::Limit::Connections, true));
         }
         if let Err(bad) = hosts::check_host_header(req.version(), req.headers()) {
-            return hosts::bad_request(bad);
+            return Err(hosts::bad_request(bad));
         }
         if let Some(hosts) = &self.accept_hosts
             && peer.addr.is_some()
             && !hosts.accepts(req.uri(), req.headers())
         {
-            return hosts::forbidden();
+            return Err(hosts::forbidden());
         }
         if let Some(reject) = &self.reject_paths
             && reject.rejects(req.uri().path())
         {
-            return hosts::forbidden();
+            return Err(hosts::forbidden());
         }
         if crate::request::has_malformed_escape(req.uri().path()) {
-            return malformed_request_uri();
+            return Err(malformed_request_uri());
         }
         let info = RequestInfo::classify(req.method(), req.uri());
-        let _admitted = match self.limits.admit(&info, req.headers()) {
-            Ok(admitted) => admitted,
-            Err(refused) => return *refused,
-        };
+        match self.limits.admit(&info, req.headers()) {
+            Ok(admitted) => Ok((info, admitted)),
+            Err(refused) => Err(*refused),
+        }
+    }
+
+    /// The answer to an admitted request.
+    async fn admitted_answer(&self, req: Request<RequestBody>, peer: Peer, info: RequestInfo) -> Response<ProxyBody> {
         let shared = SharedKey::of(&req, &info);
         let Some(delegated) = &self.delegated else {
             if let Some(key) = &shared

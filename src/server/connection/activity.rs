@@ -22,18 +22,15 @@
 //! already closes a keep-alive connection that sends no request, and
 //! `Connection: close` is HTTP/1.1's own.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{HeaderValue, Response, header};
-use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::body::{self, Chunk, ProxyBody};
+use crate::body::{self, ProxyBody};
 
 /// How long an HTTP/2 connection may go without an open stream before it is
 /// sent GOAWAY and closed: kube-apiserver's `IdleTimeout`, for HTTP/1.1
@@ -74,7 +71,7 @@ impl Activity {
         if resp.headers_mut().remove(header::CONNECTION).is_some_and(|v| is_close(&v)) {
             self.close.cancel();
         }
-        resp.map(|inner| body::boxed_chunks(Counted { inner, _guard: guard }))
+        resp.map(|inner| body::holding(inner, guard))
     }
 
     /// When the connection should go, idle since `idle_since` with no
@@ -105,32 +102,6 @@ impl Drop for StreamGuard {
         let activity = &self.0;
         *activity.idle_since.lock() = Instant::now();
         activity.open.fetch_sub(1, Ordering::Release);
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A response body that keeps its stream counted until dropped.
-    struct Counted {
-        #[pin]
-        inner: ProxyBody,
-        _guard: StreamGuard,
-    }
-}
-
-impl Body for Counted {
-    type Data = Chunk;
-    type Error = body::BoxError;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Chunk>, body::BoxError>>> {
-        self.project().inner.poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 

@@ -44,7 +44,7 @@ impl RequestLimits {
             },
             _ => None,
         };
-        Ok(Admitted { _permit: permit })
+        Ok(Admitted { permit })
     }
 
     /// The API server's 413 for a write whose body is over the limit. Bodies
@@ -70,9 +70,22 @@ impl RequestLimits {
     }
 }
 
-/// Holds an in-flight slot until dropped (when the response head is sent).
+/// Holds an in-flight slot until dropped: [`Admitted::until_sent`] keeps it
+/// until the answer's body has been sent (or dropped), so that answers a
+/// client does not read count against `--max-requests-inflight`, as a Go
+/// handler blocked writing them counts in kube-apiserver.
 pub(crate) struct Admitted {
-    _permit: Option<OwnedSemaphorePermit>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Admitted {
+    /// `resp`, holding the slot until its body is dropped.
+    pub(crate) fn until_sent(self, resp: Response<ProxyBody>) -> Response<ProxyBody> {
+        match self.permit {
+            Some(permit) => resp.map(|b| body::holding(b, permit)),
+            None => resp,
+        }
+    }
 }
 
 /// Counts open API connections against `--max-connections`, each source
@@ -183,6 +196,8 @@ pub(crate) enum Limit {
     Connections,
     /// trusted-local's `--accept-hosts`.
     Host,
+    /// `--passthrough-buffer-bytes`, in all or one client's share.
+    PassthroughBuffer,
 }
 
 impl Limit {
@@ -192,6 +207,7 @@ impl Limit {
             Self::BodySize => "body_size",
             Self::Connections => "connections",
             Self::Host => "host",
+            Self::PassthroughBuffer => "passthrough_buffer",
         }
     }
 
@@ -257,7 +273,10 @@ mod tests {
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
         assert!(limits.admit(&info(Method::GET, "/api/v1/pods?watch=1"), &HeaderMap::new()).is_ok());
-        drop(held);
+        // The answer, not its head, holds the slot.
+        let answer = held.until_sent(Response::new(body::full("x")));
+        assert!(limits.admit(&list, &HeaderMap::new()).is_err());
+        drop(answer);
         assert!(limits.admit(&list, &HeaderMap::new()).is_ok());
     }
 
