@@ -26,7 +26,8 @@ use http::{Request, Response};
 
 use crate::auth::Peer;
 use crate::auth::reviews::Attributes;
-use crate::auth::{CallerGate, Delegated, UpstreamIdentity, UpstreamIdentityMode, impersonation};
+use crate::auth::user::{self, UserInfo};
+use crate::auth::{Authenticated, CallerGate, Delegated, UpstreamIdentity, UpstreamIdentityMode, impersonation};
 use crate::body::Refusal;
 use crate::body::{ProxyBody, RequestBody};
 use crate::cache::read::serve::{Admission, CacheService, Open, ReadGate, Served};
@@ -178,10 +179,31 @@ impl ApiHandler {
             return self.passthrough.forward(req, peer, &info, &UpstreamIdentity::Watchmux).await;
         };
 
+        // kube-apiserver's UnauthenticatedHTTP2DOSMitigation: an HTTP/2
+        // request that fails authentication, or is anonymous, is answered
+        // with `Connection: close`, which ends its connection with GOAWAY
+        // (see `server::connection::activity`): an unauthenticated client
+        // gets HTTP/1.1's cost per request, not a multiplexed connection.
+        let h2 = req.version() == http::Version::HTTP_2;
         let authenticated = match delegated.authenticate(req.headers(), &peer).await {
             Ok(authenticated) => authenticated,
-            Err(refused) => return *refused,
+            Err(refused) => return close_if(h2, *refused),
         };
+        let anonymous = is_anonymous(&authenticated.user);
+        let resp = self.authenticated_answer(req, peer, info, shared, delegated, authenticated).await;
+        close_if(h2 && anonymous, resp)
+    }
+
+    /// The answer to a request whose caller is `authenticated`.
+    async fn authenticated_answer(
+        &self,
+        req: Request<RequestBody>,
+        peer: Peer,
+        info: RequestInfo,
+        shared: Option<SharedKey>,
+        delegated: &Delegated,
+        authenticated: Authenticated,
+    ) -> Response<ProxyBody> {
         // With the client's own credentials upstream, a client's
         // impersonation is the API server's to judge (all its modes), so such
         // requests pass through as they are.
@@ -221,6 +243,19 @@ impl ApiHandler {
         };
         self.passthrough.forward(req, peer, &info, &identity).await
     }
+}
+
+/// kube-apiserver's test for an unauthenticated caller.
+fn is_anonymous(user: &UserInfo) -> bool {
+    user.name == user::ANONYMOUS || user.groups.iter().any(|g| g == user::UNAUTHENTICATED)
+}
+
+/// `resp`, with `Connection: close` when `close`.
+fn close_if(close: bool, mut resp: Response<ProxyBody>) -> Response<ProxyBody> {
+    if close {
+        resp.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
+    resp
 }
 
 /// Go's HTTP server's answer to a request line whose path it cannot parse
