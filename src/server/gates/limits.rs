@@ -70,6 +70,10 @@ impl RequestLimits {
     }
 }
 
+/// What a Go HTTP/2 handler writes without waiting for its client: its
+/// response writer's buffer (`handlerChunkWriteSize`, 4 KiB).
+const HANDLER_WRITE_BUFFER: u64 = 4 << 10;
+
 /// Holds an in-flight slot until dropped: [`Admitted::until_sent`] keeps it
 /// until the answer's body has been sent (or dropped), so that answers a
 /// client does not read count against `--max-requests-inflight`, as a Go
@@ -79,11 +83,17 @@ pub(crate) struct Admitted {
 }
 
 impl Admitted {
-    /// `resp`, holding the slot until its body is dropped.
+    /// `resp`, holding the slot until its body is dropped. A body known to
+    /// fit [`HANDLER_WRITE_BUFFER`] gives the slot back at once: a Go
+    /// handler writes it into its buffer and returns, so the API server's
+    /// filter releases the slot too, even if the client never reads (a 429
+    /// to a client with a zero window must not hold a slot).
     pub(crate) fn until_sent(self, resp: Response<ProxyBody>) -> Response<ProxyBody> {
+        use http_body::Body;
+        let small = resp.body().size_hint().exact().is_some_and(|n| n <= HANDLER_WRITE_BUFFER);
         match self.permit {
-            Some(permit) => resp.map(|b| body::holding(b, permit)),
-            None => resp,
+            Some(permit) if !small => resp.map(|b| body::holding(b, permit)),
+            _ => resp,
         }
     }
 }
@@ -273,10 +283,14 @@ mod tests {
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
         assert!(limits.admit(&info(Method::GET, "/api/v1/pods?watch=1"), &HeaderMap::new()).is_ok());
-        // The answer, not its head, holds the slot.
-        let answer = held.until_sent(Response::new(body::full("x")));
+        // The answer, not its head, holds the slot...
+        let large = Bytes::from(vec![b'x'; HANDLER_WRITE_BUFFER as usize + 1]);
+        let answer = held.until_sent(Response::new(body::full(large)));
         assert!(limits.admit(&list, &HeaderMap::new()).is_err());
         drop(answer);
+        // ...but for one a Go handler would have buffered and returned from.
+        let held = limits.admit(&list, &HeaderMap::new()).ok().unwrap();
+        let _small = held.until_sent(Response::new(body::full("x")));
         assert!(limits.admit(&list, &HeaderMap::new()).is_ok());
     }
 
