@@ -124,43 +124,37 @@ impl ApiHandler {
     async fn answer(&self, req: Request<RequestBody>, peer: Peer) -> (Response<ProxyBody>, Option<limits::Admitted>) {
         let (info, admitted) = match self.admitted(&req, &peer) {
             Ok(admitted) => admitted,
-            Err(refused) => return (refused, None),
+            Err(refused) => return (*refused, None),
         };
         (self.admitted_answer(req, peer, info).await, Some(admitted))
     }
 
     /// The gates before any work: the connection budget, the host, the path,
     /// then the in-flight and body limits.
-    fn admitted(
-        &self,
-        req: &Request<RequestBody>,
-        peer: &Peer,
-    ) -> Result<(RequestInfo, limits::Admitted), Response<ProxyBody>> {
+    fn admitted(&self, req: &Request<RequestBody>, peer: &Peer) -> Result<(RequestInfo, limits::Admitted), Refusal> {
         if peer.over_connection_limit {
-            return Err(limits::too_many_requests(limits::Limit::Connections, true));
+            return Err(Box::new(limits::too_many_requests(limits::Limit::Connections, true)));
         }
         if let Err(bad) = hosts::check_host_header(req.version(), req.headers()) {
-            return Err(hosts::bad_request(bad));
+            return Err(Box::new(hosts::bad_request(bad)));
         }
         if let Some(hosts) = &self.accept_hosts
             && peer.addr.is_some()
             && !hosts.accepts(req.uri(), req.headers())
         {
-            return Err(hosts::forbidden());
+            return Err(Box::new(hosts::forbidden()));
         }
         if let Some(reject) = &self.reject_paths
             && reject.rejects(req.uri().path())
         {
-            return Err(hosts::forbidden());
+            return Err(Box::new(hosts::forbidden()));
         }
         if crate::request::has_malformed_escape(req.uri().path()) {
-            return Err(malformed_request_uri());
+            return Err(Box::new(malformed_request_uri()));
         }
         let info = RequestInfo::classify(req.method(), req.uri());
-        match self.limits.admit(&info, req.headers()) {
-            Ok(admitted) => Ok((info, admitted)),
-            Err(refused) => Err(*refused),
-        }
+        let admitted = self.limits.admit(&info, req.headers())?;
+        Ok((info, admitted))
     }
 
     /// The answer to an admitted request.
