@@ -4,7 +4,8 @@
 //! 1. The connection budget, the `Host` header (and trusted-local's
 //!    `--accept-hosts` and `--reject-paths`), a path Go's server could not
 //!    parse.
-//! 2. Classification ([`RequestInfo`]) and the in-flight and body limits.
+//! 2. Classification ([`RequestInfo`]) and the in-flight and body limits
+//!    (the in-flight slot is held until the answer has been sent).
 //! 3. In delegated mode, who the caller is (authentication, then any
 //!    impersonation it asks for).
 //! 4. The cache, for the reads it can answer (authorized first, in delegated

@@ -12,7 +12,12 @@
 //! limits on frames a client can send without a request being served
 //! (resets, CONTINUATION) are set in [`http_builder`]; a connection whose
 //! requests are mostly cancelled before an answer is closed (see
-//! [`super::early_resets`]).
+//! [`super::early_resets`]). An HTTP/2 connection with no stream open for
+//! the idle timeout, or whose answer said `Connection: close`, is asked to
+//! finish with GOAWAY (see [`super::activity`]). Each accepted connection
+//! is counted against the connection budget and its address's share
+//! ([`ConnectionBudget`]); one past even the connections answered with a
+//! 429 is closed at accept, unread.
 
 use std::convert::Infallible;
 use std::future::Future;
