@@ -18,7 +18,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::auth::DelegatedSettings;
 use crate::cache::read::serve::CacheService;
 use crate::cache::registry::CacheConfig;
-use crate::passthrough::Passthrough;
+use crate::passthrough::{AnswerLimits, Passthrough};
 use crate::pipeline::ApiHandler;
 use crate::server::admin::AdminState;
 use crate::server::connection::listener::AdminHandler;
@@ -62,6 +62,14 @@ pub struct Limits {
     pub max_requests_inflight: usize,
     /// Open connections at once (`--max-connections`).
     pub max_connections: usize,
+    /// Open connections from one source address (`--max-connections-per-address`).
+    pub max_connections_per_address: usize,
+    /// How long an HTTP/2 connection may have no stream (`--idle-connection-timeout`).
+    pub idle_connection_timeout: std::time::Duration,
+    /// Stream windows pass-through answers may hold (`--passthrough-buffer-bytes`).
+    pub passthrough_buffer_bytes: u64,
+    /// How long an answer's client may not read it (`--passthrough-stall-timeout`).
+    pub passthrough_stall_timeout: std::time::Duration,
     /// The largest request body (`--max-request-body-bytes`).
     pub max_request_body_bytes: u64,
 }
@@ -91,7 +99,11 @@ impl App {
         let fairness = crate::fairness::Fairness::new(opts.fairness, delegated.is_some());
         let limits = opts.limits;
         let api = ApiHandler::new(
-            Passthrough::new(upstream.clone(), stages.streams.clone()),
+            Passthrough::new(
+                upstream.clone(),
+                stages.streams.clone(),
+                AnswerLimits::new(limits.passthrough_buffer_bytes, limits.passthrough_stall_timeout),
+            ),
             cache.clone(),
             delegated,
             RequestLimits::new(limits.max_requests_inflight, limits.max_request_body_bytes),
@@ -107,6 +119,8 @@ impl App {
         }));
         let settings = ServeSettings {
             max_connections: limits.max_connections,
+            max_connections_per_address: limits.max_connections_per_address,
+            idle_connection_timeout: limits.idle_connection_timeout,
             h2_write_batching: opts.h2_write_batching,
             shutdown_grace: opts.shutdown_grace,
         };

@@ -61,6 +61,39 @@ where
     body.map_err(Into::into).boxed()
 }
 
+/// `body`, holding `held` (a permit, a guard) until the body is dropped:
+/// what an answer keeps counted until it has been sent, not only until its
+/// head was.
+pub fn holding<G: Send + Sync + 'static>(body: ProxyBody, held: G) -> ProxyBody {
+    boxed_chunks(Holding { inner: body, _held: held })
+}
+
+pin_project_lite::pin_project! {
+    /// See [`holding`].
+    struct Holding<G> {
+        #[pin]
+        inner: ProxyBody,
+        _held: G,
+    }
+}
+
+impl<G> Body for Holding<G> {
+    type Data = Chunk;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// A body of chunks known in advance, with its exact length (so HTTP/1.1
 /// sends a Content-Length instead of chunked encoding).
 pub struct ChunkList {

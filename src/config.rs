@@ -319,9 +319,39 @@ pub struct Args {
     pub fairness_watch_start_burst: f64,
 
     /// Downstream connections that may be open at once; requests on further
-    /// connections get 429 and the connection is closed. 0: no limit.
+    /// connections get 429 and the connection is closed. 0: no limit but
+    /// the open-file limit's. Lowered at start to what the open-file limit
+    /// allows, with room kept for upstream connections and files.
     #[arg(long, value_name = "N", default_value_t = 20_000)]
     pub max_connections: usize,
+
+    /// Downstream connections one source address may have open at once;
+    /// further ones get 429 and are closed, as over --max-connections.
+    /// 0: a quarter of --max-connections. Unix-socket clients have no share.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_connections_per_address: usize,
+
+    /// How long an HTTP/2 connection may have no request in progress before
+    /// it is sent GOAWAY and closed, as kube-apiserver's 90 s (PINGs do not
+    /// count). HTTP/1.1 connections close after 30 s without a request.
+    #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration)]
+    pub idle_connection_timeout: Duration,
+
+    /// Bytes that pass-through answers may hold for clients that do not read
+    /// them, in upstream stream windows (256 KiB each): an answer other than a
+    /// watch (or another long-running one) holds one until its body has been
+    /// sent, a watch only while its client is behind; one client address
+    /// holds at most a quarter. A request that finds none gets 429 with
+    /// Retry-After. 0: no budget.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    pub passthrough_buffer_bytes: u64,
+
+    /// How long a pass-through answer may wait for its client to read it
+    /// while the upstream has more to send; then its stream is reset, and
+    /// its upstream stream with it. A watch whose client does not read but
+    /// that has no event waiting is left alone.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub passthrough_stall_timeout: Duration,
 
     /// Largest request body (by Content-Length) of a create, update, patch or
     /// delete; larger ones get the API server's 413. 0: no limit.

@@ -23,12 +23,21 @@ pub(crate) const PASSTHROUGH_DURATION: &str = "watchmux_passthrough_request_dura
 pub(crate) const PASSTHROUGH_INFLIGHT: &str = "watchmux_passthrough_inflight_requests";
 /// Requests that could not reach the upstream, by cause.
 pub(crate) const UPSTREAM_ERRORS: &str = "watchmux_upstream_errors_total";
+/// Bytes of pass-through answers' windows held against
+/// `--passthrough-buffer-bytes`.
+pub(crate) const PASSTHROUGH_BUFFER_RESERVED: &str = "watchmux_passthrough_buffer_reserved_bytes";
+/// Pass-through answers cut off because their client did not read them.
+pub(crate) const PASSTHROUGH_STALLED: &str = "watchmux_passthrough_stalled_total";
 /// Upgraded connections (exec, attach, port-forward) being tunnelled.
 pub(crate) const UPGRADED_TUNNELS: &str = "watchmux_upgraded_tunnels";
 /// Downstream connections accepted, by listener.
 pub(crate) const CONNECTIONS_ACCEPTED: &str = "watchmux_connections_accepted_total";
 /// Downstream connections open now, by listener.
 pub(crate) const CONNECTIONS_OPEN: &str = "watchmux_connections_open";
+/// HTTP/2 connections asked to finish (GOAWAY), by listener and reason:
+/// `idle` (no stream for the idle timeout), `connection_close` (an answer
+/// said so: anonymous HTTP/2, over the connection budget).
+pub(crate) const CONNECTIONS_FINISHED: &str = "watchmux_connections_finished_total";
 /// Downstream connections that ended in an error (bad TLS, malformed HTTP...).
 pub(crate) const CONNECTION_ERRORS: &str = "watchmux_connection_errors_total";
 /// 1 when the upstream answered its last readiness probe, else 0.
@@ -330,9 +339,21 @@ fn describe() {
     );
     describe_gauge!(PASSTHROUGH_INFLIGHT, "Forwarded requests in flight, long-running ones included.");
     describe_counter!(UPSTREAM_ERRORS, "Forwarded requests that failed to reach the upstream, by cause.");
+    describe_gauge!(
+        PASSTHROUGH_BUFFER_RESERVED,
+        "Bytes of pass-through answers' stream windows held against --passthrough-buffer-bytes."
+    );
+    describe_counter!(
+        PASSTHROUGH_STALLED,
+        "Pass-through answers reset because their client did not read them while the upstream had more."
+    );
     describe_gauge!(UPGRADED_TUNNELS, "Upgraded connections (exec, attach, port-forward) being tunnelled.");
     describe_counter!(CONNECTIONS_ACCEPTED, "Downstream connections accepted, by listener.");
     describe_gauge!(CONNECTIONS_OPEN, "Downstream connections open, by listener.");
+    describe_counter!(
+        CONNECTIONS_FINISHED,
+        "HTTP/2 connections sent GOAWAY by watchmux, by listener and reason (idle, connection_close)."
+    );
     describe_counter!(CONNECTION_ERRORS, "Downstream connections that ended in an error, by listener and stage.");
     describe_gauge!(UPSTREAM_READY, "1 when the upstream API server answered its last readiness probe, else 0.");
     describe_gauge!(

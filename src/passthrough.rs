@@ -6,6 +6,7 @@
 //! downstream connection as soon as it is read, which is what makes `watch`
 //! and `logs -f` work through the proxy. Upgrades are tunnelled as raw bytes.
 
+pub(crate) mod budget;
 pub(crate) mod headers;
 pub(crate) mod identity;
 mod resource_label;
@@ -14,6 +15,7 @@ mod upgrade;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use http::{Request, Response};
 use metrics::{counter, gauge, histogram};
@@ -27,7 +29,9 @@ use crate::encode::status::{Status, StatusReason};
 use crate::error::error_chain;
 use crate::metrics as m;
 use crate::request::RequestInfo;
+use crate::server::gates::limits::{Limit, too_many_requests};
 use crate::upstream::{ConnectionKind, SendError, Upstream, UpstreamCredential};
+use budget::{AnswerBudget, Hold};
 use resource_label::ResourceLabels;
 use shared::{SharedAnswers, SharedKey};
 
@@ -44,12 +48,30 @@ pub(crate) struct Passthrough {
     failures: Arc<FailureLog>,
     /// The answers fetched once for every caller (OpenAPI documents, health).
     shared: Arc<SharedAnswers>,
+    /// What answers may hold for clients that do not read them (see [`budget`]).
+    answers: AnswerLimits,
+}
+
+/// `--passthrough-buffer-bytes` and `--passthrough-stall-timeout`.
+#[derive(Debug, Clone)]
+pub(crate) struct AnswerLimits {
+    budget: Option<Arc<AnswerBudget>>,
+    stall: Duration,
+}
+
+impl AnswerLimits {
+    /// `buffer_bytes` of stream windows (0: no budget), answers cut off once
+    /// their client has not read them for `stall`.
+    pub(crate) fn new(buffer_bytes: u64, stall: Duration) -> Self {
+        let window = u64::from(crate::upstream::streams::STREAM_WINDOW);
+        Self { budget: AnswerBudget::new(buffer_bytes, window), stall }
+    }
 }
 
 impl Passthrough {
-    pub(crate) fn new(upstream: Arc<Upstream>, streams_stop: CancellationToken) -> Self {
+    pub(crate) fn new(upstream: Arc<Upstream>, streams_stop: CancellationToken, answers: AnswerLimits) -> Self {
         let shared = Arc::new(SharedAnswers::new(upstream.clone()));
-        Self { upstream, streams_stop, resources: Arc::default(), failures: Arc::default(), shared }
+        Self { upstream, streams_stop, resources: Arc::default(), failures: Arc::default(), shared, answers }
     }
 
     /// The shared answer to a request (`key`, from [`SharedKey::of`]: an
@@ -73,6 +95,18 @@ impl Passthrough {
             return upgrade::forward(self, req, peer, info, identity).await;
         }
 
+        // A window of the budget before anything is sent: a client that
+        // holds its share gets the API server's 429 for too many requests.
+        let client = peer.addr.map(|a| a.ip());
+        let hold = if info.is_long_running() {
+            Hold::WhileBehind { budget: self.answers.budget.clone(), client }
+        } else {
+            match self.answers.budget.as_ref().map(|b| b.take(client)) {
+                Some(None) => return too_many_requests(Limit::PassthroughBuffer, false),
+                Some(unit) => Hold::Whole(unit),
+                None => Hold::Whole(None),
+            }
+        };
         let started = Instant::now();
         let verb = info.verb_label();
         let inflight = InflightGuard::new();
@@ -128,7 +162,7 @@ impl Passthrough {
         } else {
             body::boxed(incoming)
         };
-        Response::from_parts(parts, body)
+        Response::from_parts(parts, budget::watch(body, hold, self.answers.stall))
     }
 
     /// Maps a failure to reach the upstream (or to get watchmux's credentials

@@ -4,7 +4,8 @@
 //! 1. The connection budget, the `Host` header (and trusted-local's
 //!    `--accept-hosts` and `--reject-paths`), a path Go's server could not
 //!    parse.
-//! 2. Classification ([`RequestInfo`]) and the in-flight and body limits.
+//! 2. Classification ([`RequestInfo`]) and the in-flight and body limits
+//!    (the in-flight slot is held until the answer has been sent).
 //! 3. In delegated mode, who the caller is (authentication, then any
 //!    impersonation it asks for).
 //! 4. The cache, for the reads it can answer (authorized first, in delegated
@@ -26,7 +27,8 @@ use http::{Request, Response};
 
 use crate::auth::Peer;
 use crate::auth::reviews::Attributes;
-use crate::auth::{CallerGate, Delegated, UpstreamIdentity, UpstreamIdentityMode, impersonation};
+use crate::auth::user::{self, UserInfo};
+use crate::auth::{Authenticated, CallerGate, Delegated, UpstreamIdentity, UpstreamIdentityMode, impersonation};
 use crate::body::Refusal;
 use crate::body::{ProxyBody, RequestBody};
 use crate::cache::read::serve::{Admission, CacheService, Open, ReadGate, Served};
@@ -109,31 +111,55 @@ impl<G: ReadGate, F: Fn() -> Flow + Sync> ReadGate for FairGate<'_, G, F> {
 
 impl Handler for ApiHandler {
     async fn handle(&self, req: Request<RequestBody>, peer: Peer) -> Response<ProxyBody> {
+        let (resp, admitted) = self.answer(req, peer).await;
+        match admitted {
+            Some(admitted) => admitted.until_sent(resp),
+            None => resp,
+        }
+    }
+}
+
+impl ApiHandler {
+    /// The answer to `req`, and the in-flight slot it holds until sent
+    /// (`None` for a refusal before the slot was taken).
+    async fn answer(&self, req: Request<RequestBody>, peer: Peer) -> (Response<ProxyBody>, Option<limits::Admitted>) {
+        let (info, admitted) = match self.admitted(&req, &peer) {
+            Ok(admitted) => admitted,
+            Err(refused) => return (*refused, None),
+        };
+        (self.admitted_answer(req, peer, info).await, Some(admitted))
+    }
+
+    /// The gates before any work: the connection budget, the host, the path,
+    /// then the in-flight and body limits.
+    fn admitted(&self, req: &Request<RequestBody>, peer: &Peer) -> Result<(RequestInfo, limits::Admitted), Refusal> {
         if peer.over_connection_limit {
-            return limits::too_many_requests(limits::Limit::Connections, true);
+            return Err(Box::new(limits::too_many_requests(limits::Limit::Connections, true)));
         }
         if let Err(bad) = hosts::check_host_header(req.version(), req.headers()) {
-            return hosts::bad_request(bad);
+            return Err(Box::new(hosts::bad_request(bad)));
         }
         if let Some(hosts) = &self.accept_hosts
             && peer.addr.is_some()
             && !hosts.accepts(req.uri(), req.headers())
         {
-            return hosts::forbidden();
+            return Err(Box::new(hosts::forbidden()));
         }
         if let Some(reject) = &self.reject_paths
             && reject.rejects(req.uri().path())
         {
-            return hosts::forbidden();
+            return Err(Box::new(hosts::forbidden()));
         }
         if crate::request::has_malformed_escape(req.uri().path()) {
-            return malformed_request_uri();
+            return Err(Box::new(malformed_request_uri()));
         }
         let info = RequestInfo::classify(req.method(), req.uri());
-        let _admitted = match self.limits.admit(&info, req.headers()) {
-            Ok(admitted) => admitted,
-            Err(refused) => return *refused,
-        };
+        let admitted = self.limits.admit(&info, req.headers())?;
+        Ok((info, admitted))
+    }
+
+    /// The answer to an admitted request.
+    async fn admitted_answer(&self, req: Request<RequestBody>, peer: Peer, info: RequestInfo) -> Response<ProxyBody> {
         let shared = SharedKey::of(&req, &info);
         let Some(delegated) = &self.delegated else {
             if let Some(key) = &shared
@@ -148,10 +174,31 @@ impl Handler for ApiHandler {
             return self.passthrough.forward(req, peer, &info, &UpstreamIdentity::Watchmux).await;
         };
 
+        // kube-apiserver's UnauthenticatedHTTP2DOSMitigation: an HTTP/2
+        // request that fails authentication, or is anonymous, is answered
+        // with `Connection: close`, which ends its connection with GOAWAY
+        // (see `server::connection::activity`): an unauthenticated client
+        // gets HTTP/1.1's cost per request, not a multiplexed connection.
+        let h2 = req.version() == http::Version::HTTP_2;
         let authenticated = match delegated.authenticate(req.headers(), &peer).await {
             Ok(authenticated) => authenticated,
-            Err(refused) => return *refused,
+            Err(refused) => return close_if(h2, *refused),
         };
+        let anonymous = is_anonymous(&authenticated.user);
+        let resp = self.authenticated_answer(req, peer, info, shared, delegated, authenticated).await;
+        close_if(h2 && anonymous, resp)
+    }
+
+    /// The answer to a request whose caller is `authenticated`.
+    async fn authenticated_answer(
+        &self,
+        req: Request<RequestBody>,
+        peer: Peer,
+        info: RequestInfo,
+        shared: Option<SharedKey>,
+        delegated: &Delegated,
+        authenticated: Authenticated,
+    ) -> Response<ProxyBody> {
         // With the client's own credentials upstream, a client's
         // impersonation is the API server's to judge (all its modes), so such
         // requests pass through as they are.
@@ -191,6 +238,19 @@ impl Handler for ApiHandler {
         };
         self.passthrough.forward(req, peer, &info, &identity).await
     }
+}
+
+/// kube-apiserver's test for an unauthenticated caller.
+fn is_anonymous(user: &UserInfo) -> bool {
+    user.name == user::ANONYMOUS || user.groups.iter().any(|g| g == user::UNAUTHENTICATED)
+}
+
+/// `resp`, with `Connection: close` when `close`.
+fn close_if(close: bool, mut resp: Response<ProxyBody>) -> Response<ProxyBody> {
+    if close {
+        resp.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
+    resp
 }
 
 /// Go's HTTP server's answer to a request line whose path it cannot parse

@@ -59,6 +59,10 @@ pub struct TlsFiles {
 pub(crate) struct ServeSettings {
     /// Open connections at once (`--max-connections`).
     pub max_connections: usize,
+    /// Open connections from one source address (`--max-connections-per-address`).
+    pub max_connections_per_address: usize,
+    /// How long an HTTP/2 connection may have no stream (`--idle-connection-timeout`).
+    pub idle_connection_timeout: Duration,
     /// One socket write per batch of HTTP/2 frames (`--h2-write-batching`).
     pub h2_write_batching: bool,
     /// How long a graceful shutdown waits for requests (`--shutdown-grace`).
@@ -116,11 +120,21 @@ impl Server {
         shutdown: impl Future<Output = ()>,
     ) -> anyhow::Result<()> {
         let Self { api, api_tls, api_unix, admin } = self;
-        lifecycle::fd_limit::raise_nofile();
+        let descriptors = lifecycle::fd_limit::raise_nofile();
         let accept_stop = CancellationToken::new();
-        let builder = connection::listener::http_builder();
+        let builder = connection::listener::http_builder_idle(settings.idle_connection_timeout);
         let graceful = GracefulShutdown::new();
-        let budget = ConnectionBudget::new(settings.max_connections);
+        let budget = ConnectionBudget::new(settings.max_connections, settings.max_connections_per_address, descriptors);
+        let (max_connections, per_address) = budget.limits();
+        if settings.max_connections == 0 || max_connections < settings.max_connections {
+            tracing::info!(
+                max_connections,
+                asked = settings.max_connections,
+                open_file_limit = descriptors,
+                "connection budget set by the open-file limit"
+            );
+        }
+        tracing::debug!(max_connections, per_address, "connection budget");
         // The admin listener outlives the API's graceful phase, so /readyz can
         // say "shutting down" while in-flight requests finish.
         let admin_graceful = GracefulShutdown::new();

@@ -522,7 +522,8 @@ async fn a_thousand_watches_of_one_identity_cost_one_review_of_each_kind() {
     let cluster = Cluster::from_env();
     let admin = cluster.direct_client();
     let ns = reader_namespace(&admin, "reviews").await;
-    // Plain HTTP with h2c, bearer tokens only: 1,000 streams on one connection.
+    // Plain HTTP with h2c, bearer tokens only: 1,000 streams on ten
+    // connections (100 streams each, as kube-apiserver allows).
     let wm = Watchmux::start(&cluster, &["--auth-mode", "delegated"]).await;
     let token = token_for(&cluster, &ns, &[]);
     let direct =
@@ -530,12 +531,15 @@ async fn a_thousand_watches_of_one_identity_cost_one_review_of_each_kind() {
     until_direct(&direct, &format!("/api/v1/namespaces/{ns}/configmaps"), |c| c == 200).await;
 
     const N: usize = 1000;
-    let send = h2(wm.addr).await;
+    let mut conns = Vec::new();
+    for _ in 0..N / 100 {
+        conns.push(h2(wm.addr).await);
+    }
     let auth = format!("Bearer {token}");
     let path = format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion=0&allowWatchBookmarks=true");
     let mut opening = tokio::task::JoinSet::new();
-    for _ in 0..N {
-        let (mut send, auth, path, addr) = (send.clone(), auth.clone(), path.clone(), wm.addr);
+    for i in 0..N {
+        let (mut send, auth, path, addr) = (conns[i % conns.len()].clone(), auth.clone(), path.clone(), wm.addr);
         opening.spawn(async move {
             let req = Request::get(path)
                 .header("host", addr.to_string())

@@ -115,13 +115,17 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_each_event_is_encoded_
     let resp = direct.send(Request::get(&path).body(watchmux::body::empty()).unwrap()).await.unwrap();
     tokio::spawn(pump_watch(resp, tx));
 
-    // 1,000 JSON watchers over two HTTP/2 connections, and 50 metadata-only ones.
+    // 1,000 JSON watchers and 50 metadata-only ones over eleven HTTP/2
+    // connections (100 streams each, as kube-apiserver allows).
     const JSON_WATCHERS: usize = 1000;
     const METADATA_WATCHERS: usize = 50;
-    let conns = [h2(wm.addr).await, h2(wm.addr).await];
+    let mut conns = Vec::new();
+    for _ in 0..(JSON_WATCHERS + METADATA_WATCHERS).div_ceil(100) {
+        conns.push(h2(wm.addr).await);
+    }
     let mut watchers = Vec::new();
     for i in 0..JSON_WATCHERS + METADATA_WATCHERS {
-        let mut send = conns[i % 2].clone();
+        let mut send = conns[i % conns.len()].clone();
         let mut req = Request::get(format!("http://localhost{path}"));
         if i >= JSON_WATCHERS {
             req = req.header("accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1");

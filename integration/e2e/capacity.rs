@@ -138,8 +138,12 @@ async fn anonymous_requests_with_distinct_selectors_do_not_delay_a_new_token() {
     let (status, _, _) = timed_get(wm.addr, &cm1, &token_for(&cluster, &ns, &[])).await;
     assert_eq!(status, 200);
 
-    const CONNECTIONS: usize = 4;
-    const PER_CONNECTION: usize = 1000;
+    // 100 streams a connection, as kube-apiserver allows; each connection
+    // gets GOAWAY after its first answer (anonymous HTTP/2), as from the
+    // API server, so its requests not yet sent fail: the flood is what the
+    // streams already open carry.
+    const CONNECTIONS: usize = 40;
+    const PER_CONNECTION: usize = 100;
     let selector = "a".repeat(8_000);
     let mut flood = tokio::task::JoinSet::new();
     for c in 0..CONNECTIONS {
@@ -148,7 +152,7 @@ async fn anonymous_requests_with_distinct_selectors_do_not_delay_a_new_token() {
             let (mut send, addr) = (send.clone(), wm.addr);
             let path = format!("/api/v1/namespaces/{ns}/configmaps?watch=1&labelSelector={selector}{c}x{i}%3Dv");
             flood.spawn(async move {
-                send.ready().await.unwrap();
+                send.ready().await?;
                 send.send_request(get(addr, &path, None)).await.map(|r| r.status().as_u16())
             });
         }
@@ -200,9 +204,11 @@ async fn denials_of_huge_selectors_cost_the_decision_cache_little_and_are_swept(
         Watchmux::start(&cluster, &["--auth-mode", "delegated", "--authorization-cache-unauthorized-ttl", "10s"]).await;
     const N: usize = 300;
     let selector = "b".repeat(60_000);
-    let mut send = h2(wm.addr).await;
     for i in 0..N {
         let path = format!("/api/v1/namespaces/{ns}/configmaps?labelSelector={selector}{i}%3Dv");
+        // A connection each: an anonymous HTTP/2 request ends its
+        // connection with GOAWAY, as kube-apiserver's.
+        let mut send = h2(wm.addr).await;
         send.ready().await.unwrap();
         let resp = send.send_request(get(wm.addr, &path, None)).await.unwrap();
         assert_eq!(resp.status(), 403);
@@ -217,8 +223,154 @@ async fn denials_of_huge_selectors_cost_the_decision_cache_little_and_are_swept(
     // After the TTL (and the sweep interval), the next lookup frees them.
     tokio::time::sleep(Duration::from_secs(16)).await;
     let path = format!("/api/v1/namespaces/{ns}/configmaps?labelSelector=after%3Dv");
-    let resp = send.send_request(get(wm.addr, &path, None)).await.unwrap();
+    let resp = h2(wm.addr).await.send_request(get(wm.addr, &path, None)).await.unwrap();
     assert_eq!(resp.status(), 403);
     let entries = watchmux_metric_sum(wm.admin, "watchmux_auth_cache_entries", &["cache=\"access\""]).await;
     assert!(entries <= 2.0, "expired denials were kept: {entries}");
+}
+
+/// A connection to `addr` from the loopback address `from` (127.0.0.x):
+/// another client as far as watchmux's per-address shares go.
+async fn connect_from(from: [u8; 4], addr: SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((from, 0))).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// A legitimate client's GET from its own address, on a fresh connection:
+/// its status and how long it took, body included.
+async fn legitimate_get(addr: SocketAddr, path: &str) -> (u16, Duration) {
+    let started = Instant::now();
+    let io = TokioIo::new(connect_from([127, 0, 0, 2], addr).await);
+    let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await.unwrap();
+    tokio::spawn(conn);
+    let resp = send.send_request(get(addr, path, None)).await.unwrap();
+    let status = resp.status().as_u16();
+    resp.into_body().collect().await.unwrap();
+    (status, started.elapsed())
+}
+
+/// The security re-test's first attack: HTTP/2 connections with an initial
+/// window of 0 and 900 `GET /openapi/v2` that are never read. Before,
+/// watchmux grew by about 1 MiB per stream (243 MiB; kube-apiserver did not
+/// move). Now an answer holds a 256 KiB window of the 64 MiB budget until
+/// sent, one address a quarter of it, further requests get 429, and a stalled
+/// answer is reset at the stall deadline: watchmux's growth stays under the
+/// budget (bound asserted: 64 MiB, a quarter of the chart's node-local limit)
+/// and another client is served within a second throughout.
+#[tokio::test]
+async fn streams_that_never_read_pin_bounded_memory() {
+    let _exclusive = CLUSTER.write().await;
+    let cluster = Cluster::from_env();
+    let wm = Watchmux::start(&cluster, &["--passthrough-stall-timeout", "5s"]).await;
+    let (status, elapsed) = legitimate_get(wm.addr, "/openapi/v2").await;
+    assert_eq!(status, 200, "{elapsed:?}");
+    let before = wm.rss_bytes();
+
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    let mut held = Vec::new();
+    for _ in 0..9 {
+        let io = tokio::net::TcpStream::connect(wm.addr).await.unwrap();
+        let (send, conn) = h2::client::Builder::new().initial_window_size(0).handshake::<_, Bytes>(io).await.unwrap();
+        tokio::spawn(conn);
+        let mut send = send.ready().await.unwrap();
+        let mut heads = Vec::new();
+        for _ in 0..100 {
+            send = send.ready().await.unwrap();
+            let req = Request::get(format!("http://{}/openapi/v2", wm.addr)).body(()).unwrap();
+            heads.push(send.send_request(req, true).unwrap().0);
+        }
+        for head in heads {
+            let resp = tokio::time::timeout(Duration::from_secs(30), head).await.unwrap().unwrap();
+            *statuses.entry(resp.status().as_u16()).or_default() += 1;
+            held.push(resp); // never read
+        }
+    }
+    let mut peak = 0;
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        peak = peak.max(wm.rss_bytes().saturating_sub(before));
+        let (status, took) = legitimate_get(wm.addr, "/openapi/v2").await;
+        assert_eq!(status, 200);
+        slowest = slowest.max(took);
+        tokio::time::sleep(Duration::from_millis(500)).await; // sampling while the attack holds
+    }
+    eprintln!("statuses {statuses:?}; RSS growth peak {} KiB; slowest legitimate GET {slowest:?}", peak >> 10);
+    assert!(statuses.get(&429).is_some_and(|n| *n > 0), "{statuses:?}: the budget never answered");
+    assert!(statuses.get(&200).is_some_and(|n| *n >= 64), "{statuses:?}");
+    assert!(peak < 64 << 20, "RSS grew by {} MiB", peak >> 20);
+    assert!(slowest < Duration::from_secs(1), "a legitimate client waited {slowest:?}");
+    // Past the stall deadline the answers were reset and their windows given back.
+    let reset = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let reserved = watchmux_metric_sum(wm.admin, "watchmux_passthrough_buffer_reserved_bytes", &[]).await;
+            if reserved == 0.0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await; // polling a metric: no event to await
+        }
+    })
+    .await;
+    assert!(reset.is_ok(), "windows still held after the stall deadline");
+    assert!(watchmux_metric_sum(wm.admin, "watchmux_passthrough_stalled_total", &[]).await >= 64.0);
+    drop(held);
+}
+
+/// The re-test's second attack: thousands of idle HTTP/2 connections from
+/// one client, answering PINGs. Before, they held every slot of
+/// `--max-connections` (and at 20,000 every descriptor) and new clients got
+/// 429 or nothing. Now one address holds a quarter of the budget, the rest of
+/// its connections get 429 or are closed at accept, idle connections are
+/// closed at the idle timeout (kube-apiserver's 90 s, 30 s here) and another
+/// client is served within a second throughout. 18,000 connections: the test
+/// process's own descriptors (20,000 here) bound the attack, not watchmux.
+#[tokio::test]
+async fn many_idle_connections_from_one_client_leave_room_for_others() {
+    const IDLE: usize = 18_000;
+    let _exclusive = CLUSTER.write().await;
+    let cluster = Cluster::from_env();
+    // The default --max-connections, 20,000, lowered to what watchmux's
+    // open-file limit allows.
+    let wm = Watchmux::start(&cluster, &["--idle-connection-timeout", "30s"]).await;
+    let mut conns = Vec::new();
+    let mut refused_at_accept = 0;
+    let mut slowest = Duration::ZERO;
+    for i in 0..IDLE {
+        let Ok(io) = tokio::net::TcpStream::connect(wm.addr).await else {
+            refused_at_accept += 1;
+            continue;
+        };
+        match hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(hyper_util::rt::TokioTimer::new())
+            .keep_alive_interval(Duration::from_secs(1))
+            .handshake::<_, Full<Bytes>>(TokioIo::new(io))
+            .await
+        {
+            Ok((send, conn)) => conns.push((send, tokio::spawn(conn))),
+            Err(_) => refused_at_accept += 1,
+        }
+        if i % 2000 == 1999 {
+            let (status, took) = legitimate_get(wm.addr, "/version").await;
+            assert_eq!(status, 200, "after {i} idle connections");
+            slowest = slowest.max(took);
+        }
+    }
+    let open = conns.iter().filter(|(_, c)| !c.is_finished()).count();
+    eprintln!(
+        "{open} of {IDLE} idle connections open, {refused_at_accept} refused; slowest legitimate GET {slowest:?}"
+    );
+    // A quarter of the budget, and the connections answered with a 429.
+    assert!(open <= 20_000 / 4 + 20_000 / 16 + 16, "one address held {open} connections, more than its share");
+    assert!(slowest < Duration::from_secs(1), "{slowest:?}");
+    // The idle timeout closes the rest.
+    let closed = tokio::time::timeout(Duration::from_secs(60), async {
+        while conns.iter().any(|(_, c)| !c.is_finished()) {
+            tokio::time::sleep(Duration::from_millis(200)).await; // polling many tasks' ends
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "idle connections stayed open past the idle timeout");
+    let (status, took) = legitimate_get(wm.addr, "/version").await;
+    assert_eq!(status, 200);
+    assert!(took < Duration::from_secs(1), "{took:?}");
 }

@@ -172,6 +172,17 @@ impl Watchmux {
         Self { addr, admin, kubeconfig, child, _dir: dir }
     }
 
+    /// The watchmux process's resident memory, in bytes (Linux).
+    pub(crate) fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS");
+        kib * 1024
+    }
+
     /// Waits (bounded) until the admin port answers `path`, whatever the status.
     pub(crate) async fn wait_for_admin(&self, path: &str) -> Response<Incoming> {
         for _ in 0..200 {

@@ -75,17 +75,22 @@ async fn a_service_account_holding_its_levels_seats_is_refused_and_a_kubelet_is_
 
     // The noisy service account: LISTs on a connection that grants no
     // window, so no answer is ever written and each keeps its seat.
-    let stream = tokio::net::TcpStream::connect(wm.addr).await.unwrap();
-    let (noisy_send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(0)
-        .handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    // Four connections: 100 streams each, as kube-apiserver allows.
     const FLOOD: usize = 5 + 300 + 20;
+    let mut noisy_conns = Vec::new();
+    for _ in 0..FLOOD.div_ceil(100) {
+        let stream = tokio::net::TcpStream::connect(wm.addr).await.unwrap();
+        let (noisy_send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .initial_stream_window_size(0)
+            .handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        noisy_conns.push(noisy_send);
+    }
     let mut flood = tokio::task::JoinSet::new();
-    for _ in 0..FLOOD {
-        let (mut send, req) = (noisy_send.clone(), get(wm.addr, &list, &noisy, &[]));
+    for i in 0..FLOOD {
+        let (mut send, req) = (noisy_conns[i % noisy_conns.len()].clone(), get(wm.addr, &list, &noisy, &[]));
         flood.spawn(async move {
             send.ready().await.unwrap();
             send.send_request(req).await.unwrap()

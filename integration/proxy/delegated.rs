@@ -322,3 +322,61 @@ async fn a_remembered_denial_goes_upstream_as_the_caller_without_a_new_review() 
     assert_eq!(passed[0].headers["authorization"], format!("Bearer {UPSTREAM_TOKEN}"));
     proxy.shutdown().await;
 }
+
+/// An h2c connection to the proxy: its sender and its connection's end.
+async fn h2c(proxy: &Proxy) -> (hyper::client::conn::http2::SendRequest<Full<Bytes>>, tokio::task::JoinHandle<()>) {
+    let stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let (send, conn) = hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.unwrap();
+    (
+        send,
+        tokio::spawn(async move {
+            let _ = conn.await;
+        }),
+    )
+}
+
+fn h2_get(path: &str, token: Option<&str>) -> Request<Full<Bytes>> {
+    let mut req = Request::get(format!("http://127.0.0.1{path}"));
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    req.body(Full::default()).unwrap()
+}
+
+/// kube-apiserver's UnauthenticatedHTTP2DOSMitigation: an anonymous HTTP/2
+/// request, or one whose token fails, is answered and then its connection
+/// gets GOAWAY; an authenticated client keeps its connection for the next
+/// request, and HTTP/1.1 keeps its keep-alive (the API server limits the
+/// mitigation to HTTP/2).
+#[tokio::test]
+async fn anonymous_http2_clients_get_goaway_after_their_request() {
+    let (upstream, _, _) = reviewing_upstream().await;
+    let proxy = start_proxy(upstream, &["--auth-mode", "delegated"]).await;
+    for token in [None, Some("wrong-token")] {
+        let (mut send, ended) = h2c(&proxy).await;
+        let resp = send.send_request(h2_get("/api/v1/namespaces/a/configmaps", token)).await.unwrap();
+        let expected = if token.is_some() { StatusCode::UNAUTHORIZED } else { StatusCode::OK };
+        assert_eq!(resp.status(), expected, "{token:?}");
+        assert!(resp.headers().get("connection").is_none(), "not an HTTP/2 header");
+        let _ = resp.into_body().collect().await;
+        tokio::time::timeout(WAIT, ended).await.expect("the anonymous connection stayed open").unwrap();
+    }
+    let (mut send, ended) = h2c(&proxy).await;
+    for _ in 0..3 {
+        let resp = send.send_request(h2_get("/api/v1/namespaces/a/configmaps", Some("alice-token"))).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let _ = resp.into_body().collect().await;
+    }
+    assert!(!ended.is_finished(), "an authenticated client lost its connection");
+    // HTTP/1.1: the anonymous client's connection is kept alive.
+    let mut h1 = h1(proxy.addr).await;
+    for _ in 0..2 {
+        let resp =
+            h1.send_request(get("/api/v1/namespaces/a/configmaps").body(Full::default()).unwrap()).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert!(resp.headers().get("connection").is_none());
+        let _ = resp.into_body().collect().await;
+    }
+    proxy.shutdown().await;
+}

@@ -615,7 +615,17 @@ async fn limits_refuse_with_the_api_servers_answers() {
     .await;
     let proxy = start_proxy(
         upstream,
-        &["--max-requests-inflight", "1", "--max-connections", "2", "--max-request-body-bytes", "100"],
+        // Every client here is on 127.0.0.1: its share is the whole budget.
+        &[
+            "--max-requests-inflight",
+            "1",
+            "--max-connections",
+            "2",
+            "--max-connections-per-address",
+            "2",
+            "--max-request-body-bytes",
+            "100",
+        ],
     )
     .await;
 

@@ -47,6 +47,10 @@ impl super::Args {
             limits: Limits {
                 max_requests_inflight: self.max_requests_inflight,
                 max_connections: self.max_connections,
+                max_connections_per_address: self.max_connections_per_address,
+                idle_connection_timeout: self.idle_connection_timeout,
+                passthrough_buffer_bytes: self.passthrough_buffer_bytes,
+                passthrough_stall_timeout: self.passthrough_stall_timeout,
                 max_request_body_bytes: self.max_request_body_bytes,
             },
             fairness: crate::fairness::FairnessSettings {

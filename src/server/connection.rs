@@ -1,5 +1,7 @@
 //! Accepting and serving connections.
 //!
+//! - [`activity`]: an HTTP/2 connection's open streams, for its idle
+//!   timeout and a GOAWAY an answer asks for.
 //! - [`backlog`]: TCP listeners with the kernel's whole accept queue, as Go's.
 //! - [`listener`]: accept loops and per-connection serving (TCP, TLS, unix socket),
 //!   with the HTTP/1.1 watch front.
@@ -8,6 +10,7 @@
 //! - [`write_behind`]: batching HTTP/2 frames into one socket write.
 //! - [`early_resets`]: counting requests cancelled before they are answered.
 
+pub(crate) mod activity;
 pub(crate) mod backlog;
 pub(crate) mod early_resets;
 pub(crate) mod listener;

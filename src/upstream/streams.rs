@@ -47,9 +47,11 @@ use crate::body::ProxyBody;
 /// excess wait inside the connection for one of its streams, as before.
 pub(crate) const STREAMS_PER_CONNECTION: usize = 100;
 /// Each stream's receive window: what one stalled stream can hold (buffered
-/// in watchmux until its client reads), and a stream's throughput per round
-/// trip (1 GB/s at 1 ms).
-pub(crate) const STREAM_WINDOW: u32 = 1 << 20;
+/// in watchmux until its client reads; the unit of the pass-through budget,
+/// `crate::passthrough::budget`), and a stream's throughput per round trip
+/// (256 MB/s at 1 ms). kube-apiserver's own per-stream receive buffer, for
+/// request bodies, is the same 256 KiB.
+pub(crate) const STREAM_WINDOW: u32 = 256 << 10;
 /// The connection's receive window: every stream's window at once, so that
 /// no set of stalled streams can close it for the others (Go's client has
 /// 4 MiB and 1 GiB: 256 streams' worth).

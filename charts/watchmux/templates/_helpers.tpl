@@ -586,6 +586,9 @@ current-context: watchmux-tier
 {{- with .Values.limits.fairnessQueueWait }}
 - --fairness-queue-wait={{ . }}
 {{- end }}
+{{- if ne (toString .Values.limits.passthroughBufferBytes) "" }}
+- --passthrough-buffer-bytes={{ int64 .Values.limits.passthroughBufferBytes }}
+{{- end }}
 {{- with .Values.extraArgs }}
 {{ toYaml . }}
 {{- end }}

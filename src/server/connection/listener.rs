@@ -12,7 +12,12 @@
 //! limits on frames a client can send without a request being served
 //! (resets, CONTINUATION) are set in [`http_builder`]; a connection whose
 //! requests are mostly cancelled before an answer is closed (see
-//! [`super::early_resets`]).
+//! [`super::early_resets`]). An HTTP/2 connection with no stream open for
+//! the idle timeout, or whose answer said `Connection: close`, is asked to
+//! finish with GOAWAY (see [`super::activity`]). Each accepted connection
+//! is counted against the connection budget and its address's share
+//! ([`ConnectionBudget`]); one past even the connections answered with a
+//! 429 is closed at accept, unread.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -35,6 +40,9 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use super::activity::Activity;
+#[cfg(test)]
+use super::activity::IDLE_TIMEOUT;
 use super::early_resets::EarlyResets;
 use super::opening::{Opening, Rewind, read_opening};
 use super::tls::ApiTls;
@@ -67,12 +75,14 @@ pub(super) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// the CVE-2023-45288 fix) likewise closes a connection whose header frames
 /// run past its MaxHeaderBytes.
 pub(crate) const MAX_HEADER_BYTES: usize = (1 << 20) + 4096;
-/// Streams one HTTP/2 connection may carry at once. client-go multiplexes
-/// every watch of a process over one connection, so this is high: as the
-/// aggregated API servers' 1000, not kube-apiserver's 100 (its
-/// `--http2-max-streams-per-connection` is 0 by default, which it turns into
-/// 100, the limit Go's client assumes before SETTINGS).
-const H2_MAX_CONCURRENT_STREAMS: u32 = 1000;
+/// Streams one HTTP/2 connection may carry at once: kube-apiserver's (its
+/// `--http2-max-streams-per-connection` is 0 by default, which
+/// k8s.io/apiserver's secure serving turns into 100, the limit Go's client
+/// assumes before SETTINGS). client-go's clients know it: a process with
+/// more watches opens another connection. Each stream a client does not read
+/// can hold a pass-through answer's bytes (see `crate::passthrough::budget`),
+/// so this is also what one connection can pin.
+pub(crate) const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
 /// Streams a client may open and reset before the server has taken them up,
 /// before the connection ends with GOAWAY ENHANCE_YOUR_CALM: the rapid reset
 /// attack (CVE-2023-44487) sends HEADERS and RST_STREAM pairs as fast as it
@@ -96,10 +106,21 @@ const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
 pub(crate) struct HttpBuilder {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
+    /// How long an HTTP/2 connection may have no stream open (see
+    /// [`super::activity`]).
+    pub(crate) idle_timeout: Duration,
 }
 
-/// The HTTP server settings every API connection shares.
+/// The HTTP server settings every API connection shares, with the default
+/// idle timeout.
+#[cfg(test)]
 pub(crate) fn http_builder() -> Arc<HttpBuilder> {
+    http_builder_idle(IDLE_TIMEOUT)
+}
+
+/// The HTTP server settings, with HTTP/2 connections closed after
+/// `idle_timeout` without a stream (`--idle-connection-timeout`).
+pub(crate) fn http_builder_idle(idle_timeout: Duration) -> Arc<HttpBuilder> {
     let mut http1 = http1::Builder::new();
     http1
         .timer(TokioTimer::new())
@@ -115,7 +136,7 @@ pub(crate) fn http_builder() -> Arc<HttpBuilder> {
         .max_header_list_size(MAX_HEADER_BYTES as u32)
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(10));
-    Arc::new(HttpBuilder { http1, http2 })
+    Arc::new(HttpBuilder { http1, http2, idle_timeout })
 }
 
 /// A request handler bound to one connection's peer.
@@ -220,9 +241,27 @@ where
                 }
             },
         };
-        let slot = budget.as_ref().map(ConnectionBudget::open);
-        let peer = Peer { addr, client_cert: None, over_connection_limit: slot.as_ref().is_some_and(|s| !s.within) };
-        let conn = Conn { name, peer, builder: builder.clone(), watcher: graceful.watcher(), handler: handler.clone() };
+        let slot = match &budget {
+            Some(budget) => match budget.open(addr.map(|a| a.ip())) {
+                Some(slot) => Some(slot),
+                // Past even the connections answered with a 429: closed at
+                // once, so that descriptors never run out.
+                None => continue,
+            },
+            None => None,
+        };
+        let over_connection_limit = slot.as_ref().is_some_and(|s| !s.within);
+        let peer = Peer { addr, client_cert: None, over_connection_limit };
+        // A connection over the budget is there for its 429 only.
+        let idle_timeout = if over_connection_limit { setup_timeout } else { builder.idle_timeout };
+        let conn = Conn {
+            name,
+            peer,
+            builder: builder.clone(),
+            watcher: graceful.watcher(),
+            handler: handler.clone(),
+            idle_timeout,
+        };
         let accepted = Accepted {
             stream,
             conn,
@@ -349,6 +388,8 @@ pub(super) struct Conn<H> {
     builder: Arc<HttpBuilder>,
     pub(super) watcher: Watcher,
     pub(super) handler: H,
+    /// How long the connection may have no stream open (HTTP/2).
+    idle_timeout: Duration,
 }
 
 impl<H: Handler> Conn<H> {
@@ -367,12 +408,14 @@ impl<H: Handler> Conn<H> {
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         if io.is_h2_preface() {
-            let Self { name, peer, builder, watcher, handler } = self;
+            let Self { name, peer, builder, watcher, handler, idle_timeout } = self;
             let resets = EarlyResets::new();
-            let service = service(handler, peer, resets.clone());
+            let activity = Activity::new();
+            let service = service(handler, peer, resets.clone(), Some(activity.clone()));
             let conn = builder.http2.serve_connection(TokioIo::new(io), service);
             let conn = watcher.watch(conn, http2::Connection::graceful_shutdown);
-            Box::pin(Served { name, conn, tripped: resets.tripped() })
+            let idle = Some(Box::new(Idle::new(activity, idle_timeout)));
+            Box::pin(Served { name, conn, tripped: resets.tripped(), idle })
         } else {
             Box::pin(h1_front::serve(self, io))
         }
@@ -384,12 +427,12 @@ impl<H: Handler> Conn<H> {
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let Self { name, peer, builder, watcher, handler } = self;
+        let Self { name, peer, builder, watcher, handler, idle_timeout: _ } = self;
         let resets = EarlyResets::new();
-        let service = service(handler, peer, resets.clone());
+        let service = service(handler, peer, resets.clone(), None);
         let conn = builder.http1.serve_connection(TokioIo::new(io), service).with_upgrades();
         let conn = watcher.watch(conn, http1::UpgradeableConnection::graceful_shutdown);
-        Box::pin(Served { name, conn, tripped: resets.tripped() })
+        Box::pin(Served { name, conn, tripped: resets.tripped(), idle: None })
     }
 }
 
@@ -398,16 +441,18 @@ impl<H: Handler> Conn<H> {
     /// A connection of the "test" listener, from an unknown peer.
     pub(super) fn for_test(handler: H, watcher: Watcher) -> Self {
         let peer = Peer { addr: None, client_cert: None, over_connection_limit: false };
-        Self { name: "test", peer, builder: http_builder(), watcher, handler }
+        Self { name: "test", peer, builder: http_builder(), watcher, handler, idle_timeout: IDLE_TIMEOUT }
     }
 }
 
 /// hyper's service for one connection: the handler, with the connection's
-/// peer, each request counted by `resets` until answered.
+/// peer, each request counted by `resets` until answered and, on HTTP/2, by
+/// `activity` until its answer's body is dropped.
 fn service<H: Handler>(
     handler: H,
     peer: Peer,
     resets: Arc<EarlyResets>,
+    activity: Option<Arc<Activity>>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<ProxyBody>,
@@ -419,6 +464,8 @@ fn service<H: Handler>(
         let handler = handler.clone();
         let peer = peer.clone();
         let unanswered = resets.start();
+        let activity = activity.clone();
+        let stream = activity.as_ref().map(Activity::start);
         async move {
             // Boxed, so that what hyper keeps is small: its HTTP/1.1
             // dispatcher holds the allocation of the service's future for
@@ -427,6 +474,10 @@ fn service<H: Handler>(
             // freed once it has answered.
             let resp = Box::pin(handler.handle(req, peer)).await;
             unanswered.answered();
+            let resp = match (activity, stream) {
+                (Some(activity), Some(stream)) => activity.answered(resp, stream),
+                _ => resp,
+            };
             Ok::<_, Infallible>(resp)
         }
     })
@@ -435,13 +486,49 @@ fn service<H: Handler>(
 pin_project_lite::pin_project! {
     /// A connection served until it ends, or until most of its requests
     /// were cancelled before an answer. A future of its own for the same
-    /// reason as [`Watched`].
+    /// reason as [`Watched`]. An HTTP/2 connection is also asked to finish
+    /// (GOAWAY) once idle too long or once an answer said `Connection: close`.
     struct Served<C> {
         name: &'static str,
         #[pin]
         conn: Watched<C>,
         #[pin]
         tripped: WaitForCancellationFutureOwned,
+        idle: Option<Box<Idle>>,
+    }
+}
+
+/// An HTTP/2 connection's idle timer and its request to close.
+struct Idle {
+    activity: Arc<Activity>,
+    timeout: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    close: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+impl Idle {
+    fn new(activity: Arc<Activity>, timeout: Duration) -> Self {
+        let sleep = Box::pin(tokio::time::sleep(timeout));
+        let close = Box::pin(activity.close_requested().clone().cancelled_owned());
+        Self { activity, timeout, sleep, close }
+    }
+
+    /// Why the connection should be asked to finish now, if it should. The
+    /// timer wakes at the earliest the connection could be idle long
+    /// enough, and checks again.
+    fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<&'static str> {
+        if self.close.as_mut().poll(cx).is_ready() {
+            return Poll::Ready("connection_close");
+        }
+        while self.sleep.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            match self.activity.idle_deadline(self.timeout) {
+                Some(deadline) if deadline <= now => return Poll::Ready("idle"),
+                Some(deadline) => self.sleep.as_mut().reset(deadline),
+                None => self.sleep.as_mut().reset(now + self.timeout),
+            }
+        }
+        Poll::Pending
     }
 }
 
@@ -449,7 +536,14 @@ impl<C: Future<Output = hyper::Result<()>>> Future for Served<C> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = self.project();
+        let mut this = self.project();
+        if let Some(idle) = this.idle.as_mut()
+            && let Poll::Ready(reason) = idle.poll_finish(cx)
+        {
+            *this.idle = None;
+            counter!(m::CONNECTIONS_FINISHED, "listener" => *this.name, "reason" => reason).increment(1);
+            this.conn.as_mut().finish();
+        }
         if let Poll::Ready(served) = this.conn.poll(cx) {
             if let Err(err) = served {
                 connection_error(this.name, "http", &err);

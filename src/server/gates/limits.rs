@@ -3,8 +3,8 @@
 //! request body may be. Each refusal is the answer kube-apiserver gives for
 //! the same limit, so clients back off the way they already know.
 
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
@@ -44,7 +44,7 @@ impl RequestLimits {
             },
             _ => None,
         };
-        Ok(Admitted { _permit: permit })
+        Ok(Admitted { permit })
     }
 
     /// The API server's 413 for a write whose body is over the limit. Bodies
@@ -70,33 +70,127 @@ impl RequestLimits {
     }
 }
 
-/// Holds an in-flight slot until dropped (when the response head is sent).
+/// What a Go HTTP/2 handler writes without waiting for its client: its
+/// response writer's buffer (`handlerChunkWriteSize`, 4 KiB).
+const HANDLER_WRITE_BUFFER: u64 = 4 << 10;
+
+/// Holds an in-flight slot until dropped: [`Admitted::until_sent`] keeps it
+/// until the answer's body has been sent (or dropped), so that answers a
+/// client does not read count against `--max-requests-inflight`, as a Go
+/// handler blocked writing them counts in kube-apiserver.
 pub(crate) struct Admitted {
-    _permit: Option<OwnedSemaphorePermit>,
+    permit: Option<OwnedSemaphorePermit>,
 }
 
-/// Counts open API connections against `--max-connections`.
+impl Admitted {
+    /// `resp`, holding the slot until its body is dropped. A body known to
+    /// fit [`HANDLER_WRITE_BUFFER`] gives the slot back at once: a Go
+    /// handler writes it into its buffer and returns, so the API server's
+    /// filter releases the slot too, even if the client never reads (a 429
+    /// to a client with a zero window must not hold a slot).
+    pub(crate) fn until_sent(self, resp: Response<ProxyBody>) -> Response<ProxyBody> {
+        use http_body::Body;
+        let small = resp.body().size_hint().exact().is_some_and(|n| n <= HANDLER_WRITE_BUFFER);
+        match self.permit {
+            Some(permit) if !small => resp.map(|b| body::holding(b, permit)),
+            _ => resp,
+        }
+    }
+}
+
+/// Counts open API connections against `--max-connections`, each source
+/// address against its share, and the connections answered with a 429
+/// against a bound of their own: past it a connection is closed at accept,
+/// so descriptors never run out before the budget answers (see
+/// [`ConnectionBudget::new`]).
 #[derive(Debug)]
 pub(crate) struct ConnectionBudget {
-    open: AtomicUsize,
+    /// Connections served at once.
     max: usize,
+    /// Connections one source address may have served at once.
+    per_address: usize,
+    /// Connections over a limit that may be open at once for their 429.
+    overflow: usize,
+    state: parking_lot::Mutex<BudgetState>,
 }
 
+#[derive(Debug, Default)]
+struct BudgetState {
+    within: usize,
+    over: usize,
+    by_address: std::collections::HashMap<IpAddr, usize>,
+}
+
+/// The descriptors kept for everything but downstream connections: the
+/// listeners, the cache's files, logs, and a first share of upstream
+/// connections; a quarter of the rest is kept for upstream connections too
+/// (one per upgrade, one per HTTP/1.1 request in flight).
+const RESERVED_DESCRIPTORS: usize = 256;
+
 impl ConnectionBudget {
-    pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(Self { open: AtomicUsize::new(0), max })
+    /// A budget of `max` connections (0: as many as descriptors allow),
+    /// `per_address` of them from one source address (0: a quarter), within
+    /// `descriptors` (the open-file limit, when known): connections served
+    /// and connections answered with a 429 together keep
+    /// [`RESERVED_DESCRIPTORS`] and a quarter of the rest free.
+    pub(crate) fn new(max: usize, per_address: usize, descriptors: Option<usize>) -> Arc<Self> {
+        let usable = descriptors.map(|d| d.saturating_sub(RESERVED_DESCRIPTORS) / 4 * 3);
+        let wanted = if max == 0 { usize::MAX } else { max };
+        let (max, overflow) = match usable {
+            // A sixteenth of what is usable answers 429s, the rest serves.
+            Some(usable) if wanted.saturating_add(wanted / 16 + 16) > usable => {
+                let max = (usable - usable / 16).min(wanted).max(1);
+                (max, usable.saturating_sub(max).max(1))
+            }
+            _ => (wanted, wanted.saturating_add(15) / 16 + 16),
+        };
+        let per_address = if per_address == 0 { (max / 4).max(1) } else { per_address.min(max) };
+        Arc::new(Self { max, per_address, overflow, state: Default::default() })
     }
 
-    /// Counts a new connection; `within` is false when it is over the limit.
-    /// The connection still gets served, with a 429 to each request and a
-    /// close, so the client learns why instead of seeing a reset.
-    pub(crate) fn open(self: &Arc<Self>) -> OpenSlot {
-        let before = self.open.fetch_add(1, Ordering::Relaxed);
-        let within = self.max == 0 || before < self.max;
-        if !within {
-            Limit::Connections.count();
+    /// Connections served at once, and from one address.
+    pub(crate) fn limits(&self) -> (usize, usize) {
+        (self.max, self.per_address)
+    }
+
+    /// Counts a new connection from `addr` (`None`: a unix socket, no
+    /// share). `within` is false when it is over the budget or its address's
+    /// share: it still gets served, with a 429 to each request and a close,
+    /// so the client learns why instead of seeing a reset. `None`: too many
+    /// of those already, close it unread.
+    pub(crate) fn open(self: &Arc<Self>, addr: Option<IpAddr>) -> Option<OpenSlot> {
+        let mut state = self.state.lock();
+        let from_address = addr.map_or(0, |a| state.by_address.get(&a).copied().unwrap_or(0));
+        if state.within < self.max && from_address < self.per_address {
+            state.within += 1;
+            if let Some(addr) = addr {
+                *state.by_address.entry(addr).or_default() += 1;
+            }
+            return Some(OpenSlot { budget: self.clone(), within: true, addr });
         }
-        OpenSlot { budget: self.clone(), within }
+        Limit::Connections.count();
+        if state.over >= self.overflow {
+            return None;
+        }
+        state.over += 1;
+        Some(OpenSlot { budget: self.clone(), within: false, addr: None })
+    }
+
+    fn close(&self, within: bool, addr: Option<IpAddr>) {
+        let mut state = self.state.lock();
+        if !within {
+            state.over -= 1;
+            return;
+        }
+        state.within -= 1;
+        if let Some(addr) = addr
+            && let std::collections::hash_map::Entry::Occupied(mut e) = state.by_address.entry(addr)
+        {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
     }
 }
 
@@ -112,6 +206,8 @@ pub(crate) enum Limit {
     Connections,
     /// trusted-local's `--accept-hosts`.
     Host,
+    /// `--passthrough-buffer-bytes`, in all or one client's share.
+    PassthroughBuffer,
 }
 
 impl Limit {
@@ -121,6 +217,7 @@ impl Limit {
             Self::BodySize => "body_size",
             Self::Connections => "connections",
             Self::Host => "host",
+            Self::PassthroughBuffer => "passthrough_buffer",
         }
     }
 
@@ -134,11 +231,12 @@ impl Limit {
 pub(crate) struct OpenSlot {
     budget: Arc<ConnectionBudget>,
     pub within: bool,
+    addr: Option<IpAddr>,
 }
 
 impl Drop for OpenSlot {
     fn drop(&mut self) {
-        self.budget.open.fetch_sub(1, Ordering::Relaxed);
+        self.budget.close(self.within, self.addr);
     }
 }
 
@@ -185,7 +283,14 @@ mod tests {
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
         assert!(limits.admit(&info(Method::GET, "/api/v1/pods?watch=1"), &HeaderMap::new()).is_ok());
-        drop(held);
+        // The answer, not its head, holds the slot...
+        let large = Bytes::from(vec![b'x'; HANDLER_WRITE_BUFFER as usize + 1]);
+        let answer = held.until_sent(Response::new(body::full(large)));
+        assert!(limits.admit(&list, &HeaderMap::new()).is_err());
+        drop(answer);
+        // ...but for one a Go handler would have buffered and returned from.
+        let held = limits.admit(&list, &HeaderMap::new()).ok().unwrap();
+        let _small = held.until_sent(Response::new(body::full("x")));
         assert!(limits.admit(&list, &HeaderMap::new()).is_ok());
     }
 
@@ -206,15 +311,69 @@ mod tests {
         assert!(limits.admit(&exec, &with_length(10 << 20)).is_ok());
     }
 
+    fn ip(last: u8) -> Option<IpAddr> {
+        Some(IpAddr::from([10, 0, 0, last]))
+    }
+
     #[test]
     fn connection_budget_counts_open_connections() {
-        let budget = ConnectionBudget::new(2);
-        let a = budget.open();
-        let b = budget.open();
-        let c = budget.open();
+        let budget = ConnectionBudget::new(2, 2, None);
+        let a = budget.open(ip(1)).unwrap();
+        let b = budget.open(ip(2)).unwrap();
+        let c = budget.open(ip(3)).unwrap();
         assert!(a.within && b.within && !c.within);
         drop(a);
         drop(c);
-        assert!(budget.open().within);
+        assert!(budget.open(ip(3)).unwrap().within);
+    }
+
+    /// One address uses its share up; another is still served, and the
+    /// first gets its slots back as its connections close.
+    #[test]
+    fn one_address_holds_its_share_and_no_more() {
+        let budget = ConnectionBudget::new(100, 0, None);
+        assert_eq!(budget.limits(), (100, 25));
+        let held: Vec<_> = (0..25).map(|_| budget.open(ip(1)).unwrap()).collect();
+        assert!(held.iter().all(|s| s.within));
+        let refused = budget.open(ip(1)).unwrap();
+        assert!(!refused.within);
+        assert!(budget.open(ip(2)).unwrap().within);
+        // Unix-socket clients have no address and no share.
+        assert!((0..50).all(|_| budget.open(None).unwrap().within));
+        drop(held);
+        assert!(budget.open(ip(1)).unwrap().within);
+    }
+
+    /// Connections over the budget are answered up to a bound; past it
+    /// they are closed at accept, so the descriptors they would hold are
+    /// bounded too.
+    #[test]
+    fn connections_over_the_budget_are_bounded_too() {
+        let budget = ConnectionBudget::new(16, 0, None);
+        let _within: Vec<_> = (0..16).map(|i| budget.open(ip(i)).unwrap()).collect();
+        let over: Vec<_> = std::iter::from_fn(|| budget.open(ip(200))).take(1000).collect();
+        assert_eq!(over.len(), 17, "a sixteenth of the budget and 16 answered with 429");
+        assert!(over.iter().all(|s| !s.within));
+        assert!(budget.open(ip(201)).is_none());
+        drop(over);
+        assert!(budget.open(ip(201)).is_some());
+    }
+
+    /// The budget never takes more descriptors than the open-file limit
+    /// leaves: at the common 1,024 soft limit, 20,000 connections cannot be
+    /// asked for.
+    #[test]
+    fn the_budget_fits_the_descriptors() {
+        for (max, nofile) in [(20_000, 1_024), (20_000, 20_000), (0, 65_536), (20_000, 1 << 20), (300, 1_024)] {
+            let budget = ConnectionBudget::new(max, 0, Some(nofile));
+            let (within, _) = budget.limits();
+            let total = within + budget.overflow;
+            assert!(total + RESERVED_DESCRIPTORS <= nofile * 3 / 4 + RESERVED_DESCRIPTORS, "{max} {nofile}: {total}");
+            assert!(within <= max.max(1) || max == 0);
+            assert!(within > 0);
+        }
+        assert_eq!(ConnectionBudget::new(20_000, 0, Some(1 << 20)).limits().0, 20_000);
+        assert_eq!(ConnectionBudget::new(300, 0, Some(1_024)).limits().0, 300);
+        assert!(ConnectionBudget::new(20_000, 0, Some(20_000)).limits().0 < 15_000);
     }
 }

@@ -7,32 +7,42 @@
 //! privilege.
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit, logging the change once
-/// (or why it could not be made). Never fails: a lower limit is no reason not
-/// to serve.
-pub(crate) fn raise_nofile() {
+/// (or why it could not be made), and returns the soft limit now in force:
+/// the connection budget is sized within it. Never fails: a lower limit is
+/// no reason not to serve.
+pub(crate) fn raise_nofile() -> Option<usize> {
     let (soft, hard) = match rlimit::Resource::NOFILE.get() {
         Ok(limits) => limits,
         Err(err) => {
             tracing::warn!(error = %err, "could not read the open-file limit");
-            return;
+            return None;
         }
     };
-    if soft >= hard {
+    let in_force = if soft >= hard {
         tracing::info!(limit = soft, "open-file limit already at the hard limit");
-        return;
-    }
-    match rlimit::increase_nofile_limit(hard) {
-        Ok(now) => tracing::info!(before = soft, after = now, hard, "raised the open-file limit"),
-        Err(err) => tracing::warn!(error = %err, soft, hard, "could not raise the open-file limit"),
-    }
+        soft
+    } else {
+        match rlimit::increase_nofile_limit(hard) {
+            Ok(now) => {
+                tracing::info!(before = soft, after = now, hard, "raised the open-file limit");
+                now
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, soft, hard, "could not raise the open-file limit");
+                soft
+            }
+        }
+    };
+    Some(usize::try_from(in_force).unwrap_or(usize::MAX))
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn the_soft_limit_ends_at_the_hard_limit() {
-        super::raise_nofile();
+        let in_force = super::raise_nofile();
         let (soft, hard) = rlimit::Resource::NOFILE.get().unwrap();
         assert_eq!(soft, hard);
+        assert_eq!(in_force, Some(soft as usize));
     }
 }

@@ -95,6 +95,18 @@ pin_project_lite::pin_project! {
     }
 }
 
+impl<C> Watched<C> {
+    /// Asks this one connection to finish as shutdown would (GOAWAY on
+    /// HTTP/2, close once idle on HTTP/1.1), at most once.
+    pub(crate) fn finish(self: Pin<&mut Self>) {
+        let this = self.project();
+        if !*this.signalled {
+            *this.signalled = true;
+            (this.graceful_shutdown)(this.conn);
+        }
+    }
+}
+
 impl<C: Future> Future for Watched<C> {
     type Output = C::Output;
 

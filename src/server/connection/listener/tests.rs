@@ -106,10 +106,15 @@ fn metrics() -> &'static PrometheusHandle {
 
 /// The connection errors counted for `listener` at `stage`.
 fn connection_errors(listener: &str, stage: &str) -> u64 {
+    counted(m::CONNECTION_ERRORS, listener, ("stage", stage))
+}
+
+/// The counter `metric` for `listener` with the label `(name, value)`.
+fn counted(metric: &str, listener: &str, (name, value): (&str, &str)) -> u64 {
     let text = metrics().render();
-    let labels = [format!("listener=\"{listener}\""), format!("stage=\"{stage}\"")];
+    let labels = [format!("listener=\"{listener}\""), format!("{name}=\"{value}\"")];
     text.lines()
-        .filter(|l| l.starts_with(m::CONNECTION_ERRORS) && labels.iter().all(|label| l.contains(label.as_str())))
+        .filter(|l| l.starts_with(metric) && labels.iter().all(|label| l.contains(label.as_str())))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
@@ -237,7 +242,7 @@ async fn an_h2_preface_over_tls_without_alpn_is_served_h2() {
 /// at the deadline: a client that comes later is served, not refused.
 #[tokio::test]
 async fn silent_connections_give_their_slots_back_at_the_deadline() {
-    let budget = ConnectionBudget::new(2);
+    let budget = ConnectionBudget::new(2, 0, None);
     let server = listen("t-budget", None, Some(budget), SETUP).await;
     let mut silent = [TcpStream::connect(server.addr).await.unwrap(), TcpStream::connect(server.addr).await.unwrap()];
     // While both are open, a third client is over the limit.
@@ -380,4 +385,79 @@ async fn a_paced_rapid_reset_is_cut_off_after_the_early_reset_minimum() {
     // The client notices the close a few streams late at most.
     let min = MIN_EARLY_RESETS as usize;
     assert!((min..2 * min).contains(&reset), "cut off after {reset} streams reset");
+}
+
+/// The HTTP/2 connections finished (GOAWAY) by `listener` for `reason`.
+fn finished(listener: &str, reason: &str) -> u64 {
+    counted(m::CONNECTIONS_FINISHED, listener, ("reason", reason))
+}
+
+/// An h2c client connection: its sender, and its connection's end.
+async fn h2c(
+    addr: SocketAddr,
+) -> (hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>, tokio::task::JoinHandle<()>) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
+    (
+        send,
+        tokio::spawn(async move {
+            let _ = conn.await;
+        }),
+    )
+}
+
+fn h2_req(path: &str) -> Request<http_body_util::Empty<bytes::Bytes>> {
+    Request::get(format!("http://t{path}")).body(http_body_util::Empty::new()).unwrap()
+}
+
+/// An HTTP/2 connection that answers PINGs but sends no request is sent
+/// GOAWAY and closed once idle for the idle timeout, as kube-apiserver's
+/// (Go's `IdleTimeout`); before, it held its connection slot for ever.
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
+    let idle = Duration::from_millis(400);
+    let server = listen_with("t-idle", None, None, SETUP, http_builder_idle(idle)).await;
+    let (mut send, ended) = h2c(server.addr).await;
+    let resp = send.send_request(h2_req("/")).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let answered = Instant::now();
+    drop(resp);
+    tokio::time::timeout(WAIT, ended).await.expect("the idle connection was never closed").unwrap();
+    assert!(answered.elapsed() >= idle - Duration::from_millis(50), "closed before the idle timeout");
+    assert_eq!(finished("t-idle", "idle"), 1);
+}
+
+/// A request in progress is activity: its connection stays open however
+/// long it takes, and serves other requests meanwhile.
+#[tokio::test]
+async fn a_stream_in_progress_keeps_its_http2_connection() {
+    let idle = Duration::from_millis(200);
+    let server = listen_with("t-busy", None, None, SETUP, http_builder_idle(idle)).await;
+    let (mut send, ended) = h2c(server.addr).await;
+    let stalled = send.send_request(h2_req("/stall"));
+    let stalled = tokio::spawn(stalled);
+    tokio::time::sleep(idle * 4).await; // the idle timeout passing is what is tested
+    assert!(!ended.is_finished(), "closed with a stream open");
+    let resp = tokio::time::timeout(WAIT, send.send_request(h2_req("/"))).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(finished("t-busy", "idle"), 0);
+    stalled.abort();
+}
+
+/// An HTTP/2 connection over the budget gets its 429 and then GOAWAY, as
+/// HTTP/1.1 gets `Connection: close`: it does not stay open to hold a
+/// descriptor.
+#[tokio::test]
+async fn an_http2_connection_over_the_budget_gets_goaway_after_its_429() {
+    let budget = ConnectionBudget::new(1, 0, None);
+    let server = listen("t-over-h2", None, Some(budget), Duration::from_secs(30)).await;
+    let (mut first, _first_ended) = h2c(server.addr).await;
+    assert_eq!(first.send_request(h2_req("/")).await.unwrap().status(), 200);
+    let (mut over, ended) = h2c(server.addr).await;
+    let resp = over.send_request(h2_req("/")).await.unwrap();
+    assert_eq!(resp.status(), 429);
+    assert!(!resp.headers().contains_key(http::header::CONNECTION), "not a header HTTP/2 allows");
+    drop(resp);
+    tokio::time::timeout(WAIT, ended).await.expect("the connection over the budget stayed open").unwrap();
+    assert_eq!(finished("t-over-h2", "connection_close"), 1);
 }
