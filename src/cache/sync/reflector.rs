@@ -43,11 +43,25 @@ const LIST_PAGE_SIZE: u32 = 500;
 const BACKOFF_BASE: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// The longest an upstream watch may stay silent before it counts as dead
-/// and is resumed from its last version. The API server sends every watch
-/// that allows bookmarks one about once a minute, changes or not, so a live
-/// watch is never this quiet; a half-open connection is, forever, on
-/// HTTP/1.1 (HTTP/2's PINGs find it in 40 s).
+/// and is resumed from its last version. The API server's watch cache sends
+/// every watch that allows bookmarks one about once a minute, changes or
+/// not, so a live watch is never this quiet; a half-open connection is,
+/// forever (HTTP/2's PINGs find it in 40 s, HTTP/1.1 has none).
 const WATCH_PROGRESS_DEADLINE: Duration = Duration::from_secs(150);
+/// On HTTP/1.1 a watch has no liveness signal of its own but its bytes,
+/// and the API server's natural one (a bookmark a minute) is far too rare
+/// to find a dead connection in seconds. So there the watch asks to be
+/// ended this soon (`timeoutSeconds`): the watch cache then sends a
+/// bookmark 2 s before that deadline and ends the response at it (an
+/// etcd-served watch just ends), and the reflector resumes from the
+/// bookmark's version at once, with no relist. A live HTTP/1.1 watch is
+/// therefore never silent for more than this, and one that is has died.
+/// The price is one watch request per cache every few seconds, answered
+/// from the watch cache.
+const HTTP1_WATCH_TIMEOUT_SECS: u64 = 8;
+/// The silence that abandons an HTTP/1.1 watch: its timeout, and time for
+/// the end to arrive from a busy API server.
+const HTTP1_WATCH_DEADLINE: Duration = Duration::from_secs(HTTP1_WATCH_TIMEOUT_SECS + 4);
 
 /// The reflector's states.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +118,10 @@ pub(crate) struct Reflector {
     watch_list: AtomicBool,
     /// The watch a watch-list goes on as, for the `Watching` after it.
     opened: Option<WatchLines>,
+    /// Whether the upstream answers watches over HTTP/1.1 (flag, plain
+    /// HTTP, or learned from the last watch's answer): watches then cycle
+    /// every few seconds so that silence is found in seconds.
+    http1: bool,
 }
 
 /// A full list's state and version; a watch-list's watch too.
@@ -123,7 +141,18 @@ impl Initial {
 impl Reflector {
     pub(crate) fn new(cache: Writer, upstream: Arc<Upstream>, schemas: Arc<SchemaChecker>) -> Self {
         let watch_list = AtomicBool::new(upstream.watch_list());
-        Self { cache, upstream, schemas, failures: 0, started: false, schema_checked: true, watch_list, opened: None }
+        let http1 = upstream.http1_only();
+        Self {
+            cache,
+            upstream,
+            schemas,
+            failures: 0,
+            started: false,
+            schema_checked: true,
+            watch_list,
+            opened: None,
+            http1,
+        }
     }
 
     /// Runs until `stop` is cancelled, from the first list.
@@ -240,7 +269,15 @@ impl Reflector {
                 }
             }
             ReflectorState::BackingOff { delay, next } => {
-                tokio::time::sleep(delay).await;
+                // The upstream found ready again ends the wait: the delay
+                // grown through an outage must not add half a minute to
+                // its end.
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = self.upstream.found_ready() => {
+                        tracing::info!(resource = %label, "the upstream is ready again; retrying now");
+                    }
+                }
                 *next
             }
             ReflectorState::Gone => ReflectorState::Gone,
@@ -373,16 +410,22 @@ impl Reflector {
     /// the watch-list's that brought the cache to `rv`, or a new one.
     async fn watch_once(&mut self, mut rv: u64) -> WatchEnd {
         let cache = self.cache.cache().clone();
-        let timeout = rand::rng().random_range(300..600);
-        let opened = match self.opened.take() {
-            Some(stream) => Opened::Streaming(stream),
-            None => open_watch(&self.upstream, cache.collection_uri(&watch_params(rv, timeout))).await,
+        // A watch-list's watch asked for a long timeout: it keeps the long
+        // deadline (bookmarks once a minute).
+        let (opened, deadline) = match self.opened.take() {
+            Some(stream) => (Opened::Streaming(stream), WATCH_PROGRESS_DEADLINE),
+            None => {
+                let (timeout, deadline) = watch_cycle(self.http1, &mut rand::rng());
+                (open_watch(&self.upstream, cache.collection_uri(&watch_params(rv, timeout))).await, deadline)
+            }
         };
         let mut stream = match opened {
             Opened::Streaming(stream) => {
                 // The upstream holds every change after `rv`: a cache loaded
                 // from disk at `rv` is in step with it from here on.
                 self.cache.upstream_answered();
+                // What the next watch asks for follows what this one got.
+                self.http1 = stream.version() < http::Version::HTTP_2;
                 stream
             }
             Opened::Expired => return WatchEnd::Expired,
@@ -396,8 +439,14 @@ impl Reflector {
             // Changes a catch-up watch read for the freshness proof are
             // applied here, between this watch's own (see `Writer`).
             let change = tokio::select! {
-                read = stream.next(&cache.shape, Some(WATCH_PROGRESS_DEADLINE)) => match read {
+                // The deadline counts from the watch's last byte, however
+                // often the catch-up's changes wake this loop meanwhile.
+                read = stream.next(&cache.shape, Some(deadline)) => match read {
                     Ok(change) => change,
+                    Err(StreamEnd::Silent) => {
+                        metrics::counter!(m::UPSTREAM_WATCH_SILENT, "resource" => cache.label().to_owned()).increment(1);
+                        return WatchEnd::Failed { rv, error: format!("no byte from the upstream watch for {deadline:?}") };
+                    }
                     Err(end) => return end.with_rv(rv),
                 },
                 change = self.cache.next_catch_up(&self.upstream) => change,
@@ -417,15 +466,23 @@ impl EndsWatch for StreamEnd {
     fn with_rv(self, rv: u64) -> WatchEnd {
         match self {
             StreamEnd::Closed => WatchEnd::Closed { rv },
-            // Silence past the bookmark period: a connection that died
-            // without a FIN or RST (HTTP/1.1 has no PING to find out).
-            StreamEnd::Silent => WatchEnd::Failed {
-                rv,
-                error: format!("no byte from the upstream watch for {WATCH_PROGRESS_DEADLINE:?}"),
-            },
+            // Silence past the deadline (the reflector names it): a
+            // connection that died without a FIN or RST.
+            StreamEnd::Silent => WatchEnd::Failed { rv, error: "no byte from the upstream watch".to_owned() },
             StreamEnd::Broken(error) | StreamEnd::Line(LineEnd::Failed(error)) => WatchEnd::Failed { rv, error },
             StreamEnd::Line(LineEnd::Expired) => WatchEnd::Expired,
         }
+    }
+}
+
+/// A watch's `timeoutSeconds` and the silence that abandons it: over
+/// HTTP/1.1 a short cycle ([`HTTP1_WATCH_TIMEOUT_SECS`]), over HTTP/2 5 to 10
+/// minutes as client-go's reflector asks, with the bookmark-based deadline.
+fn watch_cycle(http1: bool, rng: &mut impl Rng) -> (u64, Duration) {
+    if http1 {
+        (HTTP1_WATCH_TIMEOUT_SECS, HTTP1_WATCH_DEADLINE)
+    } else {
+        (rng.random_range(300..600), WATCH_PROGRESS_DEADLINE)
     }
 }
 
