@@ -326,6 +326,10 @@ pub(crate) enum Opened {
     Expired,
     /// 404: the upstream does not serve the resource (any more).
     Gone,
+    /// 504 `ResourceVersionTooLarge`: the API server's watch cache did not
+    /// reach the version asked for within its wait (its own lag, or another
+    /// cluster whose versions are below it).
+    TooLarge(String),
     /// No answer, or another status (with its body).
     Failed(String),
 }
@@ -341,10 +345,38 @@ pub(crate) async fn open_watch(upstream: &Upstream, uri: String) -> Opened {
         StatusCode::NOT_FOUND => Opened::Gone,
         status if !status.is_success() => {
             let body = bounded_read::read_prefix(resp.into_body(), bounded_read::REFUSAL_BYTES).await;
-            Opened::Failed(format!("{status}: {}", String::from_utf8_lossy(&body)))
+            let said = format!("{status}: {}", String::from_utf8_lossy(&body));
+            if status == StatusCode::GATEWAY_TIMEOUT && is_too_large(&body) {
+                Opened::TooLarge(said)
+            } else {
+                Opened::Failed(said)
+            }
         }
         _ => Opened::Streaming(WatchLines::new(resp)),
     }
+}
+
+/// Whether a 504's Status names the cause `ResourceVersionTooLarge`.
+fn is_too_large(body: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Status {
+        #[serde(default)]
+        details: Option<Details>,
+    }
+    #[derive(Deserialize)]
+    struct Details {
+        #[serde(default)]
+        causes: Vec<Cause>,
+    }
+    #[derive(Deserialize)]
+    struct Cause {
+        #[serde(default, rename = "reason")]
+        kind: String,
+    }
+    serde_json::from_slice::<Status>(body)
+        .ok()
+        .and_then(|s| s.details)
+        .is_some_and(|d| d.causes.iter().any(|c| c.kind == "ResourceVersionTooLarge"))
 }
 
 /// How reading a watch ended.
