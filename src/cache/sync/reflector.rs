@@ -627,21 +627,4 @@ pub(crate) fn backoff_delay(failures: u32, rng: &mut impl Rng) -> Duration {
 }
 
 #[cfg(test)]
-mod new_cluster_tests;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::SeedableRng;
-
-    #[test]
-    fn backoff_grows_and_is_capped_with_jitter() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        for failures in 0..40 {
-            let d = backoff_delay(failures, &mut rng);
-            let nominal = BACKOFF_BASE.saturating_mul(1 << failures.min(16)).min(BACKOFF_MAX);
-            assert!(d >= nominal.mul_f64(0.5) && d <= nominal.mul_f64(1.5), "{failures}: {d:?}");
-        }
-        assert!(backoff_delay(30, &mut rng) <= BACKOFF_MAX.mul_f64(1.5));
-    }
-}
+mod tests;

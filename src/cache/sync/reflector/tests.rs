@@ -14,7 +14,9 @@ use hyper::body::Incoming;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::{Reflector, ReflectorState};
+use rand::SeedableRng;
+
+use super::{BACKOFF_BASE, BACKOFF_MAX, Reflector, ReflectorState, backoff_delay};
 use crate::body;
 use crate::cache::delivery::filter::Filter;
 use crate::cache::delivery::watcher::Terminated;
@@ -25,6 +27,17 @@ use crate::cache::state::object::ObjectShape;
 use crate::cache::state::store::Objects;
 use crate::cache::sync::cluster::ClusterIdentity;
 use crate::upstream::fake_server;
+
+#[test]
+fn backoff_grows_and_is_capped_with_jitter() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for failures in 0..40 {
+        let d = backoff_delay(failures, &mut rng);
+        let nominal = BACKOFF_BASE.saturating_mul(1 << failures.min(16)).min(BACKOFF_MAX);
+        assert!(d >= nominal.mul_f64(0.5) && d <= nominal.mul_f64(1.5), "{failures}: {d:?}");
+    }
+    assert!(backoff_delay(30, &mut rng) <= BACKOFF_MAX.mul_f64(1.5));
+}
 
 /// One cluster as the fake serves it.
 struct Era {
