@@ -149,9 +149,17 @@ async fn a_cluster_restored_from_an_older_etcd_or_wiped_is_cached_anew() {
         list_rv(&truth)
     );
     assert!(!state(&truth).contains_key(&format!("{ns}/e")));
+    let back = tokio::time::Instant::now();
     expect_410(&mut watcher, "restored").await;
+    let expired_after = back.elapsed();
     lists_converge(&wm, &direct, "?resourceVersion=0", "restored").await;
     lists_converge(&wm, &direct, "", "restored").await;
+    eprintln!(
+        "new_cluster: restored (rv {} < cache's {cached_rv}): 410 {:.1} s after the API server was back, LISTs the API server's by {:.1} s",
+        list_rv(&truth),
+        expired_after.as_secs_f64(),
+        back.elapsed().as_secs_f64()
+    );
     assert!(watchmux_metric_sum(wm.admin, "watchmux_upstream_new_cluster_total", &[]).await >= 1.0);
     // The new cluster's writes reach the cache, on the new state alone.
     configmap(&direct, "create", &ns, "after-restore").await;
@@ -163,9 +171,16 @@ async fn a_cluster_restored_from_an_older_etcd_or_wiped_is_cached_anew() {
     let before = watchmux_metric_sum(wm.admin, "watchmux_upstream_new_cluster_total", &[]).await;
     swap_etcd(&["wipe"]);
     let direct = cluster.direct_client();
+    let back = tokio::time::Instant::now();
     expect_410(&mut watcher, "wiped").await;
+    let expired_after = back.elapsed();
     lists_converge(&wm, &direct, "?resourceVersion=0", "wiped").await;
     lists_converge(&wm, &direct, "", "wiped").await;
+    eprintln!(
+        "new_cluster: wiped: 410 {:.1} s after the API server was back, LISTs the API server's by {:.1} s",
+        expired_after.as_secs_f64(),
+        back.elapsed().as_secs_f64()
+    );
     let (_, now) = read(get(wm.addr, "/api/v1/configmaps?resourceVersion=0").await).await;
     assert!(!state(&now).keys().any(|k| k.starts_with(&format!("{ns}/"))), "the wiped cluster's namespace is gone");
     assert!(watchmux_metric_sum(wm.admin, "watchmux_upstream_new_cluster_total", &[]).await > before);
