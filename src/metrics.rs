@@ -131,6 +131,11 @@ pub(crate) const PROTOBUF_SCHEMA_CHECKS: &str = "watchmux_cache_protobuf_schema_
 pub(crate) const FANOUT_DURATION: &str = "watchmux_fanout_duration_seconds";
 /// Upstream watch (re)starts, by resource and cause.
 pub(crate) const UPSTREAM_WATCH_RESTARTS: &str = "watchmux_upstream_watch_restarts_total";
+/// New clusters found behind the upstream's address, by the sign (`version`:
+/// its resourceVersion went back; `identity`: the kube-system namespace's uid changed).
+pub(crate) const UPSTREAM_NEW_CLUSTER: &str = "watchmux_upstream_new_cluster_total";
+/// Upstream watches abandoned for silence (no byte within their deadline), by resource.
+pub(crate) const UPSTREAM_WATCH_SILENT: &str = "watchmux_upstream_watch_silent_total";
 /// Consistency checks of a cache against the upstream at the same
 /// resourceVersion, by resource and result (`cache/verify.rs`).
 pub(crate) const CACHE_CONSISTENCY_CHECKS: &str = "watchmux_cache_consistency_checks_total";
@@ -425,6 +430,14 @@ fn describe() {
         "watchmux's own time to fan a live event out, from reading its line from the upstream watch to: stage=queued, its offer to the last interested watcher's queue; stage=handed, the last of those watchers' bodies handing its frame to the connection (hyper's buffers; the socket write is not included). By resource."
     );
     describe_counter!(UPSTREAM_WATCH_RESTARTS, "Upstream watch starts after the first, by resource and cause.");
+    describe_counter!(
+        UPSTREAM_NEW_CLUSTER,
+        "Times the upstream was found to be another cluster than the one cached (a rebuilt cluster, or one restored from an older etcd backup), by sign: version (a consistent read answered below a cache's resourceVersion) or identity (the kube-system namespace's uid changed). Every cache then relists and its watchers get 410."
+    );
+    describe_counter!(
+        UPSTREAM_WATCH_SILENT,
+        "Upstream watches abandoned because no byte (event, bookmark or end) came within their deadline (12 s over HTTP/1.1, 150 s over HTTP/2): a dead connection. They are resumed from their last version. By resource."
+    );
     describe_counter!(
         UPSTREAM_RELISTS,
         "Upstream relists after the initial list, by resource and cause (expired: the upstream answered 410; inconsistent: a consistency check found the cache different)."

@@ -336,6 +336,13 @@ impl Upstream {
         self.watch_list
     }
 
+    /// Whether the upstream's answers come over HTTP/1.1:
+    /// `--upstream-http1-only`, or a plain-HTTP server (no ALPN to offer
+    /// HTTP/2 on).
+    pub(crate) fn http1_only(&self) -> bool {
+        self.builder.opts.http1_only || self.server().scheme() == Some(&Scheme::HTTP)
+    }
+
     /// Whether watchmux's own LISTs ask for gzip (`--upstream-gzip-lists`).
     pub(crate) fn gzip_lists(&self) -> bool {
         self.gzip_lists
@@ -525,6 +532,12 @@ impl Upstream {
     /// Returns once a readiness probe has found the upstream down.
     pub(crate) async fn found_down(&self) {
         self.health.down().await
+    }
+
+    /// Returns once a readiness probe finds the upstream ready after it
+    /// was not.
+    pub(crate) async fn found_ready(&self) {
+        self.health.back().await
     }
 
     /// Probes `/readyz` once and records the answer, by cause.

@@ -19,6 +19,7 @@ mod differential;
 mod env;
 mod exec_plugin;
 mod fairness;
+mod new_cluster;
 mod operator;
 mod persist;
 mod protobuf;

@@ -34,4 +34,5 @@ stop() {  # stop <name> <binary>
 
 stop apiserver "$bin/kube-apiserver"
 stop etcd "$bin/etcd"
-rm -rf "$state/etcd"
+# CLUSTER_KEEP_ETCD_DATA: an etcd restore (etcd-swap.sh) has put its data there.
+[[ -n "${CLUSTER_KEEP_ETCD_DATA:-}" ]] || rm -rf "$state/etcd"

@@ -13,6 +13,7 @@ use super::persist::{PersistConfig, Persistence};
 use super::resource::{CacheSettings, ResourceCache, Scope, Writer};
 use super::resource_info::ResourceInfo;
 use super::state::object::ObjectShape;
+use super::sync::cluster::ClusterIdentity;
 use super::sync::reflector::{Exit, Reflector, ReflectorState};
 use super::sync::schema_check::SchemaChecker;
 use crate::error::error_chain;
@@ -82,6 +83,8 @@ pub(crate) struct Registry {
     /// Checks each cached kind's served schema against the protobuf table,
     /// for every reflector of this registry (and remembers what it read).
     schemas: Arc<SchemaChecker>,
+    /// Which cluster the caches hold (`sync::cluster`), for every reflector.
+    cluster: Arc<ClusterIdentity>,
     stop: CancellationToken,
     /// Set once `--cache-warm` has started every configured cache.
     warmed: std::sync::atomic::AtomicBool,
@@ -108,6 +111,7 @@ impl Registry {
             upstream,
             caches: Arc::new(DashMap::new()),
             schemas: Arc::default(),
+            cluster: Arc::default(),
             stop,
             warmed: Default::default(),
             enabled: parking_lot::RwLock::new(config.literal_names()),
@@ -127,6 +131,12 @@ impl Registry {
             let key = (info.group.clone(), info.version.clone(), info.resource.clone());
             self.caches.insert(key.clone(), restored.writer.cache().clone());
             self.restored.store(true, std::sync::atomic::Ordering::Release);
+            // The reflector resumes only once the upstream's current version
+            // is not below `restored.rv` (else: another cluster, and the
+            // store is replaced by a new start). The store's recorded
+            // cluster identity, where it keeps one, goes to
+            // `self.cluster.seed(..)` here, and `self.cluster.recorded()` to
+            // the store.
             self.run_cache(key, restored.writer, ReflectorState::Watching { rv: restored.rv });
         }
         Ok(())
@@ -342,7 +352,8 @@ impl Registry {
     /// Runs a new cache's reflector from `first` and its consistency check.
     fn run_cache(&self, key: Gvr, writer: Writer, first: ReflectorState) {
         let cache = writer.cache().clone();
-        let reflector = Reflector::new(writer, self.upstream.clone(), self.schemas.clone());
+        let reflector =
+            Reflector::new(writer, self.upstream.clone(), self.schemas.clone()).with_cluster(self.cluster.clone());
         let period = self.config.settings.consistency_check_period;
         tokio::spawn(super::verify::run(cache.clone(), self.upstream.clone(), period, self.stop.clone()));
         let (caches, discovery, stop) = (self.caches.clone(), self.discovery.clone(), self.stop.clone());

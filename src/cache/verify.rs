@@ -22,6 +22,9 @@
 //!   start, or was replaced by a relist while the check ran (what it
 //!   compared is gone).
 //! - `skipped_compacted`: the upstream answered 410: `X` is compacted.
+//! - `mismatch` too when the upstream cannot list at `X` and its current
+//!   version is below `X`: another cluster (`sync::cluster`); the
+//!   reflector's relist then starts the cache over.
 //! - `error`: any other failure to read the upstream's list.
 //!
 //! The API server (v1.34+, `cacher/consistency`) runs the same check
@@ -48,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 use self::digest::Comparison;
 use self::exact_list::{ExactListError, list_at};
 use super::resource::ResourceCache;
+use super::sync::cluster::consistent_rv;
 use crate::metrics as m;
 use crate::upstream::Upstream;
 
@@ -131,6 +135,15 @@ async fn check_once(cache: &ResourceCache, upstream: &Upstream) -> Outcome {
             return Outcome::SkippedCompacted;
         }
         Err(err) => {
+            // A version the upstream has not reached (its 504) may be another
+            // cluster's: if its current version is below the cache's, the
+            // cache holds another cluster's state, which is a mismatch.
+            let current = consistent_rv(upstream, cache.collection_uri(&[("limit", "1".to_owned())])).await;
+            if let Some(theirs) = current.filter(|theirs| *theirs < rv) {
+                tracing::error!(resource = %cache.label(), rv, upstream_rv = theirs, "the upstream's version is below the cache's: another cluster; consistent reads pass through until it is relisted");
+                v.upstream_went_back();
+                return Outcome::Mismatch;
+            }
             tracing::warn!(resource = %cache.label(), rv, error = %crate::error::error_chain(&err), "consistency check could not read the upstream");
             return Outcome::Error;
         }

@@ -153,6 +153,7 @@ pub(crate) struct HealthCell {
     state: AtomicU8,
     silent: AtomicU32,
     found_down: tokio::sync::Notify,
+    found_ready: tokio::sync::Notify,
 }
 
 /// What recording one probe did.
@@ -187,6 +188,9 @@ impl HealthCell {
         if now.is_down() {
             self.found_down.notify_waiters();
         }
+        if now == UpstreamHealth::Ready && was != UpstreamHealth::Ready {
+            self.found_ready.notify_waiters();
+        }
         Recorded { was, now, silent }
     }
 
@@ -202,6 +206,14 @@ impl HealthCell {
             }
             found.await;
         }
+    }
+}
+
+impl HealthCell {
+    /// Returns when a probe finds the upstream ready after it was not (an
+    /// outage's end, or the first answer); never while it stays ready.
+    pub(crate) async fn back(&self) {
+        self.found_ready.notified().await;
     }
 }
 
@@ -228,6 +240,26 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.unwrap().unwrap();
         // Already down: no wait.
         tokio::time::timeout(std::time::Duration::from_secs(5), cell.down()).await.unwrap();
+        // Ready again: those waiting for its return are woken, once.
+        let back = tokio::spawn({
+            let cell = cell.clone();
+            async move { cell.back().await }
+        });
+        tokio::task::yield_now().await;
+        cell.record(UpstreamHealth::Unreachable);
+        tokio::task::yield_now().await;
+        assert!(!back.is_finished(), "still down");
+        cell.record(UpstreamHealth::Ready);
+        tokio::time::timeout(std::time::Duration::from_secs(5), back).await.unwrap().unwrap();
+        let steady = tokio::spawn({
+            let cell = cell.clone();
+            async move { cell.back().await }
+        });
+        tokio::task::yield_now().await;
+        cell.record(UpstreamHealth::Ready);
+        tokio::task::yield_now().await;
+        assert!(!steady.is_finished(), "ready after ready is no return");
+        steady.abort();
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the relist gap, the clients, what is watched, the cache itself (the
 //! consistency check), and the persisted store.
 
+pub mod black_hole;
 pub mod clients;
 pub mod compaction;
 pub mod consistency;
@@ -35,6 +36,11 @@ pub const ALL: &[Case] = &[
     case!("freeze", "kube-apiserver frozen (SIGSTOP) ~20 s; writes after SIGCONT", upstream::apiserver_freeze),
     case!("restart", "kube-apiserver killed (SIGKILL) and restarted", upstream::restart),
     case!("half-open", "watchmux→API server connections frozen without a close ~30 s", upstream::half_open),
+    case!(
+        "black-hole-h1",
+        "HTTP/1.1 upstream black-holed ~60 s under consistent reads: silence found",
+        black_hole::black_hole_h1
+    ),
     case!("compaction", "cut, changes, etcd compaction, API server restart; gap clients", compaction::compaction),
     case!("etcd-freeze", "etcd frozen (SIGSTOP) ~10 s", upstream::etcd_freeze),
     case!("non-readers", "watchers that never read beside normal ones", clients::non_readers),

@@ -77,9 +77,8 @@ use tokio::time::Instant;
 use self::busy::BusyCluster;
 use self::fallbacks::FallbackBudget;
 use super::ResourceCache;
-use crate::cache::sync::upstream_watch::{
-    Change, LineEnd, ListPage, Opened, StreamEnd, get_list, open_watch, watch_params,
-};
+use crate::cache::sync::cluster::consistent_rv;
+use crate::cache::sync::upstream_watch::{Change, LineEnd, Opened, StreamEnd, open_watch, watch_params};
 use crate::upstream::Upstream;
 
 /// The catch-up watch's timeout: the API server sends its bookmark two
@@ -386,10 +385,18 @@ fn ask_for_catch_up(cache: &ResourceCache) -> bool {
     asked
 }
 
+/// The upstream's current version; `None` too when it is below the
+/// cache's, which only another cluster answers (`sync::cluster`): the read
+/// passes through, and the reflector is asked to relist.
 async fn probe_current_rv(cache: &ResourceCache, upstream: &Upstream) -> Option<u64> {
-    let listed = get_list(upstream, cache.collection_uri(&[("limit", "1".to_owned())])).await.ok()?;
-    let page: ListPage = serde_json::from_slice(&listed.body).ok()?;
-    page.metadata.version().ok()
+    let rv = consistent_rv(upstream, cache.collection_uri(&[("limit", "1".to_owned())])).await?;
+    let ours = cache.current_rv();
+    if rv < ours {
+        tracing::warn!(resource = %cache.label(), cache_rv = ours, upstream_rv = rv, "the upstream's consistent version is below the cache's: another cluster; passing reads through until the cache relists");
+        cache.verification().upstream_went_back();
+        return None;
+    }
+    Some(rv)
 }
 
 /// How long the catch-up waits for the writer to take a change (it is
@@ -410,7 +417,7 @@ async fn catch_up(
         Opened::Streaming(stream) => stream,
         Opened::Expired => return Err("catch-up watch answered 410".into()),
         Opened::Gone => return Err("catch-up watch answered 404".into()),
-        Opened::Failed(error) => return Err(format!("catch-up watch failed: {error}")),
+        Opened::Failed(error) | Opened::TooLarge(error) => return Err(format!("catch-up watch failed: {error}")),
     };
     loop {
         let change = match stream.next(&cache.shape, None).await {

@@ -68,6 +68,12 @@ impl Published {
         });
     }
 
+    /// The version moves to `rv` even below where it was: a new cluster's
+    /// list (`Writer::start_over`), whose versions start again.
+    pub(super) fn restart_at(&self, rv: u64) {
+        self.tx.send_modify(|p| p.rv = rv);
+    }
+
     /// Changes the state alone; wakes nobody when it stays the same.
     pub(super) fn set_lifecycle(&self, next: impl FnOnce(Lifecycle) -> Lifecycle) {
         self.tx.send_if_modified(|p| {

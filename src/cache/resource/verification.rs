@@ -25,6 +25,9 @@ pub(crate) struct Verification {
     unproven: AtomicBool,
     /// A relist is asked for and not started yet.
     relist_wanted: AtomicBool,
+    /// The relist asked for is because the upstream's version went below
+    /// the cache's (the freshness probe): a new cluster.
+    went_back: AtomicBool,
     wake_reflector: Notify,
 }
 
@@ -72,6 +75,19 @@ impl Verification {
         self.unproven.store(true, Ordering::Release);
         self.relist_wanted.store(true, Ordering::Release);
         self.wake_reflector.notify_one();
+    }
+
+    /// The freshness probe found the upstream's version below the cache's:
+    /// another cluster. Consistent reads pass through, and the reflector
+    /// relists (and finds the new cluster by the list's version).
+    pub(crate) fn upstream_went_back(&self) {
+        self.went_back.store(true, Ordering::Release);
+        self.ask_for_relist();
+    }
+
+    /// The reflector: whether the relist asked for was for a version gone back.
+    pub(crate) fn take_went_back(&self) -> bool {
+        self.went_back.swap(false, Ordering::AcqRel)
     }
 
     /// Marks a check running for as long as the guard lives; `None` when

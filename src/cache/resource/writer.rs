@@ -121,6 +121,28 @@ impl Writer {
         }
     }
 
+    /// Installs a full LIST at `rv` from another cluster than the one
+    /// cached (`sync::cluster`): its versions say nothing about the old
+    /// ones, lower or higher, so no difference is told. Every watcher gets
+    /// 410 (their versions are the old cluster's), the history and the
+    /// version start over at `rv`, and a persisted store is rewritten
+    /// from this list.
+    pub(crate) fn start_over(&self, objects: Objects, rv: u64) {
+        let cache = &*self.cache;
+        let mut st = cache.state.write();
+        self.confirm_current(tokio::time::Instant::now());
+        cache.verification().listed();
+        st.store = Store::new(objects, rv);
+        cache.fanout.lock().expire_all(rv);
+        st.history.reset(rv);
+        self.record_gauges(&st);
+        drop(st);
+        cache.published.restart_at(rv);
+        if let Some(feed) = &self.persist {
+            feed.whole();
+        }
+    }
+
     fn replace_in_memory(&self, objects: Objects, rv: u64) {
         let cache = &*self.cache;
         let now = tokio::time::Instant::now();

@@ -13,6 +13,18 @@
 //! When the upstream answers 404 for the collection (a deleted CRD, or a
 //! version no longer served), `Gone`: the cache closes, its watch streams
 //! end as the API server ends them, and the registry forgets it.
+//!
+//! When the upstream turns out to be another cluster (`cluster`: its
+//! version went back below the cache's, or its identity changed), the
+//! reflector relists at once and installs the list as a new start: every
+//! watcher gets 410. A watch the API server refuses with 504
+//! `ResourceVersionTooLarge` (what a version from the old cluster gets) is
+//! followed by a list, which tells.
+//!
+//! A silent watch (no event, bookmark or end) is abandoned and resumed
+//! from its version: after 150 s over HTTP/2, whose PINGs find a dead
+//! connection long before; after a few seconds over HTTP/1.1, whose watches
+//! cycle that often ([`HTTP1_WATCH_TIMEOUT_SECS`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +36,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::super::resource::Writer;
+use super::cluster::{ClusterIdentity, Identity, consistent_rv};
 use super::upstream_watch::{
     LineEnd, ListPage, Opened, ReflectorError, StreamEnd, WatchLines, get_list, open_watch, watch_params,
 };
@@ -43,11 +56,28 @@ const LIST_PAGE_SIZE: u32 = 500;
 const BACKOFF_BASE: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// The longest an upstream watch may stay silent before it counts as dead
-/// and is resumed from its last version. The API server sends every watch
-/// that allows bookmarks one about once a minute, changes or not, so a live
-/// watch is never this quiet; a half-open connection is, forever, on
-/// HTTP/1.1 (HTTP/2's PINGs find it in 40 s).
+/// and is resumed from its last version. The API server's watch cache sends
+/// every watch that allows bookmarks one about once a minute, changes or
+/// not, so a live watch is never this quiet; a half-open connection is,
+/// forever (HTTP/2's PINGs find it in 40 s, HTTP/1.1 has none).
 const WATCH_PROGRESS_DEADLINE: Duration = Duration::from_secs(150);
+/// On HTTP/1.1 a watch has no liveness signal of its own but its bytes,
+/// and the API server's natural one (a bookmark a minute) is far too rare
+/// to find a dead connection in seconds. So there the watch asks to be
+/// ended this soon (`timeoutSeconds`): the watch cache then sends a
+/// bookmark 2 s before that deadline and ends the response at it (an
+/// etcd-served watch just ends), and the reflector resumes from the
+/// bookmark's version at once, with no relist. A live HTTP/1.1 watch is
+/// therefore never silent for more than this, and one that is has died.
+/// The price is one watch request per cache every few seconds, answered
+/// from the watch cache.
+const HTTP1_WATCH_TIMEOUT_SECS: u64 = 8;
+/// The silence that abandons an HTTP/1.1 watch: its timeout, and time for
+/// the end to arrive from a busy API server.
+const HTTP1_WATCH_DEADLINE: Duration = Duration::from_secs(HTTP1_WATCH_TIMEOUT_SECS + 4);
+
+/// How long the checks before a resumed watch may take.
+const CLUSTER_CHECK_LIMIT: Duration = Duration::from_secs(5);
 
 /// The reflector's states.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,12 +104,21 @@ pub(crate) enum Exit {
 /// How one upstream watch ended.
 #[derive(Debug)]
 enum WatchEnd {
-    /// The stream ended normally (its timeout): resume from `rv`.
-    Closed { rv: u64 },
+    /// The stream ended normally: resume from `rv`. `early`: before its
+    /// timeout (the API server going away, maybe to come back as another
+    /// cluster).
+    Closed { rv: u64, early: bool },
     /// The upstream no longer has our version (410): relist.
     Expired,
     /// Connection or protocol failure: back off, then resume from `rv`.
     Failed { rv: u64, error: String },
+    /// The API server's watch cache is not at `rv` (504
+    /// `ResourceVersionTooLarge`): list, which tells a lagging API server
+    /// from another cluster.
+    TooLarge { error: String },
+    /// Another cluster was found (by this cache or another): relist as a
+    /// new start.
+    NewCluster,
     /// The upstream answered 404: the resource is not served any more.
     Gone,
     /// A consistency check found the cache different from the upstream:
@@ -104,6 +143,18 @@ pub(crate) struct Reflector {
     watch_list: AtomicBool,
     /// The watch a watch-list goes on as, for the `Watching` after it.
     opened: Option<WatchLines>,
+    /// Whether the upstream answers watches over HTTP/1.1 (flag, plain
+    /// HTTP, or learned from the last watch's answer): watches then cycle
+    /// every few seconds so that silence is found in seconds.
+    http1: bool,
+    /// Which cluster the caches hold, shared by every reflector of the upstream.
+    cluster: Arc<ClusterIdentity>,
+    /// The cluster epoch this cache's state belongs to.
+    epoch: u64,
+    /// Whether the next watch first makes sure the upstream is still the
+    /// cluster cached: after a failure (a rebuild restarts the API server)
+    /// and before resuming a cache loaded from disk.
+    check_cluster: bool,
 }
 
 /// A full list's state and version; a watch-list's watch too.
@@ -123,7 +174,28 @@ impl Initial {
 impl Reflector {
     pub(crate) fn new(cache: Writer, upstream: Arc<Upstream>, schemas: Arc<SchemaChecker>) -> Self {
         let watch_list = AtomicBool::new(upstream.watch_list());
-        Self { cache, upstream, schemas, failures: 0, started: false, schema_checked: true, watch_list, opened: None }
+        let http1 = upstream.http1_only();
+        Self {
+            cache,
+            upstream,
+            schemas,
+            failures: 0,
+            started: false,
+            schema_checked: true,
+            watch_list,
+            opened: None,
+            http1,
+            cluster: Arc::default(),
+            epoch: 0,
+            check_cluster: false,
+        }
+    }
+
+    /// Shares `cluster` (the registry's, one for every cache of the upstream).
+    pub(crate) fn with_cluster(mut self, cluster: Arc<ClusterIdentity>) -> Self {
+        self.epoch = cluster.epoch();
+        self.cluster = cluster;
+        self
     }
 
     /// Runs until `stop` is cancelled, from the first list.
@@ -137,6 +209,8 @@ impl Reflector {
     /// whose 410 is then an ordinary relist (with its gap rule).
     pub(crate) async fn run_from(mut self, first: ReflectorState, stop: CancellationToken) -> Exit {
         self.schema_checked = first == ReflectorState::Listing;
+        // A cache loaded from disk may hold another cluster's state.
+        self.check_cluster = first != ReflectorState::Listing;
         let mut state = first;
         loop {
             state = tokio::select! {
@@ -165,10 +239,11 @@ impl Reflector {
                 // the cache is ready.
                 // So is whether the upstream serves CBOR (`cbor_probe`).
                 let info = &self.cache.cache().shape.info;
-                let (listed, schema, cbor) = tokio::join!(
+                let (listed, schema, cbor, _) = tokio::join!(
                     self.initial_list(),
                     self.schemas.check(&self.upstream, info),
-                    cbor_probe::probe(&self.upstream, info)
+                    cbor_probe::probe(&self.upstream, info),
+                    self.cluster.check(&self.upstream)
                 );
                 self.apply_schema_check(schema);
                 if let Some(cbor) = cbor
@@ -182,7 +257,12 @@ impl Reflector {
                             .increment(1);
                         let Initial { objects, rv, stream } = initial;
                         let count = objects.len();
-                        self.cache.replace(objects, rv);
+                        if self.new_cluster_listed(rv) {
+                            self.cache.start_over(objects, rv);
+                        } else {
+                            self.cache.replace(objects, rv);
+                        }
+                        self.check_cluster = false;
                         self.opened = stream;
                         self.cache.set_relisting(false);
                         self.cache.set_initial_list_failing(false);
@@ -212,13 +292,19 @@ impl Reflector {
                     self.schema_checked = !matches!(outcome, Outcome::Unavailable(_));
                     self.apply_schema_check(outcome);
                 }
+                if self.check_cluster
+                    && let Some(next) = self.check_cluster_before_watch(rv).await
+                {
+                    return next;
+                }
                 if self.started {
                     metrics::counter!(m::UPSTREAM_WATCH_RESTARTS, "resource" => label.clone()).increment(1);
                 }
                 self.started = true;
                 match self.watch_once(rv).await {
-                    WatchEnd::Closed { rv } => {
+                    WatchEnd::Closed { rv, early } => {
                         self.failures = 0;
+                        self.check_cluster = early;
                         ReflectorState::Watching { rv }
                     }
                     WatchEnd::Expired => {
@@ -228,9 +314,28 @@ impl Reflector {
                     }
                     WatchEnd::Failed { rv, error } => {
                         tracing::warn!(resource = %label, rv, error = %error, "upstream watch failed");
+                        self.check_cluster = true;
                         self.back_off(ReflectorState::Watching { rv })
                     }
+                    WatchEnd::TooLarge { error } => {
+                        tracing::warn!(resource = %label, rv, error = %error, "the upstream has not reached our version; listing to see whether it is another cluster");
+                        metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => "too_large")
+                            .increment(1);
+                        ReflectorState::Listing
+                    }
+                    WatchEnd::NewCluster => {
+                        tracing::warn!(resource = %label, "the upstream is another cluster; relisting");
+                        metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => "new_cluster")
+                            .increment(1);
+                        ReflectorState::Listing
+                    }
                     WatchEnd::Gone => ReflectorState::Gone,
+                    WatchEnd::Inconsistent if self.cache.cache().verification().take_went_back() => {
+                        tracing::warn!(resource = %label, "relisting: the upstream's version went below the cache's");
+                        metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => "new_cluster")
+                            .increment(1);
+                        ReflectorState::Listing
+                    }
                     WatchEnd::Inconsistent => {
                         tracing::warn!(resource = %label, "relisting a cache the consistency check found different from the upstream");
                         metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => "inconsistent")
@@ -240,7 +345,15 @@ impl Reflector {
                 }
             }
             ReflectorState::BackingOff { delay, next } => {
-                tokio::time::sleep(delay).await;
+                // The upstream found ready again ends the wait: the delay
+                // grown through an outage must not add half a minute to
+                // its end.
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = self.upstream.found_ready() => {
+                        tracing::info!(resource = %label, "the upstream is ready again; retrying now");
+                    }
+                }
                 *next
             }
             ReflectorState::Gone => ReflectorState::Gone,
@@ -288,6 +401,47 @@ impl Reflector {
             ),
             _ => tracing::info!(resource = %label, "the served schema fits the protobuf table again; protobuf is on"),
         }
+    }
+
+    /// Whether a list at `rv` comes from another cluster than the cache
+    /// holds: its version below the cache's (a new epoch for every cache),
+    /// or an epoch begun since this cache's state was listed. Either way
+    /// the cache's state is this epoch's from here on.
+    fn new_cluster_listed(&mut self, rv: u64) -> bool {
+        let cache = self.cache.cache();
+        let ours = cache.current_rv();
+        if cache.is_ready() && rv < ours {
+            self.cluster.version_went_back(self.epoch, cache.label(), ours, rv);
+        }
+        let epoch = self.cluster.epoch();
+        let new = cache.is_ready() && epoch != self.epoch;
+        self.epoch = epoch;
+        new
+    }
+
+    /// Before a watch resumes after a failure, or from a cache loaded from
+    /// disk: the upstream's identity, and its current version against
+    /// the cache's. `Some(Listing)` when it is another cluster.
+    async fn check_cluster_before_watch(&mut self, rv: u64) -> Option<ReflectorState> {
+        self.check_cluster = false;
+        let cache = self.cache.cache();
+        let uri = cache.collection_uri(&[("limit", "1".to_owned())]);
+        // Bounded: over a link that swallows requests the watch finds out
+        // on its own, and must not wait for these first.
+        let checks = async { tokio::join!(self.cluster.check(&self.upstream), consistent_rv(&self.upstream, uri)) };
+        let (identity, upstream_rv) =
+            tokio::time::timeout(CLUSTER_CHECK_LIMIT, checks).await.unwrap_or((Identity::Unknown, None));
+        if let Some(theirs) = upstream_rv
+            && theirs < rv
+        {
+            self.cluster.version_went_back(self.epoch, cache.label(), rv, theirs);
+        }
+        if identity != Identity::Same && identity != Identity::Unknown || self.cluster.epoch() != self.epoch {
+            metrics::counter!(m::UPSTREAM_RELISTS, "resource" => cache.label().to_owned(), "cause" => "new_cluster")
+                .increment(1);
+            return Some(ReflectorState::Listing);
+        }
+        None
     }
 
     fn back_off(&mut self, next: ReflectorState) -> ReflectorState {
@@ -372,21 +526,33 @@ impl Reflector {
     /// One upstream watch from `rv`, applied to the cache until it ends:
     /// the watch-list's that brought the cache to `rv`, or a new one.
     async fn watch_once(&mut self, mut rv: u64) -> WatchEnd {
+        if self.cluster.epoch() != self.epoch {
+            return WatchEnd::NewCluster;
+        }
         let cache = self.cache.cache().clone();
-        let timeout = rand::rng().random_range(300..600);
-        let opened = match self.opened.take() {
-            Some(stream) => Opened::Streaming(stream),
-            None => open_watch(&self.upstream, cache.collection_uri(&watch_params(rv, timeout))).await,
+        // A watch-list's watch asked for a long timeout: it keeps the long
+        // deadline (bookmarks once a minute).
+        let opened_at = Instant::now();
+        let (opened, deadline, timeout) = match self.opened.take() {
+            Some(stream) => (Opened::Streaming(stream), WATCH_PROGRESS_DEADLINE, 300),
+            None => {
+                let (timeout, deadline) = watch_cycle(self.http1, &mut rand::rng());
+                let uri = cache.collection_uri(&watch_params(rv, timeout));
+                (open_watch(&self.upstream, uri).await, deadline, timeout)
+            }
         };
         let mut stream = match opened {
             Opened::Streaming(stream) => {
                 // The upstream holds every change after `rv`: a cache loaded
                 // from disk at `rv` is in step with it from here on.
                 self.cache.upstream_answered();
+                // What the next watch asks for follows what this one got.
+                self.http1 = stream.version() < http::Version::HTTP_2;
                 stream
             }
             Opened::Expired => return WatchEnd::Expired,
             Opened::Gone => return WatchEnd::Gone,
+            Opened::TooLarge(error) => return WatchEnd::TooLarge { error },
             Opened::Failed(error) => return WatchEnd::Failed { rv, error },
         };
         // A watch that connected is a success: the next failure starts the
@@ -396,12 +562,23 @@ impl Reflector {
             // Changes a catch-up watch read for the freshness proof are
             // applied here, between this watch's own (see `Writer`).
             let change = tokio::select! {
-                read = stream.next(&cache.shape, Some(WATCH_PROGRESS_DEADLINE)) => match read {
+                // The deadline counts from the watch's last byte, however
+                // often the catch-up's changes wake this loop meanwhile.
+                read = stream.next(&cache.shape, Some(deadline)) => match read {
                     Ok(change) => change,
+                    Err(StreamEnd::Closed) => {
+                        let early = opened_at.elapsed() + Duration::from_secs(1) < Duration::from_secs(timeout);
+                        return WatchEnd::Closed { rv, early };
+                    }
+                    Err(StreamEnd::Silent) => {
+                        metrics::counter!(m::UPSTREAM_WATCH_SILENT, "resource" => cache.label().to_owned()).increment(1);
+                        return WatchEnd::Failed { rv, error: format!("no byte from the upstream watch for {deadline:?}") };
+                    }
                     Err(end) => return end.with_rv(rv),
                 },
                 change = self.cache.next_catch_up(&self.upstream) => change,
                 () = cache.verification().relist_requested() => return WatchEnd::Inconsistent,
+                () = self.cluster.moved_past(self.epoch) => return WatchEnd::NewCluster,
             };
             rv = rv.max(self.cache.apply(change));
         }
@@ -416,16 +593,24 @@ trait EndsWatch {
 impl EndsWatch for StreamEnd {
     fn with_rv(self, rv: u64) -> WatchEnd {
         match self {
-            StreamEnd::Closed => WatchEnd::Closed { rv },
-            // Silence past the bookmark period: a connection that died
-            // without a FIN or RST (HTTP/1.1 has no PING to find out).
-            StreamEnd::Silent => WatchEnd::Failed {
-                rv,
-                error: format!("no byte from the upstream watch for {WATCH_PROGRESS_DEADLINE:?}"),
-            },
+            StreamEnd::Closed => WatchEnd::Closed { rv, early: false },
+            // Silence past the deadline (the reflector names it): a
+            // connection that died without a FIN or RST.
+            StreamEnd::Silent => WatchEnd::Failed { rv, error: "no byte from the upstream watch".to_owned() },
             StreamEnd::Broken(error) | StreamEnd::Line(LineEnd::Failed(error)) => WatchEnd::Failed { rv, error },
             StreamEnd::Line(LineEnd::Expired) => WatchEnd::Expired,
         }
+    }
+}
+
+/// A watch's `timeoutSeconds` and the silence that abandons it: over
+/// HTTP/1.1 a short cycle ([`HTTP1_WATCH_TIMEOUT_SECS`]), over HTTP/2 5 to 10
+/// minutes as client-go's reflector asks, with the bookmark-based deadline.
+fn watch_cycle(http1: bool, rng: &mut impl Rng) -> (u64, Duration) {
+    if http1 {
+        (HTTP1_WATCH_TIMEOUT_SECS, HTTP1_WATCH_DEADLINE)
+    } else {
+        (rng.random_range(300..600), WATCH_PROGRESS_DEADLINE)
     }
 }
 
@@ -442,18 +627,4 @@ pub(crate) fn backoff_delay(failures: u32, rng: &mut impl Rng) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::SeedableRng;
-
-    #[test]
-    fn backoff_grows_and_is_capped_with_jitter() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        for failures in 0..40 {
-            let d = backoff_delay(failures, &mut rng);
-            let nominal = BACKOFF_BASE.saturating_mul(1 << failures.min(16)).min(BACKOFF_MAX);
-            assert!(d >= nominal.mul_f64(0.5) && d <= nominal.mul_f64(1.5), "{failures}: {d:?}");
-        }
-        assert!(backoff_delay(30, &mut rng) <= BACKOFF_MAX.mul_f64(1.5));
-    }
-}
+mod tests;

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Request, StatusCode, header};
 use http_body_util::BodyExt;
+use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -325,6 +326,10 @@ pub(crate) enum Opened {
     Expired,
     /// 404: the upstream does not serve the resource (any more).
     Gone,
+    /// 504 `ResourceVersionTooLarge`: the API server's watch cache did not
+    /// reach the version asked for within its wait (its own lag, or another
+    /// cluster whose versions are below it).
+    TooLarge(String),
     /// No answer, or another status (with its body).
     Failed(String),
 }
@@ -340,10 +345,38 @@ pub(crate) async fn open_watch(upstream: &Upstream, uri: String) -> Opened {
         StatusCode::NOT_FOUND => Opened::Gone,
         status if !status.is_success() => {
             let body = bounded_read::read_prefix(resp.into_body(), bounded_read::REFUSAL_BYTES).await;
-            Opened::Failed(format!("{status}: {}", String::from_utf8_lossy(&body)))
+            let said = format!("{status}: {}", String::from_utf8_lossy(&body));
+            if status == StatusCode::GATEWAY_TIMEOUT && is_too_large(&body) {
+                Opened::TooLarge(said)
+            } else {
+                Opened::Failed(said)
+            }
         }
         _ => Opened::Streaming(WatchLines::new(resp)),
     }
+}
+
+/// Whether a 504's Status names the cause `ResourceVersionTooLarge`.
+fn is_too_large(body: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Status {
+        #[serde(default)]
+        details: Option<Details>,
+    }
+    #[derive(Deserialize)]
+    struct Details {
+        #[serde(default)]
+        causes: Vec<Cause>,
+    }
+    #[derive(Deserialize)]
+    struct Cause {
+        #[serde(default, rename = "reason")]
+        kind: String,
+    }
+    serde_json::from_slice::<Status>(body)
+        .ok()
+        .and_then(|s| s.details)
+        .is_some_and(|d| d.causes.iter().any(|c| c.kind == "ResourceVersionTooLarge"))
 }
 
 /// How reading a watch ended.
@@ -361,16 +394,35 @@ pub(crate) enum StreamEnd {
 
 /// An open upstream watch, read change by change.
 pub(crate) struct WatchLines {
-    body: Incoming,
+    body: BoxBody<Bytes, crate::body::BoxError>,
     lines: LineSplitter,
     headers: HeaderMap,
+    /// The HTTP version the upstream answered with: HTTP/2 has PINGs to find
+    /// a dead connection, HTTP/1.1 only the watch's own bytes.
+    version: http::Version,
+    /// When the last frame arrived (or the watch opened). The silence
+    /// allowed is counted from here, not from each call to
+    /// [`next_line`](Self::next_line): a caller that wakes for other reasons
+    /// and reads again must not push the deadline back.
+    last_frame: tokio::time::Instant,
 }
 
 impl WatchLines {
     /// The body of a watch the upstream answered with success.
     pub(crate) fn new(resp: http::Response<Incoming>) -> Self {
+        let version = resp.version();
         let (parts, body) = resp.into_parts();
-        Self { body, lines: LineSplitter::default(), headers: parts.headers }
+        Self::from_body(parts.headers, version, body.map_err(Into::into).boxed())
+    }
+
+    fn from_body(headers: HeaderMap, version: http::Version, body: BoxBody<Bytes, crate::body::BoxError>) -> Self {
+        let last_frame = tokio::time::Instant::now();
+        Self { body, lines: LineSplitter::default(), headers, version, last_frame }
+    }
+
+    /// The HTTP version of the upstream's answer.
+    pub(crate) fn version(&self) -> http::Version {
+        self.version
     }
 
     /// The answer's headers (the resource's `Warning`s).
@@ -379,7 +431,8 @@ impl WatchLines {
     }
 
     /// The next change, decoded as objects of `shape`; the end when there is none.
-    /// `silence`: how long the upstream may send nothing at all.
+    /// `silence`: how long the upstream may send nothing at all, counted
+    /// from its last frame however often this is called meanwhile.
     ///
     /// Cancel-safe (for `select!`): a line is taken whole or not at all, and
     /// what arrived stays buffered here.
@@ -404,14 +457,15 @@ impl WatchLines {
                 return Err(StreamEnd::Broken(format!("an event longer than {} MiB", MAX_LINE_BYTES >> 20)));
             }
             let next = match silence {
-                Some(silence) => {
-                    tokio::time::timeout(silence, self.body.frame()).await.map_err(|_| StreamEnd::Silent)?
-                }
+                Some(silence) => tokio::time::timeout_at(self.last_frame + silence, self.body.frame())
+                    .await
+                    .map_err(|_| StreamEnd::Silent)?,
                 None => self.body.frame().await,
             };
+            self.last_frame = tokio::time::Instant::now();
             let frame = match next {
                 None => return Err(StreamEnd::Closed),
-                Some(Err(e)) => return Err(StreamEnd::Broken(error_chain(&e))),
+                Some(Err(e)) => return Err(StreamEnd::Broken(error_chain(&*e))),
                 Some(Ok(frame)) => frame,
             };
             if let Ok(data) = frame.into_data() {
@@ -498,6 +552,44 @@ mod tests {
         let gone = Bytes::from_static(br#"{"type":"ERROR","object":{"kind":"Status","code":410}}"#);
         assert!(matches!(parse_line(&gone), Err(LineEnd::Expired)));
         assert!(matches!(parse_line(&Bytes::from_static(b"  ")), Ok(Line::Blank)));
+    }
+
+    /// The silence deadline counts from the watch's last frame, not from
+    /// each read: a reader that a catch-up wakes every 100 ms (as the
+    /// reflector's loop is) still finds a dead watch at the deadline.
+    #[tokio::test(start_paused = true)]
+    async fn silence_counts_from_the_last_frame_however_often_the_reader_wakes() {
+        use http_body_util::channel::Channel;
+        let (mut tx, rx) = Channel::<Bytes, crate::body::BoxError>::new(4);
+        let mut lines = WatchLines::from_body(HeaderMap::new(), http::Version::HTTP_11, rx.boxed());
+        let silence = Duration::from_secs(12);
+        let start = tokio::time::Instant::now();
+        // One bookmark 5 s in, then nothing, the body kept open for good.
+        let sender = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let bookmark = &br#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}"#[..];
+            tx.send_data(Bytes::from([bookmark, b"\n"].concat())).await.unwrap();
+            std::future::pending::<()>().await;
+            drop(tx);
+        });
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let (mut wakes, mut bookmark_at) = (0u32, None);
+        let silent_at = loop {
+            assert!(start.elapsed() < Duration::from_secs(600), "never found silent");
+            tokio::select! {
+                line = lines.next_line(Some(silence)) => match line {
+                    Ok(Line::Bookmark(9)) => bookmark_at = Some(start.elapsed()),
+                    Err(StreamEnd::Silent) => break start.elapsed(),
+                    other => panic!("{other:?}"),
+                },
+                _ = tick.tick() => wakes += 1,
+            }
+        };
+        sender.abort();
+        assert_eq!(bookmark_at, Some(Duration::from_secs(5)));
+        assert!(wakes > 150, "the reader was woken meanwhile: {wakes}");
+        // 12 s after the bookmark's frame, not 12 s after the last wake-up.
+        assert!(silent_at >= Duration::from_secs(17) && silent_at < Duration::from_millis(17_200), "{silent_at:?}");
     }
 
     /// A list page's answer from a fake upstream: `status`, gzip or not,
