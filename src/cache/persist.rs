@@ -155,7 +155,6 @@ pub(crate) struct Restored {
     pub rv: u64,
     /// The cluster the store's objects came from, as its header recorded
     /// (`Feed::set_cluster_identity`); `None` when not recorded.
-    #[cfg_attr(not(test), allow(dead_code, reason = "the sync side's cluster check reads it"))]
     pub cluster_identity: Option<String>,
 }
 

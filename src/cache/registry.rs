@@ -132,11 +132,11 @@ impl Registry {
             self.caches.insert(key.clone(), restored.writer.cache().clone());
             self.restored.store(true, std::sync::atomic::Ordering::Release);
             // The reflector resumes only once the upstream's current version
-            // is not below `restored.rv` (else: another cluster, and the
-            // store is replaced by a new start). The store's recorded
-            // cluster identity, where it keeps one, goes to
-            // `self.cluster.seed(..)` here, and `self.cluster.recorded()` to
-            // the store.
+            // is not below `restored.rv` and its identity is the one the
+            // store recorded (else: another cluster, and the store is
+            // replaced by a new start). Stores written by one watchmux share
+            // one identity; the first recorded stands for all.
+            self.cluster.seed(restored.cluster_identity.clone());
             self.run_cache(key, restored.writer, ReflectorState::Watching { rv: restored.rv });
         }
         Ok(())

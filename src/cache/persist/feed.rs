@@ -145,7 +145,6 @@ impl Feed {
     /// (covered by an encrypted store's MAC), from the next commit on; a
     /// restart reads it back as `Restored::cluster_identity`. For the sync
     /// side, once it knows the cluster's identity.
-    #[cfg_attr(not(test), allow(dead_code, reason = "the sync side's cluster check sets it"))]
     pub(crate) fn set_cluster_identity(&self, identity: Option<String>) {
         self.offer_always(Note::Identity(identity));
     }
@@ -202,6 +201,10 @@ impl ChangeSink for Feed {
 
     fn whole(&self) {
         self.offer(Note::Whole);
+    }
+
+    fn cluster_identity(&self, identity: Option<String>) {
+        self.set_cluster_identity(identity);
     }
 
     /// Dropping a test build's feed joins its thread.

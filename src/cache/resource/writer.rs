@@ -55,6 +55,10 @@ pub(crate) trait ChangeSink: Send + Sync {
     fn version(&self, rv: u64);
     /// The store was replaced (a list).
     fn whole(&self);
+    /// The cluster the objects come from (`sync::cluster`), once known:
+    /// kept with a persisted store so that a store from another cluster is
+    /// dropped at start-up.
+    fn cluster_identity(&self, _identity: Option<String>) {}
     /// Waits until everything offered is handled (tests).
     #[cfg(test)]
     fn finish(self: Box<Self>);
@@ -81,6 +85,14 @@ impl Writer {
     /// From now on, every change is also offered to `feed`.
     pub(crate) fn persist_to(&mut self, sink: Box<dyn ChangeSink>) {
         self.persist = Some(sink);
+    }
+
+    /// Which cluster the cache's state comes from, for a persisted store to
+    /// keep (`ChangeSink::cluster_identity`).
+    pub(crate) fn record_cluster(&self, identity: Option<String>) {
+        if let Some(feed) = &self.persist {
+            feed.cluster_identity(identity);
+        }
     }
 
     /// Installs what a persisted store held at `rv`, before the upstream is

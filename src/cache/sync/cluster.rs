@@ -90,9 +90,6 @@ impl Default for ClusterIdentity {
 impl ClusterIdentity {
     /// The identity a persisted store was filled from, before any cache
     /// asks the upstream: a different one found later drops the store.
-    // The persisted store's `cluster_identity` field connects here (in
-    // `Registry::restore_persisted`) once the store records one.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn seed(&self, uid: Option<String>) {
         let mut recorded = self.recorded.lock();
         if recorded.uid.is_none() {
@@ -101,7 +98,6 @@ impl ClusterIdentity {
     }
 
     /// The identity recorded, for a persisted store to keep.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn recorded(&self) -> Option<String> {
         self.recorded.lock().uid.clone()
     }

@@ -262,6 +262,8 @@ impl Reflector {
                         } else {
                             self.cache.replace(objects, rv);
                         }
+                        // Read beside the list: what a persisted store keeps.
+                        self.cache.record_cluster(self.cluster.recorded());
                         self.check_cluster = false;
                         self.opened = stream;
                         self.cache.set_relisting(false);

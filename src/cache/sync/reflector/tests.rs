@@ -20,7 +20,7 @@ use super::{BACKOFF_BASE, BACKOFF_MAX, Reflector, ReflectorState, backoff_delay}
 use crate::body;
 use crate::cache::delivery::filter::Filter;
 use crate::cache::delivery::watcher::Terminated;
-use crate::cache::resource::{CacheSettings, ResourceCache, Scope, StartAt, Writer};
+use crate::cache::resource::{CacheSettings, ChangeSink, ResourceCache, Scope, StartAt, Writer};
 use crate::cache::resource_info::test_info;
 use crate::cache::state::object::CachedObject;
 use crate::cache::state::object::ObjectShape;
@@ -232,7 +232,7 @@ async fn a_rebuilt_cluster_past_the_caches_version_is_told_by_its_identity() {
 async fn a_store_loaded_from_disk_from_another_cluster_is_dropped_before_its_watch() {
     let fake = fake();
     *fake.era.lock() = &REBUILT;
-    let writer = ResourceCache::create(shape(), Scope::default(), CacheSettings::default());
+    let mut writer = ResourceCache::create(shape(), Scope::default(), CacheSettings::default());
     let cache = writer.cache().clone();
     let old = CachedObject::decode(
         Bytes::from_static(br#"{"metadata":{"name":"old","namespace":"ns","resourceVersion":"90"}}"#),
@@ -242,6 +242,8 @@ async fn a_store_loaded_from_disk_from_another_cluster_is_dropped_before_its_wat
     let mut objects = Objects::new();
     objects.insert(old.key.clone(), Arc::new(old));
     writer.restore(objects, 100);
+    let kept = Arc::new(Mutex::new(None));
+    writer.persist_to(Box::new(IdentitySink(kept.clone())));
     let cluster = Arc::new(ClusterIdentity::default());
     cluster.seed(Some(OLD.uid.to_owned()));
     let watcher = cache.register(Filter::default(), StartAt::After(100)).unwrap();
@@ -250,6 +252,21 @@ async fn a_store_loaded_from_disk_from_another_cluster_is_dropped_before_its_wat
     assert_eq!(names(&cache), ["rebuilt"]);
     assert!(expired(&watcher));
     assert_eq!(cluster.recorded().as_deref(), Some(REBUILT.uid), "the new identity, for the store to keep");
+    assert_eq!(kept.lock().as_deref(), Some(REBUILT.uid), "and handed to the store with the new list");
     assert!(!cache.is_unconfirmed());
     stop.cancel();
+}
+
+/// A persisted store's side of the writer, keeping only the identity it is
+/// told to record.
+struct IdentitySink(Arc<Mutex<Option<String>>>);
+
+impl ChangeSink for IdentitySink {
+    fn changed(&self, _: &crate::cache::state::event::CacheEvent) {}
+    fn version(&self, _: u64) {}
+    fn whole(&self) {}
+    fn cluster_identity(&self, identity: Option<String>) {
+        *self.0.lock() = identity;
+    }
+    fn finish(self: Box<Self>) {}
 }
