@@ -294,8 +294,9 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 400)]
     pub max_requests_inflight: usize,
 
-    /// Seats for the reads watchmux answers from its cache (LISTs until
-    /// written, watches until their initial events are), split between the
+    /// Seats for the reads watchmux answers from its cache (a LIST while its
+    /// answer is built, not while it is read; a watch until its initial
+    /// events are written, its client reading), split between the
     /// API server's default priority levels by their shares: kubelets,
     /// kube-system controllers, service accounts and other users each have
     /// their own, and within a level each user (trusted-local: each

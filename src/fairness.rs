@@ -19,12 +19,17 @@
 //!   connection) queues on its own, and waiting flows take turns
 //!   ([`crate::fair_queue`]): one flow's backlog delays another by at most
 //!   one request per flow ahead of it.
-//! - A LIST holds its seat until its answer is written; a watch until its
-//!   initial events are (its body first has nothing to send), so the bytes
-//!   of initial events in flight are bounded by the seats too; either for
-//!   60 s at most (the API server's request timeout), so a client that never
-//!   reads cannot keep a seat. Watch starts are also limited per flow and
-//!   second (`--fairness-watch-starts-per-second`).
+//! - A seat bounds building an answer, not the client's reading of it
+//!   ([`Seat::held_by`]). A LIST gives its seat back once its answer is
+//!   built (its items are the cache's shared encodings, spliced: what is
+//!   left to write is bytes already in memory), before its head is sent;
+//!   one compressed as it is read, once it is written; a watch once its
+//!   initial events are (its body first has nothing to send). An answer
+//!   still being built that has waited 1 s in all for its client to ask
+//!   for more, or that was held 60 s (the API server's request timeout),
+//!   gives its seat back and is finished without one: one user cannot hold
+//!   a level's seats by not reading. Watch starts are also limited per flow
+//!   and second (`--fairness-watch-starts-per-second`).
 //! - A request that finds its flow's queue full (300: APF's hand of six
 //!   queues of 50), that waits longer than `--fairness-queue-wait`, or that
 //!   starts a watch over its flow's rate gets the API server's own 429 (plain text,
@@ -159,13 +164,13 @@ impl Fairness {
     pub(crate) async fn admit(&self, flow: &Flow, watch: bool) -> Result<Seat, body::Refusal> {
         // Exempt (`system:masters`) has no seats to take.
         let Some(level) = self.levels.get(&flow.level) else {
-            return Ok(Seat { slot: None, watch });
+            return Ok(Seat { slot: None, level: flow.level, watch });
         };
         if watch && !self.take_watch_start(level, &flow.key) {
             return Err(refuse(flow.level, Rejected::WatchRate));
         }
         match tokio::time::timeout(self.settings.queue_wait, level.seats.acquire(&flow.key)).await {
-            Ok(Ok(slot)) => Ok(Seat { slot: Some(slot), watch }),
+            Ok(Ok(slot)) => Ok(Seat { slot: Some(slot), level: flow.level, watch }),
             Ok(Err(QueueFull)) => Err(refuse(flow.level, Rejected::QueueFull)),
             Err(_) => Err(refuse(flow.level, Rejected::QueueWait)),
         }
@@ -206,40 +211,124 @@ fn refuse(level: PriorityLevel, why: Rejected) -> body::Refusal {
 /// One cached read's seat (none for an exempt caller).
 pub(crate) struct Seat {
     slot: Option<Slot<FlowKey>>,
+    level: PriorityLevel,
     watch: bool,
 }
 
-/// The longest a read keeps its seat: the API server's default request
-/// timeout, past which its own handler (and APF's seat) would have ended. A
-/// client that never reads its answer (a zero window) would otherwise keep
-/// a seat of its level for as long as it keeps the connection.
+/// The longest a read keeps its seat while its answer is still being built
+/// and its client reads it: the API server's default request timeout, past
+/// which its own handler (and APF's seat) would have ended.
 const SEAT_MAX_HOLD: Duration = Duration::from_secs(60);
 
+/// How long, in all, an answer still being built may wait for its client to
+/// take what it has written before its seat is taken back: the seat is for
+/// building the answer, and a client that reads keeps asking for the next
+/// bytes within microseconds. A client that does not (a zero window, a
+/// stalled reader) gets the rest of its answer built without a seat.
+const READ_WAIT_BUDGET: Duration = Duration::from_secs(1);
+
 impl Seat {
-    /// `resp`, holding the seat until its body has been written (a watch:
-    /// until its body first has nothing to send, its initial events sent),
-    /// and for [`SEAT_MAX_HOLD`] at most.
+    /// `resp`, its seat held for as long as building the answer takes.
+    ///
+    /// A body that knows its exact length here is bytes already in memory
+    /// (a LIST's items are the cache's shared encodings, spliced, and its
+    /// head and tail are written): the answer is built, and the seat goes
+    /// back before the head is sent, however slowly the client then reads.
+    /// kube-apiserver's handler, too, ends (and APF's seat with it) once it
+    /// has written a small answer into the server's buffers.
+    ///
+    /// Any other body builds as it is read: a compressed answer is
+    /// compressed, a watch's initial events are encoded. Its seat is held
+    /// until the body ends (a watch: until it first has nothing to send, its
+    /// initial events written), and taken back early once the body has
+    /// waited [`READ_WAIT_BUDGET`] in all for its client to ask for more, or
+    /// after [`SEAT_MAX_HOLD`]: a client's reading speed cannot keep a seat.
     pub(crate) fn held_by(self, resp: Response<ProxyBody>) -> Response<ProxyBody> {
         let Some(slot) = self.slot else { return resp };
-        let seat = Arc::new(parking_lot::Mutex::new(Some(slot)));
-        let weak = Arc::downgrade(&seat);
-        let expiry = tokio::spawn(async move {
-            tokio::time::sleep(SEAT_MAX_HOLD).await;
-            if let Some(seat) = weak.upgrade() {
-                let expired = seat.lock().take();
-                drop(expired);
-            }
+        if resp.body().size_hint().exact().is_some() {
+            drop(slot);
+            return resp;
+        }
+        let now = Instant::now();
+        let hold = Arc::new(parking_lot::Mutex::new(Hold {
+            slot: Some(slot),
+            until: now + SEAT_MAX_HOLD,
+            waiting_since: Some(now),
+            waited: Duration::ZERO,
+        }));
+        let expiry = tokio::spawn(take_back_when_unread(Arc::downgrade(&hold), self.level)).abort_handle();
+        let held = Held { hold, expiry };
+        resp.map(|inner| {
+            body::boxed_chunks(SeatedBody { inner, held: Some(held), level: self.level, watch: self.watch })
         })
-        .abort_handle();
-        let held = Held { _seat: seat, expiry };
-        resp.map(|inner| body::boxed_chunks(SeatedBody { inner, held: Some(held), watch: self.watch }))
     }
 }
 
-/// A seat a body holds, and the timer that takes it back after
-/// [`SEAT_MAX_HOLD`] (stopped when the body gives it back first).
+/// A seat held by an answer being built, and how long the answer has waited
+/// for its client.
+struct Hold {
+    /// `None` once given back.
+    slot: Option<Slot<FlowKey>>,
+    /// [`SEAT_MAX_HOLD`] after the answer's head.
+    until: Instant,
+    /// Since when the body has had a frame out and waits to be asked for the
+    /// next (from its head on: the client has not asked for anything yet);
+    /// `None` while it is building or waits for something else.
+    waiting_since: Option<Instant>,
+    /// The waits for the client that ended, summed.
+    waited: Duration,
+}
+
+impl Hold {
+    /// How long the answer has waited for its client, in all, at `now`.
+    fn waited(&self, now: Instant) -> Duration {
+        self.waited + self.waiting_since.map_or(Duration::ZERO, |since| now.saturating_duration_since(since))
+    }
+
+    /// Whether the seat is to be taken back at `now`.
+    fn expired(&self, now: Instant) -> bool {
+        now >= self.until || self.waited(now) >= READ_WAIT_BUDGET
+    }
+
+    /// The earliest the seat may expire, from `now`: the wait budget's end
+    /// if the client is being waited for from now on.
+    fn next_check(&self, now: Instant) -> Instant {
+        self.until.min(now + READ_WAIT_BUDGET.saturating_sub(self.waited(now)))
+    }
+}
+
+/// Takes the seat back once its answer has waited for its client too long
+/// (or was held too long); ends when the seat is back, or its body is gone.
+/// Its wake-ups are at least a budget's worth of reading apart while the
+/// client reads, so an answer read for a minute wakes it 60 times at most.
+async fn take_back_when_unread(hold: std::sync::Weak<parking_lot::Mutex<Hold>>, level: PriorityLevel) {
+    loop {
+        let next = {
+            let Some(hold) = hold.upgrade() else { return };
+            let hold = hold.lock();
+            if hold.slot.is_none() {
+                return;
+            }
+            hold.next_check(Instant::now())
+        };
+        tokio::time::sleep_until(next).await;
+        let Some(hold) = hold.upgrade() else { return };
+        let taken = {
+            let mut hold = hold.lock();
+            if hold.expired(Instant::now()) { hold.slot.take() } else { None }
+        };
+        if let Some(slot) = taken {
+            counter!(m::FAIRNESS_UNREAD, "priority_level" => level.as_str()).increment(1);
+            drop(slot);
+            return;
+        }
+    }
+}
+
+/// A seat a body holds, and the task that takes it back from a client that
+/// does not read (stopped when the body gives it back first).
 struct Held {
-    _seat: Arc<parking_lot::Mutex<Option<Slot<FlowKey>>>>,
+    hold: Arc<parking_lot::Mutex<Hold>>,
     expiry: tokio::task::AbortHandle,
 }
 
@@ -250,10 +339,12 @@ impl Drop for Held {
 }
 
 /// A response body that gives its seat back when it ends, or (a watch) when
-/// it first has nothing to send.
+/// it first has nothing to send, and that tells its [`Hold`] when it waits
+/// for its client. Once the seat is back it only passes frames on.
 struct SeatedBody {
     inner: ProxyBody,
     held: Option<Held>,
+    level: PriorityLevel,
     watch: bool,
 }
 
@@ -262,14 +353,41 @@ impl Body for SeatedBody {
     type Error = BoxError;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
+        let Some(held) = &self.held else {
+            return Pin::new(&mut self.inner).poll_frame(cx);
+        };
+        // The client asks for more: its wait ends here (and may have
+        // outlasted the budget before the timer saw it).
+        let hold = held.hold.clone();
+        let unread = {
+            let mut hold = hold.lock();
+            let now = Instant::now();
+            if let Some(since) = hold.waiting_since.take() {
+                hold.waited += now.saturating_duration_since(since);
+            }
+            let expired = hold.slot.is_some() && hold.expired(now);
+            (hold.slot.is_none() || expired).then(|| hold.slot.take())
+        };
+        if let Some(taken) = unread {
+            if taken.is_some() {
+                counter!(m::FAIRNESS_UNREAD, "priority_level" => self.level.as_str()).increment(1);
+            }
+            drop(taken);
+            self.held = None;
+            return Pin::new(&mut self.inner).poll_frame(cx);
+        }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         let done = match &polled {
             Poll::Pending => self.watch,
             Poll::Ready(None | Some(Err(_))) => true,
-            Poll::Ready(Some(Ok(_))) => false,
+            // Its last frame: nothing more to build.
+            Poll::Ready(Some(Ok(_))) => self.inner.is_end_stream(),
         };
         if done {
             self.held = None;
+        } else if polled.is_ready() {
+            // A frame is out: from now on the body waits for its client.
+            hold.lock().waiting_since = Some(Instant::now());
         }
         polled
     }

@@ -209,6 +209,8 @@ pub(crate) const FAIRNESS_REJECTED: &str = "watchmux_fairness_rejected_total";
 pub(crate) const FAIRNESS_WAITING: &str = "watchmux_fairness_waiting";
 /// Seats of each priority level (`--fairness-seats` split by shares).
 pub(crate) const FAIRNESS_SEATS: &str = "watchmux_fairness_seats";
+/// Seats taken back from answers whose client did not read them, by priority level.
+pub(crate) const FAIRNESS_UNREAD: &str = "watchmux_fairness_unread_released_total";
 
 /// Buckets for the auth checks: a cached answer takes microseconds.
 const AUTH_CHECK_BUCKETS: &[f64] =
@@ -333,6 +335,10 @@ fn describe() {
     );
     describe_gauge!(FAIRNESS_WAITING, "Reads the cache would answer waiting for a seat, by priority level.");
     describe_gauge!(FAIRNESS_SEATS, "Seats of each priority level: --fairness-seats split by APF's nominal shares.");
+    describe_counter!(
+        FAIRNESS_UNREAD,
+        "Seats taken back from answers still being built (a compressed LIST, a watch's initial events) whose client left them unread for 1 s in all, or held for 60 s, by priority level."
+    );
     describe_counter!(
         PASSTHROUGH_REQUESTS,
         "Requests forwarded to the upstream API server, by verb, resource and HTTP code. resource is the group-qualified resource once the upstream has answered a request for it with success (at most 256 of them), \"other\" for the rest and \"\" for non-resource paths."

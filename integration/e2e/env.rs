@@ -387,6 +387,30 @@ pub(crate) async fn h2(addr: SocketAddr) -> hyper::client::conn::http2::SendRequ
     send
 }
 
+/// A TLS connection to `addr` trusting the certificates of `ca`, offering
+/// `alpn` (`h2`, `http/1.1`).
+pub(crate) async fn tls_connect(
+    addr: SocketAddr,
+    ca: &Path,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap()
+}
+
 /// Tests that restart the API server or read its global metrics hold this
 /// for writing; every other test holds it for reading, so they never overlap.
 pub(crate) static CLUSTER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());

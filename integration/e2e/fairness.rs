@@ -1,13 +1,12 @@
-//! Fairness for cached reads (issue 26, item 3), against the real API
-//! server: a service account holding every seat of its priority level
-//! (LISTs it never reads) gets the API server's 429 once its queue is full,
-//! another flow of that level gets it after the queue wait, and a kubelet
-//! (another level) is served meanwhile.
+//! Fairness for cached reads, against the real API server: a seat bounds
+//! building an answer, not its client's reading. LISTs and watches a user
+//! never reads (a connection that grants no window) keep none of their
+//! level's seats, so another user of that level is served at once, as
+//! kube-apiserver serves it under the same attack; and the API server's
+//! 429 for a flow over its watch-start rate.
 //!
-//! Plain HTTP with h2c and bearer tokens, as in `capacity.rs`; the kubelet is
-//! the admin impersonating `system:node:<name>` in `system:nodes`, so that
-//! the identity watchmux classifies is a node's (a client certificate would
-//! need TLS on a connection whose window the test controls).
+//! Plain HTTP with h2c and bearer tokens to watchmux, as in `capacity.rs`;
+//! TLS (the cluster's CA) straight to kube-apiserver.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -15,6 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::time::Instant;
 
@@ -46,121 +46,179 @@ async fn assert_apf_429(resp: http::Response<hyper::body::Incoming>) {
     assert_eq!(&body[..], b"Too many requests, please try again later.\n");
 }
 
-#[tokio::test]
-async fn a_service_account_holding_its_levels_seats_is_refused_and_a_kubelet_is_served() {
-    // Alone: it holds a watchmux's seats and reads global metrics.
-    let _exclusive = CLUSTER.write().await;
-    let cluster = Cluster::from_env();
-    let admin = cluster.direct_client();
-    let ns = reader_namespace(&admin, "fairness-seats").await;
-    let other_ns = reader_namespace(&admin, "fairness-other").await;
-    // 10 seats: 5 for workload-low (service accounts), 2 for node-high.
-    let wm = Watchmux::start(
-        &cluster,
-        &["--auth-mode", "delegated", "--fairness-seats", "10", "--fairness-queue-wait", "10s"],
-    )
-    .await;
-    let noisy = token_for(&cluster, &ns, &[]);
-    // At resourceVersion=0: served from the cache with no freshness proof,
-    // so each holds its seat. A consistent LIST the cache cannot prove at
-    // once (a busy cluster: the suite's other tests) passes through and
-    // gives its seat back, and more than five would be answered.
-    let list = format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0");
+/// An HTTP/2 connection that grants no window: no byte of any answer's body
+/// is ever sent on it, only heads. `tls`: to kube-apiserver, trusting
+/// that CA.
+async fn unread_h2(addr: SocketAddr, tls: Option<&std::path::Path>) -> SendRequest<Full<Bytes>> {
+    connect_h2(addr, tls, Some(0)).await
+}
 
-    // Cached and allowed: one LIST read whole.
-    let mut send = h2(wm.addr).await;
-    let resp = send.send_request(get(wm.addr, &list, &noisy, &[])).await.unwrap();
-    assert_eq!(resp.status(), 200);
-    resp.into_body().collect().await.unwrap();
-
-    // The noisy service account: LISTs on a connection that grants no
-    // window, so no answer is ever written and each keeps its seat.
-    // Four connections: 100 streams each, as kube-apiserver allows.
-    const FLOOD: usize = 5 + 300 + 20;
-    let mut noisy_conns = Vec::new();
-    for _ in 0..FLOOD.div_ceil(100) {
-        let stream = tokio::net::TcpStream::connect(wm.addr).await.unwrap();
-        let (noisy_send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-            .initial_stream_window_size(0)
-            .handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
+/// An HTTP/2 connection, over TLS trusting `tls` if given, with `window`
+/// as each stream's initial window (`None`: hyper's).
+async fn connect_h2(addr: SocketAddr, tls: Option<&std::path::Path>, window: Option<u32>) -> SendRequest<Full<Bytes>> {
+    let builder = || {
+        let mut b = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+        if let Some(window) = window {
+            b.initial_stream_window_size(window);
+        }
+        b
+    };
+    let Some(ca) = tls else {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (send, conn) = builder().handshake(TokioIo::new(tcp)).await.unwrap();
         tokio::spawn(conn);
-        noisy_conns.push(noisy_send);
-    }
-    let mut flood = tokio::task::JoinSet::new();
-    for i in 0..FLOOD {
-        let (mut send, req) = (noisy_conns[i % noisy_conns.len()].clone(), get(wm.addr, &list, &noisy, &[]));
-        flood.spawn(async move {
+        return send;
+    };
+    let tls = tls_connect(addr, ca, b"h2").await;
+    let (send, conn) = builder().handshake(TokioIo::new(tls)).await.unwrap();
+    tokio::spawn(conn);
+    send
+}
+
+/// Sends `n` GETs of `path` as `token` on `send` at once; the heads, in
+/// the order they came, and how long the last took. Bodies unread.
+async fn flood(
+    send: &SendRequest<Full<Bytes>>,
+    addr: SocketAddr,
+    path: &str,
+    token: &str,
+    n: usize,
+) -> (Vec<http::Response<hyper::body::Incoming>>, Duration) {
+    let started = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let (mut send, req) = (send.clone(), get(addr, path, token, &[]));
+        set.spawn(async move {
             send.ready().await.unwrap();
             send.send_request(req).await.unwrap()
         });
     }
-    // Five hold seats, 300 wait (APF's six queues of 50): the other twenty are refused at once
-    // (the 300 only after the 10 s queue wait, long enough for the flood
-    // to be sent on a busy machine).
-    let mut statuses = std::collections::BTreeMap::new();
-    // Answers kept: dropping one resets its stream, which frees its seat.
-    let mut seated = Vec::new();
-    let mut refused = 0;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while refused < FLOOD - 305 {
-        let done = tokio::time::timeout_at(deadline, flood.join_next()).await.expect("the full queue refuses at once");
-        let resp = done.unwrap_or_else(|| panic!("requests left waiting; answers so far: {statuses:?}")).unwrap();
-        *statuses.entry(resp.status().as_u16()).or_insert(0) += 1;
-        // No window: the head only.
-        if resp.status() == 429 {
-            assert_apf_429_head(&resp);
-            refused += 1;
-        } else {
-            seated.push(resp);
-        }
+    let mut heads = Vec::new();
+    let deadline = started + Duration::from_secs(60);
+    while let Some(done) = tokio::time::timeout_at(deadline, set.join_next()).await.expect("every head comes") {
+        heads.push(done.unwrap());
     }
-    let label = "priority_level=\"workload-low\"";
-    let waiting = watchmux_metric_sum(wm.admin, "watchmux_fairness_waiting", &[label]).await;
-    assert_eq!(waiting, 300.0, "the noisy flow's queue");
+    (heads, started.elapsed())
+}
 
-    // A kubelet listing its own Node (as kubelets do): another level
-    // (node-high), served at once.
-    let admin_token = std::fs::read_to_string(cluster_file(&cluster, "tokens.csv")).unwrap();
-    let admin_token = admin_token.split(',').next().unwrap().trim().to_owned();
-    let node = [("impersonate-user", "system:node:fairness-n1"), ("impersonate-group", "system:nodes")];
-    let mut kubelet = h2(wm.addr).await;
-    let resp = kubelet
-        .send_request(get(wm.addr, "/api/v1/nodes?fieldSelector=metadata.name%3Dfairness-n1", &admin_token, &node))
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200, "a kubelet's LIST of nodes while service accounts are refused");
-    resp.into_body().collect().await.unwrap();
-
-    // Another service account: its own flow, but its level has no seat to
-    // give until the noisy one's end; it waits out the queue wait.
-    let other = token_for(&cluster, &other_ns, &[]);
+/// One LIST as `token`, read whole: its status and how long it took.
+async fn timed_list(send: &mut SendRequest<Full<Bytes>>, addr: SocketAddr, path: &str, token: &str) -> (u16, Duration) {
     let started = Instant::now();
-    let resp = send
-        .send_request(get(wm.addr, &format!("/api/v1/namespaces/{other_ns}/configmaps?resourceVersion=0"), &other, &[]))
+    let resp = tokio::time::timeout(Duration::from_secs(60), send.send_request(get(addr, path, token, &[])))
         .await
+        .expect("an answer within the request timeout")
         .unwrap();
-    let waited = started.elapsed();
-    assert_apf_429(resp).await;
-    assert!(waited >= Duration::from_secs(10), "refused after {waited:?}, before the 10 s queue wait");
+    let status = resp.status().as_u16();
+    resp.into_body().collect().await.unwrap();
+    (status, started.elapsed())
+}
 
-    // The noisy flow's queue waited as long: 429 too; the five seated keep
-    // their 200s (bodies never written).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while let Some(done) = tokio::time::timeout_at(deadline, flood.join_next()).await.expect("the queue waits end") {
-        let resp = done.unwrap();
-        *statuses.entry(resp.status().as_u16()).or_insert(0) += 1;
-        seated.push(resp);
+/// The victim's LIST, through watchmux, once its level's seats can be
+/// held at all (a tenth of the 15 s queue wait, past which it would get 429).
+const PROMPT: Duration = Duration::from_millis(1500);
+
+#[tokio::test]
+async fn unread_lists_and_watches_keep_no_seat_and_another_user_is_served_as_by_the_api_server() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let admin = cluster.direct_client();
+    let ns = reader_namespace(&admin, "fairness-unread").await;
+    let other_ns = reader_namespace(&admin, "fairness-victim").await;
+    // 10 seats: 5 for workload-low, both service accounts' level; the
+    // default 15 s queue wait.
+    let wm = Watchmux::start(&cluster, &["--auth-mode", "delegated", "--fairness-seats", "10"]).await;
+    let (noisy, victim) = (token_for(&cluster, &ns, &[]), token_for(&cluster, &other_ns, &[]));
+    // At resourceVersion=0: served from the cache with no freshness proof.
+    // One configmap: the answer is a few hundred bytes.
+    let list = format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0");
+    let victim_list = format!("/api/v1/namespaces/{other_ns}/configmaps?resourceVersion=0");
+    let mut victim_send = h2(wm.addr).await;
+    // Warm: the cache started, both users' reviews cached.
+    assert_eq!(timed_list(&mut victim_send, wm.addr, &victim_list, &victim).await.0, 200);
+    let mut warm = h2(wm.addr).await;
+    assert_eq!(timed_list(&mut warm, wm.addr, &list, &noisy).await.0, 200);
+
+    // Ten times the level's seats in LISTs never read: every one answered
+    // (a built LIST keeps no seat), none queued, none refused.
+    const UNREAD: usize = 50;
+    let unread = unread_h2(wm.addr, None).await;
+    let (lists, took) = flood(&unread, wm.addr, &list, &noisy, UNREAD).await;
+    let statuses: Vec<u16> = lists.iter().map(|r| r.status().as_u16()).collect();
+    assert_eq!(statuses, vec![200; UNREAD], "{UNREAD} unread LISTs answered in {took:?}");
+    let (status, through_watchmux) = timed_list(&mut victim_send, wm.addr, &victim_list, &victim).await;
+    assert_eq!(status, 200);
+    assert!(through_watchmux < PROMPT, "the victim's LIST took {through_watchmux:?} behind {UNREAD} unread ones");
+    let label = "priority_level=\"workload-low\"";
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_fairness_rejected_total", &[label]).await, 0.0);
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_fairness_waiting", &[label]).await, 0.0);
+
+    // The same attack straight at kube-apiserver, whose APF seat ends with
+    // its handler: the victim is served there too.
+    let ca = cluster_file(&cluster, "ca.crt");
+    let api = cluster.api_addr();
+    let direct_unread = unread_h2(api, Some(&ca)).await;
+    let (direct_lists, _) = flood(&direct_unread, api, &list, &noisy, UNREAD).await;
+    assert!(direct_lists.iter().all(|r| r.status() == 200));
+    let mut direct = connect_h2(api, Some(&ca), None).await;
+    let (status, straight) = timed_list(&mut direct, api, &victim_list, &victim).await;
+    assert_eq!(status, 200);
+    eprintln!(
+        "victim's LIST behind {UNREAD} unread ones: {through_watchmux:?} through watchmux, {straight:?} straight at kube-apiserver"
+    );
+
+    // Watches whose initial event (the configmap, ADDED) is never read:
+    // each keeps its seat while its initial events wait to be written, for
+    // 1 s of waiting on its client at most. Ten of them, twice the seats.
+    let watch = format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion=0");
+    let (watches, _) = flood(&unread, wm.addr, &watch, &noisy, 10).await;
+    assert!(watches.iter().all(|r| r.status() == 200), "unread watches are answered once seats come back");
+    let (status, behind_watches) = timed_list(&mut victim_send, wm.addr, &victim_list, &victim).await;
+    assert_eq!(status, 200);
+    assert!(behind_watches < Duration::from_secs(5), "the victim's LIST took {behind_watches:?} behind unread watches");
+    // Each counted once, the last within a budget of its head.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let taken_back = watchmux_metric_sum(wm.admin, "watchmux_fairness_unread_released_total", &[label]).await;
+        if taken_back == 10.0 {
+            break;
+        }
+        assert!(taken_back < 10.0 && Instant::now() < deadline, "unread watches' seats taken back: {taken_back}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(statuses, [(200, 5), (429, 320)].into(), "the noisy flow's answers");
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_fairness_rejected_total", &[label]).await, 0.0);
+    drop((lists, direct_lists, watches));
+}
 
-    let rejected = |reason: &'static str| {
-        let reason = format!("reason=\"{reason}\"");
-        async move { watchmux_metric_sum(wm.admin, "watchmux_fairness_rejected_total", &[label, &reason]).await }
-    };
-    assert_eq!(rejected("queue_full").await, (FLOOD - 305) as f64);
-    assert_eq!(rejected("queue_wait").await, 301.0);
-    let node_high = watchmux_metric_sum(wm.admin, "watchmux_fairness_rejected_total", &["node-high"]).await;
-    assert_eq!(node_high, 0.0);
+#[tokio::test]
+async fn a_watch_over_its_users_start_rate_gets_the_api_servers_429() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let admin = cluster.direct_client();
+    let ns = reader_namespace(&admin, "fairness-rate").await;
+    let wm = Watchmux::start(
+        &cluster,
+        &[
+            "--auth-mode",
+            "delegated",
+            "--fairness-watch-start-burst",
+            "2",
+            "--fairness-watch-starts-per-second",
+            "0.01",
+        ],
+    )
+    .await;
+    let token = token_for(&cluster, &ns, &[]);
+    let watch = format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion=0&timeoutSeconds=30");
+    let mut send = h2(wm.addr).await;
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let resp = send.send_request(get(wm.addr, &watch, &token, &[])).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        open.push(resp);
+    }
+    let resp = send.send_request(get(wm.addr, &watch, &token, &[])).await.unwrap();
+    assert_apf_429(resp).await;
+    let label = "priority_level=\"workload-low\"";
+    let reason = "reason=\"watch_rate\"";
+    assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_fairness_rejected_total", &[label, reason]).await, 1.0);
 }

@@ -368,29 +368,16 @@ async fn identities_scopes_and_queries_get_the_api_servers_answer() {
 /// Sends `head` (a whole request head, bytes as they are) on a new
 /// connection, over TLS trusting `ca` when given; the status code.
 async fn raw_status(addr: std::net::SocketAddr, ca: Option<&Path>, head: &str) -> u16 {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut response = Vec::new();
     let exchange = async {
         match ca {
             Some(ca) => {
-                let mut roots = rustls::RootCertStore::empty();
-                for cert in CertificateDer::pem_file_iter(ca).unwrap() {
-                    roots.add(cert.unwrap()).unwrap();
-                }
-                let provider = Arc::new(rustls::crypto::ring::default_provider());
-                let mut config = rustls::ClientConfig::builder_with_provider(provider)
-                    .with_safe_default_protocol_versions()
-                    .unwrap()
-                    .with_root_certificates(roots)
-                    .with_no_client_auth();
-                config.alpn_protocols = vec![b"http/1.1".to_vec()];
-                let name = ServerName::IpAddress(addr.ip().into());
-                let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap();
+                let mut tls = tls_connect(addr, ca, b"http/1.1").await;
                 tls.write_all(head.as_bytes()).await.unwrap();
                 let _ = tls.read_to_end(&mut response).await;
             }
             None => {
-                let mut tcp = tcp;
+                let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
                 tcp.write_all(head.as_bytes()).await.unwrap();
                 let _ = tcp.read_to_end(&mut response).await;
             }

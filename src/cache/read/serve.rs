@@ -81,9 +81,10 @@ pub(crate) trait ReadGate: Sync {
     ) -> impl Future<Output = Admission> + Send;
 
     /// A seat for an admitted LIST or WATCH (`watch`) the cache is about to
-    /// answer, held until the answer is written (`fairness`), or the 429 to
-    /// send instead. Taken after authorization: a review is a request to the
-    /// upstream, and a burst waiting for one would fill the queues.
+    /// answer, held while the answer is built, not while the client reads it
+    /// ([`Seat::held_by`]), or the 429 to send instead. Taken after
+    /// authorization: a review is a request to the upstream, and a burst
+    /// waiting for one would fill the queues.
     fn seat(&self, _watch: bool) -> impl Future<Output = Result<Option<Seat>, Refusal>> + Send {
         std::future::ready(Ok(None))
     }
