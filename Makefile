@@ -68,6 +68,7 @@ test-unit:
 	python3 integration/scripts/module-table.py
 	bash integration/scripts/dockerfile-lint.sh
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) clippy --locked --features fault-injection --test e2e --test fuzz_auth -- -D warnings
 	$(CARGO) test --locked --features fault-injection
 	$(MAKE) protobuf-check
 	bash integration/scripts/generated-tables.sh

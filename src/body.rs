@@ -68,6 +68,34 @@ pub fn holding<G: Send + Sync + 'static>(body: ProxyBody, held: G) -> ProxyBody 
     boxed_chunks(Holding { inner: body, _held: held })
 }
 
+/// [`holding`], but for `limit` at most: past it `held` is given back even
+/// if the body is still unsent (a client that never reads it). A timer task
+/// per body, ended with the body.
+pub fn holding_at_most<G: Send + Sync + 'static>(body: ProxyBody, held: G, limit: std::time::Duration) -> ProxyBody {
+    let slot = std::sync::Arc::new(parking_lot::Mutex::new(Some(held)));
+    let weak = std::sync::Arc::downgrade(&slot);
+    let timer = tokio::spawn(async move {
+        tokio::time::sleep(limit).await;
+        if let Some(slot) = weak.upgrade() {
+            slot.lock().take();
+        }
+    });
+    holding(body, HeldUntil { _slot: slot, timer: timer.abort_handle() })
+}
+
+/// What [`holding_at_most`] keeps with the body: the held value (gone once
+/// the timer fired) and the timer, stopped when the body goes.
+struct HeldUntil<G> {
+    _slot: std::sync::Arc<parking_lot::Mutex<Option<G>>>,
+    timer: tokio::task::AbortHandle,
+}
+
+impl<G> Drop for HeldUntil<G> {
+    fn drop(&mut self) {
+        self.timer.abort();
+    }
+}
+
 pin_project_lite::pin_project! {
     /// See [`holding`].
     struct Holding<G> {

@@ -290,7 +290,10 @@ pub struct Args {
     pub max_concurrent_reviews: usize,
 
     /// Requests other than watches and other long-running ones that may be in
-    /// progress at once; more get 429 with Retry-After. 0: no limit.
+    /// progress at once, each until its answer has been sent (an answer of
+    /// 4 KiB or less at once; one its client does not read at most a minute,
+    /// kube-apiserver's request timeout); more get 429 with Retry-After.
+    /// 0: no limit.
     #[arg(long, value_name = "N", default_value_t = 400)]
     pub max_requests_inflight: usize,
 

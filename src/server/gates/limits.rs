@@ -74,10 +74,18 @@ impl RequestLimits {
 /// response writer's buffer (`handlerChunkWriteSize`, 4 KiB).
 const HANDLER_WRITE_BUFFER: u64 = 4 << 10;
 
+/// How long an unsent answer may keep its in-flight slot: kube-apiserver's
+/// request timeout (`--request-timeout`, 1 minute), after which its handler
+/// blocked writing to a client that does not read is cut off and its slot
+/// freed. Without it, a few connections of unread answers would hold every
+/// slot for as long as they stay open.
+const UNSENT_HOLD: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Holds an in-flight slot until dropped: [`Admitted::until_sent`] keeps it
-/// until the answer's body has been sent (or dropped), so that answers a
-/// client does not read count against `--max-requests-inflight`, as a Go
-/// handler blocked writing them counts in kube-apiserver.
+/// until the answer's body has been sent (or dropped), at most
+/// [`UNSENT_HOLD`], so that answers a client does not read count against
+/// `--max-requests-inflight`, as a Go handler blocked writing them counts in
+/// kube-apiserver until its request timeout.
 pub(crate) struct Admitted {
     permit: Option<OwnedSemaphorePermit>,
 }
@@ -92,7 +100,7 @@ impl Admitted {
         use http_body::Body;
         let small = resp.body().size_hint().exact().is_some_and(|n| n <= HANDLER_WRITE_BUFFER);
         match self.permit {
-            Some(permit) if !small => resp.map(|b| body::holding(b, permit)),
+            Some(permit) if !small => resp.map(|b| body::holding_at_most(b, permit, UNSENT_HOLD)),
             _ => resp,
         }
     }
@@ -274,8 +282,8 @@ mod tests {
         h
     }
 
-    #[test]
-    fn inflight_limit_skips_long_running_requests() {
+    #[tokio::test]
+    async fn inflight_limit_skips_long_running_requests() {
         let limits = RequestLimits::new(1, 0);
         let list = info(Method::GET, "/api/v1/pods");
         let held = limits.admit(&list, &HeaderMap::new()).ok().unwrap();
@@ -292,6 +300,21 @@ mod tests {
         let held = limits.admit(&list, &HeaderMap::new()).ok().unwrap();
         let _small = held.until_sent(Response::new(body::full("x")));
         assert!(limits.admit(&list, &HeaderMap::new()).is_ok());
+    }
+
+    /// An answer nobody reads keeps its slot for kube-apiserver's request
+    /// timeout, not for as long as its connection stays open.
+    #[tokio::test(start_paused = true)]
+    async fn an_unread_answer_gives_its_slot_back_after_the_request_timeout() {
+        let limits = RequestLimits::new(1, 0);
+        let list = info(Method::GET, "/api/v1/pods");
+        let large = Bytes::from(vec![b'x'; HANDLER_WRITE_BUFFER as usize + 1]);
+        let unread = limits.admit(&list, &HeaderMap::new()).ok().unwrap().until_sent(Response::new(body::full(large)));
+        tokio::time::sleep(UNSENT_HOLD - std::time::Duration::from_millis(1)).await;
+        assert!(limits.admit(&list, &HeaderMap::new()).is_err(), "held until the timeout");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        assert!(limits.admit(&list, &HeaderMap::new()).is_ok(), "given back at the timeout, the body still unread");
+        drop(unread);
     }
 
     #[tokio::test]
