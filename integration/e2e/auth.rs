@@ -302,7 +302,7 @@ async fn a_kubelet_certificate_reads_only_what_the_node_authorizer_allows() {
     // Its own pods, by the spec.nodeName selector, from the cache.
     let served_before =
         watchmux_metric_sum(wm.admin, "watchmux_auth_authorization_decisions_total", &["allowed"]).await;
-    let mine = format!("/api/v1/pods?fieldSelector=spec.nodeName%3Dkn1&resourceVersion=0");
+    let mine = "/api/v1/pods?fieldSelector=spec.nodeName%3Dkn1&resourceVersion=0".to_owned();
     let (code, body) = get_with(&via, &mine, &[]).await;
     assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
     let names: Vec<String> = serde_json::from_slice::<Value>(&body).unwrap()["items"]

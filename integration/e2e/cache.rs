@@ -657,7 +657,7 @@ async fn node_selected_lists_and_watches_match_the_api_server() {
     let pods = format!("/api/v1/namespaces/{ns}/pods");
     let create = |i: usize| {
         let (direct, pods) = (&direct, &pods);
-        let node = if i % 2 == 0 { n1.clone() } else { n2.clone() };
+        let node = if i.is_multiple_of(2) { n1.clone() } else { n2.clone() };
         async move {
             let created = direct_json(direct, http::Method::POST, pods, pod(&format!("p{i}"), &node)).await;
             created["metadata"]["resourceVersion"].as_str().unwrap().to_owned()

@@ -197,10 +197,10 @@ impl Watchmux {
     /// Waits (bounded) until the admin endpoint reports the upstream ready.
     pub(crate) async fn wait_ready(&self) {
         for _ in 0..200 {
-            if let Ok(resp) = try_get(self.admin, "/readyz").await {
-                if resp.status().is_success() {
-                    return;
-                }
+            if let Ok(resp) = try_get(self.admin, "/readyz").await
+                && resp.status().is_success()
+            {
+                return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

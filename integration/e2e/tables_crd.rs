@@ -202,8 +202,8 @@ async fn custom_resource_tables_from_the_cache_are_the_api_servers() {
     direct_json(&direct, http::Method::DELETE, &format!("{widgets}/tiny"), serde_json::Value::Null).await;
 
     // kubectl get, plain and wide.
+    let ages = regex::Regex::new(r"\b\d+[smhdy](\d+[smhdy])?\b").unwrap();
     for args in [vec!["get", "widgets", "-n", &ns], vec!["get", "widgets", "-n", &ns, "-o", "wide"]] {
-        let ages = regex::Regex::new(r"\b\d+[smhdy](\d+[smhdy])?\b").unwrap();
         let squash = |s: &str| -> Vec<String> {
             s.lines().map(|l| ages.replace_all(l, "AGE").split_whitespace().collect::<Vec<_>>().join(" ")).collect()
         };

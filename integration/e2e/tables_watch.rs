@@ -94,7 +94,9 @@ pub(super) async fn open(
 /// encoding (and so keeps its column definitions one event longer) follows
 /// the order of delivery, in both servers.
 pub(super) async fn compare(pairs: Vec<Pair>) -> Vec<(String, Vec<String>)> {
-    let mut groups: std::collections::BTreeMap<String, (Vec<Vec<String>>, Vec<Vec<String>>)> = Default::default();
+    // Per group: the rows kube-apiserver sent, and those watchmux sent.
+    type Rows = Vec<Vec<String>>;
+    let mut groups: std::collections::BTreeMap<String, (Rows, Rows)> = Default::default();
     let mut out = Vec::new();
     for pair in pairs {
         let key = format!("{} {}", pair.path, pair.accept);
