@@ -64,6 +64,7 @@ test: test-unit test-e2e test-controlplane test-chaos-quick
 ## release-has-no-faults.sh).
 test-unit:
 	$(CARGO) fmt --check
+	python3 integration/scripts/module_graph_test.py
 	python3 integration/scripts/module-graph.py
 	python3 integration/scripts/module-table.py
 	bash integration/scripts/dockerfile-lint.sh

@@ -11,12 +11,19 @@
 //! - [`catalog`]: what the upstream serves (discovery, resource names as
 //!   kubectl resolves them, the protobuf schema check).
 //! - [`sync`]: keeping a cache in step with the upstream (the reflector, the
-//!   upstream's list and watch responses).
+//!   cluster's identity, watch-lists, the schema and CBOR probes).
+//! - [`upstream_wire`]: the upstream's list and watch responses, read in one
+//!   place (by the reflector and by the freshness proof's catch-up watch).
 //! - [`state`]: what a cache holds (the store, the history ring, objects with
 //!   their encoding memo, events, snapshots for later pages).
 //! - [`delivery`]: getting events to watchers (dispatcher, per-watcher
-//!   queues, the watch response body).
-//! - [`read`]: answering LIST, GET and WATCH (parameters, continue tokens).
+//!   queues).
+//! - [`read`]: answering LIST, GET and WATCH (parameters, continue tokens,
+//!   the watch response body).
+//!
+//! The folders stand in one order, each importing only those below it:
+//! `read` and `sync` above `resource`, `resource` above `delivery`, `state`
+//! and `upstream_wire` (`integration/scripts/module-graph.py` checks it).
 //! - [`table`]: what the cache writes as a `meta.k8s.io` Table (kubectl get), and
 //!   which Table reads pass through.
 //! - [`warnings`]: the API server's `Warning` headers for a resource, replayed
@@ -51,5 +58,6 @@ pub(crate) mod resource_info;
 pub(crate) mod state;
 pub(crate) mod sync;
 pub(crate) mod table;
+pub(crate) mod upstream_wire;
 pub(crate) mod verify;
 pub(crate) mod warnings;

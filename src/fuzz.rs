@@ -11,7 +11,7 @@
 //! - `selector::field::fuzz`: field selectors and field extraction;
 //! - `negotiate::fuzz`: `Accept` negotiation;
 //! - `compress::fuzz`: `Accept-Encoding`;
-//! - `cache::sync::upstream_watch::fuzz`: upstream watch event lines applied to
+//! - `cache::upstream_wire::fuzz`: upstream watch event lines applied to
 //!   a resource cache;
 //! - `upstream::kubeconfig::fuzz`: kubeconfig resolution;
 //! - `request::fuzz`: request classification of API-ish paths.

@@ -26,7 +26,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::delivery::filter::Filter;
-use super::delivery::stream::{StreamOptions, WatchStream};
+use super::read::watch_stream::{StreamOptions, WatchStream};
 use super::resource::{CacheSettings, ResourceCache, Scope, StartAt, Writer};
 use super::state::object::tests::{cm, cm_shape};
 use super::state::store::Objects;

@@ -28,7 +28,7 @@
 //!    initial event of a watch, is encoded before the headers are sent, so
 //!    the answer can still be JSON.
 //! 4. **A live event has no protobuf form**, after a watch's headers said
-//!    protobuf: the stream ends (`cache::delivery::stream`), as at a timeout; the client
+//!    protobuf: the stream ends (`cache::read::watch_stream`), as at a timeout; the client
 //!    watches again from the last version it got, and that watch's backlog
 //!    holds the event: obstacle 3.
 //!

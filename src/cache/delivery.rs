@@ -2,9 +2,7 @@
 //!
 //! - [`dispatcher`]: hands each event to the watchers that can be interested.
 //! - [`watcher`]: one watcher's queue, shared by the dispatcher and its body.
-//! - [`stream`]: the response body of a watch served from the cache.
 
 pub(crate) mod dispatcher;
 pub(crate) mod filter;
-pub(crate) mod stream;
 pub(crate) mod watcher;

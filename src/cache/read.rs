@@ -5,7 +5,9 @@
 //! - [`pagination`]: continue tokens in the API server's format.
 //! - [`content`](crate::cache::content): the form an answer is served in (protobuf or JSON), decided once.
 //! - [`reason`](crate::cache::reason): why a read passes through, typed.
+//! - [`watch_stream`]: the response body of a watch served from the cache.
 
 pub(crate) mod pagination;
 pub(crate) mod params;
 pub(crate) mod serve;
+pub(crate) mod watch_stream;

@@ -18,6 +18,7 @@
 //! that version.
 
 pub(crate) mod catch_up;
+mod cbor_cell;
 pub(crate) mod fanout;
 pub(crate) mod freshness;
 pub(crate) mod lifecycle;
@@ -31,6 +32,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use tokio::time::Instant;
 
+pub(crate) use cbor_cell::CborCell;
 pub(crate) use writer::{ChangeSink, Writer};
 
 use self::fanout::Fanout;
@@ -45,8 +47,7 @@ use super::state::history::{History, TooOld};
 use super::state::object::ObjectShape;
 use super::state::snapshots::KeptSnapshots;
 use super::state::store::{Snapshot, Store};
-use super::sync::cbor_probe::CborCell;
-use super::sync::upstream_watch::collection_uri;
+use super::upstream_wire::collection_uri;
 use super::warnings::Warnings;
 use crate::metrics as m;
 use crate::negotiate::UpstreamCbor;

@@ -1,7 +1,6 @@
 //! Keeping a cache in step with the upstream.
 //!
 //! - [`reflector`]: the list+watch state machine; the only holder of a cache's writer.
-//! - [`upstream_watch`]: the upstream's list and watch responses, read in one place.
 //! - [`cluster`]: which cluster the caches hold, and when the upstream became another.
 //! - [`watch_list`]: the full list taken as a watch-list, where the upstream serves one.
 
@@ -9,5 +8,4 @@ pub(crate) mod cbor_probe;
 pub(crate) mod cluster;
 pub(crate) mod reflector;
 pub(crate) mod schema_check;
-pub(crate) mod upstream_watch;
 pub(crate) mod watch_list;

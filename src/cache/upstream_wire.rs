@@ -500,6 +500,14 @@ pub(crate) async fn upstream_get_as(
     upstream.send(req.body(body::empty()).expect("valid request")).await.map_err(ReflectorError::Request)
 }
 
+/// The upstream's current version for the collection at `uri` (a
+/// consistent `LIST ?limit=1`): at least any version its etcd ever served.
+pub(crate) async fn consistent_rv(upstream: &Upstream, uri: String) -> Option<u64> {
+    let listed = get_list(upstream, uri).await.ok()?;
+    let page: ListPage = serde_json::from_slice(&listed.body).ok()?;
+    page.metadata.version().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 use self::digest::Comparison;
 use self::exact_list::{ExactListError, list_at};
 use super::resource::ResourceCache;
-use super::sync::cluster::consistent_rv;
+use super::upstream_wire::consistent_rv;
 use crate::metrics as m;
 use crate::upstream::Upstream;
 

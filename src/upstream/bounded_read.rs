@@ -12,7 +12,7 @@
 //! The bounds are far above what a real kube-apiserver sends (each says
 //! why) and are not knobs: an answer past one is not a cluster to serve but
 //! a fault to report. Watch streams are bounded per event where they are
-//! split into lines (`cache::sync::upstream_watch`), and passed-through
+//! split into lines (`cache::upstream_wire`), and passed-through
 //! bodies are never held whole.
 
 use bytes::{Bytes, BytesMut};

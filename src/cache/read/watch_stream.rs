@@ -30,10 +30,10 @@ use http_body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::super::resource::{Registration, ResourceCache};
-use super::filter::NODE_FIELD;
-use super::watcher::{Delivery, Next, Terminated, WatcherHandle};
 use crate::body::{BoxError, Chunk};
+use crate::cache::delivery::filter::NODE_FIELD;
+use crate::cache::delivery::watcher::{Delivery, Next, Terminated, WatcherHandle};
+use crate::cache::resource::{Registration, ResourceCache};
 use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
 use crate::cache::state::store::Snapshot;
 use crate::cache::table::TableForm;

@@ -77,8 +77,8 @@ use tokio::time::Instant;
 use self::busy::BusyCluster;
 use self::fallbacks::FallbackBudget;
 use super::ResourceCache;
-use crate::cache::sync::cluster::consistent_rv;
-use crate::cache::sync::upstream_watch::{Change, LineEnd, Opened, StreamEnd, open_watch, watch_params};
+use crate::cache::upstream_wire::consistent_rv;
+use crate::cache::upstream_wire::{Change, LineEnd, Opened, StreamEnd, open_watch, watch_params};
 use crate::upstream::Upstream;
 
 /// The catch-up watch's timeout: the API server sends its bookmark two

@@ -26,7 +26,7 @@ use crate::cache::state::event::CacheEvent;
 use crate::cache::state::history::History;
 use crate::cache::state::object::CachedObject;
 use crate::cache::state::store::{Objects, Store};
-use crate::cache::sync::upstream_watch::Change;
+use crate::cache::upstream_wire::Change;
 use crate::encode::watch::EventType;
 use crate::upstream::Upstream;
 

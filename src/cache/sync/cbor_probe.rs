@@ -19,13 +19,12 @@
 //! another server, or the same one restarted with other flags); it costs the
 //! API server one rejected request.
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use http::{HeaderValue, StatusCode, header};
 
 use crate::cache::resource_info::ResourceInfo;
-use crate::cache::sync::upstream_watch::upstream_get_as;
+use crate::cache::upstream_wire::upstream_get_as;
 use crate::negotiate::UpstreamCbor;
 use crate::upstream::Upstream;
 use crate::upstream::bounded_read;
@@ -58,35 +57,6 @@ fn classify(status: StatusCode, content_type: Option<&HeaderValue>) -> Option<Up
     }
 }
 
-/// A resource cache's [`UpstreamCbor`], set by its reflector and read by
-/// every request, lock-free.
-#[derive(Debug, Default)]
-pub(crate) struct CborCell(AtomicU8);
-
-impl CborCell {
-    pub(crate) fn load(&self) -> UpstreamCbor {
-        Self::decode(self.0.load(Ordering::Acquire))
-    }
-
-    /// Sets it; returns what it was.
-    pub(crate) fn swap(&self, to: UpstreamCbor) -> UpstreamCbor {
-        let raw = match to {
-            UpstreamCbor::Unknown => 0,
-            UpstreamCbor::Off => 1,
-            UpstreamCbor::On => 2,
-        };
-        Self::decode(self.0.swap(raw, Ordering::AcqRel))
-    }
-
-    fn decode(raw: u8) -> UpstreamCbor {
-        match raw {
-            1 => UpstreamCbor::Off,
-            2 => UpstreamCbor::On,
-            _ => UpstreamCbor::Unknown,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,14 +74,5 @@ mod tests {
         assert_eq!(classify(StatusCode::FORBIDDEN, Some(&json)), None);
         assert_eq!(classify(StatusCode::OK, Some(&json)), None);
         assert_eq!(classify(StatusCode::SERVICE_UNAVAILABLE, None), None);
-    }
-
-    #[test]
-    fn the_cell_starts_unknown_and_keeps_what_it_is_told() {
-        let cell = CborCell::default();
-        assert_eq!(cell.load(), UpstreamCbor::Unknown);
-        assert_eq!(cell.swap(UpstreamCbor::Off), UpstreamCbor::Unknown);
-        assert_eq!(cell.swap(UpstreamCbor::On), UpstreamCbor::Off);
-        assert_eq!(cell.load(), UpstreamCbor::On);
     }
 }

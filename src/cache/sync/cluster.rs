@@ -44,7 +44,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::upstream_watch::{ListPage, get_list, upstream_get};
+use crate::cache::upstream_wire::upstream_get;
 use crate::upstream::Upstream;
 use crate::upstream::bounded_read;
 
@@ -201,14 +201,6 @@ async fn read_uid(upstream: &Upstream) -> Result<String, String> {
     }
     let named: Named = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
     Some(named.metadata.uid).filter(|u| !u.is_empty()).ok_or_else(|| format!("{IDENTITY_PATH} has no uid"))
-}
-
-/// The upstream's current version for the collection at `uri` (a
-/// consistent `LIST ?limit=1`): at least any version its etcd ever served.
-pub(crate) async fn consistent_rv(upstream: &Upstream, uri: String) -> Option<u64> {
-    let listed = get_list(upstream, uri).await.ok()?;
-    let page: ListPage = serde_json::from_slice(&listed.body).ok()?;
-    page.metadata.version().ok()
 }
 
 #[cfg(test)]

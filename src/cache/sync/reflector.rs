@@ -36,16 +36,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::super::resource::Writer;
-use super::cluster::{ClusterIdentity, Identity, consistent_rv};
-use super::upstream_watch::{
-    LineEnd, ListPage, Opened, ReflectorError, StreamEnd, WatchLines, get_list, open_watch, watch_params,
-};
+use super::cluster::{ClusterIdentity, Identity};
 use super::watch_list::{self, WatchListError};
 use crate::cache::content::ProtobufAvailability;
 use crate::cache::state::object::CachedObject;
 use crate::cache::state::store::Objects;
 use crate::cache::sync::cbor_probe;
 use crate::cache::sync::schema_check::{Outcome, SchemaChecker};
+use crate::cache::upstream_wire::consistent_rv;
+use crate::cache::upstream_wire::{
+    LineEnd, ListPage, Opened, ReflectorError, StreamEnd, WatchLines, get_list, open_watch, watch_params,
+};
 use crate::encode::variant::ContentVariant;
 use crate::error::error_chain;
 use crate::metrics as m;

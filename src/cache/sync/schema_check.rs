@@ -50,7 +50,7 @@ use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
 use crate::cache::resource_info::ResourceInfo;
-use crate::cache::sync::upstream_watch::upstream_get;
+use crate::cache::upstream_wire::upstream_get;
 use crate::encode::protobuf::{Drift, MessageType, openapi_drift};
 use crate::error::error_chain;
 use crate::upstream::Upstream;

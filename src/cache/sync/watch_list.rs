@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 
-use super::upstream_watch::{LineEnd, ReflectorError, StreamEnd, WatchLines, upstream_get};
 use crate::cache::state::object::{CachedObject, ObjectShape};
 use crate::cache::state::store::Objects;
-use crate::cache::sync::upstream_watch::Line;
+use crate::cache::upstream_wire::Line;
+use crate::cache::upstream_wire::{LineEnd, ReflectorError, StreamEnd, WatchLines, upstream_get};
 use crate::encode::watch::EventType;
 use crate::upstream::Upstream;
 use crate::upstream::bounded_read;

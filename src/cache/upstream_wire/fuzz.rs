@@ -19,7 +19,7 @@ use crate::cache::resource::{CacheSettings, ResourceCache, Scope};
 use crate::cache::state::object::tests::cm_shape;
 use crate::cache::state::object::{CachedObject, ObjectKey};
 use crate::cache::state::store::{Objects, Snapshot};
-use crate::cache::sync::upstream_watch::read_line;
+use crate::cache::upstream_wire::read_line;
 use crate::encode::variant::ContentVariant;
 use crate::fuzz::{Words, config, one_of};
 

@@ -22,7 +22,7 @@ use super::digest::Entry;
 use super::metadata_pb::Page;
 use crate::cache::resource::ResourceCache;
 use crate::cache::state::object::ObjectKey;
-use crate::cache::sync::upstream_watch::{ListMeta, ReflectorError, get_list_as};
+use crate::cache::upstream_wire::{ListMeta, ReflectorError, get_list_as};
 use crate::upstream::Upstream;
 
 /// Items per page. The API server's own checker reads etcd 10,000 at a

@@ -2,7 +2,7 @@
 //! the same state a LIST or GET in JSON is answered from; the body is
 //! `encode::table`'s. Which requests come here, and which pass through
 //! (`reason="table"`): `cache::table::table_form`. A Table WATCH is the
-//! watch stream's (`delivery::stream`).
+//! watch stream's (`read::watch_stream`).
 
 use std::sync::Arc;
 
