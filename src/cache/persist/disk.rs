@@ -522,15 +522,25 @@ impl DiskStore {
 }
 
 /// Moves a store that failed its check out of the way (`<name>.bad-<unix
-/// seconds>`, kept for a post-mortem), so the resource starts cold and the
-/// bad file is never read again. Returns where it went.
+/// seconds>`, then `-1`, `-2`... for more in the same second, kept for a
+/// post-mortem), so the resource starts cold and the bad file is never read
+/// again. Returns where it went. A name already taken is never renamed over:
+/// a store that fails twice within a second (a crash loop) keeps both.
 pub(crate) fn move_aside(path: &Path) -> std::io::Result<PathBuf> {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let mut aside = path.as_os_str().to_owned();
-    aside.push(format!(".bad-{secs}"));
-    let aside = PathBuf::from(aside);
-    fs::rename(path, &aside)?;
-    Ok(aside)
+    for n in 0..1_000u32 {
+        let mut aside = path.as_os_str().to_owned();
+        aside.push(format!(".bad-{secs}"));
+        if n > 0 {
+            aside.push(format!("-{n}"));
+        }
+        let aside = PathBuf::from(aside);
+        if fs::symlink_metadata(&aside).is_err() {
+            fs::rename(path, &aside)?;
+            return Ok(aside);
+        }
+    }
+    Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a thousand stores already moved aside this second"))
 }
 
 #[cfg(test)]

@@ -298,3 +298,19 @@ fn a_store_killed_at_any_instant_reloads_a_committed_state() {
     }
     assert!(progressed > iterations / 2, "the child committed in only {progressed} of {iterations} runs");
 }
+
+/// Two stores moved aside in the same second (a crash loop) keep both: the
+/// second never renames over the first's post-mortem copy.
+#[test]
+fn stores_moved_aside_in_one_second_keep_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pods.v1.core.redb");
+    let mut aside = Vec::new();
+    for content in [&b"first"[..], b"second", b"third"] {
+        fs::write(&path, content).unwrap();
+        aside.push(move_aside(&path).unwrap());
+    }
+    assert!(!path.exists());
+    let kept: Vec<_> = aside.iter().map(|p| fs::read(p).unwrap()).collect();
+    assert_eq!(kept, [b"first".to_vec(), b"second".to_vec(), b"third".to_vec()], "{aside:?}");
+}
