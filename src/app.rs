@@ -64,6 +64,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// Open connections from one source address (`--max-connections-per-address`).
     pub max_connections_per_address: usize,
+    /// Open connections one user may hold (`--max-connections-per-user`).
+    pub max_connections_per_user: usize,
     /// How long an HTTP/2 connection may have no stream (`--idle-connection-timeout`).
     pub idle_connection_timeout: std::time::Duration,
     /// Stream windows pass-through answers may hold (`--passthrough-buffer-bytes`).
@@ -120,6 +122,7 @@ impl App {
         let settings = ServeSettings {
             max_connections: limits.max_connections,
             max_connections_per_address: limits.max_connections_per_address,
+            max_connections_per_user: limits.max_connections_per_user,
             idle_connection_timeout: limits.idle_connection_timeout,
             h2_write_batching: opts.h2_write_batching,
             shutdown_grace: opts.shutdown_grace,

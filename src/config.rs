@@ -335,6 +335,14 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_connections_per_address: usize,
 
+    /// Downstream connections one user may hold at once (delegated auth:
+    /// a connection is its first authenticated, non-anonymous request's
+    /// user); a request that would take one more gets 429 and its
+    /// connection is closed. 0: a half of --max-connections (a DaemonSet's
+    /// pods share one service account).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_connections_per_user: usize,
+
     /// How long an HTTP/2 connection may have no request in progress before
     /// it is sent GOAWAY and closed, as kube-apiserver's 90 s (PINGs do not
     /// count). HTTP/1.1 connections close after 30 s without a request.

@@ -185,6 +185,15 @@ impl ApiHandler {
             Err(refused) => return close_if(h2, *refused),
         };
         let anonymous = is_anonymous(&authenticated.user);
+        // The connection counts against its first named user's share: one
+        // credential cannot hold every connection, from any number of
+        // addresses (see `server::gates::connections`).
+        if !anonymous
+            && let Some(connection) = &peer.connection
+            && !connection.claim(&authenticated.user.name)
+        {
+            return limits::too_many_requests(limits::Limit::UserConnections, true);
+        }
         let resp = self.authenticated_answer(req, peer, info, shared, delegated, authenticated).await;
         close_if(h2 && anonymous, resp)
     }

@@ -24,7 +24,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
 use connection::listener::{AdminHandler, Handler, Serving};
-use gates::limits::ConnectionBudget;
+use gates::connections::{ConnectionBudget, Shares};
 use lifecycle::graceful::GracefulShutdown;
 use lifecycle::shutdown::Stages;
 
@@ -61,6 +61,8 @@ pub(crate) struct ServeSettings {
     pub max_connections: usize,
     /// Open connections from one source address (`--max-connections-per-address`).
     pub max_connections_per_address: usize,
+    /// Open connections one user may hold (`--max-connections-per-user`).
+    pub max_connections_per_user: usize,
     /// How long an HTTP/2 connection may have no stream (`--idle-connection-timeout`).
     pub idle_connection_timeout: Duration,
     /// One socket write per batch of HTTP/2 frames (`--h2-write-batching`).
@@ -124,8 +126,13 @@ impl Server {
         let accept_stop = CancellationToken::new();
         let builder = connection::listener::http_builder_idle(settings.idle_connection_timeout);
         let graceful = GracefulShutdown::new();
-        let budget = ConnectionBudget::new(settings.max_connections, settings.max_connections_per_address, descriptors);
-        let (max_connections, per_address) = budget.limits();
+        let budget = ConnectionBudget::new(
+            settings.max_connections,
+            settings.max_connections_per_address,
+            settings.max_connections_per_user,
+            descriptors,
+        );
+        let Shares { max: max_connections, per_address, per_user } = budget.shares();
         if settings.max_connections == 0 || max_connections < settings.max_connections {
             tracing::info!(
                 max_connections,
@@ -134,7 +141,7 @@ impl Server {
                 "connection budget set by the open-file limit"
             );
         }
-        tracing::debug!(max_connections, per_address, "connection budget");
+        tracing::debug!(max_connections, per_address, per_user, "connection budget");
         // The admin listener outlives the API's graceful phase, so /readyz can
         // say "shutting down" while in-flight requests finish.
         let admin_graceful = GracefulShutdown::new();

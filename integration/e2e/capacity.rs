@@ -1,7 +1,7 @@
-//! Shared upstream capacity under attack (issue 23, rows 4 to 6), against the
-//! real API server: whatever one caller does with its own requests, a
-//! legitimate new token authenticates within a second and another caller's
-//! pass-through body completes.
+//! Shared capacity under attack, against the real API server: whatever one
+//! caller does with its own requests and connections, a legitimate new
+//! token authenticates within a second, another caller's pass-through body
+//! completes, and another user gets a connection.
 //!
 //! Plain HTTP with h2c and bearer tokens, as in `auth.rs`'s thousand
 //! watches: many streams on few connections is what the attacks need.
@@ -373,4 +373,81 @@ async fn many_idle_connections_from_one_client_leave_room_for_others() {
     let (status, took) = legitimate_get(wm.addr, "/version").await;
     assert_eq!(status, 200);
     assert!(took < Duration::from_secs(1), "{took:?}");
+}
+
+/// An HTTP/2 connection to `addr` from the loopback address `from`, with a
+/// watch of `path` by `token` held open on it: the watch's status and the
+/// connection's task (finished once watchmux closes it).
+async fn held_watch(
+    from: [u8; 4],
+    addr: SocketAddr,
+    path: &str,
+    token: &str,
+) -> (u16, hyper::Response<hyper::body::Incoming>, tokio::task::JoinHandle<()>) {
+    let io = TokioIo::new(connect_from(from, addr).await);
+    let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await.unwrap();
+    let conn = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let resp = send.send_request(get(addr, path, Some(token))).await.unwrap();
+    (resp.status().as_u16(), resp, conn)
+}
+
+/// The re-test's per-identity share: one credential opens connections from
+/// as many addresses as it likes (or from one, behind a load balancer that
+/// rewrites addresses), each holding a watch. With delegated auth each
+/// connection counts against its first named user's share
+/// (`--max-connections-per-user`, 3 here): past it the request gets the
+/// API server's 429 and the connection is closed (GOAWAY), while another
+/// user is served and the share comes back as connections close.
+/// kube-apiserver has no share of connections per user (API Priority and
+/// Fairness bounds requests, not connections): it would serve all four.
+#[tokio::test]
+async fn one_user_holds_its_share_of_connections_and_no_more() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let admin = cluster.direct_client();
+    let ns = reader_namespace(&admin, "capacity-user-share").await;
+    let other_ns = reader_namespace(&admin, "capacity-user-other").await;
+    let wm = Watchmux::start(&cluster, &["--auth-mode", "delegated", "--max-connections-per-user", "3"]).await;
+    let (mallory, alice) = (token_for(&cluster, &ns, &[]), token_for(&cluster, &other_ns, &[]));
+    let watch = format!("/api/v1/namespaces/{ns}/configmaps?watch=1");
+
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let (status, resp, conn) = held_watch([127, 0, 0, 10 + i], wm.addr, &watch, &mallory).await;
+        assert_eq!(status, 200, "connection {i}");
+        held.push((resp, conn));
+    }
+    // The fourth, from an address of its own: refused for the user's share.
+    let (status, resp, conn) = held_watch([127, 0, 0, 20], wm.addr, &watch, &mallory).await;
+    assert_eq!(status, 429);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    drop(resp);
+    tokio::time::timeout(Duration::from_secs(10), conn).await.expect("the refused connection was not closed").unwrap();
+    assert!(
+        watchmux_metric_sum(wm.admin, "watchmux_requests_rejected_total", &["limit=\"user_connections\""]).await >= 1.0
+    );
+
+    // Another user, from the same address, is served.
+    let other_watch = format!("/api/v1/namespaces/{other_ns}/configmaps?watch=1");
+    let (status, _alice_watch, _alice_conn) = held_watch([127, 0, 0, 20], wm.addr, &other_watch, &alice).await;
+    assert_eq!(status, 200);
+
+    // One of the user's connections closes: its share comes back (the
+    // close reaches watchmux asynchronously, hence the bounded retries).
+    let (resp, conn) = held.pop().unwrap();
+    drop(resp);
+    conn.abort();
+    let served_again = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let (status, resp, conn) = held_watch([127, 0, 0, 21], wm.addr, &watch, &mallory).await;
+            if status == 200 {
+                return (resp, conn);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await; // the server's close has no event to await
+        }
+    })
+    .await;
+    assert!(served_again.is_ok(), "the closed connection's share never came back");
 }

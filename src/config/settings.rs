@@ -48,6 +48,7 @@ impl super::Args {
                 max_requests_inflight: self.max_requests_inflight,
                 max_connections: self.max_connections,
                 max_connections_per_address: self.max_connections_per_address,
+                max_connections_per_user: self.max_connections_per_user,
                 idle_connection_timeout: self.idle_connection_timeout,
                 passthrough_buffer_bytes: self.passthrough_buffer_bytes,
                 passthrough_stall_timeout: self.passthrough_stall_timeout,

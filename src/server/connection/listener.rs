@@ -52,7 +52,7 @@ use crate::auth::cert::{ClientCa, ClientCert};
 use crate::body::{ProxyBody, RequestBody};
 use crate::error::error_chain;
 use crate::metrics as m;
-use crate::server::gates::limits::ConnectionBudget;
+use crate::server::gates::connections::ConnectionBudget;
 use crate::server::lifecycle::graceful::{GracefulShutdown, Watched, Watcher};
 
 /// How long a client has, from connecting, to finish its TLS handshake (on
@@ -251,7 +251,8 @@ where
             None => None,
         };
         let over_connection_limit = slot.as_ref().is_some_and(|s| !s.within);
-        let peer = Peer { addr, client_cert: None, over_connection_limit };
+        let connection = slot.as_ref().map(|s| s.claim());
+        let peer = Peer { addr, client_cert: None, over_connection_limit, connection };
         // A connection over the budget is there for its 429 only.
         let idle_timeout = if over_connection_limit { setup_timeout } else { builder.idle_timeout };
         let conn = Conn {
@@ -440,7 +441,7 @@ impl<H: Handler> Conn<H> {
 impl<H: Handler> Conn<H> {
     /// A connection of the "test" listener, from an unknown peer.
     pub(super) fn for_test(handler: H, watcher: Watcher) -> Self {
-        let peer = Peer { addr: None, client_cert: None, over_connection_limit: false };
+        let peer = Peer { addr: None, client_cert: None, over_connection_limit: false, connection: None };
         Self { name: "test", peer, builder: http_builder(), watcher, handler, idle_timeout: IDLE_TIMEOUT }
     }
 }

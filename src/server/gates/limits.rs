@@ -1,9 +1,8 @@
 //! Limits that keep one client, or a crowd, from exhausting watchmux: how
-//! many requests run at once, how many connections are open, how large a
-//! request body may be. Each refusal is the answer kube-apiserver gives for
+//! many requests run at once, how large a request body may be (open
+//! connections: [`super::connections`]). Each refusal is the answer kube-apiserver gives for
 //! the same limit, so clients back off the way they already know.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -106,102 +105,6 @@ impl Admitted {
     }
 }
 
-/// Counts open API connections against `--max-connections`, each source
-/// address against its share, and the connections answered with a 429
-/// against a bound of their own: past it a connection is closed at accept,
-/// so descriptors never run out before the budget answers (see
-/// [`ConnectionBudget::new`]).
-#[derive(Debug)]
-pub(crate) struct ConnectionBudget {
-    /// Connections served at once.
-    max: usize,
-    /// Connections one source address may have served at once.
-    per_address: usize,
-    /// Connections over a limit that may be open at once for their 429.
-    overflow: usize,
-    state: parking_lot::Mutex<BudgetState>,
-}
-
-#[derive(Debug, Default)]
-struct BudgetState {
-    within: usize,
-    over: usize,
-    by_address: std::collections::HashMap<IpAddr, usize>,
-}
-
-/// The descriptors kept for everything but downstream connections: the
-/// listeners, the cache's files, logs, and a first share of upstream
-/// connections; a quarter of the rest is kept for upstream connections too
-/// (one per upgrade, one per HTTP/1.1 request in flight).
-const RESERVED_DESCRIPTORS: usize = 256;
-
-impl ConnectionBudget {
-    /// A budget of `max` connections (0: as many as descriptors allow),
-    /// `per_address` of them from one source address (0: a quarter), within
-    /// `descriptors` (the open-file limit, when known): connections served
-    /// and connections answered with a 429 together keep
-    /// [`RESERVED_DESCRIPTORS`] and a quarter of the rest free.
-    pub(crate) fn new(max: usize, per_address: usize, descriptors: Option<usize>) -> Arc<Self> {
-        let usable = descriptors.map(|d| d.saturating_sub(RESERVED_DESCRIPTORS) / 4 * 3);
-        let wanted = if max == 0 { usize::MAX } else { max };
-        let (max, overflow) = match usable {
-            // A sixteenth of what is usable answers 429s, the rest serves.
-            Some(usable) if wanted.saturating_add(wanted / 16 + 16) > usable => {
-                let max = (usable - usable / 16).min(wanted).max(1);
-                (max, usable.saturating_sub(max).max(1))
-            }
-            _ => (wanted, wanted.saturating_add(15) / 16 + 16),
-        };
-        let per_address = if per_address == 0 { (max / 4).max(1) } else { per_address.min(max) };
-        Arc::new(Self { max, per_address, overflow, state: Default::default() })
-    }
-
-    /// Connections served at once, and from one address.
-    pub(crate) fn limits(&self) -> (usize, usize) {
-        (self.max, self.per_address)
-    }
-
-    /// Counts a new connection from `addr` (`None`: a unix socket, no
-    /// share). `within` is false when it is over the budget or its address's
-    /// share: it still gets served, with a 429 to each request and a close,
-    /// so the client learns why instead of seeing a reset. `None`: too many
-    /// of those already, close it unread.
-    pub(crate) fn open(self: &Arc<Self>, addr: Option<IpAddr>) -> Option<OpenSlot> {
-        let mut state = self.state.lock();
-        let from_address = addr.map_or(0, |a| state.by_address.get(&a).copied().unwrap_or(0));
-        if state.within < self.max && from_address < self.per_address {
-            state.within += 1;
-            if let Some(addr) = addr {
-                *state.by_address.entry(addr).or_default() += 1;
-            }
-            return Some(OpenSlot { budget: self.clone(), within: true, addr });
-        }
-        Limit::Connections.count();
-        if state.over >= self.overflow {
-            return None;
-        }
-        state.over += 1;
-        Some(OpenSlot { budget: self.clone(), within: false, addr: None })
-    }
-
-    fn close(&self, within: bool, addr: Option<IpAddr>) {
-        let mut state = self.state.lock();
-        if !within {
-            state.over -= 1;
-            return;
-        }
-        state.within -= 1;
-        if let Some(addr) = addr
-            && let std::collections::hash_map::Entry::Occupied(mut e) = state.by_address.entry(addr)
-        {
-            *e.get_mut() -= 1;
-            if *e.get() == 0 {
-                e.remove();
-            }
-        }
-    }
-}
-
 /// A limit that refuses a request before any work, as the `limit` label of
 /// `watchmux_requests_rejected_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,8 +113,12 @@ pub(crate) enum Limit {
     Inflight,
     /// `--max-request-body-bytes`.
     BodySize,
-    /// `--max-connections` (counted once per connection, when it opens).
+    /// `--max-connections` and `--max-connections-per-address` (counted
+    /// once per connection, when it opens).
     Connections,
+    /// `--max-connections-per-user` (counted per refused request; the
+    /// connection closes after it).
+    UserConnections,
     /// trusted-local's `--accept-hosts`.
     Host,
     /// `--passthrough-buffer-bytes`, in all or one client's share.
@@ -224,6 +131,7 @@ impl Limit {
             Self::Inflight => "inflight",
             Self::BodySize => "body_size",
             Self::Connections => "connections",
+            Self::UserConnections => "user_connections",
             Self::Host => "host",
             Self::PassthroughBuffer => "passthrough_buffer",
         }
@@ -232,19 +140,6 @@ impl Limit {
     /// Counts one refusal.
     pub(crate) fn count(self) {
         counter!(m::REQUESTS_REJECTED, "limit" => self.as_str()).increment(1);
-    }
-}
-
-/// One counted connection.
-pub(crate) struct OpenSlot {
-    budget: Arc<ConnectionBudget>,
-    pub within: bool,
-    addr: Option<IpAddr>,
-}
-
-impl Drop for OpenSlot {
-    fn drop(&mut self) {
-        self.budget.close(self.within, self.addr);
     }
 }
 
@@ -332,71 +227,5 @@ mod tests {
         // Not a write: the limit does not apply (exec streams, proxy...).
         let exec = info(Method::POST, "/api/v1/namespaces/a/pods/p/exec");
         assert!(limits.admit(&exec, &with_length(10 << 20)).is_ok());
-    }
-
-    fn ip(last: u8) -> Option<IpAddr> {
-        Some(IpAddr::from([10, 0, 0, last]))
-    }
-
-    #[test]
-    fn connection_budget_counts_open_connections() {
-        let budget = ConnectionBudget::new(2, 2, None);
-        let a = budget.open(ip(1)).unwrap();
-        let b = budget.open(ip(2)).unwrap();
-        let c = budget.open(ip(3)).unwrap();
-        assert!(a.within && b.within && !c.within);
-        drop(a);
-        drop(c);
-        assert!(budget.open(ip(3)).unwrap().within);
-    }
-
-    /// One address uses its share up; another is still served, and the
-    /// first gets its slots back as its connections close.
-    #[test]
-    fn one_address_holds_its_share_and_no_more() {
-        let budget = ConnectionBudget::new(100, 0, None);
-        assert_eq!(budget.limits(), (100, 25));
-        let held: Vec<_> = (0..25).map(|_| budget.open(ip(1)).unwrap()).collect();
-        assert!(held.iter().all(|s| s.within));
-        let refused = budget.open(ip(1)).unwrap();
-        assert!(!refused.within);
-        assert!(budget.open(ip(2)).unwrap().within);
-        // Unix-socket clients have no address and no share.
-        assert!((0..50).all(|_| budget.open(None).unwrap().within));
-        drop(held);
-        assert!(budget.open(ip(1)).unwrap().within);
-    }
-
-    /// Connections over the budget are answered up to a bound; past it
-    /// they are closed at accept, so the descriptors they would hold are
-    /// bounded too.
-    #[test]
-    fn connections_over_the_budget_are_bounded_too() {
-        let budget = ConnectionBudget::new(16, 0, None);
-        let _within: Vec<_> = (0..16).map(|i| budget.open(ip(i)).unwrap()).collect();
-        let over: Vec<_> = std::iter::from_fn(|| budget.open(ip(200))).take(1000).collect();
-        assert_eq!(over.len(), 17, "a sixteenth of the budget and 16 answered with 429");
-        assert!(over.iter().all(|s| !s.within));
-        assert!(budget.open(ip(201)).is_none());
-        drop(over);
-        assert!(budget.open(ip(201)).is_some());
-    }
-
-    /// The budget never takes more descriptors than the open-file limit
-    /// leaves: at the common 1,024 soft limit, 20,000 connections cannot be
-    /// asked for.
-    #[test]
-    fn the_budget_fits_the_descriptors() {
-        for (max, nofile) in [(20_000, 1_024), (20_000, 20_000), (0, 65_536), (20_000, 1 << 20), (300, 1_024)] {
-            let budget = ConnectionBudget::new(max, 0, Some(nofile));
-            let (within, _) = budget.limits();
-            let total = within + budget.overflow;
-            assert!(total + RESERVED_DESCRIPTORS <= nofile * 3 / 4 + RESERVED_DESCRIPTORS, "{max} {nofile}: {total}");
-            assert!(within <= max.max(1) || max == 0);
-            assert!(within > 0);
-        }
-        assert_eq!(ConnectionBudget::new(20_000, 0, Some(1 << 20)).limits().0, 20_000);
-        assert_eq!(ConnectionBudget::new(300, 0, Some(1_024)).limits().0, 300);
-        assert!(ConnectionBudget::new(20_000, 0, Some(20_000)).limits().0 < 15_000);
     }
 }

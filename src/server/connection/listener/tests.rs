@@ -242,7 +242,7 @@ async fn an_h2_preface_over_tls_without_alpn_is_served_h2() {
 /// at the deadline: a client that comes later is served, not refused.
 #[tokio::test]
 async fn silent_connections_give_their_slots_back_at_the_deadline() {
-    let budget = ConnectionBudget::new(2, 0, None);
+    let budget = ConnectionBudget::new(2, 0, 0, None);
     let server = listen("t-budget", None, Some(budget), SETUP).await;
     let mut silent = [TcpStream::connect(server.addr).await.unwrap(), TcpStream::connect(server.addr).await.unwrap()];
     // While both are open, a third client is over the limit.
@@ -449,7 +449,7 @@ async fn a_stream_in_progress_keeps_its_http2_connection() {
 /// descriptor.
 #[tokio::test]
 async fn an_http2_connection_over_the_budget_gets_goaway_after_its_429() {
-    let budget = ConnectionBudget::new(1, 0, None);
+    let budget = ConnectionBudget::new(1, 0, 0, None);
     let server = listen("t-over-h2", None, Some(budget), Duration::from_secs(30)).await;
     let (mut first, _first_ended) = h2c(server.addr).await;
     assert_eq!(first.send_request(h2_req("/")).await.unwrap().status(), 200);
