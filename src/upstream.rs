@@ -5,8 +5,12 @@
 //! identity ([`Clients`]), so that no client's requests can hold what
 //! another's need:
 //!
-//! - watchmux's own requests (cache lists and watches, discovery, probes)
-//!   share one pooled connection: watchmux reads every answer at once;
+//! - watchmux's own requests (cache lists and watches, discovery) share one
+//!   pooled connection: watchmux reads every answer at once;
+//! - the readiness probe and the freshness proofs of consistent reads have
+//!   a connection of their own ([`probe_lane`]), replaced when a probe goes
+//!   unanswered: one frozen connection neither hides a healthy upstream
+//!   nor holds back the proofs;
 //! - TokenReviews and SubjectAccessReviews have connections of their own,
 //!   so a review never waits behind a pass-through body;
 //! - passed-through requests, long-running ones included, go on a growing
@@ -29,6 +33,7 @@ mod exec_cache;
 pub(crate) mod fake_server;
 mod health;
 pub mod kubeconfig;
+mod probe_lane;
 pub(crate) mod streams;
 pub mod timeouts;
 pub mod tls;
@@ -66,12 +71,21 @@ const READINESS_PROBE_INTERVAL: Duration = Duration::from_secs(5);
 /// How long one readiness probe may take before it counts as silent
 /// (`health::UNRESPONSIVE_AFTER` silent probes in a row: unresponsive).
 const READINESS_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-/// HTTP/2 pings on an idle or busy connection. A watch over a connection
-/// whose peer vanished (no FIN, no RST) would otherwise hang forever.
-const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-/// TCP keepalive, the same protection for HTTP/1.1 connections.
-const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// HTTP/2 pings: hyper sends one once a connection has read nothing for
+/// the interval (a connection that streams events never needs one), and
+/// closes the connection when its ack does not come within the timeout. A
+/// watch over a connection whose peer vanished or froze (no FIN, no RST)
+/// is found dead within their sum, 5 s, instead of hanging; the cost is a
+/// PING frame every 2 s on a quiet connection, of which watchmux holds a
+/// handful.
+const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+/// TCP keepalive, the same protection for HTTP/1.1 connections: the
+/// kernel probes after 5 s without traffic, every 2 s, and gives up after
+/// 3 unanswered probes (about 11 s).
+const TCP_KEEPALIVE: Duration = Duration::from_secs(5);
+const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+const TCP_KEEPALIVE_RETRIES: u32 = 3;
 
 /// Why the upstream client could not be configured.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +128,10 @@ pub enum SendError {
     /// The request was sent; no response headers came in time.
     #[error(transparent)]
     ResponseHeaders(ResponseHeaderTimeout),
+    /// A probe or proof got no response headers within its bound; the
+    /// probe lane's connection has been replaced.
+    #[error("no answer on the probe connection within {0:?}")]
+    ProbeTimeout(Duration),
 }
 
 impl SendError {
@@ -122,7 +140,7 @@ impl SendError {
         match self {
             Self::Request(e) => e.is_connect(),
             Self::Credentials(_) | Self::ClientTls(_) | Self::Connect(_) => true,
-            Self::Stream(_) | Self::ResponseHeaders(_) => false,
+            Self::Stream(_) | Self::ResponseHeaders(_) | Self::ProbeTimeout(_) => false,
         }
     }
 }
@@ -170,6 +188,8 @@ pub enum ConnectionKind {
 struct Clients {
     /// watchmux's own requests.
     own: HttpsClient,
+    /// The readiness probe and freshness proofs.
+    probes: probe_lane::ProbeLane,
     /// TokenReviews, SubjectAccessReviews, SelfSubjectReviews.
     reviews: HttpsClient,
     /// Passed-through requests.
@@ -191,6 +211,8 @@ impl ClientsBuilder {
         http.set_nodelay(true);
         http.set_connect_timeout(Some(self.opts.timeouts.connect));
         http.set_keepalive(Some(TCP_KEEPALIVE));
+        http.set_keepalive_interval(Some(TCP_KEEPALIVE_INTERVAL));
+        http.set_keepalive_retries(Some(TCP_KEEPALIVE_RETRIES));
         let builder = HttpsConnectorBuilder::new().with_tls_config(tls.clone()).https_or_http();
         let builder = match &self.server_name {
             Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(name.clone())),
@@ -206,6 +228,11 @@ impl ClientsBuilder {
 
     /// A pooled client, HTTP/2 when offered (one connection per upstream).
     fn pooled(&self, tls: &rustls::ClientConfig) -> HttpsClient {
+        Self::pooled_on(self.connector(tls, !self.opts.http1_only))
+    }
+
+    /// A pooled client over `connector` (see [`Self::pooled`]).
+    fn pooled_on(connector: UpstreamConnector) -> HttpsClient {
         Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
@@ -217,7 +244,7 @@ impl ClientsBuilder {
             .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
             .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
             .http2_keep_alive_while_idle(true)
-            .build(self.connector(tls, !self.opts.http1_only))
+            .build(connector)
     }
 
     fn build(&self, tls: &rustls::ClientConfig) -> Clients {
@@ -227,6 +254,7 @@ impl ClientsBuilder {
             .build(self.connector(tls, false));
         Clients {
             own: self.pooled(tls),
+            probes: probe_lane::ProbeLane::new(self.connector(tls, !self.opts.http1_only), Self::pooled_on),
             reviews: self.pooled(tls),
             passthrough: StreamPool::new(self.connector(tls, true), http1, !self.opts.http1_only),
             upgrades: Client::builder(TokioExecutor::new())
@@ -379,6 +407,22 @@ impl Upstream {
         let (own, clients) = self.clients_for(&UpstreamCredential::Watchmux).await?;
         let req = self.prepare(req, authorization(&UpstreamCredential::Watchmux, own.as_ref()));
         let resp = self.in_time(clients.own.request(req)).await?;
+        self.answered(resp.status(), own.as_ref());
+        Ok(resp)
+    }
+
+    /// Sends a probe or a freshness proof with watchmux's credentials on
+    /// the probe lane (see [`probe_lane`]): its response headers must come
+    /// within `limit`, else the lane's connection is replaced and the
+    /// answer is [`SendError::ProbeTimeout`].
+    pub(crate) async fn send_probe(
+        &self,
+        req: Request<ProxyBody>,
+        limit: Duration,
+    ) -> Result<Response<Incoming>, SendError> {
+        let (own, clients) = self.clients_for(&UpstreamCredential::Watchmux).await?;
+        let req = self.prepare(req, authorization(&UpstreamCredential::Watchmux, own.as_ref()));
+        let resp = clients.probes.send(req, limit).await?;
         self.answered(resp.status(), own.as_ref());
         Ok(resp)
     }
@@ -543,11 +587,16 @@ impl Upstream {
     /// Probes `/readyz` once and records the answer, by cause.
     pub async fn probe_ready(&self) -> bool {
         let req = Request::get("/readyz").body(body::empty()).expect("static request");
-        let (now, detail) = match tokio::time::timeout(READINESS_PROBE_TIMEOUT, self.send(req)).await {
-            Ok(Ok(resp)) => (UpstreamHealth::of_status(resp.status()), format!("/readyz answered {}", resp.status())),
-            Ok(Err(err)) => (UpstreamHealth::of_error(&err), crate::error::error_chain(&err)),
-            Err(_) => (UpstreamHealth::Unresponsive, format!("no answer within {READINESS_PROBE_TIMEOUT:?}")),
-        };
+        // Bounded as a whole too: the credentials (an exec plugin) come
+        // before the lane's own bound.
+        let (now, detail) =
+            match tokio::time::timeout(READINESS_PROBE_TIMEOUT, self.send_probe(req, READINESS_PROBE_TIMEOUT)).await {
+                Ok(Ok(resp)) => {
+                    (UpstreamHealth::of_status(resp.status()), format!("/readyz answered {}", resp.status()))
+                }
+                Ok(Err(err)) => (UpstreamHealth::of_error(&err), crate::error::error_chain(&err)),
+                Err(_) => (UpstreamHealth::Unresponsive, format!("no answer within {READINESS_PROBE_TIMEOUT:?}")),
+            };
         let health::Recorded { was, now, silent } = self.health.record(now);
         if was != now {
             match now.failure() {

@@ -116,7 +116,7 @@ impl UpstreamHealth {
     pub(crate) fn of_error(err: &SendError) -> Self {
         match err {
             SendError::Credentials(_) | SendError::ClientTls(_) => Self::Credentials,
-            SendError::ResponseHeaders(_) => Self::Unresponsive,
+            SendError::ResponseHeaders(_) | SendError::ProbeTimeout(_) => Self::Unresponsive,
             other => {
                 let mut source: Option<&(dyn std::error::Error + 'static)> = Some(other);
                 while let Some(err) = source {
