@@ -399,8 +399,6 @@ impl Args {
     pub fn upstream_options(&self) -> crate::upstream::UpstreamOptions {
         crate::upstream::UpstreamOptions {
             http1_only: self.upstream_http1_only,
-            gzip_lists: self.upstream_gzip_lists,
-            watch_list: self.upstream_watch_list,
             timeouts: crate::upstream::UpstreamTimeouts {
                 connect: self.upstream_connect_timeout,
                 tls_handshake: self.upstream_tls_handshake_timeout,

@@ -150,10 +150,6 @@ impl SendError {
 pub struct UpstreamOptions {
     /// Never negotiate HTTP/2 with the upstream.
     pub http1_only: bool,
-    /// Ask for gzip on watchmux's own LISTs (`--upstream-gzip-lists`).
-    pub gzip_lists: bool,
-    /// Take a cache's full lists as watch-lists (`--upstream-watch-list`).
-    pub watch_list: bool,
     /// How long each step of a request may take (`--upstream-*-timeout`).
     pub timeouts: UpstreamTimeouts,
 }
@@ -302,10 +298,6 @@ pub struct Upstream {
     inline_cert_pem: Option<Vec<u8>>,
     credentials: CredentialSource,
     health: HealthCell,
-    /// Whether watchmux's own LISTs ask for gzip.
-    gzip_lists: bool,
-    /// Whether a cache's full lists are watch-lists.
-    watch_list: bool,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -354,14 +346,7 @@ impl Upstream {
             cert_files,
             credentials: CredentialSource::new(&cfg.auth, cfg)?,
             health: HealthCell::default(),
-            gzip_lists: opts.gzip_lists,
-            watch_list: opts.watch_list,
         })
-    }
-
-    /// Whether a cache's full lists are watch-lists (`--upstream-watch-list`).
-    pub(crate) fn watch_list(&self) -> bool {
-        self.watch_list
     }
 
     /// Whether the upstream's answers come over HTTP/1.1:
@@ -369,11 +354,6 @@ impl Upstream {
     /// HTTP/2 on).
     pub(crate) fn http1_only(&self) -> bool {
         self.builder.opts.http1_only || self.server().scheme() == Some(&Scheme::HTTP)
-    }
-
-    /// Whether watchmux's own LISTs ask for gzip (`--upstream-gzip-lists`).
-    pub(crate) fn gzip_lists(&self) -> bool {
-        self.gzip_lists
     }
 
     /// The upstream URI for a downstream path and query.

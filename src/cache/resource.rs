@@ -112,6 +112,22 @@ pub struct CacheSettings {
     /// Events a watcher may lag before it counts as full: [`QUEUE_SOFT_LIMIT`]
     /// but in tests that want watchers behind after a few events.
     pub(crate) queue_soft_limit: usize,
+    /// How the cache asks the upstream for its state.
+    pub sync: SyncSettings,
+}
+
+/// How a cache asks the upstream for its state (`--upstream-gzip-lists`,
+/// `--upstream-watch-list`). They belong to the cache, not to the upstream
+/// client: they shape what its reflector, consistency check and freshness
+/// probe ask for, not how a request travels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncSettings {
+    /// Whether the cache's own LISTs (full lists, relists, the consistency
+    /// check, the freshness probe) ask for gzip.
+    pub gzip_lists: bool,
+    /// Whether full lists are taken as watch-lists, until the upstream
+    /// shows it serves none (`sync::watch_list`).
+    pub watch_list: bool,
 }
 
 impl Default for CacheSettings {
@@ -121,6 +137,7 @@ impl Default for CacheSettings {
             slow_watcher_grace: Duration::from_secs(5),
             consistency_check_period: verification::DEFAULT_PERIOD,
             queue_soft_limit: QUEUE_SOFT_LIMIT,
+            sync: SyncSettings::default(),
         }
     }
 }
@@ -148,6 +165,8 @@ struct State {
 pub(crate) struct ResourceCache {
     pub shape: ObjectShape,
     pub scope: Scope,
+    /// How the cache asks the upstream for its state.
+    pub sync: SyncSettings,
     state: RwLock<State>,
     /// Where the cache is in its life, and the version it is current at.
     published: Published,
@@ -217,6 +236,7 @@ impl ResourceCache {
         Self {
             shape,
             scope,
+            sync: settings.sync,
             state: RwLock::new(State { store: Store::default(), history: History::new(window, 0) }),
             published: Published::new(),
             fanout: Fanout::new(&label, settings.slow_watcher_grace, settings.queue_soft_limit),

@@ -26,7 +26,6 @@ use crate::body;
 use crate::cache::resource_info::ResourceInfo;
 use crate::cache::state::object::{CachedObject, ObjectShape};
 use crate::encode::watch::EventType;
-use crate::error::error_chain;
 use crate::upstream::Upstream;
 use crate::upstream::bounded_read::{self, LIST_PAGE_BYTES, ReadError};
 
@@ -42,8 +41,6 @@ pub(crate) enum ReflectorError {
     Decode(#[source] serde_json::Error),
     #[error("the upstream list's resourceVersion {0:?} is not a number")]
     ListVersion(String),
-    #[error("the upstream watch-list ended before its initial events did: {0}")]
-    WatchList(String),
 }
 
 #[derive(Deserialize)]
@@ -142,11 +139,24 @@ pub(crate) enum Line {
 }
 
 /// Why a watch line ends the watch.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum LineEnd {
     /// An ERROR event with 410: the upstream no longer has our version.
+    #[error("the upstream answered 410 Expired")]
     Expired,
-    Failed(String),
+    /// Not a watch event's JSON.
+    #[error("an unreadable watch line")]
+    Unreadable(#[source] serde_json::Error),
+    #[error("bookmark without resourceVersion")]
+    BookmarkWithoutVersion,
+    /// An ERROR event other than 410, with its Status as sent.
+    #[error("ERROR event: {0}")]
+    ErrorEvent(String),
+    #[error("unknown event type {0:?}")]
+    UnknownType(String),
+    /// An event whose object is not one of the cache's kind.
+    #[error("an undecodable object")]
+    Undecodable(#[source] crate::cache::state::object::DecodeError),
 }
 
 /// Parses one watch line (without its newline).
@@ -154,19 +164,16 @@ pub(crate) fn parse_line(line: &Bytes) -> Result<Line, LineEnd> {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Ok(Line::Blank);
     }
-    let event: WatchLine = serde_json::from_slice(line).map_err(|e| LineEnd::Failed(e.to_string()))?;
+    let event: WatchLine = serde_json::from_slice(line).map_err(LineEnd::Unreadable)?;
     let raw = line.slice_ref(event.object.get().as_bytes());
     let kind = match event.kind {
         "ADDED" => EventType::Added,
         "MODIFIED" => EventType::Modified,
         "DELETED" => EventType::Deleted,
         "BOOKMARK" => {
-            let bookmark: BookmarkObject = serde_json::from_slice(&raw).map_err(|e| LineEnd::Failed(e.to_string()))?;
+            let bookmark: BookmarkObject = serde_json::from_slice(&raw).map_err(LineEnd::Unreadable)?;
             let meta = bookmark.metadata;
-            let rv = meta
-                .resource_version
-                .parse()
-                .map_err(|_| LineEnd::Failed("bookmark without resourceVersion".into()))?;
+            let rv = meta.resource_version.parse().map_err(|_| LineEnd::BookmarkWithoutVersion)?;
             let ends_initial_events =
                 meta.annotations.as_ref().and_then(|a| a.get(INITIAL_EVENTS_END)).is_some_and(|v| v == "true");
             return Ok(if ends_initial_events { Line::InitialEventsEnd(rv) } else { Line::Bookmark(rv) });
@@ -176,10 +183,10 @@ pub(crate) fn parse_line(line: &Bytes) -> Result<Line, LineEnd> {
             return Err(if status.code == Some(410) {
                 LineEnd::Expired
             } else {
-                LineEnd::Failed(format!("ERROR event: {}", String::from_utf8_lossy(&raw)))
+                LineEnd::ErrorEvent(String::from_utf8_lossy(&raw).into_owned())
             });
         }
-        other => return Err(LineEnd::Failed(format!("unknown event type {other:?}"))),
+        other => return Err(LineEnd::UnknownType(other.to_owned())),
     };
     Ok(Line::Event(kind, raw))
 }
@@ -193,7 +200,7 @@ pub(crate) fn decode_line(shape: &ObjectShape, line: Line) -> Result<Option<Chan
         Line::Event(kind, raw) => {
             // The start of the event's fan-out time: decoding is watchmux's work too.
             let arrived = std::time::Instant::now();
-            let obj = CachedObject::decode(raw, shape).map_err(|e| LineEnd::Failed(e.to_string()))?;
+            let obj = CachedObject::decode(raw, shape).map_err(LineEnd::Undecodable)?;
             Ok(Some(Change::Event(kind, obj, arrived)))
         }
     }
@@ -278,8 +285,9 @@ pub(crate) struct Listed {
 }
 
 /// A list (or one page of it): the whole body, once the status says success.
-pub(crate) async fn get_list(upstream: &Upstream, uri: String) -> Result<Listed, ReflectorError> {
-    let (headers, body) = fetch_list(upstream, uri, "application/json").await?;
+/// `gzip`: asking for it (the cache's `SyncSettings::gzip_lists`).
+pub(crate) async fn get_list(upstream: &Upstream, uri: String, gzip: bool) -> Result<Listed, ReflectorError> {
+    let (headers, body) = fetch_list(upstream, uri, "application/json", gzip).await?;
     Ok(Listed { body, headers })
 }
 
@@ -289,8 +297,9 @@ pub(crate) async fn get_list_as(
     upstream: &Upstream,
     uri: String,
     accept: &'static str,
+    gzip: bool,
 ) -> Result<(Option<http::HeaderValue>, Bytes), ReflectorError> {
-    let (headers, body) = fetch_list(upstream, uri, accept).await?;
+    let (headers, body) = fetch_list(upstream, uri, accept, gzip).await?;
     Ok((headers.get(header::CONTENT_TYPE).cloned(), body))
 }
 
@@ -299,8 +308,9 @@ async fn fetch_list(
     upstream: &Upstream,
     uri: String,
     accept: &'static str,
+    gzip: bool,
 ) -> Result<(HeaderMap, Bytes), ReflectorError> {
-    let resp = upstream_get_as(upstream, uri, accept, upstream.gzip_lists()).await?;
+    let resp = upstream_get_as(upstream, uri, accept, gzip).await?;
     let status = resp.status();
     let (parts, body) = resp.into_parts();
     let gzip = crate::compress::is_gzip(&parts.headers);
@@ -328,29 +338,26 @@ pub(crate) enum Opened {
     Gone,
     /// 504 `ResourceVersionTooLarge`: the API server's watch cache did not
     /// reach the version asked for within its wait (its own lag, or another
-    /// cluster whose versions are below it).
-    TooLarge(String),
+    /// cluster whose versions are below it). Its refusal, status and body.
+    TooLarge(ReflectorError),
     /// No answer, or another status (with its body).
-    Failed(String),
+    Failed(ReflectorError),
 }
 
 /// Asks for the watch at `uri`.
 pub(crate) async fn open_watch(upstream: &Upstream, uri: String) -> Opened {
     let resp = match upstream_get(upstream, uri).await {
         Ok(r) => r,
-        Err(e) => return Opened::Failed(error_chain(&e)),
+        Err(e) => return Opened::Failed(e),
     };
     match resp.status() {
         StatusCode::GONE => Opened::Expired,
         StatusCode::NOT_FOUND => Opened::Gone,
         status if !status.is_success() => {
             let body = bounded_read::read_prefix(resp.into_body(), bounded_read::REFUSAL_BYTES).await;
-            let said = format!("{status}: {}", String::from_utf8_lossy(&body));
-            if status == StatusCode::GATEWAY_TIMEOUT && is_too_large(&body) {
-                Opened::TooLarge(said)
-            } else {
-                Opened::Failed(said)
-            }
+            let too_large = status == StatusCode::GATEWAY_TIMEOUT && is_too_large(&body);
+            let refusal = ReflectorError::Status { status, body: String::from_utf8_lossy(&body).into_owned() };
+            if too_large { Opened::TooLarge(refusal) } else { Opened::Failed(refusal) }
         }
         _ => Opened::Streaming(WatchLines::new(resp)),
     }
@@ -380,15 +387,23 @@ fn is_too_large(body: &[u8]) -> bool {
 }
 
 /// How reading a watch ended.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum StreamEnd {
     /// The upstream ended the response (its timeout).
+    #[error("the upstream ended the watch")]
     Closed,
-    /// Nothing arrived within the silence allowed.
-    Silent,
+    /// Nothing arrived within the silence allowed (this long): a
+    /// connection that died without a FIN or RST.
+    #[error("no byte from the upstream watch for {0:?}")]
+    Silent(Duration),
     /// The connection failed.
-    Broken(String),
+    #[error("the upstream watch broke")]
+    Broken(#[source] crate::body::BoxError),
+    /// A line longer than any event ([`MAX_LINE_BYTES`]).
+    #[error("an event longer than {} MiB", MAX_LINE_BYTES >> 20)]
+    Overlong,
     /// A line ended it (an ERROR event, or one that cannot be read).
+    #[error(transparent)]
     Line(LineEnd),
 }
 
@@ -405,6 +420,12 @@ pub(crate) struct WatchLines {
     /// [`next_line`](Self::next_line): a caller that wakes for other reasons
     /// and reads again must not push the deadline back.
     last_frame: tokio::time::Instant,
+}
+
+impl std::fmt::Debug for WatchLines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchLines").field("version", &self.version).finish_non_exhaustive()
+    }
 }
 
 impl WatchLines {
@@ -454,18 +475,18 @@ impl WatchLines {
                 return parse_line(&line).map_err(StreamEnd::Line);
             }
             if self.lines.overlong() {
-                return Err(StreamEnd::Broken(format!("an event longer than {} MiB", MAX_LINE_BYTES >> 20)));
+                return Err(StreamEnd::Overlong);
             }
             let next = match silence {
                 Some(silence) => tokio::time::timeout_at(self.last_frame + silence, self.body.frame())
                     .await
-                    .map_err(|_| StreamEnd::Silent)?,
+                    .map_err(|_| StreamEnd::Silent(silence))?,
                 None => self.body.frame().await,
             };
             self.last_frame = tokio::time::Instant::now();
             let frame = match next {
                 None => return Err(StreamEnd::Closed),
-                Some(Err(e)) => return Err(StreamEnd::Broken(error_chain(&*e))),
+                Some(Err(e)) => return Err(StreamEnd::Broken(e)),
                 Some(Ok(frame)) => frame,
             };
             if let Ok(data) = frame.into_data() {
@@ -502,8 +523,9 @@ pub(crate) async fn upstream_get_as(
 
 /// The upstream's current version for the collection at `uri` (a
 /// consistent `LIST ?limit=1`): at least any version its etcd ever served.
-pub(crate) async fn consistent_rv(upstream: &Upstream, uri: String) -> Option<u64> {
-    let listed = get_list(upstream, uri).await.ok()?;
+/// `gzip` as for [`get_list`].
+pub(crate) async fn consistent_rv(upstream: &Upstream, uri: String, gzip: bool) -> Option<u64> {
+    let listed = get_list(upstream, uri, gzip).await.ok()?;
     let page: ListPage = serde_json::from_slice(&listed.body).ok()?;
     page.metadata.version().ok()
 }
@@ -587,7 +609,7 @@ mod tests {
             tokio::select! {
                 line = lines.next_line(Some(silence)) => match line {
                     Ok(Line::Bookmark(9)) => bookmark_at = Some(start.elapsed()),
-                    Err(StreamEnd::Silent) => break start.elapsed(),
+                    Err(StreamEnd::Silent(_)) => break start.elapsed(),
                     other => panic!("{other:?}"),
                 },
                 _ = tick.tick() => wakes += 1,
@@ -627,7 +649,7 @@ mod tests {
         let upstream = fake_server::upstream(addr, UpstreamOptions::default());
         // Bounded: a read that ignored the bound would wait on `Silent`.
         let listed =
-            tokio::time::timeout(Duration::from_secs(20), get_list(&upstream, "/api/v1/pods?limit=500".into()));
+            tokio::time::timeout(Duration::from_secs(20), get_list(&upstream, "/api/v1/pods?limit=500".into(), false));
         listed.await.expect("answered in time").err().expect("an error")
     }
 

@@ -138,7 +138,8 @@ async fn check_once(cache: &ResourceCache, upstream: &Upstream) -> Outcome {
             // A version the upstream has not reached (its 504) may be another
             // cluster's: if its current version is below the cache's, the
             // cache holds another cluster's state, which is a mismatch.
-            let current = consistent_rv(upstream, cache.collection_uri(&[("limit", "1".to_owned())])).await;
+            let uri = cache.collection_uri(&[("limit", "1".to_owned())]);
+            let current = consistent_rv(upstream, uri, cache.sync.gzip_lists).await;
             if let Some(theirs) = current.filter(|theirs| *theirs < rv) {
                 tracing::error!(resource = %cache.label(), rv, upstream_rv = theirs, "the upstream's version is below the cache's: another cluster; consistent reads pass through until it is relisted");
                 v.upstream_went_back();

@@ -19,7 +19,7 @@ use crate::auth::{self, DelegatedSettings, UpstreamIdentityMode};
 use crate::cache::catalog::resolve::{GroupResource, ResourceName};
 use crate::cache::persist::{PersistConfig, PersistSelection};
 use crate::cache::registry::{CacheConfig, ResourceSelection};
-use crate::cache::resource::{CacheSettings, Scope};
+use crate::cache::resource::{CacheSettings, Scope, SyncSettings};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::server;
 
@@ -105,6 +105,7 @@ impl super::Args {
                 history_window: self.events_history_window,
                 slow_watcher_grace: self.slow_watcher_grace,
                 consistency_check_period: self.consistency_check_period,
+                sync: SyncSettings { gzip_lists: self.upstream_gzip_lists, watch_list: self.upstream_watch_list },
                 ..CacheSettings::default()
             },
             persist: self.persist_config(),
@@ -305,6 +306,16 @@ mod tests {
     fn the_history_window_default_is_the_api_servers() {
         let cfg = args(&[]).unwrap().cache_config();
         assert_eq!(cfg.settings.history_window, crate::cache::state::history::DEFAULT_WINDOW);
+    }
+
+    /// The cache's sync settings come from the `--upstream-*` flags that
+    /// shape its lists, each from its own.
+    #[test]
+    fn the_caches_sync_settings_follow_their_flags() {
+        let sync = |flags: &[&str]| args(flags).unwrap().cache_config().settings.sync;
+        assert_eq!(sync(&[]), SyncSettings { gzip_lists: true, watch_list: false });
+        let flipped = sync(&["--upstream-gzip-lists", "false", "--upstream-watch-list", "true"]);
+        assert_eq!(flipped, SyncSettings { gzip_lists: false, watch_list: true });
     }
 
     #[test]

@@ -78,7 +78,8 @@ use self::busy::BusyCluster;
 use self::fallbacks::FallbackBudget;
 use super::ResourceCache;
 use crate::cache::upstream_wire::consistent_rv;
-use crate::cache::upstream_wire::{Change, LineEnd, Opened, StreamEnd, open_watch, watch_params};
+use crate::cache::upstream_wire::{Change, Opened, StreamEnd, open_watch, watch_params};
+use crate::error::error_chain;
 use crate::upstream::Upstream;
 
 /// The catch-up watch's timeout: the API server sends its bookmark two
@@ -389,7 +390,7 @@ fn ask_for_catch_up(cache: &ResourceCache) -> bool {
 /// cache's, which only another cluster answers (`sync::cluster`): the read
 /// passes through, and the reflector is asked to relist.
 async fn probe_current_rv(cache: &ResourceCache, upstream: &Upstream) -> Option<u64> {
-    let rv = consistent_rv(upstream, cache.collection_uri(&[("limit", "1".to_owned())])).await?;
+    let rv = consistent_rv(upstream, cache.collection_uri(&[("limit", "1".to_owned())]), cache.sync.gzip_lists).await?;
     let ours = cache.current_rv();
     if rv < ours {
         tracing::warn!(resource = %cache.label(), cache_rv = ours, upstream_rv = rv, "the upstream's consistent version is below the cache's: another cluster; passing reads through until the cache relists");
@@ -417,15 +418,15 @@ async fn catch_up(
         Opened::Streaming(stream) => stream,
         Opened::Expired => return Err("catch-up watch answered 410".into()),
         Opened::Gone => return Err("catch-up watch answered 404".into()),
-        Opened::Failed(error) | Opened::TooLarge(error) => return Err(format!("catch-up watch failed: {error}")),
+        Opened::Failed(error) | Opened::TooLarge(error) => {
+            return Err(format!("catch-up watch failed: {}", error_chain(&error)));
+        }
     };
     loop {
         let change = match stream.next(&cache.shape, None).await {
             Ok(change) => change,
             Err(StreamEnd::Closed) => return Ok(()),
-            Err(StreamEnd::Line(LineEnd::Expired)) => return Err("expired".into()),
-            Err(StreamEnd::Line(LineEnd::Failed(e)) | StreamEnd::Broken(e)) => return Err(e),
-            Err(StreamEnd::Silent) => return Err("silent".into()),
+            Err(end) => return Err(error_chain(&end)),
         };
         let is_bookmark = matches!(change, Change::Bookmark(_));
         queue.send_timeout(change, QUEUE_WAIT).await.map_err(|e| e.to_string())?;

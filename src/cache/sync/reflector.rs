@@ -1,15 +1,19 @@
 //! The reflector: keeps one resource cache in step with the upstream API
 //! server through one list+watch.
 //!
-//! An explicit state machine, as kube-runtime's watcher is:
+//! An explicit state machine in kube-runtime's watcher's shape, whose open
+//! watch lives in the state that reads it ([`ReflectorState`]):
 //! `Listing` (a paginated, consistent LIST, or with `--upstream-watch-list`
-//! a watch-list whose watch goes on as the first `Watching`: `watch_list`)
-//! → `Watching` (a watch with
-//! bookmarks from the last version) → on a normal end, `Watching` again from
-//! where it stopped; on `410 Gone`, `Listing` again (a relist whose difference
-//! reaches watchers as ordinary events); on any other failure, `BackingOff`
-//! with exponential delay and jitter, then whichever step failed. Downstream
-//! watchers never see any of this: they are served from the cache throughout.
+//! a watch-list: `watch_list`, whose watch is kept as `WatchListed`)
+//! → `Watching` (a watch with bookmarks from the last version, asked for)
+//! → `Streaming` (that watch, or the watch-list's, read) → on a normal end,
+//! `Watching` again from where it stopped; on `410 Gone`, `Listing` again (a
+//! relist whose difference reaches watchers as ordinary events); on any
+//! other failure, `BackingOff` with exponential delay and jitter, then
+//! whichever step failed. Each way a list or watch ends is a variant of
+//! [`SyncError`] (`reflector/error.rs`) carrying the error it came from.
+//! Downstream watchers never see any of this: they are served from the
+//! cache throughout.
 //! When the upstream answers 404 for the collection (a deleted CRD, or a
 //! version no longer served), `Gone`: the cache closes, its watch streams
 //! end as the API server ends them, and the registry forgets it.
@@ -26,15 +30,17 @@
 //! connection long before; after a few seconds over HTTP/1.1, whose watches
 //! cycle that often ([`HTTP1_WATCH_TIMEOUT_SECS`]).
 
+mod error;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use http::StatusCode;
 use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use self::error::SyncError;
 use super::super::resource::Writer;
 use super::cluster::{ClusterIdentity, Identity};
 use super::watch_list::{self, WatchListError};
@@ -45,7 +51,7 @@ use crate::cache::sync::cbor_probe;
 use crate::cache::sync::schema_check::{Outcome, SchemaChecker};
 use crate::cache::upstream_wire::consistent_rv;
 use crate::cache::upstream_wire::{
-    LineEnd, ListPage, Opened, ReflectorError, StreamEnd, WatchLines, get_list, open_watch, watch_params,
+    ListPage, Opened, ReflectorError, StreamEnd, WatchLines, get_list, open_watch, watch_params,
 };
 use crate::encode::variant::ContentVariant;
 use crate::error::error_chain;
@@ -80,17 +86,59 @@ const HTTP1_WATCH_DEADLINE: Duration = Duration::from_secs(HTTP1_WATCH_TIMEOUT_S
 /// How long the checks before a resumed watch may take.
 const CLUSTER_CHECK_LIMIT: Duration = Duration::from_secs(5);
 
-/// The reflector's states.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How long a watch-list's watch is at least asked to last: it asks for 5 to
+/// 10 minutes, and an end before this is early.
+const WATCH_LIST_MIN_TIMEOUT_SECS: u64 = 300;
+
+/// The reflector's states. As in kube-runtime's watcher, a state that has a
+/// watch open owns it: the stream is dropped with the state it belongs to.
+#[derive(Debug)]
 pub(crate) enum ReflectorState {
     /// A full LIST from scratch: the first, or after the upstream expired our version.
     Listing,
-    /// Watching for changes after this version.
+    /// Watching for changes after this version, with no watch open yet:
+    /// the next step asks for one (kube-runtime's `InitListed`).
     Watching { rv: u64 },
+    /// A watch-list gave the cache its state at `rv`; its watch goes on as
+    /// the cache's (kube-runtime's `InitialWatch`, past its initial events).
+    WatchListed { rv: u64, stream: WatchLines },
+    /// A watch open after `rv`, read change by change until it ends
+    /// (kube-runtime's `Watching`).
+    Streaming { rv: u64, watch: OpenWatch },
     /// Waiting out a failure before going on to `next`.
     BackingOff { delay: Duration, next: Box<ReflectorState> },
     /// The upstream no longer serves the resource: the end.
     Gone,
+}
+
+/// States compare by where they are, not by the connection an open one
+/// reads (in tests, which assert where a step leads).
+#[cfg(test)]
+impl PartialEq for ReflectorState {
+    fn eq(&self, other: &Self) -> bool {
+        use ReflectorState::*;
+        match (self, other) {
+            (Listing, Listing) | (Gone, Gone) => true,
+            (Watching { rv: a }, Watching { rv: b })
+            | (WatchListed { rv: a, .. }, WatchListed { rv: b, .. })
+            | (Streaming { rv: a, .. }, Streaming { rv: b, .. }) => a == b,
+            (BackingOff { delay: a, next: x }, BackingOff { delay: b, next: y }) => a == b && x == y,
+            _ => false,
+        }
+    }
+}
+
+/// An upstream watch being read, and what tells how it ends.
+#[derive(Debug)]
+pub(crate) struct OpenWatch {
+    stream: WatchLines,
+    /// When the step that opened it (or took the watch-list's) began.
+    opened_at: Instant,
+    /// The silence that abandons it.
+    deadline: Duration,
+    /// The `timeoutSeconds` it asked for (at least): an end well before it
+    /// is early, maybe the API server going away.
+    timeout_secs: u64,
 }
 
 /// Why a reflector stopped.
@@ -102,29 +150,11 @@ pub(crate) enum Exit {
     Gone,
 }
 
-/// How one upstream watch ended.
-#[derive(Debug)]
-enum WatchEnd {
-    /// The stream ended normally: resume from `rv`. `early`: before its
-    /// timeout (the API server going away, maybe to come back as another
-    /// cluster).
-    Closed { rv: u64, early: bool },
-    /// The upstream no longer has our version (410): relist.
-    Expired,
-    /// Connection or protocol failure: back off, then resume from `rv`.
-    Failed { rv: u64, error: String },
-    /// The API server's watch cache is not at `rv` (504
-    /// `ResourceVersionTooLarge`): list, which tells a lagging API server
-    /// from another cluster.
-    TooLarge { error: String },
-    /// Another cluster was found (by this cache or another): relist as a
-    /// new start.
-    NewCluster,
-    /// The upstream answered 404: the resource is not served any more.
-    Gone,
-    /// A consistency check found the cache different from the upstream:
-    /// relist.
-    Inconsistent,
+/// A watch the upstream ended normally (at its timeout, or before it).
+struct Closed {
+    /// Before its timeout: the API server going away, maybe to come back
+    /// as another cluster.
+    early: bool,
 }
 
 pub(crate) struct Reflector {
@@ -139,11 +169,9 @@ pub(crate) struct Reflector {
     /// checked once (a list checks it beside itself; a resumed watch
     /// has no list): protobuf stays as the table says until then.
     schema_checked: bool,
-    /// Whether full lists are watch-lists: `--upstream-watch-list`, until
-    /// the upstream shows it serves none.
+    /// Whether full lists are watch-lists: the cache's sync settings'
+    /// (`--upstream-watch-list`), until the upstream shows it serves none.
     watch_list: AtomicBool,
-    /// The watch a watch-list goes on as, for the `Watching` after it.
-    opened: Option<WatchLines>,
     /// Whether the upstream answers watches over HTTP/1.1 (flag, plain
     /// HTTP, or learned from the last watch's answer): watches then cycle
     /// every few seconds so that silence is found in seconds.
@@ -174,7 +202,7 @@ impl Initial {
 
 impl Reflector {
     pub(crate) fn new(cache: Writer, upstream: Arc<Upstream>, schemas: Arc<SchemaChecker>) -> Self {
-        let watch_list = AtomicBool::new(upstream.watch_list());
+        let watch_list = AtomicBool::new(cache.cache().sync.watch_list);
         let http1 = upstream.http1_only();
         Self {
             cache,
@@ -184,7 +212,6 @@ impl Reflector {
             started: false,
             schema_checked: true,
             watch_list,
-            opened: None,
             http1,
             cluster: Arc::default(),
             epoch: 0,
@@ -209,16 +236,17 @@ impl Reflector {
     /// cache; `Watching` from the stored version for one loaded from disk,
     /// whose 410 is then an ordinary relist (with its gap rule).
     pub(crate) async fn run_from(mut self, first: ReflectorState, stop: CancellationToken) -> Exit {
-        self.schema_checked = first == ReflectorState::Listing;
+        let listing = matches!(first, ReflectorState::Listing);
+        self.schema_checked = listing;
         // A cache loaded from disk may hold another cluster's state.
-        self.check_cluster = first != ReflectorState::Listing;
+        self.check_cluster = !listing;
         let mut state = first;
         loop {
             state = tokio::select! {
                 _ = stop.cancelled() => return Exit::Stopped,
                 next = self.step(state) => next,
             };
-            if state == ReflectorState::Gone {
+            if matches!(state, ReflectorState::Gone) {
                 tracing::info!(resource = %self.cache.cache().label(), "the upstream no longer serves this resource; closing its cache");
                 self.cache.close();
                 return Exit::Gone;
@@ -266,7 +294,6 @@ impl Reflector {
                         // Read beside the list: what a persisted store keeps.
                         self.cache.record_cluster(self.cluster.recorded());
                         self.check_cluster = false;
-                        self.opened = stream;
                         self.cache.set_relisting(false);
                         self.cache.set_initial_list_failing(false);
                         metrics::counter!(m::CACHE_INITIALIZATIONS, "resource" => label.clone()).increment(1);
@@ -274,9 +301,12 @@ impl Reflector {
                             .record(started.elapsed().as_secs_f64());
                         tracing::info!(resource = %label, objects = count, rv, "cache initialized from upstream list");
                         self.failures = 0;
-                        ReflectorState::Watching { rv }
+                        match stream {
+                            Some(stream) => ReflectorState::WatchListed { rv, stream },
+                            None => ReflectorState::Watching { rv },
+                        }
                     }
-                    Err(ReflectorError::Status { status: StatusCode::NOT_FOUND, .. }) => {
+                    Err(SyncError::Gone) => {
                         self.cache.set_relisting(false);
                         ReflectorState::Gone
                     }
@@ -289,62 +319,23 @@ impl Reflector {
                     }
                 }
             }
-            ReflectorState::Watching { rv } => {
-                if !self.schema_checked {
-                    let outcome = self.schemas.check(&self.upstream, &self.cache.cache().shape.info).await;
-                    self.schema_checked = !matches!(outcome, Outcome::Unavailable(_));
-                    self.apply_schema_check(outcome);
-                }
-                if self.check_cluster
-                    && let Some(next) = self.check_cluster_before_watch(rv).await
-                {
-                    return next;
-                }
-                if self.started {
-                    metrics::counter!(m::UPSTREAM_WATCH_RESTARTS, "resource" => label.clone()).increment(1);
-                }
-                self.started = true;
-                match self.watch_once(rv).await {
-                    WatchEnd::Closed { rv, early } => {
+            ReflectorState::Watching { rv } => match self.start_watch(rv, None).await {
+                Ok(watch) => ReflectorState::Streaming { rv, watch },
+                Err(end) => self.watch_ended(end, rv),
+            },
+            ReflectorState::WatchListed { rv, stream } => match self.start_watch(rv, Some(stream)).await {
+                Ok(watch) => ReflectorState::Streaming { rv, watch },
+                Err(end) => self.watch_ended(end, rv),
+            },
+            ReflectorState::Streaming { rv, watch } => {
+                let (rv, ended) = self.read_watch(rv, watch).await;
+                match ended {
+                    Ok(Closed { early }) => {
                         self.failures = 0;
                         self.check_cluster = early;
                         ReflectorState::Watching { rv }
                     }
-                    WatchEnd::Expired => {
-                        tracing::info!(resource = %label, rv, "upstream expired our version; relisting");
-                        metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => "expired").increment(1);
-                        ReflectorState::Listing
-                    }
-                    WatchEnd::Failed { rv, error } => {
-                        tracing::warn!(resource = %label, rv, error = %error, "upstream watch failed");
-                        self.check_cluster = true;
-                        self.back_off(ReflectorState::Watching { rv })
-                    }
-                    WatchEnd::TooLarge { error } => {
-                        tracing::warn!(resource = %label, rv, error = %error, "the upstream has not reached our version; listing to see whether it is another cluster");
-                        metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => "too_large")
-                            .increment(1);
-                        ReflectorState::Listing
-                    }
-                    WatchEnd::NewCluster => {
-                        tracing::warn!(resource = %label, "the upstream is another cluster; relisting");
-                        metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => "new_cluster")
-                            .increment(1);
-                        ReflectorState::Listing
-                    }
-                    WatchEnd::Gone => ReflectorState::Gone,
-                    WatchEnd::Inconsistent if self.cache.cache().verification().take_went_back() => {
-                        tracing::warn!(resource = %label, "relisting: the upstream's version went below the cache's");
-                        metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => "new_cluster")
-                            .increment(1);
-                        ReflectorState::Listing
-                    }
-                    WatchEnd::Inconsistent => {
-                        tracing::warn!(resource = %label, "relisting a cache the consistency check found different from the upstream");
-                        metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => "inconsistent")
-                            .increment(1);
-                        ReflectorState::Listing
-                    }
+                    Err(end) => self.watch_ended(end, rv),
                 }
             }
             ReflectorState::BackingOff { delay, next } => {
@@ -422,16 +413,52 @@ impl Reflector {
         new
     }
 
+    /// Where a watch that ended with `end` at `rv` leads: a relist, the
+    /// cache's end, or a back-off before watching from `rv` again.
+    fn watch_ended(&mut self, end: SyncError, rv: u64) -> ReflectorState {
+        let label = self.cache.cache().label().to_owned();
+        if let Some(cause) = end.relist_cause() {
+            match &end {
+                SyncError::Expired => tracing::info!(resource = %label, rv, "upstream expired our version; relisting"),
+                SyncError::TooLarge(_) => {
+                    tracing::warn!(resource = %label, rv, error = %error_chain(&end), "the upstream has not reached our version; listing to see whether it is another cluster");
+                }
+                SyncError::NewCluster => {
+                    tracing::warn!(resource = %label, "the upstream is another cluster; relisting")
+                }
+                SyncError::WentBack => {
+                    tracing::warn!(resource = %label, "relisting: the upstream's version went below the cache's");
+                }
+                SyncError::Inconsistent => {
+                    tracing::warn!(resource = %label, "relisting a cache the consistency check found different from the upstream");
+                }
+                _ => tracing::warn!(resource = %label, error = %end, "relisting"),
+            }
+            metrics::counter!(m::UPSTREAM_RELISTS, "resource" => label, "cause" => cause).increment(1);
+            return ReflectorState::Listing;
+        }
+        if matches!(end, SyncError::Gone) {
+            return ReflectorState::Gone;
+        }
+        if matches!(end, SyncError::Silent(_)) {
+            metrics::counter!(m::UPSTREAM_WATCH_SILENT, "resource" => label.clone()).increment(1);
+        }
+        tracing::warn!(resource = %label, rv, error = %error_chain(&end), "upstream watch failed");
+        self.check_cluster = true;
+        self.back_off(ReflectorState::Watching { rv })
+    }
+
     /// Before a watch resumes after a failure, or from a cache loaded from
     /// disk: the upstream's identity, and its current version against
-    /// the cache's. `Some(Listing)` when it is another cluster.
-    async fn check_cluster_before_watch(&mut self, rv: u64) -> Option<ReflectorState> {
+    /// the cache's. [`SyncError::NewCluster`] when it is another cluster.
+    async fn check_cluster_before_watch(&mut self, rv: u64) -> Result<(), SyncError> {
         self.check_cluster = false;
         let cache = self.cache.cache();
         let uri = cache.collection_uri(&[("limit", "1".to_owned())]);
         // Bounded: over a link that swallows requests the watch finds out
         // on its own, and must not wait for these first.
-        let checks = async { tokio::join!(self.cluster.check(&self.upstream), consistent_rv(&self.upstream, uri)) };
+        let current = consistent_rv(&self.upstream, uri, cache.sync.gzip_lists);
+        let checks = async { tokio::join!(self.cluster.check(&self.upstream), current) };
         let (identity, upstream_rv) =
             tokio::time::timeout(CLUSTER_CHECK_LIMIT, checks).await.unwrap_or((Identity::Unknown, None));
         if let Some(theirs) = upstream_rv
@@ -440,11 +467,9 @@ impl Reflector {
             self.cluster.version_went_back(self.epoch, cache.label(), rv, theirs);
         }
         if identity != Identity::Same && identity != Identity::Unknown || self.cluster.epoch() != self.epoch {
-            metrics::counter!(m::UPSTREAM_RELISTS, "resource" => cache.label().to_owned(), "cause" => "new_cluster")
-                .increment(1);
-            return Some(ReflectorState::Listing);
+            return Err(SyncError::NewCluster);
         }
-        None
+        Ok(())
     }
 
     fn back_off(&mut self, next: ReflectorState) -> ReflectorState {
@@ -455,24 +480,24 @@ impl Reflector {
 
     /// Everything in scope: a watch-list where the upstream serves them and
     /// `--upstream-watch-list` asks for them, a paginated LIST otherwise.
-    async fn initial_list(&self) -> Result<Initial, ReflectorError> {
+    async fn initial_list(&self) -> Result<Initial, SyncError> {
         if self.watch_list.load(Ordering::Relaxed) {
             let cache = self.cache.cache();
-            let timeout = rand::rng().random_range(300..600);
+            let timeout = rand::rng().random_range(WATCH_LIST_MIN_TIMEOUT_SECS..600);
             let uri = cache.collection_uri(&watch_list::params(timeout));
             match watch_list::watch_list(&self.upstream, uri, timeout, &cache.shape, cache.label()).await {
                 Ok(listed) => {
                     self.record_warnings(listed.stream.headers());
                     return Ok(Initial { objects: listed.objects, rv: listed.rv, stream: Some(listed.stream) });
                 }
-                Err(WatchListError::Failed(err)) => return Err(err),
                 Err(WatchListError::Unsupported(why)) => {
                     tracing::warn!(resource = %cache.label(), why = %why, "the upstream serves no watch-list; listing in pages from now on");
                     self.watch_list.store(false, Ordering::Relaxed);
                 }
+                Err(err) => return Err(SyncError::watch_listing(err)),
             }
         }
-        let (objects, rv) = self.list_all().await?;
+        let (objects, rv) = self.list_all().await.map_err(SyncError::listing)?;
         Ok(Initial { objects, rv, stream: None })
     }
 
@@ -496,7 +521,7 @@ impl Reflector {
             if let Some(token) = &continue_token {
                 params.push(("continue", token.clone()));
             }
-            let listed = get_list(&self.upstream, cache.collection_uri(&params)).await?;
+            let listed = get_list(&self.upstream, cache.collection_uri(&params), cache.sync.gzip_lists).await?;
             let bytes = listed.body;
             let page: ListPage = serde_json::from_slice(&bytes).map_err(ReflectorError::Decode)?;
             if continue_token.is_none() {
@@ -526,82 +551,82 @@ impl Reflector {
         }
     }
 
-    /// One upstream watch from `rv`, applied to the cache until it ends:
-    /// the watch-list's that brought the cache to `rv`, or a new one.
-    async fn watch_once(&mut self, mut rv: u64) -> WatchEnd {
-        if self.cluster.epoch() != self.epoch {
-            return WatchEnd::NewCluster;
+    /// What comes before each watch from `rv` (the schema and cluster
+    /// checks it may need, its count), then the watch itself: `listed`, the
+    /// watch-list's that brought the cache to `rv`, or a new one.
+    async fn start_watch(&mut self, rv: u64, listed: Option<WatchLines>) -> Result<OpenWatch, SyncError> {
+        if !self.schema_checked {
+            let outcome = self.schemas.check(&self.upstream, &self.cache.cache().shape.info).await;
+            self.schema_checked = !matches!(outcome, Outcome::Unavailable(_));
+            self.apply_schema_check(outcome);
         }
-        let cache = self.cache.cache().clone();
-        // A watch-list's watch asked for a long timeout: it keeps the long
-        // deadline (bookmarks once a minute).
+        if self.check_cluster {
+            self.check_cluster_before_watch(rv).await?;
+        }
+        if self.started {
+            metrics::counter!(m::UPSTREAM_WATCH_RESTARTS, "resource" => self.cache.cache().label().to_owned())
+                .increment(1);
+        }
+        self.started = true;
+        if self.cluster.epoch() != self.epoch {
+            return Err(SyncError::NewCluster);
+        }
         let opened_at = Instant::now();
-        let (opened, deadline, timeout) = match self.opened.take() {
-            Some(stream) => (Opened::Streaming(stream), WATCH_PROGRESS_DEADLINE, 300),
+        let (stream, deadline, timeout_secs) = match listed {
+            // A watch-list's watch asked for a long timeout: it keeps the
+            // long deadline (bookmarks once a minute).
+            Some(stream) => (stream, WATCH_PROGRESS_DEADLINE, WATCH_LIST_MIN_TIMEOUT_SECS),
             None => {
                 let (timeout, deadline) = watch_cycle(self.http1, &mut rand::rng());
-                let uri = cache.collection_uri(&watch_params(rv, timeout));
-                (open_watch(&self.upstream, uri).await, deadline, timeout)
+                let uri = self.cache.cache().collection_uri(&watch_params(rv, timeout));
+                let stream = match open_watch(&self.upstream, uri).await {
+                    Opened::Streaming(stream) => stream,
+                    Opened::Expired => return Err(SyncError::Expired),
+                    Opened::Gone => return Err(SyncError::Gone),
+                    Opened::TooLarge(refusal) => return Err(SyncError::TooLarge(refusal)),
+                    Opened::Failed(err) => return Err(SyncError::WatchStart(err)),
+                };
+                (stream, deadline, timeout)
             }
         };
-        let mut stream = match opened {
-            Opened::Streaming(stream) => {
-                // The upstream holds every change after `rv`: a cache loaded
-                // from disk at `rv` is in step with it from here on.
-                self.cache.upstream_answered();
-                // What the next watch asks for follows what this one got.
-                self.http1 = stream.version() < http::Version::HTTP_2;
-                stream
-            }
-            Opened::Expired => return WatchEnd::Expired,
-            Opened::Gone => return WatchEnd::Gone,
-            Opened::TooLarge(error) => return WatchEnd::TooLarge { error },
-            Opened::Failed(error) => return WatchEnd::Failed { rv, error },
-        };
+        // The upstream holds every change after `rv`: a cache loaded
+        // from disk at `rv` is in step with it from here on.
+        self.cache.upstream_answered();
+        // What the next watch asks for follows what this one got.
+        self.http1 = stream.version() < http::Version::HTTP_2;
         // A watch that connected is a success: the next failure starts the
         // backoff from the beginning.
         self.failures = 0;
+        Ok(OpenWatch { stream, opened_at, deadline, timeout_secs })
+    }
+
+    /// Applies the open `watch` from `rv` to the cache until it ends; the
+    /// version it reached, and how it ended.
+    async fn read_watch(&mut self, mut rv: u64, mut watch: OpenWatch) -> (u64, Result<Closed, SyncError>) {
+        let cache = self.cache.cache().clone();
         loop {
             // Changes a catch-up watch read for the freshness proof are
             // applied here, between this watch's own (see `Writer`).
             let change = tokio::select! {
                 // The deadline counts from the watch's last byte, however
                 // often the catch-up's changes wake this loop meanwhile.
-                read = stream.next(&cache.shape, Some(deadline)) => match read {
+                read = watch.stream.next(&cache.shape, Some(watch.deadline)) => match read {
                     Ok(change) => change,
                     Err(StreamEnd::Closed) => {
-                        let early = opened_at.elapsed() + Duration::from_secs(1) < Duration::from_secs(timeout);
-                        return WatchEnd::Closed { rv, early };
+                        let early = watch.opened_at.elapsed() + Duration::from_secs(1)
+                            < Duration::from_secs(watch.timeout_secs);
+                        return (rv, Ok(Closed { early }));
                     }
-                    Err(StreamEnd::Silent) => {
-                        metrics::counter!(m::UPSTREAM_WATCH_SILENT, "resource" => cache.label().to_owned()).increment(1);
-                        return WatchEnd::Failed { rv, error: format!("no byte from the upstream watch for {deadline:?}") };
-                    }
-                    Err(end) => return end.with_rv(rv),
+                    Err(end) => return (rv, Err(SyncError::watch_ended(end))),
                 },
                 change = self.cache.next_catch_up(&self.upstream) => change,
-                () = cache.verification().relist_requested() => return WatchEnd::Inconsistent,
-                () = self.cluster.moved_past(self.epoch) => return WatchEnd::NewCluster,
+                () = cache.verification().relist_requested() => {
+                    let end = if cache.verification().take_went_back() { SyncError::WentBack } else { SyncError::Inconsistent };
+                    return (rv, Err(end));
+                }
+                () = self.cluster.moved_past(self.epoch) => return (rv, Err(SyncError::NewCluster)),
             };
             rv = rv.max(self.cache.apply(change));
-        }
-    }
-}
-
-/// How the end of reading the upstream watch ends the reflector's watch.
-trait EndsWatch {
-    fn with_rv(self, rv: u64) -> WatchEnd;
-}
-
-impl EndsWatch for StreamEnd {
-    fn with_rv(self, rv: u64) -> WatchEnd {
-        match self {
-            StreamEnd::Closed => WatchEnd::Closed { rv, early: false },
-            // Silence past the deadline (the reflector names it): a
-            // connection that died without a FIN or RST.
-            StreamEnd::Silent => WatchEnd::Failed { rv, error: "no byte from the upstream watch".to_owned() },
-            StreamEnd::Broken(error) | StreamEnd::Line(LineEnd::Failed(error)) => WatchEnd::Failed { rv, error },
-            StreamEnd::Line(LineEnd::Expired) => WatchEnd::Expired,
         }
     }
 }

@@ -33,7 +33,7 @@ use http::StatusCode;
 use crate::cache::state::object::{CachedObject, ObjectShape};
 use crate::cache::state::store::Objects;
 use crate::cache::upstream_wire::Line;
-use crate::cache::upstream_wire::{LineEnd, ReflectorError, StreamEnd, WatchLines, upstream_get};
+use crate::cache::upstream_wire::{ReflectorError, StreamEnd, WatchLines, upstream_get};
 use crate::encode::watch::EventType;
 use crate::upstream::Upstream;
 use crate::upstream::bounded_read;
@@ -54,12 +54,33 @@ pub(crate) struct WatchListed {
 }
 
 /// Why a watch-list gave no state.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum WatchListError {
     /// The upstream does not serve watch-lists: list in pages instead.
-    Unsupported(String),
-    /// It does, but this one failed (back off and ask again).
+    #[error("the upstream serves no watch-list")]
+    Unsupported(#[source] Unsupported),
+    /// It does, but this one failed (back off and ask again): no answer,
+    /// or a refusal other than [`Unsupported::Refused`].
+    #[error(transparent)]
     Failed(ReflectorError),
+    /// The watch ended before its initial events did (the upstream
+    /// restarting, or silent for [`INITIAL_EVENTS_SILENCE`]).
+    #[error("it ended before its initial events did")]
+    Ended(#[source] StreamEnd),
+}
+
+/// How an upstream shows that it serves no watch-lists.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Unsupported {
+    /// 400 or 422 for the parameters.
+    #[error("{status}: {body}")]
+    Refused { status: StatusCode, body: String },
+    /// A server that ignored the parameters: its watch ended at its timeout.
+    #[error("the watch ended at its timeout without an initial-events-end bookmark")]
+    NoEndBookmark,
+    /// A server watching from "now": it will never mark an end.
+    #[error("a bookmark at {0} before the end of the initial events")]
+    BookmarkBeforeEnd(u64),
 }
 
 /// The query of a watch-list that the upstream ends after `timeout_seconds`
@@ -93,7 +114,7 @@ pub(crate) async fn watch_list(
         let body = String::from_utf8_lossy(&body).into_owned();
         return Err(match status {
             StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => {
-                WatchListError::Unsupported(format!("{status}: {body}"))
+                WatchListError::Unsupported(Unsupported::Refused { status, body })
             }
             _ => WatchListError::Failed(ReflectorError::Status { status, body }),
         });
@@ -109,11 +130,9 @@ pub(crate) async fn watch_list(
             Err(StreamEnd::Closed)
                 if asked.elapsed() + Duration::from_secs(1) >= Duration::from_secs(timeout_seconds) =>
             {
-                return Err(WatchListError::Unsupported(
-                    "the watch ended at its timeout without an initial-events-end bookmark".into(),
-                ));
+                return Err(WatchListError::Unsupported(Unsupported::NoEndBookmark));
             }
-            Err(end) => return Err(WatchListError::Failed(ReflectorError::WatchList(describe(end)))),
+            Err(end) => return Err(WatchListError::Ended(end)),
         };
         match line {
             Line::Blank => {}
@@ -122,9 +141,7 @@ pub(crate) async fn watch_list(
             // end of its initial events; a server that does is watching
             // from "now" and will never mark an end.
             Line::Bookmark(rv) => {
-                return Err(WatchListError::Unsupported(format!(
-                    "a bookmark at {rv} before the end of the initial events"
-                )));
+                return Err(WatchListError::Unsupported(Unsupported::BookmarkBeforeEnd(rv)));
             }
             Line::Event(kind, raw) => match CachedObject::decode(raw, shape) {
                 Ok(obj) if kind == EventType::Deleted => {
@@ -136,15 +153,6 @@ pub(crate) async fn watch_list(
                 Err(err) => tracing::warn!(resource = %label, error = %err, "skipping undecodable item"),
             },
         }
-    }
-}
-
-fn describe(end: StreamEnd) -> String {
-    match end {
-        StreamEnd::Closed => "the upstream ended the watch".into(),
-        StreamEnd::Silent => format!("nothing from the upstream for {INITIAL_EVENTS_SILENCE:?}"),
-        StreamEnd::Broken(error) | StreamEnd::Line(LineEnd::Failed(error)) => error,
-        StreamEnd::Line(LineEnd::Expired) => "the upstream answered 410 Expired".into(),
     }
 }
 

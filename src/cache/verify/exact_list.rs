@@ -88,10 +88,13 @@ pub(crate) async fn list_at(upstream: &Upstream, cache: &ResourceCache, rv: u64)
                 params.push(("resourceVersionMatch", "Exact".to_owned()));
             }
         }
-        let (content_type, bytes) = match get_list_as(upstream, cache.collection_uri(&params), ACCEPT).await {
-            Err(ReflectorError::Status { status: StatusCode::GONE, .. }) => return Err(ExactListError::Compacted(rv)),
-            other => other?,
-        };
+        let (content_type, bytes) =
+            match get_list_as(upstream, cache.collection_uri(&params), ACCEPT, cache.sync.gzip_lists).await {
+                Err(ReflectorError::Status { status: StatusCode::GONE, .. }) => {
+                    return Err(ExactListError::Compacted(rv));
+                }
+                other => other?,
+            };
         let page = if content_type.is_some_and(|t| t.as_bytes().starts_with(b"application/vnd.kubernetes.protobuf")) {
             super::metadata_pb::read_page(&bytes)?
         } else {

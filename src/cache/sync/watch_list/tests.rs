@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::body;
-use crate::cache::resource::{CacheSettings, ResourceCache, Scope};
+use crate::cache::resource::{CacheSettings, ResourceCache, Scope, SyncSettings};
 use crate::cache::resource_info::test_info;
 use crate::cache::state::object::ObjectShape;
 use crate::cache::sync::reflector::Reflector;
@@ -104,7 +104,7 @@ async fn upstream(fake: Arc<Fake>) -> Arc<Upstream> {
         }
     })
     .await;
-    fake_server::upstream(addr, UpstreamOptions { watch_list: true, ..UpstreamOptions::default() })
+    fake_server::upstream(addr, UpstreamOptions::default())
 }
 
 /// A configmaps cache whose reflector asks `fake` for watch-lists; ready.
@@ -119,7 +119,8 @@ async fn start(serves: Serves) -> (Arc<Fake>, Arc<ResourceCache>, CancellationTo
     });
     let upstream = upstream(fake.clone()).await;
     let shape = ObjectShape::new(test_info("", "configmaps", "ConfigMap", true), None);
-    let writer = ResourceCache::create(shape, Scope::default(), CacheSettings::default());
+    let sync = SyncSettings { watch_list: true, ..SyncSettings::default() };
+    let writer = ResourceCache::create(shape, Scope::default(), CacheSettings { sync, ..CacheSettings::default() });
     let cache = writer.cache().clone();
     let stop = CancellationToken::new();
     tokio::spawn(Reflector::new(writer, upstream, Arc::default()).run(stop.clone()));
