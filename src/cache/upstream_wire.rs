@@ -287,7 +287,7 @@ pub(crate) struct Listed {
 /// A list (or one page of it): the whole body, once the status says success.
 /// `gzip`: asking for it (the cache's `SyncSettings::gzip_lists`).
 pub(crate) async fn get_list(upstream: &Upstream, uri: String, gzip: bool) -> Result<Listed, ReflectorError> {
-    let (headers, body) = fetch_list(upstream, uri, "application/json", gzip).await?;
+    let (headers, body) = fetch_list(upstream, uri, "application/json", gzip, Lane::Cache).await?;
     Ok(Listed { body, headers })
 }
 
@@ -299,7 +299,7 @@ pub(crate) async fn get_list_as(
     accept: &'static str,
     gzip: bool,
 ) -> Result<(Option<http::HeaderValue>, Bytes), ReflectorError> {
-    let (headers, body) = fetch_list(upstream, uri, accept, gzip).await?;
+    let (headers, body) = fetch_list(upstream, uri, accept, gzip, Lane::Cache).await?;
     Ok((headers.get(header::CONTENT_TYPE).cloned(), body))
 }
 
@@ -309,8 +309,9 @@ async fn fetch_list(
     uri: String,
     accept: &'static str,
     gzip: bool,
+    lane: Lane,
 ) -> Result<(HeaderMap, Bytes), ReflectorError> {
-    let resp = upstream_get_as(upstream, uri, accept, gzip).await?;
+    let resp = upstream_get_on(upstream, uri, accept, gzip, lane).await?;
     let status = resp.status();
     let (parts, body) = resp.into_parts();
     let gzip = crate::compress::is_gzip(&parts.headers);
@@ -504,6 +505,21 @@ pub(crate) async fn upstream_get(
     upstream_get_as(upstream, uri, "application/json", false).await
 }
 
+/// Which of watchmux's own connections a GET goes on.
+#[derive(Debug, Clone, Copy)]
+enum Lane {
+    /// The cache's lists and watches.
+    Cache,
+    /// The probe lane (`upstream::probe_lane`): proofs of the upstream's
+    /// current version, answered within [`PROOF_TIMEOUT`] or not at all.
+    Probe,
+}
+
+/// How long a proof of the upstream's current version may wait for its
+/// answer's head on the probe lane: what a consistent read waits for its
+/// whole proof (the API server's own three seconds).
+const PROOF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// A GET to the upstream with watchmux's identity, accepting `accept`;
 /// `gzip`: asking for it.
 pub(crate) async fn upstream_get_as(
@@ -512,21 +528,39 @@ pub(crate) async fn upstream_get_as(
     accept: &'static str,
     gzip: bool,
 ) -> Result<http::Response<hyper::body::Incoming>, ReflectorError> {
+    upstream_get_on(upstream, uri, accept, gzip, Lane::Cache).await
+}
+
+/// [`upstream_get_as`] on `lane`.
+async fn upstream_get_on(
+    upstream: &Upstream,
+    uri: String,
+    accept: &'static str,
+    gzip: bool,
+    lane: Lane,
+) -> Result<http::Response<hyper::body::Incoming>, ReflectorError> {
     let mut req = Request::get(uri)
         .header(header::ACCEPT, accept)
         .header(header::USER_AGENT, concat!("watchmux/", env!("CARGO_PKG_VERSION")));
     if gzip {
         req = req.header(header::ACCEPT_ENCODING, "gzip");
     }
-    upstream.send(req.body(body::empty()).expect("valid request")).await.map_err(ReflectorError::Request)
+    let req = req.body(body::empty()).expect("valid request");
+    match lane {
+        Lane::Cache => upstream.send(req).await,
+        Lane::Probe => upstream.send_probe(req, PROOF_TIMEOUT).await,
+    }
+    .map_err(ReflectorError::Request)
 }
 
 /// The upstream's current version for the collection at `uri` (a
 /// consistent `LIST ?limit=1`): at least any version its etcd ever served.
-/// `gzip` as for [`get_list`].
+/// `gzip` as for [`get_list`]. Sent on the probe lane, apart from the
+/// cache's own watches, so that a frozen connection under them does not
+/// hold the proof back.
 pub(crate) async fn consistent_rv(upstream: &Upstream, uri: String, gzip: bool) -> Option<u64> {
-    let listed = get_list(upstream, uri, gzip).await.ok()?;
-    let page: ListPage = serde_json::from_slice(&listed.body).ok()?;
+    let (_, body) = fetch_list(upstream, uri, "application/json", gzip, Lane::Probe).await.ok()?;
+    let page: ListPage = serde_json::from_slice(&body).ok()?;
     page.metadata.version().ok()
 }
 
