@@ -42,6 +42,10 @@ pub(crate) struct ReadParams {
     pub send_initial_events: Option<bool>,
     /// `includeObject`, as given: read only for a Table (`serve::table`).
     pub include_object: Option<String>,
+    /// `watch`, as Go reads a flag. Whether the read is a watch is the
+    /// request classifier's to say; this is read on the legacy `/watch/`
+    /// path, where it changes how the options are validated (`plan`).
+    pub watch: bool,
 }
 
 /// Why a request's parameters keep it out of the cache (a metric label).
@@ -61,6 +65,7 @@ impl ReadParams {
             allow_bookmarks: false,
             send_initial_events: None,
             include_object: None,
+            watch: false,
         };
         // Read as the API server reads it: pairs Go drops (a `;`, a malformed
         // escape) do not exist, and a value that was not UTF-8 cannot be
@@ -77,8 +82,7 @@ impl ReadParams {
             }
             seen.push(key);
             match key {
-                // Whether it is a watch is the request classifier's to say.
-                "watch" => {}
+                "watch" => p.watch = flag(value),
                 "resourceVersion" => {
                     p.rv = match value {
                         "" => Rv::Unset,
