@@ -7,7 +7,7 @@
 //! The cache writes the object as stored and `PartialObjectMetadata` (metadata only, what client-go
 //! metadata informers and kube-rs metadata calls ask for), in JSON and protobuf, and for some kinds
 //! the `meta.k8s.io` Table kubectl asks for (`encode::table`). For every GET, LIST and WATCH,
-//! [`negotiate`] reads the `Accept` header and decides: serve from the cache in one of those forms,
+//! [`negotiate_read`] reads the `Accept` header and decides: serve from the cache in one of those forms,
 //! or pass the request through to kube-apiserver, which then answers it exactly (a 406 included). Passing through is always correct; serving is only allowed when the cache's
 //! answer is one kube-apiserver could have given.
 //!
@@ -51,7 +51,10 @@
 //! does not count it, and step 2 skips its clause, so `application/json;q=0.9,application/cbor;q=1`
 //! gets JSON. Whether the gate is on is learned per cached resource (`cache::sync::cbor_probe`) and
 //! handed in as [`UpstreamCbor`]: `Off` negotiates as above, `On` and `Unknown` pass through any
-//! request whose answer a CBOR clause decides ([`PassthroughReason::Cbor`]). With the gate on, the
+//! request whose answer a CBOR clause decides ([`PassthroughReason::Cbor`]). A read is negotiated
+//! before its resource's cache, which knows the gate, is: [`negotiate_read`] reads the header once
+//! and, where a CBOR clause decides, keeps the answer for either state of the gate
+//! ([`Negotiated`]), picked once the cache is ready (`cache::read::plan`). With the gate on, the
 //! API server's CBOR is not byte-deterministic (map order), so the cache does not try to write it.
 //!
 //! # The route filter's 406
@@ -186,41 +189,129 @@ pub(crate) enum UpstreamCbor {
 }
 
 /// Decides how to answer a read with this `Accept` header (the first one, as Go's
-/// `Header.Get` reads it), from an upstream whose CBOR is `cbor`.
+/// `Header.Get` reads it), from an upstream whose CBOR is `cbor`: kube-apiserver's choice,
+/// which the tests hold against its answers. A read is negotiated by [`negotiate_read`], once,
+/// before its upstream's CBOR is known.
+#[cfg(test)]
 pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint, cbor: UpstreamCbor) -> Negotiation {
-    use Negotiation::Passthrough;
-    use PassthroughReason::{Cbor, NotAcceptable, OtherMediaType};
+    read_accept(header_bytes(accept)).finish(endpoint, cbor)
+}
 
-    let header = accept.map_or(&b""[..], HeaderValue::as_bytes);
+/// A read's one negotiation, made before the upstream's CBOR is known
+/// ([`negotiate_read`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Negotiated {
+    /// No CBOR clause decides: the answer, whatever the upstream serves.
+    Decided(Negotiation),
+    /// A CBOR clause decides: the answer for each thing the upstream may be
+    /// found to do ([`PassthroughReason::Cbor`] while it is not known).
+    ByCbor {
+        /// With the upstream's CBOR off.
+        off: Negotiation,
+        /// With it on.
+        on: Negotiation,
+    },
+}
+
+impl Negotiated {
+    /// The answer from an upstream whose CBOR is `cbor`.
+    pub(crate) fn with(self, cbor: UpstreamCbor) -> Negotiation {
+        match (self, cbor) {
+            (Self::Decided(decided), _) => decided,
+            (Self::ByCbor { off, .. }, UpstreamCbor::Off) => off,
+            (Self::ByCbor { on, .. }, UpstreamCbor::On) => on,
+            (Self::ByCbor { .. }, UpstreamCbor::Unknown) => Negotiation::Passthrough(PassthroughReason::Cbor),
+        }
+    }
+}
+
+/// Negotiates a read once, before its resource's cache (and so what the
+/// upstream does with CBOR) is known: the header is read and Go's order of
+/// its clauses found once, and where a CBOR clause decides, the answer is
+/// kept for both states of the upstream's CBOR ([`Negotiated::with`]). Every
+/// answer no CBOR clause decides is kube-apiserver's with the CBOR unknown.
+pub(crate) fn negotiate_read(accept: Option<&HeaderValue>, endpoint: Endpoint) -> Negotiated {
+    let read = read_accept(header_bytes(accept));
+    match read.finish(endpoint, UpstreamCbor::Unknown) {
+        Negotiation::Passthrough(PassthroughReason::Cbor) => Negotiated::ByCbor {
+            off: read.finish(endpoint, UpstreamCbor::Off),
+            on: read.finish(endpoint, UpstreamCbor::On),
+        },
+        decided => Negotiated::Decided(decided),
+    }
+}
+
+fn header_bytes(accept: Option<&HeaderValue>) -> &[u8] {
+    accept.map_or(&b""[..], HeaderValue::as_bytes)
+}
+
+/// An `Accept` header read as far as it can be without the upstream's CBOR.
+enum ReadAccept<'h> {
+    /// Its answer, whatever the upstream serves.
+    Decided(Negotiation),
+    /// Its clauses in Go's order (`None`: an order that cannot be predicted).
+    Sorted {
+        /// When only a CBOR element gets it past the route filter (step 1):
+        /// the answer where the route produces no CBOR.
+        refused_without_cbor: Option<Negotiation>,
+        clauses: Option<Vec<Clause<'h>>>,
+    },
+}
+
+fn read_accept(header: &[u8]) -> ReadAccept<'_> {
+    use Negotiation::Passthrough;
+    use PassthroughReason::OtherMediaType;
+
     if header.is_empty() {
         // NegotiateMediaTypeOptions gives an empty header the first serializer; go-restful reads
         // it as */*.
-        return Negotiation::Cache(ContentVariant::Json);
+        return ReadAccept::Decided(Negotiation::Cache(ContentVariant::Json));
     }
     if depends_on_transport(header) {
-        return Passthrough(OtherMediaType);
+        return ReadAccept::Decided(Passthrough(OtherMediaType));
     }
-    if !passes_route_filter(header, false) {
-        // Only a CBOR element can let it pass, which it does where the route produces CBOR.
-        match (cbor, passes_route_filter(header, true)) {
-            (_, false) | (UpstreamCbor::Off, true) => return route_refused(header),
-            (UpstreamCbor::Unknown, true) => return Passthrough(Cbor),
-            (UpstreamCbor::On, true) => {}
+    let parsed = parse_clauses(header);
+    let refused_without_cbor = (!passes_route_filter(header, false)).then(|| route_refused(parsed.as_deref().ok()));
+    // Only a CBOR element can let it pass, which it does where the route produces CBOR.
+    if let Some(refused) = &refused_without_cbor
+        && !passes_route_filter(header, true)
+    {
+        return ReadAccept::Decided(refused.clone());
+    }
+    let clauses = parsed.ok().filter(|clauses| clauses.len() <= GO_INSERTION_SORT_MAX).map(|mut clauses| {
+        sort_like_go(&mut clauses);
+        clauses
+    });
+    ReadAccept::Sorted { refused_without_cbor, clauses }
+}
+
+impl ReadAccept<'_> {
+    /// The answer from an upstream whose CBOR is `cbor`.
+    fn finish(&self, endpoint: Endpoint, cbor: UpstreamCbor) -> Negotiation {
+        use Negotiation::Passthrough;
+        use PassthroughReason::{Cbor, NotAcceptable, OtherMediaType};
+
+        let (refused_without_cbor, clauses) = match self {
+            Self::Decided(decided) => return decided.clone(),
+            Self::Sorted { refused_without_cbor, clauses } => (refused_without_cbor, clauses),
+        };
+        if let Some(refused) = refused_without_cbor {
+            match cbor {
+                UpstreamCbor::Off => return refused.clone(),
+                UpstreamCbor::Unknown => return Passthrough(Cbor),
+                UpstreamCbor::On => {}
+            }
         }
-    }
-    let Ok(mut clauses) = parse_clauses(header) else {
-        return Passthrough(OtherMediaType);
-    };
-    if clauses.len() > GO_INSERTION_SORT_MAX {
-        return Passthrough(OtherMediaType);
-    }
-    sort_like_go(&mut clauses);
-    let mut verdicts = clauses.iter().map(|clause| verdict(clause, cbor)).filter(|v| *v != Verdict::Skip);
-    match verdicts.next() {
-        None => Passthrough(NotAcceptable),
-        Some(Verdict::Cbor) => Passthrough(Cbor),
-        Some(Verdict::Skip) => Passthrough(OtherMediaType),
-        Some(Verdict::Serve(serializer, conversion)) => decide(serializer, conversion, endpoint, verdicts),
+        let Some(clauses) = clauses else {
+            return Passthrough(OtherMediaType);
+        };
+        let mut verdicts = clauses.iter().map(|clause| verdict(clause, cbor)).filter(|v| *v != Verdict::Skip);
+        match verdicts.next() {
+            None => Passthrough(NotAcceptable),
+            Some(Verdict::Cbor) => Passthrough(Cbor),
+            Some(Verdict::Skip) => Passthrough(OtherMediaType),
+            Some(Verdict::Serve(serializer, conversion)) => decide(serializer, conversion, endpoint, verdicts),
+        }
     }
 }
 
@@ -229,9 +320,10 @@ pub(crate) fn negotiate(accept: Option<&HeaderValue>, endpoint: Endpoint, cbor: 
 /// JSON) when no clause names one, even by a wildcard. A header with such a clause
 /// (`application/*`) gets the error in that serializer's form, which is not modelled here: it
 /// passes through.
-fn route_refused(header: &[u8]) -> Negotiation {
-    match parse_clauses(header) {
-        Ok(clauses) if !clauses.iter().any(names_a_serializer) => Negotiation::RouteRefuses,
+/// `clauses`: the header's, `None` when they do not parse.
+fn route_refused(clauses: Option<&[Clause<'_>]>) -> Negotiation {
+    match clauses {
+        Some(clauses) if !clauses.iter().any(names_a_serializer) => Negotiation::RouteRefuses,
         _ => Negotiation::Passthrough(PassthroughReason::NotAcceptable),
     }
 }

@@ -12,7 +12,7 @@ use proptest::sample::select;
 
 use crate::encode::variant::Endpoint;
 use crate::fuzz::{Words, config, one_of};
-use crate::negotiate::{Negotiation, PassthroughReason, UpstreamCbor, negotiate};
+use crate::negotiate::{Negotiation, PassthroughReason, UpstreamCbor, negotiate, negotiate_read};
 
 const ENDPOINTS: [Endpoint; 3] = [Endpoint::Get, Endpoint::List, Endpoint::Watch];
 /// Repeats weigh the choices toward what clients send.
@@ -90,8 +90,29 @@ fn answers_agree(value: &HeaderValue) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// A read's one negotiation, made before the upstream's CBOR is known, answers as the two it
+/// stands for: with the CBOR unknown, and again once it is known when a CBOR clause decided.
+fn one_negotiation_per_read(value: &HeaderValue) -> Result<(), TestCaseError> {
+    for endpoint in ENDPOINTS {
+        let once = negotiate_read(Some(value), endpoint);
+        for cbor in [UpstreamCbor::Unknown, UpstreamCbor::Off, UpstreamCbor::On] {
+            let twice = match negotiate(Some(value), endpoint, UpstreamCbor::Unknown) {
+                Negotiation::Passthrough(PassthroughReason::Cbor) => negotiate(Some(value), endpoint, cbor),
+                decided => decided,
+            };
+            prop_assert_eq!(once.clone().with(cbor), twice, "{:?} {:?} {:?}", value, endpoint, cbor);
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(config())]
+
+    #[test]
+    fn a_read_negotiated_once_answers_as_before_and_after_its_cbor_is_known(accept in accept()) {
+        one_negotiation_per_read(&HeaderValue::from_str(&accept).expect("visible ASCII, spaces and tabs"))?;
+    }
 
     #[test]
     fn any_header_value_gets_one_answer_agreeing_across_endpoints(

@@ -1,4 +1,5 @@
-//! Continue tokens, in the API server's own format, so that a paginated
+//! Continue tokens, in the API server's own format (k8s.io/apiserver
+//! `storage.EncodeContinue` and `storage.DecodeContinue`), so that a paginated
 //! LIST can move between watchmux's cache and the upstream in either
 //! direction: a token watchmux issued is understood by kube-apiserver, and
 //! one the cache cannot serve (its snapshot is gone) simply passes through.

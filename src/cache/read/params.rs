@@ -1,5 +1,22 @@
 //! The query parameters of a LIST, GET or WATCH, parsed the way the API
-//! server reads them, and only as far as the cache needs.
+//! server reads them, and only as far as the cache needs: once per read, by
+//! the read plan (`read::plan::request`), which hands them down.
+//!
+//! What it mirrors (k8s.io/apiserver `endpoints/handlers/get.go`): the
+//! handlers' `metainternalversionscheme.ParameterCodec.DecodeParameters` of
+//! `req.URL.Query()` (Go's `url.ParseQuery`: `GoQuery`) into
+//! `metainternalversion.ListOptions` for a LIST or WATCH (`ListResource`),
+//! `metav1.GetOptions` for a GET, with apimachinery's query conversions
+//! (`runtime.Convert_Slice_string_To_bool` and `_To_Pointer_bool`: false
+//! only for `0` and `false`; `Convert_Slice_string_To_int64`:
+//! `strconv.ParseInt`; the first value of a repeated key). A
+//! `resourceVersion` is a number as storage's
+//! `APIObjectVersioner.ParseResourceVersion` reads it, and `?timeout=` a Go
+//! duration (`time.ParseDuration`, `go_rules::duration`). The options'
+//! validation, `metainternalversionvalidation.ValidateListOptions`
+//! (k8s.io/apimachinery `apis/meta/internalversion/validation`), is where
+//! each rule is read: the plan (a GET's list-only parameters, the legacy
+//! `/watch/` path), `serve::list` (`list_state`) and `serve`'s watch.
 //!
 //! Anything the cache does not understand, or that the API server would
 //! reject, is reported as [`Unsupported`]: the request then passes through and
@@ -42,6 +59,10 @@ pub(crate) struct ReadParams {
     pub send_initial_events: Option<bool>,
     /// `includeObject`, as given: read only for a Table (`serve::table`).
     pub include_object: Option<String>,
+    /// `watch`, as Go reads a flag. Whether the read is a watch is the
+    /// request classifier's to say; this is read on the legacy `/watch/`
+    /// path, where it changes how the options are validated (`plan`).
+    pub watch: bool,
 }
 
 /// Why a request's parameters keep it out of the cache (a metric label).
@@ -61,6 +82,7 @@ impl ReadParams {
             allow_bookmarks: false,
             send_initial_events: None,
             include_object: None,
+            watch: false,
         };
         // Read as the API server reads it: pairs Go drops (a `;`, a malformed
         // escape) do not exist, and a value that was not UTF-8 cannot be
@@ -77,8 +99,7 @@ impl ReadParams {
             }
             seen.push(key);
             match key {
-                // Whether it is a watch is the request classifier's to say.
-                "watch" => {}
+                "watch" => p.watch = flag(value),
                 "resourceVersion" => {
                     p.rv = match value {
                         "" => Rv::Unset,
@@ -201,6 +222,15 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn watch_is_a_go_flag_read_from_its_first_value() {
+        let watch = |q: &str| ReadParams::parse(Some(q)).unwrap().watch;
+        assert!(!watch("limit=1"));
+        assert!(watch("watch=") && watch("watch=yes") && watch("watch=1"));
+        assert!(!watch("watch=FALSE") && !watch("watch=0"));
+        assert!(!watch("watch=false&watch=true"));
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! Answering LIST, GET and WATCH from the cache, with the API server's
-//! semantics, or deciding to pass the request through.
+//! semantics, or passing the request through: [`CacheService::try_serve`]
+//! carries out the read's plan (`read::plan`, where every decision the
+//! request and its cache's facts alone make is made, once), and this module
+//! and its children read the cache's state as the plan says.
 //!
 //! The rule throughout: serve from the cache only what the cache can answer
 //! exactly as kube-apiserver would; pass everything else through (and count
@@ -25,24 +28,21 @@ use super::super::resource::freshness::fallbacks::too_large;
 use super::super::resource::freshness::{Proof, ProofOutcome, ensure_fresh, prove_watch_list, reached};
 use super::super::resource::{ResourceCache, StartAt};
 use super::params::{ReadParams, Rv, RvMatch};
+use super::plan::{self, Content, Facts, Read, ReadPlan, Request};
 use crate::body::{self, Chunk, ProxyBody, Refusal};
-use crate::cache::catalog::resolve::GroupResource;
-use crate::cache::content::{Answer, NoProtobufHere, answer_form, kind_obstacle};
+use crate::cache::content::{Answer, NoProtobufHere, answer_form};
 use crate::cache::delivery::filter::Filter;
 use crate::cache::offline::{proven, serve_unproven};
 use crate::cache::read::watch_stream::{StreamOptions, WatchStream};
 use crate::cache::reason::Reason;
 use crate::cache::state::object::ObjectKey;
-use crate::cache::table::{TableForm, table_form};
-use crate::compress::AnswerKind;
 use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::encode::watch::error_frame;
 use crate::fairness::Seat;
 use crate::metrics as m;
-use crate::negotiate::{Negotiation, PassthroughReason, UpstreamCbor, negotiate, route_refusal};
-use crate::request::{RequestInfo, Verb};
-use crate::selector::{FieldSelector, LabelSelector, selectable};
+use crate::negotiate::PassthroughReason;
+use crate::request::RequestInfo;
 use crate::upstream::Upstream;
 
 /// How long a consistent read may take to be proven fresh (the API server,
@@ -53,13 +53,6 @@ pub(crate) const NOT_READY_WAIT: Duration = Duration::from_secs(3);
 /// The API server's default `--min-request-timeout`: watches without
 /// `timeoutSeconds` last a random time in [this, twice this).
 pub(crate) const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
-
-/// What a watch's events are written as: the negotiated form, and the
-/// one-row Table each event becomes when a Table was asked for.
-struct WatchForm {
-    answer: Answer,
-    table: Option<TableForm>,
-}
 
 /// The cache's answer, or why it has none.
 pub(crate) enum Served {
@@ -169,6 +162,8 @@ impl CacheService {
         served
     }
 
+    /// The driver: the read's plan (`plan`), authorized between its two
+    /// steps, carried out.
     async fn try_serve(
         &self,
         method: &Method,
@@ -178,185 +173,47 @@ impl CacheService {
         gate: &impl ReadGate,
     ) -> Served {
         let arrival = Instant::now();
-        let endpoint = match info.verb {
-            Some(Verb::Get) => Endpoint::Get,
-            Some(Verb::List) => Endpoint::List,
-            Some(Verb::Watch) => Endpoint::Watch,
-            _ => return Served::Passthrough(Reason::NotARead),
+        let request = match plan::request(method, uri, headers, info, |r| self.registry.is_enabled(r)) {
+            Ok(request) => request,
+            Err(reason) => return Served::Passthrough(reason),
         };
-        if *method != Method::GET || !info.is_resource_request || info.subresource.is_some() {
-            return Served::Passthrough(Reason::NotARead);
-        }
-        if wants_pretty_output(headers) {
-            return Served::Passthrough(Reason::Pretty);
-        }
-        let params = match ReadParams::parse(uri.query()) {
-            Ok(p) => p,
-            Err(unsupported) => return Served::Passthrough(unsupported.0),
-        };
-        // A consistent GET is the API server's to answer: it reads one object
-        // from etcd, where the cache would first have to prove itself fresh
-        // with a request of about the same cost (and, being behind etcd's
-        // revision nearly always in a busy cluster, wait a second or two for
-        // its catch-up). Passed on before any review: the API server
-        // authorizes it with the caller's identity.
-        if endpoint == Endpoint::Get && params.rv == Rv::Unset {
-            return Served::Passthrough(Reason::ConsistentGet);
-        }
-        // A legacy watch path that names the object and also has a field
-        // selector: the API server answers 400 unless the selector is exactly
-        // that name. Its answer is the exact one.
-        if info.legacy_watch_path && info.name.is_some() && !params.field_selector.is_empty() {
-            return Served::Passthrough(Reason::NameAndFieldSelector);
-        }
-        // The legacy `/watch/` path takes its verb from the path, so the API
-        // server validates the options as a LIST's unless the query also
-        // says `watch`: `sendInitialEvents` or `resourceVersionMatch` there
-        // get its 422 (found by the auth fuzzer).
-        if info.legacy_watch_path
-            && !crate::request::query_flag(uri, "watch")
-            && (params.send_initial_events.is_some() || params.rv_match != RvMatch::Unset)
-        {
-            return Served::Passthrough(Reason::WatchParameters);
-        }
-        // Whether the upstream serves CBOR is known per cache (`cbor_probe`):
-        // a CBOR clause that decides is negotiated again once the cache is.
-        let accept = headers.get(header::ACCEPT);
-        let negotiated = negotiate(accept, endpoint, UpstreamCbor::Unknown);
-        if let Negotiation::Passthrough(reason) = negotiated
-            && reason != PassthroughReason::Cbor
-        {
-            return Served::Passthrough(Reason::Negotiated(reason));
-        }
-        let resource = GroupResource { group: info.api_group.clone(), resource: info.resource.clone() };
-        if !self.registry.is_enabled(&resource) {
-            return Served::Passthrough(Reason::NotCached);
-        }
         // Authorized before any upstream work on the request's behalf
         // (discovery, starting a cache): the API server, too, authorizes
         // before it routes, so a refusal here is the answer it would give.
-        match gate.admit(info, &params.label_selector, &params.field_selector).await {
+        let (labels, fields) = (&request.params.label_selector, &request.params.field_selector);
+        match gate.admit(info, labels, fields).await {
             Admission::Admitted => {}
             Admission::Refused(denied) => return Served::Response(*denied),
             Admission::AskUpstream => return Served::Passthrough(Reason::RecentlyDenied),
         }
-        let cache = match self.registry.cache_for(&info.api_group, &info.api_version, &info.resource).await {
-            Ok(c) => c,
-            Err(NotCached::Disabled) => return Served::Passthrough(Reason::NotCached),
-            Err(NotCached::NotCacheable) => return Served::Passthrough(Reason::NotCacheable),
-            Err(NotCached::Discovery) => return Served::Passthrough(Reason::Discovery),
+        let cache = match self.ready_cache(info).await {
+            Ok(cache) => cache,
+            Err(reason) => return Served::Passthrough(reason),
         };
-        // A cache starting up (first use, or watchmux just started) is
-        // usually ready in moments; waiting for it keeps a crowd of clients
-        // arriving at once from all reaching the upstream.
-        if !cache.wait_ready(NOT_READY_WAIT).await {
-            return Served::Passthrough(Reason::NotReady);
-        }
-        let negotiated = match negotiated {
-            Negotiation::Passthrough(PassthroughReason::Cbor) => negotiate(accept, endpoint, cache.upstream_cbor()),
-            known => known,
-        };
-        let mut table = None;
-        let answer = match negotiated {
-            Negotiation::Cache(variant) => Answer { variant, or_json: None },
-            Negotiation::Protobuf { variant, or_json } => Answer { variant, or_json },
-            Negotiation::Table { v1beta1 } => {
-                let include = params.include_object.as_deref();
-                let info = &cache.shape.info;
-                // A custom resource's columns are its CRD's (`cache::table::crd`).
-                let custom = if info.is_builtin_group() {
-                    None
-                } else {
-                    match crd::printer_for(&self.registry, info).await {
-                        Ok(printer) => Some(printer),
-                        Err(reason) => return Served::Passthrough(reason),
-                    }
-                };
-                match table_form(info, custom, endpoint, v1beta1, include, params.allow_bookmarks) {
-                    Ok(form) => table = Some(form),
-                    Err(reason) => return Served::Passthrough(reason),
-                }
-                // A Table is JSON: its errors too.
-                Answer { variant: ContentVariant::Json, or_json: None }
-            }
-            // The route filter's 406, exactly, where the route's media
-            // types are known: a built-in resource whose server has CBOR off.
-            Negotiation::RouteRefuses => {
-                let known = cache.shape.info.is_builtin_group() && cache.upstream_cbor() == UpstreamCbor::Off;
-                if !known || !info.is_routed(cache.shape.info.namespaced) {
-                    return Served::Passthrough(Reason::Negotiated(PassthroughReason::NotAcceptable));
-                }
-                let object_route = info.name.is_some() && !info.legacy_watch_path;
+        let facts = self.facts(&cache, &request).await;
+        let read = match plan::read(request, info, facts) {
+            ReadPlan::Serve(read) => read,
+            ReadPlan::Passthrough(reason) => return Served::Passthrough(reason),
+            ReadPlan::Refuse(status) => {
                 metrics::counter!(m::CACHE_REFUSALS, "resource" => cache.label().to_owned(), "reason" => "not_acceptable")
                     .increment(1);
-                return Served::Response(route_refusal(object_route).into_raw_json_response());
+                return Served::Response(status.into_raw_json_response());
             }
-            Negotiation::Passthrough(reason) => return Served::Passthrough(Reason::Negotiated(reason)),
         };
-        // Outside a Table, `includeObject` is the API server's to read.
-        if table.is_none() && params.include_object.is_some() {
-            return Served::Passthrough(Reason::Parameters);
-        }
-        let (Ok(labels), Ok(field_sel)) =
-            (LabelSelector::parse(&params.label_selector), FieldSelector::parse(&params.field_selector))
-        else {
-            return Served::Passthrough(Reason::InvalidSelector);
-        };
-        let shape = &cache.shape;
-        // A kind with no protobuf here at all (not in the table, or its
-        // schema drifted): see `content`.
-        let answer =
-            match answer_form(answer, kind_obstacle(&shape.info, cache.protobuf_availability(), answer.variant)) {
-                Ok(answer) => answer,
-                Err(reason) => return Served::Passthrough(reason),
-            };
-        if selectable::validate(
-            &shape.info.group,
-            &shape.info.resource,
-            shape.info.namespaced,
-            shape.custom_selectable.as_deref(),
-            &field_sel,
-        )
-        .is_err()
-        {
-            return Served::Passthrough(Reason::InvalidSelector);
-        }
-        // Paths the API server has no route for (a cluster-scoped resource
-        // under a namespace, a namespaced object named without one) get its
-        // own 404.
-        if !info.is_routed(shape.info.namespaced) {
-            return Served::Passthrough(Reason::NoRoute);
-        }
-        let namespace = if shape.info.namespaced { info.namespace.clone() } else { None };
-        let name = info.name.clone();
-        let filter = Filter::new(namespace, name, labels, field_sel);
-        let scoped = !cache.scope.is_everything();
-        let request_in_scope = filter.labels.implies(&cache.scope.labels) && filter.fields.implies(&cache.scope.fields);
-        if scoped && !request_in_scope && endpoint != Endpoint::Get {
-            return Served::Passthrough(Reason::OutsideScope);
-        }
-        // A consistent watch-list's proof waits on the upstream, not on this
-        // process: it comes before the read takes a seat, so that a burst of
-        // them (a fleet of informers restarting) does not hold every seat
-        // while waiting, and queue the rest past their budget into passing
-        // through (bench-scale's storm at 500 kubelets did).
-        let proven_early = endpoint == Endpoint::Watch
-            && params.send_initial_events == Some(true)
-            && params.rv_match == RvMatch::NotOlderThan
-            && params.rv == Rv::Unset;
-        if proven_early {
+        if read.proof_before_seat {
             match self.consistent(&cache, arrival, Proof::CatchingUp).await {
                 ProofOutcome::Fresh => {}
                 ProofOutcome::PassThrough => return Served::Passthrough(Reason::ConsistentRead),
                 ProofOutcome::TooLarge { required, current } => {
-                    let status = too_large(required, current);
-                    let variant = answer.variant;
-                    let mut response = watch_response(variant, body::chunk(error_frame(variant, &status)));
+                    let variant = read.content.variant();
+                    let frame = error_frame(variant, &too_large(required, current));
+                    let mut response = watch_response(variant, body::chunk(frame));
                     cache.warnings().add_to(response.headers_mut());
                     return Served::Response(response);
                 }
             }
         }
+        let (endpoint, compression_kind) = (read.endpoint, read.compression);
         let seat = match endpoint {
             Endpoint::Get => None,
             Endpoint::List | Endpoint::Watch => match gate.seat(endpoint == Endpoint::Watch).await {
@@ -364,40 +221,67 @@ impl CacheService {
                 Err(refused) => return Served::Response(*refused),
             },
         };
-        let resource = cache.label().to_owned();
-        let compression_kind = match endpoint {
-            // The API server's `isListWatchRequest`.
-            Endpoint::Watch if params.send_initial_events == Some(true) && params.allow_bookmarks => {
-                AnswerKind::WatchList
-            }
-            Endpoint::Watch => AnswerKind::Watch,
-            Endpoint::Get | Endpoint::List => AnswerKind::Complete,
+        let mut response = match self.carry_out(cache.clone(), read, arrival).await {
+            Served::Response(response) => response,
+            passthrough => return passthrough,
         };
-        let mut served = match (endpoint, table) {
-            (Endpoint::List, Some(form)) => self.table_list(cache.clone(), filter, params, form, arrival).await,
-            (Endpoint::Get, Some(form)) => self.table_get(cache.clone(), filter, params, form, scoped).await,
-            (Endpoint::Watch, table) => {
-                let form = WatchForm { answer, table };
-                self.watch(cache.clone(), filter, params, form).await
-            }
-            (Endpoint::List, None) => self.list(cache.clone(), filter, params, answer, arrival).await,
-            (Endpoint::Get, None) => self.get(cache.clone(), filter, params, answer, scoped).await,
+        // The API server's route adds them to every answer, errors too.
+        cache.warnings().add_to(response.headers_mut());
+        record_answer(endpoint, cache.label().to_owned(), arrival);
+        let response = self.registry.config().compression.apply(headers, compression_kind, response);
+        Served::Response(match seat {
+            Some(seat) => seat.held_by(response),
+            None => response,
+        })
+    }
+
+    /// The resource's cache, started if it was not and ready, or why the
+    /// read passes through.
+    async fn ready_cache(&self, info: &RequestInfo) -> Result<Arc<ResourceCache>, Reason> {
+        let cache = match self.registry.cache_for(&info.api_group, &info.api_version, &info.resource).await {
+            Ok(cache) => cache,
+            Err(NotCached::Disabled) => return Err(Reason::NotCached),
+            Err(NotCached::NotCacheable) => return Err(Reason::NotCacheable),
+            Err(NotCached::Discovery) => return Err(Reason::Discovery),
         };
-        if let Served::Response(response) = &mut served {
-            // The API server's route adds them to every answer, errors too.
-            cache.warnings().add_to(response.headers_mut());
-            record_answer(endpoint, resource, arrival);
+        // A cache starting up (first use, or watchmux just started) is
+        // usually ready in moments; waiting for it keeps a crowd of clients
+        // arriving at once from all reaching the upstream.
+        if !cache.wait_ready(NOT_READY_WAIT).await {
+            return Err(Reason::NotReady);
         }
-        let compression = self.registry.config().compression;
-        match (served, seat) {
-            (Served::Response(response), seat) => {
-                let response = compression.apply(headers, compression_kind, response);
-                Served::Response(match seat {
-                    Some(seat) => seat.held_by(response),
-                    None => response,
-                })
-            }
-            (served, _) => served,
+        Ok(cache)
+    }
+
+    /// What the plan reads of a ready cache; a custom resource's Table
+    /// printer, from the CRD cache, only for a Table of one.
+    async fn facts<'c>(&self, cache: &'c ResourceCache, request: &Request) -> Facts<'c> {
+        let shape = &cache.shape;
+        let cbor = cache.upstream_cbor();
+        let custom_table = request.wants_table(cbor) && !shape.info.is_builtin_group();
+        let table_printer = match custom_table {
+            true => Some(crd::printer_for(&self.registry, &shape.info).await),
+            false => None,
+        };
+        Facts {
+            info: &shape.info,
+            custom_selectable: shape.custom_selectable.as_deref(),
+            scope: &cache.scope,
+            cbor,
+            protobuf: cache.protobuf_availability(),
+            table_printer,
+        }
+    }
+
+    /// Reads the cache as the plan says.
+    async fn carry_out(&self, cache: Arc<ResourceCache>, read: Read, arrival: Instant) -> Served {
+        let Read { endpoint, params, filter, content, scoped, .. } = read;
+        match (endpoint, content) {
+            (Endpoint::List, Content::Table(form)) => self.table_list(cache, filter, params, form, arrival).await,
+            (Endpoint::Get, Content::Table(form)) => self.table_get(cache, filter, params, form, scoped).await,
+            (Endpoint::Watch, content) => self.watch(cache, filter, params, content).await,
+            (Endpoint::List, Content::Answer(answer)) => self.list(cache, filter, params, answer, arrival).await,
+            (Endpoint::Get, Content::Answer(answer)) => self.get(cache, filter, params, answer, scoped).await,
         }
     }
 
@@ -447,8 +331,8 @@ impl CacheService {
         }
     }
 
-    async fn watch(&self, cache: Arc<ResourceCache>, filter: Filter, p: ReadParams, form: WatchForm) -> Served {
-        let WatchForm { answer, table } = form;
+    async fn watch(&self, cache: Arc<ResourceCache>, filter: Filter, p: ReadParams, content: Content) -> Served {
+        let (answer, table) = content.into_parts();
         let is_table = table.is_some();
         let variant = answer.variant;
         let watch_list = match (p.send_initial_events, p.rv_match) {
@@ -471,7 +355,7 @@ impl CacheService {
         let start = if watch_list {
             match p.rv {
                 // A consistent snapshot: at least as new as the upstream now.
-                // Proven before the seat (`proven_early` in `try_serve`).
+                // Proven before the seat (`Read::proof_before_seat`).
                 Rv::Unset => StartAt::CurrentState,
                 Rv::Any => StartAt::CurrentState,
                 Rv::At(rv) => {
@@ -578,14 +462,11 @@ impl CacheService {
     }
 }
 
-/// Whether the cache may answer a GET with these parameters: a version it
-/// has reached, and none of a LIST's parameters.
+/// Whether the cache has reached the version a GET asks for (its other
+/// parameters are the plan's).
 async fn gettable(cache: &ResourceCache, p: &ReadParams) -> Result<(), Reason> {
-    if p.rv_match != RvMatch::Unset || p.limit.is_some() || p.continue_token.is_some() {
-        return Err(Reason::GetParameters);
-    }
     match p.rv {
-        // Turned away earlier (`try_serve`); kept total without a panic.
+        // Turned away by the plan; kept total without a panic.
         Rv::Unset => Err(Reason::ConsistentGet),
         Rv::Any => Ok(()),
         Rv::At(rv) if reached(cache, rv).await => Ok(()),
@@ -606,15 +487,6 @@ fn record_answer(endpoint: Endpoint, resource: String, arrival: Instant) {
     };
     metrics::histogram!(m::CACHE_REQUEST_DURATION, "verb" => verb, "resource" => resource)
         .record(arrival.elapsed().as_secs_f64());
-}
-
-/// The API server pretty-prints JSON for clients that look like a person
-/// (curl, Wget, a browser); those few requests pass through so that they get
-/// exactly that.
-fn wants_pretty_output(headers: &HeaderMap) -> bool {
-    let ua = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
-    ["curl", "Wget", "Mozilla"].iter().any(|p| ua.starts_with(p))
-        || headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("pretty"))
 }
 
 /// The API server's 404 for a named object that does not exist.
