@@ -37,6 +37,11 @@ pub const ALL: &[Case] = &[
     case!("restart", "kube-apiserver killed (SIGKILL) and restarted", upstream::restart),
     case!("half-open", "watchmux→API server connections frozen without a close ~30 s", upstream::half_open),
     case!(
+        "half-open-existing",
+        "watchmux's open connections to the API server frozen, new ones fine: moved within seconds, no relist",
+        upstream::half_open_existing
+    ),
+    case!(
         "black-hole-h1",
         "HTTP/1.1 upstream black-holed ~60 s under consistent reads: silence found",
         black_hole::black_hole_h1
@@ -68,4 +73,5 @@ pub const ALL: &[Case] = &[
 ];
 
 /// The quick set (`make chaos-quick`).
-pub const QUICK: &[&str] = &["restart", "compaction", "crd", "persist-truncated", "persist-readonly"];
+pub const QUICK: &[&str] =
+    &["restart", "half-open-existing", "compaction", "crd", "persist-truncated", "persist-readonly"];

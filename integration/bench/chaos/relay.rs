@@ -25,6 +25,10 @@ pub enum Mode {
     Freeze,
     /// Freeze, and new connections are accepted and frozen too.
     BlackHole,
+    /// The connections accepted before the `n`th freeze; later ones (this
+    /// one's `n` and on) are forwarded: one connection half-open while the
+    /// server still takes new ones.
+    FreezeBefore(u64),
 }
 
 pub struct Relay {
@@ -58,7 +62,7 @@ impl Relay {
                     },
                 };
                 match *mode_rx.borrow() {
-                    Mode::Forward => {}
+                    Mode::Forward | Mode::FreezeBefore(_) => {}
                     Mode::BlackHole => {
                         rfs.fetch_add(1, Ordering::Relaxed);
                         frz.fetch_add(1, Ordering::Relaxed);
@@ -74,7 +78,8 @@ impl Relay {
                         continue; // refused: dropped at once
                     }
                 }
-                acc.fetch_add(1, Ordering::Relaxed);
+                // The connection's number: FreezeBefore freezes those below it.
+                let id = acc.fetch_add(1, Ordering::Relaxed);
                 let (mut mode_rx, frz, stop) = (mode_rx.clone(), frz.clone(), stop.clone());
                 tokio::spawn(async move {
                     let Ok(up) = TcpStream::connect(target).await else { return };
@@ -82,9 +87,13 @@ impl Relay {
                     let broken = tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut pair.0, &mut pair.1) => return,
                         _ = stop.cancelled() => return,
-                        m = mode_rx.wait_for(|m| *m != Mode::Forward) => m.map(|m| *m),
+                        m = mode_rx.wait_for(|m| match m {
+                            Mode::Forward => false,
+                            Mode::FreezeBefore(n) => id < *n,
+                            _ => true,
+                        }) => m.map(|m| *m),
                     };
-                    if matches!(broken, Ok(Mode::Freeze | Mode::BlackHole)) {
+                    if matches!(broken, Ok(Mode::Freeze | Mode::BlackHole | Mode::FreezeBefore(_))) {
                         // Half-open: both sockets stay open and silent until the relay goes.
                         frz.fetch_add(1, Ordering::Relaxed);
                         stop.cancelled().await;
@@ -98,6 +107,11 @@ impl Relay {
 
     pub fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
+    }
+
+    /// Freezes every connection forwarded so far; new ones are forwarded.
+    pub fn freeze_existing(&self) {
+        self.set(Mode::FreezeBefore(self.accepted()));
     }
 
     pub fn accepted(&self) -> u64 {

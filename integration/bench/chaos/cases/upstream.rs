@@ -1,7 +1,8 @@
 //! Faults of the upstream and of watchmux itself, under steady writes:
 //! kube-apiserver frozen (SIGSTOP) or killed and restarted, etcd frozen,
-//! a half-open connection between watchmux and the API server, and
-//! watchmux killed and started again.
+//! a half-open connection between watchmux and the API server (every
+//! connection, or only the open ones while new ones work), and watchmux
+//! killed and started again.
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +10,7 @@ use crate::common::prom;
 use crate::relay::Mode;
 use crate::score::Target;
 use crate::stage::{Ctx, Outcome, Plan, Stage, via_within};
-use crate::world::{Stopped, metrics, restart_apiserver};
+use crate::world::{Stopped, admin_get, metrics, restart_apiserver};
 
 /// Writes before the fault, so that it strikes a moving stream.
 const LEAD_IN: Duration = Duration::from_secs(2);
@@ -181,4 +182,69 @@ pub async fn watchmux_kill(ctx: &Ctx) -> anyhow::Result<Outcome> {
         Ok((start, end, format!("watchmux killed (SIGKILL), started again 1 s later: {d:.1} s until the new one was ready (--cache-warm); writes throughout")))
     })
     .await
+}
+
+/// How long after the freeze every watcher must have the change written at
+/// it: HTTP/2 keep-alive's 2 s without a read and 3 s for the ack, the
+/// watch's restart, and room for a loaded machine. The figure itself is
+/// reported (`time_to_current_ms`); this bound only fails the case when the
+/// frozen connection was clearly not found by keep-alive (30 s + 10 s before).
+const MOVED_WITHIN: Duration = Duration::from_secs(15);
+
+/// The control-plane half-open: every connection watchmux holds to the API
+/// server at one instant stops forwarding without a close, while new
+/// connections are forwarded. Before, the cache's watches and the
+/// readiness probe shared the frozen connection: a change made at the
+/// freeze reached watchers 36 s later, and /readyz called the upstream
+/// unresponsive. Now keep-alive finds the frozen connection within 5 s,
+/// the watch resumes from its resourceVersion on a new one (no relist),
+/// and the probe's own lane is replaced when a probe goes unanswered, so
+/// /readyz stays ready throughout.
+pub async fn half_open_existing(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    let mut st = Stage::new(ctx, "half-open-existing", Plan::default()).await?;
+    st.start_churn(ctx.cfg.write_rate);
+    tokio::time::sleep(LEAD_IN).await;
+    let frozen_before = st.relay.frozen();
+    st.relay.freeze_existing();
+    let start = Instant::now();
+    // /readyz sampled through the freeze and past keep-alive's bound.
+    let admin = st.wm.admin;
+    let readiness = tokio::spawn(async move {
+        let (mut samples, mut not_ready) = (0u32, Vec::new());
+        while start.elapsed() < MOVED_WITHIN {
+            samples += 1;
+            match admin_get(admin, "/readyz?verbose").await {
+                Ok((200, _)) => {}
+                Ok((code, body)) => {
+                    not_ready.push(format!("{code} at {:.1} s: {}", start.elapsed().as_secs_f64(), body.trim()))
+                }
+                Err(e) => not_ready.push(format!("{e:#}")),
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await; // sampling, not waiting on an event
+        }
+        (samples, not_ready)
+    });
+    let target = st.marker_and_wait(start, ctx.cfg.deadline).await?;
+    let moved = start.elapsed();
+    let all_current = st.fleet.current(target.rv) == st.fleet.n;
+    let (samples, not_ready) = readiness.await?;
+    let relists = st.metric_delta("watchmux_upstream_relists_total").await;
+    let frozen = st.relay.frozen() - frozen_before;
+    let fault = format!(
+        "relay froze the {frozen} connections watchmux held to the API server (no bytes, no close, for good); new connections forwarded; writes straight at the API server"
+    );
+    let notes = vec![
+        format!("every watcher had the change written at the freeze after {:.1} s", moved.as_secs_f64()),
+        format!("/readyz not ready in {} of {samples} samples over {} s", not_ready.len(), MOVED_WITHIN.as_secs()),
+        format!("{relists} relists"),
+    ];
+    let (groups, notes, mut details) = st.finish(ctx, (start, Instant::now()), &[target], Vec::new(), notes).await?;
+    details["moved_after_s"] = moved.as_secs_f64().into();
+    details["readyz_not_ready"] = not_ready.clone().into();
+    details["relists"] = relists.into();
+    Ok(Outcome::new("half-open-existing", fault, groups, notes, details)
+        .check(frozen > 0, || "the relay froze no connection".into())
+        .check(all_current && moved < MOVED_WITHIN, || format!("watchers current only after {moved:?}"))
+        .check(not_ready.is_empty(), || format!("/readyz not ready: {not_ready:?}"))
+        .check(relists == 0.0, || format!("{relists} relists: the watch did not resume")))
 }
