@@ -10,6 +10,7 @@
 //! - [`duration`], `time.ParseDuration`;
 //! - [`fmt`], `strconv.Quote` (`%q`) and `%v` of a float;
 //! - [`rfc3339`], `time.Parse(time.RFC3339, …)` and `Time.AddDate`;
+//! - [`strconv`], `strconv.ParseUint` and `ParseInt` of a query's integers;
 //! - [`url_query`], `url.ParseQuery` as `URL.Query()` calls it.
 //!
 //! The API server's own rules built on these (request classification,
@@ -19,4 +20,5 @@
 pub(crate) mod duration;
 pub(crate) mod fmt;
 pub(crate) mod rfc3339;
+pub(crate) mod strconv;
 pub(crate) mod url_query;

@@ -212,6 +212,14 @@ async fn cached_reads_answer_like_the_api_server() {
         "/api/v1/configmaps/cm-0?resourceVersion=0".to_owned(),
         format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=0&fieldSelector=spec.nope%3Dx"),
         format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=abc"),
+        // Versions Rust's integer parse would read and Go's ParseUint does
+        // not: a sign, a space; on a LIST, a GET and a watch.
+        format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=%2B1"),
+        format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=%2B0"),
+        format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=%2B1&resourceVersionMatch=NotOlderThan"),
+        format!("/api/v1/namespaces/{ns}/configmaps/cm-0?resourceVersion=%2B1"),
+        format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion=%2B1&timeoutSeconds=1"),
+        format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion=%201"),
         format!("/api/v1/namespaces/{ns}/configmaps?watch=1&sendInitialEvents=true"),
     ] {
         let (vc, vb) = read(get(wm.addr, &path).await).await;

@@ -23,6 +23,7 @@
 //! the API server gives its own answer, exact to the byte.
 
 use crate::cache::reason::Reason;
+use crate::go_rules::strconv::{parse_int, parse_uint};
 use crate::request::GoQuery;
 
 /// `resourceVersion` as given.
@@ -104,7 +105,7 @@ impl ReadParams {
                     p.rv = match value {
                         "" => Rv::Unset,
                         "0" => Rv::Any,
-                        v => Rv::At(v.parse().map_err(|_| Unsupported(Reason::InvalidResourceVersion))?),
+                        v => Rv::At(parse_uint(v).ok_or(Unsupported(Reason::InvalidResourceVersion))?),
                     }
                 }
                 "resourceVersionMatch" => {
@@ -116,14 +117,14 @@ impl ReadParams {
                     }
                 }
                 "limit" => {
-                    let n: i64 = value.parse().map_err(|_| Unsupported(Reason::InvalidParameters))?;
+                    let n = parse_int(value).ok_or(Unsupported(Reason::InvalidParameters))?;
                     p.limit = (n > 0).then_some(n as u64);
                 }
                 "continue" => p.continue_token = Some(value.to_owned()).filter(|t| !t.is_empty()),
                 "labelSelector" => p.label_selector = value.to_owned(),
                 "fieldSelector" => p.field_selector = value.to_owned(),
                 "timeoutSeconds" => {
-                    let n: i64 = value.parse().map_err(|_| Unsupported(Reason::InvalidParameters))?;
+                    let n = parse_int(value).ok_or(Unsupported(Reason::InvalidParameters))?;
                     // 0 means none (the server picks one); a negative one ends
                     // the watch at once, as in the API server.
                     p.timeout_seconds = (n != 0).then_some(n.max(0) as u64);
@@ -205,6 +206,8 @@ mod tests {
     #[test]
     fn what_the_cache_leaves_to_the_api_server() {
         assert_eq!(ReadParams::parse(Some("resourceVersion=abc")), Err(Unsupported(Reason::InvalidResourceVersion)));
+        // Go's ParseUint takes no sign; Rust's u64 parse would read 5.
+        assert_eq!(ReadParams::parse(Some("resourceVersion=%2B5")), Err(Unsupported(Reason::InvalidResourceVersion)));
         assert_eq!(ReadParams::parse(Some("pretty=true")), Err(Unsupported(Reason::Parameters)));
         assert_eq!(ReadParams::parse(Some("limit=x")), Err(Unsupported(Reason::InvalidParameters)));
         assert_eq!(ReadParams::parse(Some("resourceVersionMatch=Newest")), Err(Unsupported(Reason::InvalidParameters)));
