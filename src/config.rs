@@ -67,6 +67,16 @@ pub struct Args {
     #[arg(long)]
     pub upstream_http1_only: bool,
 
+    /// The API servers to dial instead of the kubeconfig's server,
+    /// comma-separated (`https://10.0.0.1:6443,https://10.0.0.2:6443`),
+    /// sharing its credentials, CA, path prefix and tls-server-name (without
+    /// one, each server's certificate is checked against its own host).
+    /// watchmux's own requests (the caches' watches) go to the first ready
+    /// one, in this order, and move to the next when it fails; clients'
+    /// pass-through connections are spread over the ready ones.
+    #[arg(long, value_name = "URLS", value_delimiter = ',')]
+    pub upstream_servers: Vec<String>,
+
     /// Ask the upstream for gzip on watchmux's own LISTs (a cache's initial
     /// list and relists, the consistency check), as client-go does: the API
     /// server compresses pages over 128 KiB, about 20 times smaller, and
@@ -398,6 +408,7 @@ impl Args {
     /// The upstream client's options.
     pub fn upstream_options(&self) -> crate::upstream::UpstreamOptions {
         crate::upstream::UpstreamOptions {
+            servers: self.upstream_servers.clone(),
             http1_only: self.upstream_http1_only,
             timeouts: crate::upstream::UpstreamTimeouts {
                 connect: self.upstream_connect_timeout,

@@ -43,6 +43,8 @@ pub(crate) const CONNECTION_ERRORS: &str = "watchmux_connection_errors_total";
 /// 1 when the upstream answered its last readiness probe, else 0.
 pub(crate) const UPSTREAM_READY: &str = "watchmux_upstream_ready";
 pub(crate) const UPSTREAM_HEALTH: &str = "watchmux_upstream_health";
+/// 1 when one endpoint of `--upstream-servers` answered its last readiness probe, else 0.
+pub(crate) const UPSTREAM_ENDPOINT_READY: &str = "watchmux_upstream_endpoint_ready";
 
 /// Pass-through requests that could have been served from the cache, by why they were not.
 pub(crate) const PASSTHROUGH_REASONS: &str = "watchmux_cache_passthrough_total";
@@ -370,6 +372,10 @@ fn describe() {
     describe_gauge!(
         UPSTREAM_HEALTH,
         "1 for what the last readiness probe of the upstream found (ready, unreachable, tls, credentials, unauthorized, forbidden, not_ready, unresponsive, unknown), 0 for the others."
+    );
+    describe_gauge!(
+        UPSTREAM_ENDPOINT_READY,
+        "1 when the upstream endpoint (one API server of --upstream-servers) answered its last readiness probe, else 0."
     );
     describe_counter!(PASSTHROUGH_REASONS, "Requests the cache could have served but passed upstream, by reason.");
     describe_counter!(CACHE_EVENTS_RECEIVED, "Events received from the upstream watch, by resource.");

@@ -27,6 +27,7 @@
 pub(crate) mod bounded_read;
 mod cert_files;
 pub(crate) mod credentials;
+pub(crate) mod endpoints;
 mod exec;
 mod exec_cache;
 #[cfg(test)]
@@ -57,6 +58,7 @@ use crate::metrics as m;
 use crate::upstream::kubeconfig::{UpstreamAuth, UpstreamConfig};
 use cert_files::RotatingCertFiles;
 use credentials::{CredentialSource, CredentialsError, WatchmuxAuth};
+use endpoints::{Choice, Endpoint, EndpointDialer, Endpoints};
 use exec::ClientIdentity;
 pub use exec::ExecError;
 use health::HealthCell;
@@ -102,6 +104,9 @@ pub enum UpstreamError {
     /// `tls-server-name` is not a DNS name or IP address.
     #[error("invalid tls-server-name {0:?}")]
     ServerName(String),
+    /// `--upstream-servers` names something that is not an endpoint.
+    #[error("{0}")]
+    Servers(String),
 }
 
 /// Why a request could not be sent upstream.
@@ -146,8 +151,11 @@ impl SendError {
 }
 
 /// How to talk to the upstream, beyond what the kubeconfig says.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct UpstreamOptions {
+    /// The API servers to dial instead of the kubeconfig's server
+    /// (`--upstream-servers`; empty: the kubeconfig's): see [`endpoints`].
+    pub servers: Vec<String>,
     /// Never negotiate HTTP/2 with the upstream.
     pub http1_only: bool,
     /// How long each step of a request may take (`--upstream-*-timeout`).
@@ -155,7 +163,10 @@ pub struct UpstreamOptions {
 }
 
 /// Dials the upstream: TCP, then TLS (or plain HTTP), bounded in time.
-type UpstreamConnector = TimedConnector<HttpsConnector<HttpConnector>>;
+/// Dials one endpoint: TCP, then TLS (or plain HTTP), bounded in time.
+type EndpointConnector = TimedConnector<HttpsConnector<HttpConnector>>;
+/// Dials the upstream: one of its endpoints, the next when a dial fails.
+type UpstreamConnector = EndpointDialer<EndpointConnector>;
 type HttpsClient = Client<UpstreamConnector, ProxyBody>;
 
 /// The credentials the upstream client attaches, the last header written.
@@ -184,8 +195,11 @@ pub enum ConnectionKind {
 struct Clients {
     /// watchmux's own requests.
     own: HttpsClient,
-    /// The readiness probe and freshness proofs.
-    probes: probe_lane::ProbeLane,
+    /// The readiness probe and freshness proofs: a lane per endpoint,
+    /// made when first needed, each dialing its endpoint only.
+    probes: parking_lot::Mutex<Vec<(Arc<Endpoint>, Arc<probe_lane::ProbeLane>)>>,
+    /// The dialer the probe lanes are pinned from.
+    probe_dialer: UpstreamConnector,
     /// TokenReviews, SubjectAccessReviews, SelfSubjectReviews.
     reviews: HttpsClient,
     /// Passed-through requests.
@@ -198,10 +212,11 @@ struct Clients {
 struct ClientsBuilder {
     server_name: Option<ServerName<'static>>,
     opts: UpstreamOptions,
+    endpoints: Arc<Endpoints>,
 }
 
 impl ClientsBuilder {
-    fn connector(&self, tls: &rustls::ClientConfig, http2: bool) -> UpstreamConnector {
+    fn connector(&self, tls: &rustls::ClientConfig, http2: bool, choice: Choice) -> UpstreamConnector {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
@@ -219,12 +234,12 @@ impl ClientsBuilder {
         } else {
             builder.enable_http1().wrap_connector(http)
         };
-        TimedConnector::new(https, self.opts.timeouts.dial())
+        EndpointDialer::new(self.endpoints.clone(), choice, TimedConnector::new(https, self.opts.timeouts.dial()))
     }
 
     /// A pooled client, HTTP/2 when offered (one connection per upstream).
     fn pooled(&self, tls: &rustls::ClientConfig) -> HttpsClient {
-        Self::pooled_on(self.connector(tls, !self.opts.http1_only))
+        Self::pooled_on(self.connector(tls, !self.opts.http1_only, Choice::Preferred))
     }
 
     /// A pooled client over `connector` (see [`Self::pooled`]).
@@ -247,17 +262,32 @@ impl ClientsBuilder {
         let http1 = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(streams::HTTP1_IDLE)
-            .build(self.connector(tls, false));
+            .build(self.connector(tls, false, Choice::Spread));
         Clients {
             own: self.pooled(tls),
-            probes: probe_lane::ProbeLane::new(self.connector(tls, !self.opts.http1_only), Self::pooled_on),
+            probes: Default::default(),
+            probe_dialer: self.connector(tls, !self.opts.http1_only, Choice::Preferred),
             reviews: self.pooled(tls),
-            passthrough: StreamPool::new(self.connector(tls, true), http1, !self.opts.http1_only),
+            passthrough: StreamPool::new(self.connector(tls, true, Choice::Spread), http1, !self.opts.http1_only),
             upgrades: Client::builder(TokioExecutor::new())
                 .pool_timer(TokioTimer::new())
                 .pool_max_idle_per_host(0)
-                .build(self.connector(tls, false)),
+                .build(self.connector(tls, false, Choice::Spread)),
         }
+    }
+}
+
+impl Clients {
+    /// The probe lane of `endpoint`, made when first asked for.
+    fn probe_lane(&self, endpoint: &Arc<Endpoint>) -> Arc<probe_lane::ProbeLane> {
+        let mut lanes = self.probes.lock();
+        if let Some((_, lane)) = lanes.iter().find(|(e, _)| Arc::ptr_eq(e, endpoint)) {
+            return lane.clone();
+        }
+        let lane =
+            Arc::new(probe_lane::ProbeLane::new(self.probe_dialer.pinned(endpoint.clone()), ClientsBuilder::pooled_on));
+        lanes.push((endpoint.clone(), lane.clone()));
+        lane
     }
 }
 
@@ -319,7 +349,12 @@ impl Upstream {
             .as_ref()
             .map(|n| ServerName::try_from(n.clone()).map_err(|_| UpstreamError::ServerName(n.clone())))
             .transpose()?;
-        let builder = ClientsBuilder { server_name, opts };
+        let endpoints = if opts.servers.is_empty() {
+            Endpoints::new([endpoints::endpoint_of(&cfg.server)])
+        } else {
+            Endpoints::new(endpoints::parse_servers(&opts.servers, &cfg.server).map_err(UpstreamError::Servers)?)
+        };
+        let builder = ClientsBuilder { server_name, opts, endpoints };
         let own = builder.build(&tls::client_config(cfg)?);
         let anonymous =
             UpstreamConfig { client_cert_pem: None, client_key_pem: None, auth: UpstreamAuth::None, ..cfg.clone() };
@@ -391,8 +426,8 @@ impl Upstream {
         Ok(resp)
     }
 
-    /// Sends a probe or a freshness proof with watchmux's credentials on
-    /// the probe lane (see [`probe_lane`]): its response headers must come
+    /// Sends a freshness proof with watchmux's credentials on the probe
+    /// lane (see [`probe_lane`]) of the preferred endpoint: its response headers must come
     /// within `limit`, else the lane's connection is replaced and the
     /// answer is [`SendError::ProbeTimeout`].
     pub(crate) async fn send_probe(
@@ -402,7 +437,8 @@ impl Upstream {
     ) -> Result<Response<Incoming>, SendError> {
         let (own, clients) = self.clients_for(&UpstreamCredential::Watchmux).await?;
         let req = self.prepare(req, authorization(&UpstreamCredential::Watchmux, own.as_ref()));
-        let resp = clients.probes.send(req, limit).await?;
+        let lane = clients.probe_lane(&self.builder.endpoints.preferred());
+        let resp = lane.send(req, limit).await?;
         self.answered(resp.status(), own.as_ref());
         Ok(resp)
     }
@@ -565,18 +601,26 @@ impl Upstream {
     }
 
     /// Probes `/readyz` once and records the answer, by cause.
+    /// With several endpoints, each is probed on its own lane, and the
+    /// upstream is ready while any of them is (requests go to a ready one).
     pub async fn probe_ready(&self) -> bool {
-        let req = Request::get("/readyz").body(body::empty()).expect("static request");
-        // Bounded as a whole too: the credentials (an exec plugin) come
-        // before the lane's own bound.
-        let (now, detail) =
-            match tokio::time::timeout(READINESS_PROBE_TIMEOUT, self.send_probe(req, READINESS_PROBE_TIMEOUT)).await {
-                Ok(Ok(resp)) => {
-                    (UpstreamHealth::of_status(resp.status()), format!("/readyz answered {}", resp.status()))
+        let endpoints = self.builder.endpoints.all();
+        let found = futures_util::future::join_all(endpoints.iter().map(|e| self.probe_endpoint(e))).await;
+        let several = endpoints.len() > 1;
+        for (endpoint, (health, detail)) in endpoints.iter().zip(&found) {
+            let ready = *health == UpstreamHealth::Ready;
+            if several && endpoint.healthy() != ready {
+                match health.failure() {
+                    None => tracing::info!(endpoint = %endpoint.uri(), "upstream endpoint is ready"),
+                    Some(why) => {
+                        tracing::warn!(endpoint = %endpoint.uri(), detail = %detail, "upstream endpoint is not ready: {why}")
+                    }
                 }
-                Ok(Err(err)) => (UpstreamHealth::of_error(&err), crate::error::error_chain(&err)),
-                Err(_) => (UpstreamHealth::Unresponsive, format!("no answer within {READINESS_PROBE_TIMEOUT:?}")),
-            };
+            }
+            endpoint.probed(ready, several);
+        }
+        let (now, detail) =
+            found.iter().find(|(health, _)| *health == UpstreamHealth::Ready).unwrap_or(&found[0]).clone();
         let health::Recorded { was, now, silent } = self.health.record(now);
         if was != now {
             match now.failure() {
@@ -595,6 +639,46 @@ impl Upstream {
             metrics::gauge!(m::UPSTREAM_HEALTH, "state" => state.as_str()).set(if state == now { 1.0 } else { 0.0 });
         }
         now == UpstreamHealth::Ready
+    }
+
+    /// Probes `endpoint`'s `/readyz` once on its own lane: what it found,
+    /// and in words.
+    async fn probe_endpoint(&self, endpoint: &Arc<Endpoint>) -> (UpstreamHealth, String) {
+        let probe = async {
+            let (own, clients) = self.clients_for(&UpstreamCredential::Watchmux).await?;
+            let req = Request::get("/readyz").body(body::empty()).expect("static request");
+            let req = self.prepare(req, authorization(&UpstreamCredential::Watchmux, own.as_ref()));
+            let resp = clients.probe_lane(endpoint).send(req, READINESS_PROBE_TIMEOUT).await?;
+            self.answered(resp.status(), own.as_ref());
+            Ok::<_, SendError>(resp)
+        };
+        // Bounded as a whole too: the credentials (an exec plugin) come
+        // before the lane's own bound.
+        match tokio::time::timeout(READINESS_PROBE_TIMEOUT, probe).await {
+            Ok(Ok(resp)) => (UpstreamHealth::of_status(resp.status()), format!("/readyz answered {}", resp.status())),
+            Ok(Err(err)) => (UpstreamHealth::of_error(&err), crate::error::error_chain(&err)),
+            Err(_) => (UpstreamHealth::Unresponsive, format!("no answer within {READINESS_PROBE_TIMEOUT:?}")),
+        }
+    }
+
+    /// Each endpoint's last probe, for `/readyz/upstream?verbose`; `None`
+    /// with one endpoint.
+    pub(crate) fn endpoints_summary(&self) -> Option<String> {
+        let endpoints = &self.builder.endpoints;
+        if !endpoints.several() {
+            return None;
+        }
+        let preferred = endpoints.preferred();
+        let each: Vec<String> = endpoints
+            .all()
+            .iter()
+            .map(|e| {
+                let state = if e.healthy() { "ready" } else { "not ready" };
+                let mark = if Arc::ptr_eq(e, &preferred) { " (watchmux's own requests)" } else { "" };
+                format!("{} {state}{mark}", e.uri())
+            })
+            .collect();
+        Some(format!("endpoints: {}", each.join(", ")))
     }
 
     /// Probes readiness until `stop` is cancelled.

@@ -177,7 +177,8 @@ pub(crate) async fn handle(
         "/readyz" => report("readyz", &state.readiness(), verbose),
         "/readyz/upstream" => {
             let failure = state.upstream.health().failure();
-            report("readyz", &[Check::new("upstream", failure)], verbose)
+            let check = Check { note: state.upstream.endpoints_summary(), ..Check::new("upstream", failure) };
+            report("readyz", &[check], verbose)
         }
         _ => text(StatusCode::NOT_FOUND, "404 page not found\n".to_owned()),
     })

@@ -354,7 +354,8 @@ mod tests {
         assert!(retryable_copy(&post).is_none());
     }
 
-    fn pool() -> StreamPool {
+    /// A pool dialing `addr`, the one endpoint.
+    fn pool(addr: SocketAddr) -> StreamPool {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         let tls = crate::upstream::tls::client_config(&crate::upstream::kubeconfig::UpstreamConfig::for_test(
@@ -368,6 +369,12 @@ mod tests {
             .enable_http2()
             .wrap_connector(http.clone());
         let connector = crate::upstream::timeouts::TimedConnector::new(connector, Duration::from_secs(20));
+        let endpoints = crate::upstream::endpoints::Endpoints::new([format!("http://{addr}/").parse().unwrap()]);
+        let connector = crate::upstream::endpoints::EndpointDialer::new(
+            endpoints,
+            crate::upstream::endpoints::Choice::Spread,
+            connector,
+        );
         let http1 = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector.clone());
         StreamPool { prior_knowledge: true, ..StreamPool::new(connector, http1, true) }
     }
@@ -379,7 +386,7 @@ mod tests {
     #[tokio::test]
     async fn bodies_nobody_reads_do_not_stall_the_other_streams_of_their_connection() {
         let (addr, accepted) = upstream().await;
-        let pool = pool();
+        let pool = pool(addr);
         let mut unread = Vec::new();
         for _ in 0..10 {
             unread.push(pool.send(get(addr, "/big")).await.unwrap());
@@ -400,7 +407,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_whose_streams_are_used_up_gets_a_sibling_and_idle_ones_close() {
         let (addr, accepted) = upstream().await;
-        let pool = pool();
+        let pool = pool(addr);
         let mut held = Vec::new();
         for _ in 0..STREAMS_PER_CONNECTION + 50 {
             held.push(pool.send(get(addr, "/watch")).await.unwrap());
