@@ -41,8 +41,6 @@
 
 pub(crate) mod catalog;
 #[cfg(test)]
-mod catch_up_model;
-#[cfg(test)]
 mod consistency;
 pub(crate) mod content;
 pub(crate) mod delivery;
@@ -55,6 +53,8 @@ pub(crate) mod reason;
 pub(crate) mod registry;
 pub(crate) mod resource;
 pub(crate) mod resource_info;
+#[cfg(test)]
+mod slow_watcher_model;
 pub(crate) mod state;
 pub(crate) mod sync;
 pub(crate) mod table;

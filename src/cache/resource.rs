@@ -17,11 +17,11 @@
 //! watcher that finds its queue empty know it has sent everything up to
 //! that version.
 
-pub(crate) mod catch_up;
 mod cbor_cell;
 pub(crate) mod fanout;
 pub(crate) mod freshness;
 pub(crate) mod lifecycle;
+pub(crate) mod ring_read;
 pub(crate) mod verification;
 mod writer;
 
@@ -104,7 +104,7 @@ pub struct CacheSettings {
     /// How long events are kept for resuming watchers (`--events-history-window`).
     pub history_window: Duration,
     /// How long a watcher may stay full before it is moved off live
-    /// delivery to catch up from the history ring.
+    /// delivery to read what it missed from the history ring.
     pub slow_watcher_grace: Duration,
     /// How often each cache is checked against the upstream
     /// (`--consistency-check-period`); zero: never.

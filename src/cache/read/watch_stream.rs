@@ -5,7 +5,7 @@
 //! the watcher's queue, with bookmarks on the API server's schedule, until
 //! the timeout, shutdown, or the resource going. A watcher that fell behind
 //! live delivery reads the history ring from its position instead of its
-//! queue until it has caught up (`resource/catch_up.rs`); no bookmark goes
+//! queue until a ring read reaches the newest event (`resource/ring_read.rs`); no bookmark goes
 //! out meanwhile, there being events to send. One that falls behind the
 //! ring itself ends with 410.
 //!
@@ -141,7 +141,7 @@ pub(crate) struct WatchStream {
     /// The version the initial events bring the watcher to.
     start_rv: u64,
     last_sent_rv: u64,
-    /// How far this watcher's ring reads got (see `resource/catch_up.rs`);
+    /// How far this watcher's ring reads got (see `resource/ring_read.rs`);
     /// with `last_sent_rv`, every event up to the greater of the two is done with.
     ring_position: u64,
     deadline: Pin<Box<Sleep>>,
