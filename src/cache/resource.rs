@@ -217,8 +217,8 @@ pub(crate) struct Registration {
     /// For [`StartAt::CurrentState`]: the snapshot whose objects are sent as ADDED.
     pub snapshot: Option<Snapshot>,
     /// For [`StartAt::After`]: the history events the watcher missed.
-    pub backlog: Vec<Delivery>,
-    /// The version the initial state or backlog brings the watcher to.
+    pub since_version: Vec<Delivery>,
+    /// The version the initial state or those events bring the watcher to.
     pub start_rv: u64,
 }
 
@@ -400,16 +400,16 @@ impl ResourceCache {
             };
             return Err(TooOld { requested, oldest: current });
         }
-        let (snapshot, backlog, start_rv) = match start {
+        let (snapshot, since_version, start_rv) = match start {
             StartAt::CurrentState => (Some(st.store.snapshot()), Vec::new(), current),
             StartAt::After(rv) => {
-                let backlog = st.history.since(rv)?.filter_map(|e| Delivery::for_filter(e, &filter)).collect();
-                (None, backlog, current.max(rv))
+                let since_version = st.history.since(rv)?.filter_map(|e| Delivery::for_filter(e, &filter)).collect();
+                (None, since_version, current.max(rv))
             }
         };
         let handle = self.fanout.add(filter, start_rv);
         drop(st);
-        Ok(Registration { handle, snapshot, backlog, start_rv })
+        Ok(Registration { handle, snapshot, since_version, start_rv })
     }
 
     /// Removes a watcher whose stream ended.
@@ -452,8 +452,8 @@ mod tests {
         w.event(EventType::Added, cm("a", 11, ""));
         w.event(EventType::Modified, cm("a", 12, ""));
         let reg = c.register(Filter::default(), StartAt::After(11)).unwrap();
-        assert_eq!(reg.backlog.len(), 1);
-        assert_eq!(reg.backlog[0].event.rv, 12);
+        assert_eq!(reg.since_version.len(), 1);
+        assert_eq!(reg.since_version[0].event.rv, 12);
         w.event(EventType::Added, cm("b", 13, ""));
         assert_eq!(drain(&reg.handle), vec![(EventType::Added, "b".into(), 13)]);
         assert_eq!(c.current_rv(), 13);
@@ -485,8 +485,8 @@ mod tests {
         assert_eq!(c.current_rv(), 20);
         // From the version before the relist, a new watcher gets the whole
         // difference; from the relist's version, none of it.
-        assert_eq!(c.register(Filter::default(), StartAt::After(12)).unwrap().backlog.len(), 2);
-        assert!(c.register(Filter::default(), StartAt::After(20)).unwrap().backlog.is_empty());
+        assert_eq!(c.register(Filter::default(), StartAt::After(12)).unwrap().since_version.len(), 2);
+        assert!(c.register(Filter::default(), StartAt::After(20)).unwrap().since_version.is_empty());
         // Inside the gap the cache never saw, a version (made up for a
         // deletion, or held by a client from the upstream) says nothing about
         // which changes came after it: 410, so the client lists again.

@@ -12,7 +12,7 @@
 //! the ring before it is offered, so the dropped queue holds nothing the ring
 //! does not. The dispatcher never waits for a watcher, so one slow client
 //! cannot delay the others; and a slow watcher costs the memory of one
-//! ring read, not a copy of its backlog.
+//! ring read, not a copy of its queue.
 //!
 //! Shutdown reaches a watcher through its queue too ([`WatcherHandle::stop`]):
 //! the body then learns of it from the lock it takes anyway for the next
@@ -286,7 +286,7 @@ impl WatcherHandle {
     }
 
     #[cfg(test)]
-    pub(crate) fn backlog(&self) -> usize {
+    pub(crate) fn queued_len(&self) -> usize {
         self.queue.lock().events.len()
     }
 }
@@ -367,7 +367,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(h.offer(delivery(5001), Instant::now()), Offer::FellBehind);
         assert!(h.is_behind());
-        assert_eq!(h.backlog(), 0, "no copy of the backlog is kept");
+        assert_eq!(h.queued_len(), 0, "no copy of the queue is kept");
         assert_eq!(h.offer(delivery(5002), Instant::now()), Offer::Behind);
         assert!(matches!(h.take(Waker::noop()).unwrap(), Next::FromRing { anew: true }));
         // A ring read that does not reach the newest event keeps it behind...

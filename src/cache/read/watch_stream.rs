@@ -1,6 +1,7 @@
 //! The response body of a watch served from the cache.
 //!
-//! In order: the initial events (synthetic ADDED for a snapshot, or the history backlog);
+//! In order: the initial events (synthetic ADDED for a snapshot, or the history's events since the
+//! watch's version);
 //! the initial-events-end bookmark for a watch-list; then live events from
 //! the watcher's queue, with bookmarks on the API server's schedule, until
 //! the timeout, shutdown, or the resource going. A watcher that fell behind
@@ -18,7 +19,7 @@
 //! ([`WatchStream::protobuf_refusal`]: it then answers JSON or passes the
 //! watch through); a live event that is refused ends the stream, like a
 //! timeout: the client watches again from the last version it got, and that
-//! watch, whose backlog holds the refused event, is answered in JSON or
+//! watch, whose events since its version hold the refused one, is answered in JSON or
 //! passed through.
 
 use std::pin::Pin;
@@ -121,7 +122,7 @@ enum Phase {
     /// ADDED, in key order.
     Snapshot(SnapshotCursor),
     /// A watch from a version: the history events the watcher missed.
-    Backlog(std::collections::VecDeque<Delivery>),
+    SinceVersion(std::collections::VecDeque<Delivery>),
     /// A watch-list with bookmarks: the initial events are out, the
     /// initial-events-end bookmark at this version is next.
     InitialEnd(u64),
@@ -187,7 +188,7 @@ impl WatchStream {
         };
         let phase = match reg.snapshot {
             Some(snapshot) => Phase::Snapshot(SnapshotCursor::new(snapshot)),
-            None => Phase::Backlog(reg.backlog.into()),
+            None => Phase::SinceVersion(reg.since_version.into()),
         };
         let stop = Box::pin(opts.stop.clone().cancelled_owned());
         Self {
@@ -271,7 +272,7 @@ impl WatchStream {
         }
     }
 
-    /// The first initial event (snapshot or backlog) that has no form in the
+    /// The first initial event (snapshot or events since a version) that has no form in the
     /// stream's variant, before anything is sent; encoding them here is no
     /// extra work, each object's bytes being kept for the stream.
     pub(crate) fn protobuf_refusal(&self) -> Option<NoProtobuf> {
@@ -289,7 +290,7 @@ impl WatchStream {
                 }
                 None
             }
-            Phase::Backlog(backlog) => backlog.iter().find_map(|d| d.object().encoded(variant).err()),
+            Phase::SinceVersion(events) => events.iter().find_map(|d| d.object().encoded(variant).err()),
             Phase::InitialEnd(_) | Phase::Live | Phase::Finished => None,
         }
     }
@@ -303,7 +304,7 @@ impl WatchStream {
                 let mut cursor = cursor.clone();
                 std::iter::from_fn(|| cursor.next_matching(&self.handle)).all(|obj| form.prints(&obj))
             }
-            Phase::Backlog(backlog) => backlog.iter().all(|d| form.prints(d.object())),
+            Phase::SinceVersion(events) => events.iter().all(|d| form.prints(d.object())),
             Phase::InitialEnd(_) | Phase::Live | Phase::Finished => true,
         }
     }
@@ -425,7 +426,7 @@ impl Body for WatchStream {
                     Some(obj) => return this.event(EventType::Added, &obj, false),
                     None => this.phase = this.after_initial_events(),
                 },
-                Phase::Backlog(backlog) => match backlog.pop_front() {
+                Phase::SinceVersion(events) => match events.pop_front() {
                     Some(d) => {
                         this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
                         return this.event(d.kind, d.object(), false);
