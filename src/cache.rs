@@ -24,7 +24,7 @@
 //! The folders stand in one order, each importing only those below it:
 //! `read` and `sync` above `resource`, `resource` above `delivery`, `state`
 //! and `upstream_wire` (`integration/scripts/module-graph.py` checks it).
-//! - [`table`]: what the cache writes as a `meta.k8s.io` Table (kubectl get), and
+//! - [`table_form`]: what the cache writes as a `meta.k8s.io` Table (kubectl get), and
 //!   which Table reads pass through.
 //! - [`warnings`]: the API server's `Warning` headers for a resource, replayed
 //!   on the answers served from its cache.
@@ -57,7 +57,7 @@ pub(crate) mod resource_info;
 mod slow_watcher_model;
 pub(crate) mod state;
 pub(crate) mod sync;
-pub(crate) mod table;
+pub(crate) mod table_form;
 pub(crate) mod upstream_wire;
 pub(crate) mod verify;
 pub(crate) mod warnings;

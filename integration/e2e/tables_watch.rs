@@ -1,4 +1,4 @@
-//! `kubectl get -w` from the cache: Table WATCHES (`cache::table`), each
+//! `kubectl get -w` from the cache: Table WATCHES (`cache::table_form`), each
 //! event a one-row `meta.k8s.io` Table, compared with the real API server's
 //! line for line (ages masked, and a bookmark's version: the API server's
 //! may be a progress-notify revision the cache never saw), for live events,

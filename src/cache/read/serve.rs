@@ -19,9 +19,9 @@ use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+mod as_table;
 mod crd;
 mod list;
-mod table;
 
 use super::super::registry::{CacheConfig, NotCached, Registry};
 use super::super::resource::freshness::fallbacks::too_large;

@@ -12,7 +12,7 @@
 //!
 //! A Table watch of a custom resource is checked the same way
 //! ([`WatchStream::table_prints`]), and a live row its printer refuses ends
-//! the stream (`cache::table`).
+//! the stream (`cache::table_form`).
 //!
 //! In protobuf, an object the encoder refuses cannot be sent. The serving
 //! side checks the initial events before the stream starts
@@ -37,7 +37,7 @@ use crate::cache::delivery::watcher::{Delivery, Next, Terminated, WatcherHandle}
 use crate::cache::resource::{Registration, ResourceCache};
 use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
 use crate::cache::state::store::Snapshot;
-use crate::cache::table::TableForm;
+use crate::cache::table_form::TableForm;
 use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::ContentVariant;
 use crate::encode::watch::EventType;
@@ -75,7 +75,7 @@ pub(crate) struct StreamOptions {
     pub timeout: Duration,
     pub stop: CancellationToken,
     /// Every event, bookmarks too, as a one-row `meta.k8s.io` Table
-    /// (`cache::table`); the variant is then JSON.
+    /// (`cache::table_form`); the variant is then JSON.
     pub table: Option<TableForm>,
 }
 
@@ -154,7 +154,7 @@ pub(crate) struct WatchStream {
     stop: Pin<Box<WaitForCancellationFutureOwned>>,
     stop_registered: bool,
     /// A Table watch has encoded a frame itself: later ones carry no column
-    /// definitions (`cache::table`).
+    /// definitions (`cache::table_form`).
     table_headers_sent: bool,
 }
 
@@ -253,7 +253,7 @@ impl WatchStream {
     /// or the ring, whose Table is shared by the watchers of its variant.
     fn event(&mut self, kind: EventType, object: &CachedObject, live: bool) -> Polled {
         if let Some(form) = &self.opts.table {
-            // Only a frame this watcher encoded ends its headers (`cache::table`).
+            // Only a frame this watcher encoded ends its headers (`cache::table_form`).
             let Some((chunk, made_here)) = form.event_frame(kind, object, !self.table_headers_sent, live) else {
                 tracing::debug!(rv = object.rv, "a row the Table printer refuses; ending the watch");
                 return self.end();
