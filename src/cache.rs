@@ -32,16 +32,17 @@
 //!   at start before the upstream answers.
 //! - [`offline`]: consistent reads answered from unproven state while the
 //!   upstream cannot be reached (`--serve-stale-when-upstream-unreachable`).
-//! - [`verify`]: each cache checked against the upstream's exact-version list
+//! - [`consistency_check`]: each cache checked against the upstream's exact-version list
 //!   every `--consistency-check-period`; a mismatch relists it.
 //! - `fault` (tests and the chaos build only, feature `fault-injection`): drops,
-//!   duplicates or corrupts one event, for `verify` to find.
+//!   duplicates or corrupts one event, for `consistency_check` to find.
 //! - `consistency` (tests): a model of the upstream proving that no watcher
 //!   misses a change after any version it holds, or it gets 410.
 
 pub(crate) mod catalog;
 #[cfg(test)]
 mod consistency;
+pub(crate) mod consistency_check;
 pub(crate) mod content;
 pub(crate) mod delivery;
 #[cfg(any(test, feature = "fault-injection"))]
@@ -59,5 +60,4 @@ pub(crate) mod state;
 pub(crate) mod sync;
 pub(crate) mod table_form;
 pub(crate) mod upstream_wire;
-pub(crate) mod verify;
 pub(crate) mod warnings;

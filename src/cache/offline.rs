@@ -27,7 +27,7 @@ use crate::upstream::Upstream;
 /// Whether a consistent read that could not be proven fresh may be answered
 /// from `cache` anyway; records it when so.
 pub(crate) fn serve_unproven(enabled: bool, cache: &ResourceCache, upstream: &Upstream) -> bool {
-    if !enabled || !cache.is_ready() || cache.verification().is_unproven() {
+    if !enabled || !cache.is_ready() || cache.check_state().is_unproven() {
         return false;
     }
     if !(upstream.health().is_down() || cache.is_unconfirmed()) {

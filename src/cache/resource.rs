@@ -18,11 +18,11 @@
 //! that version.
 
 mod cbor_cell;
+pub(crate) mod check_state;
 pub(crate) mod fanout;
 pub(crate) mod freshness;
 pub(crate) mod lifecycle;
 pub(crate) mod ring_read;
-pub(crate) mod verification;
 mod writer;
 
 use std::sync::Arc;
@@ -35,10 +35,10 @@ use tokio::time::Instant;
 pub(crate) use cbor_cell::CborCell;
 pub(crate) use writer::{ChangeSink, Writer};
 
+use self::check_state::CheckState;
 use self::fanout::Fanout;
 use self::freshness::Freshness;
 use self::lifecycle::{Lifecycle, Published};
-use self::verification::Verification;
 use super::content::{AvailabilityCell, ProtobufAvailability};
 use super::delivery::filter::Filter;
 use super::delivery::watcher::{Delivery, QUEUE_SOFT_LIMIT, WatcherHandle};
@@ -135,7 +135,7 @@ impl Default for CacheSettings {
         Self {
             history_window: super::state::history::DEFAULT_WINDOW,
             slow_watcher_grace: Duration::from_secs(5),
-            consistency_check_period: verification::DEFAULT_PERIOD,
+            consistency_check_period: check_state::DEFAULT_PERIOD,
             queue_soft_limit: QUEUE_SOFT_LIMIT,
             sync: SyncSettings::default(),
         }
@@ -185,8 +185,8 @@ pub(crate) struct ResourceCache {
 struct Trust {
     /// The freshness proof's state, shared by the reads that need it.
     freshness: Freshness,
-    /// What the consistency check (`verify.rs`) shares with the writer.
-    verification: Verification,
+    /// What the consistency check (`consistency_check.rs`) shares with the writer.
+    check_state: CheckState,
     /// Loaded from disk (`persist.rs`) and not yet answered by the upstream.
     unconfirmed: AtomicBool,
     /// Offline mode answered a consistent read from this cache while the
@@ -290,9 +290,9 @@ impl ResourceCache {
         &self.trust.freshness
     }
 
-    /// The consistency check's state (`verify.rs`).
-    pub(crate) fn verification(&self) -> &Verification {
-        &self.trust.verification
+    /// The consistency check's state (`consistency_check.rs`).
+    pub(crate) fn check_state(&self) -> &CheckState {
+        &self.trust.check_state
     }
 
     /// Loaded from disk and not yet answered by the upstream: its state is
@@ -543,7 +543,7 @@ mod tests {
         // The upstream also had `b` at 12, which the cache missed.
         w.event(EventType::Modified, cm("a", 13, ""));
         let watching = c.register(Filter::default(), StartAt::After(13)).unwrap();
-        c.verification().ask_for_relist();
+        c.check_state().ask_for_relist();
         let mut fresh = Objects::new();
         for obj in [cm("a", 13, ""), cm("b", 12, "")] {
             let obj = Arc::new(obj);
@@ -558,7 +558,7 @@ mod tests {
             other => panic!("expected 410, got {other:?}"),
         }
         assert!(c.register(Filter::default(), StartAt::After(13)).is_err(), "resumed from before the heal");
-        assert!(!c.verification().is_unproven());
+        assert!(!c.check_state().is_unproven());
         // From the healed list on, events flow as usual.
         let after = c.register(Filter::default(), StartAt::After(14)).unwrap();
         w.event(EventType::Added, cm("c", 15, ""));

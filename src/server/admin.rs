@@ -72,7 +72,7 @@ impl AdminState {
         let mut checks = readiness_checks(shutting_down, upstream, warm_pending, can_serve_alone);
         let unproven: Vec<String> = match &self.caches {
             Some(r) => {
-                r.caches().iter().filter(|c| c.verification().is_unproven()).map(|c| c.label().to_owned()).collect()
+                r.caches().iter().filter(|c| c.check_state().is_unproven()).map(|c| c.label().to_owned()).collect()
             }
             None => Vec::new(),
         };

@@ -300,10 +300,10 @@ impl CacheService {
             return ProofOutcome::Fresh;
         }
         // A cache the consistency check found different from the upstream
-        // proves nothing until its relist (`verify.rs`), and its reads pass
+        // proves nothing until its relist (`consistency_check.rs`), and its reads pass
         // through, every one: a 504 would only make client-go ask again,
         // and this cache cannot be proven before its relist.
-        let unproven = cache.verification().is_unproven();
+        let unproven = cache.check_state().is_unproven();
         let outcome = match (unproven, proof) {
             (true, _) => ProofOutcome::PassThrough,
             (false, Proof::AtOnce) => match ensure_fresh(cache, upstream, arrival, proof, FRESHNESS_BUDGET).await {
