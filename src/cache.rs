@@ -30,7 +30,7 @@
 //!   on the answers served from its cache.
 //! - [`persist`]: chosen resources kept on disk (`--persist-dir`), loaded
 //!   at start before the upstream answers.
-//! - [`offline`]: consistent reads answered from unproven state while the
+//! - [`stale_reads`]: consistent reads answered from unproven state while the
 //!   upstream cannot be reached (`--serve-stale-when-upstream-unreachable`).
 //! - [`consistency_check`]: each cache checked against the upstream's exact-version list
 //!   every `--consistency-check-period`; a mismatch relists it.
@@ -47,7 +47,6 @@ pub(crate) mod content;
 pub(crate) mod delivery;
 #[cfg(any(test, feature = "fault-injection"))]
 pub(crate) mod fault;
-pub(crate) mod offline;
 pub(crate) mod persist;
 pub(crate) mod read;
 pub(crate) mod reason;
@@ -56,6 +55,7 @@ pub(crate) mod resource;
 pub(crate) mod resource_info;
 #[cfg(test)]
 mod slow_watcher_model;
+pub(crate) mod stale_reads;
 pub(crate) mod state;
 pub(crate) mod sync;
 pub(crate) mod table_form;

@@ -190,9 +190,9 @@ struct Trust {
     /// Loaded from disk (`persist.rs`) and not yet answered by the upstream.
     unconfirmed: AtomicBool,
     /// Offline mode answered a consistent read from this cache while the
-    /// upstream could not be reached (`offline.rs`), and has not seen it
+    /// upstream could not be reached (`stale_reads.rs`), and has not seen it
     /// back since.
-    serving_unproven: AtomicBool,
+    serving_stale: AtomicBool,
 }
 
 impl std::fmt::Debug for ResourceCache {
@@ -301,9 +301,9 @@ impl ResourceCache {
         self.trust.unconfirmed.load(Ordering::Acquire)
     }
 
-    /// Offline mode's state for this cache (`offline.rs`).
-    pub(crate) fn offline(&self) -> &AtomicBool {
-        &self.trust.serving_unproven
+    /// Offline mode's state for this cache (`stale_reads.rs`).
+    pub(crate) fn serving_stale(&self) -> &AtomicBool {
+        &self.trust.serving_stale
     }
 
     /// The upstream stopped serving the resource.

@@ -78,7 +78,7 @@ impl AdminState {
         };
         checks.push(consistency_check(&unproven));
         if let Some(r) = &self.caches {
-            checks.push(offline_check(&crate::cache::offline::publish(r)));
+            checks.push(offline_check(&crate::cache::stale_reads::publish(r)));
         }
         checks
     }
@@ -163,7 +163,7 @@ pub(crate) async fn handle(
                     for cache in registry.caches() {
                         cache.publish_staleness(now);
                     }
-                    crate::cache::offline::publish(registry);
+                    crate::cache::stale_reads::publish(registry);
                 }
                 let mut text = handle.render();
                 text.push_str(&crate::metrics::process::render());
