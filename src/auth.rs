@@ -28,7 +28,7 @@
 
 pub(crate) mod cert;
 pub(crate) mod impersonation;
-mod offline_reads;
+mod own_identity_reads;
 mod peer;
 pub(crate) mod review_cache;
 pub(crate) mod reviews;
@@ -71,7 +71,7 @@ pub struct DelegatedSettings {
     pub upstream_identity: UpstreamIdentityMode,
     /// While the upstream is down, cache reads by watchmux's own upstream
     /// identity need no review (`--serve-stale-when-upstream-unreachable`
-    /// with `--upstream-identity=client`; [`offline_reads`]).
+    /// with `--upstream-identity=client`; [`own_identity_reads`]).
     pub offline_own_reads: bool,
 }
 
@@ -115,9 +115,9 @@ pub(crate) struct Delegated {
     watchmux_user: tokio::sync::OnceCell<UserInfo>,
     /// Which impersonation mode last worked for each requestor.
     modes: impersonation::ModeTracker,
-    /// Whether cache reads are being admitted by [`offline_reads`] (logged
+    /// Whether cache reads are being admitted by [`own_identity_reads`] (logged
     /// when it starts and ends).
-    offline_reads: std::sync::atomic::AtomicBool,
+    admitting_own_reads: std::sync::atomic::AtomicBool,
     settings: DelegatedSettings,
 }
 
@@ -157,7 +157,7 @@ impl Delegated {
             decisions: ReviewCache::new("access", bounds),
             watchmux_user: tokio::sync::OnceCell::new(),
             modes: impersonation::ModeTracker::default(),
-            offline_reads: Default::default(),
+            admitting_own_reads: Default::default(),
             settings,
         }
     }

@@ -24,40 +24,40 @@
 //! The folders stand in one order, each importing only those below it:
 //! `read` and `sync` above `resource`, `resource` above `delivery`, `state`
 //! and `upstream_wire` (`integration/scripts/module-graph.py` checks it).
-//! - [`table`]: what the cache writes as a `meta.k8s.io` Table (kubectl get), and
+//! - [`table_form`]: what the cache writes as a `meta.k8s.io` Table (kubectl get), and
 //!   which Table reads pass through.
 //! - [`warnings`]: the API server's `Warning` headers for a resource, replayed
 //!   on the answers served from its cache.
 //! - [`persist`]: chosen resources kept on disk (`--persist-dir`), loaded
 //!   at start before the upstream answers.
-//! - [`offline`]: consistent reads answered from unproven state while the
+//! - [`stale_reads`]: consistent reads answered from unproven state while the
 //!   upstream cannot be reached (`--serve-stale-when-upstream-unreachable`).
-//! - [`verify`]: each cache checked against the upstream's exact-version list
+//! - [`consistency_check`]: each cache checked against the upstream's exact-version list
 //!   every `--consistency-check-period`; a mismatch relists it.
 //! - `fault` (tests and the chaos build only, feature `fault-injection`): drops,
-//!   duplicates or corrupts one event, for `verify` to find.
+//!   duplicates or corrupts one event, for `consistency_check` to find.
 //! - `consistency` (tests): a model of the upstream proving that no watcher
 //!   misses a change after any version it holds, or it gets 410.
 
 pub(crate) mod catalog;
 #[cfg(test)]
-mod catch_up_model;
-#[cfg(test)]
 mod consistency;
+pub(crate) mod consistency_check;
 pub(crate) mod content;
 pub(crate) mod delivery;
 #[cfg(any(test, feature = "fault-injection"))]
 pub(crate) mod fault;
-pub(crate) mod offline;
 pub(crate) mod persist;
 pub(crate) mod read;
 pub(crate) mod reason;
 pub(crate) mod registry;
 pub(crate) mod resource;
 pub(crate) mod resource_info;
+#[cfg(test)]
+mod slow_watcher_model;
+pub(crate) mod stale_reads;
 pub(crate) mod state;
 pub(crate) mod sync;
-pub(crate) mod table;
+pub(crate) mod table_form;
 pub(crate) mod upstream_wire;
-pub(crate) mod verify;
 pub(crate) mod warnings;

@@ -1,13 +1,13 @@
 //! A fixed number of seats handed out fairly between flows: each flow may
 //! hold at most `per_flow` of them, and flows that wait are served
-//! round-robin, one seat per turn, whatever the length of their backlogs.
+//! round-robin, one seat per turn, whatever the length of their queues.
 //!
 //! One semaphore, first come first served, lets one flow hold every seat:
 //! 9,000 anonymous watches with distinct selectors kept all 64 review slots
 //! busy, and a new token waited behind them until its review timed out.
 //! Here a flow's request starts at once while a seat is free within its
 //! limit, and otherwise with the next seat freed after the flows queued
-//! ahead of it in turn have had one each: one flow's backlog delays another
+//! ahead of it in turn have had one each: one flow's queue delays another
 //! by at most one request per flow queued ahead of it. This is the fair
 //! queuing of the API server's Priority and Fairness, without its shuffle
 //! sharding (every flow has a queue of its own here).
@@ -247,13 +247,13 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn one_flows_backlog_leaves_the_other_seats_to_others() {
+    async fn one_flows_queue_leaves_the_other_seats_to_others() {
         let slots = slots(64, 16, usize::MAX);
         let _held = held(&slots, "anonymous", 16).await;
-        let _backlog = queue(&slots, "anonymous", 9_000).await;
-        // A new flow gets a seat at once: the anonymous backlog is capped.
+        let _queued = queue(&slots, "anonymous", 9_000).await;
+        // A new flow gets a seat at once: the anonymous queue is capped.
         let quick = tokio::time::timeout(Duration::from_millis(1), slots.acquire(&"new")).await;
-        assert!(quick.is_ok(), "a new flow waits behind another flow's backlog");
+        assert!(quick.is_ok(), "a new flow waits behind another flow's queue");
         assert_eq!(slots.state.lock().in_flight, 17);
     }
 
@@ -262,20 +262,20 @@ mod tests {
         let slots = slots(8, 2, usize::MAX);
         let mut held_a = held(&slots, "a", 2).await;
         let _others = [held(&slots, "b", 2).await, held(&slots, "c", 2).await, held(&slots, "d", 2).await];
-        // Every seat is taken; `a` queues a backlog, then a new flow asks.
-        let backlog = queue(&slots, "a", 100).await;
+        // Every seat is taken; `a` queues requests, then a new flow asks.
+        let queued = queue(&slots, "a", 100).await;
         let newcomer = {
             let slots = slots.clone();
             tokio::spawn(async move { slots.acquire(&"newcomer").await.map(|_| ()) })
         };
         tokio::task::yield_now().await;
         // One of `a`'s requests ends: the seat is the newcomer's, queued
-        // behind `a`'s backlog in time but ahead of it in turn.
+        // behind `a`'s queued requests in time but ahead of it in turn.
         drop(held_a.pop());
         let granted = tokio::time::timeout(Duration::from_millis(1), newcomer).await;
         assert!(matches!(granted, Ok(Ok(Ok(())))), "the newcomer got the freed seat");
         assert_eq!(slots.state.lock().in_flight, 8);
-        backlog.iter().for_each(|t| t.abort());
+        queued.iter().for_each(|t| t.abort());
     }
 
     #[tokio::test(start_paused = true)]

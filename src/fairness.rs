@@ -17,7 +17,7 @@
 //!   (`global-default`). `system:masters` is exempt.
 //! - Within a level, each flow (a user; in trusted-local mode, a client
 //!   connection) queues on its own, and waiting flows take turns
-//!   ([`crate::fair_queue`]): one flow's backlog delays another by at most
+//!   ([`crate::fair_queue`]): one flow's queue delays another by at most
 //!   one request per flow ahead of it.
 //! - A seat bounds building an answer, not the client's reading of it
 //!   ([`Seat::held_by`]). A LIST gives its seat back once its answer is

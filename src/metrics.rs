@@ -139,7 +139,7 @@ pub(crate) const UPSTREAM_NEW_CLUSTER: &str = "watchmux_upstream_new_cluster_tot
 /// Upstream watches abandoned for silence (no byte within their deadline), by resource.
 pub(crate) const UPSTREAM_WATCH_SILENT: &str = "watchmux_upstream_watch_silent_total";
 /// Consistency checks of a cache against the upstream at the same
-/// resourceVersion, by resource and result (`cache/verify.rs`).
+/// resourceVersion, by resource and result (`cache/consistency_check.rs`).
 pub(crate) const CACHE_CONSISTENCY_CHECKS: &str = "watchmux_cache_consistency_checks_total";
 /// How long one consistency check took, by resource.
 pub(crate) const CACHE_CONSISTENCY_CHECK_DURATION: &str = "watchmux_cache_consistency_check_duration_seconds";

@@ -92,7 +92,7 @@
 //! | WATCH | `application/json;POML` | 200 `application/json`, the stream ends at the first event |
 //! | WATCH | `application/yaml` first | 406, the Status written in YAML |
 //! | any | `…;v=v1beta1` metadata | objects with `apiVersion: meta.k8s.io/v1beta1` (passed through) |
-//! | any | `application/json;as=Table;g=meta.k8s.io;v=v1` or `v=v1beta1` | a Table ([`Negotiation::Table`]; `encode::table`), watches too (`cache::table`) |
+//! | any | `application/json;as=Table;g=meta.k8s.io;v=v1` or `v=v1beta1` | a Table ([`Negotiation::Table`]; `encode::table`), watches too (`cache::table_form`) |
 //!
 //! 1. Every list item is `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{...}}`;
 //!    an empty list has `"items":null`, where typed lists have `"items":[]`.
@@ -147,7 +147,7 @@ pub(crate) enum Negotiation {
 pub(crate) enum PassthroughReason {
     /// kube-apiserver would answer a `meta.k8s.io` Table (kubectl get) the cache does not write:
     /// in YAML, of a kind without a printer here (`encode::table::printers`), or a watch with
-    /// bookmarks and whole objects (`cache::table`).
+    /// bookmarks and whole objects (`cache::table_form`).
     Table,
     /// kube-apiserver would answer protobuf that the cache cannot write (`meta.k8s.io/v1beta1`
     /// metadata; a custom resource, or an object the encoder refuses, with no JSON of the same

@@ -185,7 +185,7 @@ async fn custom_resource_tables_from_the_cache_are_the_api_servers() {
 
     // A live row the printer refuses (a number Go writes with an exponent)
     // ends watchmux's stream; the watch again from the same version, whose
-    // backlog holds that event, passes through and is the API server's.
+    // events since that version hold the event, passes through and is the API server's.
     let rv = listed_version(&wm, &direct, &widgets).await;
     let path = format!("{widgets}?watch=true&resourceVersion={rv}&timeoutSeconds=60");
     let ended = get_accepting(wm.addr, &path, v1).await;

@@ -1,9 +1,9 @@
-//! `kubectl get -w` from the cache: Table WATCHES (`cache::table`), each
+//! `kubectl get -w` from the cache: Table WATCHES (`cache::table_form`), each
 //! event a one-row `meta.k8s.io` Table, compared with the real API server's
 //! line for line (ages masked, and a bookmark's version: the API server's
 //! may be a progress-notify revision the cache never saw), for live events,
-//! a watch's initial events and its initial-events-end bookmark, backlog
-//! events from a version, each includeObject and both Table versions; then
+//! a watch's initial events and its initial-events-end bookmark, the
+//! events since a version, each includeObject and both Table versions; then
 //! kubectl's own output through watchmux and directly.
 
 use std::collections::HashSet;
@@ -218,15 +218,15 @@ async fn table_watches_from_the_cache_are_the_api_servers() {
     let encodes = metric(&wm, "watchmux_cache_encodes_total", "variant=\"table\"").await - encodes_before;
     assert_eq!(encodes, variants.len() as f64, "one encode per event and variant: {variants:#?}");
 
-    // Backlog events from a version: printed for the watcher, the same.
-    let mut backlog = Vec::new();
+    // The events since a version: printed for the watcher, the same.
+    let mut since_version = Vec::new();
     for version in ["v1", "v1beta1"] {
         for include in ["", "&includeObject=None", "&includeObject=Object"] {
             let path = format!("{base}/configmaps?watch=true&resourceVersion={rv0}&timeoutSeconds=60{include}");
-            backlog.push(open(&wm, &direct, path, table_accept(version), 3).await);
+            since_version.push(open(&wm, &direct, path, table_accept(version), 3).await);
         }
     }
-    compare(backlog).await;
+    compare(since_version).await;
 
     // Bad includeObject values, and Accept headers of every odd shape: the
     // same status, type and body (each watch ends after a second).

@@ -12,7 +12,7 @@
 //!   against the API server until every cache is committed to disk, then
 //!   killed and restarted from that directory with its upstream an address
 //!   nothing listens on: the offline reboot, where only watchmux's own
-//!   identity may be answered (`src/auth/offline_reads.rs`).
+//!   identity may be answered (`src/auth/own_identity_reads.rs`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

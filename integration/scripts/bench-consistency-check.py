@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What one consistency check (src/cache/verify.rs) costs kube-apiserver.
+"""What one consistency check (src/cache/consistency_check.rs) costs kube-apiserver.
 
 Against the test cluster (cluster-up.sh; its .run/cluster/env), fills a
 namespace with N ConfigMaps (CC_OBJECTS, 10,000; CC_BYTES of data each,

@@ -97,7 +97,7 @@ impl ClientCert {
 
 /// Who the first certificate of a PEM chain says its holder is, by the same
 /// rule as a client's: watchmux's own client certificate, read while the
-/// upstream cannot be asked (see [`super::offline_reads`]). `None` when
+/// upstream cannot be asked (see [`super::own_identity_reads`]). `None` when
 /// there is no certificate, no common name, or no identity the API server
 /// would accept.
 pub(crate) fn identity_of_pem(pem: &[u8]) -> Option<Arc<UserInfo>> {

@@ -198,7 +198,7 @@ pub(crate) struct Decision {
 /// selectors would turn into unbounded concurrent requests on watchmux's one
 /// identity. A review waits for a slot within its own time limit and fails
 /// (closed) when none frees up; slots go round-robin between the callers
-/// reviews are made for, so one caller's backlog does not hold another's.
+/// reviews are made for, so one caller's queued reviews do not hold another's.
 #[derive(Clone)]
 pub(crate) struct ReviewClient {
     upstream: Arc<Upstream>,

@@ -115,7 +115,7 @@ impl Client {
         match cache.register(Filter::default(), StartAt::After(rv)) {
             Ok(reg) => {
                 let mut c = Client { state, watch: Some(reg.handle) };
-                for d in reg.backlog {
+                for d in reg.since_version {
                     c.see(d.kind, d.object());
                 }
                 c

@@ -29,8 +29,8 @@
 //!    the answer can still be JSON.
 //! 4. **A live event has no protobuf form**, after a watch's headers said
 //!    protobuf: the stream ends (`cache::read::watch_stream`), as at a timeout; the client
-//!    watches again from the last version it got, and that watch's backlog
-//!    holds the event: obstacle 3.
+//!    watches again from the last version it got, and that watch's events
+//!    since its version hold the event: obstacle 3.
 //!
 //! An error answer to a PartialObjectMetadata protobuf request is left to
 //! the API server ([`Answer::error_variant`]). Every obstacle met is logged

@@ -1,5 +1,5 @@
 //! Test-only faults in what the writer applies to a store, to prove that the
-//! consistency check (`verify.rs`) finds them and a relist heals them.
+//! consistency check (`consistency_check.rs`) finds them and a relist heals them.
 //!
 //! Compiled only into unit tests and builds with the `fault-injection`
 //! cargo feature (the e2e suite's and the chaos driver's); never into the

@@ -9,7 +9,7 @@
 //! need no freshness (`resourceVersion=0`, watches from a version the cache
 //! holds) are served at once; consistent reads follow the usual proof, or
 //! with `--serve-stale-when-upstream-unreachable` are answered from the
-//! unconfirmed state while the upstream cannot be reached (`offline.rs`).
+//! unconfirmed state while the upstream cannot be reached (`stale_reads.rs`).
 //!
 //! A store that fails its check (it does not open, redb's own check, the
 //! format, every object decoding under its own key, and when encrypted the
@@ -71,7 +71,7 @@ pub struct PersistConfig {
     /// `--persist-encryption-key-file`: objects sealed with AES-256-GCM.
     pub encryption_key_file: Option<PathBuf>,
     /// Answer consistent reads from a cache the upstream has not confirmed
-    /// while it cannot be reached (`offline.rs`).
+    /// while it cannot be reached (`stale_reads.rs`).
     pub serve_stale_when_unreachable: bool,
 }
 

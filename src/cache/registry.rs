@@ -355,7 +355,7 @@ impl Registry {
         let reflector =
             Reflector::new(writer, self.upstream.clone(), self.schemas.clone()).with_cluster(self.cluster.clone());
         let period = self.config.settings.consistency_check_period;
-        tokio::spawn(super::verify::run(cache.clone(), self.upstream.clone(), period, self.stop.clone()));
+        tokio::spawn(super::consistency_check::run(cache.clone(), self.upstream.clone(), period, self.stop.clone()));
         let (caches, discovery, stop) = (self.caches.clone(), self.discovery.clone(), self.stop.clone());
         tokio::spawn(async move {
             if reflector.run_from(first, stop).await == Exit::Gone {

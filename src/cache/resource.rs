@@ -17,12 +17,12 @@
 //! watcher that finds its queue empty know it has sent everything up to
 //! that version.
 
-pub(crate) mod catch_up;
 mod cbor_cell;
+pub(crate) mod check_state;
 pub(crate) mod fanout;
 pub(crate) mod freshness;
 pub(crate) mod lifecycle;
-pub(crate) mod verification;
+pub(crate) mod ring_read;
 mod writer;
 
 use std::sync::Arc;
@@ -35,10 +35,10 @@ use tokio::time::Instant;
 pub(crate) use cbor_cell::CborCell;
 pub(crate) use writer::{ChangeSink, Writer};
 
+use self::check_state::CheckState;
 use self::fanout::Fanout;
 use self::freshness::Freshness;
 use self::lifecycle::{Lifecycle, Published};
-use self::verification::Verification;
 use super::content::{AvailabilityCell, ProtobufAvailability};
 use super::delivery::filter::Filter;
 use super::delivery::watcher::{Delivery, QUEUE_SOFT_LIMIT, WatcherHandle};
@@ -104,7 +104,7 @@ pub struct CacheSettings {
     /// How long events are kept for resuming watchers (`--events-history-window`).
     pub history_window: Duration,
     /// How long a watcher may stay full before it is moved off live
-    /// delivery to catch up from the history ring.
+    /// delivery to read what it missed from the history ring.
     pub slow_watcher_grace: Duration,
     /// How often each cache is checked against the upstream
     /// (`--consistency-check-period`); zero: never.
@@ -135,7 +135,7 @@ impl Default for CacheSettings {
         Self {
             history_window: super::state::history::DEFAULT_WINDOW,
             slow_watcher_grace: Duration::from_secs(5),
-            consistency_check_period: verification::DEFAULT_PERIOD,
+            consistency_check_period: check_state::DEFAULT_PERIOD,
             queue_soft_limit: QUEUE_SOFT_LIMIT,
             sync: SyncSettings::default(),
         }
@@ -185,14 +185,14 @@ pub(crate) struct ResourceCache {
 struct Trust {
     /// The freshness proof's state, shared by the reads that need it.
     freshness: Freshness,
-    /// What the consistency check (`verify.rs`) shares with the writer.
-    verification: Verification,
+    /// What the consistency check (`consistency_check.rs`) shares with the writer.
+    check_state: CheckState,
     /// Loaded from disk (`persist.rs`) and not yet answered by the upstream.
     unconfirmed: AtomicBool,
     /// Offline mode answered a consistent read from this cache while the
-    /// upstream could not be reached (`offline.rs`), and has not seen it
+    /// upstream could not be reached (`stale_reads.rs`), and has not seen it
     /// back since.
-    serving_unproven: AtomicBool,
+    serving_stale: AtomicBool,
 }
 
 impl std::fmt::Debug for ResourceCache {
@@ -217,8 +217,8 @@ pub(crate) struct Registration {
     /// For [`StartAt::CurrentState`]: the snapshot whose objects are sent as ADDED.
     pub snapshot: Option<Snapshot>,
     /// For [`StartAt::After`]: the history events the watcher missed.
-    pub backlog: Vec<Delivery>,
-    /// The version the initial state or backlog brings the watcher to.
+    pub since_version: Vec<Delivery>,
+    /// The version the initial state or those events bring the watcher to.
     pub start_rv: u64,
 }
 
@@ -290,9 +290,9 @@ impl ResourceCache {
         &self.trust.freshness
     }
 
-    /// The consistency check's state (`verify.rs`).
-    pub(crate) fn verification(&self) -> &Verification {
-        &self.trust.verification
+    /// The consistency check's state (`consistency_check.rs`).
+    pub(crate) fn check_state(&self) -> &CheckState {
+        &self.trust.check_state
     }
 
     /// Loaded from disk and not yet answered by the upstream: its state is
@@ -301,9 +301,9 @@ impl ResourceCache {
         self.trust.unconfirmed.load(Ordering::Acquire)
     }
 
-    /// Offline mode's state for this cache (`offline.rs`).
-    pub(crate) fn offline(&self) -> &AtomicBool {
-        &self.trust.serving_unproven
+    /// Offline mode's state for this cache (`stale_reads.rs`).
+    pub(crate) fn serving_stale(&self) -> &AtomicBool {
+        &self.trust.serving_stale
     }
 
     /// The upstream stopped serving the resource.
@@ -400,16 +400,16 @@ impl ResourceCache {
             };
             return Err(TooOld { requested, oldest: current });
         }
-        let (snapshot, backlog, start_rv) = match start {
+        let (snapshot, since_version, start_rv) = match start {
             StartAt::CurrentState => (Some(st.store.snapshot()), Vec::new(), current),
             StartAt::After(rv) => {
-                let backlog = st.history.since(rv)?.filter_map(|e| Delivery::for_filter(e, &filter)).collect();
-                (None, backlog, current.max(rv))
+                let since_version = st.history.since(rv)?.filter_map(|e| Delivery::for_filter(e, &filter)).collect();
+                (None, since_version, current.max(rv))
             }
         };
         let handle = self.fanout.add(filter, start_rv);
         drop(st);
-        Ok(Registration { handle, snapshot, backlog, start_rv })
+        Ok(Registration { handle, snapshot, since_version, start_rv })
     }
 
     /// Removes a watcher whose stream ended.
@@ -452,8 +452,8 @@ mod tests {
         w.event(EventType::Added, cm("a", 11, ""));
         w.event(EventType::Modified, cm("a", 12, ""));
         let reg = c.register(Filter::default(), StartAt::After(11)).unwrap();
-        assert_eq!(reg.backlog.len(), 1);
-        assert_eq!(reg.backlog[0].event.rv, 12);
+        assert_eq!(reg.since_version.len(), 1);
+        assert_eq!(reg.since_version[0].event.rv, 12);
         w.event(EventType::Added, cm("b", 13, ""));
         assert_eq!(drain(&reg.handle), vec![(EventType::Added, "b".into(), 13)]);
         assert_eq!(c.current_rv(), 13);
@@ -485,8 +485,8 @@ mod tests {
         assert_eq!(c.current_rv(), 20);
         // From the version before the relist, a new watcher gets the whole
         // difference; from the relist's version, none of it.
-        assert_eq!(c.register(Filter::default(), StartAt::After(12)).unwrap().backlog.len(), 2);
-        assert!(c.register(Filter::default(), StartAt::After(20)).unwrap().backlog.is_empty());
+        assert_eq!(c.register(Filter::default(), StartAt::After(12)).unwrap().since_version.len(), 2);
+        assert!(c.register(Filter::default(), StartAt::After(20)).unwrap().since_version.is_empty());
         // Inside the gap the cache never saw, a version (made up for a
         // deletion, or held by a client from the upstream) says nothing about
         // which changes came after it: 410, so the client lists again.
@@ -543,7 +543,7 @@ mod tests {
         // The upstream also had `b` at 12, which the cache missed.
         w.event(EventType::Modified, cm("a", 13, ""));
         let watching = c.register(Filter::default(), StartAt::After(13)).unwrap();
-        c.verification().ask_for_relist();
+        c.check_state().ask_for_relist();
         let mut fresh = Objects::new();
         for obj in [cm("a", 13, ""), cm("b", 12, "")] {
             let obj = Arc::new(obj);
@@ -558,7 +558,7 @@ mod tests {
             other => panic!("expected 410, got {other:?}"),
         }
         assert!(c.register(Filter::default(), StartAt::After(13)).is_err(), "resumed from before the heal");
-        assert!(!c.verification().is_unproven());
+        assert!(!c.check_state().is_unproven());
         // From the healed list on, events flow as usual.
         let after = c.register(Filter::default(), StartAt::After(14)).unwrap();
         w.event(EventType::Added, cm("c", 15, ""));

@@ -142,7 +142,7 @@ pub(crate) struct TableEventKey {
     /// `includeObject` left out (or empty) rather than spelled `Metadata`:
     /// the same rows, but another encoder identity in the API server, whose
     /// watchers share no encodings with the other's (which decides when
-    /// each stops sending headers: see `cache::table`).
+    /// each stops sending headers: see `cache::table_form`).
     pub include_unspelled: bool,
     pub version: TableVersion,
     /// The column definitions go with it.

@@ -43,7 +43,7 @@ fn seats_are_split_by_the_api_servers_nominal_shares_rounded_up() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_noisy_clients_backlog_does_not_delay_a_kubelet() {
+async fn a_noisy_clients_queue_does_not_delay_a_kubelet() {
     let f = fairness(100);
     let mut held = Vec::new();
     for _ in 0..9 {
@@ -61,7 +61,7 @@ async fn a_noisy_clients_backlog_does_not_delay_a_kubelet() {
         tokio::task::yield_now().await;
     }
     let at_once = tokio::time::timeout(Duration::from_millis(1), f.admit(&kubelet(1), false)).await;
-    assert!(matches!(at_once, Ok(Ok(_))), "a kubelet's LIST waits behind another level's backlog");
+    assert!(matches!(at_once, Ok(Ok(_))), "a kubelet's LIST waits behind another level's queue");
     // The noisy flow's next request finds its queue full: 429 at once.
     let refused = tokio::time::timeout(Duration::from_millis(1), f.admit(&noisy(), false)).await;
     let resp = match refused {

@@ -72,13 +72,13 @@ impl AdminState {
         let mut checks = readiness_checks(shutting_down, upstream, warm_pending, can_serve_alone);
         let unproven: Vec<String> = match &self.caches {
             Some(r) => {
-                r.caches().iter().filter(|c| c.verification().is_unproven()).map(|c| c.label().to_owned()).collect()
+                r.caches().iter().filter(|c| c.check_state().is_unproven()).map(|c| c.label().to_owned()).collect()
             }
             None => Vec::new(),
         };
         checks.push(consistency_check(&unproven));
         if let Some(r) = &self.caches {
-            checks.push(offline_check(&crate::cache::offline::publish(r)));
+            checks.push(offline_check(&crate::cache::stale_reads::publish(r)));
         }
         checks
     }
@@ -163,7 +163,7 @@ pub(crate) async fn handle(
                     for cache in registry.caches() {
                         cache.publish_staleness(now);
                     }
-                    crate::cache::offline::publish(registry);
+                    crate::cache::stale_reads::publish(registry);
                 }
                 let mut text = handle.render();
                 text.push_str(&crate::metrics::process::render());

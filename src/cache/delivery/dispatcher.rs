@@ -212,7 +212,7 @@ mod tests {
         let out = d.dispatch(&event, Instant::now());
         assert_eq!(out, Dispatched { delivered: 4, terminated: 0, fell_behind: 0 });
         for (w, expect) in [(&on_n1, 1), (&on_n2, 0), (&in_ns, 1), (&other_ns, 0), (&named, 1), (&everything, 1)] {
-            assert_eq!(w.backlog(), expect, "watcher {}", w.id);
+            assert_eq!(w.queued_len(), expect, "watcher {}", w.id);
         }
     }
 

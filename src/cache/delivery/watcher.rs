@@ -6,12 +6,13 @@
 //! stays full for longer than the grace period, or falls [`hard_limit`]
 //! behind, it is moved off live delivery: its queue is dropped, offers are
 //! refused from then on, and its body reads the missed events from the
-//! cache's history ring instead, from its own position, until it has caught
-//! up and rejoins live delivery (`resource/catch_up.rs`). Every event is in
+//! cache's history ring instead, from its own position, until a ring read
+//! reaches the newest event and it rejoins live delivery
+//! (`resource/ring_read.rs`). Every event is in
 //! the ring before it is offered, so the dropped queue holds nothing the ring
 //! does not. The dispatcher never waits for a watcher, so one slow client
 //! cannot delay the others; and a slow watcher costs the memory of one
-//! ring read, not a copy of its backlog.
+//! ring read, not a copy of its queue.
 //!
 //! Shutdown reaches a watcher through its queue too ([`WatcherHandle::stop`]):
 //! the body then learns of it from the lock it takes anyway for the next
@@ -201,23 +202,23 @@ impl WatcherHandle {
         if fell_behind { Offer::FellBehind } else { Offer::Queued }
     }
 
-    /// Queues what the body read from the ring; `caught_up` (the read reached
-    /// the ring's newest event) puts the watcher back on live delivery. The
+    /// Queues what the body read from the ring; `reached_newest` (the read
+    /// reached the ring's newest event) puts the watcher back on live delivery. The
     /// caller holds the cache's state read lock, which the writer holds for
     /// writing from an event's push into the ring to the end of its dispatch:
     /// so every event is either in this read or offered after the return to
     /// live, never both, never neither.
-    pub(crate) fn refill(&self, deliveries: Vec<Delivery>, caught_up: bool) {
+    pub(crate) fn refill(&self, deliveries: Vec<Delivery>, reached_newest: bool) {
         let mut q = self.queue.lock();
         q.events.extend(deliveries);
-        if caught_up {
+        if reached_newest {
             self.behind.store(false, Ordering::Release);
         }
     }
 
     /// Takes the watcher off the ring for good (its stream ended, or it fell
     /// behind the ring itself); true if it was on it, for the gauge of
-    /// watchers catching up.
+    /// watchers reading the ring.
     pub(crate) fn leave_ring(&self) -> bool {
         let _q = self.queue.lock();
         self.behind.swap(false, Ordering::AcqRel)
@@ -285,7 +286,7 @@ impl WatcherHandle {
     }
 
     #[cfg(test)]
-    pub(crate) fn backlog(&self) -> usize {
+    pub(crate) fn queued_len(&self) -> usize {
         self.queue.lock().events.len()
     }
 }
@@ -366,7 +367,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(h.offer(delivery(5001), Instant::now()), Offer::FellBehind);
         assert!(h.is_behind());
-        assert_eq!(h.backlog(), 0, "no copy of the backlog is kept");
+        assert_eq!(h.queued_len(), 0, "no copy of the queue is kept");
         assert_eq!(h.offer(delivery(5002), Instant::now()), Offer::Behind);
         assert!(matches!(h.take(Waker::noop()).unwrap(), Next::FromRing { anew: true }));
         // A ring read that does not reach the newest event keeps it behind...

@@ -55,7 +55,7 @@ async fn a_restart_serves_what_was_cached_at_its_version_unconfirmed() {
     assert_eq!(cache.shape.info.kind, "ConfigMap", "known without discovery");
     // A watch from the stored version is served; from before it, the
     // history cannot tell what came after: 410, as from the API server.
-    assert!(cache.register(Filter::default(), StartAt::After(13)).unwrap().backlog.is_empty());
+    assert!(cache.register(Filter::default(), StartAt::After(13)).unwrap().since_version.is_empty());
     assert!(cache.register(Filter::default(), StartAt::After(12)).is_err());
     // The first word from the upstream confirms it.
     r.writer.bookmark(14);

@@ -58,7 +58,7 @@ pub(crate) struct ReadParams {
     pub timeout_seconds: Option<u64>,
     pub allow_bookmarks: bool,
     pub send_initial_events: Option<bool>,
-    /// `includeObject`, as given: read only for a Table (`serve::table`).
+    /// `includeObject`, as given: read only for a Table (`serve::as_table`).
     pub include_object: Option<String>,
     /// `watch`, as Go reads a flag. Whether the read is a watch is the
     /// request classifier's to say; this is read on the legacy `/watch/`

@@ -32,7 +32,7 @@ use crate::cache::delivery::filter::Filter;
 use crate::cache::reason::Reason;
 use crate::cache::resource::Scope;
 use crate::cache::resource_info::ResourceInfo;
-use crate::cache::table::{TableForm, table_form};
+use crate::cache::table_form::{TableForm, table_form};
 use crate::compress::AnswerKind;
 use crate::encode::status::Status;
 use crate::encode::table::custom::CustomColumns;
@@ -189,7 +189,7 @@ pub(crate) fn read(request: Request, info: &RequestInfo, facts: Facts<'_>) -> Re
         Negotiation::Cache(variant) => Content::Answer(Answer { variant, or_json: None }),
         Negotiation::Protobuf { variant, or_json } => Content::Answer(Answer { variant, or_json }),
         Negotiation::Table { v1beta1 } => {
-            // A custom resource's columns are its CRD's (`cache::table::crd`).
+            // A custom resource's columns are its CRD's (`cache::read::serve::crd`).
             let custom = match facts.table_printer {
                 _ if resource.is_builtin_group() => None,
                 Some(Ok(printer)) => Some(printer),

@@ -19,9 +19,9 @@ use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+mod as_table;
 mod crd;
 mod list;
-mod table;
 
 use super::super::registry::{CacheConfig, NotCached, Registry};
 use super::super::resource::freshness::fallbacks::too_large;
@@ -32,9 +32,9 @@ use super::plan::{self, Content, Facts, Read, ReadPlan, Request};
 use crate::body::{self, Chunk, ProxyBody, Refusal};
 use crate::cache::content::{Answer, NoProtobufHere, answer_form};
 use crate::cache::delivery::filter::Filter;
-use crate::cache::offline::{proven, serve_unproven};
 use crate::cache::read::watch_stream::{StreamOptions, WatchStream};
 use crate::cache::reason::Reason;
+use crate::cache::stale_reads::{proven, serve_unproven};
 use crate::cache::state::object::ObjectKey;
 use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::{ContentVariant, Endpoint};
@@ -300,10 +300,10 @@ impl CacheService {
             return ProofOutcome::Fresh;
         }
         // A cache the consistency check found different from the upstream
-        // proves nothing until its relist (`verify.rs`), and its reads pass
+        // proves nothing until its relist (`consistency_check.rs`), and its reads pass
         // through, every one: a 504 would only make client-go ask again,
         // and this cache cannot be proven before its relist.
-        let unproven = cache.verification().is_unproven();
+        let unproven = cache.check_state().is_unproven();
         let outcome = match (unproven, proof) {
             (true, _) => ProofOutcome::PassThrough,
             (false, Proof::AtOnce) => match ensure_fresh(cache, upstream, arrival, proof, FRESHNESS_BUDGET).await {

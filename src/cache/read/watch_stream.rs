@@ -1,24 +1,25 @@
 //! The response body of a watch served from the cache.
 //!
-//! In order: the initial events (synthetic ADDED for a snapshot, or the history backlog);
+//! In order: the initial events (synthetic ADDED for a snapshot, or the history's events since the
+//! watch's version);
 //! the initial-events-end bookmark for a watch-list; then live events from
 //! the watcher's queue, with bookmarks on the API server's schedule, until
 //! the timeout, shutdown, or the resource going. A watcher that fell behind
 //! live delivery reads the history ring from its position instead of its
-//! queue until it has caught up (`resource/catch_up.rs`); no bookmark goes
+//! queue until a ring read reaches the newest event (`resource/ring_read.rs`); no bookmark goes
 //! out meanwhile, there being events to send. One that falls behind the
 //! ring itself ends with 410.
 //!
 //! A Table watch of a custom resource is checked the same way
 //! ([`WatchStream::table_prints`]), and a live row its printer refuses ends
-//! the stream (`cache::table`).
+//! the stream (`cache::table_form`).
 //!
 //! In protobuf, an object the encoder refuses cannot be sent. The serving
 //! side checks the initial events before the stream starts
 //! ([`WatchStream::protobuf_refusal`]: it then answers JSON or passes the
 //! watch through); a live event that is refused ends the stream, like a
 //! timeout: the client watches again from the last version it got, and that
-//! watch, whose backlog holds the refused event, is answered in JSON or
+//! watch, whose events since its version hold the refused one, is answered in JSON or
 //! passed through.
 
 use std::pin::Pin;
@@ -36,7 +37,7 @@ use crate::cache::delivery::watcher::{Delivery, Next, Terminated, WatcherHandle}
 use crate::cache::resource::{Registration, ResourceCache};
 use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
 use crate::cache::state::store::Snapshot;
-use crate::cache::table::TableForm;
+use crate::cache::table_form::TableForm;
 use crate::encode::status::{Status, StatusReason};
 use crate::encode::variant::ContentVariant;
 use crate::encode::watch::EventType;
@@ -74,7 +75,7 @@ pub(crate) struct StreamOptions {
     pub timeout: Duration,
     pub stop: CancellationToken,
     /// Every event, bookmarks too, as a one-row `meta.k8s.io` Table
-    /// (`cache::table`); the variant is then JSON.
+    /// (`cache::table_form`); the variant is then JSON.
     pub table: Option<TableForm>,
 }
 
@@ -121,7 +122,7 @@ enum Phase {
     /// ADDED, in key order.
     Snapshot(SnapshotCursor),
     /// A watch from a version: the history events the watcher missed.
-    Backlog(std::collections::VecDeque<Delivery>),
+    SinceVersion(std::collections::VecDeque<Delivery>),
     /// A watch-list with bookmarks: the initial events are out, the
     /// initial-events-end bookmark at this version is next.
     InitialEnd(u64),
@@ -141,7 +142,7 @@ pub(crate) struct WatchStream {
     /// The version the initial events bring the watcher to.
     start_rv: u64,
     last_sent_rv: u64,
-    /// How far this watcher's ring reads got (see `resource/catch_up.rs`);
+    /// How far this watcher's ring reads got (see `resource/ring_read.rs`);
     /// with `last_sent_rv`, every event up to the greater of the two is done with.
     ring_position: u64,
     deadline: Pin<Box<Sleep>>,
@@ -153,7 +154,7 @@ pub(crate) struct WatchStream {
     stop: Pin<Box<WaitForCancellationFutureOwned>>,
     stop_registered: bool,
     /// A Table watch has encoded a frame itself: later ones carry no column
-    /// definitions (`cache::table`).
+    /// definitions (`cache::table_form`).
     table_headers_sent: bool,
 }
 
@@ -187,7 +188,7 @@ impl WatchStream {
         };
         let phase = match reg.snapshot {
             Some(snapshot) => Phase::Snapshot(SnapshotCursor::new(snapshot)),
-            None => Phase::Backlog(reg.backlog.into()),
+            None => Phase::SinceVersion(reg.since_version.into()),
         };
         let stop = Box::pin(opts.stop.clone().cancelled_owned());
         Self {
@@ -252,7 +253,7 @@ impl WatchStream {
     /// or the ring, whose Table is shared by the watchers of its variant.
     fn event(&mut self, kind: EventType, object: &CachedObject, live: bool) -> Polled {
         if let Some(form) = &self.opts.table {
-            // Only a frame this watcher encoded ends its headers (`cache::table`).
+            // Only a frame this watcher encoded ends its headers (`cache::table_form`).
             let Some((chunk, made_here)) = form.event_frame(kind, object, !self.table_headers_sent, live) else {
                 tracing::debug!(rv = object.rv, "a row the Table printer refuses; ending the watch");
                 return self.end();
@@ -271,7 +272,7 @@ impl WatchStream {
         }
     }
 
-    /// The first initial event (snapshot or backlog) that has no form in the
+    /// The first initial event (snapshot or events since a version) that has no form in the
     /// stream's variant, before anything is sent; encoding them here is no
     /// extra work, each object's bytes being kept for the stream.
     pub(crate) fn protobuf_refusal(&self) -> Option<NoProtobuf> {
@@ -289,7 +290,7 @@ impl WatchStream {
                 }
                 None
             }
-            Phase::Backlog(backlog) => backlog.iter().find_map(|d| d.object().encoded(variant).err()),
+            Phase::SinceVersion(events) => events.iter().find_map(|d| d.object().encoded(variant).err()),
             Phase::InitialEnd(_) | Phase::Live | Phase::Finished => None,
         }
     }
@@ -303,7 +304,7 @@ impl WatchStream {
                 let mut cursor = cursor.clone();
                 std::iter::from_fn(|| cursor.next_matching(&self.handle)).all(|obj| form.prints(&obj))
             }
-            Phase::Backlog(backlog) => backlog.iter().all(|d| form.prints(d.object())),
+            Phase::SinceVersion(events) => events.iter().all(|d| form.prints(d.object())),
             Phase::InitialEnd(_) | Phase::Live | Phase::Finished => true,
         }
     }
@@ -425,7 +426,7 @@ impl Body for WatchStream {
                     Some(obj) => return this.event(EventType::Added, &obj, false),
                     None => this.phase = this.after_initial_events(),
                 },
-                Phase::Backlog(backlog) => match backlog.pop_front() {
+                Phase::SinceVersion(events) => match events.pop_front() {
                     Some(d) => {
                         this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
                         return this.event(d.kind, d.object(), false);

@@ -21,6 +21,8 @@ use crate::metrics as m;
 
 /// The metric handles the fan-out updates per event and per watcher, looked
 /// up once: the per-call macros would build and hash the label set each time.
+/// Each handle is named after its metric or `outcome` label (`caught_up`,
+/// `catching_up`), not after the code path that updates it.
 struct FanoutMetrics {
     events_dispatched: metrics::Counter,
     deliveries: metrics::Counter,
@@ -159,7 +161,7 @@ impl Fanout {
 
     /// A watcher reading the ring reached its newest event: it is back on
     /// live delivery.
-    pub(crate) fn caught_up(&self) {
+    pub(crate) fn rejoined_live(&self) {
         self.metrics.caught_up.increment(1);
         self.metrics.catching_up.decrement(1.0);
     }

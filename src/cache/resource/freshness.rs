@@ -394,7 +394,7 @@ async fn probe_current_rv(cache: &ResourceCache, upstream: &Upstream) -> Option<
     let ours = cache.current_rv();
     if rv < ours {
         tracing::warn!(resource = %cache.label(), cache_rv = ours, upstream_rv = rv, "the upstream's consistent version is below the cache's: another cluster; passing reads through until the cache relists");
-        cache.verification().upstream_went_back();
+        cache.check_state().upstream_went_back();
         return None;
     }
     Some(rv)

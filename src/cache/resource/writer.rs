@@ -143,7 +143,7 @@ impl Writer {
         let cache = &*self.cache;
         let mut st = cache.state.write();
         self.confirm_current(tokio::time::Instant::now());
-        cache.verification().listed();
+        cache.check_state().listed();
         st.store = Store::new(objects, rv);
         cache.fanout.lock().expire_all(rv);
         st.history.reset(rv);
@@ -161,8 +161,8 @@ impl Writer {
         let mut st = cache.state.write();
         self.confirm_current(now);
         // A list that heals a cache the consistency check found different.
-        let healing = cache.verification().is_unproven();
-        cache.verification().listed();
+        let healing = cache.check_state().is_unproven();
+        cache.check_state().listed();
         if !cache.is_ready() {
             st.store = Store::new(objects, rv);
             st.history = History::new(self.history_window, rv);
@@ -294,9 +294,9 @@ impl Writer {
     pub(crate) fn set_relisting(&self, relisting: bool) {
         self.cache.metrics.relisting.set(if relisting { 1.0 } else { 0.0 });
         if relisting {
-            self.cache.verification().relist_started();
+            self.cache.check_state().relist_started();
         } else {
-            self.cache.verification().relist_ended();
+            self.cache.check_state().relist_ended();
         }
     }
 

@@ -139,7 +139,7 @@ impl<E> History<E> {
     /// over past it).
     ///
     /// A position is not a version a client brought: it is one the cache itself delivered or
-    /// passed over (a watcher catching up from the ring, see `resource/catch_up.rs`), so a
+    /// passed over (a watcher reading the ring, see `resource/ring_read.rs`), so a
     /// relist's gap is no reason to refuse it, unlike in [`since`](Self::since): everything
     /// after the position is here, in the order watchers were offered it.
     pub(crate) fn after_position(&self, position: u64) -> Result<impl Iterator<Item = (u64, &E)> + '_, TooOld> {

@@ -102,7 +102,7 @@ struct Derived {
     /// headers go with it), so a list under a lock taken once per delivery.
     tables: parking_lot::Mutex<Vec<(TableEventKey, [Bytes; 2])>>,
     /// What a reader that knows the kind derives from this version (a CRD's
-    /// printer columns: `cache::table::crd`).
+    /// printer columns: `cache::read::serve::crd`).
     reading: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 

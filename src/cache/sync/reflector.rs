@@ -620,8 +620,8 @@ impl Reflector {
                     Err(end) => return (rv, Err(SyncError::watch_ended(end))),
                 },
                 change = self.cache.next_catch_up(&self.upstream) => change,
-                () = cache.verification().relist_requested() => {
-                    let end = if cache.verification().take_went_back() { SyncError::WentBack } else { SyncError::Inconsistent };
+                () = cache.check_state().relist_requested() => {
+                    let end = if cache.check_state().take_went_back() { SyncError::WentBack } else { SyncError::Inconsistent };
                     return (rv, Err(end));
                 }
                 () = self.cluster.moved_past(self.epoch) => return (rv, Err(SyncError::NewCluster)),

@@ -651,7 +651,7 @@ async fn a_refused_initial_event_is_found_before_the_stream_starts() {
     assert_eq!(next(&mut body).await["object"]["metadata"]["name"], "a");
     assert_eq!(next(&mut body).await["object"]["metadata"]["name"], "b");
 
-    // A backlog holding the refused event, as a resumed watch has.
+    // Events since a version holding the refused one, as a resumed watch has.
     cache.event(EventType::Modified, unplaceable_cm("a", 11));
     let resumed = watch(&cache, everything(), StartAt::After(10), protobuf_opts());
     assert!(resumed.protobuf_refusal().is_some());

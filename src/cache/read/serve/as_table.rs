@@ -1,7 +1,7 @@
 //! LIST and GET answered as a `meta.k8s.io` Table (`kubectl get`), from
 //! the same state a LIST or GET in JSON is answered from; the body is
 //! `encode::table`'s. Which requests come here, and which pass through
-//! (`reason="table"`): `cache::table::table_form`. A Table WATCH is the
+//! (`reason="table"`): `cache::table_form::table_form`. A Table WATCH is the
 //! watch stream's (`read::watch_stream`).
 
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use crate::cache::read::params::ReadParams;
 use crate::cache::reason::Reason;
 use crate::cache::resource::ResourceCache;
 use crate::cache::state::object::ObjectKey;
-use crate::cache::table::TableForm;
+use crate::cache::table_form::TableForm;
 use crate::encode::list::ListMeta;
 use crate::encode::table::custom::Unsupported;
 use crate::encode::table::printers::now_nanos;

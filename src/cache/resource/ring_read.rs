@@ -1,4 +1,4 @@
-//! Catch-up from the history ring: how a watcher that fell behind live
+//! Ring reads: how a watcher that fell behind live
 //! delivery (see `watcher`) reads what it missed, and when it rejoins.
 //!
 //! The watcher's body keeps its position: the newest version it sent
@@ -9,7 +9,7 @@
 //! event puts the watcher back on live delivery; it holds the state's read
 //! lock throughout, and the writer holds the write lock from an event's push
 //! into the ring to the end of its dispatch, so each event is in that read or
-//! offered live after it: no gap, no duplicate (`resource/tests_catch_up.rs`
+//! offered live after it: no gap, no duplicate (`cache/slow_watcher_model.rs`
 //! checks this over random interleavings).
 //!
 //! A read examines at most [`RING_READ`] entries, under the read lock for
@@ -59,11 +59,11 @@ impl ResourceCache {
                 return Err(too_old);
             }
         };
-        let caught_up = reached >= st.history.newest_rv();
-        handle.refill(deliveries, caught_up);
+        let reached_newest = reached >= st.history.newest_rv();
+        handle.refill(deliveries, reached_newest);
         drop(st);
-        if caught_up {
-            self.fanout.caught_up();
+        if reached_newest {
+            self.fanout.rejoined_live();
         }
         Ok(reached)
     }

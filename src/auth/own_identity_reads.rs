@@ -51,7 +51,7 @@ impl Delegated {
         attrs: &Attributes,
     ) -> Option<(Decision, Option<Lookup>)> {
         let upstream = self.reviews.upstream();
-        if !upstream.health().is_down() && self.offline_reads.swap(false, Ordering::AcqRel) {
+        if !upstream.health().is_down() && self.admitting_own_reads.swap(false, Ordering::AcqRel) {
             tracing::info!("the upstream is back: cache reads by watchmux's own identity are reviewed again");
         }
         if !self.settings.offline_own_reads || !is_own_identity(self.own_identity_now().as_deref(), caller) {
@@ -63,7 +63,7 @@ impl Delegated {
             decided = self.decide(caller, attrs) => return Some(decided),
         }
         counter!(m::AUTH_AUTHORIZED, "result" => "offline_own_identity").increment(1);
-        if !self.offline_reads.swap(true, Ordering::AcqRel) {
+        if !self.admitting_own_reads.swap(true, Ordering::AcqRel) {
             tracing::warn!(
                 user = %caller.name,
                 "the upstream is down: cache reads by watchmux's own upstream identity are admitted without a review"

@@ -22,13 +22,13 @@ async fn a_relisting_cache_is_skipped_and_an_unreachable_upstream_is_an_error() 
     assert_eq!(check(w.cache(), &nowhere()).await, Outcome::SkippedRelisting);
     w.set_relisting(false);
     assert_eq!(check(w.cache(), &nowhere()).await, Outcome::Error);
-    assert!(!w.cache().verification().is_unproven(), "an error proves nothing either way");
+    assert!(!w.cache().check_state().is_unproven(), "an error proves nothing either way");
 }
 
 #[tokio::test]
 async fn a_check_never_runs_twice_at_once() {
     let w = listed();
-    let v = w.cache().verification();
+    let v = w.cache().check_state();
     let first = v.start_check().expect("the first starts");
     assert_eq!(check(w.cache(), &nowhere()).await, Outcome::SkippedRunning);
     drop(first);
@@ -38,7 +38,7 @@ async fn a_check_never_runs_twice_at_once() {
 #[tokio::test(start_paused = true)]
 async fn a_mismatch_asks_one_relist_and_the_relist_clears_the_mark() {
     let w = listed();
-    let v = w.cache().verification();
+    let v = w.cache().check_state();
     v.ask_for_relist();
     assert!(v.is_unproven());
     tokio::time::timeout(Duration::from_secs(1), v.relist_requested()).await.expect("the reflector is woken");

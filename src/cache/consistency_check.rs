@@ -35,7 +35,7 @@
 //! One check at a time per cache: each cache has one checking task, and a
 //! check refuses to start while another runs. What a check shares with the
 //! cache's writer and reflector (the flags above) lives on the cache
-//! (`resource/verification.rs`).
+//! (`resource/check_state.rs`).
 
 pub(crate) mod digest;
 mod exact_list;
@@ -119,7 +119,7 @@ pub(crate) async fn check(cache: &ResourceCache, upstream: &Upstream) -> Outcome
 }
 
 async fn check_once(cache: &ResourceCache, upstream: &Upstream) -> Outcome {
-    let v = cache.verification();
+    let v = cache.check_state();
     let Some(_running) = v.start_check() else {
         return Outcome::SkippedRunning;
     };

@@ -1,4 +1,4 @@
-//! What the consistency check (`cache/verify.rs`) shares with the cache's
+//! What the consistency check (`cache/consistency_check.rs`) shares with the cache's
 //! writer and reflector, kept on the cache: whether a check runs, whether
 //! the cache is relisting, how many lists it has installed, whether a check
 //! found it different (unproven), and the request for a relist.
@@ -13,7 +13,7 @@ pub(crate) const DEFAULT_PERIOD: Duration = Duration::from_secs(300);
 
 /// The check's state on one cache.
 #[derive(Debug, Default)]
-pub(crate) struct Verification {
+pub(crate) struct CheckState {
     /// A check is running.
     running: AtomicBool,
     /// The reflector is relisting a cache that was ready.
@@ -31,7 +31,7 @@ pub(crate) struct Verification {
     wake_reflector: Notify,
 }
 
-impl Verification {
+impl CheckState {
     /// The writer: a relist of a ready cache starts; it answers any relist
     /// asked for.
     pub(crate) fn relist_started(&self) {

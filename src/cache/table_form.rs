@@ -35,7 +35,8 @@
 //! events are checked before the answer starts (a refusal passes the watch
 //! through), and a live event the printer refuses ends the stream, as a
 //! timeout would: the client watches again from the last version it got,
-//! and that watch, whose backlog holds the refused event, passes through.
+//! and that watch, whose events since its version hold the refused one,
+//! passes through.
 
 use std::sync::Arc;
 

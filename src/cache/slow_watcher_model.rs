@@ -6,8 +6,8 @@
 //! has yet to send.
 //!
 //! Two caches are fed the same upstream events: one whose watchers count as
-//! full after two events (so they fall behind, catch up and rejoin all the
-//! time), and a reference one with the default queue, whose watchers are
+//! full after two events (so they fall behind, read the ring and rejoin all
+//! the time), and a reference one with the default queue, whose watchers are
 //! read to the end after every step (so they never fall behind). A watch
 //! through the first may still end with 410 when the ring evicts what it
 //! missed; then what it got before must be a prefix of the reference's.
@@ -369,7 +369,7 @@ fn a_slow_reader_on_its_own_thread_gets_every_event_once_in_order() {
         })
     });
     // In bursts, so that the reader both falls behind (in a burst) and
-    // catches up (between them), again and again.
+    // rejoins (between them), again and again.
     let objects: Vec<_> = (2..=EVENTS + 1).map(|rv| cm(&format!("k{}", rv % 8), rv, "")).collect();
     for (i, object) in objects.into_iter().enumerate() {
         writer.event(EventType::Modified, object);

@@ -27,13 +27,13 @@ use crate::upstream::Upstream;
 /// Whether a consistent read that could not be proven fresh may be answered
 /// from `cache` anyway; records it when so.
 pub(crate) fn serve_unproven(enabled: bool, cache: &ResourceCache, upstream: &Upstream) -> bool {
-    if !enabled || !cache.is_ready() || cache.verification().is_unproven() {
+    if !enabled || !cache.is_ready() || cache.check_state().is_unproven() {
         return false;
     }
     if !(upstream.health().is_down() || cache.is_unconfirmed()) {
         return false;
     }
-    if !cache.offline().swap(true, Ordering::AcqRel) {
+    if !cache.serving_stale().swap(true, Ordering::AcqRel) {
         tracing::warn!(
             resource = %cache.label(),
             rv = cache.current_rv(),
@@ -48,7 +48,7 @@ pub(crate) fn serve_unproven(enabled: bool, cache: &ResourceCache, upstream: &Up
 /// A consistent read on `cache` was proven fresh: offline mode, if it was
 /// on, is over for it.
 pub(crate) fn proven(cache: &ResourceCache) {
-    if cache.offline().swap(false, Ordering::AcqRel) {
+    if cache.serving_stale().swap(false, Ordering::AcqRel) {
         tracing::info!(resource = %cache.label(), "the upstream is back: consistent reads are proven again");
         metrics::gauge!(m::CACHE_SERVING_UNPROVEN, "resource" => cache.label().to_owned()).set(0.0);
     }
@@ -61,13 +61,13 @@ pub(crate) fn publish(registry: &Registry) -> Vec<String> {
     let down = registry.upstream().health().is_down();
     let mut serving = Vec::new();
     for cache in registry.caches() {
-        let mut offline = cache.offline().load(Ordering::Acquire);
-        if offline && !down {
-            cache.offline().store(false, Ordering::Release);
+        let mut stale = cache.serving_stale().load(Ordering::Acquire);
+        if stale && !down {
+            cache.serving_stale().store(false, Ordering::Release);
             tracing::info!(resource = %cache.label(), "the upstream is back: consistent reads need their proof again");
-            offline = false;
+            stale = false;
         }
-        let unproven = offline || cache.is_unconfirmed();
+        let unproven = stale || cache.is_unconfirmed();
         if unproven {
             serving.push(cache.label().to_owned());
         }
