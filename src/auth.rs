@@ -35,7 +35,7 @@ pub(crate) mod reviews;
 mod upstream_identity;
 pub(crate) mod user;
 
-pub(crate) use peer::Peer;
+pub(crate) use peer::{Peer, UserShare};
 pub(crate) use upstream_identity::UpstreamIdentity;
 
 use std::sync::Arc;

@@ -4,9 +4,9 @@
 //! fills it in.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use super::cert::ClientCert;
-use crate::server::gates::connections::ConnectionClaim;
 
 /// What the proxy knows about the downstream connection a request came on.
 #[derive(Debug, Clone, Default)]
@@ -21,5 +21,14 @@ pub(crate) struct Peer {
     pub over_connection_limit: bool,
     /// The connection's place in its user's share of connections; `None`
     /// without a connection budget.
-    pub connection: Option<ConnectionClaim>,
+    pub connection: Option<Arc<dyn UserShare>>,
+}
+
+/// A connection's place in its user's share of connections (the listener's
+/// connection budget implements it; authentication only says who).
+pub(crate) trait UserShare: std::fmt::Debug + Send + Sync {
+    /// Counts the connection against `user`'s share when it is the first
+    /// authenticated, non-anonymous user on it; false when `user` already
+    /// holds its share and the request is to be refused.
+    fn claim(&self, user: &str) -> bool;
 }

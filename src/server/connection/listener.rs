@@ -251,7 +251,7 @@ where
             None => None,
         };
         let over_connection_limit = slot.as_ref().is_some_and(|s| !s.within);
-        let connection = slot.as_ref().map(|s| s.claim());
+        let connection = slot.as_ref().map(|s| s.claim() as Arc<dyn crate::auth::UserShare>);
         let peer = Peer { addr, client_cert: None, over_connection_limit, connection };
         // A connection over the budget is there for its 429 only.
         let idle_timeout = if over_connection_limit { setup_timeout } else { builder.idle_timeout };

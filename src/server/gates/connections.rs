@@ -26,6 +26,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::limits::Limit;
+use crate::auth::UserShare;
 
 /// Counts open API connections against `--max-connections`, each source
 /// address and each user against its share, and the connections answered
@@ -157,8 +158,8 @@ pub(crate) struct OpenSlot {
 impl OpenSlot {
     /// The handle that counts the connection against a user's share, for
     /// the requests it carries.
-    pub(crate) fn claim(&self) -> ConnectionClaim {
-        self.claim.clone()
+    pub(crate) fn claim(&self) -> Arc<ConnectionClaim> {
+        Arc::new(self.claim.clone())
     }
 }
 
@@ -192,12 +193,10 @@ impl std::fmt::Debug for ConnectionClaim {
     }
 }
 
-impl ConnectionClaim {
-    /// Counts the connection against `user`'s share when it is the first
-    /// authenticated, non-anonymous user on it; false when `user` already
-    /// holds its share, and the request is to be refused (the connection
-    /// stays unclaimed, so it is counted when it is claimed later).
-    pub(crate) fn claim(&self, user: &str) -> bool {
+impl UserShare for ConnectionClaim {
+    /// The request refused, the connection stays unclaimed, so it is
+    /// counted when it is claimed later.
+    fn claim(&self, user: &str) -> bool {
         let mut state = self.budget.state.lock();
         let mut owner = self.owner.lock();
         if !matches!(*owner, Owner::Unclaimed) {
