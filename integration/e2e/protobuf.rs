@@ -764,7 +764,12 @@ async fn a_client_go_metadata_informer_sees_the_api_servers_sequence_from_the_ca
     let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(result["events"], 5, "3 adds, an update, a delete: {result}");
     let watches = watchmux_metric_sum(wm.admin, "watchmux_cache_watch_total", &["resource=\"configmaps\""]).await;
-    assert!(watches >= 1.0, "the informer's watch was served from the cache");
+    if watches < 1.0 {
+        let (_, metrics) = read(get(wm.admin, "/metrics").await).await;
+        let metrics = String::from_utf8_lossy(&metrics);
+        let reasons: Vec<_> = metrics.lines().filter(|l| l.starts_with("watchmux_cache_passthrough_total")).collect();
+        panic!("the informer's watch was not served from the cache: {reasons:?}\n{result}\n{}", wm.log());
+    }
     let encoded = encodes().await - before;
     assert!(encoded >= 5.0, "each change reached the informer as PartialObjectMetadata protobuf ({encoded} encodes)");
     assert_eq!(watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await, 0.0, "{}", wm.log());
