@@ -26,6 +26,7 @@ mod protobuf;
 mod relay;
 mod relist_gap;
 mod resource_versions;
+mod several_servers;
 mod shared_answers;
 mod slow_watchers;
 mod tables;

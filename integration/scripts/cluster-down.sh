@@ -32,6 +32,9 @@ stop() {  # stop <name> <binary>
   rm -f "$pidfile"
 }
 
+for extra in "$state"/apiserver-*.pid; do
+  [[ -e "$extra" ]] && stop "$(basename "$extra" .pid)" "$bin/kube-apiserver"
+done
 stop apiserver "$bin/kube-apiserver"
 stop etcd "$bin/etcd"
 # CLUSTER_KEEP_ETCD_DATA: an etcd restore (etcd-swap.sh) has put its data there.

@@ -57,7 +57,8 @@ case "${1:-}" in
     echo "cluster-up: not running" >&2; exit 1 ;;
   "") ;;
   --restart-apiserver) ;;
-  *) echo "usage: $0 [--check | --restart-apiserver]" >&2; exit 2 ;;
+  --extra-apiserver) ;;
+  *) echo "usage: $0 [--check | --restart-apiserver | --extra-apiserver PORT]" >&2; exit 2 ;;
 esac
 
 # One cluster-up at a time (e2e.sh and demo.sh may race); children close fd 9.
@@ -124,7 +125,8 @@ fail() {
   for log in etcd apiserver; do
     [[ -f "$state/$log.log" ]] && { echo "--- tail of $state/$log.log" >&2; tail -n 40 "$state/$log.log" >&2; }
   done
-  "$scripts/cluster-down.sh" >/dev/null || true
+  # An extra API server that failed leaves the cluster it joined running.
+  [[ ${joining:-0} == 1 ]] || "$scripts/cluster-down.sh" >/dev/null || true
   exit 1
 }
 # Runs "$@" detached in its own session; its pid goes to $state/<name>.pid.
@@ -145,15 +147,16 @@ wait_for() {  # wait_for <process name> <check command...>
   done
 }
 
-start_apiserver() {
+start_apiserver() {  # start_apiserver [name port]: another API server on the same etcd
+  local name="${1:-apiserver}" port="${2:-$api_port}"
   local extra=()
   [[ "${WATCHMUX_CLUSTER_NODE_AUTHZ:-}" == 1 ]] && extra+=(--enable-admission-plugins=NodeRestriction)
   local more=()
   read -r -a more <<< "${CLUSTER_APISERVER_ARGS:-}"
   extra+=("${more[@]}")
-  start_detached apiserver "$bin/kube-apiserver" "${extra[@]}" \
+  start_detached "$name" "$bin/kube-apiserver" "${extra[@]}" \
     --etcd-servers="$etcd_url" --etcd-compaction-interval=0 \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" \
     --tls-cert-file="$state/apiserver.crt" --tls-private-key-file="$state/apiserver.key" \
     --client-ca-file="$state/ca.crt" --token-auth-file="$state/tokens.csv" \
     --authorization-mode=Node,RBAC \
@@ -186,6 +189,27 @@ if [[ "${1:-}" == "--restart-apiserver" ]]; then
   start_apiserver
   wait_for apiserver api_ready
   echo "cluster-up: kube-apiserver restarted in $(( $(date +%s) - start ))s"
+  exit 0
+fi
+
+# --extra-apiserver PORT: one more kube-apiserver on the running cluster's
+# etcd, with its certificates and tokens, as a control plane of several API
+# servers has (apiserver-PORT.pid; cluster-down stops it). For the tests of
+# --upstream-servers. Stop it alone with: kill -KILL "$(cat .run/cluster/apiserver-PORT.pid)".
+if [[ "${1:-}" == "--extra-apiserver" ]]; then
+  port="${2:?--extra-apiserver PORT}" joining=1
+  pid_alive etcd && pid_alive apiserver || { echo "cluster-up: not running" >&2; exit 1; }
+  etcd_url="$(sed -n 's/^ETCD_ENDPOINT=//p' "$state/env")"
+  admin_token="$(cut -d, -f1 "$state/tokens.csv" | head -1)"
+  if pid_alive "apiserver-$port"; then
+    echo "cluster-up: extra kube-apiserver already running on $port"; exit 0
+  fi
+  port_free "$port" || { echo "cluster-up: port $port is in use" >&2; exit 1; }
+  start=$(date +%s); deadline=$(( start + timeout_s ))
+  start_apiserver "apiserver-$port" "$port"
+  api_url="https://127.0.0.1:$port"
+  wait_for "apiserver-$port" api_ready
+  echo "cluster-up: extra kube-apiserver ready at $api_url in $(( $(date +%s) - start ))s"
   exit 0
 fi
 
