@@ -504,6 +504,12 @@ current-context: watchmux-tier
 {{- if .Values.upstream.http1Only }}
 - --upstream-http1-only
 {{- end }}
+{{- with .Values.upstream.servers }}
+{{- if include "watchmux.tree" $ }}
+{{- fail "upstream.servers lists API servers: in the tree (nodeLocal.tier.server) the upstream is the tier" }}
+{{- end }}
+- --upstream-servers={{ join "," . }}
+{{- end }}
 {{- if include "watchmux.upstreamWatchList" . }}
 - --upstream-watch-list=true
 {{- end }}
