@@ -30,7 +30,7 @@ pub(crate) const MAX_GOAWAY_CHANCE: f64 = 0.02;
 
 /// The chance, per HTTP/2 request, that its answer ends its connection with
 /// GOAWAY: between 0 and [`MAX_GOAWAY_CHANCE`].
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct GoawayChance(f64);
 
 impl GoawayChance {
