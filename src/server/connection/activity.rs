@@ -22,9 +22,10 @@
 //!   `WithProbabilisticGoaway` does (see [`super::goaway_chance`]); the
 //!   reason is kept apart, for the metric.
 //!
-//! HTTP/1.1 needs neither: hyper's and the front's header read timeout
-//! already closes a keep-alive connection that sends no request, and
-//! `Connection: close` is HTTP/1.1's own.
+//! HTTP/1.1 needs none of these: hyper's and the front's header read
+//! timeout already closes a keep-alive connection that sends no request,
+//! `Connection: close` is HTTP/1.1's own, and its watches end at their
+//! timeouts, to be made again on new connections.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
