@@ -21,6 +21,7 @@ use crate::cache::registry::CacheConfig;
 use crate::passthrough::{AnswerLimits, Passthrough};
 use crate::pipeline::ApiHandler;
 use crate::server::admin::AdminState;
+use crate::server::connection::goaway_chance::GoawayChance;
 use crate::server::connection::listener::AdminHandler;
 use crate::server::gates::hosts::AcceptHosts;
 use crate::server::gates::limits::RequestLimits;
@@ -68,6 +69,9 @@ pub struct Limits {
     pub max_connections_per_user: usize,
     /// How long an HTTP/2 connection may have no stream (`--idle-connection-timeout`).
     pub idle_connection_timeout: std::time::Duration,
+    /// Each HTTP/2 answer's chance of ending its connection with GOAWAY,
+    /// 0 to 0.02 (`--goaway-chance`).
+    pub goaway_chance: f64,
     /// Stream windows pass-through answers may hold (`--passthrough-buffer-bytes`).
     pub passthrough_buffer_bytes: u64,
     /// How long an answer's client may not read it (`--passthrough-stall-timeout`).
@@ -91,6 +95,8 @@ impl App {
     /// Binds the listeners (a port conflict fails start-up), then builds
     /// every subsystem from its settings. Nothing runs before [`App::serve`].
     pub async fn build(upstream: Arc<Upstream>, opts: ServerOptions) -> anyhow::Result<Self> {
+        // Refused before anything is bound, as the flag's own parser does.
+        let goaway_chance = GoawayChance::new(opts.limits.goaway_chance).map_err(anyhow::Error::msg)?;
         let server = Server::bind(&opts.listeners).await?;
         let stages = Stages::default();
         let cache = opts
@@ -124,6 +130,7 @@ impl App {
             max_connections_per_address: limits.max_connections_per_address,
             max_connections_per_user: limits.max_connections_per_user,
             idle_connection_timeout: limits.idle_connection_timeout,
+            goaway_chance,
             h2_write_batching: opts.h2_write_batching,
             shutdown_grace: opts.shutdown_grace,
         };

@@ -14,6 +14,7 @@ pub use settings::{CacheScope, WatchCacheSize};
 
 use crate::auth::UpstreamIdentityMode;
 use crate::cache::catalog::resolve::ResourceName;
+use crate::server::connection::goaway_chance::parse_goaway_chance;
 
 /// watchmux: a transparent caching watch proxy for the Kubernetes API.
 ///
@@ -358,6 +359,16 @@ pub struct Args {
     /// count). HTTP/1.1 connections close after 30 s without a request.
     #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration)]
     pub idle_connection_timeout: Duration,
+
+    /// The chance, per HTTP/2 request, that its answer ends its connection
+    /// with GOAWAY (streams already open, watches too, run to their ends), so
+    /// that clients behind a load balancer spread over the replicas again
+    /// after a rollout: kube-apiserver's --goaway-chance. 0 (off) to 0.02
+    /// (one request in fifty); 0.001 is its recommended start. Only behind a
+    /// load balancer with several replicas; HTTP/1.1 and the unix socket
+    /// never get it.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.0, value_parser = parse_goaway_chance)]
+    pub goaway_chance: f64,
 
     /// Bytes that pass-through answers may hold for clients that do not read
     /// them, in upstream stream windows (256 KiB each): an answer other than a

@@ -36,7 +36,8 @@ pub(crate) const CONNECTIONS_ACCEPTED: &str = "watchmux_connections_accepted_tot
 pub(crate) const CONNECTIONS_OPEN: &str = "watchmux_connections_open";
 /// HTTP/2 connections asked to finish (GOAWAY), by listener and reason:
 /// `idle` (no stream for the idle timeout), `connection_close` (an answer
-/// said so: anonymous HTTP/2, over the connection budget).
+/// said so: anonymous HTTP/2, over the connection budget), `goaway_chance`
+/// (drawn by `--goaway-chance`, to rebalance).
 pub(crate) const CONNECTIONS_FINISHED: &str = "watchmux_connections_finished_total";
 /// Downstream connections that ended in an error (bad TLS, malformed HTTP...).
 pub(crate) const CONNECTION_ERRORS: &str = "watchmux_connection_errors_total";
@@ -365,7 +366,7 @@ fn describe() {
     describe_gauge!(CONNECTIONS_OPEN, "Downstream connections open, by listener.");
     describe_counter!(
         CONNECTIONS_FINISHED,
-        "HTTP/2 connections sent GOAWAY by watchmux, by listener and reason (idle, connection_close)."
+        "HTTP/2 connections sent GOAWAY by watchmux, by listener and reason (idle, connection_close, goaway_chance)."
     );
     describe_counter!(CONNECTION_ERRORS, "Downstream connections that ended in an error, by listener and stage.");
     describe_gauge!(UPSTREAM_READY, "1 when the upstream API server answered its last readiness probe, else 0.");

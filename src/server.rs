@@ -23,6 +23,7 @@ use anyhow::Context as _;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
+use connection::goaway_chance::GoawayChance;
 use connection::listener::{AdminHandler, Handler, Serving};
 use gates::connections::{ConnectionBudget, Shares};
 use lifecycle::graceful::GracefulShutdown;
@@ -67,6 +68,9 @@ pub(crate) struct ServeSettings {
     pub idle_connection_timeout: Duration,
     /// One socket write per batch of HTTP/2 frames (`--h2-write-batching`).
     pub h2_write_batching: bool,
+    /// Each HTTP/2 answer's chance of ending its connection with GOAWAY
+    /// (`--goaway-chance`), on the TCP listener.
+    pub goaway_chance: GoawayChance,
     /// How long a graceful shutdown waits for requests (`--shutdown-grace`).
     pub shutdown_grace: Duration,
 }
@@ -156,6 +160,7 @@ impl Server {
                     handler: admin_handler,
                     budget: None,
                     h2_write_batching: false,
+                    goaway_chance: GoawayChance::NEVER,
                     setup_timeout: connection::listener::CONNECTION_SETUP_TIMEOUT,
                     stop,
                 };
@@ -167,21 +172,23 @@ impl Server {
         tracing::info!(addr = %api.local_addr()?, tls = api_tls.is_some(), "serving the API");
         let unix_path = api_unix.as_ref().map(|(_, p)| p.clone());
         let accepting = async {
-            let serving = |name| Serving {
+            let serving = |name, goaway_chance| Serving {
                 name,
                 builder: &builder,
                 graceful: &graceful,
                 handler: api_handler.clone(),
                 budget: Some(budget.clone()),
                 h2_write_batching: settings.h2_write_batching,
+                goaway_chance,
                 setup_timeout: connection::listener::CONNECTION_SETUP_TIMEOUT,
                 stop: accept_stop.clone(),
             };
-            let tcp = connection::listener::accept_tcp(api, api_tls, serving("api"));
+            let tcp = connection::listener::accept_tcp(api, api_tls, serving("api", settings.goaway_chance));
             match api_unix {
                 Some((unix, path)) => {
                     tracing::info!(path = %path.display(), "serving the API on a unix socket");
-                    let unix = connection::listener::accept_unix(unix, serving("unix"));
+                    // Nothing to balance: every connection reaches this process.
+                    let unix = connection::listener::accept_unix(unix, serving("unix", GoawayChance::NEVER));
                     tokio::join!(tcp, unix);
                 }
                 None => tcp.await,

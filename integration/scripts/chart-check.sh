@@ -67,6 +67,9 @@
 #     and with the defaults a 5,000-node rollout finishes within the hour even
 #     when every node takes its worst case (the arithmetic in
 #     docs/node-local.md, "Rollout speed");
+#   - the goaway chance: --goaway-chance=0.02 by default in tier only (none in
+#     nodeLocal and sidecar), limits.goawayChance overrides it in any mode, and
+#     one past 0.02 (or not a number) is refused;
 #   - resources: each mode's defaults (tier.resources, nodeLocal.resources,
 #     sidecar.resources) are what the container gets, the top-level
 #     resources overrides them, and they are the chart README's sizing table;

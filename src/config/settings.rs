@@ -50,6 +50,7 @@ impl super::Args {
                 max_connections_per_address: self.max_connections_per_address,
                 max_connections_per_user: self.max_connections_per_user,
                 idle_connection_timeout: self.idle_connection_timeout,
+                goaway_chance: self.goaway_chance,
                 passthrough_buffer_bytes: self.passthrough_buffer_bytes,
                 passthrough_stall_timeout: self.passthrough_stall_timeout,
                 max_request_body_bytes: self.max_request_body_bytes,
@@ -316,6 +317,18 @@ mod tests {
         assert_eq!(sync(&[]), SyncSettings { gzip_lists: true, watch_list: false });
         let flipped = sync(&["--upstream-gzip-lists", "false", "--upstream-watch-list", "true"]);
         assert_eq!(flipped, SyncSettings { gzip_lists: false, watch_list: true });
+    }
+
+    /// `--goaway-chance` is off by default, as kube-apiserver's, and takes
+    /// its range with its message.
+    #[test]
+    fn the_goaway_chance_is_off_by_default_and_capped_as_kube_apiservers() {
+        let chance = |flags: &[&str]| args(flags).unwrap().server_options().unwrap().limits.goaway_chance;
+        assert_eq!(chance(&[]), 0.0);
+        assert_eq!(chance(&["--goaway-chance", "0.001"]), 0.001);
+        let err = args(&["--goaway-chance", "0.05"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(err.to_string().contains("--goaway-chance can not be less than 0 or greater than 0.02"), "{err}");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! - [`activity`]: an HTTP/2 connection's open streams, for its idle
 //!   timeout and a GOAWAY an answer asks for.
 //! - [`backlog`]: TCP listeners with the kernel's whole accept queue, as Go's.
+//! - [`goaway_chance`]: `--goaway-chance`, a GOAWAY after a random answer
+//!   that rebalances HTTP/2 clients over replicas after a rollout.
 //! - [`listener`]: accept loops and per-connection serving (TCP, TLS, unix socket),
 //!   with the HTTP/1.1 watch front.
 //! - [`opening`]: a connection's first bytes, read under the listener's deadline.
@@ -13,6 +15,7 @@
 pub(crate) mod activity;
 pub(crate) mod backlog;
 pub(crate) mod early_resets;
+pub(crate) mod goaway_chance;
 pub(crate) mod listener;
 pub(crate) mod opening;
 pub(crate) mod tls;

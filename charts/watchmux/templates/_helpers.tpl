@@ -293,6 +293,22 @@ a nodeLocal watchmux's upstream is a tier (the tree). */}}
 {{- end }}
 {{- end }}
 
+{{/* --goaway-chance's value, or "" for none (0 is the binary's default):
+limits.goawayChance (a number, or a string from --set, which the schema
+cannot bound), or by default 0.02 in tier (replicas behind a Service,
+to be rebalanced after a rollout) and nothing in nodeLocal and sidecar (one
+watchmux per node or application: nothing to balance). */}}
+{{- define "watchmux.goawayChance" -}}
+{{- $chance := .Values.limits.goawayChance }}
+{{- if kindIs "invalid" $chance }}
+{{- if eq .Values.mode "tier" }}0.02{{ end }}
+{{- else if gt (float64 $chance) 0.02 }}
+{{- fail (printf "limits.goawayChance %v: --goaway-chance can not be less than 0 or greater than 0.02" $chance) }}
+{{- else if gt (float64 $chance) 0.0 }}
+{{- $chance }}
+{{- end }}
+{{- end }}
+
 {{/* "true" for --cache-warm: cache.warm, or by default in nodeLocal and tier. */}}
 {{- define "watchmux.cacheWarm" -}}
 {{- if .Values.cache.enabled }}
@@ -594,6 +610,9 @@ current-context: watchmux-tier
 {{- end }}
 {{- if ne (toString .Values.limits.passthroughBufferBytes) "" }}
 - --passthrough-buffer-bytes={{ int64 .Values.limits.passthroughBufferBytes }}
+{{- end }}
+{{- with include "watchmux.goawayChance" . }}
+- --goaway-chance={{ . }}
 {{- end }}
 {{- with .Values.extraArgs }}
 {{ toYaml . }}

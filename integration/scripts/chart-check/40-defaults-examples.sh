@@ -1,6 +1,7 @@
 # Sourced by chart-check.sh (one shell: its variables, say/fail/note and the
 # cases are in scope); offline: duplicate keys, NOTES, rollout pace, resources,
-# scheduling, images, the tree's kubeconfig, certificates, the sidecar examples.
+# the goaway chance, scheduling, images, the tree's kubeconfig, certificates,
+# the sidecar examples.
 # shellcheck shell=bash
 
 # --- offline: duplicate keys, NOTES, rollout, resources, scheduling, images, the tree --
@@ -118,6 +119,29 @@ if [[ -z $res_bad ]]; then
   say "ok   resources per mode: tier [$(res_line tier)], nodeLocal [$(res_line nodelocal)], sidecar [$(res_line sidecar)] (requests cpu, memory; limits memory, cpu), as in the README's sizing table; resources overrides them"
 else
   fail "resources:$res_bad"
+fi
+
+# GOAWAY chance: 0.02 by default in the tier (replicas behind a Service,
+# rebalanced after a rollout), none in nodeLocal and sidecar (nothing to
+# balance); limits.goawayChance overrides it in any mode; the README's values
+# table says the same.
+goaway_line() {  # <case>: the --goaway-chance flag of the watchmux container, or -
+  local c; IFS=$'\t' read -r _ c < <(container_json "$tmp/$1.yaml")
+  jq -r '[.args[] | select(startswith("--goaway-chance"))] | if length == 0 then "-" else join(" ") end' <<<"$c"
+}
+goaway_bad=""
+for c in "tier|--goaway-chance=0.02" "tier-cache-all|--goaway-chance=0.001" "nodelocal|-" "nodelocal-staticpod|-" \
+         "sidecar|-" "nodelocal-delegated-tuned|--goaway-chance=0.005"; do
+  IFS='|' read -r name want <<<"$c"
+  got="$(goaway_line "$name")"
+  [[ $got == "$want" ]] || goaway_bad+=" $name: [$got], want [$want];"
+done
+grep -qF '| `limits.goawayChance` | `null`: `0.02` in `tier`, `0` (off) in `nodeLocal` and `sidecar` |' "$chart/README.md" ||
+  goaway_bad+=" the README's values table lacks limits.goawayChance's defaults;"
+if [[ -z $goaway_bad ]]; then
+  say "ok   goaway chance: tier [$(goaway_line tier)], nodeLocal [$(goaway_line nodelocal)], sidecar [$(goaway_line sidecar)]; limits.goawayChance overrides it"
+else
+  fail "goaway chance:$goaway_bad"
 fi
 
 # Scheduling: the tier at system-cluster-critical spread over nodes and zones,

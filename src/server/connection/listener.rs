@@ -13,8 +13,9 @@
 //! (resets, CONTINUATION) are set in [`http_builder`]; a connection whose
 //! requests are mostly cancelled before an answer is closed (see
 //! [`super::early_resets`]). An HTTP/2 connection with no stream open for
-//! the idle timeout, or whose answer said `Connection: close`, is asked to
-//! finish with GOAWAY (see [`super::activity`]). Each accepted connection
+//! the idle timeout, or whose answer said `Connection: close` or drew the
+//! GOAWAY chance, is asked to finish with GOAWAY (see [`super::activity`]
+//! and [`super::goaway_chance`]). Each accepted connection
 //! is counted against the connection budget and its address's share
 //! ([`ConnectionBudget`]); one past even the connections answered with a
 //! 429 is closed at accept, unread.
@@ -40,10 +41,11 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::activity::Activity;
 #[cfg(test)]
 use super::activity::IDLE_TIMEOUT;
+use super::activity::{Activity, CloseReason};
 use super::early_resets::EarlyResets;
+use super::goaway_chance::GoawayChance;
 use super::opening::{Opening, Rewind, read_opening};
 use super::tls::ApiTls;
 use super::write_behind::WriteBehind;
@@ -154,6 +156,9 @@ pub(crate) struct Serving<'a, H> {
     pub budget: Option<Arc<ConnectionBudget>>,
     /// Put HTTP/2 connections behind a write-behind buffer (`--h2-write-batching`).
     pub h2_write_batching: bool,
+    /// Each HTTP/2 answer's chance of ending its connection
+    /// (`--goaway-chance`); never for the admin listener and the unix socket.
+    pub goaway_chance: GoawayChance,
     /// [`CONNECTION_SETUP_TIMEOUT`], shorter in tests.
     pub setup_timeout: Duration,
     /// Stops accepting, and ends connections still in their set-up.
@@ -227,7 +232,8 @@ where
     F: Fn(Accepted<L::Stream, H>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let Serving { name, builder, graceful, handler, budget, h2_write_batching, setup_timeout, stop } = serving;
+    let Serving { name, builder, graceful, handler, budget, h2_write_batching, goaway_chance, setup_timeout, stop } =
+        serving;
     loop {
         let (stream, addr) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -262,6 +268,7 @@ where
             watcher: graceful.watcher(),
             handler: handler.clone(),
             idle_timeout,
+            goaway_chance,
         };
         let accepted = Accepted {
             stream,
@@ -391,6 +398,8 @@ pub(super) struct Conn<H> {
     pub(super) handler: H,
     /// How long the connection may have no stream open (HTTP/2).
     idle_timeout: Duration,
+    /// Each answer's chance of ending the connection (HTTP/2).
+    goaway_chance: GoawayChance,
 }
 
 impl<H: Handler> Conn<H> {
@@ -409,9 +418,9 @@ impl<H: Handler> Conn<H> {
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         if io.is_h2_preface() {
-            let Self { name, peer, builder, watcher, handler, idle_timeout } = self;
+            let Self { name, peer, builder, watcher, handler, idle_timeout, goaway_chance } = self;
             let resets = EarlyResets::new();
-            let activity = Activity::new();
+            let activity = Activity::new(goaway_chance);
             let service = service(handler, peer, resets.clone(), Some(activity.clone()));
             let conn = builder.http2.serve_connection(TokioIo::new(io), service);
             let conn = watcher.watch(conn, http2::Connection::graceful_shutdown);
@@ -428,7 +437,9 @@ impl<H: Handler> Conn<H> {
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let Self { name, peer, builder, watcher, handler, idle_timeout: _ } = self;
+        // HTTP/1.1 has no GOAWAY: a watch ends at its timeout and is made
+        // again on a new connection (see `super::goaway_chance`).
+        let Self { name, peer, builder, watcher, handler, idle_timeout: _, goaway_chance: _ } = self;
         let resets = EarlyResets::new();
         let service = service(handler, peer, resets.clone(), None);
         let conn = builder.http1.serve_connection(TokioIo::new(io), service).with_upgrades();
@@ -442,7 +453,15 @@ impl<H: Handler> Conn<H> {
     /// A connection of the "test" listener, from an unknown peer.
     pub(super) fn for_test(handler: H, watcher: Watcher) -> Self {
         let peer = Peer { addr: None, client_cert: None, over_connection_limit: false, connection: None };
-        Self { name: "test", peer, builder: http_builder(), watcher, handler, idle_timeout: IDLE_TIMEOUT }
+        Self {
+            name: "test",
+            peer,
+            builder: http_builder(),
+            watcher,
+            handler,
+            idle_timeout: IDLE_TIMEOUT,
+            goaway_chance: GoawayChance::NEVER,
+        }
     }
 }
 
@@ -488,7 +507,8 @@ pin_project_lite::pin_project! {
     /// A connection served until it ends, or until most of its requests
     /// were cancelled before an answer. A future of its own for the same
     /// reason as [`Watched`]. An HTTP/2 connection is also asked to finish
-    /// (GOAWAY) once idle too long or once an answer said `Connection: close`.
+    /// (GOAWAY) once idle too long or once an answer said `Connection: close`
+    /// or drew the GOAWAY chance.
     struct Served<C> {
         name: &'static str,
         #[pin]
@@ -519,7 +539,8 @@ impl Idle {
     /// enough, and checks again.
     fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<&'static str> {
         if self.close.as_mut().poll(cx).is_ready() {
-            return Poll::Ready("connection_close");
+            let reason = self.activity.close_reason().unwrap_or(CloseReason::ConnectionClose);
+            return Poll::Ready(reason.label());
         }
         while self.sleep.as_mut().poll(cx).is_ready() {
             let now = Instant::now();

@@ -23,10 +23,14 @@ const SETUP: Duration = Duration::from_millis(300);
 
 /// Answers "hello", or the 429 of a connection over the limit, as the API
 /// handler does; never answers `/stall`, as a request waiting on the
-/// upstream, and counts those.
+/// upstream, and counts those. `/gate` is answered once the gate opens
+/// (counted too); `/watch` is a stream of one event at once and another
+/// once the gate opens, then its end.
 #[derive(Clone, Default)]
 struct Hello {
     stalled: Arc<AtomicUsize>,
+    gate: CancellationToken,
+    gated: Arc<AtomicUsize>,
 }
 
 impl Handler for Hello {
@@ -34,20 +38,39 @@ impl Handler for Hello {
         if peer.over_connection_limit {
             return limits::too_many_requests(limits::Limit::Connections, true);
         }
-        if req.uri().path() == "/stall" {
-            self.stalled.fetch_add(1, Ordering::Relaxed);
-            std::future::pending::<()>().await;
+        match req.uri().path() {
+            "/stall" => {
+                self.stalled.fetch_add(1, Ordering::Relaxed);
+                std::future::pending::<()>().await;
+            }
+            "/gate" => {
+                self.gated.fetch_add(1, Ordering::Relaxed);
+                self.gate.cancelled().await;
+            }
+            "/watch" => {
+                let (mut events, body) = http_body_util::channel::Channel::<bytes::Bytes, Infallible>::new(1);
+                let gate = self.gate.clone();
+                tokio::spawn(async move {
+                    let _ = events.send_data(bytes::Bytes::from_static(b"event-1\n")).await;
+                    gate.cancelled().await;
+                    let _ = events.send_data(bytes::Bytes::from_static(b"event-2\n")).await;
+                });
+                return Response::new(crate::body::boxed(body));
+            }
+            _ => {}
         }
         Response::new(crate::body::full("hello"))
     }
 }
 
 /// Where a test listener is, its stop switch, and its handler's count of
-/// requests that never got an answer.
+/// requests that never got an answer, gate, and count of requests at it.
 struct Listening {
     addr: SocketAddr,
     stop: CancellationToken,
     stalled: Arc<AtomicUsize>,
+    gate: CancellationToken,
+    gated: Arc<AtomicUsize>,
 }
 
 impl Drop for Listening {
@@ -64,7 +87,7 @@ async fn listen(
     budget: Option<Arc<ConnectionBudget>>,
     setup_timeout: Duration,
 ) -> Listening {
-    listen_with(name, tls, budget, setup_timeout, http_builder()).await
+    listen_with(name, tls, budget, setup_timeout, http_builder(), GoawayChance::NEVER).await
 }
 
 async fn listen_with(
@@ -73,6 +96,7 @@ async fn listen_with(
     budget: Option<Arc<ConnectionBudget>>,
     setup_timeout: Duration,
     builder: Arc<HttpBuilder>,
+    goaway_chance: GoawayChance,
 ) -> Listening {
     metrics();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -80,7 +104,7 @@ async fn listen_with(
     let stop = CancellationToken::new();
     let serving_stop = stop.clone();
     let handler = Hello::default();
-    let stalled = handler.stalled.clone();
+    let (stalled, gate, gated) = (handler.stalled.clone(), handler.gate.clone(), handler.gated.clone());
     tokio::spawn(async move {
         let graceful = GracefulShutdown::new();
         let serving = Serving {
@@ -90,12 +114,13 @@ async fn listen_with(
             handler,
             budget,
             h2_write_batching: true,
+            goaway_chance,
             setup_timeout,
             stop: serving_stop,
         };
         accept_tcp(listener, tls, serving).await;
     });
-    Listening { addr, stop, stalled }
+    Listening { addr, stop, stalled, gate, gated }
 }
 
 /// The process-wide recorder, installed by the first test that asks.
@@ -298,6 +323,7 @@ async fn a_silent_unix_client_is_closed_at_the_setup_deadline() {
             handler: Hello::default(),
             budget: None,
             h2_write_batching: false,
+            goaway_chance: GoawayChance::NEVER,
             setup_timeout: SETUP,
             stop: serving_stop,
         };
@@ -416,7 +442,7 @@ fn h2_req(path: &str) -> Request<http_body_util::Empty<bytes::Bytes>> {
 #[tokio::test]
 async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
     let idle = Duration::from_millis(400);
-    let server = listen_with("t-idle", None, None, SETUP, http_builder_idle(idle)).await;
+    let server = listen_with("t-idle", None, None, SETUP, http_builder_idle(idle), GoawayChance::NEVER).await;
     let (mut send, ended) = h2c(server.addr).await;
     let resp = send.send_request(h2_req("/")).await.unwrap();
     assert_eq!(resp.status(), 200);
@@ -432,7 +458,7 @@ async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
 #[tokio::test]
 async fn a_stream_in_progress_keeps_its_http2_connection() {
     let idle = Duration::from_millis(200);
-    let server = listen_with("t-busy", None, None, SETUP, http_builder_idle(idle)).await;
+    let server = listen_with("t-busy", None, None, SETUP, http_builder_idle(idle), GoawayChance::NEVER).await;
     let (mut send, ended) = h2c(server.addr).await;
     let stalled = send.send_request(h2_req("/stall"));
     let stalled = tokio::spawn(stalled);
@@ -460,4 +486,104 @@ async fn an_http2_connection_over_the_budget_gets_goaway_after_its_429() {
     drop(resp);
     tokio::time::timeout(WAIT, ended).await.expect("the connection over the budget stayed open").unwrap();
     assert_eq!(finished("t-over-h2", "connection_close"), 1);
+}
+
+/// Waits, bounded, until `count` reaches `n`: requests the handler has
+/// started, which the client cannot see.
+async fn started(count: &AtomicUsize, n: usize) {
+    let reached = tokio::time::timeout(WAIT, async {
+        while count.load(Ordering::Relaxed) < n {
+            tokio::task::yield_now().await;
+        }
+    });
+    reached.await.unwrap_or_else(|_| panic!("the handler never started {n} requests"));
+}
+
+/// The next bytes of an h2 answer's body, its flow-control window given
+/// back; `None` at its end. An empty DATA frame (an END_STREAM of its own)
+/// is no piece.
+async fn next_data(body: &mut h2::RecvStream) -> Option<bytes::Bytes> {
+    loop {
+        let data = tokio::time::timeout(WAIT, body.data()).await.expect("no data nor end")?.expect("the stream failed");
+        if !data.is_empty() {
+            body.flow_control().release_capacity(data.len()).unwrap();
+            return Some(data);
+        }
+    }
+}
+
+/// With `--goaway-chance` drawing GOAWAY (here at every answer), an HTTP/2
+/// client is told to go away gracefully, as kube-apiserver's clients are:
+/// it may open no new stream on the connection, while a request in flight
+/// and a watch answered on it run to their ends without an error; then the
+/// connection closes. The watch's own answer is what drew the GOAWAY, as
+/// kube-apiserver sets no exemption for watches.
+#[tokio::test]
+async fn the_goaway_chance_ends_an_http2_connection_without_cutting_its_streams() {
+    let server = listen_with("t-goaway", None, None, SETUP, http_builder(), GoawayChance::ALWAYS).await;
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let (mut client, conn) = tokio::time::timeout(WAIT, h2::client::handshake(tcp)).await.unwrap().unwrap();
+    let conn = tokio::spawn(conn);
+    // A request in flight before any answer: the handler holds it at the gate.
+    let (in_flight, _) = client.send_request(Request::get("http://t/gate").body(()).unwrap(), true).unwrap();
+    started(&server.gated, 1).await;
+    // A watch, whose answer draws the GOAWAY.
+    let (watch, _) = client.send_request(Request::get("http://t/watch").body(()).unwrap(), true).unwrap();
+    let watch = tokio::time::timeout(WAIT, watch).await.unwrap().unwrap();
+    assert_eq!(watch.status(), 200);
+    assert!(!watch.headers().contains_key(http::header::CONNECTION));
+    let mut events = watch.into_body();
+    assert_eq!(next_data(&mut events).await.as_deref(), Some(&b"event-1\n"[..]));
+    // The client learns of the GOAWAY (NO_ERROR: graceful) and opens no
+    // new stream on this connection.
+    let refused = tokio::time::timeout(WAIT, async {
+        loop {
+            match std::future::poll_fn(|cx| client.poll_ready(cx)).await {
+                Err(err) => return err,
+                Ok(()) => tokio::task::yield_now().await,
+            }
+        }
+    })
+    .await
+    .expect("no GOAWAY reached the client");
+    assert!(refused.is_go_away() && refused.is_remote(), "{refused}");
+    assert_eq!(refused.reason(), Some(h2::Reason::NO_ERROR));
+    assert_eq!(finished("t-goaway", "goaway_chance"), 1);
+    // Both streams are still served: the request in flight is answered and
+    // the watch goes on to its next event and its end.
+    assert!(!conn.is_finished(), "the connection closed with streams open");
+    server.gate.cancel();
+    let answered = tokio::time::timeout(WAIT, in_flight).await.unwrap().expect("the request in flight failed");
+    assert_eq!(answered.status(), 200);
+    let mut body = answered.into_body();
+    assert_eq!(next_data(&mut body).await.as_deref(), Some(&b"hello"[..]));
+    assert_eq!(next_data(&mut events).await.as_deref(), Some(&b"event-2\n"[..]));
+    assert_eq!(next_data(&mut events).await, None, "the watch ends at its own end");
+    // Then the connection closes, gracefully.
+    let ended = tokio::time::timeout(WAIT, conn).await.expect("the connection outlived its streams").unwrap();
+    assert!(ended.is_ok(), "{ended:?}");
+    assert_eq!(finished("t-goaway", "goaway_chance"), 1, "one GOAWAY for the connection");
+    assert_eq!(finished("t-goaway", "connection_close"), 0);
+}
+
+/// The chance is HTTP/2's alone: an HTTP/1.1 keep-alive connection keeps
+/// serving (kube-apiserver's filter looks at HTTP/2 requests only; an
+/// HTTP/1.1 watch ends at its timeout and is made again on a new
+/// connection anyway).
+#[tokio::test]
+async fn the_goaway_chance_leaves_http1_connections_alone() {
+    let server = listen_with("t-goaway-h1", None, None, SETUP, http_builder(), GoawayChance::ALWAYS).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    let conn = tokio::spawn(conn);
+    for _ in 0..3 {
+        let req = Request::get("/").header(http::header::HOST, "t").body(http_body_util::Empty::<bytes::Bytes>::new());
+        let resp = tokio::time::timeout(WAIT, send.send_request(req.unwrap())).await.unwrap().unwrap();
+        assert_eq!(resp.status(), 200);
+        assert!(!resp.headers().contains_key(http::header::CONNECTION), "{:?}", resp.headers());
+        let body = tokio::time::timeout(WAIT, http_body_util::BodyExt::collect(resp.into_body())).await.unwrap();
+        assert_eq!(body.unwrap().to_bytes(), "hello");
+    }
+    assert!(!conn.is_finished());
+    assert_eq!(finished("t-goaway-h1", "goaway_chance"), 0);
 }
