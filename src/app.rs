@@ -147,11 +147,13 @@ impl App {
         self.server.admin_addr()
     }
 
-    /// Starts the background work (the upstream readiness probe; the cache's
+    /// Starts the background work (the upstream readiness probe and server
+    /// discovery; the cache's
     /// name check and warming) and serves until `shutdown` completes, then
     /// shuts down gracefully.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let Self { server, upstream, cache, api, admin, settings, stages } = self;
+        tokio::spawn(upstream.clone().run_server_discovery(stages.background.clone()));
         tokio::spawn(upstream.run_readiness_probe(stages.background.clone()));
         if let Some(cache) = &cache {
             // Before serving: a --cache-resources typo is a start-up error.

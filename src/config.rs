@@ -78,6 +78,15 @@ pub struct Args {
     #[arg(long, value_name = "URLS", value_delimiter = ',')]
     pub upstream_servers: Vec<String>,
 
+    /// Follow the API servers kube-apiserver publishes in the
+    /// default/kubernetes EndpointSlices (ready addresses, port https), read
+    /// every 10 s, after the servers given (--upstream-servers, or the
+    /// kubeconfig's), as KubePrism does: a load balancer given stays
+    /// preferred, and the API servers behind it are the fallback. watchmux's
+    /// identity must be allowed to list endpointslices in default.
+    #[arg(long)]
+    pub upstream_discover_servers: bool,
+
     /// Ask the upstream for gzip on watchmux's own LISTs (a cache's initial
     /// list and relists, the consistency check), as client-go does: the API
     /// server compresses pages over 128 KiB, about 20 times smaller, and
@@ -420,6 +429,7 @@ impl Args {
     pub fn upstream_options(&self) -> crate::upstream::UpstreamOptions {
         crate::upstream::UpstreamOptions {
             servers: self.upstream_servers.clone(),
+            discover_servers: self.upstream_discover_servers,
             http1_only: self.upstream_http1_only,
             timeouts: crate::upstream::UpstreamTimeouts {
                 connect: self.upstream_connect_timeout,

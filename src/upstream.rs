@@ -156,6 +156,9 @@ pub struct UpstreamOptions {
     /// The API servers to dial instead of the kubeconfig's server
     /// (`--upstream-servers`; empty: the kubeconfig's): see [`endpoints`].
     pub servers: Vec<String>,
+    /// Follow the `default/kubernetes` EndpointSlices too
+    /// (`--upstream-discover-servers`).
+    pub discover_servers: bool,
     /// Never negotiate HTTP/2 with the upstream.
     pub http1_only: bool,
     /// How long each step of a request may take (`--upstream-*-timeout`).
@@ -278,9 +281,11 @@ impl ClientsBuilder {
 }
 
 impl Clients {
-    /// The probe lane of `endpoint`, made when first asked for.
-    fn probe_lane(&self, endpoint: &Arc<Endpoint>) -> Arc<probe_lane::ProbeLane> {
+    /// The probe lane of `endpoint`, made when first asked for; lanes of
+    /// endpoints no longer in `current` are dropped.
+    fn probe_lane(&self, endpoint: &Arc<Endpoint>, current: &[Arc<Endpoint>]) -> Arc<probe_lane::ProbeLane> {
         let mut lanes = self.probes.lock();
+        lanes.retain(|(e, _)| current.iter().any(|c| Arc::ptr_eq(c, e)));
         if let Some((_, lane)) = lanes.iter().find(|(e, _)| Arc::ptr_eq(e, endpoint)) {
             return lane.clone();
         }
@@ -437,7 +442,8 @@ impl Upstream {
     ) -> Result<Response<Incoming>, SendError> {
         let (own, clients) = self.clients_for(&UpstreamCredential::Watchmux).await?;
         let req = self.prepare(req, authorization(&UpstreamCredential::Watchmux, own.as_ref()));
-        let lane = clients.probe_lane(&self.builder.endpoints.preferred());
+        let endpoints = &self.builder.endpoints;
+        let lane = clients.probe_lane(&endpoints.preferred(), &endpoints.all());
         let resp = lane.send(req, limit).await?;
         self.answered(resp.status(), own.as_ref());
         Ok(resp)
@@ -648,7 +654,8 @@ impl Upstream {
             let (own, clients) = self.clients_for(&UpstreamCredential::Watchmux).await?;
             let req = Request::get("/readyz").body(body::empty()).expect("static request");
             let req = self.prepare(req, authorization(&UpstreamCredential::Watchmux, own.as_ref()));
-            let resp = clients.probe_lane(endpoint).send(req, READINESS_PROBE_TIMEOUT).await?;
+            let lane = clients.probe_lane(endpoint, &self.builder.endpoints.all());
+            let resp = lane.send(req, READINESS_PROBE_TIMEOUT).await?;
             self.answered(resp.status(), own.as_ref());
             Ok::<_, SendError>(resp)
         };
@@ -679,6 +686,58 @@ impl Upstream {
             })
             .collect();
         Some(format!("endpoints: {}", each.join(", ")))
+    }
+
+    /// With `--upstream-discover-servers`: follows the API servers the
+    /// `default/kubernetes` EndpointSlices name until `stop` is cancelled
+    /// (see [`endpoints`]); without it, returns at once.
+    pub async fn run_server_discovery(self: Arc<Self>, stop: CancellationToken) {
+        if !self.builder.opts.discover_servers {
+            return;
+        }
+        let mut tick = tokio::time::interval(endpoints::DISCOVERY_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            match self.discovered_servers().await {
+                Ok(found) => {
+                    failing = false;
+                    if self.builder.endpoints.follow(found) {
+                        let list: Vec<String> =
+                            self.builder.endpoints.all().iter().map(|e| e.uri().to_string()).collect();
+                        tracing::info!(servers = %list.join(","), "upstream servers from the default/kubernetes EndpointSlices");
+                    }
+                }
+                // Said once per run of failures: the servers known stay.
+                Err(why) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %why, "reading the default/kubernetes EndpointSlices; keeping the servers known");
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// The API servers the `default/kubernetes` EndpointSlices name now.
+    async fn discovered_servers(&self) -> Result<Vec<http::Uri>, String> {
+        let req = Request::get(endpoints::KUBERNETES_SLICES)
+            .header(header::ACCEPT, "application/json")
+            .body(body::empty())
+            .expect("static request");
+        let resp = self.send(req).await.map_err(|e| crate::error::error_chain(&e))?;
+        let status = resp.status();
+        let body = bounded_read::read_whole(resp.into_body(), bounded_read::DOCUMENT_BYTES)
+            .await
+            .map_err(|e| crate::error::error_chain(&e))?;
+        if !status.is_success() {
+            return Err(format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(256)])));
+        }
+        let list: serde_json::Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+        Ok(endpoints::from_slices(&list, &self.scheme))
     }
 
     /// Probes readiness until `stop` is cancelled.
@@ -863,6 +922,56 @@ mod tests {
         assert_ne!(rotated, first, "a renewed certificate gets connections that present it");
         tokio::time::advance(cert_files::CERT_FILE_REFRESH).await;
         assert_eq!(Arc::as_ptr(&up.own_clients(&own).unwrap()), rotated, "an unchanged one keeps them");
+    }
+
+    /// `--upstream-discover-servers` against two fake API servers: the
+    /// first publishes the second in its `default/kubernetes` EndpointSlice
+    /// (as an IP at port `https`); the second is then probed on its own
+    /// lane, and a dial the first refuses goes to the second.
+    #[tokio::test]
+    async fn a_server_from_the_kubernetes_endpointslice_is_probed_and_dialed() {
+        use http_body_util::BodyExt as _;
+        let answer = |body: String| Response::new(body::full(bytes::Bytes::from(body)));
+        let second = fake_server::serve(move |_| async move { answer("ok".into()) }).await;
+        let slice = serde_json::json!({"items": [{
+            "ports": [{"name": "https", "port": second.port()}],
+            "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+        }]})
+        .to_string();
+        let first = fake_server::serve(move |req: Request<Incoming>| {
+            let slice = slice.clone();
+            async move {
+                match req.uri().path() {
+                    "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices" => answer(slice),
+                    _ => answer("first".into()),
+                }
+            }
+        })
+        .await;
+        let up = Upstream::new(
+            &UpstreamConfig::for_test(&format!("http://{first}")),
+            UpstreamOptions { discover_servers: true, ..UpstreamOptions::default() },
+        )
+        .unwrap();
+        let found = up.discovered_servers().await.unwrap();
+        assert_eq!(found, [format!("http://127.0.0.1:{}/", second.port()).parse::<Uri>().unwrap()]);
+        assert!(up.builder.endpoints.follow(found));
+        assert!(up.probe_ready().await);
+        let summary = up.endpoints_summary().unwrap();
+        assert_eq!(
+            summary,
+            format!(
+                "endpoints: http://{first}/ ready (watchmux's own requests), http://127.0.0.1:{}/ ready",
+                second.port()
+            )
+        );
+        // The first is preferred; once it fails a dial, the second answers.
+        let get = || Request::get("/x").body(body::empty()).unwrap();
+        let said = up.send(get()).await.unwrap().into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(said, "first");
+        up.builder.endpoints.all()[0].dialed_for_test(false);
+        let said = up.send_as(get(), &UpstreamCredential::Watchmux, ConnectionKind::Pooled).await.unwrap();
+        assert_eq!(said.into_body().collect().await.unwrap().to_bytes(), "ok");
     }
 
     #[test]

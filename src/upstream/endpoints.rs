@@ -24,6 +24,14 @@
 //! - **Spread** (pass-through connections and upgrades): healthy endpoints
 //!   in turn, so that clients' own requests load every API server.
 //!
+//! With `--upstream-discover-servers` the list follows the API servers
+//! kube-apiserver itself publishes, as KubePrism does: the `default/kubernetes`
+//! EndpointSlices (ready addresses, port `https`), read every
+//! [`DISCOVERY_PERIOD`]. The servers given (or the kubeconfig's) stay first,
+//! in their order, so that a load balancer in front is still preferred and
+//! the API servers behind it are the fallback when it fails; discovered
+//! servers follow, in address order. An endpoint that stays keeps its health.
+//!
 //! An endpoint is unhealthy while its last readiness probe failed, or for
 //! [`DIAL_FAILURE_HOLD`] after a dial to it failed; unhealthy endpoints are
 //! still tried, last, so that an upstream whose every endpoint looks down
@@ -41,6 +49,13 @@ use http::Uri;
 use tokio::time::Instant;
 
 use crate::metrics as m;
+
+/// How often `--upstream-discover-servers` reads the `default/kubernetes`
+/// EndpointSlices.
+pub(crate) const DISCOVERY_PERIOD: Duration = Duration::from_secs(10);
+
+/// The path of the EndpointSlices kube-apiserver keeps for its own Service.
+pub(crate) const KUBERNETES_SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dkubernetes";
 
 /// How long an endpoint a dial failed to reach is tried only after the
 /// others: about a readiness probe's period, after which the probe (or
@@ -91,6 +106,12 @@ impl Endpoint {
         }
     }
 
+    /// [`Self::dialed`], for tests elsewhere.
+    #[cfg(test)]
+    pub(crate) fn dialed_for_test(&self, ok: bool) {
+        self.dialed(ok);
+    }
+
     fn dialed(&self, ok: bool) {
         let mut state = self.state.lock();
         state.dial_failed_at = if ok { None } else { Some(Instant::now()) };
@@ -119,6 +140,8 @@ pub(crate) enum Choice {
 #[derive(Debug)]
 pub(crate) struct Endpoints {
     list: parking_lot::RwLock<Arc<[Arc<Endpoint>]>>,
+    /// The endpoints given: first, whatever discovery finds.
+    seeds: Vec<Uri>,
     /// Where [`Choice::Spread`] starts next.
     next: AtomicUsize,
 }
@@ -126,9 +149,29 @@ pub(crate) struct Endpoints {
 impl Endpoints {
     /// The endpoints `uris` name (`scheme://host:port`), in that order.
     pub(crate) fn new(uris: impl IntoIterator<Item = Uri>) -> Arc<Self> {
-        let list: Arc<[_]> = uris.into_iter().map(Endpoint::new).collect();
-        assert!(!list.is_empty(), "an upstream has at least one endpoint");
-        Arc::new(Self { list: parking_lot::RwLock::new(list), next: AtomicUsize::new(0) })
+        let seeds: Vec<Uri> = uris.into_iter().collect();
+        assert!(!seeds.is_empty(), "an upstream has at least one endpoint");
+        let list: Arc<[_]> = seeds.iter().cloned().map(Endpoint::new).collect();
+        Arc::new(Self { list: parking_lot::RwLock::new(list), seeds, next: AtomicUsize::new(0) })
+    }
+
+    /// The endpoints given, then `discovered` (those not given already):
+    /// an endpoint in both lists keeps its state. True when the list changed.
+    pub(crate) fn follow(&self, mut discovered: Vec<Uri>) -> bool {
+        discovered.sort_by_key(Uri::to_string);
+        discovered.dedup();
+        let wanted: Vec<Uri> =
+            self.seeds.iter().cloned().chain(discovered.into_iter().filter(|d| !self.seeds.contains(d))).collect();
+        let mut list = self.list.write();
+        if list.iter().map(|e| &e.uri).eq(wanted.iter()) {
+            return false;
+        }
+        let kept: Arc<[_]> = wanted
+            .into_iter()
+            .map(|uri| list.iter().find(|e| e.uri == uri).cloned().unwrap_or_else(|| Endpoint::new(uri)))
+            .collect();
+        *list = kept;
+        true
     }
 
     /// Every endpoint, in the order given.
@@ -256,6 +299,38 @@ pub(crate) fn parse_servers(list: &[String], kubeconfig_server: &Uri) -> Result<
         .collect()
 }
 
+/// The API servers a list of `default/kubernetes` EndpointSlices names:
+/// each ready address (`conditions.ready` not false) at the slice's `https`
+/// port (or its only port), with `scheme`.
+pub(crate) fn from_slices(list: &serde_json::Value, scheme: &http::uri::Scheme) -> Vec<Uri> {
+    let mut found = Vec::new();
+    for slice in list["items"].as_array().into_iter().flatten() {
+        let ports = slice["ports"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let port = ports
+            .iter()
+            .find(|p| p["name"] == "https")
+            .or(if ports.len() == 1 { ports.first() } else { None })
+            .and_then(|p| p["port"].as_u64());
+        let Some(port) = port else { continue };
+        for endpoint in slice["endpoints"].as_array().into_iter().flatten() {
+            if endpoint["conditions"]["ready"] == false {
+                continue;
+            }
+            for address in endpoint["addresses"].as_array().into_iter().flatten().filter_map(|a| a.as_str()) {
+                let host = match address.parse::<std::net::IpAddr>() {
+                    Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
+                    Ok(v4) => v4.to_string(),
+                    Err(_) => continue,
+                };
+                if let Ok(uri) = format!("{scheme}://{host}:{port}/").parse() {
+                    found.push(uri);
+                }
+            }
+        }
+    }
+    found
+}
+
 /// The endpoint of a server URL: its scheme and authority.
 pub(crate) fn endpoint_of(server: &Uri) -> Uri {
     Uri::builder()
@@ -346,6 +421,36 @@ mod tests {
         let mut pinned = dialer.pinned(set.all()[2].clone());
         assert!(pinned.call("https://k/".parse().unwrap()).await.is_err());
         assert_eq!(none.dials.load(Ordering::Relaxed), 4);
+    }
+
+    /// Discovery keeps the servers given first and the state of endpoints
+    /// that stay; ready addresses at the `https` port, IPv6 in brackets.
+    #[tokio::test(start_paused = true)]
+    async fn discovered_servers_follow_the_given_ones() {
+        let set = Endpoints::new(["https://lb:6443/".parse().unwrap()]);
+        let slices = serde_json::json!({"items": [
+            {"ports": [{"name": "https", "port": 6443}], "endpoints": [
+                {"addresses": ["10.0.0.2"], "conditions": {"ready": true}},
+                {"addresses": ["10.0.0.1"]},
+                {"addresses": ["10.0.0.3"], "conditions": {"ready": false}},
+            ]},
+            {"ports": [{"name": "https", "port": 443}], "endpoints": [{"addresses": ["fd00::1", "not-an-ip"]}]},
+            {"ports": [{"name": "other", "port": 1}, {"name": "x", "port": 2}], "endpoints": [{"addresses": ["10.9.9.9"]}]},
+        ]});
+        let found = from_slices(&slices, &http::uri::Scheme::HTTPS);
+        assert!(set.follow(found.clone()));
+        let uris: Vec<String> = set.all().iter().map(|e| e.uri().to_string()).collect();
+        assert_eq!(
+            uris,
+            ["https://lb:6443/", "https://10.0.0.1:6443/", "https://10.0.0.2:6443/", "https://[fd00::1]:443/"]
+        );
+        set.all()[1].probed(false, false);
+        assert!(!set.follow(found), "the same list changes nothing");
+        // 10.0.0.2 goes; 10.0.0.1 stays with its health.
+        assert!(set.follow(vec!["https://10.0.0.1:6443/".parse().unwrap()]));
+        let all = set.all();
+        assert_eq!(all.len(), 2);
+        assert!(!all[1].healthy(), "an endpoint that stays keeps its state");
     }
 
     #[test]
