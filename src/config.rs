@@ -16,6 +16,18 @@ use crate::auth::UpstreamIdentityMode;
 use crate::cache::catalog::resolve::ResourceName;
 use crate::server::connection::goaway_chance::parse_goaway_chance;
 
+/// What `--version` says: the crate's version, the source revision it was
+/// built from (`unknown` outside `make release`/`make image`, see build.rs)
+/// and the compiler.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("WATCHMUX_GIT_REVISION"),
+    ", rustc ",
+    env!("WATCHMUX_RUSTC_VERSION"),
+    ")"
+);
+
 /// watchmux: a transparent caching watch proxy for the Kubernetes API.
 ///
 /// Point clients' kubeconfig at watchmux instead of kube-apiserver. Requests
@@ -23,7 +35,7 @@ use crate::server::connection::goaway_chance::parse_goaway_chance;
 /// (watch, logs -f) are flushed as bytes arrive and upgrades (exec, attach,
 /// port-forward) are tunnelled.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "watchmux", version, about, long_about = None)]
+#[command(name = "watchmux", version = VERSION, about, long_about = None)]
 pub struct Args {
     /// Kubeconfig for the upstream API server. Without it, in
     /// controller-runtime's order: $KUBECONFIG (when none of its files
