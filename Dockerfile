@@ -27,16 +27,17 @@ COPY watchmux /watchmux
 
 # "nonroot" in base/etc/passwd; numeric, so a runtime can check runAsNonRoot.
 USER 65532:65532
-# 6443: the API listener (HTTP/1.1 + HTTP/2, TLS with --tls-cert-file).
+# 7443: the API listener (HTTP/1.1 + HTTP/2, TLS with --tls-cert-file); not
+# 6443, kube-apiserver's on a control-plane node.
 # 9444: the admin listener (/metrics, /healthz, /livez, /readyz).
-EXPOSE 6443 9444
+EXPOSE 7443 9444
 ENTRYPOINT ["/watchmux"]
 # The admin port must be reachable from outside the container (probes,
 # metrics). The API listener stays on loopback: in the default trusted-local
 # mode every client acts as watchmux, so only the pod itself may reach it (a
-# sidecar). Shared proxies pass --auth-mode=delegated --listen=0.0.0.0:6443.
+# sidecar). Shared proxies pass --auth-mode=delegated --listen=:7443.
 # Any arguments given at run time replace these.
-CMD ["--listen=127.0.0.1:6443", "--admin-listen=0.0.0.0:9444"]
+CMD ["--listen=127.0.0.1:7443", "--admin-listen=0.0.0.0:9444"]
 
 LABEL org.opencontainers.image.title="watchmux" \
       org.opencontainers.image.description="A transparent caching watch proxy for the Kubernetes API" \

@@ -1,7 +1,7 @@
 //! Watches a Kubernetes resource through watchmux and prints each event.
 //!
 //! ```text
-//! cargo run --example watch -- --server http://127.0.0.1:6443 \
+//! cargo run --example watch -- --server http://127.0.0.1:7443 \
 //!     --path /api/v1/namespaces/default/configmaps --label w1
 //! ```
 //!
@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 #[derive(Parser)]
 struct Args {
     /// watchmux's address (plain HTTP).
-    #[arg(long, default_value = "http://127.0.0.1:6443")]
+    #[arg(long, default_value = "http://127.0.0.1:7443")]
     server: Uri,
     /// The collection to watch.
     #[arg(long, default_value = "/api/v1/namespaces/default/configmaps")]

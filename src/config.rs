@@ -1,7 +1,15 @@
 //! Command-line flags and the defaults that go with them: the one place where
 //! watchmux's configuration is defined. `settings` maps them onto each
-//! subsystem's own settings type.
+//! subsystem's own settings type, `logging` `-v` and `RUST_LOG` onto the
+//! log filter.
+//!
+//! The flags read as every Kubernetes component's (pflag): a boolean flag
+//! given bare is true and takes a value only after `=`, in Go's
+//! `strconv.ParseBool` spellings; an address may leave its host out
+//! (`:7443`, every address, as Go's `net.Listen`); `-v` is klog's
+//! verbosity and `--logging-format` component-base's.
 
+mod logging;
 mod settings;
 
 use std::net::SocketAddr;
@@ -14,6 +22,7 @@ pub use settings::{CacheScope, WatchCacheSize};
 
 use crate::auth::UpstreamIdentityMode;
 use crate::cache::catalog::resolve::ResourceName;
+use crate::go_rules;
 use crate::server::connection::goaway_chance::parse_goaway_chance;
 
 /// What `--version` says: the crate's version, the source revision it was
@@ -49,8 +58,12 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
 
-    /// Address of the API listener (HTTP/1.1 and HTTP/2 on one port).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6443")]
+    /// Address of the API listener (HTTP/1.1 and HTTP/2 on one port), as
+    /// Go's `net.Listen` takes one: `host:port`, `[ipv6]:port`, or `:port`
+    /// for every address (IPv4 and IPv6). 7443, not 6443: on a control-plane
+    /// node kube-apiserver holds 6443.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN,
+          value_parser = go_rules::net::parse_listen_address)]
     pub listen: SocketAddr,
 
     /// Also serve the API on this unix socket.
@@ -68,7 +81,9 @@ pub struct Args {
 
     /// Address of the admin listener: /metrics, /healthz, /livez, /readyz. Kept
     /// apart from the API port so the API server's own paths pass through.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9444")]
+    /// Same syntax as --listen.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9444",
+          value_parser = go_rules::net::parse_listen_address)]
     pub admin_listen: SocketAddr,
 
     /// How long in-flight requests may run after SIGTERM/SIGINT before the
@@ -77,7 +92,8 @@ pub struct Args {
     pub shutdown_grace: Duration,
 
     /// Speak only HTTP/1.1 to the upstream, even when it offers HTTP/2.
-    #[arg(long)]
+    #[arg(long, value_name = "BOOL", default_value_t = false, value_parser = parse_bool_flag, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub upstream_http1_only: bool,
 
     /// The API servers to dial instead of the kubeconfig's server,
@@ -96,7 +112,8 @@ pub struct Args {
     /// kubeconfig's), as KubePrism does: a load balancer given stays
     /// preferred, and the API servers behind it are the fallback. watchmux's
     /// identity must be allowed to list endpointslices in default.
-    #[arg(long)]
+    #[arg(long, value_name = "BOOL", default_value_t = false, value_parser = parse_bool_flag, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub upstream_discover_servers: bool,
 
     /// Ask the upstream for gzip on watchmux's own LISTs (a cache's initial
@@ -105,7 +122,8 @@ pub struct Args {
     /// over TLS neither side spent more CPU for it, even on loopback
     /// (docs/benchmarks.md, Compression). `false` for an upstream on the
     /// same host without TLS.
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long, value_name = "BOOL", default_value_t = true, value_parser = parse_bool_flag, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub upstream_gzip_lists: bool,
 
     /// Take each cache's full list (the first, and relists) as a
@@ -117,7 +135,8 @@ pub struct Args {
     /// passes through to kube-apiserver. An upstream that serves no
     /// watch-lists (400/422, or no end of its initial events) is listed in
     /// pages instead.
-    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set)]
+    #[arg(long, value_name = "BOOL", default_value_t = false, value_parser = parse_bool_flag, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub upstream_watch_list: bool,
 
     /// How long a TCP connection to the upstream may take to open.
@@ -167,7 +186,8 @@ pub struct Args {
 
     /// Start the caches at start-up instead of on first request, and report
     /// ready only once they are synced.
-    #[arg(long)]
+    #[arg(long, value_name = "BOOL", default_value_t = false, value_parser = parse_bool_flag, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub cache_warm: bool,
 
     /// Gzip the answers served from the cache as kube-apiserver does: for a
@@ -175,7 +195,8 @@ pub struct Args {
     /// and every watch-list stream, with `Content-Encoding: gzip` and
     /// `Vary: Accept-Encoding`. `false` never compresses them. Requests that
     /// pass through get the API server's own encoding either way.
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long, value_name = "BOOL", default_value_t = true, value_parser = parse_bool_flag, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub compress_responses: bool,
 
     /// Narrows one resource's upstream watch, e.g.
@@ -233,7 +254,8 @@ pub struct Args {
     /// identity (the node's) are also admitted without a review while the
     /// upstream is down. For node-local use, where the last known state
     /// beats none.
-    #[arg(long)]
+    #[arg(long, value_name = "BOOL", default_value_t = false, value_parser = parse_bool_flag, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub serve_stale_when_upstream_unreachable: bool,
 
     /// How downstream clients are trusted. `trusted-local`: clients are not
@@ -248,13 +270,15 @@ pub struct Args {
 
     /// Let trusted-local mode listen on a non-loopback address. Anyone who can
     /// reach the port then acts with watchmux's identity.
-    #[arg(long)]
+    #[arg(long, value_name = "BOOL", default_value_t = false, value_parser = parse_bool_flag, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub allow_unauthenticated_remote: bool,
 
     /// Let delegated mode serve plain HTTP on a non-loopback address. Bearer
     /// tokens then cross the network in clear, and kubectl sends none over
     /// plain HTTP, so its callers are anonymous; use TLS (--tls-cert-file).
-    #[arg(long)]
+    #[arg(long, value_name = "BOOL", default_value_t = false, value_parser = parse_bool_flag, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub allow_insecure_delegated: bool,
 
     /// trusted-local: host names a request may name in Host (HTTP/2
@@ -282,7 +306,8 @@ pub struct Args {
 
     /// Delegated mode: a request without credentials acts as system:anonymous,
     /// as kube-apiserver's own default does; `false` answers it 401.
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long, value_name = "BOOL", default_value_t = true, value_parser = parse_bool_flag, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub anonymous_auth: bool,
 
     /// How long an accepted bearer token is trusted before it is reviewed
@@ -417,15 +442,25 @@ pub struct Args {
     /// to 32 KiB a connection) go out in one write, instead of one write per
     /// frame (the h2 crate flushes after every large DATA frame). `false`
     /// writes each frame as hyper hands it over.
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long, value_name = "BOOL", default_value_t = true, value_parser = parse_bool_flag, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub h2_write_batching: bool,
 
-    /// Log line format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    /// Log line format, as Kubernetes components' --logging-format
+    /// (--log-format is the same flag, its earlier name).
+    #[arg(long, visible_alias = "log-format", value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub logging_format: LogFormat,
+
+    /// Log verbosity as Kubernetes components' klog -v, 0 to 10, for
+    /// watchmux's own lines: 0 and 1 log at info, 2 to 4 at debug, 5 and up
+    /// at trace (libraries, hyper, h2, rustls, stay at info). RUST_LOG, when
+    /// set, wins over it: its directives name any level for any target.
+    #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=10))]
+    pub verbosity: u8,
 }
 
-/// How log lines are written (`--log-format`).
+/// How log lines are written (`--logging-format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// One human-readable line per event.
@@ -435,8 +470,6 @@ pub enum LogFormat {
 }
 
 impl Args {
-    /// Checks the flags that clap cannot check alone. `Ok` may carry a
-    /// warning to log at start-up.
     /// The upstream client's options.
     pub fn upstream_options(&self) -> crate::upstream::UpstreamOptions {
         crate::upstream::UpstreamOptions {
@@ -506,6 +539,14 @@ pub fn spelled_as_flag<E: ValueEnum>(value: &E) -> String {
     value.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default()
 }
 
+/// A boolean flag's value as pflag reads `--flag=<value>` (Go's
+/// `strconv.ParseBool`); `--flag` alone is `true`, and a separate `true`
+/// after it is not its value (`require_equals`), as in pflag.
+fn parse_bool_flag(value: &str) -> Result<bool, String> {
+    go_rules::strconv::parse_bool(value)
+        .ok_or_else(|| format!("{value:?} is not a boolean: true or false (or 1, 0, t, f, TRUE, FALSE, True, False)"))
+}
+
 /// Parses `30s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -543,6 +584,10 @@ pub enum CacheResource {
     Empty,
 }
 
+/// The API listener's default address: loopback, on the port the chart's
+/// node-local DaemonSet uses, clear of kube-apiserver's 6443.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7443";
+
 /// `kubectl proxy`'s default `--accept-hosts`: the loopback names.
 pub const DEFAULT_ACCEPT_HOSTS: &str = r"^localhost$,^127\.0\.0\.1$,^\[::1\]$";
 
@@ -563,7 +608,7 @@ mod tests {
     #[test]
     fn defaults_match_the_documented_ones() {
         let args = Args::try_parse_from(["watchmux"]).unwrap();
-        assert_eq!(args.listen, "127.0.0.1:6443".parse().unwrap());
+        assert_eq!(args.listen, "127.0.0.1:7443".parse().unwrap());
         assert_eq!(args.admin_listen, "127.0.0.1:9444".parse().unwrap());
         assert_eq!(args.shutdown_grace, Duration::from_secs(30));
         assert!(args.kubeconfig.is_none() && args.listen_unix.is_none());
@@ -631,6 +676,109 @@ mod tests {
                 .is_err()
         );
         assert!(!parse(&["--auth-mode", "delegated", "--anonymous-auth=false"]).anonymous_auth);
+    }
+
+    /// Every boolean flag's id, with its default, from clap's own
+    /// definition (a bool value parser), so a new one is checked too.
+    fn boolean_flags() -> Vec<(String, bool)> {
+        use clap::CommandFactory;
+        let command = Args::command();
+        let booleans = command.get_arguments().filter(|arg| {
+            arg.get_value_parser().type_id() == clap::builder::ValueParser::bool().type_id()
+                || arg.get_value_names().is_some_and(|names| names == ["BOOL"])
+        });
+        booleans.map(|arg| (arg.get_id().to_string(), arg.get_default_values() == ["true"])).collect()
+    }
+
+    /// Every boolean flag reads as pflag's: bare is true, `=<value>` any of
+    /// ParseBool's spellings, defaults as documented; these eleven are all.
+    #[test]
+    fn boolean_flags_take_pflags_spellings() {
+        use clap::CommandFactory;
+        let flags = boolean_flags();
+        let mut names: Vec<&str> = flags.iter().map(|(id, _)| id.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "allow_insecure_delegated",
+                "allow_unauthenticated_remote",
+                "anonymous_auth",
+                "cache_warm",
+                "compress_responses",
+                "h2_write_batching",
+                "serve_stale_when_upstream_unreachable",
+                "upstream_discover_servers",
+                "upstream_gzip_lists",
+                "upstream_http1_only",
+                "upstream_watch_list",
+            ]
+        );
+        let value = |argv: &[&str], id: &str| {
+            let matches = Args::command().try_get_matches_from(std::iter::once("watchmux").chain(argv.iter().copied()));
+            let matches = matches.unwrap_or_else(|err| panic!("{argv:?}: {err}"));
+            *matches.get_one::<bool>(id).unwrap()
+        };
+        for (id, default) in &flags {
+            let flag = format!("--{}", id.replace('_', "-"));
+            assert_eq!(value(&[], id), *default, "{flag} default");
+            assert!(value(&[&flag], id), "{flag} bare");
+            for spelled in ["true", "1", "t", "T", "TRUE", "True"] {
+                assert!(value(&[&format!("{flag}={spelled}")], id), "{flag}={spelled}");
+            }
+            for spelled in ["false", "0", "f", "F", "FALSE", "False"] {
+                assert!(!value(&[&format!("{flag}={spelled}")], id), "{flag}={spelled}");
+            }
+            for refused in ["yes", "", "tRuE"] {
+                let err = Args::try_parse_from(["watchmux", &format!("{flag}={refused}")]).unwrap_err();
+                assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{flag}={refused}");
+            }
+        }
+    }
+
+    /// As pflag: `--flag false` is the bare flag (true) and then a stray
+    /// `false`, refused, never `--flag=false`; and a bare flag does not
+    /// take the next flag as its value.
+    #[test]
+    fn a_boolean_flags_value_needs_an_equals_sign() {
+        for (id, _) in boolean_flags() {
+            let flag = format!("--{}", id.replace('_', "-"));
+            for next in ["false", "true"] {
+                let err = Args::try_parse_from(["watchmux", &flag, next]).unwrap_err();
+                assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument, "{flag} {next}");
+            }
+        }
+        let args = Args::try_parse_from(["watchmux", "--compress-responses", "--cache-warm", "--listen", ":7443"]);
+        let args = args.unwrap();
+        assert!(args.compress_responses && args.cache_warm);
+        assert_eq!(args.listen, "[::]:7443".parse().unwrap());
+        let off = Args::try_parse_from(["watchmux", "--compress-responses=false", "--anonymous-auth=0"]).unwrap();
+        assert!(!off.compress_responses && !off.anonymous_auth && !off.cache_warm);
+    }
+
+    /// `--listen` and `--admin-listen` take Go's `:port` (every address);
+    /// the trust checks see every address as not loopback.
+    #[test]
+    fn listen_addresses_take_gos_empty_host() {
+        let args = Args::try_parse_from(["watchmux", "--listen=:6443", "--admin-listen=:9444"]).unwrap();
+        assert!(args.listen.ip().is_unspecified() && args.listen.port() == 6443);
+        assert!(args.admin_listen.ip().is_unspecified() && args.admin_listen.port() == 9444);
+        assert!(args.check_trust().unwrap_err().contains("--allow-unauthenticated-remote"));
+        for every in ["--listen=:6443", "--listen=[::]:6443"] {
+            let remote = Args::try_parse_from(["watchmux", every, "--allow-unauthenticated-remote"]).unwrap();
+            assert!(remote.check_trust().unwrap().unwrap().contains("watchmux's identity"), "{every}");
+        }
+        assert!(Args::try_parse_from(["watchmux", "--listen=localhost:7443"]).is_err());
+    }
+
+    /// `--logging-format` as Kubernetes components spell it, and the
+    /// earlier `--log-format` as its alias.
+    #[test]
+    fn logging_format_has_both_spellings() {
+        for flag in ["--logging-format=json", "--log-format=json"] {
+            assert_eq!(Args::try_parse_from(["watchmux", flag]).unwrap().logging_format, LogFormat::Json, "{flag}");
+        }
+        assert_eq!(Args::try_parse_from(["watchmux"]).unwrap().logging_format, LogFormat::Text);
     }
 
     #[test]

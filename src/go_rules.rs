@@ -10,7 +10,10 @@
 //! - [`duration`], `time.ParseDuration`;
 //! - [`fmt`], `strconv.Quote` (`%q`) and `%v` of a float;
 //! - [`rfc3339`], `time.Parse(time.RFC3339, …)` and `Time.AddDate`;
-//! - [`strconv`], `strconv.ParseUint` and `ParseInt` of a query's integers;
+//! - [`net`], `net.SplitHostPort` as `net.Listen` reads a listen address
+//!   (`:6443`: every address);
+//! - [`strconv`], `strconv.ParseUint` and `ParseInt` of a query's integers,
+//!   `strconv.ParseBool` of a boolean flag's value;
 //! - [`url_query`], `url.ParseQuery` as `URL.Query()` calls it.
 //!
 //! The API server's own rules built on these (request classification,
@@ -19,6 +22,7 @@
 
 pub(crate) mod duration;
 pub(crate) mod fmt;
+pub(crate) mod net;
 pub(crate) mod rfc3339;
 pub(crate) mod strconv;
 pub(crate) mod url_query;

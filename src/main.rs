@@ -19,14 +19,18 @@ fn main() -> ExitCode {
         };
     }
     let args = Args::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // RUST_LOG wins over -v when set; one that does not parse is ignored
+    // (-v's level then), as before -v existed.
+    let rust_log = std::env::var(EnvFilter::DEFAULT_ENV).ok();
+    let filter = EnvFilter::try_new(args.log_filter_directives(rust_log.as_deref()))
+        .unwrap_or_else(|_| EnvFilter::new(args.log_filter_directives(None)));
     // Colours only for a person at a terminal: a log collector would keep
     // the escape codes as text.
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    match args.log_format {
+    match args.logging_format {
         LogFormat::Text => subscriber.init(),
         LogFormat::Json => subscriber.json().init(),
     }

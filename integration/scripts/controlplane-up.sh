@@ -221,7 +221,7 @@ if [[ $topology == tier || $topology == tree ]]; then
   start watchmux-tier "$watchmux" --kubeconfig="$cp/kubeconfig/watchmux-tier" \
     --listen="127.0.0.1:$((base + 10))" --admin-listen="127.0.0.1:$((base + 11))" \
     --tls-cert-file="$cp/pki/watchmux-serving.crt" --tls-private-key-file="$cp/pki/watchmux-serving.key" \
-    --log-format=json --shutdown-grace=30s --cache-warm --events-history-window=75s --slow-watcher-grace=5s \
+    --logging-format=json --shutdown-grace=30s --cache-warm --events-history-window=75s --slow-watcher-grace=5s \
     --auth-mode=delegated --client-ca-file="$CA_CERT"
   wait_until "tier watchmux" ready $((base + 11))
 fi
@@ -262,7 +262,7 @@ for i in $(seq 0 $((n - 1))); do
     start "watchmux-$node" "$watchmux" --kubeconfig="$dir/upstream.kubeconfig" \
       --listen="127.0.0.1:$wport" --admin-listen="127.0.0.1:$wadmin" \
       --tls-cert-file="$cp/pki/watchmux-serving.crt" --tls-private-key-file="$cp/pki/watchmux-serving.key" \
-      --log-format=json --shutdown-grace=30s \
+      --logging-format=json --shutdown-grace=30s \
       --cache-resources=pods,nodes,services,runtimeclasses.node.k8s.io,csidrivers.storage.k8s.io \
       --cache-warm --events-history-window=75s --slow-watcher-grace=5s \
       "--cache-scope=nodes=fieldSelector=metadata.name=$node" \

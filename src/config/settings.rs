@@ -315,7 +315,7 @@ mod tests {
     fn the_caches_sync_settings_follow_their_flags() {
         let sync = |flags: &[&str]| args(flags).unwrap().cache_config().settings.sync;
         assert_eq!(sync(&[]), SyncSettings { gzip_lists: true, watch_list: false });
-        let flipped = sync(&["--upstream-gzip-lists", "false", "--upstream-watch-list", "true"]);
+        let flipped = sync(&["--upstream-gzip-lists=false", "--upstream-watch-list"]);
         assert_eq!(flipped, SyncSettings { gzip_lists: false, watch_list: true });
     }
 

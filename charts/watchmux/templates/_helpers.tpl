@@ -529,7 +529,7 @@ current-context: watchmux-tier
 {{- if include "watchmux.upstreamWatchList" . }}
 - --upstream-watch-list=true
 {{- end }}
-- --log-format={{ .Values.logFormat }}
+- --logging-format={{ .Values.logFormat }}
 - --shutdown-grace={{ .Values.shutdownGrace }}
 {{- if .Values.cache.enabled }}
 - --cache-resources={{ include "watchmux.cacheResources" . | fromYamlArray | join "," }}

@@ -10,7 +10,7 @@
 //! left some kubelets half a minute behind the rest (`make bench-scale`'s
 //! storm: a 31-34 s tail through watchmux, none direct).
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use tokio::net::{TcpListener, TcpSocket};
 
@@ -27,12 +27,31 @@ pub(crate) fn listen_backlog() -> u32 {
 
 /// Binds `addr` and listens with [`listen_backlog`], with `SO_REUSEADDR` as
 /// the standard library sets it (a restart while old connections linger in
-/// TIME_WAIT binds again at once).
+/// TIME_WAIT binds again at once). `[::]` (what `--listen=:7443` means) on a
+/// host without IPv6 is every IPv4 address instead, as Go's `net.Listen`
+/// falls back.
 pub(crate) fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    match bind_exactly(addr) {
+        Err(err) if addr.ip() == Ipv6Addr::UNSPECIFIED && no_ipv6_here(&err) => {
+            bind_exactly(SocketAddr::from((Ipv4Addr::UNSPECIFIED, addr.port())))
+        }
+        bound => bound,
+    }
+}
+
+fn bind_exactly(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(listen_backlog())
+}
+
+/// An IPv6 socket cannot be made (the kernel has no IPv6: EAFNOSUPPORT, 97
+/// on Linux) or `[::]` bound (IPv6 disabled on every interface).
+fn no_ipv6_here(err: &std::io::Error) -> bool {
+    const EAFNOSUPPORT: i32 = 97;
+    err.raw_os_error() == Some(EAFNOSUPPORT)
+        || matches!(err.kind(), std::io::ErrorKind::AddrNotAvailable | std::io::ErrorKind::Unsupported)
 }
 
 #[cfg(test)]
@@ -70,5 +89,18 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         assert_ne!(addr.port(), 0);
         assert!(bind_tcp(addr).is_err(), "a second listener on the same port");
+    }
+
+    /// `--listen=:0`, Go's every address: an IPv4 client reaches it, through
+    /// the kernel's IPv4-mapped addresses on a dual-stack host or the IPv4
+    /// fallback on one without IPv6.
+    #[tokio::test]
+    async fn every_address_takes_ipv4_clients_too() {
+        let every = crate::go_rules::net::parse_listen_address(":0").unwrap();
+        let listener = bind_tcp(every).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await.unwrap();
+        let (_, peer) = listener.accept().await.unwrap();
+        assert_eq!(peer.port(), client.local_addr().unwrap().port());
     }
 }
