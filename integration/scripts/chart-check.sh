@@ -39,6 +39,7 @@
 #     carry no key material and no checksum/tls (cert-manager issues the
 #     certificate there), and with tls.generated.withoutCluster=generate they
 #     differ (why that is not the default);
+#   - serviceMonitor.metricRelabelings lands in the ServiceMonitor's endpoint;
 #   - charts/watchmux/examples/sidecar-rendered.yaml is what the chart renders
 #     now (CHART_CHECK_UPDATE=1 rewrites it), and the sidecar container in
 #     sidecar-app.yaml is the chart's;

@@ -281,6 +281,26 @@ check_gitops_stable() {  # <case>
 check_gitops_stable tier
 check_gitops_stable nodelocal
 
+# serviceMonitor.metricRelabelings is the ServiceMonitor endpoint's, as given.
+relabel_args=(--set mode=tier --set serviceMonitor.enabled=true
+  --set 'serviceMonitor.metricRelabelings[0].action=drop'
+  --set 'serviceMonitor.metricRelabelings[0].sourceLabels[0]=__name__'
+  --set 'serviceMonitor.metricRelabelings[0].regex=watchmux_fanout_duration_seconds_bucket')
+if "$helm" template watchmux "$chart" -n "$ns_restricted" "${relabel_args[@]}" >"$tmp/relabel.yaml" 2>"$tmp/relabel.err"; then
+  got="$(yq -c -S 'select(.kind == "ServiceMonitor") | .spec.endpoints[0].metricRelabelings' "$tmp/relabel.yaml")"
+  want='[{"action":"drop","regex":"watchmux_fanout_duration_seconds_bucket","sourceLabels":["__name__"]}]'
+  if [[ $got == "$want" ]]; then
+    say "ok   serviceMonitor.metricRelabelings: in the ServiceMonitor's endpoint ($got)"
+  else
+    fail "serviceMonitor.metricRelabelings: the ServiceMonitor's endpoint has '$got', not '$want'"
+  fi
+  if yq -e 'select(.kind == "ServiceMonitor") | .spec.endpoints[0] | has("metricRelabelings")' "$tmp/tier-servicemonitor.yaml" >/dev/null 2>&1; then
+    fail "serviceMonitor.metricRelabelings: rendered without being set"
+  fi
+else
+  cat "$tmp/relabel.err" >&2; fail "serviceMonitor.metricRelabelings: helm template"
+fi
+
 # The rendered sidecar example is current, and the app example carries the
 # chart's container.
 sidecar_render() {
