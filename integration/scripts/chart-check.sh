@@ -34,6 +34,12 @@
 #     env (so the kubelet expands it), readiness is /readyz and liveness /livez;
 #   - the chart-generated serving certificate verifies against its CA and
 #     carries the expected names;
+#   - GitOps: two helm template renders of the tier and nodeLocal defaults
+#     (as Argo CD renders them, no cluster to look up) are byte-identical,
+#     carry no key material and no checksum/tls (cert-manager issues the
+#     certificate there), and with tls.generated.withoutCluster=generate they
+#     differ (why that is not the default);
+#   - serviceMonitor.metricRelabelings lands in the ServiceMonitor's endpoint;
 #   - charts/watchmux/examples/sidecar-rendered.yaml is what the chart renders
 #     now (CHART_CHECK_UPDATE=1 rewrites it), and the sidecar container in
 #     sidecar-app.yaml is the chart's;
@@ -141,10 +147,21 @@ tmp="$(mktemp -d)"
 # first (a case's own -f or --set still wins); the refusal
 # image-repository-unset proves the chart refuses without it.
 printf 'image:\n  repository: registry.example/watchmux\n' >"$tmp/image-values.yaml"
+# A render here cannot read a cluster, where helm install generates the
+# serving certificate (and helm template, by default, has cert-manager issue
+# it: tls.generated.withoutCluster). So that the stages check and run the
+# certificate helm install would make, helm template renders as helm install
+# does, unless RENDER_LIKE_GITOPS=1 (the GitOps check: the chart's own
+# default, as Argo CD renders it). A case's own -f or --set still wins.
+printf 'tls:\n  generated:\n    withoutCluster: generate\n' >"$tmp/render-like-install.yaml"
 cat >"$tmp/helm" <<EOF
 #!/usr/bin/env bash
 case "\$1" in
-  template|lint|install|upgrade) sub="\$1"; shift; exec "$helm" "\$sub" -f "$tmp/image-values.yaml" "\$@" ;;
+  template)
+    shift
+    if [[ \${RENDER_LIKE_GITOPS:-0} == 1 ]]; then exec "$helm" template -f "$tmp/image-values.yaml" "\$@"; fi
+    exec "$helm" template -f "$tmp/image-values.yaml" -f "$tmp/render-like-install.yaml" "\$@" ;;
+  lint|install|upgrade) sub="\$1"; shift; exec "$helm" "\$sub" -f "$tmp/image-values.yaml" "\$@" ;;
 esac
 exec "$helm" "\$@"
 EOF

@@ -15,6 +15,9 @@
 #     serving unproven state and the persist stores' health;
 #   - every metric the dashboard and the alerts query is one watchmux exports
 #     (named in src/metrics.rs or src/metrics/process.rs);
+#   - the recommended fleet drop list (examples/fleet-metric-relabelings.yaml)
+#     drops no series the dashboard or the alerts read, and each of its rules
+#     drops something watchmux exports;
 #   - nodeLocal with hostNetwork: the admin port is loopback (probes to
 #     127.0.0.1) by default, on $(HOST_IP) with nodeLocal.adminOnHostIP
 #     (probes to the pod's IP), and a ServiceMonitor that could not scrape
@@ -162,6 +165,38 @@ for source in dashboard alerts; do
     say "ok   every metric the $source query is exported ($(echo "$names" | wc -l) names)"
   fi
 done
+
+# --- the fleet drop list keeps what the dashboard and the alerts read ---------------
+# charts/watchmux/examples/fleet-metric-relabelings.yaml (the chart README's
+# recommended serviceMonitor.metricRelabelings): no drop rule matches a series
+# name a query reads (Prometheus anchors the regex at both ends, as fullmatch
+# does), and each drops some series watchmux exports (a histogram's as
+# _bucket/_sum/_count).
+relabelings="$chart/examples/fleet-metric-relabelings.yaml"
+read_names="$( { jq -r '.. | objects | select(has("expr")) | .expr' "$chart/dashboards/watchmux.json"; yq -r '.groups[].rules[].expr' "$tmp/rules.yaml"; } |
+  grep -oE '\b(watchmux|process)_[a-z_]+' | sort -u)"
+relabel_problems="$(python3 - "$relabelings" <(echo "$read_names") <(echo "$exported") <<'PY'
+import re, sys, yaml
+rules = yaml.safe_load(open(sys.argv[1]))["serviceMonitor"]["metricRelabelings"]
+read = open(sys.argv[2]).read().split()
+exported = [n + s for n in open(sys.argv[3]).read().split() for s in ("", "_bucket", "_sum", "_count")]
+for i, rule in enumerate(rules):
+    if rule.get("action") != "drop" or rule.get("sourceLabels") != ["__name__"]:
+        print(f"rule {i}: not a drop by __name__")
+        continue
+    regex = re.compile(rule["regex"])
+    for name in read:
+        if regex.fullmatch(name):
+            print(f"rule {i} drops {name}, which the dashboard or an alert reads")
+    if not any(regex.fullmatch(n) for n in exported):
+        print(f"rule {i} drops nothing watchmux exports")
+PY
+)"
+if [[ -n $relabel_problems ]]; then
+  while read -r p; do fail "fleet-metric-relabelings.yaml: $p"; done <<<"$relabel_problems"
+else
+  say "ok   fleet-metric-relabelings.yaml: $(yq '.serviceMonitor.metricRelabelings | length' "$relabelings") drop rules, none drops a series the dashboard or the alerts read ($(echo "$read_names" | wc -l) names)"
+fi
 
 # --- nodeLocal: a scrapeable admin port -------------------------------------------
 nodelocal=(--set mode=nodeLocal --set auth.clientCA.configMap=client-ca)

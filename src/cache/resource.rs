@@ -77,7 +77,9 @@ impl CacheMetrics {
             events_received: metrics::counter!(m::CACHE_EVENTS_RECEIVED, &l()),
             capacity: metrics::gauge!(m::CACHE_CAPACITY, &l()),
             objects: metrics::gauge!(m::CACHE_OBJECTS, &l()),
-            read_wait: metrics::histogram!(m::CACHE_READ_WAIT, &l()),
+            // Not by resource: a total says whether reads wait, at a
+            // histogram's cost instead of one per cached resource.
+            read_wait: metrics::histogram!(m::CACHE_READ_WAIT),
             staleness: metrics::gauge!(m::CACHE_STALENESS, &l()),
             relisting: metrics::gauge!(m::CACHE_RELIST_IN_PROGRESS, &l()),
             confirmed_at: Mutex::new(None),

@@ -77,9 +77,47 @@ app.kubernetes.io/component: {{ .Values.mode | kebabcase }}
 {{- if and .Values.tls.enabled (ne .Values.mode "sidecar") }}true{{ end }}
 {{- end }}
 
-{{/* "true" when the chart itself generates the serving certificate. */}}
-{{- define "watchmux.tlsGenerated" -}}
+{{/*
+"true" when this render can read the cluster: helm install and upgrade (and
+Flux's helm-controller, which runs them), not helm template (Argo CD renders
+with it), helm install --dry-run or helm lint, where lookup answers nothing.
+kube-system is looked up because it exists in every cluster, also before
+--create-namespace has made the release's namespace. Memoised in .Values: one
+lookup per render.
+*/}}
+{{- define "watchmux.clusterVisible" -}}
+{{- if not (hasKey .Values "_watchmuxClusterVisible") }}
+{{- $_ := set .Values "_watchmuxClusterVisible" (not (empty (lookup "v1" "Namespace" "" "kube-system"))) }}
+{{- end }}
+{{- if .Values._watchmuxClusterVisible }}true{{ end }}
+{{- end }}
+
+{{/*
+"true" when no source of the serving certificate is chosen (no
+tls.existingSecret, certManager.enabled false): the chart provides it, by
+generating it or, per tls.generated.withoutCluster, with cert-manager.
+*/}}
+{{- define "watchmux.tlsChartProvided" -}}
 {{- if and (include "watchmux.tlsActive" .) (not .Values.tls.existingSecret) (not .Values.certManager.enabled) }}true{{ end }}
+{{- end }}
+
+{{/*
+"true" when the chart itself generates the serving certificate (genCA): in
+renders that can look the earlier one up and keep it, and in the others only
+with tls.generated.withoutCluster=generate. A render that cannot look it up
+would otherwise put a new CA and key in every render, and GitOps tools that
+render with helm template would replace them (and restart every pod) on every
+sync.
+*/}}
+{{- define "watchmux.tlsGenerated" -}}
+{{- if and (include "watchmux.tlsChartProvided" .) (or (include "watchmux.clusterVisible" .) (eq .Values.tls.generated.withoutCluster "generate")) }}true{{ end }}
+{{- end }}
+
+{{/* "true" when cert-manager issues the serving certificate: chosen with
+certManager.enabled, or the chart's default where it cannot generate one that
+every render keeps (tls.generated.withoutCluster=certManager). */}}
+{{- define "watchmux.tlsCertManager" -}}
+{{- if and (include "watchmux.tlsActive" .) (or .Values.certManager.enabled (and (include "watchmux.tlsChartProvided" .) (not (include "watchmux.tlsGenerated" .)))) }}true{{ end }}
 {{- end }}
 
 {{- define "watchmux.tlsSecretName" -}}

@@ -367,7 +367,7 @@ impl Bench {
                 (Some(b), Some(a)) => FANOUT_STAGES
                     .iter()
                     .filter_map(|&stage| {
-                        let labels = [("resource", "configmaps"), ("stage", stage)];
+                        let labels = [("stage", stage)];
                         let (events, q) = prom::histogram_delta_quantiles(
                             b,
                             a,

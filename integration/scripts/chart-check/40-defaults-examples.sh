@@ -247,6 +247,60 @@ check_generated_cert() {  # <case> <expected SAN substrings...>
 check_generated_cert tier "DNS:watchmux.$ns_restricted.svc" "DNS:watchmux.$ns_restricted.svc.cluster.local"
 check_generated_cert nodelocal "IPAddress:127.0.0.1" "DNS:watchmux.node.local" "DNS:localhost"
 
+# GitOps (Argo CD renders with helm template, where lookup finds nothing): two
+# renders of the defaults are byte-identical, so a sync changes nothing and
+# restarts no pod; no key material and no checksum/tls in them (cert-manager
+# issues the certificate: tls.generated.withoutCluster). Generating in every
+# render instead gives two different renders, which is why it is not the
+# default.
+check_gitops_stable() {  # <case>
+  local name="$1" c args nskind
+  for c in "${cases[@]}"; do [[ ${c%%|*} == "$name" ]] && break; done
+  IFS='|' read -r _ nskind _ args <<<"$c"
+  eval "set -- $args"
+  local ns; ns="$(ns_for "$nskind")"
+  local a="$tmp/gitops-$name-1.yaml" b="$tmp/gitops-$name-2.yaml" g1="$tmp/gitops-$name-gen-1.yaml" g2="$tmp/gitops-$name-gen-2.yaml"
+  RENDER_LIKE_GITOPS=1 "$helm" template watchmux "$chart" -n "$ns" "$@" >"$a" 2>"$tmp/gitops-$name.err" &&
+    RENDER_LIKE_GITOPS=1 "$helm" template watchmux "$chart" -n "$ns" "$@" >"$b" 2>>"$tmp/gitops-$name.err" &&
+    RENDER_LIKE_GITOPS=1 "$helm" template watchmux "$chart" -n "$ns" "$@" --set tls.generated.withoutCluster=generate >"$g1" 2>>"$tmp/gitops-$name.err" &&
+    RENDER_LIKE_GITOPS=1 "$helm" template watchmux "$chart" -n "$ns" "$@" --set tls.generated.withoutCluster=generate >"$g2" 2>>"$tmp/gitops-$name.err" ||
+    { cat "$tmp/gitops-$name.err" >&2; fail "GitOps $name: helm template"; return; }
+  if ! diff -u "$a" "$b" >"$tmp/gitops-$name.diff"; then
+    head -20 "$tmp/gitops-$name.diff" >&2; fail "GitOps $name: two helm template renders of the defaults differ"; return
+  fi
+  if grep -qE '^  tls\.key:|checksum/tls' "$a"; then
+    fail "GitOps $name: the default render carries key material or checksum/tls"; return
+  fi
+  local certs; certs="$(yq -r 'select(.kind == "Certificate") | .spec.secretName' "$a" | paste -sd, -)"
+  [[ $certs == *"watchmux-tls"* ]] || { fail "GitOps $name: no cert-manager Certificate for Secret watchmux-tls (got '$certs')"; return; }
+  if cmp -s "$g1" "$g2"; then
+    fail "GitOps $name: two renders with tls.generated.withoutCluster=generate are identical (is the CA generated at all?)"; return
+  fi
+  say "ok   GitOps $name: two helm template renders are byte-identical (cert-manager issues $certs; no key, no checksum/tls); generate would differ"
+}
+check_gitops_stable tier
+check_gitops_stable nodelocal
+
+# serviceMonitor.metricRelabelings is the ServiceMonitor endpoint's, as given.
+relabel_args=(--set mode=tier --set serviceMonitor.enabled=true
+  --set 'serviceMonitor.metricRelabelings[0].action=drop'
+  --set 'serviceMonitor.metricRelabelings[0].sourceLabels[0]=__name__'
+  --set 'serviceMonitor.metricRelabelings[0].regex=watchmux_fanout_duration_seconds_bucket')
+if "$helm" template watchmux "$chart" -n "$ns_restricted" "${relabel_args[@]}" >"$tmp/relabel.yaml" 2>"$tmp/relabel.err"; then
+  got="$(yq -c -S 'select(.kind == "ServiceMonitor") | .spec.endpoints[0].metricRelabelings' "$tmp/relabel.yaml")"
+  want='[{"action":"drop","regex":"watchmux_fanout_duration_seconds_bucket","sourceLabels":["__name__"]}]'
+  if [[ $got == "$want" ]]; then
+    say "ok   serviceMonitor.metricRelabelings: in the ServiceMonitor's endpoint ($got)"
+  else
+    fail "serviceMonitor.metricRelabelings: the ServiceMonitor's endpoint has '$got', not '$want'"
+  fi
+  if yq -e 'select(.kind == "ServiceMonitor") | .spec.endpoints[0] | has("metricRelabelings")' "$tmp/tier-servicemonitor.yaml" >/dev/null 2>&1; then
+    fail "serviceMonitor.metricRelabelings: rendered without being set"
+  fi
+else
+  cat "$tmp/relabel.err" >&2; fail "serviceMonitor.metricRelabelings: helm template"
+fi
+
 # The rendered sidecar example is current, and the app example carries the
 # chart's container.
 sidecar_render() {

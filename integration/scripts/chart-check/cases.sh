@@ -13,6 +13,7 @@ cases=(
   "tier-cache-all|restricted|-|--set mode=tier --set 'cache.resources={*}' --set cache.scopes.configmaps=labelSelector=app=demo --set limits.fairnessSeats=200 --set limits.fairnessQueueWait=5s --set limits.goawayChance=0.001"
   "tier-cache-off|restricted|-|--set mode=tier --set cache.enabled=false"
   "tier-servicemonitor|restricted|-|--set mode=tier --set serviceMonitor.enabled=true --set networkPolicy.enabled=true"
+  "nodelocal-fleet-relabelings|privileged|-|--set mode=nodeLocal --set serviceMonitor.enabled=true --set nodeLocal.adminOnHostIP=true --set auth.clientCA.configMap=client-ca -f $examples/fleet-metric-relabelings.yaml"
   "tier-certmanager|restricted|-|--set mode=tier --set certManager.enabled=true"
   "tier-plain-existing-issuer|restricted|-|--set mode=tier --set tls.enabled=false --set certManager.enabled=true --set certManager.issuerRef.name=corp-ca --set certManager.issuerRef.kind=ClusterIssuer"
   "tier-example-values|restricted|-|-f $examples/tier-values.yaml"

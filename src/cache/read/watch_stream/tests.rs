@@ -671,7 +671,7 @@ async fn a_refused_live_event_ends_a_protobuf_stream() {
 
 /// The number of `stage` observations of the fan-out histogram in `text`.
 fn fanout_count(text: &str, stage: &str) -> u64 {
-    let series = format!("watchmux_fanout_duration_seconds_count{{resource=\"configmaps\",stage=\"{stage}\"}} ");
+    let series = format!("watchmux_fanout_duration_seconds_count{{stage=\"{stage}\"}} ");
     text.lines().find_map(|l| l.strip_prefix(&series)).map_or(0, |v| v.parse().unwrap())
 }
 
@@ -698,4 +698,24 @@ async fn the_fan_out_time_ends_when_the_last_watcher_hands_its_frame_over() {
     cache.bookmark(12);
     let text = prom.render();
     assert_eq!((fanout_count(&text, "queued"), fanout_count(&text, "handed")), (1, 1));
+}
+
+/// What an idle cache adds to `/metrics` of its fan-out and read-wait
+/// histograms: each once, not once per cached resource (a node-local's
+/// series budget), the fan-out with its own 13 buckets.
+#[tokio::test(start_paused = true)]
+async fn an_idle_cache_shows_its_fan_out_and_read_wait_histograms_once_not_per_resource() {
+    let recorder = crate::metrics::builder().unwrap().build_recorder();
+    let prom = recorder.handle();
+    let _cache = metrics::with_local_recorder(&recorder, || cache_with([]));
+    let text = prom.render();
+    let series = |name: &str| text.lines().filter(|l| l.starts_with(name)).collect::<Vec<_>>();
+    let fanout = series("watchmux_fanout_duration_seconds");
+    let read_wait = series("watchmux_watch_cache_read_wait_seconds");
+    for line in fanout.iter().chain(&read_wait) {
+        assert!(!line.contains("resource="), "labelled by resource: {line}");
+    }
+    // Per histogram: its buckets, +Inf, _sum and _count.
+    assert_eq!(fanout.len(), 2 * (13 + 3), "two stages: {fanout:#?}");
+    assert_eq!(read_wait.len(), 16 + 3, "{read_wait:#?}");
 }
