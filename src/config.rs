@@ -24,6 +24,7 @@ use crate::auth::UpstreamIdentityMode;
 use crate::cache::catalog::resolve::ResourceName;
 use crate::go_rules;
 use crate::server::connection::goaway_chance::parse_goaway_chance;
+use crate::server::{TlsCipherSuite, TlsMinVersion, parse_cipher_suite, parse_tls_min_version};
 
 /// What `--version` says: the crate's version, the source revision it was
 /// built from (`unknown` outside `make release`/`make image`, see build.rs)
@@ -75,9 +76,25 @@ pub struct Args {
     #[arg(long, value_name = "PATH", requires = "tls_private_key_file")]
     pub tls_cert_file: Option<PathBuf>,
 
-    /// PEM private key for --tls-cert-file.
+    /// PEM private key for --tls-cert-file. Both files, and
+    /// --client-ca-file, are read again within 5 s of a change (a Secret
+    /// volume's update included): new connections use the new ones, and a
+    /// pair that does not parse or match is refused, the old one kept.
     #[arg(long, value_name = "PATH", requires = "tls_cert_file")]
     pub tls_private_key_file: Option<PathBuf>,
+
+    /// The lowest TLS version the API listener accepts, by kube-apiserver's
+    /// names: VersionTLS12 (its default) or VersionTLS13.
+    #[arg(long, value_name = "VERSION", default_value = "VersionTLS12", value_parser = parse_tls_min_version, requires = "tls_cert_file")]
+    pub tls_min_version: TlsMinVersion,
+
+    /// TLS 1.2 cipher suites the API listener accepts, comma-separated IANA
+    /// names as kube-apiserver takes them (TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    /// ...); a name rustls does not implement (CBC, RSA key exchange) is
+    /// refused. TLS 1.3's suites are not configurable, as in Go. Default:
+    /// every ECDHE AES-GCM and ChaCha20-Poly1305 suite.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',', value_parser = parse_cipher_suite, requires = "tls_cert_file")]
+    pub tls_cipher_suites: Vec<TlsCipherSuite>,
 
     /// Address of the admin listener: /metrics, /healthz, /livez, /readyz. Kept
     /// apart from the API port so the API server's own paths pass through.
@@ -639,6 +656,23 @@ mod tests {
         assert_eq!(spelled_as_flag(&AuthMode::TrustedLocal), "trusted-local");
         assert_eq!(spelled_as_flag(&UpstreamIdentityMode::Impersonate), "impersonate");
         assert_eq!(spelled_as_flag(&LogFormat::Json), "json");
+    }
+
+    #[test]
+    fn tls_version_and_cipher_suite_flags() {
+        let tls = ["watchmux", "--tls-cert-file", "c", "--tls-private-key-file", "k"];
+        let with = |extra: &[&str]| Args::try_parse_from(tls.iter().chain(extra));
+        let defaults = with(&[]).unwrap();
+        assert_eq!((defaults.tls_min_version, defaults.tls_cipher_suites.len()), (TlsMinVersion::Tls12, 0));
+        let suites = "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384";
+        let set = with(&["--tls-min-version", "VersionTLS13", "--tls-cipher-suites", suites]).unwrap();
+        assert_eq!((set.tls_min_version, set.tls_cipher_suites.len()), (TlsMinVersion::Tls13, 2));
+        let refused =
+            with(&["--tls-cipher-suites", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_AES_128_CBC_SHA"]);
+        assert!(refused.unwrap_err().to_string().contains("TLS_RSA_WITH_AES_128_CBC_SHA"));
+        assert!(with(&["--tls-min-version", "VersionTLS11"]).is_err());
+        // Without TLS on the listener they would mean nothing.
+        assert!(Args::try_parse_from(["watchmux", "--tls-min-version", "VersionTLS13"]).is_err());
     }
 
     #[test]

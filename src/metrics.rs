@@ -41,6 +41,11 @@ pub(crate) const CONNECTIONS_OPEN: &str = "watchmux_connections_open";
 pub(crate) const CONNECTIONS_FINISHED: &str = "watchmux_connections_finished_total";
 /// Downstream connections that ended in an error (bad TLS, malformed HTTP...).
 pub(crate) const CONNECTION_ERRORS: &str = "watchmux_connection_errors_total";
+/// Times the API listener's TLS files were read again after a change, by
+/// `file_kind` (`serving`: the certificate and key; `client_ca`) and
+/// `result` (`ok`: new connections use them; `error`: refused, the previous
+/// ones kept).
+pub(crate) const TLS_RELOADS: &str = "watchmux_tls_reloads_total";
 /// 1 when the upstream answered its last readiness probe, else 0.
 pub(crate) const UPSTREAM_READY: &str = "watchmux_upstream_ready";
 pub(crate) const UPSTREAM_HEALTH: &str = "watchmux_upstream_health";
@@ -386,6 +391,10 @@ fn describe() {
         "HTTP/2 connections sent GOAWAY by watchmux, by listener and reason (idle, connection_close, goaway_chance)."
     );
     describe_counter!(CONNECTION_ERRORS, "Downstream connections that ended in an error, by listener and stage.");
+    describe_counter!(
+        TLS_RELOADS,
+        "The API listener's TLS files read again after they changed on disk, by file_kind (serving: --tls-cert-file and --tls-private-key-file; client_ca: --client-ca-file) and result (ok: connections accepted from then on use the new ones; error: they do not read, parse or match, and the previous ones stay in use)."
+    );
     describe_gauge!(UPSTREAM_READY, "1 when the upstream API server answered its last readiness probe, else 0.");
     describe_gauge!(
         UPSTREAM_HEALTH,

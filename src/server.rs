@@ -29,6 +29,10 @@ use gates::connections::{ConnectionBudget, Shares};
 use lifecycle::graceful::GracefulShutdown;
 use lifecycle::shutdown::Stages;
 
+pub use connection::tls::protocol::{
+    TlsCipherSuite, TlsMinVersion, TlsProtocol, parse_cipher_suite, parse_tls_min_version,
+};
+
 /// Where the server listens (from `--listen`, `--listen-unix`, the TLS
 /// flags and `--admin-listen`).
 #[derive(Debug, Clone)]
@@ -44,7 +48,8 @@ pub struct Listeners {
     pub admin: SocketAddr,
 }
 
-/// The API listener's TLS files.
+/// The API listener's TLS files, read again when they change, and its
+/// protocol versions and cipher suites.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
     /// The serving certificate chain, PEM (`--tls-cert-file`).
@@ -53,6 +58,8 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// CA bundle client certificates are verified against (`--client-ca-file`).
     pub client_ca: Option<PathBuf>,
+    /// `--tls-min-version` and `--tls-cipher-suites`.
+    pub protocol: TlsProtocol,
 }
 
 /// How the API listener serves, besides where (from the flags).
@@ -91,7 +98,7 @@ impl Server {
     pub(crate) async fn bind(l: &Listeners) -> anyhow::Result<Self> {
         let api = connection::backlog::bind_tcp(l.api).with_context(|| format!("binding --listen {}", l.api))?;
         let api_tls = match &l.tls {
-            Some(t) => Some(connection::tls::api_tls(&t.cert, &t.key, t.client_ca.as_deref())?),
+            Some(files) => Some(connection::tls::api_tls(files)?),
             None => None,
         };
         let api_unix = match &l.unix {
@@ -170,6 +177,9 @@ impl Server {
         let admin_task = tokio::spawn(admin_task);
 
         tracing::info!(addr = %api.local_addr()?, tls = api_tls.is_some(), "serving the API");
+        if let Some(tls) = &api_tls {
+            tokio::spawn(connection::tls::reload::keep_current(tls.clone(), accept_stop.clone()));
+        }
         let unix_path = api_unix.as_ref().map(|(_, p)| p.clone());
         let accepting = async {
             let serving = |name, goaway_chance| Serving {

@@ -28,9 +28,15 @@ impl super::Args {
     /// installs): listeners, limits, auth and the cache.
     pub fn server_options(&self) -> anyhow::Result<ServerOptions> {
         let tls = match (&self.tls_cert_file, &self.tls_private_key_file) {
-            (Some(cert), Some(key)) => {
-                Some(server::TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: self.client_ca_file.clone() })
-            }
+            (Some(cert), Some(key)) => Some(server::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.client_ca_file.clone(),
+                protocol: server::TlsProtocol {
+                    min_version: self.tls_min_version,
+                    cipher_suites: self.tls_cipher_suites.clone(),
+                },
+            }),
             _ => None,
         };
         Ok(ServerOptions {

@@ -19,7 +19,6 @@
 //! certificate is valid now, and its window is kept with the connection.
 
 use std::cell::Cell;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -62,12 +61,13 @@ pub(crate) struct ClientCa {
 }
 
 impl ClientCa {
-    /// Reads the CA file; certificates that cannot be read as trust anchors
-    /// are skipped, as rustls skips them, and none at all is an error.
-    pub(crate) fn load(ca_file: &Path) -> Result<Arc<Self>, ClientCaError> {
-        let path = ca_file.display().to_string();
-        let certs = CertificateDer::pem_file_iter(ca_file)
-            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+    /// The CA certificates of `pem`, what the file at `path` holds;
+    /// certificates that cannot be read as trust anchors are skipped, as
+    /// rustls skips them, and none at all is an error.
+    pub(crate) fn from_pem(path: &str, pem: &[u8]) -> Result<Arc<Self>, ClientCaError> {
+        let path = path.to_owned();
+        let certs = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|source| ClientCaError::Read { path: path.clone(), source })?;
         let (anchors, anchor_validity): (Vec<_>, Vec<_>) = certs
             .iter()
@@ -277,13 +277,11 @@ pub(crate) mod tests {
         Issued { cert: params.signed_by(&key, &by.cert, &by.key).unwrap(), key }
     }
 
-    /// A `ClientCa` of these CA certificates, through a PEM file as
-    /// `--client-ca-file`.
+    /// A `ClientCa` of these CA certificates, from PEM as
+    /// `--client-ca-file` holds them.
     pub(crate) fn client_ca(cas: &[&Issued]) -> Arc<ClientCa> {
-        let file = tempfile::NamedTempFile::new().unwrap();
         let pem: String = cas.iter().map(|ca| ca.cert.pem()).collect();
-        std::fs::write(file.path(), pem).unwrap();
-        ClientCa::load(file.path()).unwrap()
+        ClientCa::from_pem("ca.crt", pem.as_bytes()).unwrap()
     }
 
     const NOW_VALID: Years = (2000, 2090);

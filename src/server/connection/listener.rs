@@ -304,8 +304,11 @@ enum TcpReady {
 /// Accepts TCP connections until `stop` is cancelled.
 pub(crate) async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<ApiTls>, serving: Serving<'_, H>) {
     accept_loop(listener, serving, |a: Accepted<TcpStream, H>| {
-        let acceptor = tls.as_ref().map(|t| t.acceptor.clone());
-        let client_ca = tls.as_ref().and_then(|t| t.client_ca.clone());
+        // The files as last read: this connection keeps them, whatever
+        // changes after.
+        let handshake = tls.as_ref().map(ApiTls::current);
+        let acceptor = handshake.as_ref().map(|h| h.acceptor.clone());
+        let client_ca = handshake.and_then(|h| h.client_ca.clone());
         async move {
             let ready = tokio::select! {
                 _ = a.stop.cancelled() => return,

@@ -182,7 +182,9 @@ fn tls_pair(alpn: &[&[u8]]) -> (ApiTls, tokio_rustls::TlsConnector, tempfile::Te
     let (cert_path, key_path) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     std::fs::write(&cert_path, cert.cert.pem()).unwrap();
     std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
-    let acceptor = super::super::tls::api_tls(&cert_path, &key_path, None).unwrap();
+    let files =
+        crate::server::TlsFiles { cert: cert_path, key: key_path, client_ca: None, protocol: Default::default() };
+    let acceptor = super::super::tls::api_tls(&files).unwrap();
     // The client is watchmux's own upstream TLS, trusting the test's CA.
     let upstream = crate::upstream::kubeconfig::UpstreamConfig {
         ca_pem: Some(cert.cert.pem().into_bytes()),
