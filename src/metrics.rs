@@ -386,11 +386,11 @@ fn describe() {
     describe_counter!(PASSTHROUGH_REASONS, "Requests the cache could have served but passed upstream, by reason.");
     describe_counter!(
         BACKFILLS,
-        "Backfill rounds for watches older than the cache's history: one upstream watch from the oldest version asked for, shared by every waiting watcher; by resource and result (joined: the history was reached; expired: the API server answered 410; too_far, timeout, failed: the waiters passed through)."
+        "Backfill rounds for watches older than the cache's history: one upstream watch from the oldest version asked for, shared by every waiting watcher; by resource and result (joined: the history was reached; expired: the API server answered 410; unreachable: the cache's own 410; too_far, timeout, failed: the waiters passed through)."
     );
     describe_counter!(
         BACKFILL_WATCHERS,
-        "Watches older than the cache's history that waited on a backfill, by resource and result (served; expired: the API server's 410; passthrough: a bound, a failure or a transition the backfill cannot tell; refused: 429, too many waiting)."
+        "Watches older than the cache's history that waited on a backfill, by resource and result (served; expired: the API server's 410; unreachable: the cache's own 410; passthrough: a bound, a failure or a transition the backfill cannot tell; refused: 429, too many waiting)."
     );
     describe_counter!(CACHE_EVENTS_RECEIVED, "Events received from the upstream watch, by resource.");
     describe_counter!(CACHE_EVENTS_DISPATCHED, "Events handed to the dispatcher, by resource.");

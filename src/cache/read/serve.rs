@@ -24,9 +24,9 @@ mod crd;
 mod list;
 
 use super::super::registry::{CacheConfig, NotCached, Registry};
+use super::super::resource::backfill::{self, Resumed};
 use super::super::resource::freshness::fallbacks::too_large;
 use super::super::resource::freshness::{Proof, ProofOutcome, ensure_fresh, prove_watch_list, reached};
-use super::super::resource::backfill::{self, Resumed};
 use super::super::resource::{ResourceCache, StartAt};
 use super::params::{ReadParams, Rv, RvMatch};
 use super::plan::{self, Content, Facts, Read, ReadPlan, Request};
@@ -218,7 +218,7 @@ impl CacheService {
         // takes a seat, as the watch-list's proof does: the wait is the
         // upstream's, and a restarted watchmux's crowd of resuming watchers
         // would hold every seat.
-        let backfilled = match self.backfill(&cache, &read).await {
+        let backfilled = match self.backfill(&cache, &read, arrival).await {
             Ok(backfilled) => backfilled,
             Err(served) => return served,
         };
@@ -286,8 +286,13 @@ impl CacheService {
     /// bridges: its events from the resource's backfill
     /// (`resource/backfill.rs`), or the answer it gets instead. `None`: not
     /// such a watch, or one the cache answers as before (a closed resource,
-    /// an upstream known down: the cache's own 410).
-    async fn backfill(&self, cache: &Arc<ResourceCache>, read: &Read) -> Result<Option<Resumed>, Served> {
+    /// an upstream known down or found unreachable: the cache's own 410).
+    async fn backfill(
+        &self,
+        cache: &Arc<ResourceCache>,
+        read: &Read,
+        arrival: Instant,
+    ) -> Result<Option<Resumed>, Served> {
         let Some(rv) = resumes_from(read) else { return Ok(None) };
         let upstream = self.registry.upstream();
         if cache.bridges(rv) || cache.is_closed() || upstream.health().is_down() {
@@ -300,8 +305,11 @@ impl CacheService {
         };
         match backfill::resume(cache, upstream, &read.filter, rv).await {
             backfill::Answer::Served(resumed) => Ok(Some(resumed)),
+            backfill::Answer::Unreachable => Ok(None),
             backfill::Answer::PassThrough => Err(Served::Passthrough(Reason::Backfill)),
             backfill::Answer::Expired(message) => {
+                // The watch's answer, as the cache's own 410 was.
+                record_answer(Endpoint::Watch, cache.label().to_owned(), arrival);
                 let status = Status::new(StatusCode::GONE, StatusReason::Expired, message);
                 answered(watch_response(variant, body::chunk(error_frame(variant, &status))))
             }

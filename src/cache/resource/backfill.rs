@@ -25,7 +25,10 @@
 //! still bridges its end, and serves at once a watcher within it.
 //!
 //! The API server's 410 (its own window passed: compacted) reaches every
-//! waiter as it sent it, message and all: only then does a client get 410.
+//! waiter as it sent it, message and all: only then does a client get 410,
+//! or when the upstream cannot be reached at all (then the cache's own
+//! 410, as without a backfill: a pass-through would fail, and the list the
+//! client then makes is the cache's to serve, offline mode included).
 //!
 //! Bounds, each with what a client gets past it (docs/cache.md, "Watches
 //! older than the history"):
@@ -63,7 +66,7 @@ use crate::cache::delivery::filter::Filter;
 use crate::cache::delivery::watcher::Delivery;
 use crate::cache::state::event::CacheEvent;
 use crate::cache::state::object::{CachedObject, ObjectKey};
-use crate::cache::upstream_wire::{Change, LineEnd, Opened, StreamEnd, open_watch, watch_params};
+use crate::cache::upstream_wire::{Change, LineEnd, Opened, ReflectorError, StreamEnd, open_watch, watch_params};
 use crate::encode::watch::EventType;
 use crate::metrics as m;
 use crate::selector::FieldSelector;
@@ -110,6 +113,8 @@ enum Outcome {
     Joined(Arc<Segment>),
     /// The API server's 410 ERROR event, with its message.
     Expired(Arc<str>),
+    /// The upstream could not be reached: a pass-through would fail alike.
+    Unreachable,
     /// No segment: the waiters pass through (the label says why).
     Failed(&'static str),
 }
@@ -119,6 +124,7 @@ impl Outcome {
         match self {
             Self::Joined(_) => "joined",
             Self::Expired(_) => "expired",
+            Self::Unreachable => "unreachable",
             Self::Failed(why) => why,
         }
     }
@@ -154,6 +160,10 @@ pub(crate) enum Answer {
     Expired(String),
     /// [`MAX_WAITERS`] already wait: 429.
     TooMany,
+    /// The upstream cannot be reached: the cache answers as it would without
+    /// a backfill (its own 410, which sends the client to a list the cache
+    /// serves), since a pass-through would fail alike.
+    Unreachable,
     /// The API server answers it (a bound, a failure, a transition the
     /// segment cannot tell for this filter).
     PassThrough,
@@ -184,6 +194,7 @@ pub(crate) async fn resume(cache: &Arc<ResourceCache>, upstream: &Arc<Upstream>,
         Answer::Served(_) => "served",
         Answer::Expired(_) => "expired",
         Answer::TooMany => "refused",
+        Answer::Unreachable => "unreachable",
         Answer::PassThrough => "passthrough",
     };
     metrics::counter!(m::BACKFILL_WATCHERS, "resource" => cache.label().to_owned(), "result" => result).increment(1);
@@ -249,6 +260,7 @@ fn answer_from(outcome: &Outcome, filter: &Filter, scope: &Scope, rv: u64) -> An
             None => Answer::PassThrough,
         },
         Outcome::Expired(message) => Answer::Expired(message.to_string()),
+        Outcome::Unreachable => Answer::Unreachable,
         Outcome::Failed(_) => Answer::PassThrough,
     }
 }
@@ -295,6 +307,7 @@ async fn collect(cache: &ResourceCache, upstream: &Upstream, from: u64) -> Outco
         let mut stream = match tokio::time::timeout_at(deadline, open_watch(upstream, uri)).await {
             Err(_) => return Outcome::Failed("timeout"),
             Ok(Opened::Streaming(stream)) => stream,
+            Ok(Opened::Failed(ReflectorError::Request(_))) => return Outcome::Unreachable,
             // An HTTP 410 (not the watch cache's ERROR event): the API
             // server answers the waiters itself, exactly.
             Ok(_) => return Outcome::Failed("failed"),
