@@ -301,7 +301,7 @@ impl CacheService {
         let variant = read.content.variant();
         let answered = |mut response: Response<ProxyBody>| {
             cache.warnings().add_to(response.headers_mut());
-            Err(Served::Response(response))
+            Served::Response(response)
         };
         match backfill::resume(cache, upstream, &read.filter, rv).await {
             backfill::Answer::Served(resumed) => Ok(Some(resumed)),
@@ -311,14 +311,14 @@ impl CacheService {
                 // The watch's answer, as the cache's own 410 was.
                 record_answer(Endpoint::Watch, cache.label().to_owned(), arrival);
                 let status = Status::new(StatusCode::GONE, StatusReason::Expired, message);
-                answered(watch_response(variant, body::chunk(error_frame(variant, &status))))
+                Err(answered(watch_response(variant, body::chunk(error_frame(variant, &status)))))
             }
             backfill::Answer::TooMany => {
                 let message = format!(
                     "too many watches waiting for the history before resourceVersion {rv}, please try again later"
                 );
                 let status = Status::new(StatusCode::TOO_MANY_REQUESTS, StatusReason::TooManyRequests, message);
-                answered(status.retry_after(1).into_response_as(variant))
+                Err(answered(status.retry_after(1).into_response_as(variant)))
             }
         }
     }

@@ -152,6 +152,7 @@ fn served(answer: Answer) -> Resumed {
         Answer::Served(resumed) => resumed,
         Answer::Expired(message) => panic!("410: {message}"),
         Answer::TooMany => panic!("429"),
+        Answer::Unreachable => panic!("unreachable"),
         Answer::PassThrough => panic!("passed through"),
     }
 }
@@ -346,4 +347,15 @@ async fn past_max_wait_the_waiter_passes_through() {
     let took = started.elapsed();
     assert!(took >= MAX_WAIT && took < MAX_WAIT + Duration::from_secs(2), "{took:?}");
     assert_eq!(cache.backfills.inner.lock().waiting, 0);
+}
+
+#[tokio::test]
+async fn an_upstream_that_cannot_be_reached_leaves_the_cache_s_own_answer() {
+    let (writer, _, _) = setup().await;
+    let cache = writer.cache().clone();
+    // A port nobody listens on any more: the connection is refused.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let upstream = fake_server::upstream(closed, UpstreamOptions::default());
+    assert!(matches!(resume(&cache, &upstream, &everything(), 149).await, Answer::Unreachable));
+    assert!(cache.backfills.inner.lock().kept.is_none());
 }
