@@ -21,8 +21,9 @@
 //! One round per resource at a time: a watcher whose version is not older
 //! than the running round's start waits for it; an older one waits for the
 //! next round, which starts when the running one ends, from the oldest
-//! version among its waiters. The last segment is kept while the history
-//! still bridges its end, and serves at once a watcher within it.
+//! version among its waiters. The last segment is kept for [`KEEP_FOR`]
+//! while the history still bridges its end, and serves at once a watcher
+//! within it (one retrying after a 429, one a little late).
 //!
 //! The API server's 410 (its own window passed: compacted) reaches every
 //! waiter as it sent it, message and all: only then does a client get 410,
@@ -85,6 +86,12 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(5);
 
 /// Watchers that may wait on one resource's backfill at once; past it, 429.
 pub(crate) const MAX_WAITERS: usize = 10_000;
+
+/// How long the last round's events are kept for watchers that come after
+/// it: a restarted watchmux's clients come back within seconds (client-go
+/// retries a refused watch within its backoff's first steps), and up to
+/// [`MAX_EVENTS`] objects are not held for a quiet resource's whole life.
+pub(crate) const KEEP_FOR: Duration = Duration::from_secs(60);
 
 /// The round's upstream watch ends this soon: the API server's watch cache
 /// sends a bookmark two seconds before a watch's deadline, so the round
@@ -278,6 +285,7 @@ fn start_round(cache: Arc<ResourceCache>, upstream: Arc<Upstream>, from: u64, tx
                 let mut rounds = cache.backfills.inner.lock();
                 if let Outcome::Joined(segment) = &outcome {
                     rounds.kept = Some(segment.clone());
+                    forget_later(&cache, segment);
                 }
                 rounds.running = None;
                 let next = rounds.queued.take();
@@ -291,6 +299,20 @@ fn start_round(cache: Arc<ResourceCache>, upstream: Arc<Upstream>, from: u64, tx
             let _ = tx.send(Some(outcome));
             let Some(next) = next else { return };
             (from, tx) = next;
+        }
+    });
+}
+
+/// Drops `segment` from the kept one after [`KEEP_FOR`], unless a later
+/// round's replaced it.
+fn forget_later(cache: &Arc<ResourceCache>, segment: &Arc<Segment>) {
+    let (cache, segment) = (Arc::downgrade(cache), Arc::downgrade(segment));
+    tokio::spawn(async move {
+        tokio::time::sleep(KEEP_FOR).await;
+        let Some(cache) = cache.upgrade() else { return };
+        let mut rounds = cache.backfills.inner.lock();
+        if rounds.kept.as_ref().is_some_and(|kept| std::ptr::eq(Arc::as_ptr(kept), segment.as_ptr())) {
+            rounds.kept = None;
         }
     });
 }

@@ -102,8 +102,7 @@ async fn fake_upstream(state: Arc<FakeApiServer>) -> Arc<Upstream> {
     let addr = fake_server::serve(move |req: Request<Incoming>| {
         let state = state.clone();
         async move {
-            let query: Vec<(String, String)> =
-                form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
+            let query = fake_server::query(&req);
             let from = query.iter().find(|(k, _)| k == "resourceVersion").map_or(0, |(_, v)| v.parse().unwrap());
             assert!(query.iter().any(|(k, v)| k == "watch" && v == "true"), "only watches are asked for");
             state.answer(from).await
@@ -230,6 +229,18 @@ async fn the_kept_segment_serves_later_watchers_without_another_upstream_watch()
     // Older than the kept segment: a round of its own.
     served(resume(&cache, &upstream, &everything(), 120).await);
     assert_eq!(state.watches(), vec![149, 120]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_kept_segment_is_forgotten_after_keep_for() {
+    let (writer, _, upstream) = setup().await;
+    let cache = writer.cache().clone();
+    served(resume(&cache, &upstream, &everything(), 149).await);
+    assert!(cache.backfills.inner.lock().kept.is_some());
+    tokio::time::sleep(KEEP_FOR - Duration::from_millis(1)).await;
+    assert!(cache.backfills.inner.lock().kept.is_some(), "kept up to KEEP_FOR");
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    assert!(cache.backfills.inner.lock().kept.is_none(), "forgotten after it");
 }
 
 #[tokio::test]
