@@ -75,12 +75,28 @@ async fn resumes_across_a_restart(persisted: bool) {
     let noted = configmap(&direct, "update", &ns, "a").await;
     configmap(&direct, "delete", &ns, "b").await;
     let created_d = configmap(&direct, "create", &ns, "d").await;
-    // The cache has every write before it stops (and, persisting, commits
-    // it at the latest as it stops).
+    // The cache has every write before it stops.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while cached_rv(&first, &ns).await < created_d {
         assert!(tokio::time::Instant::now() < deadline, "the cache never got the writes");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if persisted {
+        // And has committed them: the second commit that starts after this
+        // takes everything queued, `d` included (the first may have been
+        // under way). Writes elsewhere make the commits.
+        let elsewhere = namespace("backfill-flush");
+        create_namespace(&direct, &elsewhere).await;
+        let commits = || watchmux_metric_sum(first.admin, "watchmux_persist_commits_total", &["configmaps"]);
+        let before = commits().await;
+        for i in 0.. {
+            if commits().await >= before + 2.0 {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "nothing persisted after the writes");
+            configmap(&direct, "create", &elsewhere, &format!("flush-{i}")).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     first.terminate();
 
