@@ -54,6 +54,11 @@ pub(crate) const UPSTREAM_ENDPOINT_READY: &str = "watchmux_upstream_endpoint_rea
 
 /// Pass-through requests that could have been served from the cache, by why they were not.
 pub(crate) const PASSTHROUGH_REASONS: &str = "watchmux_cache_passthrough_total";
+/// Backfill rounds (one upstream watch each, continued if the API server
+/// ends it first) for watches older than the history, by resource and result.
+pub(crate) const BACKFILLS: &str = "watchmux_watch_backfills_total";
+/// Watches older than the history that waited on a backfill, by resource and result.
+pub(crate) const BACKFILL_WATCHERS: &str = "watchmux_watch_backfill_watchers_total";
 /// Events received from the upstream watch, by resource.
 pub(crate) const CACHE_EVENTS_RECEIVED: &str = "watchmux_watch_cache_events_received_total";
 /// Events handed to the dispatcher, by resource.
@@ -405,6 +410,14 @@ fn describe() {
         "1 when the upstream endpoint (one API server of --upstream-servers) answered its last readiness probe, else 0."
     );
     describe_counter!(PASSTHROUGH_REASONS, "Requests the cache could have served but passed upstream, by reason.");
+    describe_counter!(
+        BACKFILLS,
+        "Backfill rounds for watches older than the cache's history: one upstream watch from the oldest version asked for, shared by every waiting watcher; by resource and result (joined: the history was reached; expired: the API server answered 410; unreachable: the cache's own 410; too_far, timeout, failed: the waiters passed through)."
+    );
+    describe_counter!(
+        BACKFILL_WATCHERS,
+        "Watches older than the cache's history that waited on a backfill, by resource and result (served; expired: the API server's 410; unreachable: the cache's own 410; passthrough: a bound, a failure or a transition the backfill cannot tell; refused: 429, too many waiting)."
+    );
     describe_counter!(CACHE_EVENTS_RECEIVED, "Events received from the upstream watch, by resource.");
     describe_counter!(CACHE_EVENTS_DISPATCHED, "Events handed to the dispatcher, by resource.");
     describe_counter!(CACHE_DELIVERIES, "Event deliveries queued for downstream watchers, by resource.");

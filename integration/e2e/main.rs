@@ -6,6 +6,7 @@
 
 mod adversarial;
 mod auth;
+mod backfill;
 mod cache;
 mod capacity;
 mod cbor;

@@ -71,6 +71,10 @@ pub(crate) enum Reason {
     /// server negotiates its error serializer without the `as=` clauses
     /// (JSON, or a 406 in JSON), which the cache leaves to it.
     MetadataProtobufError,
+    /// A watch older than the cache's history that its backfill did not
+    /// serve (`resource/backfill.rs`: a bound, a failure, or a transition
+    /// the backfill cannot tell for its selectors).
+    Backfill,
 }
 
 impl Reason {
@@ -107,6 +111,7 @@ impl Reason {
         Reason::AheadOfCache,
         Reason::NoProtobufForm,
         Reason::MetadataProtobufError,
+        Reason::Backfill,
     ];
 
     /// The metric label value.
@@ -138,6 +143,7 @@ impl Reason {
             Self::AheadOfCache => "ahead_of_cache",
             Self::NoProtobufForm => "no_protobuf_form",
             Self::MetadataProtobufError => "metadata_protobuf_error",
+            Self::Backfill => "backfill",
         }
     }
 

@@ -17,6 +17,7 @@
 //! watcher that finds its queue empty know it has sent everything up to
 //! that version.
 
+pub(crate) mod backfill;
 mod cbor_cell;
 pub(crate) mod check_state;
 pub(crate) mod fanout;
@@ -177,6 +178,9 @@ pub(crate) struct ResourceCache {
     snapshots: KeptSnapshots,
     form: UpstreamForm,
     trust: Trust,
+    /// Watches older than the history, served from history fetched for
+    /// them (`backfill.rs`).
+    backfills: backfill::Backfills,
     metrics: CacheMetrics,
 }
 
@@ -250,6 +254,7 @@ impl ResourceCache {
                 warnings: Warnings::default(),
             },
             trust: Trust::default(),
+            backfills: backfill::Backfills::default(),
             metrics: CacheMetrics::new(label),
         }
     }
@@ -389,6 +394,12 @@ impl ResourceCache {
             return Some(current);
         }
         self.snapshots.get(rv)
+    }
+
+    /// Whether a watch from `rv` can be served from the history: every
+    /// event after it is there (or still to come).
+    pub(crate) fn bridges(&self, rv: u64) -> bool {
+        self.state.read().history.since(rv).is_ok()
     }
 
     /// Registers a watcher, atomically with respect to incoming events.

@@ -51,11 +51,14 @@ struct WatchLine<'a> {
     object: &'a RawValue,
 }
 
-/// An ERROR event's Status: its code is all the reader needs.
+/// An ERROR event's Status: its code, and its message (a 410's is handed
+/// to the watchers a backfill serves, as the API server wrote it).
 #[derive(Deserialize)]
 struct ErrorStatus {
     #[serde(default)]
     code: Option<u16>,
+    #[serde(default)]
+    message: String,
 }
 
 /// A bookmark's object: its version, and whether it ends a watch-list's
@@ -142,8 +145,9 @@ pub(crate) enum Line {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LineEnd {
     /// An ERROR event with 410: the upstream no longer has our version.
+    /// Its Status's message (`too old resource version: 550 (568)`).
     #[error("the upstream answered 410 Expired")]
-    Expired,
+    Expired(String),
     /// Not a watch event's JSON.
     #[error("an unreadable watch line")]
     Unreadable(#[source] serde_json::Error),
@@ -179,9 +183,10 @@ pub(crate) fn parse_line(line: &Bytes) -> Result<Line, LineEnd> {
             return Ok(if ends_initial_events { Line::InitialEventsEnd(rv) } else { Line::Bookmark(rv) });
         }
         "ERROR" => {
-            let status: ErrorStatus = serde_json::from_slice(&raw).unwrap_or(ErrorStatus { code: None });
+            let status: ErrorStatus =
+                serde_json::from_slice(&raw).unwrap_or(ErrorStatus { code: None, message: String::new() });
             return Err(if status.code == Some(410) {
-                LineEnd::Expired
+                LineEnd::Expired(status.message)
             } else {
                 LineEnd::ErrorEvent(String::from_utf8_lossy(&raw).into_owned())
             });
@@ -614,7 +619,11 @@ mod tests {
             Bytes::from_static(br#"{"type":"BOOKMARK","object":{"kind":"Secret","metadata":{"resourceVersion":"9"}}}"#);
         assert!(matches!(parse_line(&bookmark), Ok(Line::Bookmark(9))));
         let gone = Bytes::from_static(br#"{"type":"ERROR","object":{"kind":"Status","code":410}}"#);
-        assert!(matches!(parse_line(&gone), Err(LineEnd::Expired)));
+        assert!(matches!(parse_line(&gone), Err(LineEnd::Expired(m)) if m.is_empty()));
+        let told = Bytes::from_static(
+            br#"{"type":"ERROR","object":{"kind":"Status","message":"too old resource version: 550 (568)","code":410}}"#,
+        );
+        assert!(matches!(parse_line(&told), Err(LineEnd::Expired(m)) if m == "too old resource version: 550 (568)"));
         assert!(matches!(parse_line(&Bytes::from_static(b"  ")), Ok(Line::Blank)));
     }
 

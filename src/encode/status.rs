@@ -25,6 +25,7 @@ pub(crate) enum StatusReason {
     ServiceUnavailable,
     Timeout,
     Expired,
+    TooManyRequests,
 }
 
 impl StatusReason {
@@ -39,6 +40,7 @@ impl StatusReason {
             Self::ServiceUnavailable => "ServiceUnavailable",
             Self::Timeout => "Timeout",
             Self::Expired => "Expired",
+            Self::TooManyRequests => "TooManyRequests",
         }
     }
 }

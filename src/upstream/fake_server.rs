@@ -36,6 +36,11 @@ where
     addr
 }
 
+/// A request's query parameters, decoded, in order: what a fake answers by.
+pub(crate) fn query<B>(req: &Request<B>) -> Vec<(String, String)> {
+    form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect()
+}
+
 /// An upstream client for the fake at `addr`, with `options`.
 pub(crate) fn upstream(addr: SocketAddr, options: UpstreamOptions) -> Arc<Upstream> {
     let cfg = UpstreamConfig::for_test(&format!("http://{addr}"));

@@ -24,6 +24,7 @@ mod crd;
 mod list;
 
 use super::super::registry::{CacheConfig, NotCached, Registry};
+use super::super::resource::backfill::{self, Resumed};
 use super::super::resource::freshness::fallbacks::too_large;
 use super::super::resource::freshness::{Proof, ProofOutcome, ensure_fresh, prove_watch_list, reached};
 use super::super::resource::{ResourceCache, StartAt};
@@ -213,6 +214,14 @@ impl CacheService {
                 }
             }
         }
+        // A watch older than the history waits for its backfill before it
+        // takes a seat, as the watch-list's proof does: the wait is the
+        // upstream's, and a restarted watchmux's crowd of resuming watchers
+        // would hold every seat.
+        let backfilled = match self.backfill(&cache, &read, arrival).await {
+            Ok(backfilled) => backfilled,
+            Err(served) => return served,
+        };
         let (endpoint, compression_kind) = (read.endpoint, read.compression);
         let seat = match endpoint {
             Endpoint::Get => None,
@@ -221,7 +230,7 @@ impl CacheService {
                 Err(refused) => return Served::Response(*refused),
             },
         };
-        let mut response = match self.carry_out(cache.clone(), read, arrival).await {
+        let mut response = match self.carry_out(cache.clone(), read, arrival, backfilled).await {
             Served::Response(response) => response,
             passthrough => return passthrough,
         };
@@ -273,13 +282,60 @@ impl CacheService {
         }
     }
 
+    /// A watch from a version the cache's history no longer (or not yet)
+    /// bridges: its events from the resource's backfill
+    /// (`resource/backfill.rs`), or the answer it gets instead. `None`: not
+    /// such a watch, or one the cache answers as before (a closed resource,
+    /// an upstream known down or found unreachable: the cache's own 410).
+    async fn backfill(
+        &self,
+        cache: &Arc<ResourceCache>,
+        read: &Read,
+        arrival: Instant,
+    ) -> Result<Option<Resumed>, Served> {
+        let Some(rv) = resumes_from(read) else { return Ok(None) };
+        let upstream = self.registry.upstream();
+        if cache.bridges(rv) || cache.is_closed() || upstream.health().is_down() {
+            return Ok(None);
+        }
+        let variant = read.content.variant();
+        let answered = |mut response: Response<ProxyBody>| {
+            cache.warnings().add_to(response.headers_mut());
+            Served::Response(response)
+        };
+        match backfill::resume(cache, upstream, &read.filter, rv).await {
+            backfill::Answer::Served(resumed) => Ok(Some(resumed)),
+            backfill::Answer::Unreachable => Ok(None),
+            backfill::Answer::PassThrough => Err(Served::Passthrough(Reason::Backfill)),
+            backfill::Answer::Expired(message) => {
+                // The watch's answer, as the cache's own 410 was.
+                record_answer(Endpoint::Watch, cache.label().to_owned(), arrival);
+                let status = Status::new(StatusCode::GONE, StatusReason::Expired, message);
+                Err(answered(watch_response(variant, body::chunk(error_frame(variant, &status)))))
+            }
+            backfill::Answer::TooMany => {
+                let message = format!(
+                    "too many watches waiting for the history before resourceVersion {rv}, please try again later"
+                );
+                let status = Status::new(StatusCode::TOO_MANY_REQUESTS, StatusReason::TooManyRequests, message);
+                Err(answered(status.retry_after(1).into_response_as(variant)))
+            }
+        }
+    }
+
     /// Reads the cache as the plan says.
-    async fn carry_out(&self, cache: Arc<ResourceCache>, read: Read, arrival: Instant) -> Served {
+    async fn carry_out(
+        &self,
+        cache: Arc<ResourceCache>,
+        read: Read,
+        arrival: Instant,
+        backfilled: Option<Resumed>,
+    ) -> Served {
         let Read { endpoint, params, filter, content, scoped, .. } = read;
         match (endpoint, content) {
             (Endpoint::List, Content::Table(form)) => self.table_list(cache, filter, params, form, arrival).await,
             (Endpoint::Get, Content::Table(form)) => self.table_get(cache, filter, params, form, scoped).await,
-            (Endpoint::Watch, content) => self.watch(cache, filter, params, content).await,
+            (Endpoint::Watch, content) => self.watch(cache, filter, params, content, backfilled).await,
             (Endpoint::List, Content::Answer(answer)) => self.list(cache, filter, params, answer, arrival).await,
             (Endpoint::Get, Content::Answer(answer)) => self.get(cache, filter, params, answer, scoped).await,
         }
@@ -331,7 +387,14 @@ impl CacheService {
         }
     }
 
-    async fn watch(&self, cache: Arc<ResourceCache>, filter: Filter, p: ReadParams, content: Content) -> Served {
+    async fn watch(
+        &self,
+        cache: Arc<ResourceCache>,
+        filter: Filter,
+        p: ReadParams,
+        content: Content,
+        backfilled: Option<Resumed>,
+    ) -> Served {
         let (answer, table) = content.into_parts();
         let is_table = table.is_some();
         let variant = answer.variant;
@@ -366,9 +429,11 @@ impl CacheService {
                 }
             }
         } else {
-            match p.rv {
-                Rv::Unset | Rv::Any => StartAt::CurrentState,
-                Rv::At(rv) => StartAt::After(rv),
+            match (p.rv, &backfilled) {
+                // The backfill's events come first; the cache from its end.
+                (_, Some(resumed)) => StartAt::After(resumed.join),
+                (Rv::Unset | Rv::Any, None) => StartAt::CurrentState,
+                (Rv::At(rv), None) => StartAt::After(rv),
             }
         };
         let opts = StreamOptions {
@@ -384,7 +449,10 @@ impl CacheService {
             table,
         };
         match cache.register(filter, start) {
-            Ok(reg) => {
+            Ok(mut reg) => {
+                if let Some(resumed) = backfilled {
+                    reg.since_version.splice(0..0, resumed.deliveries);
+                }
                 let label = cache.label().to_owned();
                 let mut stream = WatchStream::new(cache, reg, opts);
                 // Dropping the stream deregisters the watcher.
@@ -409,6 +477,9 @@ impl CacheService {
                 }
                 Served::Response(watch_response(variant, body::boxed_chunks(stream)))
             }
+            // The history moved past the backfill's end meanwhile (or the
+            // resource went): the API server answers, exactly.
+            Err(_) if backfilled.is_some() => Served::Passthrough(Reason::Backfill),
             Err(too_old) => {
                 let status = Status::new(StatusCode::GONE, StatusReason::Expired, too_old.to_string());
                 Served::Response(watch_response(variant, body::chunk(error_frame(variant, &status))))
@@ -459,6 +530,20 @@ impl CacheService {
                 Served::Response(not_found(&cache, &name).into_response_as(variant))
             }
         }
+    }
+}
+
+/// The version a plain watch resumes from (`resourceVersion=N`, no
+/// watch-list, not ended before it starts): the watches a backfill serves.
+fn resumes_from(read: &Read) -> Option<u64> {
+    let p = &read.params;
+    let plain = read.endpoint == Endpoint::Watch
+        && p.send_initial_events.is_none()
+        && p.rv_match == RvMatch::Unset
+        && p.timeout_seconds != Some(0);
+    match p.rv {
+        Rv::At(rv) if plain => Some(rv),
+        _ => None,
     }
 }
 

@@ -71,8 +71,7 @@ async fn fake_upstream(state: Arc<FakeApiServer>) -> Arc<Upstream> {
     let addr = fake_server::serve(move |req: Request<Incoming>| {
         let state = state.clone();
         async move {
-            let query: Vec<(String, String)> =
-                form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
+            let query = fake_server::query(&req);
             let has = |k: &str, v: &str| query.iter().any(|(qk, qv)| qk == k && qv == v);
             let cbor = req.headers().get("accept").is_some_and(|a| a == "application/cbor");
             if cbor {

@@ -88,7 +88,7 @@ impl SyncError {
     pub(crate) fn watch_ended(end: StreamEnd) -> Self {
         match end {
             StreamEnd::Silent(silence) => Self::Silent(silence),
-            StreamEnd::Line(LineEnd::Expired) => Self::Expired,
+            StreamEnd::Line(LineEnd::Expired(_)) => Self::Expired,
             StreamEnd::Line(line @ LineEnd::ErrorEvent(_)) => Self::Watch(StreamEnd::Line(line)),
             StreamEnd::Line(line) => Self::Decode(line),
             end @ (StreamEnd::Closed | StreamEnd::Broken(_) | StreamEnd::Overlong) => Self::Watch(end),
@@ -138,7 +138,7 @@ mod tests {
 
     #[test]
     fn a_410_in_the_watch_relists_and_other_lines_back_off() {
-        assert!(matches!(SyncError::watch_ended(StreamEnd::Line(LineEnd::Expired)), SyncError::Expired));
+        assert!(matches!(SyncError::watch_ended(StreamEnd::Line(LineEnd::Expired(String::new()))), SyncError::Expired));
         let error_event = StreamEnd::Line(LineEnd::ErrorEvent("{}".into()));
         assert!(matches!(SyncError::watch_ended(error_event), SyncError::Watch(_)));
         let unknown = StreamEnd::Line(LineEnd::UnknownType("X".into()));

@@ -97,8 +97,7 @@ async fn run(
         let fake = served.clone();
         async move {
             let era: &Era = *fake.era.lock();
-            let query: Vec<(String, String)> =
-                form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
+            let query = fake_server::query(&req);
             let get = |k: &str| query.iter().find(|(qk, _)| qk == k).map(|(_, v)| v.clone());
             let path = req.uri().path();
             if path == "/api/v1/namespaces/kube-system" {

@@ -59,8 +59,7 @@ async fn upstream(fake: Arc<Fake>) -> Arc<Upstream> {
     let addr = fake_server::serve(move |req: Request<Incoming>| {
         let fake = fake.clone();
         async move {
-            let query: Vec<(String, String)> =
-                form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
+            let query = fake_server::query(&req);
             let has = |k: &str, v: &str| query.iter().any(|(qk, qv)| qk == k && qv == v);
             let status = |code: StatusCode| {
                 let mut r = Response::new(body::empty());
