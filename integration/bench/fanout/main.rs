@@ -21,7 +21,9 @@
 //!   out (and said so) when even one second would exceed them;
 //! - optional: `FANOUT_SIDES` (`direct,watchmux`), `FANOUT_API_STREAMS`
 //!   (watches per HTTP/2 connection to kube-apiserver; default: what it
-//!   advertises, at most 250), `FANOUT_PROXY_STREAMS` (to watchmux; 1000),
+//!   advertises, at most 250), `FANOUT_PROXY_STREAMS` (to watchmux; default:
+//!   what it advertises, 100 as kube-apiserver's since it caps streams per
+//!   connection, at most 1000),
 //!   `FANOUT_RCVBUF` (a fixed SO_RCVBUF, a diagnostic), `BENCH_OUT` (a JSON file
 //!   for the results; the plots read it).
 //!
@@ -108,13 +110,14 @@ fn size_label(size: usize) -> String {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     common::lines::self_check();
-    let cfg = Config {
+    let mut cfg = Config {
         ns: env_or("FANOUT_NAMESPACE", "watchmux-bench-fanout".to_owned())?,
         n: env_or("FANOUT_N", 1000)?,
         shape: env_or("FANOUT_SHAPE", Shape::H2)?,
         sides: env_list("FANOUT_SIDES", "direct,watchmux")?,
         api_streams: std::env::var("FANOUT_API_STREAMS").ok().map(|v| v.parse()).transpose()?,
-        proxy_streams: env_or("FANOUT_PROXY_STREAMS", 1000)?,
+        // Set below from what watchmux advertises, unless given.
+        proxy_streams: env_or("FANOUT_PROXY_STREAMS", 0)?,
         proxy_pid: env("WATCHMUX_BENCH_PROXY_PID")?.parse()?,
     };
     let rates: Vec<u32> = env_list("FANOUT_RATES", "10,100,1000")?;
@@ -127,6 +130,11 @@ async fn main() -> anyhow::Result<()> {
     // What each server lets one HTTP/2 connection carry.
     let (api_adv, proxy_adv) = api.advertised_streams().await?;
     let api_streams = cfg.api_streams.unwrap_or(api_adv.map_or(250, |v| (v as usize).min(250)));
+    // Past what watchmux advertises, the streams over it would be refused
+    // (it caps them at 100 a connection, as kube-apiserver does).
+    if cfg.proxy_streams == 0 {
+        cfg.proxy_streams = proxy_adv.map_or(1000, |v| (v as usize).min(1000));
+    }
     if cfg.shape == Shape::H2 {
         if api_adv.is_some_and(|v| api_streams > v as usize) {
             eprintln!("fanout: warning: {api_streams} watches per connection exceed kube-apiserver's {api_adv:?}");
