@@ -352,9 +352,9 @@ pub(crate) struct Seen {
     pub(crate) rv: String,
 }
 
-/// Reads a JSON watch stream into events, sent on `tx` as they arrive;
-/// the stream's end is reported as `None`.
-pub(crate) async fn pump_watch(resp: Response<Incoming>, tx: tokio::sync::mpsc::UnboundedSender<Option<Seen>>) {
+/// Reads a JSON watch stream into its events, whole, sent on `tx` as they
+/// arrive; the stream's end is reported as `None`.
+pub(crate) async fn pump_watch_values(resp: Response<Incoming>, tx: tokio::sync::mpsc::UnboundedSender<Option<Value>>) {
     let mut body = resp.into_body();
     let mut buf = Vec::new();
     while let Some(Ok(frame)) = body.frame().await {
@@ -362,18 +362,29 @@ pub(crate) async fn pump_watch(resp: Response<Incoming>, tx: tokio::sync::mpsc::
         buf.extend_from_slice(&data);
         while let Some(end) = buf.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = buf.drain(..=end).collect();
-            let v: Value = serde_json::from_slice(&line[..end]).unwrap();
-            let seen = Seen {
-                kind: v["type"].as_str().unwrap_or("").to_owned(),
-                name: v["object"]["metadata"]["name"].as_str().unwrap_or("").to_owned(),
-                rv: v["object"]["metadata"]["resourceVersion"].as_str().unwrap_or("").to_owned(),
-            };
-            if tx.send(Some(seen)).is_err() {
+            if tx.send(Some(serde_json::from_slice(&line[..end]).unwrap())).is_err() {
                 return;
             }
         }
     }
     let _ = tx.send(None);
+}
+
+/// Reads a JSON watch stream into events as a test compares them, sent on
+/// `tx` as they arrive; the stream's end is reported as `None`.
+pub(crate) async fn pump_watch(resp: Response<Incoming>, tx: tokio::sync::mpsc::UnboundedSender<Option<Seen>>) {
+    let (values, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(pump_watch_values(resp, values));
+    while let Some(v) = rx.recv().await {
+        let seen = v.map(|v| Seen {
+            kind: v["type"].as_str().unwrap_or("").to_owned(),
+            name: v["object"]["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+            rv: v["object"]["metadata"]["resourceVersion"].as_str().unwrap_or("").to_owned(),
+        });
+        if tx.send(seen).is_err() {
+            return;
+        }
+    }
 }
 
 /// An HTTP/2 connection to watchmux, for many watches on one connection as client-go makes them.

@@ -55,22 +55,7 @@ async fn watch(wm: &Watchmux, rv: u64) -> mpsc::UnboundedReceiver<Option<Value>>
     let resp = get(wm.addr, &format!("/api/v1/configmaps?watch=1&resourceVersion={rv}&allowWatchBookmarks=true")).await;
     assert_eq!(resp.status(), 200);
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        use http_body_util::BodyExt;
-        let mut body = resp.into_body();
-        let mut buf = Vec::new();
-        while let Some(Ok(frame)) = body.frame().await {
-            let Ok(data) = frame.into_data() else { continue };
-            buf.extend_from_slice(&data);
-            while let Some(end) = buf.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=end).collect();
-                if tx.send(Some(serde_json::from_slice(&line[..end]).unwrap())).is_err() {
-                    return;
-                }
-            }
-        }
-        let _ = tx.send(None);
-    });
+    tokio::spawn(pump_watch_values(resp, tx));
     rx
 }
 
