@@ -152,3 +152,52 @@ async fn resumes_across_a_restart(persisted: bool) {
     assert_eq!(served, WATCHERS as f64);
     eprintln!("backfill (persisted: {persisted}): {WATCHERS} watchers from {noted} served by 1 upstream watch");
 }
+
+/// A tree (a node-local whose upstream is a tier), both just started, on a
+/// quiet resource: the node-local's backfill goes through the tier's, whose
+/// upstream watch finds no event and learns its version from the API
+/// server's bookmark, a version the tier's own cache already holds (or not
+/// yet). The tier must tell the node-local's backfill that version at
+/// bookmark time, as the API server does for a watch from an older version;
+/// it did not, so every such watch waited five seconds and passed through
+/// (CI's control-plane test, tree topology). PodTemplates: no other test
+/// writes them, so nothing else moves the resource on.
+#[tokio::test]
+async fn a_tree_resumes_old_watches_through_a_restarted_tier_on_a_quiet_resource() {
+    let _shared = CLUSTER.read().await;
+    let cluster = Cluster::from_env();
+    let direct = cluster.direct_client();
+    let ns = namespace("backfill-tree");
+    create_namespace(&direct, &ns).await;
+    let templates = format!("/api/v1/namespaces/{ns}/podtemplates");
+    let template = serde_json::json!({"metadata": {"name": "a"}, "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}});
+    let created = direct_json(&direct, http::Method::POST, &templates, template).await;
+    let noted = created["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    // Writes elsewhere: the caches below list past `noted`, with no event
+    // of theirs in between.
+    for _ in 0..3 {
+        create_namespace(&direct, &namespace("backfill-tree-elsewhere")).await;
+    }
+
+    let flags = ["--cache-resources", "podtemplates", "--cache-warm"];
+    let tier = Watchmux::start(&cluster, &flags).await;
+    wait_initialized(tier.admin, "podtemplates", 1.0).await;
+    let local = Watchmux::start_with_kubeconfig(&cluster, &tier.kubeconfig, &flags).await;
+    wait_initialized(local.admin, "podtemplates", 1.0).await;
+
+    let path = format!("{templates}?watch=1&resourceVersion={noted}&timeoutSeconds=4");
+    let (code, truth) = get_direct(&direct, &path).await;
+    assert_eq!((code, events(&truth)), (200, vec![]), "the API server resumes from {noted}");
+    let (code, body) = read(get(local.addr, &path).await).await;
+    assert_eq!((code, events(&body)), (200, vec![]), "through the node-local and the tier");
+    for (hop, wm) in [("node-local", &local), ("tier", &tier)] {
+        let served = watchmux_metric_sum(
+            wm.admin,
+            "watchmux_watch_backfill_watchers_total",
+            &["resource=\"podtemplates\"", "result=\"served\""],
+        )
+        .await;
+        let passed = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &["reason=\"backfill\""]).await;
+        assert_eq!((served, passed), (1.0, 0.0), "the {hop} served its backfill; log:\n{}", wm.log());
+    }
+}

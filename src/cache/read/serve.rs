@@ -450,11 +450,15 @@ impl CacheService {
         };
         match cache.register(filter, start) {
             Ok(mut reg) => {
-                if let Some(resumed) = backfilled {
+                let resumed_from = backfilled.map(|resumed| {
                     reg.since_version.splice(0..0, resumed.deliveries);
-                }
+                    resumed.from
+                });
                 let label = cache.label().to_owned();
                 let mut stream = WatchStream::new(cache, reg, opts);
+                if let Some(rv) = resumed_from {
+                    stream.resumed_from(rv);
+                }
                 // Dropping the stream deregisters the watcher.
                 if !stream.table_prints() {
                     return Served::Passthrough(Reason::Negotiated(PassthroughReason::Table));

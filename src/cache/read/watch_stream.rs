@@ -141,7 +141,15 @@ pub(crate) struct WatchStream {
     phase: Phase,
     /// The version the initial events bring the watcher to.
     start_rv: u64,
+    /// Where delivery stands: every event up to it is sent or not this
+    /// watcher's (the registration's version at first).
     last_sent_rv: u64,
+    /// The version the client holds: the one it asked for, then the last
+    /// event or bookmark sent. A bookmark goes out only past it, as the API
+    /// server's does. Below `last_sent_rv` only for a watcher resumed from a
+    /// backfill ([`WatchStream::resumed_from`]), which joins the cache at the
+    /// backfill's end, past the version it asked for.
+    told_rv: u64,
     /// How far this watcher's ring reads got (see `resource/ring_read.rs`);
     /// with `last_sent_rv`, every event up to the greater of the two is done with.
     ring_position: u64,
@@ -198,6 +206,7 @@ impl WatchStream {
             phase,
             start_rv: reg.start_rv,
             last_sent_rv: reg.start_rv,
+            told_rv: reg.start_rv,
             ring_position: reg.start_rv,
             deadline: Box::pin(tokio::time::sleep_until(deadline_at)),
             deadline_at,
@@ -206,6 +215,17 @@ impl WatchStream {
             stop_registered: false,
             table_headers_sent: false,
         }
+    }
+
+    /// A watcher resumed from a backfill (`resource/backfill.rs`): it asked
+    /// for `rv` and joins the cache past it, at the backfill's end, where the
+    /// cache itself may not yet be (the backfill's upstream watch can be
+    /// newer than the cache's). Its first bookmark goes out at its bookmark
+    /// time at that end or later, as the API server's does for a watch from
+    /// `rv`: an upstream watchmux's backfill (a tree) learns its version that
+    /// way, on a quiet resource too.
+    pub(crate) fn resumed_from(&mut self, rv: u64) {
+        self.told_rv = rv.min(self.last_sent_rv);
     }
 
     /// What follows the initial events: the initial-events-end bookmark for
@@ -338,9 +358,13 @@ impl WatchStream {
             self.bookmark = next_bookmark_time(now, self.deadline_at)
                 .filter(|at| *at > now)
                 .map(|at| Box::pin(tokio::time::sleep_until(at)));
-            if published > self.last_sent_rv {
-                self.last_sent_rv = published;
-                return match self.bookmark_chunk(published, false) {
+            // Never behind what was delivered: a bookmark below an event
+            // sent would send a client that resumes from it that event again.
+            let at = published.max(self.last_sent_rv);
+            if at > self.told_rv {
+                self.last_sent_rv = at;
+                self.told_rv = at;
+                return match self.bookmark_chunk(at, false) {
                     Some(chunk) => self.frame(chunk),
                     None => self.end(),
                 };
@@ -361,6 +385,7 @@ impl WatchStream {
             match self.handle.take(cx.waker()) {
                 Ok(Next::Event(d)) => {
                     self.last_sent_rv = self.last_sent_rv.max(d.event.rv);
+                    self.told_rv = self.told_rv.max(d.event.rv);
                     let frame = self.event(d.kind, d.object(), true);
                     if d.timed && !self.is_finished() {
                         // Returning the frame hands it to the connection: the
@@ -429,6 +454,7 @@ impl Body for WatchStream {
                 Phase::SinceVersion(events) => match events.pop_front() {
                     Some(d) => {
                         this.last_sent_rv = this.last_sent_rv.max(d.event.rv);
+                        this.told_rv = this.told_rv.max(d.event.rv);
                         return this.event(d.kind, d.object(), false);
                     }
                     None => this.phase = this.after_initial_events(),

@@ -179,6 +179,8 @@ pub(crate) enum Answer {
 /// A watcher's part of a segment.
 #[derive(Debug)]
 pub(crate) struct Resumed {
+    /// The version the watcher asked for.
+    pub from: u64,
     pub deliveries: Vec<Delivery>,
     /// Where the watcher joins the cache: `StartAt::After(join)`.
     pub join: u64,
@@ -263,7 +265,7 @@ fn answer_from(outcome: &Outcome, filter: &Filter, scope: &Scope, rv: u64) -> An
         // relist's gap, past which the round stopped short) does not cover it.
         Outcome::Joined(segment) if segment.join <= rv => Answer::PassThrough,
         Outcome::Joined(segment) => match segment.deliveries(filter, scope, rv) {
-            Some(deliveries) => Answer::Served(Resumed { deliveries, join: segment.join }),
+            Some(deliveries) => Answer::Served(Resumed { from: rv, deliveries, join: segment.join }),
             None => Answer::PassThrough,
         },
         Outcome::Expired(message) => Answer::Expired(message.to_string()),

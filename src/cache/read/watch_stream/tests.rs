@@ -719,3 +719,29 @@ async fn an_idle_cache_shows_its_fan_out_and_read_wait_histograms_once_not_per_r
     assert_eq!(fanout.len(), 2 * (13 + 3), "two stages: {fanout:#?}");
     assert_eq!(read_wait.len(), 16 + 3, "{read_wait:#?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_resumed_from_a_backfill_gets_a_bookmark_at_its_join_though_the_cache_is_behind() {
+    // Joined at 20 (a backfill's upstream bookmark) on a cache still at 10;
+    // the client asked for 5. The API server would tell it 20 at bookmark
+    // time: an upstream watchmux's backfill needs that on a quiet resource.
+    let cache = cache_with([]);
+    let mut stream = watch(&cache, everything(), StartAt::After(20), opts(true, secs(3)));
+    stream.resumed_from(5);
+    let mut body = pin!(stream);
+    assert_pending(&mut body).await;
+    assert_eq!(await_frame(&mut body).await, Some(cm_bookmark(20)));
+    // Told once; the next only past it, when the cache moves on.
+    for rv in 11..=21 {
+        cache.event(EventType::Modified, turn(rv));
+    }
+    assert_eq!(brief(&await_frame(&mut body).await.unwrap()), ev("MODIFIED", &turn(21).key.name, 21));
+    assert_eq!(await_frame(&mut body).await, None, "ended at the deadline, no bookmark at 21 again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_not_resumed_gets_no_bookmark_until_the_cache_passes_its_version() {
+    let cache = cache_with([]);
+    let mut body = pin!(watch(&cache, everything(), StartAt::After(20), opts(true, secs(3))));
+    assert_eq!(await_frame(&mut body).await, None, "no bookmark at 20: the client holds 20");
+}
