@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::{ArgAction, Parser, ValueEnum};
 
 pub use settings::{CacheScope, WatchCacheSize};
@@ -122,6 +123,28 @@ pub struct Args {
     /// pass-through connections are spread over the ready ones.
     #[arg(long, value_name = "URLS", value_delimiter = ',')]
     pub upstream_servers: Vec<String>,
+
+    /// Servers to send every request to only while none of the others
+    /// (the kubeconfig's, or --upstream-servers) is ready, comma-separated.
+    /// A node-local whose upstream is a tier lists the API servers here, so
+    /// that with the tier down its kubelet's lease renewals and other writes
+    /// still reach an API server. When one of the others is ready again,
+    /// new requests go to it and the fallback connections end with their
+    /// requests. They share the kubeconfig's credentials.
+    #[arg(long, value_name = "URLS", value_delimiter = ',', conflicts_with = "upstream_discover_servers")]
+    pub upstream_fallback_servers: Vec<String>,
+
+    /// The CA bundle the fallback servers' certificates are checked against
+    /// (a tier's is usually not the API servers'; in a pod, the service
+    /// account's ca.crt). Default: the kubeconfig's.
+    #[arg(long, value_name = "FILE", requires = "upstream_fallback_servers")]
+    pub upstream_fallback_ca_file: Option<PathBuf>,
+
+    /// The name the fallback servers' certificates are checked against.
+    /// Default: each server's own host (the kubeconfig's tls-server-name is
+    /// the tier's).
+    #[arg(long, value_name = "NAME", requires = "upstream_fallback_servers")]
+    pub upstream_fallback_tls_server_name: Option<String>,
 
     /// Follow the API servers kube-apiserver publishes in the
     /// default/kubernetes EndpointSlices (ready addresses, port https), read
@@ -487,10 +510,20 @@ pub enum LogFormat {
 }
 
 impl Args {
-    /// The upstream client's options.
-    pub fn upstream_options(&self) -> crate::upstream::UpstreamOptions {
-        crate::upstream::UpstreamOptions {
+    /// The upstream client's options (reads `--upstream-fallback-ca-file`).
+    pub fn upstream_options(&self) -> anyhow::Result<crate::upstream::UpstreamOptions> {
+        let fallback_ca_pem = match &self.upstream_fallback_ca_file {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .with_context(|| format!("--upstream-fallback-ca-file: reading {}", path.display()))?,
+            ),
+            None => None,
+        };
+        Ok(crate::upstream::UpstreamOptions {
             servers: self.upstream_servers.clone(),
+            fallback_servers: self.upstream_fallback_servers.clone(),
+            fallback_ca_pem,
+            fallback_tls_server_name: self.upstream_fallback_tls_server_name.clone(),
             discover_servers: self.upstream_discover_servers,
             http1_only: self.upstream_http1_only,
             timeouts: crate::upstream::UpstreamTimeouts {
@@ -499,7 +532,7 @@ impl Args {
                 response_header: self.upstream_response_header_timeout,
                 when_down: self.upstream_timeout,
             },
-        }
+        })
     }
 
     /// Whether the flags' trust settings may start: a warning to log, or a
@@ -611,6 +644,25 @@ pub const DEFAULT_ACCEPT_HOSTS: &str = r"^localhost$,^127\.0\.0\.1$,^\[::1\]$";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fallback_servers_come_with_their_own_tls_and_not_with_discovery() {
+        let parse = |extra: &[&str]| Args::try_parse_from(std::iter::once("watchmux").chain(extra.iter().copied()));
+        let ca = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(ca.path(), b"pem").unwrap();
+        let ca_flag = format!("--upstream-fallback-ca-file={}", ca.path().display());
+        let args = parse(&["--upstream-fallback-servers=https://a:6443,https://b:6443", &ca_flag]).unwrap();
+        let opts = args.upstream_options().unwrap();
+        assert_eq!(opts.fallback_servers, ["https://a:6443", "https://b:6443"]);
+        assert_eq!(opts.fallback_ca_pem.as_deref(), Some(&b"pem"[..]));
+        assert!(parse(&["--upstream-fallback-servers=https://a:6443", "--upstream-discover-servers"]).is_err());
+        assert!(parse(&[&ca_flag]).is_err(), "a fallback CA without fallback servers");
+        assert!(parse(&["--upstream-fallback-tls-server-name=kubernetes"]).is_err());
+        let missing =
+            parse(&["--upstream-fallback-servers=https://a:6443", "--upstream-fallback-ca-file=/nonexistent"]);
+        let err = missing.unwrap().upstream_options().unwrap_err();
+        assert!(format!("{err:#}").contains("--upstream-fallback-ca-file"), "{err:#}");
+    }
 
     #[test]
     fn durations() {

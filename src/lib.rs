@@ -52,7 +52,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("resolving the upstream API server")?;
     tracing::info!(server = %upstream_cfg.server, source = %upstream_cfg.source, "upstream");
     let upstream =
-        Arc::new(Upstream::new(&upstream_cfg, args.upstream_options()).context("configuring the upstream client")?);
+        Arc::new(Upstream::new(&upstream_cfg, args.upstream_options()?).context("configuring the upstream client")?);
     // An exec plugin runs now, so that one that fails stops watchmux here
     // instead of every request failing later.
     upstream.load_credentials().await.context("getting the upstream credentials")?;

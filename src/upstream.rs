@@ -156,6 +156,15 @@ pub struct UpstreamOptions {
     /// The API servers to dial instead of the kubeconfig's server
     /// (`--upstream-servers`; empty: the kubeconfig's): see [`endpoints`].
     pub servers: Vec<String>,
+    /// Endpoints used only while none of the others is healthy
+    /// (`--upstream-fallback-servers`): see [`endpoints`].
+    pub fallback_servers: Vec<String>,
+    /// The CA bundle (PEM) the fallback servers' certificates are checked
+    /// against (`--upstream-fallback-ca-file`; none: the kubeconfig's).
+    pub fallback_ca_pem: Option<Vec<u8>>,
+    /// The name the fallback servers' certificates are checked against
+    /// (`--upstream-fallback-tls-server-name`; none: each one's host).
+    pub fallback_tls_server_name: Option<String>,
     /// Follow the `default/kubernetes` EndpointSlices too
     /// (`--upstream-discover-servers`).
     pub discover_servers: bool,
@@ -214,12 +223,60 @@ struct Clients {
 /// Builds [`Clients`]: connectors and pools, given a TLS configuration.
 struct ClientsBuilder {
     server_name: Option<ServerName<'static>>,
+    /// The fallback servers' name, when they have their own.
+    fallback_server_name: Option<ServerName<'static>>,
     opts: UpstreamOptions,
     endpoints: Arc<Endpoints>,
 }
 
+/// The TLS configurations of one identity: the endpoints', and the
+/// fallback servers' when they have any.
+struct TlsConfigs {
+    primary: rustls::ClientConfig,
+    fallback: Option<rustls::ClientConfig>,
+}
+
 impl ClientsBuilder {
-    fn connector(&self, tls: &rustls::ClientConfig, http2: bool, choice: Choice) -> UpstreamConnector {
+    /// `cfg`'s TLS configurations: the fallback servers' checks their
+    /// certificates against `--upstream-fallback-ca-file` when given.
+    fn tls(&self, cfg: &UpstreamConfig) -> Result<TlsConfigs, tls::TlsConfigError> {
+        let primary = tls::client_config(cfg)?;
+        let fallback = if self.opts.fallback_servers.is_empty() {
+            None
+        } else {
+            let ca = self.opts.fallback_ca_pem.clone();
+            let verify = ca.is_some();
+            Some(tls::client_config(&UpstreamConfig {
+                insecure_skip_tls_verify: cfg.insecure_skip_tls_verify && !verify,
+                ca_pem: ca.or_else(|| cfg.ca_pem.clone()),
+                ..cfg.clone()
+            })?)
+        };
+        Ok(TlsConfigs { primary, fallback })
+    }
+
+    fn connector(&self, tls: &TlsConfigs, http2: bool, choice: Choice) -> UpstreamConnector {
+        let dialer = EndpointDialer::new(
+            self.endpoints.clone(),
+            choice,
+            self.endpoint_connector(&tls.primary, &self.server_name, http2),
+        );
+        match &tls.fallback {
+            Some(fallback) => {
+                dialer.with_fallback(self.endpoint_connector(fallback, &self.fallback_server_name, http2))
+            }
+            None => dialer,
+        }
+    }
+
+    /// Dials one endpoint with `tls`, checking its certificate against
+    /// `server_name` (none: the endpoint's host).
+    fn endpoint_connector(
+        &self,
+        tls: &rustls::ClientConfig,
+        server_name: &Option<ServerName<'static>>,
+        http2: bool,
+    ) -> EndpointConnector {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
@@ -228,7 +285,7 @@ impl ClientsBuilder {
         http.set_keepalive_interval(Some(TCP_KEEPALIVE_INTERVAL));
         http.set_keepalive_retries(Some(TCP_KEEPALIVE_RETRIES));
         let builder = HttpsConnectorBuilder::new().with_tls_config(tls.clone()).https_or_http();
-        let builder = match &self.server_name {
+        let builder = match server_name {
             Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(name.clone())),
             None => builder,
         };
@@ -237,11 +294,11 @@ impl ClientsBuilder {
         } else {
             builder.enable_http1().wrap_connector(http)
         };
-        EndpointDialer::new(self.endpoints.clone(), choice, TimedConnector::new(https, self.opts.timeouts.dial()))
+        TimedConnector::new(https, self.opts.timeouts.dial())
     }
 
     /// A pooled client, HTTP/2 when offered (one connection per upstream).
-    fn pooled(&self, tls: &rustls::ClientConfig) -> HttpsClient {
+    fn pooled(&self, tls: &TlsConfigs) -> HttpsClient {
         Self::pooled_on(self.connector(tls, !self.opts.http1_only, Choice::Preferred))
     }
 
@@ -261,12 +318,14 @@ impl ClientsBuilder {
             .build(connector)
     }
 
-    fn build(&self, tls: &rustls::ClientConfig) -> Clients {
+    /// Every client of the identity `cfg` describes.
+    fn build(&self, cfg: &UpstreamConfig) -> Result<Clients, tls::TlsConfigError> {
+        let tls = &self.tls(cfg)?;
         let http1 = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(streams::HTTP1_IDLE)
             .build(self.connector(tls, false, Choice::Spread));
-        Clients {
+        Ok(Clients {
             own: self.pooled(tls),
             probes: Default::default(),
             probe_dialer: self.connector(tls, !self.opts.http1_only, Choice::Preferred),
@@ -276,7 +335,7 @@ impl ClientsBuilder {
                 .pool_timer(TokioTimer::new())
                 .pool_max_idle_per_host(0)
                 .build(self.connector(tls, false, Choice::Spread)),
-        }
+        })
     }
 }
 
@@ -324,7 +383,10 @@ pub struct Upstream {
     /// a connection carrying watchmux's. The same clients as `own` when
     /// watchmux has no client certificate (and no exec plugin, which may
     /// issue one).
-    bare: Option<Arc<Clients>>,
+    bare: parking_lot::RwLock<Option<Arc<Clients>>>,
+    /// The kubeconfig's own configuration, credentials and all: `own`'s
+    /// when it has no identity that changes.
+    own_base: UpstreamConfig,
     /// The kubeconfig's client certificate when it came from files, read
     /// again as they rotate (the kubelet's, in nodeLocal mode).
     cert_files: Option<RotatingCertFiles>,
@@ -333,6 +395,9 @@ pub struct Upstream {
     inline_cert_pem: Option<Vec<u8>>,
     credentials: CredentialSource,
     health: HealthCell,
+    /// Counts [`Self::renew_connections`]: a cache's upstream watch ends
+    /// when it moves, and resumes on the new connections.
+    renewals: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -354,18 +419,25 @@ impl Upstream {
             .as_ref()
             .map(|n| ServerName::try_from(n.clone()).map_err(|_| UpstreamError::ServerName(n.clone())))
             .transpose()?;
-        let endpoints = if opts.servers.is_empty() {
-            Endpoints::new([endpoints::endpoint_of(&cfg.server)])
+        let fallback_server_name = opts
+            .fallback_tls_server_name
+            .as_ref()
+            .map(|n| ServerName::try_from(n.clone()).map_err(|_| UpstreamError::ServerName(n.clone())))
+            .transpose()?;
+        let given = if opts.servers.is_empty() {
+            vec![endpoints::endpoint_of(&cfg.server)]
         } else {
-            Endpoints::new(endpoints::parse_servers(&opts.servers, &cfg.server).map_err(UpstreamError::Servers)?)
+            endpoints::parse_servers("upstream-servers", &opts.servers, &cfg.server).map_err(UpstreamError::Servers)?
         };
-        let builder = ClientsBuilder { server_name, opts, endpoints };
-        let own = builder.build(&tls::client_config(cfg)?);
+        let fallbacks = endpoints::parse_servers("upstream-fallback-servers", &opts.fallback_servers, &cfg.server)
+            .map_err(UpstreamError::Servers)?;
+        let endpoints = Endpoints::with_fallbacks(given, fallbacks);
+        let builder = ClientsBuilder { server_name, fallback_server_name, opts, endpoints };
+        let own = builder.build(cfg)?;
         let anonymous =
             UpstreamConfig { client_cert_pem: None, client_key_pem: None, auth: UpstreamAuth::None, ..cfg.clone() };
         let may_present_cert = cfg.client_cert_pem.is_some() || matches!(cfg.auth, UpstreamAuth::Exec(_));
-        let bare =
-            if may_present_cert { Some(Arc::new(builder.build(&tls::client_config(&anonymous)?))) } else { None };
+        let bare = if may_present_cert { Some(Arc::new(builder.build(&anonymous)?)) } else { None };
         let cert_files = match (&cfg.client_cert_files, &cfg.client_cert_pem, &cfg.client_key_pem) {
             (Some(files), Some(cert), Some(key)) => {
                 Some(RotatingCertFiles::new(files.clone(), cert.clone(), key.clone()))
@@ -381,11 +453,13 @@ impl Upstream {
             own: parking_lot::RwLock::new(OwnClients { clients: Arc::new(own), identity }),
             builder,
             tls_base: anonymous,
-            bare,
+            bare: parking_lot::RwLock::new(bare),
+            own_base: cfg.clone(),
             inline_cert_pem: if cfg.client_cert_files.is_none() { cfg.client_cert_pem.clone() } else { None },
             cert_files,
             credentials: CredentialSource::new(&cfg.auth, cfg)?,
             health: HealthCell::default(),
+            renewals: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -510,7 +584,8 @@ impl Upstream {
                 (Some(own), clients)
             }
             UpstreamCredential::Header(_) | UpstreamCredential::None => {
-                (None, self.bare.clone().unwrap_or_else(|| self.own.read().clients.clone()))
+                let bare = self.bare.read().clone();
+                (None, bare.unwrap_or_else(|| self.own.read().clients.clone()))
             }
         })
     }
@@ -556,17 +631,52 @@ impl Upstream {
         }
         let mut current = self.own.write();
         if !same(&current) {
-            let cfg = UpstreamConfig {
-                client_cert_pem: identity.map(|i| i.cert_pem.clone()),
-                client_key_pem: identity.map(|i| i.key_pem.clone()),
-                client_cert_files: None,
-                ..self.tls_base.clone()
-            };
-            let clients = self.builder.build(&tls::client_config(&cfg)?);
+            let clients = self.builder.build(&self.own_config(identity))?;
             tracing::info!("new upstream connections for a new client certificate");
             *current = OwnClients { clients: Arc::new(clients), identity: identity.cloned() };
         }
         Ok(current.clients.clone())
+    }
+
+    /// The configuration of watchmux's own connections presenting
+    /// `identity` (none: the kubeconfig's own, if any).
+    fn own_config(&self, identity: Option<&Arc<ClientIdentity>>) -> UpstreamConfig {
+        match identity {
+            Some(identity) => UpstreamConfig {
+                client_cert_pem: Some(identity.cert_pem.clone()),
+                client_key_pem: Some(identity.key_pem.clone()),
+                client_cert_files: None,
+                ..self.tls_base.clone()
+            },
+            None => UpstreamConfig { client_cert_files: None, ..self.own_base.clone() },
+        }
+    }
+
+    /// New connections for every kind of traffic, with the same
+    /// identities: the next requests dial the endpoints as they are
+    /// preferred now. Requests in flight keep their connections, which
+    /// close when those end (the old pools are dropped).
+    fn renew_connections(&self) -> Result<(), tls::TlsConfigError> {
+        {
+            let mut own = self.own.write();
+            let clients = self.builder.build(&self.own_config(own.identity.as_ref()))?;
+            own.clients = Arc::new(clients);
+        }
+        {
+            let mut bare = self.bare.write();
+            if bare.is_some() {
+                *bare = Some(Arc::new(self.builder.build(&self.tls_base)?));
+            }
+        }
+        self.renewals.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// Changes when watchmux's connections are made anew (a primary endpoint
+    /// back after the fallback servers carried them): a long upstream watch
+    /// then ends and resumes from its version on the new connections.
+    pub(crate) fn renewals(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.renewals.subscribe()
     }
 
     /// Writes the URI and `authorization`, dropping `Host` and any
@@ -625,6 +735,15 @@ impl Upstream {
             }
             endpoint.probed(ready, several);
         }
+        if self.builder.endpoints.take_fallback_dialed() {
+            match self.renew_connections() {
+                Ok(()) => tracing::info!(
+                    "a primary upstream endpoint is ready again: new requests go to it; \
+                     connections to the fallback servers close as their requests end"
+                ),
+                Err(err) => tracing::warn!(error = %err, "cannot make new upstream connections"),
+            }
+        }
         let (now, detail) =
             found.iter().find(|(health, _)| *health == UpstreamHealth::Ready).unwrap_or(&found[0]).clone();
         let health::Recorded { was, now, silent } = self.health.record(now);
@@ -682,7 +801,8 @@ impl Upstream {
             .map(|e| {
                 let state = if e.healthy() { "ready" } else { "not ready" };
                 let mark = if Arc::ptr_eq(e, &preferred) { " (watchmux's own requests)" } else { "" };
-                format!("{} {state}{mark}", e.uri())
+                let fallback = if e.is_fallback() { " fallback" } else { "" };
+                format!("{}{fallback} {state}{mark}", e.uri())
             })
             .collect();
         Some(format!("endpoints: {}", each.join(", ")))

@@ -177,7 +177,16 @@ async fn anonymous_requests_with_distinct_selectors_do_not_delay_a_new_token() {
         CONNECTIONS * PER_CONNECTION
     );
     assert_eq!(status, 200);
-    assert!(took < NEW_TOKEN_BOUND, "a new token took {took:?} behind the anonymous reviews");
+    // Overtook the queue: behind it (first come, first served) the newcomer
+    // would be answered only once the thousands of reviews ahead were done,
+    // or fail closed after the review timeout (401). The time alone does not
+    // tell on cores starved by compiles (17 s once in CI, with the API
+    // server taking 3 s a TokenReview), so it bounds only with the queue
+    // drained.
+    assert!(
+        waiting >= 100.0 || took < NEW_TOKEN_BOUND,
+        "a new token took {took:?} and was answered only after the anonymous queue drained ({waiting} waiting)"
+    );
 
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut forbidden = 0;

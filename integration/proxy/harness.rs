@@ -102,7 +102,7 @@ pub(crate) async fn start_proxy_at(server: &str, extra: &[&str]) -> Proxy {
     argv.extend(extra.iter().map(|s| s.to_string()));
     let args = <Args as clap::Parser>::try_parse_from(argv).unwrap();
     let cfg = watchmux::upstream::kubeconfig::resolve(args.kubeconfig.as_deref(), None).unwrap();
-    let up = Arc::new(Upstream::new(&cfg, args.upstream_options()).unwrap());
+    let up = Arc::new(Upstream::new(&cfg, args.upstream_options().unwrap()).unwrap());
     let mut opts = args.server_options().unwrap();
     // The pass-through tests run without the cache unless they ask for it.
     if !extra.iter().any(|a| a.starts_with("--cache-resources")) {

@@ -4,7 +4,9 @@
 # kube-proxies) in each topology in turn, direct, node-local, tier and tree
 # (see controlplane-up.sh), and fails on the first topology whose outcome
 # differs. In every topology but direct it also restarts watchmux in the
-# middle of a rollout and checks each watchmux's /metrics for traffic.
+# middle of a rollout and checks each watchmux's /metrics for traffic; in the
+# tree it also stops the tier, whose node-locals must fall back to the API
+# server (--upstream-fallback-servers) with every node staying Ready.
 #
 # Starts the test cluster (with WATCHMUX_CLUSTER_NODE_AUTHZ=1) if it is not up
 # and then stops it again at the end; stops the control plane after each
@@ -55,7 +57,9 @@ for topology in $topologies; do
     tier)
       args+=(-restart-cmd "$ctl restart watchmux-tier") ;;
     tree)
-      args+=(-restart-cmd "$ctl restart watchmux-tier && $ctl restart watchmux-hollow-node-0") ;;
+      args+=(-restart-cmd "$ctl restart watchmux-tier && $ctl restart watchmux-hollow-node-0"
+             -stop-upstream-cmd "$ctl stop watchmux-tier" -start-upstream-cmd "$ctl start watchmux-tier"
+             -upstream-admin "http://127.0.0.1:$((base + 11))") ;;
   esac
   if [[ $topology == tier || $topology == tree ]]; then admins+=("http://127.0.0.1:$((base + 11))"); fi
   if [[ $topology == node-local || $topology == tree ]]; then

@@ -21,8 +21,12 @@
 #               own credentials, pods and its Node scoped to the node
 #   tier        scheduler and controller-manager through one tier watchmux
 #               (delegated, impersonating, its own RBAC as the chart renders it)
-#   tree        node-local watchmuxes whose upstream is the tier watchmux, and
-#               the scheduler and controller-manager through the tier too
+#   tree        node-local watchmuxes whose upstream is the tier watchmux, with
+#               the API server as their fallback (--upstream-fallback-servers);
+#               the scheduler and controller-manager straight to the API
+#               server, as on a real control plane (TREE_CONTROL_PLANE=tier:
+#               through the tier, as bench-controlplane.sh's figures were taken;
+#               leader election then ends them if the tier is down 10 s)
 #
 # Needs the cluster started with WATCHMUX_CLUSTER_NODE_AUTHZ=1 (this script
 # starts it so if it is not up). State, certificates, kubeconfigs, logs and pid
@@ -226,7 +230,9 @@ if [[ $topology == tier || $topology == tree ]]; then
   wait_until "tier watchmux" ready $((base + 11))
 fi
 cp_server="$api"
-if [[ $topology == tier || $topology == tree ]]; then cp_server="$tier_url"; fi
+if [[ $topology == tier || ( $topology == tree && "${TREE_CONTROL_PLANE:-api}" == tier ) ]]; then
+  cp_server="$tier_url"
+fi
 
 kubeconfig "$cp/kubeconfig/scheduler" "$cp_server" cert scheduler
 kubeconfig "$cp/kubeconfig/controller-manager" "$cp_server" cert controller-manager
@@ -249,6 +255,12 @@ for i in $(seq 0 $((n - 1))); do
     upstream="$api"
     if [[ $topology == tree ]]; then upstream="$tier_url"; fi
     if [[ $i == 0 && -n "${NODE0_UPSTREAM:-}" ]]; then upstream="$NODE0_UPSTREAM"; fi
+    # In the tree, the API server is each node-local's fallback: with the
+    # tier down, the kubelet's writes still reach it (TREE_FALLBACK=0: none).
+    fallback=()
+    if [[ $topology == tree && "${TREE_FALLBACK:-1}" == 1 ]]; then
+      fallback=("--upstream-fallback-servers=$api" "--upstream-fallback-ca-file=$CA_CERT")
+    fi
     persist=()
     if [[ "${NODE_PERSIST:-0}" == 1 ]]; then
       persist=("--persist-dir=$dir/persist"
@@ -268,7 +280,7 @@ for i in $(seq 0 $((n - 1))); do
       "--cache-scope=nodes=fieldSelector=metadata.name=$node" \
       "--cache-scope=pods=fieldSelector=spec.nodeName=$node" \
       --auth-mode=delegated --upstream-identity=client --client-ca-file="$CA_CERT" \
-      "${persist[@]}" ${NODE_WATCHMUX_EXTRA_ARGS:-}
+      "${fallback[@]}" "${persist[@]}" ${NODE_WATCHMUX_EXTRA_ARGS:-}
     server="https://127.0.0.1:$wport"
   fi
   kubeconfig "$dir/kubelet.kubeconfig" "$server" cert "node-$i"

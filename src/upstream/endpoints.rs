@@ -32,6 +32,18 @@
 //! the API servers behind it are the fallback when it fails; discovered
 //! servers follow, in address order. An endpoint that stays keeps its health.
 //!
+//! **Fallback servers** (`--upstream-fallback-servers`) come after all of
+//! those and take no traffic of any kind while one of the others is healthy:
+//! a node-local in a tree lists its tier first and the API servers as the
+//! fallback, so that when the tier is down the kubelet's lease renewals and
+//! other writes go straight to an API server (no node goes NotReady because
+//! one tier did), and only then. They have a TLS configuration of their own
+//! (`--upstream-fallback-ca-file`, `--upstream-fallback-tls-server-name`):
+//! the tier's certificate is not the API servers'. Once a primary endpoint
+//! is healthy again, [`Endpoints::take_fallback_dialed`] tells the upstream
+//! client to make new connections, which go to it; the fallback's end with
+//! their last requests (see `Upstream::probe_ready`).
+//!
 //! An endpoint is unhealthy while its last readiness probe failed, or for
 //! [`DIAL_FAILURE_HOLD`] after a dial to it failed; unhealthy endpoints are
 //! still tried, last, so that an upstream whose every endpoint looks down
@@ -41,7 +53,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -69,6 +81,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) struct Endpoint {
     /// `scheme://host:port`, no path.
     uri: Uri,
+    /// One of `--upstream-fallback-servers`.
+    fallback: bool,
     state: parking_lot::Mutex<Health>,
 }
 
@@ -81,8 +95,13 @@ struct Health {
 }
 
 impl Endpoint {
-    fn new(uri: Uri) -> Arc<Self> {
-        Arc::new(Self { uri, state: Default::default() })
+    fn new(uri: Uri, fallback: bool) -> Arc<Self> {
+        Arc::new(Self { uri, fallback, state: Default::default() })
+    }
+
+    /// One of `--upstream-fallback-servers`.
+    pub(crate) fn is_fallback(&self) -> bool {
+        self.fallback
     }
 
     /// `scheme://host:port`, as given, for logs, metrics and `/readyz`.
@@ -136,42 +155,86 @@ pub(crate) enum Choice {
     Pinned(Arc<Endpoint>),
 }
 
-/// The upstream's endpoints, in the order given.
+/// The upstream's endpoints, in the order given: the primary ones, then
+/// the fallback servers.
 #[derive(Debug)]
 pub(crate) struct Endpoints {
     list: parking_lot::RwLock<Arc<[Arc<Endpoint>]>>,
     /// The endpoints given: first, whatever discovery finds.
     seeds: Vec<Uri>,
+    /// `--upstream-fallback-servers`: last, always.
+    fallbacks: Vec<Uri>,
     /// Where [`Choice::Spread`] starts next.
     next: AtomicUsize,
+    /// A dial reached a fallback server since [`Self::take_fallback_dialed`]
+    /// last looked.
+    fallback_dialed: AtomicBool,
 }
 
 impl Endpoints {
     /// The endpoints `uris` name (`scheme://host:port`), in that order.
+    #[cfg(test)]
     pub(crate) fn new(uris: impl IntoIterator<Item = Uri>) -> Arc<Self> {
-        let seeds: Vec<Uri> = uris.into_iter().collect();
-        assert!(!seeds.is_empty(), "an upstream has at least one endpoint");
-        let list: Arc<[_]> = seeds.iter().cloned().map(Endpoint::new).collect();
-        Arc::new(Self { list: parking_lot::RwLock::new(list), seeds, next: AtomicUsize::new(0) })
+        Self::with_fallbacks(uris, [])
     }
 
-    /// The endpoints given, then `discovered` (those not given already):
-    /// an endpoint in both lists keeps its state. True when the list changed.
+    /// The endpoints `uris` name, then the fallback servers.
+    pub(crate) fn with_fallbacks(
+        uris: impl IntoIterator<Item = Uri>,
+        fallbacks: impl IntoIterator<Item = Uri>,
+    ) -> Arc<Self> {
+        let seeds: Vec<Uri> = uris.into_iter().collect();
+        let fallbacks: Vec<Uri> = fallbacks.into_iter().filter(|f| !seeds.contains(f)).collect();
+        assert!(!seeds.is_empty(), "an upstream has at least one endpoint");
+        let list: Arc<[_]> = seeds
+            .iter()
+            .map(|uri| Endpoint::new(uri.clone(), false))
+            .chain(fallbacks.iter().map(|uri| Endpoint::new(uri.clone(), true)))
+            .collect();
+        Arc::new(Self {
+            list: parking_lot::RwLock::new(list),
+            seeds,
+            fallbacks,
+            next: AtomicUsize::new(0),
+            fallback_dialed: AtomicBool::new(false),
+        })
+    }
+
+    /// The endpoints given, then `discovered` (those not given already),
+    /// then the fallback servers: an endpoint in both lists keeps its state.
+    /// True when the list changed.
     pub(crate) fn follow(&self, mut discovered: Vec<Uri>) -> bool {
         discovered.sort_by_key(Uri::to_string);
         discovered.dedup();
-        let wanted: Vec<Uri> =
-            self.seeds.iter().cloned().chain(discovered.into_iter().filter(|d| !self.seeds.contains(d))).collect();
+        let given = |d: &Uri| self.seeds.contains(d) || self.fallbacks.contains(d);
+        let wanted: Vec<(Uri, bool)> = self
+            .seeds
+            .iter()
+            .cloned()
+            .chain(discovered.into_iter().filter(|d| !given(d)))
+            .map(|uri| (uri, false))
+            .chain(self.fallbacks.iter().map(|uri| (uri.clone(), true)))
+            .collect();
         let mut list = self.list.write();
-        if list.iter().map(|e| &e.uri).eq(wanted.iter()) {
+        if list.iter().map(|e| &e.uri).eq(wanted.iter().map(|(uri, _)| uri)) {
             return false;
         }
         let kept: Arc<[_]> = wanted
             .into_iter()
-            .map(|uri| list.iter().find(|e| e.uri == uri).cloned().unwrap_or_else(|| Endpoint::new(uri)))
+            .map(|(uri, fallback)| {
+                list.iter().find(|e| e.uri == uri).cloned().unwrap_or_else(|| Endpoint::new(uri, fallback))
+            })
             .collect();
         *list = kept;
         true
+    }
+
+    /// Whether a dial reached a fallback server since the last call, now
+    /// that a primary endpoint is healthy (else false, and it is asked
+    /// again later): the upstream client then makes new connections.
+    pub(crate) fn take_fallback_dialed(&self) -> bool {
+        let primary_healthy = self.all().iter().any(|e| !e.fallback && e.healthy());
+        primary_healthy && self.fallback_dialed.swap(false, Ordering::Relaxed)
     }
 
     /// Every endpoint, in the order given.
@@ -179,21 +242,25 @@ impl Endpoints {
         self.list.read().clone()
     }
 
-    /// The endpoints a dial tries, in turn: the healthy ones in `choice`'s
-    /// order, then the others in the same order.
+    /// The endpoints a dial tries, in turn: the healthy primary ones in
+    /// `choice`'s order, the healthy fallback servers in the order given,
+    /// then the others in the same order.
     pub(crate) fn order(&self, choice: &Choice) -> Vec<Arc<Endpoint>> {
         let list = self.all();
+        let primaries = list.iter().take_while(|e| !e.fallback).count();
+        let (primary, fallback) = list.split_at(primaries);
         let rotated: Vec<_> = match choice {
             Choice::Pinned(endpoint) => return vec![endpoint.clone()],
-            Choice::Preferred => list.to_vec(),
+            Choice::Preferred => primary.to_vec(),
             Choice::Spread => {
-                let start = self.next.fetch_add(1, Ordering::Relaxed) % list.len();
-                list[start..].iter().chain(&list[..start]).cloned().collect()
+                let start = self.next.fetch_add(1, Ordering::Relaxed) % primary.len();
+                primary[start..].iter().chain(&primary[..start]).cloned().collect()
             }
         };
-        let (mut healthy, down): (Vec<_>, Vec<_>) = rotated.into_iter().partition(|e| e.healthy());
-        healthy.extend(down);
-        healthy
+        let (mut order, down): (Vec<_>, Vec<_>) =
+            rotated.into_iter().chain(fallback.iter().cloned()).partition(|e| e.healthy());
+        order.extend(down);
+        order
     }
 
     /// The endpoint watchmux's own requests go to now.
@@ -214,11 +281,19 @@ pub(crate) struct EndpointDialer<C> {
     endpoints: Arc<Endpoints>,
     choice: Choice,
     inner: C,
+    /// Dials the fallback servers (their own TLS configuration); none:
+    /// `inner` does.
+    fallback: Option<C>,
 }
 
 impl<C> EndpointDialer<C> {
     pub(crate) fn new(endpoints: Arc<Endpoints>, choice: Choice, inner: C) -> Self {
-        Self { endpoints, choice, inner }
+        Self { endpoints, choice, inner, fallback: None }
+    }
+
+    /// The same dialer, with `fallback` dialing the fallback servers.
+    pub(crate) fn with_fallback(self, fallback: C) -> Self {
+        Self { fallback: Some(fallback), ..self }
     }
 
     /// The same dialer, to `endpoint` only.
@@ -226,7 +301,12 @@ impl<C> EndpointDialer<C> {
     where
         C: Clone,
     {
-        Self { endpoints: self.endpoints.clone(), choice: Choice::Pinned(endpoint), inner: self.inner.clone() }
+        Self {
+            endpoints: self.endpoints.clone(),
+            choice: Choice::Pinned(endpoint),
+            inner: self.inner.clone(),
+            fallback: self.fallback.clone(),
+        }
     }
 }
 
@@ -248,10 +328,12 @@ where
     fn call(&mut self, uri: Uri) -> Self::Future {
         let order = self.endpoints.order(&self.choice);
         let inner = self.inner.clone();
+        let fallback = self.fallback.clone().unwrap_or_else(|| inner.clone());
+        let endpoints = self.endpoints.clone();
         Box::pin(async move {
             let mut last = None;
             for endpoint in order {
-                let mut inner = inner.clone();
+                let mut inner = if endpoint.fallback { fallback.clone() } else { inner.clone() };
                 let dialed = async {
                     std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                     inner.call(endpoint.target(&uri)).await
@@ -259,6 +341,9 @@ where
                 match dialed.await {
                     Ok(conn) => {
                         endpoint.dialed(true);
+                        if endpoint.fallback {
+                            endpoints.fallback_dialed.store(true, Ordering::Relaxed);
+                        }
                         return Ok(conn);
                     }
                     Err(err) => {
@@ -276,18 +361,18 @@ where
 /// Parses `--upstream-servers`: `scheme://host:port` URLs, comma-separated,
 /// each with the kubeconfig server's scheme and no path of its own (the
 /// kubeconfig server's path prefix applies to every one).
-pub(crate) fn parse_servers(list: &[String], kubeconfig_server: &Uri) -> Result<Vec<Uri>, String> {
+pub(crate) fn parse_servers(flag: &str, list: &[String], kubeconfig_server: &Uri) -> Result<Vec<Uri>, String> {
     list.iter()
         .map(|s| {
-            let uri: Uri = s.parse().map_err(|e| format!("--upstream-servers: {s:?}: {e}"))?;
+            let uri: Uri = s.parse().map_err(|e| format!("--{flag}: {s:?}: {e}"))?;
             if uri.scheme() != kubeconfig_server.scheme() || uri.authority().is_none() {
                 return Err(format!(
-                    "--upstream-servers: {s:?} must be {}://host:port, as the kubeconfig's server",
+                    "--{flag}: {s:?} must be {}://host:port, as the kubeconfig's server",
                     kubeconfig_server.scheme_str().unwrap_or("https")
                 ));
             }
             if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
-                return Err(format!("--upstream-servers: {s:?} has a path; the kubeconfig server's applies to all"));
+                return Err(format!("--{flag}: {s:?} has a path; the kubeconfig server's applies to all"));
             }
             Ok(Uri::builder()
                 .scheme(uri.scheme().expect("checked").clone())
@@ -423,6 +508,45 @@ mod tests {
         assert_eq!(none.dials.load(Ordering::Relaxed), 4);
     }
 
+    /// Fallback servers take nothing while a primary endpoint is healthy,
+    /// Spread included; then everything, in their order; and a dial that
+    /// reached one is reported once a primary is healthy again.
+    #[tokio::test(start_paused = true)]
+    async fn fallback_servers_take_traffic_only_while_no_primary_is_healthy() {
+        let uri = |s: &str| -> Uri { s.parse().unwrap() };
+        let set = Endpoints::with_fallbacks(
+            [uri("https://10.0.0.0:7443/"), uri("https://10.0.0.1:7443/")],
+            [uri("https://10.9.0.0:6443/"), uri("https://10.9.0.1:6443/"), uri("https://10.0.0.1:7443/")],
+        );
+        assert_eq!(set.all().len(), 4, "a fallback that is also a primary endpoint is one endpoint, primary");
+        for _ in 0..4 {
+            let spread = ports(&set.order(&Choice::Spread));
+            assert!(spread[..2].iter().all(|h| h.starts_with("10.0.")), "{spread:?}");
+            assert_eq!(spread[2..], ["10.9.0.0", "10.9.0.1"]);
+        }
+        let fake = Fake { refuse: Arc::from([]), dials: Default::default() };
+        let fallback_fake = Fake { refuse: Arc::from([]), dials: Default::default() };
+        let mut dialer =
+            EndpointDialer::new(set.clone(), Choice::Spread, fake.clone()).with_fallback(fallback_fake.clone());
+        dialer.call("https://tier/".parse().unwrap()).await.unwrap();
+        assert_eq!((fake.dials.load(Ordering::Relaxed), fallback_fake.dials.load(Ordering::Relaxed)), (1, 0));
+        assert!(!set.take_fallback_dialed());
+
+        // Every primary down: the fallbacks first, in order, on their own connector.
+        set.all()[0].probed(false, false);
+        set.all()[1].probed(false, false);
+        assert_eq!(ports(&set.order(&Choice::Preferred)), ["10.9.0.0", "10.9.0.1", "10.0.0.0", "10.0.0.1"]);
+        assert_eq!(ports(&set.order(&Choice::Spread))[..2], ["10.9.0.0", "10.9.0.1"]);
+        let conn = dialer.call("https://tier/api/v1/nodes".parse().unwrap()).await.unwrap();
+        assert_eq!(conn, "https://10.9.0.0:6443/api/v1/nodes");
+        assert_eq!((fake.dials.load(Ordering::Relaxed), fallback_fake.dials.load(Ordering::Relaxed)), (1, 1));
+        assert!(!set.take_fallback_dialed(), "not while every primary is down");
+        set.all()[1].probed(true, false);
+        assert_eq!(set.preferred().uri().host(), Some("10.0.0.1"));
+        assert!(set.take_fallback_dialed(), "a primary is back after a fallback was dialed");
+        assert!(!set.take_fallback_dialed(), "reported once");
+    }
+
     /// Discovery keeps the servers given first and the state of endpoints
     /// that stay; ready addresses at the `https` port, IPv6 in brackets.
     #[tokio::test(start_paused = true)]
@@ -456,11 +580,17 @@ mod tests {
     #[test]
     fn servers_share_the_kubeconfig_servers_scheme_and_have_no_path() {
         let server: Uri = "https://lb:6443/prefix".parse().unwrap();
-        let ok = parse_servers(&["https://a:6443".into(), "https://10.0.0.2:6443/".into()], &server).unwrap();
+        let ok =
+            parse_servers("upstream-servers", &["https://a:6443".into(), "https://10.0.0.2:6443/".into()], &server)
+                .unwrap();
         assert_eq!(ok.iter().map(Uri::to_string).collect::<Vec<_>>(), ["https://a:6443/", "https://10.0.0.2:6443/"]);
-        assert!(parse_servers(&["http://a:6443".into()], &server).unwrap_err().contains("https://host:port"));
-        assert!(parse_servers(&["https://a:6443/x".into()], &server).unwrap_err().contains("path"));
-        assert!(parse_servers(&["a:6443".into()], &server).is_err());
+        assert!(
+            parse_servers("upstream-servers", &["http://a:6443".into()], &server)
+                .unwrap_err()
+                .contains("https://host:port")
+        );
+        assert!(parse_servers("upstream-servers", &["https://a:6443/x".into()], &server).unwrap_err().contains("path"));
+        assert!(parse_servers("upstream-servers", &["a:6443".into()], &server).is_err());
         assert_eq!(endpoint_of(&server).to_string(), "https://lb:6443/");
     }
 }

@@ -524,6 +524,11 @@ contexts:
 current-context: watchmux-tier
 {{- end }}
 
+{{/* "true" when the tree has fallback servers (nodeLocal.tier.fallback). */}}
+{{- define "watchmux.treeFallback" -}}
+{{- if and (include "watchmux.tree" .) .Values.nodeLocal.tier.fallback.servers }}true{{ end }}
+{{- end }}
+
 {{/* The --kubeconfig watchmux is given, or "" for the in-cluster service account. */}}
 {{- define "watchmux.upstreamKubeconfig" -}}
 {{- if .Values.upstream.kubeconfigSecret.name }}
@@ -563,6 +568,19 @@ current-context: watchmux-tier
 {{- fail "upstream.servers lists API servers: in the tree (nodeLocal.tier.server) the upstream is the tier" }}
 {{- end }}
 - --upstream-servers={{ join "," . }}
+{{- end }}
+{{- with .Values.nodeLocal.tier.fallback.servers }}
+{{- if not (include "watchmux.tree" $) }}
+{{- fail "nodeLocal.tier.fallback.servers are the tree's fallback (nodeLocal.tier.server); without a tier, list API servers in upstream.servers" }}
+{{- end }}
+{{- if not $.Values.nodeLocal.tier.fallback.caHostPath }}
+{{- fail "nodeLocal.tier.fallback.servers needs nodeLocal.tier.fallback.caHostPath: a host file with the API servers' CA (the tier's CA is not theirs; kubeadm: /etc/kubernetes/pki/ca.crt)" }}
+{{- end }}
+- --upstream-fallback-servers={{ join "," . }}
+- --upstream-fallback-ca-file={{ $.Values.nodeLocal.tier.fallback.caHostPath }}
+{{- with $.Values.nodeLocal.tier.fallback.tlsServerName }}
+- --upstream-fallback-tls-server-name={{ . }}
+{{- end }}
 {{- end }}
 {{- if include "watchmux.upstreamWatchList" . }}
 - --upstream-watch-list=true
@@ -808,6 +826,12 @@ symlink to the latest rotated certificate in the same directory. */}}
 - name: tier-ca
   mountPath: {{ include "watchmux.treeCADir" . }}
   readOnly: true
+{{- if include "watchmux.treeFallback" . }}
+{{- /* the host file at its own path, as the kubelet's */}}
+- name: fallback-ca
+  mountPath: {{ .Values.nodeLocal.tier.fallback.caHostPath }}
+  readOnly: true
+{{- end }}
 {{- else }}
 - name: kubelet-kubeconfig
   mountPath: {{ .Values.nodeLocal.kubeletKubeconfig }}
@@ -862,6 +886,12 @@ symlink to the latest rotated certificate in the same directory. */}}
 - name: tier-ca
   configMap:
     name: {{ .Values.nodeLocal.tier.caConfigMap }}
+{{- if include "watchmux.treeFallback" . }}
+- name: fallback-ca
+  hostPath:
+    path: {{ .Values.nodeLocal.tier.fallback.caHostPath }}
+    type: File
+{{- end }}
 {{- else }}
 - name: kubelet-kubeconfig
   hostPath:

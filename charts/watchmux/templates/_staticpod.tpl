@@ -48,6 +48,12 @@ this one before it can reach the API. */}}
   hostPath:
     path: {{ include "watchmux.treeCADir" . }}
     type: Directory
+{{- if include "watchmux.treeFallback" . }}
+- name: fallback-ca
+  hostPath:
+    path: {{ .Values.nodeLocal.tier.fallback.caHostPath }}
+    type: File
+{{- end }}
 {{- else }}
 - name: kubelet-kubeconfig
   hostPath:

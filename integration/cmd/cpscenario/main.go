@@ -11,12 +11,16 @@
 //  4. a Service's EndpointSlices list every pod as ready;
 //  5. (-restart-cmd) watchmux restarted in the middle of a rollout, and the
 //     rollout still completes;
-//  6. (-stop-kubelet-cmd) a stopped hollow kubelet makes its node NotReady,
+//  6. (-stop-upstream-cmd) the tier of a tree stopped: every node's lease is
+//     renewed twice through its node-local's fallback servers (the API
+//     server) and every node stays Ready; the tier started again gets the
+//     nodes' lease renewals back (-upstream-admin's /metrics);
+//  7. (-stop-kubelet-cmd) a stopped hollow kubelet makes its node NotReady,
 //     its pods are evicted (taint-based, tolerationSeconds 5) and replaced on
 //     the other nodes; the kubelet started again makes the node Ready;
-//  7. scale to zero: every pod is gone;
-//  8. the namespace's deletion completes;
-//  9. (-watchmux-admin) every watchmux served pod watches from its cache and
+//  8. scale to zero: every pod is gone;
+//  9. the namespace's deletion completes;
+//  10. (-watchmux-admin) every watchmux served pod watches from its cache and
 //     passed requests through (its /metrics).
 //
 // Each step waits for its condition with a bounded poll and fails with what
@@ -54,17 +58,20 @@ import (
 )
 
 var (
-	kubeconfig   = flag.String("kubeconfig", ".run/kubeconfig", "admin kubeconfig of the test cluster (direct to kube-apiserver)")
-	nodes        = flag.Int("nodes", 3, "number of hollow nodes (hollow-node-0..N-1)")
-	perNode      = flag.Int("pods-per-node", 3, "Deployment replicas per node")
-	namespace    = flag.String("namespace", "cp-e2e", "namespace the scenarios create and delete")
-	restartCmd   = flag.String("restart-cmd", "", "shell command that restarts watchmux; run in the middle of a rollout")
-	stopKubelet  = flag.String("stop-kubelet-cmd", "", "shell command that stops the kubelet of -stop-node")
-	startKubelet = flag.String("start-kubelet-cmd", "", "shell command that starts it again")
-	stopNode     = flag.String("stop-node", "", "node whose kubelet -stop-kubelet-cmd stops")
-	admins       = flag.String("watchmux-admin", "", "comma-separated watchmux admin URLs whose /metrics must show traffic")
-	onlyRollout  = flag.Bool("only-rollout", false, "benchmark mode: nodes Ready, one rollout to Running, then delete the namespace")
-	timeout      = flag.Duration("step-timeout", 120*time.Second, "bound of each wait")
+	kubeconfig    = flag.String("kubeconfig", ".run/kubeconfig", "admin kubeconfig of the test cluster (direct to kube-apiserver)")
+	nodes         = flag.Int("nodes", 3, "number of hollow nodes (hollow-node-0..N-1)")
+	perNode       = flag.Int("pods-per-node", 3, "Deployment replicas per node")
+	namespace     = flag.String("namespace", "cp-e2e", "namespace the scenarios create and delete")
+	restartCmd    = flag.String("restart-cmd", "", "shell command that restarts watchmux; run in the middle of a rollout")
+	stopKubelet   = flag.String("stop-kubelet-cmd", "", "shell command that stops the kubelet of -stop-node")
+	startKubelet  = flag.String("start-kubelet-cmd", "", "shell command that starts it again")
+	stopNode      = flag.String("stop-node", "", "node whose kubelet -stop-kubelet-cmd stops")
+	stopUpstream  = flag.String("stop-upstream-cmd", "", "shell command that stops the tier of a tree (its node-locals fall back to the API server)")
+	startUpstream = flag.String("start-upstream-cmd", "", "shell command that starts it again")
+	upstreamAdmin = flag.String("upstream-admin", "", "admin URL of the tier -stop-upstream-cmd stops, whose /metrics must show the nodes' lease renewals once it is back")
+	admins        = flag.String("watchmux-admin", "", "comma-separated watchmux admin URLs whose /metrics must show traffic")
+	onlyRollout   = flag.Bool("only-rollout", false, "benchmark mode: nodes Ready, one rollout to Running, then delete the namespace")
+	timeout       = flag.Duration("step-timeout", 120*time.Second, "bound of each wait")
 )
 
 var cs *kubernetes.Clientset
@@ -120,6 +127,9 @@ func main() {
 				waitRollout(ctx, replicas)
 				waitPodsRunning(ctx, replicas, false)
 			})
+		}
+		if *stopUpstream != "" && *startUpstream != "" {
+			step("tier stopped: leases renewed through the fallback, nodes Ready", func() { tierStopped(ctx) })
 		}
 		if *stopKubelet != "" && *stopNode != "" {
 			step("stopped kubelet: node NotReady, pods evicted and replaced", func() {
@@ -313,6 +323,50 @@ func nodesReadyAndRenewing(ctx context.Context) {
 			}
 		}
 		return len(waiting) == 0, "not renewed yet: " + strings.Join(waiting, ",")
+	})
+}
+
+// tierStopped stops the tier of a tree: each node-local's fallback server
+// (the API server) must carry its kubelet's lease renewals, two per node,
+// while every node stays Ready; then the tier starts again and must get the
+// renewals back (node-locals return to their primary upstream).
+func tierStopped(ctx context.Context) {
+	run(*stopUpstream)
+	stopped := time.Now()
+	renewals := map[string]int{}
+	last := map[string]time.Time{}
+	waitFor("two lease renewals per node with the tier stopped", func() (bool, string) {
+		if ok, why := allReady(ctx); !ok {
+			fail("a node is not Ready with the tier stopped: %s", why)
+		}
+		waiting := []string{}
+		for _, name := range nodeNames() {
+			l, err := cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, name, metav1.GetOptions{})
+			if err == nil && l.Spec.RenewTime != nil {
+				if t := l.Spec.RenewTime.Time; t.After(stopped) && t.After(last[name]) {
+					renewals[name]++
+					last[name] = t
+				}
+			}
+			if renewals[name] < 2 {
+				waiting = append(waiting, fmt.Sprintf("%s: %d", name, renewals[name]))
+			}
+		}
+		return len(waiting) == 0, "renewals since the stop: " + strings.Join(waiting, ", ")
+	})
+	run(*startUpstream)
+	if *upstreamAdmin == "" {
+		return
+	}
+	name := `watchmux_passthrough_requests_total{resource="leases.coordination.k8s.io"}`
+	waitFor("the tier to get the nodes' lease renewals back", func() (bool, string) {
+		resp, err := http.Get(strings.TrimSuffix(*upstreamAdmin, "/") + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		got := metrics(*upstreamAdmin)[name]
+		return got >= float64(*nodes), fmt.Sprintf("%s is %v", name, got)
 	})
 }
 

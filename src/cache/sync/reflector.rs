@@ -604,6 +604,7 @@ impl Reflector {
     /// version it reached, and how it ended.
     async fn read_watch(&mut self, mut rv: u64, mut watch: OpenWatch) -> (u64, Result<Closed, SyncError>) {
         let cache = self.cache.cache().clone();
+        let mut renewals = self.upstream.renewals();
         loop {
             // Changes a catch-up watch read for the freshness proof are
             // applied here, between this watch's own (see `Writer`).
@@ -625,6 +626,9 @@ impl Reflector {
                     return (rv, Err(end));
                 }
                 () = self.cluster.moved_past(self.epoch) => return (rv, Err(SyncError::NewCluster)),
+                // New connections (back from the fallback servers): resume
+                // there from `rv`, as after the watch's own end.
+                Ok(()) = renewals.changed() => return (rv, Ok(Closed { early: false })),
             };
             rv = rv.max(self.cache.apply(change));
         }
