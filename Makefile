@@ -147,6 +147,12 @@ bench-fleet-idle:
 bench-restart:
 	bash integration/scripts/bench-restart.sh
 
+## One of three API servers killed, then frozen, under 5,000 watchers:
+## through a plain TCP load balancer and through watchmux's --upstream-servers.
+.PHONY: bench-failover
+bench-failover:
+	bash integration/scripts/bench-failover.sh
+
 ## PNG plots of the last results (.run/bench-*/) into docs/img/.
 bench-plots:
 	bash integration/scripts/bench-plots.sh

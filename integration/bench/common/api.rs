@@ -42,8 +42,13 @@ impl Api {
             UpstreamAuth::Token(t) => HeaderValue::from_str(&format!("Bearer {t}"))?,
             other => bail!("the bench needs a bearer-token kubeconfig, got {other:?}"),
         };
-        let api_addr: SocketAddr =
-            up.server.authority().ok_or_else(|| anyhow!("server without authority"))?.as_str().parse()?;
+        // `WATCHMUX_BENCH_DIRECT_ADDR`: the direct side's watches go there
+        // instead (a TCP load balancer in front of several API servers);
+        // the bench's own requests still go to the kubeconfig's server.
+        let api_addr: SocketAddr = match std::env::var("WATCHMUX_BENCH_DIRECT_ADDR") {
+            Ok(addr) if !addr.is_empty() => addr.parse()?,
+            _ => up.server.authority().ok_or_else(|| anyhow!("server without authority"))?.as_str().parse()?,
+        };
         let base_tls = watchmux::upstream::tls::client_config(&up)?;
         let mut tls_h2 = base_tls.clone();
         tls_h2.alpn_protocols = vec![b"h2".to_vec()];

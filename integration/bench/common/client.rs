@@ -199,8 +199,13 @@ where
 {
     Ok(match shape {
         Shape::H2 => {
+            // client-go's HTTP/2 health check (ReadIdleTimeout 30 s, then a
+            // PING answered within 15 s): a frozen server is given up after
+            // about that long, as a real client would.
             let (send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
+                .keep_alive_interval(std::time::Duration::from_secs(30))
+                .keep_alive_timeout(std::time::Duration::from_secs(15))
                 .handshake(TokioIo::new(io))
                 .await?;
             tokio::spawn(conn);

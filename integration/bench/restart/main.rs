@@ -15,10 +15,18 @@
 //! process's CPU from its start, and the time from the restart command, and
 //! from the marker write's acknowledgement, until each watcher was current.
 //!
+//! `RESTART_KIND=failover` (`integration/scripts/bench-failover.sh`): the
+//! command kills or freezes one of several API servers instead, and nothing
+//! is restarted; the direct side's watches then go through a plain TCP load
+//! balancer (`WATCHMUX_BENCH_DIRECT_ADDR`), watchmux's to its
+//! `--upstream-servers`, and the rows about a new kube-apiserver process are
+//! left out.
+//!
 //! Environment: as `fanout` (`WATCHMUX_BENCH_*`, `BENCH_OUT`), and
 //! `RESTART_N` (1000), `RESTART_SHAPE` (`h2`), `RESTART_SIDES`
 //! (`direct,watchmux`), `RESTART_DEADLINE_S` (120), `RESTART_CMD` (the
-//! restart command, run by `bash -c` from the working directory).
+//! restart command, run by `bash -c` from the working directory),
+//! `RESTART_KIND` (`restart`).
 
 // A bench is a binary: `pub` here marks what its modules share, not an API to document.
 #![allow(unreachable_pub, missing_docs)]
@@ -115,14 +123,15 @@ struct SideResult {
     /// Per watcher, from the restart command / from the marker's acknowledgement.
     from_restart: Vec<Duration>,
     from_marker: Vec<Duration>,
-    requests_by_verb: Vec<(String, f64)>,
-    all_requests: f64,
+    /// None in a failover: no new process to count at.
+    requests_by_verb: Option<Vec<(String, f64)>>,
+    all_requests: Option<f64>,
     watch_requests: u64,
     list_requests: u64,
     reconnects: u64,
     gone: u64,
     refused: u64,
-    api_cpu_ms: f64,
+    api_cpu_ms: Option<f64>,
     wm_restarts: Option<(f64, f64)>,
 }
 
@@ -133,6 +142,8 @@ struct Bench {
     per_conn: usize,
     deadline: Duration,
     restart_cmd: String,
+    /// `RESTART_KIND=failover`: one of several API servers killed or frozen.
+    failover: bool,
 }
 
 impl Bench {
@@ -227,14 +238,14 @@ impl Bench {
             bail!("restart command failed: {status}");
         }
         let restart_secs = t_restart.elapsed().as_secs_f64();
-        let new_pid = self.api.apiserver_pid()?;
+        let new_pid = if self.failover { None } else { Some(self.api.apiserver_pid()?) };
         Self::set_target(&shared, seq_base + 2);
         let marker_ack = self.write_marker(seq_base + 2).await?;
         self.wait_current(&shared, self.n, self.deadline).await;
         let current = shared.current.load(Ordering::SeqCst);
         let c1 = counters.snapshot();
-        let api_cpu_ms = ticks_ms(cpu_ticks(new_pid).unwrap_or(0));
-        let metrics = self.api.apiserver_metrics().await?;
+        let api_cpu_ms = new_pid.map(|pid| ticks_ms(cpu_ticks(pid).unwrap_or(0)));
+        let metrics = if self.failover { None } else { Some(self.api.apiserver_metrics().await?) };
         let wm_restarts = match (&wm0, kind) {
             (Some(b), SideKind::Watchmux) => {
                 let a = self.api.watchmux_metrics().await?;
@@ -257,13 +268,15 @@ impl Bench {
         from_restart.sort();
         from_marker.sort();
         // The bench's own configmap requests on the new process: the marker PATCH (and its retries' GETs: none).
-        let mut requests_by_verb =
-            prom::by_label(&metrics, "apiserver_request_total", "verb", &[("resource", "configmaps")]);
-        if let Some(p) = requests_by_verb.iter_mut().find(|(v, _)| v == "PATCH") {
-            p.1 -= 1.0;
-        }
-        requests_by_verb.retain(|(_, v)| *v != 0.0);
-        let all_requests = prom::sum(&metrics, "apiserver_request_total", &[]);
+        let requests_by_verb = metrics.as_deref().map(|metrics| {
+            let mut by_verb = prom::by_label(metrics, "apiserver_request_total", "verb", &[("resource", "configmaps")]);
+            if let Some(p) = by_verb.iter_mut().find(|(v, _)| v == "PATCH") {
+                p.1 -= 1.0;
+            }
+            by_verb.retain(|(_, v)| *v != 0.0);
+            by_verb
+        });
+        let all_requests = metrics.as_deref().map(|metrics| prom::sum(metrics, "apiserver_request_total", &[]));
         Ok(SideResult {
             kind,
             connections,
@@ -290,7 +303,8 @@ impl Bench {
 fn report(b: &Bench, sides: &[SideResult]) {
     println!();
     println!(
-        "### Restart storm: {} watchers, {}",
+        "### {}: {} watchers, {}",
+        if b.failover { "One of three API servers gone" } else { "Restart storm" },
         thousands(b.n),
         match b.shape {
             Shape::H2 => "HTTP/2, many watches per connection",
@@ -302,26 +316,34 @@ fn report(b: &Bench, sides: &[SideResult]) {
     t.row("connections; watchers ready before the restart (time to open, s)", |s| {
         format!("{}; {} ({:.1})", thousands(s.connections), thousands(s.ready), s.open_secs)
     });
-    t.row("restart command until ready, s; marker write acknowledged at, s", |s| {
+    let command = if b.failover { "kill (or freeze) command" } else { "restart command until ready" };
+    t.row(&format!("{command}, s; marker write acknowledged at, s"), |s| {
         format!("{:.1}; {:.1}", s.restart_secs, s.marker_delay_secs)
     });
     t.row("**watchers current again / all**", |s| format!("**{} / {}**", thousands(s.current), thousands(b.n)));
-    t.row("**time until every watcher is current, from the restart command, s**", |s| match s.from_restart.last() {
+    t.row(&format!("**time until every watcher is current, from the {command}, s**"), |s| match s.from_restart.last() {
         Some(d) if s.current == b.n => format!("**{}**", fmt1(d.as_secs_f64())),
         Some(d) => format!("not all within the deadline (last of those current: {})", fmt1(d.as_secs_f64())),
         None => "–".into(),
     });
     t.row("from the marker write's ack: p50 / p99 / max, ms", |s| p50_p99_max(&s.from_marker));
-    t.row("**configmaps requests reaching the new kube-apiserver, by verb** (bench's marker write excluded)", |s| {
-        format!("**{}**", s.requests_by_verb.iter().map(|(v, n)| format!("{v} {n}")).collect::<Vec<_>>().join(", "))
-    });
-    t.row("all requests the new kube-apiserver served (any resource, its own included)", |s| {
-        format!("{}", s.all_requests)
-    });
+    if !b.failover {
+        t.row("**configmaps requests reaching the new kube-apiserver, by verb** (bench's marker write excluded)", |s| {
+            let by_verb = s.requests_by_verb.iter().flatten().map(|(v, n)| format!("{v} {n}"));
+            format!("**{}**", by_verb.collect::<Vec<_>>().join(", "))
+        });
+        t.row("all requests the new kube-apiserver served (any resource, its own included)", |s| {
+            s.all_requests.map_or("–".into(), |n| format!("{n}"))
+        });
+    }
     t.row("the watchers' view: WATCH requests / LISTs / streams broken / 410 Gone / refused attempts", |s| {
         format!("{} / {} / {} / {} / {}", s.watch_requests, s.list_requests, s.reconnects, s.gone, s.refused)
     });
-    t.row("new kube-apiserver's CPU from its start until all current, ms", |s| format!("{:.0}", s.api_cpu_ms));
+    if !b.failover {
+        t.row("new kube-apiserver's CPU from its start until all current, ms", |s| {
+            s.api_cpu_ms.map_or("–".into(), |ms| format!("{ms:.0}"))
+        });
+    }
     t.row("watchmux upstream watch restarts / relists", |s| {
         s.wm_restarts.map_or("–".into(), |(r, l)| format!("{r} / {l}"))
     });
@@ -330,7 +352,7 @@ fn report(b: &Bench, sides: &[SideResult]) {
 
 fn json(b: &Bench, sides: &[SideResult]) -> serde_json::Value {
     json!({
-        "scenario": "restart",
+        "scenario": if b.failover { "failover" } else { "restart" },
         "n": b.n,
         "shape": b.shape.name(),
         "sides": sides.iter().map(|s| json!({
@@ -343,7 +365,7 @@ fn json(b: &Bench, sides: &[SideResult]) -> serde_json::Value {
             "all_current_from_restart_s": s.from_restart.last().map(|d| d.as_secs_f64()),
             "from_restart_ms": latency_json(&s.from_restart),
             "from_marker_ms": latency_json(&s.from_marker),
-            "apiserver_configmap_requests_by_verb": s.requests_by_verb.iter().map(|(v, n)| json!([v, n])).collect::<Vec<_>>(),
+            "apiserver_configmap_requests_by_verb": s.requests_by_verb.as_ref().map(|r| r.iter().map(|(v, n)| json!([v, n])).collect::<Vec<_>>()),
             "apiserver_all_requests": s.all_requests,
             "watch_requests": s.watch_requests,
             "list_requests": s.list_requests,
@@ -367,6 +389,7 @@ async fn main() -> anyhow::Result<()> {
         per_conn: api_adv.map_or(100, |v| (v as usize).min(250)),
         deadline: Duration::from_secs(env_or("RESTART_DEADLINE_S", 120)?),
         restart_cmd: env_or("RESTART_CMD", "bash integration/scripts/cluster-up.sh --restart-apiserver".to_owned())?,
+        failover: env_or("RESTART_KIND", "restart".to_owned())? == "failover",
         api,
     };
     bench.api.ensure_namespace(NS).await?;
