@@ -5,7 +5,8 @@
 # watchers, one fault; converged / lost / stuck / time to current.
 #
 # Usage: chaos.sh [case...]   (default: CHAOS_CASES, else every case;
-#                              "quick": restart, compaction, crd,
+#                              "quick": restart, half-open-existing,
+#                              compaction, crd, watchmux-rollout,
 #                              persist-truncated, persist-readonly; the
 #                              persist cases mount tmpfs: root)
 #

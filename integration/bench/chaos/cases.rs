@@ -52,6 +52,11 @@ pub const ALL: &[Case] = &[
     case!("slow-watchers", "churn of 4 KiB objects; some watchers read at a tenth of its rate", slow::slow_watchers),
     case!("slowloris", "connections sending nothing or a request one byte a second", clients::slowloris),
     case!("watchmux-kill", "watchmux killed (SIGKILL) and restarted", upstream::watchmux_kill),
+    case!(
+        "watchmux-rollout",
+        "watchmux stopped (SIGTERM) and restarted three times: no 410, no relist",
+        upstream::watchmux_rollout
+    ),
     case!("churn", "rounds of watchers connecting and leaving: no leak", clients::connect_rounds),
     case!("crd", "a watched CRD deleted and created again", objects::crd_lifecycle),
     case!("large", "ConfigMaps of 100 KiB", objects::large),
@@ -73,5 +78,12 @@ pub const ALL: &[Case] = &[
 ];
 
 /// The quick set (`make chaos-quick`).
-pub const QUICK: &[&str] =
-    &["restart", "half-open-existing", "compaction", "crd", "persist-truncated", "persist-readonly"];
+pub const QUICK: &[&str] = &[
+    "restart",
+    "half-open-existing",
+    "compaction",
+    "crd",
+    "watchmux-rollout",
+    "persist-truncated",
+    "persist-readonly",
+];

@@ -154,6 +154,11 @@ impl Watchmux {
 
     /// SIGTERM, then SIGKILL after 10 s.
     pub async fn stop(mut self) {
+        self.terminate().await;
+    }
+
+    /// SIGTERM, then SIGKILL after 10 s; [`Self::respawn`] may follow.
+    pub async fn terminate(&mut self) {
         let Some(mut c) = self.child.take() else { return };
         signal(c.id(), "TERM");
         for _ in 0..100 {

@@ -321,17 +321,22 @@ fn report(b: &Bench, sides: &[SideResult]) {
         format!("{:.1}; {:.1}", s.restart_secs, s.marker_delay_secs)
     });
     t.row("**watchers current again / all**", |s| format!("**{} / {}**", thousands(s.current), thousands(b.n)));
-    t.row(&format!("**time until every watcher is current, from the {command}, s**"), |s| match s.from_restart.last() {
-        Some(d) if s.current == b.n => format!("**{}**", fmt1(d.as_secs_f64())),
-        Some(d) => format!("not all within the deadline (last of those current: {})", fmt1(d.as_secs_f64())),
-        None => "–".into(),
+    t.row(&format!("**time until every watcher is current, from the {command}, s**"), |s| {
+        match s.from_restart.last() {
+            Some(d) if s.current == b.n => format!("**{}**", fmt1(d.as_secs_f64())),
+            Some(d) => format!("not all within the deadline (last of those current: {})", fmt1(d.as_secs_f64())),
+            None => "–".into(),
+        }
     });
     t.row("from the marker write's ack: p50 / p99 / max, ms", |s| p50_p99_max(&s.from_marker));
     if !b.failover {
-        t.row("**configmaps requests reaching the new kube-apiserver, by verb** (bench's marker write excluded)", |s| {
-            let by_verb = s.requests_by_verb.iter().flatten().map(|(v, n)| format!("{v} {n}"));
-            format!("**{}**", by_verb.collect::<Vec<_>>().join(", "))
-        });
+        t.row(
+            "**configmaps requests reaching the new kube-apiserver, by verb** (bench's marker write excluded)",
+            |s| {
+                let by_verb = s.requests_by_verb.iter().flatten().map(|(v, n)| format!("{v} {n}"));
+                format!("**{}**", by_verb.collect::<Vec<_>>().join(", "))
+            },
+        );
         t.row("all requests the new kube-apiserver served (any resource, its own included)", |s| {
             s.all_requests.map_or("–".into(), |n| format!("{n}"))
         });

@@ -184,6 +184,45 @@ pub async fn watchmux_kill(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
+/// Restarts in a rolling update of watchmux.
+const ROLLOUT_ROUNDS: usize = 3;
+
+/// A rolling update as a Deployment or DaemonSet makes it, three times over:
+/// watchmux stopped gracefully (SIGTERM: its watch streams end, in-flight
+/// requests finish) and started again at once, writes throughout. Each
+/// watcher comes back with the version it last saw, older than the new
+/// process's first list: the backfill (one upstream watch per resource)
+/// serves it, so no watcher gets a 410 or lists again, and nothing is lost
+/// or delivered twice (the fleet's own checks against the writes).
+pub async fn watchmux_rollout(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    let mut outcome = under_writes(ctx, "watchmux-rollout", async |st: &mut Stage| {
+        let start = Instant::now();
+        let mut took = Vec::new();
+        for _ in 0..ROLLOUT_ROUNDS {
+            let round = Instant::now();
+            st.wm.terminate().await;
+            st.wm.respawn().await?;
+            took.push(format!("{:.1}", round.elapsed().as_secs_f64()));
+        }
+        let end = Instant::now();
+        Ok((start, end, format!(
+            "watchmux stopped (SIGTERM) and started again {ROLLOUT_ROUNDS} times in a row, each time ready again after {} s (--cache-warm); writes throughout",
+            took.join(", ")
+        )))
+    })
+    .await?;
+    let watchers = &outcome.details["watchers"];
+    for (key, what) in [("lists", "LISTs"), ("gone_410", "410s")] {
+        let n = watchers[key].as_u64().unwrap_or(u64::MAX);
+        if n != 0 {
+            outcome
+                .problems
+                .push(format!("{n} {what} from watchers across the rollout (the API server would resume them)"));
+        }
+    }
+    Ok(outcome)
+}
+
 /// How long after the freeze every watcher must have the change written at
 /// it: HTTP/2 keep-alive's 2 s without a read and 3 s for the ack, the
 /// watch's restart, and room for a loaded machine. The figure itself is
