@@ -57,6 +57,11 @@ pub const ALL: &[Case] = &[
         "watchmux stopped (SIGTERM) and restarted three times: no 410, no relist",
         upstream::watchmux_rollout
     ),
+    case!(
+        "tier-rollout",
+        "a tier of three replicas behind a TCP balancer, each restarted in turn: no 410, no relist",
+        upstream::tier_rollout
+    ),
     case!("churn", "rounds of watchers connecting and leaving: no leak", clients::connect_rounds),
     case!("crd", "a watched CRD deleted and created again", objects::crd_lifecycle),
     case!("large", "ConfigMaps of 100 KiB", objects::large),

@@ -133,3 +133,54 @@ impl Drop for Relay {
         self.shutdown.cancel();
     }
 }
+
+/// A plain TCP load balancer in front of a tier's replicas, as a Service's
+/// or a cloud balancer's: each new connection goes to the next replica in
+/// turn (one that refuses is skipped), bytes relayed untouched.
+pub struct Balancer {
+    pub addr: SocketAddr,
+    shutdown: CancellationToken,
+}
+
+impl Balancer {
+    pub async fn start(backends: Vec<SocketAddr>) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut turn = 0usize;
+            loop {
+                let mut down = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    a = listener.accept() => match a {
+                        Ok((down, _)) => down,
+                        Err(_) => continue,
+                    },
+                };
+                turn += 1;
+                let (backends, stop) = (backends.clone(), stop.clone());
+                let first = turn;
+                tokio::spawn(async move {
+                    for i in 0..backends.len() {
+                        let Ok(mut up) = TcpStream::connect(backends[(first + i) % backends.len()]).await else {
+                            continue;
+                        };
+                        tokio::select! {
+                            _ = stop.cancelled() => {}
+                            _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                        }
+                        return;
+                    }
+                });
+            }
+        });
+        Ok(Self { addr, shutdown })
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Config;
 use super::fleet::{Fleet, StateView};
-use super::relay::Relay;
+use super::relay::{Balancer, Relay};
 use super::score::{Tally, Target, tally, truth};
 use super::world::{Setup, Watchmux, direct, metrics};
 use super::writer::{Kind, MARKER, Writer};
@@ -92,6 +92,9 @@ pub struct Stage {
     pub names: Vec<String>,
     pub relay: Relay,
     pub wm: Watchmux,
+    /// A tier's other replicas (`Plan::replicas`), behind [`Self::balancer`] with `wm`.
+    pub replicas: Vec<Watchmux>,
+    balancer: Option<Balancer>,
     pub fleet: Fleet,
     /// watchmux, for the watchers.
     pub proxy: Endpoint,
@@ -111,11 +114,20 @@ pub struct Plan<'a> {
     pub env: &'a [(&'a str, &'a str)],
     /// The size of the objects written (default: `CHAOS_OBJECT_BYTES`).
     pub object_bytes: Option<usize>,
+    /// watchmux processes, a tier's replicas (default 1): past one, the
+    /// watchers reach them through a TCP load balancer.
+    pub replicas: usize,
 }
 
 impl Default for Plan<'_> {
     fn default() -> Self {
-        Self { kind: None, flags: &["--cache-resources", "configmaps", "--cache-warm"], env: &[], object_bytes: None }
+        Self {
+            kind: None,
+            flags: &["--cache-resources", "configmaps", "--cache-warm"],
+            env: &[],
+            object_bytes: None,
+            replicas: 1,
+        }
     }
 }
 
@@ -156,7 +168,24 @@ impl Stage {
         let log = ctx.setup.out_dir.join(format!("watchmux-{id}.log"));
         let _ = std::fs::remove_file(&log);
         let wm = Watchmux::start(&ctx.setup, &kubeconfig, plan.flags, plan.env, log).await?;
-        let proxy = ctx.api.proxy_target()?;
+        let mut replicas = Vec::new();
+        let mut backends = vec![ctx.setup.listen];
+        for i in 1..plan.replicas {
+            // Fixed ports beside the setup's (CHAOS_PORT + 100 + 2i, admin + 1).
+            let port = ctx.setup.listen.port() + 100 + 2 * i as u16;
+            let addrs = (format!("127.0.0.1:{port}").parse()?, format!("127.0.0.1:{}", port + 1).parse()?);
+            let log = ctx.setup.out_dir.join(format!("watchmux-{id}-{i}.log"));
+            let _ = std::fs::remove_file(&log);
+            replicas.push(Watchmux::start_on(&ctx.setup, addrs, &kubeconfig, plan.flags, plan.env, log).await?);
+            backends.push(addrs.0);
+        }
+        let (proxy, balancer) = match ctx.api.proxy_target()? {
+            Endpoint::Proxy { tls, .. } if plan.replicas > 1 => {
+                let balancer = Balancer::start(backends).await?;
+                (Endpoint::Proxy { addr: balancer.addr, tls }, Some(balancer))
+            }
+            proxy => (proxy, None),
+        };
         let fleet = Fleet::start(&proxy, ctx.cfg.shape, ctx.cfg.per_conn, &writer.kind.collection, ctx.cfg.n);
         let ready = fleet.wait_ready(SETUP_LIMIT).await;
         if ready < fleet.n {
@@ -170,7 +199,21 @@ impl Stage {
         let metrics_before = metrics(wm.admin).await;
         let counters_before = fleet.counters.snapshot();
         eprintln!("chaos: {id}: {} watchers current at rv {rv} in {:.1}s", fleet.n, started.elapsed().as_secs_f64());
-        Ok(Self { id, writer, names, relay, wm, fleet, proxy, churn: None, metrics_before, counters_before, started })
+        Ok(Self {
+            id,
+            writer,
+            names,
+            relay,
+            wm,
+            replicas,
+            balancer,
+            fleet,
+            proxy,
+            churn: None,
+            metrics_before,
+            counters_before,
+            started,
+        })
     }
 
     /// Random changes among the pool at `rate` per second until stopped.
@@ -256,6 +299,10 @@ impl Stage {
             "watchmux_warnings": self.wm.warnings(),
         });
         self.wm.stop().await;
+        for replica in self.replicas.drain(..) {
+            replica.stop().await;
+        }
+        drop(self.balancer.take());
         // Empty the namespace (no controller here would): keeps etcd small.
         let _ = direct(&ctx.api, Method::DELETE, &self.writer.kind.collection).await;
         Ok((groups, notes, details))

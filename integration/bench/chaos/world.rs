@@ -85,19 +85,32 @@ impl Watchmux {
         env: &[(&str, &str)],
         log: PathBuf,
     ) -> anyhow::Result<Self> {
+        Self::start_on(setup, (setup.listen, setup.admin), kubeconfig, flags, env, log).await
+    }
+
+    /// [`Self::start`] on addresses of the caller's (`listen`, `admin`):
+    /// one more replica of a tier.
+    pub async fn start_on(
+        setup: &Setup,
+        (listen, admin): (SocketAddr, SocketAddr),
+        kubeconfig: &Path,
+        flags: &[&str],
+        env: &[(&str, &str)],
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
         let mut args: Vec<String> = vec![
             "--kubeconfig".into(),
             kubeconfig.display().to_string(),
             "--listen".into(),
-            setup.listen.to_string(),
+            listen.to_string(),
             "--admin-listen".into(),
-            setup.admin.to_string(),
+            admin.to_string(),
         ];
         args.extend(flags.iter().map(|s| (*s).to_owned()));
         // As the other benches: WATCHMUX_ARGS adds flags to every watchmux started.
         args.extend(std::env::var("WATCHMUX_ARGS").unwrap_or_default().split_whitespace().map(str::to_owned));
         let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        let mut wm = Self { child: None, bin: setup.watchmux_bin.clone(), args, env, log, admin: setup.admin };
+        let mut wm = Self { child: None, bin: setup.watchmux_bin.clone(), args, env, log, admin };
         wm.spawn().await?;
         Ok(wm)
     }

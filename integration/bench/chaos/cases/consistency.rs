@@ -48,7 +48,7 @@ async fn fault_case(ctx: &Ctx, id: &'static str, fault: &str) -> anyhow::Result<
     let victim = format!("victim-{fault}-{}", std::process::id());
     let spec = format!("{fault}:configmaps:{victim}");
     let env = [("WATCHMUX_FAULT_INJECT", spec.as_str())];
-    let mut st = Stage::new(ctx, id, Plan { kind: None, flags: &flags("1s"), env: &env, object_bytes: None }).await?;
+    let mut st = Stage::new(ctx, id, Plan { flags: &flags("1s"), env: &env, ..Plan::default() }).await?;
     st.start_churn(ctx.cfg.write_rate);
     tokio::time::sleep(LEAD_IN).await;
     let start = Instant::now();
@@ -92,8 +92,7 @@ pub async fn corrupt_event(ctx: &Ctx) -> anyhow::Result<Outcome> {
 /// No fault: the writer at `write_rate_max` for `check_churn_secs` with the
 /// check every second; every check must agree with the upstream.
 pub async fn no_false_alarm(ctx: &Ctx) -> anyhow::Result<Outcome> {
-    let mut st =
-        Stage::new(ctx, "check-churn", Plan { kind: None, flags: &flags("1s"), env: &[], object_bytes: None }).await?;
+    let mut st = Stage::new(ctx, "check-churn", Plan { flags: &flags("1s"), ..Plan::default() }).await?;
     let before: Vec<(String, f64)> =
         prom::by_label(&metrics(st.wm.admin).await, CHECKS, "result", &[("resource", "configmaps")]);
     st.start_churn(ctx.cfg.write_rate_max);

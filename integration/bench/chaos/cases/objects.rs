@@ -69,8 +69,7 @@ pub async fn crd_lifecycle(ctx: &Ctx) -> anyhow::Result<Outcome> {
     let _ = delete_crd(&ctx.api).await;
     create_crd(&ctx.api, &kind.collection).await.context("creating the CRD")?;
     let flags = ["--cache-resources", &format!("configmaps,{CRD}"), "--cache-warm"];
-    let mut st =
-        Stage::new(ctx, "crd", Plan { kind: Some(kind.clone()), flags: &flags, env: &[], object_bytes: None }).await?;
+    let mut st = Stage::new(ctx, "crd", Plan { kind: Some(kind.clone()), flags: &flags, ..Plan::default() }).await?;
     st.start_churn(ctx.cfg.write_rate);
     tokio::time::sleep(Duration::from_secs(2)).await;
     st.stop_churn().await;

@@ -28,7 +28,17 @@ async fn under_writes(
     id: &'static str,
     fault: impl AsyncFnOnce(&mut Stage) -> anyhow::Result<(Instant, Instant, String)>,
 ) -> anyhow::Result<Outcome> {
-    let mut st = Stage::new(ctx, id, Plan::default()).await?;
+    under_writes_on(ctx, id, Plan::default(), fault).await
+}
+
+/// [`under_writes`] on a stage of `plan`'s.
+async fn under_writes_on(
+    ctx: &Ctx,
+    id: &'static str,
+    plan: Plan<'_>,
+    fault: impl AsyncFnOnce(&mut Stage) -> anyhow::Result<(Instant, Instant, String)>,
+) -> anyhow::Result<Outcome> {
+    let mut st = Stage::new(ctx, id, plan).await?;
     st.start_churn(ctx.cfg.write_rate);
     tokio::time::sleep(LEAD_IN).await;
     let (start, end, what) = fault(&mut st).await?;
@@ -195,7 +205,7 @@ const ROLLOUT_ROUNDS: usize = 3;
 /// serves it, so no watcher gets a 410 or lists again, and nothing is lost
 /// or delivered twice (the fleet's own checks against the writes).
 pub async fn watchmux_rollout(ctx: &Ctx) -> anyhow::Result<Outcome> {
-    let mut outcome = under_writes(ctx, "watchmux-rollout", async |st: &mut Stage| {
+    let outcome = under_writes(ctx, "watchmux-rollout", async |st: &mut Stage| {
         let start = Instant::now();
         let mut took = Vec::new();
         for _ in 0..ROLLOUT_ROUNDS {
@@ -211,16 +221,52 @@ pub async fn watchmux_rollout(ctx: &Ctx) -> anyhow::Result<Outcome> {
         )))
     })
     .await?;
+    Ok(without_relists(outcome))
+}
+
+/// The replicas of `tier-rollout`.
+const TIER_REPLICAS: usize = 3;
+
+/// A tier of three replicas behind one address (a TCP load balancer, as a
+/// Service), each replaced in turn as a Deployment's rolling update does:
+/// stopped (SIGTERM) and started again, writes throughout. A stopped
+/// replica's watchers reconnect through the balancer, to another replica or
+/// the new one, with the version they last saw; a new replica serves it from
+/// its backfill. No 410, no LIST after the first, nothing lost or duplicated.
+pub async fn tier_rollout(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    let plan = Plan { replicas: TIER_REPLICAS, ..Plan::default() };
+    let outcome = under_writes_on(ctx, "tier-rollout", plan, async |st: &mut Stage| {
+        let start = Instant::now();
+        let mut took = Vec::new();
+        for i in 0..TIER_REPLICAS {
+            let round = Instant::now();
+            let replica = if i == 0 { &mut st.wm } else { &mut st.replicas[i - 1] };
+            replica.terminate().await;
+            replica.respawn().await?;
+            took.push(format!("{:.1}", round.elapsed().as_secs_f64()));
+        }
+        let end = Instant::now();
+        Ok((start, end, format!(
+            "a tier of {TIER_REPLICAS} replicas behind a TCP load balancer, each stopped (SIGTERM) and started again in turn, ready again after {} s (--cache-warm); writes throughout",
+            took.join(", ")
+        )))
+    })
+    .await?;
+    Ok(without_relists(outcome))
+}
+
+/// A problem for every LIST and 410 the fleet saw: across a restart the
+/// API server would have resumed every one of them.
+fn without_relists(mut outcome: Outcome) -> Outcome {
     let watchers = &outcome.details["watchers"];
     for (key, what) in [("lists", "LISTs"), ("gone_410", "410s")] {
         let n = watchers[key].as_u64().unwrap_or(u64::MAX);
         if n != 0 {
-            outcome
-                .problems
-                .push(format!("{n} {what} from watchers across the rollout (the API server would resume them)"));
+            let problem = format!("{n} {what} from watchers across the restarts (the API server would resume them)");
+            outcome.problems.push(problem);
         }
     }
-    Ok(outcome)
+    outcome
 }
 
 /// How long after the freeze every watcher must have the change written at
