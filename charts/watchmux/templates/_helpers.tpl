@@ -569,6 +569,15 @@ current-context: watchmux-tier
 {{- end }}
 - --upstream-servers={{ join "," . }}
 {{- end }}
+{{- if .Values.upstream.discoverServers }}
+{{- if include "watchmux.tree" . }}
+{{- fail "upstream.discoverServers: in the tree (nodeLocal.tier.server) the API servers are the fallback: list them in nodeLocal.tier.fallback.servers" }}
+{{- end }}
+{{- if include "watchmux.clientIdentity" . }}
+{{- fail "upstream.discoverServers with the kubelet's credentials (nodeLocal, delegated): a node may not list EndpointSlices; list the API servers in upstream.servers" }}
+{{- end }}
+- --upstream-discover-servers
+{{- end }}
 {{- with .Values.nodeLocal.tier.fallback.servers }}
 {{- if not (include "watchmux.tree" $) }}
 {{- fail "nodeLocal.tier.fallback.servers are the tree's fallback (nodeLocal.tier.server); without a tier, list API servers in upstream.servers" }}
