@@ -116,7 +116,6 @@ repo="$registry/watchmux"
 # A deterministic tar of a directory (an OCI layout): names sorted, no owners,
 # every time the commit's.
 epoch="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}"
-export SOURCE_DATE_EPOCH="$epoch"
 tar_dir() { tar -C "$1" --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner -cf "$2" .; }
 declare -A digest_of
 for arch in $arches; do

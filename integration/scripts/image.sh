@@ -68,8 +68,11 @@ fi
 bash "$scripts/image-tools.sh"
 if [[ ${IMAGE_SKIP_CARGO:-0} != 1 ]]; then
   # The revision watchmux_build_info reports (build.rs), the same commit as
-  # the image's revision label below, as `make release` stamps it.
-  WATCHMUX_GIT_REVISION="$(git rev-parse --short=12 HEAD)" cargo build --locked --release ${cargo_target[@]+"${cargo_target[@]}"} --bin watchmux
+  # the image's revision label below, as `make release` stamps it. Without
+  # SOURCE_DATE_EPOCH: the cc crate reruns ring's C build when it changes (a
+  # new commit's time would rebuild ring and all above it), and nothing in the
+  # binary reads it.
+  WATCHMUX_GIT_REVISION="$(git rev-parse --short=12 HEAD)" env -u SOURCE_DATE_EPOCH cargo build --locked --release ${cargo_target[@]+"${cargo_target[@]}"} --bin watchmux
 fi
 [[ -x $bin ]] || { echo "image: no $bin (cargo build --release)" >&2; exit 1; }
 
