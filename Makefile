@@ -31,6 +31,14 @@ release:
 image:
 	bash integration/scripts/image.sh
 
+## A release for the version in Cargo.toml (Chart.yaml must agree): the amd64
+## and arm64 images and their index, SBOMs, a cosign signature verified on a
+## registry on loopback, the packaged chart pushed there and pulled back, and
+## SHA256SUMS, in .run/dist/<version>/ (docs/release.md). Not part of make test.
+.PHONY: dist
+dist:
+	bash integration/scripts/dist.sh
+
 ## The image run with runc against the test API server (Linux, root; installs
 ## runc if missing). Also part of make test, after the end-to-end suite.
 image-test:

@@ -203,10 +203,11 @@ installer_check() {  # installer_check <case> <helm args of the case, for the up
   if ! out="$(run_installer 2>&1)" || [[ $out == *wrote* ]]; then bad+=" unchanged re-run wrote: $out;"; fi
   local old; old="$(cat "$m/$file")"
   eval "set -- $2"
-  "$helm" template watchmux "$chart" -n "$ns_privileged" "$@" --set image.tag=0.2.0 >"$tmp/$name-upgrade.yaml"
+  # An upgrade to a tag that is not the chart's appVersion (the first install's).
+  "$helm" template watchmux "$chart" -n "$ns_privileged" "$@" --set image.tag=99.0.0 >"$tmp/$name-upgrade.yaml"
   mount_src "$tmp/$name-upgrade.yaml"
   if ! out="$(run_installer 2>&1)"; then bad+=" upgrade: $out;"; fi
-  grep -q 'image: registry.example/watchmux:0.2.0' "$m/$file" || bad+=" upgrade did not write the new image;"
+  grep -q 'image: registry.example/watchmux:99.0.0' "$m/$file" || bad+=" upgrade did not write the new image;"
   [[ "$(cat "$w/$file.previous" 2>/dev/null)" == "$old" ]] || bad+=" the previous manifest was not kept;"
   local listed; listed="$(cd "$m" && ls -A | paste -sd' ' -)"
   [[ $listed == "$file" ]] || bad+=" manifest dir holds [$listed];"
