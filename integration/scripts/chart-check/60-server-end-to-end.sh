@@ -114,6 +114,13 @@ smoke_test() {  # smoke_test <case> [upstream kubeconfig, default the admin's] [
       --tls-cert-file=*) args+=("--tls-cert-file=$d/tls.crt") ;;
       --tls-private-key-file=*) args+=("--tls-private-key-file=$d/tls.key") ;;
       --kubeconfig=*) ;;  # the host's or a Secret's path: $upstream instead, below
+      # The tree's fallback (nodeLocal.tier.fallback): the cluster's API
+      # server and its CA instead of the rendered stand-ins.
+      --upstream-fallback-servers=*) args+=("--upstream-fallback-servers=$(yq -r '.clusters[0].cluster.server' "$kubeconfig")") ;;
+      --upstream-fallback-ca-file=*)
+        yq -r '.clusters[0].cluster["certificate-authority-data"]' "$kubeconfig" | base64 -d >"$d/fallback-ca.crt"
+        args+=("--upstream-fallback-ca-file=$d/fallback-ca.crt") ;;
+      --upstream-fallback-tls-server-name=*) ;;  # the cluster's certificate names 127.0.0.1
       --client-ca-file=*)
         # What the chart's refusal message tells users to copy into
         # auth.clientCA.configMap.
