@@ -197,7 +197,8 @@ impl Delegated {
             let last = self.modes.last(&requestor.name);
             (last, last)
         };
-        let attempts: Vec<_> = impersonation::attempts(&wanted, &requestor, request).into_iter().enumerate().collect();
+        let attempts: Vec<_> =
+            impersonation::upstream_attempts(&wanted, &requestor, request).into_iter().enumerate().collect();
         let mut refusals = Vec::new();
         for (order, attempt) in impersonation::in_tried_order(attempts, try_first, |(_, a)| a.mode) {
             let subject = if attempt.subject == *requestor { requestor.clone() } else { Arc::new(attempt.subject) };

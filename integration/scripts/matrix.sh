@@ -51,10 +51,8 @@ for minor in "${minors[@]}"; do
     echo "matrix: $minor: the API server says $served, not $release" | tee -a "$out/summary"
     status=1; cleanup; continue
   fi
-  skips="$out/$minor.skips"
-  : > "$skips"
   set +e
-  WATCHMUX_K8S_MINOR="$minor" WATCHMUX_E2E_SKIP_LOG="$skips" \
+  WATCHMUX_K8S_MINOR="$minor" \
   WATCHMUX_E2E_KUBECONFIG="$root/.run/kubeconfig" WATCHMUX_E2E_KUBECTL="$root/.run/kubectl" \
   WATCHMUX_E2E_WATCHCHECK="$root/.run/bin/watchcheck" WATCHMUX_E2E_PBCHECK="$root/.run/bin/pbcheck" \
   WATCHMUX_E2E_CLUSTER_UP="$scripts/cluster-up.sh" WATCHMUX_E2E_ETCD="$ETCD_ENDPOINT" \
@@ -70,8 +68,6 @@ for minor in "${minors[@]}"; do
   (( ran == ${#tests[@]} )) || { line+=" (ran $ran: a name in transparency-tests.txt matches no test, or the suite did not finish)"; status=1; }
   [[ -z $failed ]] || status=1
   echo "$line" | tee -a "$out/summary"
-  # What a case did not compare on this minor, and why (env::skip_on_this_server).
-  sort -u "$skips" | sed 's/^/  skipped part: /' | tee -a "$out/summary"
   cleanup
 done
 echo "--- make test-matrix ($(date -u +%F))"

@@ -5,8 +5,8 @@
 //! non-pointer field is always written in protobuf), Table columns, the
 //! zero objects of BOOKMARK events. The generated tables carry every
 //! supported minor's form (`protobuf/schema.txt` marks what only some minors
-//! have with `minors=`); the upstream's minor, read from its `/version` when
-//! the cache starts ([`crate::cache::sync::version`]), picks one, so an older
+//! have with `minors=`); the upstream's minor, read from its `/version` at
+//! start ([`crate::cache::sync::version`]), picks one, so an older
 //! API server is answered in its own form and never in the pinned one's.
 //!
 //! One watchmux has one upstream, so the choice is process-wide, made once
@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The Kubernetes 1.x minors watchmux has tables for, oldest first: the list
 /// of integration/versions/minors.txt (a test checks they agree).
-pub const SUPPORTED: [u8; 2] = [35, 37];
+pub const SUPPORTED: [u8; 4] = [34, 35, 36, 37];
 
 /// The minor integration/go.mod pins, whose form stands until the upstream's
 /// is known.
@@ -72,6 +72,23 @@ pub fn served() -> u8 {
             Selection::Unsupported { nearest, .. } => nearest,
         },
     }
+}
+
+/// The upstream's minor, or the pinned one until it is known.
+fn upstream_or_pinned() -> u8 {
+    match UPSTREAM.load(Ordering::Relaxed) {
+        0 => PINNED,
+        minor => minor,
+    }
+}
+
+/// Whether the upstream applies kube-apiserver's constrained impersonation
+/// (KEP-5284, `ConstrainedImpersonation`: alpha and off in 1.35, beta and on
+/// from 1.36, absent before): its `impersonate-on:` and `impersonate:<mode>`
+/// checks, tried before the legacy ones. An older server knows the legacy
+/// `impersonate` checks only, and a mode it lacks must grant nothing here.
+pub fn constrained_impersonation() -> bool {
+    upstream_or_pinned() >= 36
 }
 
 /// Whether a Table can be written for the upstream: its minor is supported

@@ -131,8 +131,6 @@ impl CacheService {
     /// `--cache-resources` against discovery (a typo is a start-up error)
     /// and, with `--cache-warm`, starts every configured cache.
     pub(crate) async fn start(&self) -> anyhow::Result<()> {
-        // Whose forms to write, before anything is encoded.
-        crate::cache::sync::version::select_upstream_minor(self.registry.upstream()).await;
         // Persisted caches first: they answer before the upstream does.
         self.registry.restore_persisted()?;
         self.registry.check_names().await?;

@@ -1,7 +1,8 @@
-//! The upstream's Kubernetes minor, read from its `/version` once when the
-//! cache starts, before any cache lists: it chooses which minor's generated
-//! forms (protobuf schema, Table columns, bookmark objects) watchmux writes
-//! ([`crate::encode::minor`]).
+//! The upstream's Kubernetes minor, read from its `/version` once at start
+//! (`App::serve`, with a cache or delegated auth), before any cache lists:
+//! it chooses which minor's generated forms (protobuf schema, Table columns
+//! and printers, bookmark objects) watchmux writes and whose impersonation
+//! rules delegated auth applies ([`crate::encode::minor`]).
 //!
 //! Read once, not per request: one watchmux has one upstream, and an
 //! encoding is kept with each cached object, so the choice must stand
