@@ -51,12 +51,15 @@ for minor in "${minors[@]}"; do
     echo "matrix: $minor: the API server says $served, not $release" | tee -a "$out/summary"
     status=1; cleanup; continue
   fi
+  # kubectl's discovery cache, fresh for each run (as e2e.sh keeps it): it is
+  # keyed by host and port, which every minor and every run here share.
+  rm -rf "$out/kube-cache"
   set +e
   WATCHMUX_K8S_MINOR="$minor" \
   WATCHMUX_E2E_KUBECONFIG="$root/.run/kubeconfig" WATCHMUX_E2E_KUBECTL="$root/.run/kubectl" \
   WATCHMUX_E2E_WATCHCHECK="$root/.run/bin/watchcheck" WATCHMUX_E2E_PBCHECK="$root/.run/bin/pbcheck" \
   WATCHMUX_E2E_CLUSTER_UP="$scripts/cluster-up.sh" WATCHMUX_E2E_ETCD="$ETCD_ENDPOINT" \
-  KUBECACHEDIR="$out/kube-cache-$minor" \
+  KUBECACHEDIR="$out/kube-cache" \
     cargo test --locked --features fault-injection --test e2e -- --exact --test-threads=4 "${tests[@]}" >> "$log" 2>&1
   set -e
   passed="$(grep -c '^test .* \.\.\. ok$' "$log" || true)"

@@ -313,6 +313,20 @@ fn unescape_extra_key(key: &str) -> String {
     String::from_utf8(out).unwrap_or(key)
 }
 
+/// kube-apiserver 1.34's answer to impersonation headers it cannot read:
+/// `responsewriters.InternalError`, Go's `http.Error` with the request URI
+/// quoted and the error, as plain text.
+pub(crate) fn internal_error(request_uri: &http::Uri, message: &str) -> http::Response<crate::body::ProxyBody> {
+    let uri = request_uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let text = format!("Internal Server Error: {}: {message}\n", crate::go_rules::fmt::go_quote(uri));
+    let mut resp = http::Response::new(crate::body::full(text));
+    *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    let headers = resp.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(http::header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    resp
+}
+
 /// What the legacy filter's 400 prints: its `[]ObjectReference` of the
 /// groups, extra values and uid asked for, with Go's `%v` (each reference's
 /// seven fields, space-separated). Go reads the extras from a map, in no set
@@ -380,6 +394,19 @@ mod tests {
         let wanted = Wanted { name: "bob".into(), ..wanted };
         let order: Vec<String> = legacy_filter_checks(&wanted).into_iter().map(|c| c.resource).collect();
         assert_eq!(order, ["users", "groups", "userextras", "uids"], "the uid last, as the legacy filter checks it");
+    }
+
+    #[tokio::test]
+    async fn kube_apiserver_1_34_answers_unreadable_impersonation_with_a_plain_500() {
+        let uri: http::Uri = "/api/v1/namespaces/a/configmaps?limit=1".parse().unwrap();
+        let resp = internal_error(&uri, "requested [{Group  g    }] without impersonating a user");
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(resp.headers()[http::header::CONTENT_TYPE], "text/plain; charset=utf-8");
+        let body = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+        assert_eq!(
+            &body[..],
+            b"Internal Server Error: \"/api/v1/namespaces/a/configmaps?limit=1\": requested [{Group  g    }] without impersonating a user\n"
+        );
     }
 
     #[test]

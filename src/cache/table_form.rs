@@ -49,7 +49,7 @@ use crate::cache::state::object::CachedObject;
 use crate::encode::minor;
 use crate::encode::table::custom::{CustomColumns, Unsupported};
 use crate::encode::table::internal_metadata::{internal_only_annotation, without_annotation};
-use crate::encode::table::printers::{self, Printer, now_nanos, printer};
+use crate::encode::table::printers::{Printer, now_nanos, printer};
 use crate::encode::table::{
     IncludeObject, ONE_ROW_TABLE_TAIL, Printed, Row, TableEventKey, TableVersion, columns, one_row_table,
 };
@@ -101,10 +101,6 @@ pub(crate) fn table_form(
             return Err(NOT_HERE);
         }
         (Some(columns), Some(printer), _) => Rows::Builtin { columns, printer },
-        (Some(_), None, None) if printers::version_bound(&info.group, &info.kind) => {
-            metrics::counter!(m::VERSION_FORM_PASSTHROUGH, "form" => "table").increment(1);
-            return Err(NOT_HERE);
-        }
         (_, _, Some(custom)) => Rows::Custom(custom),
         _ => return Err(NOT_HERE),
     };

@@ -91,6 +91,13 @@ pub fn constrained_impersonation() -> bool {
     upstream_or_pinned() >= 36
 }
 
+/// Whether the upstream's legacy impersonation filter answers a request it
+/// cannot read (groups without a user) with a plain-text 500, as 1.34's
+/// does (`responsewriters.InternalError`); a 400 Status from 1.35.
+pub fn impersonation_errors_are_internal() -> bool {
+    upstream_or_pinned() <= 34
+}
+
 /// Whether a Table can be written for the upstream: its minor is supported
 /// (or not yet known, when the pinned one stands).
 pub fn tables_derivable() -> bool {

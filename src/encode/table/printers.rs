@@ -19,9 +19,6 @@ pub(crate) type Printer = fn(&Value, i128) -> Printed;
 /// The printer of a built-in kind, if there is one here, as the upstream's
 /// minor ([`minor::served`]) prints it.
 pub(crate) fn printer(group: &str, kind: &str) -> Option<Printer> {
-    if version_bound(group, kind) {
-        return None;
-    }
     let printer: Printer = match (group, kind) {
         ("", "ConfigMap") => config_map,
         ("", "Secret") => secret,
@@ -56,14 +53,6 @@ fn secret(obj: &Value, now: i128) -> Printed {
 /// `printNamespace`: name, `status.phase`, age.
 fn namespace(obj: &Value, now: i128) -> Printed {
     vec![name(obj), string_at(obj, &["status", "phase"]), age_of(obj, now)].into()
-}
-
-/// Whether the upstream's minor prints this kind in a way no printer here
-/// reproduces: its Tables pass through. 1.34's `printPod` takes a
-/// container's status reason by other rules (a terminated container without
-/// a reason, `Completed` beside a running one) than 1.35's, which `pod.rs` follows.
-pub(crate) fn version_bound(group: &str, kind: &str) -> bool {
-    matches!((group, kind), ("", "Pod")) && minor::served() <= 34
 }
 
 /// `printServiceAccount`: name, age.
