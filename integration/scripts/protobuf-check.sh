@@ -31,7 +31,7 @@ for minor in ${PROTOBUF_MINORS:-$(versions_minors)}; do
   [[ $minor == "$(versions_pinned)" ]] || modfile=(-modfile="versions/$minor/go.mod")
   # Its own binary, outside build-k8s.sh's set; Go's build cache keeps it cheap.
   (cd "$root/integration" && GOTOOLCHAIN=local go build "${modfile[@]}" -o "$root/.run/bin/protocorpus-$minor" ./cmd/protocorpus)
-  rm -rf "$out/$minor"
+  rm -rf "${out:?}/$minor"
   "$root/.run/bin/protocorpus-$minor" -out "$out/$minor" -seed "$seed" -n "$n"
   openapi="$(cd "$root/integration" && go env GOMODCACHE)/k8s.io/kubernetes@$release/api/openapi-spec/v3"
   if [[ ! -d "$openapi" ]]; then
