@@ -82,6 +82,14 @@ test-unit:
 	$(MAKE) protobuf-check
 	bash integration/scripts/generated-tables.sh
 
+## The end-to-end suite's transparency cases against every supported
+## kube-apiserver minor (integration/versions/minors.txt), each built from its
+## own Go modules and started in turn; one summary line a minor
+## (docs/versions.md). Not part of make test. MATRIX_MINORS chooses.
+.PHONY: test-matrix
+test-matrix:
+	bash integration/scripts/matrix.sh
+
 ## The protobuf encoder against Go: the schema table has not drifted from the
 ## pinned k8s.io/api, and a fuzz corpus of every built-in kind (fixed seed, 3
 ## objects a kind) encodes byte for byte as Go does (docs/protobuf.md).

@@ -20,6 +20,11 @@
 //! WATCHMUX_PROTOBUF_CORPUS=.run/pbc/corpus.jsonl cargo test --test protobuf_corpus -- --nocapture
 //! ```
 //!
+//! `WATCHMUX_PROTOBUF_MINOR` (`35`) chooses the Kubernetes minor whose view
+//! of the table is checked, as watchmux chooses it from the upstream's
+//! `/version`; `make protobuf-check` runs both tests once a supported minor,
+//! with that minor's corpus and OpenAPI documents (docs/versions.md).
+//!
 //! Objects whose Go protobuf changes on a trip through their own JSON
 //! ("lossy") are compared like every other (against the protobuf of the
 //! object decoded from the JSON, which is what the API server would send for
@@ -159,8 +164,20 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// The minor these tests check the table's view of: `WATCHMUX_PROTOBUF_MINOR`,
+/// else the pinned one. Each test selects it before it encodes anything.
+fn select_minor() -> u8 {
+    let minor = std::env::var("WATCHMUX_PROTOBUF_MINOR")
+        .map_or(watchmux::encode::minor::PINNED, |m| m.parse().expect("WATCHMUX_PROTOBUF_MINOR is a number: 35"));
+    assert!(watchmux::encode::minor::SUPPORTED.contains(&minor), "1.{minor} is not a supported minor");
+    watchmux::encode::minor::select(minor);
+    minor
+}
+
 #[test]
 fn every_json_of_the_corpus_encodes_to_go_s_protobuf() {
+    let minor = select_minor();
+    println!("protobuf corpus: the table as 1.{minor} has it");
     let Ok(path) = std::env::var("WATCHMUX_PROTOBUF_CORPUS") else {
         println!("protobuf corpus: skipped, WATCHMUX_PROTOBUF_CORPUS is unset (make protobuf-check sets it)");
         return;
@@ -323,6 +340,8 @@ struct ListParts<'a> {
 /// table was made for. `make protobuf-check` sets WATCHMUX_OPENAPI_DIR.
 #[test]
 fn the_table_fits_the_openapi_of_its_own_kubernetes_version() {
+    let minor = select_minor();
+    println!("protobuf openapi: the table as 1.{minor} has it");
     let Ok(dir) = std::env::var("WATCHMUX_OPENAPI_DIR") else {
         println!("protobuf openapi: skipped, WATCHMUX_OPENAPI_DIR is unset (make protobuf-check sets it)");
         return;

@@ -89,6 +89,8 @@ pub struct App {
     admin: AdminHandler,
     settings: ServeSettings,
     stages: Stages,
+    /// The cache or delegated auth runs: both answer as the upstream's minor does.
+    reads_upstream_minor: bool,
 }
 
 impl App {
@@ -104,6 +106,7 @@ impl App {
             .map(|config| config.build(upstream.clone(), stages.background.clone(), stages.streams.clone()))
             .transpose()?;
         let delegated = opts.delegated.map(|settings| settings.build(upstream.clone()));
+        let reads_upstream_minor = cache.is_some() || delegated.is_some();
         let fairness = crate::fairness::Fairness::new(opts.fairness, delegated.is_some());
         let limits = opts.limits;
         let api = ApiHandler::new(
@@ -134,7 +137,7 @@ impl App {
             h2_write_batching: opts.h2_write_batching,
             shutdown_grace: opts.shutdown_grace,
         };
-        Ok(Self { server, upstream, cache, api, admin, settings, stages })
+        Ok(Self { server, upstream, cache, api, admin, settings, stages, reads_upstream_minor })
     }
 
     /// The address the API listener is bound to.
@@ -147,12 +150,18 @@ impl App {
         self.server.admin_addr()
     }
 
-    /// Starts the background work (the upstream readiness probe and server
+    /// Reads the upstream's Kubernetes minor (with a cache or delegated
+    /// auth), starts the background work (the upstream readiness probe and server
     /// discovery; the cache's
     /// name check and warming) and serves until `shutdown` completes, then
     /// shuts down gracefully.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let Self { server, upstream, cache, api, admin, settings, stages } = self;
+        let Self { server, upstream, cache, api, admin, settings, stages, reads_upstream_minor } = self;
+        if reads_upstream_minor {
+            // Whose forms to write and whose impersonation rules to apply,
+            // before anything is encoded or authorized.
+            crate::cache::sync::version::select_upstream_minor(&upstream).await;
+        }
         tokio::spawn(upstream.clone().run_server_discovery(stages.background.clone()));
         tokio::spawn(upstream.run_readiness_probe(stages.background.clone()));
         if let Some(cache) = &cache {

@@ -175,10 +175,14 @@ impl Delegated {
         requestor: Caller,
         headers: &HeaderMap,
         request: &Attributes,
+        request_uri: &http::Uri,
     ) -> Result<Caller, Refusal> {
         let wanted = match impersonation::requested(headers) {
             Ok(None) => return Ok(requestor),
             Ok(Some(wanted)) => wanted,
+            Err(bad_request) if crate::encode::minor::impersonation_errors_are_internal() => {
+                return Err(Box::new(impersonation::internal_error(request_uri, &bad_request.message)));
+            }
             Err(bad_request) => return Err(Box::new(bad_request.into_response())),
         };
         // As the API server: the mode that last worked for this requestor
@@ -197,7 +201,8 @@ impl Delegated {
             let last = self.modes.last(&requestor.name);
             (last, last)
         };
-        let attempts: Vec<_> = impersonation::attempts(&wanted, &requestor, request).into_iter().enumerate().collect();
+        let attempts: Vec<_> =
+            impersonation::upstream_attempts(&wanted, &requestor, request).into_iter().enumerate().collect();
         let mut refusals = Vec::new();
         for (order, attempt) in impersonation::in_tried_order(attempts, try_first, |(_, a)| a.mode) {
             let subject = if attempt.subject == *requestor { requestor.clone() } else { Arc::new(attempt.subject) };

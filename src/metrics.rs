@@ -123,6 +123,15 @@ pub(crate) const PROTOBUF_DISABLED: &str = "watchmux_cache_protobuf_disabled";
 /// Checks of a cached kind's served schema against the protobuf table, by
 /// resource and result (`fits`, `schema_drift`, `unavailable`, `not_in_table`).
 pub(crate) const PROTOBUF_SCHEMA_CHECKS: &str = "watchmux_cache_protobuf_schema_checks_total";
+/// Always 1, labelled with the upstream's Kubernetes minor as its `/version`
+/// says (`1.35`), the minor whose generated tables watchmux writes from
+/// (`served`) and whether the upstream's is supported (`supported`).
+pub(crate) const UPSTREAM_MINOR: &str = "watchmux_upstream_minor_info";
+/// Reads passed through because their bytes depend on the upstream's
+/// minor and watchmux cannot derive them for it, by form (`table`: an
+/// unsupported minor's printers; `protobuf`: a kind whose served schema
+/// drifted from the table).
+pub(crate) const VERSION_FORM_PASSTHROUGH: &str = "watchmux_version_form_passthrough_total";
 /// watchmux's own part of delivering a live event, by resource and stage.
 ///
 /// It starts when the event's line has been read from the upstream watch
@@ -479,6 +488,14 @@ fn describe() {
     describe_counter!(
         PROTOBUF_SCHEMA_CHECKS,
         "Checks of a cached kind's served OpenAPI schema against the protobuf table when its cache lists, by resource and result (fits, schema_drift, unavailable, not_in_table)."
+    );
+    describe_gauge!(
+        UPSTREAM_MINOR,
+        "Always 1, labelled with the upstream's Kubernetes minor from its /version (minor), the minor whose generated protobuf, Table and bookmark forms watchmux writes (served) and whether the upstream's is supported (supported)."
+    );
+    describe_counter!(
+        VERSION_FORM_PASSTHROUGH,
+        "Reads passed through to the API server because their bytes depend on its minor and watchmux cannot derive them for it, by form (table: an unsupported minor's Tables; protobuf: a kind whose served schema drifted from the table)."
     );
     describe_histogram!(
         FANOUT_DURATION,

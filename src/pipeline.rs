@@ -219,7 +219,7 @@ impl ApiHandler {
             authenticated.user.clone()
         } else {
             let request = Attributes::of_request(&info, req.uri());
-            match delegated.impersonated(authenticated.user.clone(), req.headers(), &request).await {
+            match delegated.impersonated(authenticated.user.clone(), req.headers(), &request, req.uri()).await {
                 Ok(caller) => caller,
                 Err(refused) => return *refused,
             }

@@ -62,6 +62,17 @@ impl Cluster {
         path
     }
 
+    /// The API server's Kubernetes minor (`35` for v1.35.4), from `kubectl
+    /// version`: a case whose direct answer depends on the minor (make
+    /// test-matrix runs the suite against each supported one) asks it.
+    pub(crate) fn server_minor(&self) -> u8 {
+        let out = self.kubectl_direct(&["version", "-o", "json"]);
+        assert!(out.ok, "kubectl version: {}", out.stderr);
+        let version: serde_json::Value = serde_json::from_str(&out.stdout).expect("kubectl version's JSON");
+        let minor = version["serverVersion"]["minor"].as_str().expect("serverVersion.minor");
+        minor.trim_end_matches('+').parse().expect("a minor number")
+    }
+
     /// kubectl against the API server directly.
     pub(crate) fn kubectl_direct(&self, args: &[&str]) -> Output {
         kubectl(&self.kubectl, &self.kubeconfig, args)

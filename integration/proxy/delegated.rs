@@ -178,7 +178,8 @@ async fn client_identity_headers_are_replaced_by_the_authenticated_caller() {
 
 /// A read the caller may not make is refused before watchmux does anything
 /// upstream on its behalf: no list, no watch, no cache started. (Discovery
-/// documents are read once at start-up, to check `--cache-resources`.)
+/// documents are read once at start-up, to check `--cache-resources`, and
+/// `/version` once, for the upstream's minor.)
 #[tokio::test]
 async fn a_denied_read_starts_no_upstream_work() {
     let (upstream, seen, _) = reviewing_upstream().await;
@@ -195,7 +196,8 @@ async fn a_denied_read_starts_no_upstream_work() {
     }
     let seen: Vec<_> = seen.lock().iter().map(|s| s.path_and_query.clone()).collect();
     let discovery = |p: &String| {
-        ["/api", "/apis", "/api/v1"].contains(&p.as_str()) || (p.starts_with("/apis/") && p.matches('/').count() == 3)
+        ["/api", "/apis", "/api/v1", "/version"].contains(&p.as_str())
+            || (p.starts_with("/apis/") && p.matches('/').count() == 3)
     };
     let work: Vec<_> = seen.iter().filter(|p| !discovery(p) || p.contains('?')).collect();
     assert!(work.is_empty(), "upstream work for denied requests: {work:?}");

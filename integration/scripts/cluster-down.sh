@@ -8,6 +8,11 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="$root/.run/bin"
 state="$root/.run/cluster"
+# The binaries the running cluster was started from (another minor's, under
+# make test-matrix), as cluster-up.sh wrote them down.
+if [[ -f "$state/env" ]] && grep -q '^K8S_BIN=' "$state/env"; then
+  bin="$(sed -n 's/^K8S_BIN=//p' "$state/env")"
+fi
 
 ours() {  # ours <pid> <binary>: is <pid> alive and running <binary>?
   local argv0

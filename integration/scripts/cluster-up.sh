@@ -21,6 +21,12 @@
 # kube-apiserver (split on spaces), for the scale bench's larger etcd quota
 # and in-flight limits; unset, nothing changes.
 #
+# WATCHMUX_K8S_MINOR runs another supported minor (integration/versions/
+# minors.txt; make test-matrix): its kube-apiserver and etcd, built by
+# build-k8s.sh <minor> into .run/versions/<minor>/bin. Unset, or the pinned
+# minor, it is .run/bin as always. The binary directory goes into env
+# (K8S_BIN), so cluster-down.sh and --restart-apiserver use the same binaries.
+#
 # Usage: cluster-up.sh [--check | --restart-apiserver]
 #   --check: build and start nothing; exit 0 if the cluster is up and ready,
 #            1 if not (e2e.sh and demo.sh use it to know whether to stop it).
@@ -29,7 +35,10 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 scripts="$root/integration/scripts"
-bin="$root/.run/bin"
+# shellcheck source-path=SCRIPTDIR source=versions-lib.sh
+source "$scripts/versions-lib.sh"
+k8s_minor="${WATCHMUX_K8S_MINOR:-$(versions_pinned)}"
+if [[ $k8s_minor == "$(versions_pinned)" ]]; then bin="$root/.run/bin"; else bin="$root/.run/versions/$k8s_minor/bin"; fi
 state="$root/.run/cluster"
 kubeconfig="$root/.run/kubeconfig"
 etcd_port="${ETCD_PORT:-23379}"
@@ -66,7 +75,7 @@ mkdir -p "$root/.run"
 exec 9> "$root/.run/cluster-up.lock"
 flock -w 900 9 || { echo "cluster-up: timed out waiting for another cluster-up" >&2; exit 1; }
 
-"$scripts/build-k8s.sh"
+"$scripts/build-k8s.sh" "$k8s_minor"
 umask 077   # keys and tokens below are private
 mkdir -p "$state"
 
@@ -114,7 +123,8 @@ current-context: watchmux-test
 EOF
   { printf '%s=%q\n' ETCD_ENDPOINT "$etcd_url" APISERVER_URL "$api_url" \
       ADMIN_TOKEN "$admin_token" CA_CERT "$state/ca.crt" CA_KEY "$state/ca.key" \
-      KUBECONFIG_PATH "$kubeconfig" KUBECTL "$bin/kubectl" ETCD_DATA_DIR "$state/etcd"
+      KUBECONFIG_PATH "$kubeconfig" KUBECTL "$bin/kubectl" ETCD_DATA_DIR "$state/etcd" \
+      K8S_BIN "$bin" K8S_MINOR "$k8s_minor"
   } > "$state/env"
 }
 
@@ -177,6 +187,8 @@ if [[ "${1:-}" == "--restart-apiserver" ]]; then
     etcd_url="$(sed -n 's/^ETCD_ENDPOINT=//p' "$state/env")"
     api_url="$(sed -n 's/^APISERVER_URL=//p' "$state/env")"
     api_port="${api_url##*:}"
+    running_bin="$(sed -n 's/^K8S_BIN=//p' "$state/env")"
+    bin="${running_bin:-$bin}"   # the running minor's binaries
   fi
   pid="$(cat "$state/apiserver.pid")"
   stop_signal="${APISERVER_STOP_SIGNAL:-TERM}"
@@ -200,6 +212,8 @@ if [[ "${1:-}" == "--extra-apiserver" ]]; then
   port="${2:?--extra-apiserver PORT}" joining=1
   pid_alive etcd && pid_alive apiserver || { echo "cluster-up: not running" >&2; exit 1; }
   etcd_url="$(sed -n 's/^ETCD_ENDPOINT=//p' "$state/env")"
+  running_bin="$(sed -n 's/^K8S_BIN=//p' "$state/env")"
+  bin="${running_bin:-$bin}"   # the running minor's binaries
   admin_token="$(cut -d, -f1 "$state/tokens.csv" | head -1)"
   if pid_alive "apiserver-$port"; then
     echo "cluster-up: extra kube-apiserver already running on $port"; exit 0

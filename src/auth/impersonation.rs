@@ -45,6 +45,13 @@ pub(crate) struct Wanted {
 /// Status when they name groups, a uid or extras but no user, as the API
 /// server answers.
 pub(crate) fn requested(headers: &HeaderMap) -> Result<Option<Wanted>, Status> {
+    requested_as(headers, crate::encode::minor::constrained_impersonation())
+}
+
+/// [`requested`] by the filter of an API server with constrained
+/// impersonation (`constrained`) or with the legacy filter alone, whose 400
+/// names what was asked for in another form.
+fn requested_as(headers: &HeaderMap, constrained: bool) -> Result<Option<Wanted>, Status> {
     let text = |v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
     let mut wanted = Wanted {
         name: headers.get(USER).map(text).unwrap_or_default(),
@@ -61,7 +68,11 @@ pub(crate) fn requested(headers: &HeaderMap) -> Result<Option<Wanted>, Status> {
     }
     if wanted.name.is_empty() {
         if !wanted.uid.is_empty() || !wanted.groups.is_empty() || has_extra {
-            let message = format!("requested {} without impersonating a user name", go_syntax(&wanted));
+            let message = if constrained {
+                format!("requested {} without impersonating a user name", go_syntax(&wanted))
+            } else {
+                format!("requested {} without impersonating a user", legacy_requests_syntax(&wanted))
+            };
             return Err(Status::new(StatusCode::BAD_REQUEST, StatusReason::BadRequest, message));
         }
         return Ok(None);
@@ -78,6 +89,33 @@ pub(crate) fn any_requested(headers: &HeaderMap) -> bool {
 /// names arrive lower-cased).
 pub(crate) fn is_impersonation_header(name: &str) -> bool {
     name == USER || name == GROUP || name == UID || name.starts_with(EXTRA_PREFIX)
+}
+
+/// The modes that apply, as the upstream tries them: [`attempts`] where it
+/// has constrained impersonation, else its legacy filter alone
+/// ([`legacy_filter_checks`]).
+pub(crate) fn upstream_attempts(
+    wanted: &Wanted,
+    requestor: &UserInfo,
+    request: &super::reviews::Attributes,
+) -> Vec<modes::Attempt> {
+    if crate::encode::minor::constrained_impersonation() {
+        return attempts(wanted, requestor, request);
+    }
+    let steps = legacy_filter_checks(wanted).into_iter().map(|c| Step::Require(c.into())).collect();
+    vec![modes::Attempt { mode: "legacy", subject: requestor.clone(), steps, grants: resolve(wanted.clone()) }]
+}
+
+/// The legacy filter's checks (kube-apiserver before 1.36), in its order:
+/// the user (or service account), each group, each extra value, the uid.
+fn legacy_filter_checks(wanted: &Wanted) -> Vec<ResourceAttributes> {
+    let mut out = checks(wanted);
+    if !wanted.uid.is_empty() {
+        // `checks` puts the uid second, as the constrained filter's legacy mode does.
+        let uid = out.remove(1);
+        out.push(uid);
+    }
+    out
 }
 
 /// The `impersonate` checks the API server's legacy mode makes, in its
@@ -275,6 +313,38 @@ fn unescape_extra_key(key: &str) -> String {
     String::from_utf8(out).unwrap_or(key)
 }
 
+/// kube-apiserver 1.34's answer to impersonation headers it cannot read:
+/// `responsewriters.InternalError`, Go's `http.Error` with the request URI
+/// quoted and the error, as plain text.
+pub(crate) fn internal_error(request_uri: &http::Uri, message: &str) -> http::Response<crate::body::ProxyBody> {
+    let uri = request_uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let text = format!("Internal Server Error: {}: {message}\n", crate::go_rules::fmt::go_quote(uri));
+    let mut resp = http::Response::new(crate::body::full(text));
+    *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    let headers = resp.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(http::header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    resp
+}
+
+/// What the legacy filter's 400 prints: its `[]ObjectReference` of the
+/// groups, extra values and uid asked for, with Go's `%v` (each reference's
+/// seven fields, space-separated). Go reads the extras from a map, in no set
+/// order; they are written here by key.
+fn legacy_requests_syntax(w: &Wanted) -> String {
+    let reference = |kind: &str, name: &str, api_version: &str, field_path: &str| {
+        format!("{{{kind}  {name}  {api_version}  {field_path}}}")
+    };
+    let mut refs: Vec<String> = w.groups.iter().map(|g| reference("Group", g, "", "")).collect();
+    for (key, values) in &w.extra {
+        refs.extend(values.iter().map(|v| reference("UserExtra", v, "authentication.k8s.io/v1", key)));
+    }
+    if !w.uid.is_empty() {
+        refs.push(reference("UID", &w.uid, "authentication.k8s.io/v1", ""));
+    }
+    format!("[{}]", refs.join(" "))
+}
+
 /// The wanted user in the Go syntax the API server's 400 message prints.
 fn go_syntax(w: &Wanted) -> String {
     let strings = |v: &[String]| v.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
@@ -305,6 +375,38 @@ mod tests {
     fn no_headers_no_impersonation() {
         assert_eq!(requested(&headers(&[("accept", "application/json")])).unwrap(), None);
         assert!(!any_requested(&headers(&[("authorization", "Bearer x")])));
+    }
+
+    #[test]
+    fn the_legacy_filter_names_groups_extras_and_uid_as_object_references() {
+        let err = requested_as(&headers(&[("impersonate-group", "system:masters")]), false).unwrap_err();
+        assert_eq!(err.message, "requested [{Group  system:masters    }] without impersonating a user");
+        let wanted = Wanted {
+            uid: "u1".into(),
+            groups: vec!["g".into()],
+            extra: BTreeMap::from([("scopes".into(), vec!["a".into()])]),
+            ..Wanted::default()
+        };
+        assert_eq!(
+            legacy_requests_syntax(&wanted),
+            "[{Group  g    } {UserExtra  a  authentication.k8s.io/v1  scopes} {UID  u1  authentication.k8s.io/v1  }]"
+        );
+        let wanted = Wanted { name: "bob".into(), ..wanted };
+        let order: Vec<String> = legacy_filter_checks(&wanted).into_iter().map(|c| c.resource).collect();
+        assert_eq!(order, ["users", "groups", "userextras", "uids"], "the uid last, as the legacy filter checks it");
+    }
+
+    #[tokio::test]
+    async fn kube_apiserver_1_34_answers_unreadable_impersonation_with_a_plain_500() {
+        let uri: http::Uri = "/api/v1/namespaces/a/configmaps?limit=1".parse().unwrap();
+        let resp = internal_error(&uri, "requested [{Group  g    }] without impersonating a user");
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(resp.headers()[http::header::CONTENT_TYPE], "text/plain; charset=utf-8");
+        let body = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+        assert_eq!(
+            &body[..],
+            b"Internal Server Error: \"/api/v1/namespaces/a/configmaps?limit=1\": requested [{Group  g    }] without impersonating a user\n"
+        );
     }
 
     #[test]

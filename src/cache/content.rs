@@ -17,11 +17,17 @@
 //!    custom resource (kube-apiserver has no protobuf for it either, outside
 //!    PartialObjectMetadata) or a kind newer than the table. Known before any
 //!    object is looked at ([`kind_obstacle`]).
-//! 2. **The served schema drifted from the table** (another Kubernetes
-//!    version): the reflector's schema check (`schema_check.rs`, at each full
-//!    list) compares the kind with the served OpenAPI document and sets the
-//!    cache's [`ProtobufAvailability`]: the kind's own protobuf off, and
-//!    PartialObjectMetadata's too when ObjectMeta drifted.
+//! 2. **The served schema drifted from the table** (a Kubernetes minor the
+//!    table does not describe, or a patched server): the reflector's schema
+//!    check (`schema_check.rs`, at each full list) compares the kind with the
+//!    served OpenAPI document and sets the cache's [`ProtobufAvailability`]:
+//!    the kind's own protobuf off, and PartialObjectMetadata's too when
+//!    ObjectMeta drifted. The API server does have protobuf for the kind, so
+//!    such a read passes through whatever JSON the client also accepts
+//!    (never JSON where the API server sends protobuf), counted by
+//!    `watchmux_version_form_passthrough_total{form="protobuf"}`. The
+//!    supported minors do not drift: the table holds each one's form
+//!    (`encode::minor`).
 //! 3. **An object has no protobuf form**: the encoder refuses it (a field
 //!    the table does not know, a value it cannot place; `cache::state::object`'s
 //!    `NoProtobuf`). Every object of a GET or LIST answer, and every
@@ -46,6 +52,7 @@ use crate::cache::resource_info::ResourceInfo;
 use crate::cache::state::object::NoProtobuf;
 use crate::encode::protobuf::MessageType;
 use crate::encode::variant::ContentVariant;
+use crate::metrics as m;
 
 /// The form a read is answered in, and the JSON it falls back on for an
 /// object with no protobuf form (the next form the client accepts).
@@ -95,6 +102,13 @@ pub(crate) fn answer_form(answer: Answer, obstacle: Option<NoProtobufHere>) -> R
     let Some(obstacle) = obstacle.filter(|_| answer.variant.is_protobuf()) else {
         return Ok(answer);
     };
+    if obstacle == NoProtobufHere::SchemaDrift {
+        // The API server has protobuf for this kind; the table does not
+        // describe its minor's form of it. Its bytes, not JSON in their place.
+        metrics::counter!(m::VERSION_FORM_PASSTHROUGH, "form" => "protobuf").increment(1);
+        tracing::debug!(asked = answer.variant.metric_label(), "protobuf of a drifted schema: passed through");
+        return Err(Reason::NoProtobufForm);
+    }
     let json = answer.or_json.ok_or(Reason::NoProtobufForm);
     tracing::debug!(
         asked = answer.variant.metric_label(),
@@ -187,6 +201,8 @@ mod tests {
         let only_protobuf = Answer { variant: PB, or_json: None };
         let refused = NoProtobufHere::Refused(NoProtobuf { reason: "unknown_field" });
         assert!(matches!(answer_form(only_protobuf, Some(refused)), Err(Reason::NoProtobufForm)));
+        // A drifted schema is another minor's form: the API server's bytes.
+        assert!(matches!(answer_form(with_json, Some(NoProtobufHere::SchemaDrift)), Err(Reason::NoProtobufForm)));
         // JSON is never in the way of anything.
         let json = Answer { variant: JSON, or_json: None };
         assert_eq!(answer_form(json, Some(NoProtobufHere::SchemaDrift)).unwrap().variant, JSON);

@@ -2,8 +2,8 @@
 //! same state its JSON answers come from; the bytes are `encode::table`'s.
 //!
 //! [`table_form`] decides whether the cache writes a Table at all (a kind
-//! with a printer here; else `reason="table"`) and carries what each row
-//! needs. A LIST or GET prints its rows at serve time; a watch's events are
+//! with a printer here, in front of a supported minor, `encode::minor`;
+//! else `reason="table"`) and carries what each row needs. A LIST or GET prints its rows at serve time; a watch's events are
 //! one-row Tables ([`TableForm::event_frame`]), printed once per event and
 //! table variant and shared by every watcher of that variant, as the API
 //! server's watch encoder caches each event's bytes per encoder identity
@@ -46,6 +46,7 @@ use crate::body::Chunk;
 use crate::cache::reason::Reason;
 use crate::cache::resource_info::ResourceInfo;
 use crate::cache::state::object::CachedObject;
+use crate::encode::minor;
 use crate::encode::table::custom::{CustomColumns, Unsupported};
 use crate::encode::table::internal_metadata::{internal_only_annotation, without_annotation};
 use crate::encode::table::printers::{Printer, now_nanos, printer};
@@ -54,6 +55,7 @@ use crate::encode::table::{
 };
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::encode::watch::{BOOKMARK_JSON_PREFIX, EventType};
+use crate::metrics as m;
 use crate::negotiate::PassthroughReason;
 
 /// How a kind's rows are printed, and its column definitions.
@@ -93,6 +95,11 @@ pub(crate) fn table_form(
 ) -> Result<TableForm, Reason> {
     const NOT_HERE: Reason = Reason::Negotiated(PassthroughReason::Table);
     let rows = match (columns(&info.group, &info.kind), printer(&info.group, &info.kind), custom) {
+        (Some(_), Some(_), _) if !minor::tables_derivable() => {
+            // An unsupported minor's printers: no generated table says what they write.
+            metrics::counter!(m::VERSION_FORM_PASSTHROUGH, "form" => "table").increment(1);
+            return Err(NOT_HERE);
+        }
         (Some(columns), Some(printer), _) => Rows::Builtin { columns, printer },
         (_, _, Some(custom)) => Rows::Custom(custom),
         _ => return Err(NOT_HERE),

@@ -9,9 +9,10 @@
 //! the conversion sets, a DaemonSet's an annotation its conversion adds.
 //!
 //! `zero_objects.txt` holds those objects for every built-in kind and
-//! version, generated from the pinned Kubernetes modules
-//! (integration/cmd/zerojson, checked for drift by
-//! integration/scripts/generated-tables.sh): per kind the plain form and the
+//! version, generated from every supported minor's Kubernetes modules
+//! (integration/cmd/zerojson, merged and checked for drift by
+//! integration/scripts/generated-tables.sh; a line of some minors only is
+//! marked, and the upstream's minor's are used, [`minor`]): per kind the plain form and the
 //! initial-events-end form, with `RV` where the version goes. A custom
 //! resource's storage makes an unstructured object holding only its type, so
 //! its bookmark has nothing besides apiVersion, kind and metadata, written
@@ -20,24 +21,28 @@
 //! bookmark is the typed ObjectMeta whatever the kind.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
+
+use super::minor;
 
 /// Where each generated object holds the bookmark's version.
 const VERSION_PLACEHOLDER: &str = r#""resourceVersion":"RV""#;
 
 /// The generated bookmark objects by (apiVersion, kind): plain, and ending
 /// a watch-list's initial events.
-static ZERO_OBJECTS: LazyLock<HashMap<(&'static str, &'static str), [&'static str; 2]>> = LazyLock::new(|| {
-    include_str!("zero_objects.txt")
-        .lines()
-        .filter(|line| !line.starts_with('#') && !line.is_empty())
+/// Each supported minor has its own (`zero_objects.txt` marks the lines of
+/// some minors only); the upstream's minor's are used.
+type ZeroObjects = HashMap<(&'static str, &'static str), [&'static str; 2]>;
+static ZERO_OBJECTS: minor::PerMinor<ZeroObjects> = minor::PerMinor::new();
+
+fn zero_objects_of(minor: u8) -> ZeroObjects {
+    minor::lines_of(include_str!("zero_objects.txt"), minor)
         .filter_map(|line| {
             let mut fields = line.splitn(4, ' ');
             let (api_version, kind) = (fields.next()?, fields.next()?);
             Some(((api_version, kind), [fields.next()?, fields.next()?]))
         })
         .collect()
-});
+}
 
 /// A bookmark's metadata as Go writes an `ObjectMeta`: the version, then
 /// the initial-events-end annotation when `initial_end`.
@@ -52,7 +57,7 @@ pub(crate) fn bookmark_metadata(rv: u64, initial_end: bool) -> String {
 /// writes from a map, every key sorted.
 pub(crate) fn bookmark_object(kind: &str, api_version: &str, rv: u64, initial_end: bool) -> String {
     let version = format!(r#""resourceVersion":"{rv}""#);
-    if let Some(forms) = ZERO_OBJECTS.get(&(api_version, kind)) {
+    if let Some(forms) = ZERO_OBJECTS.served(zero_objects_of).get(&(api_version, kind)) {
         return forms[usize::from(initial_end)].replacen(VERSION_PLACEHOLDER, &version, 1);
     }
     let annotations = if initial_end { r#""annotations":{"k8s.io/initial-events-end":"true"},"# } else { "" };
@@ -101,8 +106,15 @@ mod tests {
 
     #[test]
     fn every_generated_object_has_one_version_and_both_forms_differ_only_by_the_annotation() {
-        assert!(ZERO_OBJECTS.len() > 100, "{}", ZERO_OBJECTS.len());
-        for ((api_version, kind), [plain, end]) in ZERO_OBJECTS.iter() {
+        for minor in minor::SUPPORTED {
+            let objects = ZERO_OBJECTS.get(minor, zero_objects_of);
+            assert!(objects.len() > 100, "1.{minor}: {}", objects.len());
+            every_object_has_one_version_and_both_forms(objects);
+        }
+    }
+
+    fn every_object_has_one_version_and_both_forms(objects: &ZeroObjects) {
+        for ((api_version, kind), [plain, end]) in objects {
             let head = format!(r#"{{"kind":"{kind}","apiVersion":"{api_version}","metadata":{{"#);
             assert!(plain.starts_with(&head) && end.starts_with(&head), "{kind}");
             assert_eq!(plain.matches(VERSION_PLACEHOLDER).count(), 1, "{kind}");

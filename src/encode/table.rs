@@ -33,11 +33,11 @@ mod pod;
 pub(crate) mod printers;
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
 
 use bytes::Bytes;
 
 use super::list::ListMeta;
+use super::minor;
 use super::status::go_json_escape;
 
 /// `includeObject`: what each row carries besides its cells.
@@ -66,22 +66,25 @@ impl IncludeObject {
 
 /// The generated column definitions, by (group, kind), group "core" for the
 /// core group: the JSON array as Go writes it.
-static COLUMNS: LazyLock<HashMap<(&'static str, &'static str), &'static str>> = LazyLock::new(|| {
-    include_str!("table/columns.txt")
-        .lines()
-        .filter(|line| !line.starts_with('#') && !line.is_empty())
+/// Each supported minor has its own (`columns.txt` marks the lines of some
+/// minors only); the upstream's minor's are used.
+type Columns = HashMap<(&'static str, &'static str), &'static str>;
+static COLUMNS: minor::PerMinor<Columns> = minor::PerMinor::new();
+
+fn columns_of(minor: u8) -> Columns {
+    minor::lines_of(include_str!("table/columns.txt"), minor)
         .filter_map(|line| {
             let (group, rest) = line.split_once(' ')?;
             let (kind, columns) = rest.split_once(' ')?;
             Some(((group, kind), columns))
         })
         .collect()
-});
+}
 
 /// The column definitions kube-apiserver prints for a built-in kind.
 pub(crate) fn columns(group: &str, kind: &str) -> Option<&'static str> {
     let group = if group.is_empty() { "core" } else { group };
-    COLUMNS.get(&(group, kind)).copied()
+    COLUMNS.served(columns_of).get(&(group, kind)).copied()
 }
 
 /// One cell, as the printers put it in a row's `[]interface{}`.

@@ -208,7 +208,9 @@ pub(crate) fn compare(ty: MessageType, document: &serde_json::Value) -> Outcome 
     }
 }
 
-async fn fetch(upstream: &Upstream, path: &str) -> Result<serde_json::Value, String> {
+/// The JSON document at `path` on the upstream (an OpenAPI document,
+/// `/version`), or why not.
+pub(crate) async fn fetch(upstream: &Upstream, path: &str) -> Result<serde_json::Value, String> {
     let resp = upstream_get(upstream, path.to_owned()).await.map_err(|e| error_chain(&e))?;
     let status = resp.status();
     if status != StatusCode::OK {

@@ -1,12 +1,16 @@
 //! The table of protobuf messages, loaded once from `schema.txt`.
 //!
-//! `schema.txt` is generated from the pinned Go types by
-//! `integration/cmd/protoschema` (its header says how); nothing here is
-//! written by hand. Its line format is documented there and in
-//! docs/protobuf.md.
+//! `schema.txt` is generated from the Go types of every supported minor by
+//! `integration/cmd/protoschema` and merged by
+//! `integration/scripts/protobuf-union.py` (its header says how); nothing
+//! here is written by hand. Its line format is documented there and in
+//! docs/protobuf.md. A `kind` or `field` line that only some minors have
+//! ends in `minors=1.35,1.36`: each minor's view ([`Schema::for_minor`])
+//! leaves out what that minor lacks, and keeps every message, so a
+//! [`MsgId`] means the same message in every view.
 
+use crate::encode::minor;
 use std::collections::{HashMap, HashSet};
-use std::sync::OnceLock;
 
 /// The generated table, compiled into the binary.
 const TABLE: &str = include_str!("schema.txt");
@@ -88,11 +92,19 @@ pub(super) struct Schema {
 }
 
 impl Schema {
-    /// The table, parsed on first use. A table that does not parse is a
-    /// build defect (it is generated and checked in CI), hence the panic.
+    /// The table as the upstream's minor has it ([`minor::served`]).
     pub(super) fn get() -> &'static Schema {
-        static SCHEMA: OnceLock<Schema> = OnceLock::new();
-        SCHEMA.get_or_init(|| Schema::parse(TABLE).unwrap_or_else(|e| panic!("src/encode/protobuf/schema.txt: {e}")))
+        Self::for_minor(minor::served())
+    }
+
+    /// The table as `minor` (one of [`minor::SUPPORTED`]) has it, parsed on
+    /// first use. A table that does not parse is a build defect (it is
+    /// generated and checked in CI), hence the panic.
+    pub(super) fn for_minor(minor: u8) -> &'static Schema {
+        static VIEWS: minor::PerMinor<Schema> = minor::PerMinor::new();
+        VIEWS.get(minor, |minor| {
+            Schema::parse(TABLE, minor).unwrap_or_else(|e| panic!("src/encode/protobuf/schema.txt: {e}"))
+        })
     }
 
     pub(super) fn kind(&self, api_version: &str, kind: &str) -> Option<MsgId> {
@@ -109,7 +121,11 @@ impl Schema {
         self.kinds.keys().map(|(v, k)| (v.as_str(), k.as_str()))
     }
 
-    fn parse(text: &str) -> Result<Schema, String> {
+    fn parse(text: &str, minor: u8) -> Result<Schema, String> {
+        let minors = table_minors(text)?;
+        if !minors.contains(&minor) {
+            return Err(format!("the table has no minor 1.{minor} (it has {minors:?})"));
+        }
         // First pass: message names, so fields can refer forward.
         let mut by_name = HashMap::new();
         let mut messages = Vec::new();
@@ -132,7 +148,14 @@ impl Schema {
         let mut current: Option<MsgId> = None;
         for (n, line) in text.lines().enumerate() {
             let err = |what: &str| format!("line {}: {what}: {line}", n + 1);
-            let words: Vec<&str> = line.split_whitespace().collect();
+            let mut words: Vec<&str> = line.split_whitespace().collect();
+            if let Some(only) = words.last().and_then(|w| w.strip_prefix("minors=")) {
+                if !minor::names_minor(only, minor) {
+                    // Another minor's kind or field: this minor's view lacks it.
+                    continue;
+                }
+                words.pop();
+            }
             match words.first().copied() {
                 None => {}
                 Some(w) if w.starts_with('#') => {}
@@ -172,6 +195,16 @@ impl Schema {
         }
         Ok(Schema { messages, kinds, by_name })
     }
+}
+
+/// The minors the table covers (its `# Minors: 1.34 1.35 ...` line).
+fn table_minors(text: &str) -> Result<Vec<u8>, String> {
+    let line = text.lines().find_map(|l| l.strip_prefix("# Minors: ")).ok_or("no '# Minors:' line")?;
+    line.split_whitespace().map(|m| parse_minor(m).ok_or_else(|| format!("bad minor {m:?}"))).collect()
+}
+
+fn parse_minor(text: &str) -> Option<u8> {
+    text.strip_prefix("1.")?.parse().ok()
 }
 
 fn parse_shape(text: &str, by_name: &HashMap<String, MsgId>) -> Option<Shape> {
@@ -256,5 +289,35 @@ mod tests {
         assert!(s.kind("v1", "Status").is_some());
         let volume = s.message_named("core/v1.Volume").unwrap();
         assert!(s.messages[volume].keys.contains("configMap"), "inline VolumeSource keys are placeable");
+    }
+
+    #[test]
+    fn each_minor_s_view_has_its_own_fields_and_kinds_and_the_same_messages() {
+        let text = "# Minors: 1.34 1.35\n\
+            kind v1 Thing core/v1.Thing\n\
+            kind v1 NewThing core/v1.Thing minors=1.35\n\
+            message core/v1.Thing typemeta\n\
+            \x20 field 1 a string\n\
+            \x20 field 2 gone string minors=1.34\n\
+            message core/v1.Other\n";
+        let old = Schema::parse(text, 34).unwrap();
+        let new = Schema::parse(text, 35).unwrap();
+        let thing = old.kind("v1", "Thing").unwrap();
+        assert_eq!(new.kind("v1", "Thing"), Some(thing), "a message is the same MsgId in every view");
+        assert_eq!((old.kind("v1", "NewThing"), new.kind("v1", "NewThing")), (None, Some(thing)));
+        let names = |s: &Schema| s.messages[thing].fields.iter().map(|f| f.json_name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&old), ["a", "gone"]);
+        assert_eq!(names(&new), ["a"]);
+        assert_eq!(old.messages.len(), new.messages.len());
+        assert!(Schema::parse(text, 36).is_err(), "a minor the table does not cover");
+    }
+
+    #[test]
+    fn every_supported_minor_has_a_view_of_the_committed_table() {
+        for minor in minor::SUPPORTED {
+            let s = Schema::for_minor(minor);
+            assert!(s.kind("v1", "Pod").is_some(), "1.{minor}");
+            assert_eq!(s.messages.len(), Schema::for_minor(minor::PINNED).messages.len());
+        }
     }
 }

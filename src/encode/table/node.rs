@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::fields::{age_of, name, str_at};
 use super::{Cell, Printed};
+use crate::encode::minor;
 
 /// `findNodeRoles`: `node-role.kubernetes.io/<role>` keys and a non-empty
 /// `kubernetes.io/role` value, sorted and unique, comma-joined; `<none>`.
@@ -51,7 +52,8 @@ pub(super) fn node(v: &Value, now: i128) -> Printed {
     let or_unknown = |s: &str| if s.is_empty() { "<unknown>".to_owned() } else { s.to_owned() };
     let mut kernel = or_unknown(str_at(v, "/status/nodeInfo/kernelVersion"));
     let arch = str_at(v, "/status/nodeInfo/architecture");
-    if !arch.is_empty() {
+    // `printNode` appends the architecture since 1.36.
+    if !arch.is_empty() && minor::served() >= 36 {
         kernel = format!("{kernel} ({arch})");
     }
     vec![

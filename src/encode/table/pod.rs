@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::fields::{age_of, array, int_at, str_at, time_at};
 use super::{Cell, Printed, human_duration};
+use crate::encode::minor;
 
 /// `podSuccessConditions` and `podFailedConditions`, as encoding/json writes them.
 const SUCCEEDED: &str =
@@ -129,10 +130,19 @@ pub(super) fn pod(pod: &Value, now: i128) -> Printed {
                 ready += 1;
             }
         }
-        if reason == "Completed" {
-            let pod_ready = array(pod, "/status/conditions")
+        let pod_ready = || {
+            array(pod, "/status/conditions")
                 .iter()
-                .any(|c| str_at(c, "/type") == "Ready" && str_at(c, "/status") == "True");
+                .any(|c| str_at(c, "/type") == "Ready" && str_at(c, "/status") == "True")
+        };
+        if reason == "Completed" && minor::served() <= 34 {
+            // 1.34's printPod: a failed container's reason does not outlast
+            // a later one's `Completed`.
+            if has_running {
+                reason = if pod_ready() { "Running" } else { "NotReady" }.to_owned();
+            }
+        } else if reason == "Completed" {
+            let pod_ready = pod_ready();
             if has_running && pod_ready {
                 reason = "Running".to_owned();
             } else if !error_reason.is_empty() {

@@ -11,16 +11,20 @@ use serde_json::Value;
 
 use super::fields::{age_of, name};
 use super::{Cell, Printed};
+use crate::encode::minor;
 
 /// A printer: the object as stored, and now (Unix nanoseconds) for ages.
 pub(crate) type Printer = fn(&Value, i128) -> Printed;
 
-/// The printer of a built-in kind, if there is one here.
+/// The printer of a built-in kind, if there is one here, as the upstream's
+/// minor ([`minor::served`]) prints it.
 pub(crate) fn printer(group: &str, kind: &str) -> Option<Printer> {
     let printer: Printer = match (group, kind) {
         ("", "ConfigMap") => config_map,
         ("", "Secret") => secret,
         ("", "Namespace") => namespace,
+        // 1.34 still printed the number of token secrets.
+        ("", "ServiceAccount") if minor::served() <= 34 => service_account_with_secrets,
         ("", "ServiceAccount") => service_account,
         ("", "Pod") => super::pod::pod,
         ("apps", "Deployment") => super::apps::deployment,
@@ -54,6 +58,12 @@ fn namespace(obj: &Value, now: i128) -> Printed {
 /// `printServiceAccount`: name, age.
 fn service_account(obj: &Value, now: i128) -> Printed {
     vec![name(obj), age_of(obj, now)].into()
+}
+
+/// `printServiceAccount` up to 1.34: name, `len(Secrets)`, age.
+fn service_account_with_secrets(obj: &Value, now: i128) -> Printed {
+    let secrets = obj.get("secrets").and_then(Value::as_array).map_or(0, |s| s.len() as i64);
+    vec![name(obj), Cell::Int(secrets), age_of(obj, now)].into()
 }
 
 /// A string field, `""` when absent (Go's zero value).
