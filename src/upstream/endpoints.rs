@@ -330,6 +330,9 @@ where
         let inner = self.inner.clone();
         let fallback = self.fallback.clone().unwrap_or_else(|| inner.clone());
         let endpoints = self.endpoints.clone();
+        // A probe lane's dial (pinned) carries no traffic: only other
+        // dials to a fallback server call for new connections later.
+        let carries_traffic = !matches!(self.choice, Choice::Pinned(_));
         Box::pin(async move {
             let mut last = None;
             for endpoint in order {
@@ -341,7 +344,7 @@ where
                 match dialed.await {
                     Ok(conn) => {
                         endpoint.dialed(true);
-                        if endpoint.fallback {
+                        if endpoint.fallback && carries_traffic {
                             endpoints.fallback_dialed.store(true, Ordering::Relaxed);
                         }
                         return Ok(conn);
@@ -545,6 +548,11 @@ mod tests {
         assert_eq!(set.preferred().uri().host(), Some("10.0.0.1"));
         assert!(set.take_fallback_dialed(), "a primary is back after a fallback was dialed");
         assert!(!set.take_fallback_dialed(), "reported once");
+        // A probe lane's dial to a fallback server (every endpoint is
+        // probed) is no reason for new connections.
+        let mut probe = dialer.pinned(set.all()[2].clone());
+        assert_eq!(probe.call("https://tier/readyz".parse().unwrap()).await.unwrap(), "https://10.9.0.0:6443/readyz");
+        assert!(!set.take_fallback_dialed(), "a probe's dial carries no traffic");
     }
 
     /// Discovery keeps the servers given first and the state of endpoints
