@@ -10,7 +10,7 @@ use crate::common::prom;
 use crate::relay::Mode;
 use crate::score::Target;
 use crate::stage::{Ctx, Outcome, Plan, Stage, via_within};
-use crate::world::{Stopped, admin_get, metrics, restart_apiserver};
+use crate::world::{Stopped, Watchmux, admin_get, metrics, restart_apiserver};
 
 /// Writes before the fault, so that it strikes a moving stream.
 const LEAD_IN: Duration = Duration::from_secs(2);
@@ -209,10 +209,7 @@ pub async fn watchmux_rollout(ctx: &Ctx) -> anyhow::Result<Outcome> {
         let start = Instant::now();
         let mut took = Vec::new();
         for _ in 0..ROLLOUT_ROUNDS {
-            let round = Instant::now();
-            st.wm.terminate().await;
-            st.wm.respawn().await?;
-            took.push(format!("{:.1}", round.elapsed().as_secs_f64()));
+            took.push(restart_gracefully(&mut st.wm).await?);
         }
         let end = Instant::now();
         Ok((start, end, format!(
@@ -237,13 +234,9 @@ pub async fn tier_rollout(ctx: &Ctx) -> anyhow::Result<Outcome> {
     let plan = Plan { replicas: TIER_REPLICAS, ..Plan::default() };
     let outcome = under_writes_on(ctx, "tier-rollout", plan, async |st: &mut Stage| {
         let start = Instant::now();
-        let mut took = Vec::new();
-        for i in 0..TIER_REPLICAS {
-            let round = Instant::now();
-            let replica = if i == 0 { &mut st.wm } else { &mut st.replicas[i - 1] };
-            replica.terminate().await;
-            replica.respawn().await?;
-            took.push(format!("{:.1}", round.elapsed().as_secs_f64()));
+        let mut took = vec![restart_gracefully(&mut st.wm).await?];
+        for replica in &mut st.replicas {
+            took.push(restart_gracefully(replica).await?);
         }
         let end = Instant::now();
         Ok((start, end, format!(
@@ -253,6 +246,15 @@ pub async fn tier_rollout(ctx: &Ctx) -> anyhow::Result<Outcome> {
     })
     .await?;
     Ok(without_relists(outcome))
+}
+
+/// One replica of a rolling update: SIGTERM, then a new process on the same
+/// addresses; the seconds until it was ready again, for the report.
+async fn restart_gracefully(wm: &mut Watchmux) -> anyhow::Result<String> {
+    let round = Instant::now();
+    wm.terminate().await;
+    wm.respawn().await?;
+    Ok(format!("{:.1}", round.elapsed().as_secs_f64()))
 }
 
 /// A problem for every LIST and 410 the fleet saw: across a restart the
