@@ -160,7 +160,7 @@ impl App {
         if reads_upstream_minor {
             // Whose forms to write and whose impersonation rules to apply,
             // before anything is encoded or authorized.
-            crate::cache::sync::version::select_upstream_minor(&upstream).await;
+            crate::upstream::version::select_upstream_minor(&upstream).await;
         }
         tokio::spawn(upstream.clone().run_server_discovery(stages.background.clone()));
         tokio::spawn(upstream.run_readiness_probe(stages.background.clone()));

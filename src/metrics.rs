@@ -51,6 +51,8 @@ pub(crate) const UPSTREAM_READY: &str = "watchmux_upstream_ready";
 pub(crate) const UPSTREAM_HEALTH: &str = "watchmux_upstream_health";
 /// 1 when one endpoint of `--upstream-servers` answered its last readiness probe, else 0.
 pub(crate) const UPSTREAM_ENDPOINT_READY: &str = "watchmux_upstream_endpoint_ready";
+/// The Kubernetes minor one endpoint of `--upstream-servers` last said in its `/version`.
+pub(crate) const UPSTREAM_ENDPOINT_MINOR: &str = "watchmux_upstream_endpoint_minor";
 
 /// Pass-through requests that could have been served from the cache, by why they were not.
 pub(crate) const PASSTHROUGH_REASONS: &str = "watchmux_cache_passthrough_total";
@@ -123,8 +125,9 @@ pub(crate) const PROTOBUF_DISABLED: &str = "watchmux_cache_protobuf_disabled";
 /// Checks of a cached kind's served schema against the protobuf table, by
 /// resource and result (`fits`, `schema_drift`, `unavailable`, `not_in_table`).
 pub(crate) const PROTOBUF_SCHEMA_CHECKS: &str = "watchmux_cache_protobuf_schema_checks_total";
-/// Always 1, labelled with the upstream's Kubernetes minor as its `/version`
-/// says (`1.35`), the minor whose generated tables watchmux writes from
+/// 1 for the current label set (0 for one it left), labelled with the
+/// upstream's Kubernetes minor as its `/version` says (`1.35`; with several
+/// API servers the oldest ready one's), the minor whose generated tables watchmux writes from
 /// (`served`) and whether the upstream's is supported (`supported`).
 pub(crate) const UPSTREAM_MINOR: &str = "watchmux_upstream_minor_info";
 /// Reads passed through because their bytes depend on the upstream's
@@ -490,8 +493,12 @@ fn describe() {
         "Checks of a cached kind's served OpenAPI schema against the protobuf table when its cache lists, by resource and result (fits, schema_drift, unavailable, not_in_table)."
     );
     describe_gauge!(
+        UPSTREAM_ENDPOINT_MINOR,
+        "The Kubernetes minor (e.g. 36 for 1.36) one upstream endpoint of --upstream-servers last said in its /version, read when it becomes ready and every minute."
+    );
+    describe_gauge!(
         UPSTREAM_MINOR,
-        "Always 1, labelled with the upstream's Kubernetes minor from its /version (minor), the minor whose generated protobuf, Table and bookmark forms watchmux writes (served) and whether the upstream's is supported (supported)."
+        "1 for the current label set and 0 for those it left, labelled with the upstream's Kubernetes minor from its /version (minor; with several API servers, the oldest ready one's, followed as they are upgraded), the minor whose generated protobuf, Table and bookmark forms watchmux writes (served) and whether the upstream's is supported (supported)."
     );
     describe_counter!(
         VERSION_FORM_PASSTHROUGH,

@@ -38,6 +38,7 @@ mod probe_lane;
 pub(crate) mod streams;
 pub mod timeouts;
 pub mod tls;
+pub(crate) mod version;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -735,6 +736,8 @@ impl Upstream {
             }
             endpoint.probed(ready, several);
         }
+        // An API server that came back may be another minor: an upgrade.
+        version::refresh(self, &endpoints).await;
         if self.builder.endpoints.take_fallback_dialed() {
             match self.renew_connections() {
                 Ok(()) => tracing::info!(
@@ -785,6 +788,33 @@ impl Upstream {
             Ok(Err(err)) => (UpstreamHealth::of_error(&err), crate::error::error_chain(&err)),
             Err(_) => (UpstreamHealth::Unresponsive, format!("no answer within {READINESS_PROBE_TIMEOUT:?}")),
         }
+    }
+
+    /// Reads `endpoint`'s `/version` on its probe lane: the Kubernetes minor
+    /// it runs (`version`).
+    async fn read_minor(&self, endpoint: &Arc<Endpoint>, limit: Duration) -> Result<u8, String> {
+        let read = async {
+            let (own, clients) =
+                self.clients_for(&UpstreamCredential::Watchmux).await.map_err(|e| crate::error::error_chain(&e))?;
+            let req = Request::get("/version")
+                .header(header::ACCEPT, "application/json")
+                .body(body::empty())
+                .expect("static request");
+            let req = self.prepare(req, authorization(&UpstreamCredential::Watchmux, own.as_ref()));
+            let lane = clients.probe_lane(endpoint, &self.builder.endpoints.all());
+            let resp = lane.send(req, limit).await.map_err(|e| crate::error::error_chain(&e))?;
+            let status = resp.status();
+            let answer = bounded_read::read_whole(resp.into_body(), bounded_read::DOCUMENT_BYTES)
+                .await
+                .map_err(|e| crate::error::error_chain(&e))?;
+            if status != http::StatusCode::OK {
+                return Err(format!("/version answered {status}"));
+            }
+            let info: serde_json::Value = serde_json::from_slice(&answer).map_err(|e| format!("/version: {e}"))?;
+            crate::encode::minor::parse_version(&info)
+                .ok_or_else(|| format!("/version: no Kubernetes 1.x minor in {info}"))
+        };
+        tokio::time::timeout(limit, read).await.unwrap_or_else(|_| Err(format!("/version: no answer within {limit:?}")))
     }
 
     /// Each endpoint's last probe, for `/readyz/upstream?verbose`; `None`

@@ -8,5 +8,4 @@ pub(crate) mod cbor_probe;
 pub(crate) mod cluster;
 pub(crate) mod reflector;
 pub(crate) mod schema_check;
-pub(crate) mod version;
 pub(crate) mod watch_list;

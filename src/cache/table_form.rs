@@ -183,6 +183,7 @@ impl TableForm {
                 include_unspelled: self.include_unspelled,
                 version: self.version,
                 headers,
+                minor: crate::encode::minor::served(),
             };
             obj.table_event(key, encode)?
         } else {

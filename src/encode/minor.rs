@@ -6,12 +6,15 @@
 //! zero objects of BOOKMARK events. The generated tables carry every
 //! supported minor's form (`protobuf/schema.txt` marks what only some minors
 //! have with `minors=`); the upstream's minor, read from its `/version` at
-//! start ([`crate::cache::sync::version`]), picks one, so an older
+//! start and followed after ([`crate::upstream::version`]), picks one, so an older
 //! API server is answered in its own form and never in the pinned one's.
 //!
-//! One watchmux has one upstream, so the choice is process-wide, made once
-//! before the caches list. Until it is made (an upstream unreachable at
-//! start) the pinned minor stands, as before: the schema check
+//! The choice is process-wide, made before the caches list and followed
+//! afterwards: with several API servers it is the oldest minor among the
+//! ready ones, and it changes as they are upgraded (`upstream::version`);
+//! what a cache keeps in one minor's form is checked against the served
+//! minor at each read (`cache::state::object`). Until it is made (an
+//! upstream unreachable at start) the pinned minor stands, as before: the schema check
 //! ([`crate::cache::sync::schema_check`]) still compares each cached kind
 //! with the served OpenAPI and turns protobuf off for a kind that differs.
 //! A minor outside [`SUPPORTED`] keeps the nearest supported tables for
@@ -52,6 +55,21 @@ pub enum Selection {
 pub fn select(minor: u8) -> Selection {
     UPSTREAM.store(minor, Ordering::Relaxed);
     selection(minor)
+}
+
+/// The upstream's minor as last selected; `None` until one is.
+pub fn upstream() -> Option<u8> {
+    match UPSTREAM.load(Ordering::Relaxed) {
+        0 => None,
+        minor => Some(minor),
+    }
+}
+
+impl Selection {
+    /// What [`select`] would make of `minor`, without selecting it.
+    pub fn of(minor: u8) -> Self {
+        selection(minor)
+    }
 }
 
 fn selection(minor: u8) -> Selection {

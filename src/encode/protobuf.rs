@@ -187,6 +187,31 @@ pub fn encode_message(ty: MessageType, json: &[u8]) -> Result<Vec<u8>, Unplaceab
 /// A whole protobuf body for an object that names its own `apiVersion` and
 /// `kind`, as the API server's JSON always does for a single object.
 pub fn encode_object(json: &[u8]) -> Result<Vec<u8>, Unplaceable> {
+    encode_object_in(crate::encode::minor::served(), json).map(|encoded| encoded.body)
+}
+
+/// [`encode_object`], and where in the body its bare message lies (what
+/// [`encode_message`] gives).
+pub fn encode_object_with_message(json: &[u8]) -> Result<(Vec<u8>, std::ops::Range<usize>), Unplaceable> {
+    encode_object_in(crate::encode::minor::served(), json).map(|encoded| (encoded.body, encoded.message))
+}
+
+/// An object's protobuf body as one minor writes it: what a cache keeps.
+#[derive(Debug)]
+pub struct Encoded {
+    /// The whole body, envelope included.
+    pub body: Vec<u8>,
+    /// Where in `body` the bare message lies: a cache keeps the one body
+    /// and serves list items as a slice of it.
+    pub message: std::ops::Range<usize>,
+    /// The message written, for [`same_form`].
+    pub ty: MessageType,
+}
+
+/// [`encode_object`] in the form of `minor` (one of
+/// [`crate::encode::minor::SUPPORTED`]), with where its bare message lies.
+pub fn encode_object_in(minor: u8, json: &[u8]) -> Result<Encoded, Unplaceable> {
+    let schema = Schema::for_minor(minor);
     let raw = parse(json)?;
     let entries = json::entries(raw).map_err(|source| Unplaceable::Json { path: ".".into(), source })?;
     let field = |name: &str| {
@@ -200,20 +225,24 @@ pub fn encode_object(json: &[u8]) -> Result<Vec<u8>, Unplaceable> {
     let (Some(api_version), Some(kind)) = (field("apiVersion"), field("kind")) else {
         return Err(Unplaceable::NoTypeMeta);
     };
-    let ty = MessageType::lookup(&api_version, &kind)?;
+    let ty = schema
+        .kind(&api_version, &kind)
+        .map(MessageType)
+        .ok_or_else(|| Unplaceable::UnknownKind { api_version: api_version.to_string(), kind: kind.to_string() })?;
     refuse_raw_extension_items(ty, &kind)?;
-    let mut body = Vec::with_capacity(json.len());
-    Encoder { schema: Schema::get() }.entries(ty.0, &entries, &Path::Root, &mut body)?;
-    Ok(envelope(&api_version, &kind, &body))
+    let mut message = Vec::with_capacity(json.len());
+    Encoder { schema }.entries(ty.0, &entries, &Path::Root, &mut message)?;
+    let body = envelope(&api_version, &kind, &message);
+    let message = envelope_message(&body).expect("an envelope");
+    Ok(Encoded { body, message, ty })
 }
 
-/// [`encode_object`], and where in the body its bare message lies (what
-/// [`encode_message`] gives): a cache keeps the one body and serves list
-/// items as a slice of it.
-pub fn encode_object_with_message(json: &[u8]) -> Result<(Vec<u8>, std::ops::Range<usize>), Unplaceable> {
-    let body = encode_object(json)?;
-    let message = envelope_message(&body).expect("encode_object writes an envelope");
-    Ok((body, message))
+/// Whether objects of `ty` are written alike by minors `a` and `b`: an
+/// encoding made in one serves for the other (a kind no field of which, at
+/// any depth, changed between them). A minor that is not supported is
+/// alike to none but itself.
+pub fn same_form(a: u8, b: u8, ty: MessageType) -> bool {
+    Schema::same_form(a, b, ty.0)
 }
 
 /// Where the `raw` message of an envelope lies, read back from its
@@ -389,9 +418,14 @@ where
 /// from its `metadata` JSON: an item of a PartialObjectMetadataList, or the
 /// `raw` of an envelope with apiVersion `meta.k8s.io/v1`.
 pub fn encode_partial_object_metadata(metadata_json: &[u8]) -> Result<Vec<u8>, Unplaceable> {
+    encode_partial_object_metadata_in(crate::encode::minor::served(), metadata_json)
+}
+
+/// [`encode_partial_object_metadata`] in the form of `minor`.
+pub fn encode_partial_object_metadata_in(minor: u8, metadata_json: &[u8]) -> Result<Vec<u8>, Unplaceable> {
     let raw = parse(metadata_json)?;
-    let schema = Schema::get();
-    let ty = MessageType::lookup("meta.k8s.io/v1", "PartialObjectMetadata")?;
+    let schema = Schema::for_minor(minor);
+    let ty = partial_object_metadata();
     let field = &schema.messages[ty.0].fields[0];
     let Shape::Single(Scalar::Message(meta_ty)) = field.shape else { unreachable!("PartialObjectMetadata.metadata") };
     let mut out = Vec::with_capacity(metadata_json.len());
@@ -399,6 +433,11 @@ pub fn encode_partial_object_metadata(metadata_json: &[u8]) -> Result<Vec<u8>, U
     Encoder { schema }.message(meta_ty, raw, &Path::Key(&Path::Root, "metadata"), &mut out)?;
     wire::end_len(&mut out, start);
     Ok(out)
+}
+
+/// The `meta.k8s.io/v1` PartialObjectMetadata message, in every minor's table.
+pub fn partial_object_metadata() -> MessageType {
+    MessageType::for_kind("meta.k8s.io/v1", "PartialObjectMetadata").expect("PartialObjectMetadata in the table")
 }
 
 /// One watch event as the API server frames it: a 4-byte big-endian length,

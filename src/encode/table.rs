@@ -150,6 +150,10 @@ pub(crate) struct TableEventKey {
     pub version: TableVersion,
     /// The column definitions go with it.
     pub headers: bool,
+    /// The Kubernetes minor whose columns and printers made it
+    /// ([`crate::encode::minor::served`]): an upgraded upstream's watchers
+    /// get its own rows, not a memo of the old minor's.
+    pub minor: u8,
 }
 
 /// The `meta.k8s.io` version a Table is asked in: the same body either way

@@ -49,6 +49,11 @@
 //! still tried, last, so that an upstream whose every endpoint looks down
 //! is tried anyway. A dial that fails moves on to the next endpoint at once:
 //! a request that never reached an API server is sent to another.
+//!
+//! Each endpoint also keeps the Kubernetes minor its `/version` said, read
+//! when it becomes ready and every minute after: during a control-plane
+//! upgrade the API servers run two minors, and watchmux writes the oldest
+//! ready one's forms (`upstream::version`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -92,6 +97,12 @@ struct Health {
     dial_failed_at: Option<Instant>,
     /// The last readiness probe's verdict (`None`: not probed yet).
     probed_ready: Option<bool>,
+    /// The Kubernetes minor its `/version` last said (`upstream::version`).
+    minor: Option<u8>,
+    /// When that was read; `None` makes it due at the next probe that
+    /// finds the endpoint ready (the first, or one after it was not ready:
+    /// an API server that went away may come back upgraded).
+    minor_read_at: Option<Instant>,
 }
 
 impl Endpoint {
@@ -118,10 +129,39 @@ impl Endpoint {
     /// Records a readiness probe's verdict; `gauge`: in
     /// `watchmux_upstream_endpoint_ready` too (with several endpoints).
     pub(crate) fn probed(&self, ready: bool, gauge: bool) {
-        self.state.lock().probed_ready = Some(ready);
+        let mut state = self.state.lock();
+        if ready && state.probed_ready == Some(false) {
+            state.minor_read_at = None;
+        }
+        state.probed_ready = Some(ready);
+        drop(state);
         if gauge {
             metrics::gauge!(m::UPSTREAM_ENDPOINT_READY, "endpoint" => self.uri.to_string())
                 .set(f64::from(u8::from(ready)));
+        }
+    }
+
+    /// The Kubernetes minor its `/version` last said, while it is healthy.
+    pub(crate) fn serving_minor(&self) -> Option<u8> {
+        if self.healthy() { self.state.lock().minor } else { None }
+    }
+
+    /// Whether its `/version` is to be read: it is ready, and was never
+    /// read since it became so, or not for `refresh`.
+    pub(crate) fn minor_due(&self, refresh: Duration) -> bool {
+        let state = self.state.lock();
+        state.probed_ready == Some(true) && state.minor_read_at.is_none_or(|at| at.elapsed() >= refresh)
+    }
+
+    /// Records the minor its `/version` said; `gauge`: in
+    /// `watchmux_upstream_endpoint_minor` too (with several endpoints).
+    pub(crate) fn read_minor(&self, minor: u8, gauge: bool) {
+        let mut state = self.state.lock();
+        state.minor = Some(minor);
+        state.minor_read_at = Some(Instant::now());
+        drop(state);
+        if gauge {
+            metrics::gauge!(m::UPSTREAM_ENDPOINT_MINOR, "endpoint" => self.uri.to_string()).set(f64::from(minor));
         }
     }
 

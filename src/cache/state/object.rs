@@ -21,6 +21,7 @@ use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::encode::minor;
 use crate::encode::object::{metadata_of, partial_object_metadata_json};
 use crate::encode::protobuf::{self, Unplaceable};
 use crate::encode::table::TableEventKey;
@@ -95,8 +96,8 @@ pub(crate) struct CachedObject {
 #[derive(Debug, Default)]
 struct Derived {
     metadata_json: OnceLock<Bytes>,
-    protobuf: OnceLock<Result<ProtobufBody, NoProtobuf>>,
-    metadata_protobuf: OnceLock<Result<ProtobufBody, NoProtobuf>>,
+    protobuf: OnceLock<ProtobufMemo>,
+    metadata_protobuf: OnceLock<ProtobufMemo>,
     /// Table watch events about this version, by table variant: a few at
     /// most (a variant is an includeObject, a version and whether the
     /// headers go with it), so a list under a lock taken once per delivery.
@@ -115,10 +116,26 @@ pub(crate) struct NoProtobuf {
 }
 
 /// A protobuf body and where its bare message lies in it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ProtobufBody {
     body: Bytes,
     message: Range<usize>,
+}
+
+/// A protobuf variant as made in one Kubernetes minor's form
+/// ([`minor::served`] when it was made). The served minor changes when
+/// the upstream's API servers are upgraded (`upstream::version`); a body
+/// kept from before serves on only where its kind is written alike in both
+/// minors ([`protobuf::same_form`]), which is most kinds between
+/// neighbouring minors. Elsewhere the served minor's body is made for each
+/// read and not kept: until its object changes, a version encoded before an
+/// upgrade costs an encoding per protobuf read, rather than every object a
+/// second memo it would need once.
+#[derive(Debug)]
+struct ProtobufMemo {
+    minor: u8,
+    ty: Option<protobuf::MessageType>,
+    body: Result<ProtobufBody, NoProtobuf>,
 }
 
 impl ProtobufBody {
@@ -246,24 +263,34 @@ impl CachedObject {
         self.derived.get_or_init(Box::default)
     }
 
-    fn protobuf_body(&self, variant: ContentVariant) -> Result<&ProtobufBody, NoProtobuf> {
+    fn protobuf_body(&self, variant: ContentVariant) -> Result<ProtobufBody, NoProtobuf> {
+        self.protobuf_body_in(variant, minor::served())
+    }
+
+    /// The protobuf variant in the form of `served`, the minor served now.
+    fn protobuf_body_in(&self, variant: ContentVariant, served: u8) -> Result<ProtobufBody, NoProtobuf> {
         let derived = self.derived();
         let memo = if variant == ContentVariant::Protobuf { &derived.protobuf } else { &derived.metadata_protobuf };
-        memo.get_or_init(|| {
-            let encoded = if variant == ContentVariant::Protobuf {
-                protobuf::encode_object_with_message(&self.json)
-            } else {
-                let metadata = metadata_of(&self.json).map_or(&b"{}"[..], str::as_bytes);
-                protobuf::encode_partial_object_metadata(metadata).map(|message| {
-                    let body = protobuf::envelope("meta.k8s.io/v1", "PartialObjectMetadata", &message);
-                    let range = protobuf::envelope_message(&body).expect("an envelope");
-                    (body, range)
-                })
-            };
-            ProtobufBody::new(encoded, variant)
-        })
-        .as_ref()
-        .map_err(|e| *e)
+        let kept = memo.get_or_init(|| self.encode_protobuf(variant, served));
+        let alike = kept.minor == served || kept.ty.is_some_and(|ty| protobuf::same_form(kept.minor, served, ty));
+        if alike { kept.body.clone() } else { self.encode_protobuf(variant, served).body }
+    }
+
+    /// The protobuf variant in `minor`'s form.
+    fn encode_protobuf(&self, variant: ContentVariant, minor: u8) -> ProtobufMemo {
+        let encoded = if variant == ContentVariant::Protobuf {
+            protobuf::encode_object_in(minor, &self.json).map(|e| (e.body, e.message, e.ty))
+        } else {
+            let metadata = metadata_of(&self.json).map_or(&b"{}"[..], str::as_bytes);
+            protobuf::encode_partial_object_metadata_in(minor, metadata).map(|message| {
+                let body = protobuf::envelope("meta.k8s.io/v1", "PartialObjectMetadata", &message);
+                let range = protobuf::envelope_message(&body).expect("an envelope");
+                (body, range, protobuf::partial_object_metadata())
+            })
+        };
+        let ty = encoded.as_ref().ok().map(|(_, _, ty)| *ty);
+        let body = ProtobufBody::new(encoded.map(|(body, message, _)| (body, message)), variant);
+        ProtobufMemo { minor, ty, body }
     }
 
     /// The object as an item of a list response in `variant`, as up to two
@@ -276,7 +303,7 @@ impl CachedObject {
             }
             ContentVariant::Protobuf | ContentVariant::PartialObjectMetadataProtobuf => {
                 let p = self.protobuf_body(variant)?;
-                Ok([p.body.slice(p.message.clone()), Bytes::new()])
+                Ok([p.body.slice(p.message), Bytes::new()])
             }
             _ => Ok([self.encoded(variant)?, Bytes::new()]),
         }
@@ -380,6 +407,34 @@ pub(crate) mod tests {
         );
         assert_eq!(obj.labels.get("app").map(String::as_str), Some("x"));
         assert_eq!([obj.list_item(ContentVariant::Json, true).unwrap()].concat().concat(), item.as_bytes());
+    }
+
+    /// An upstream upgraded from 1.36 to 1.37 between two reads of one
+    /// object version.
+    #[test]
+    fn a_protobuf_memo_serves_another_minor_only_where_its_kind_is_written_alike() {
+        let body = |obj: &CachedObject, variant, minor| obj.protobuf_body_in(variant, minor).map(|p| p.body);
+        let config_map = cm("a", 9, r#""l":"v""#);
+        for variant in [ContentVariant::Protobuf, ContentVariant::PartialObjectMetadataProtobuf] {
+            let before = body(&config_map, variant, 36).unwrap();
+            let after = body(&config_map, variant, 37).unwrap();
+            assert_eq!(after.as_ptr(), before.as_ptr(), "{variant:?}: alike in both minors, the memo serves");
+        }
+
+        // PodSpec.evictionResponders is 1.37's: a pod that has one has a
+        // protobuf form in 1.37 and none in 1.36.
+        let shape = ObjectShape::new(test_info("", "pods", "Pod", true), None);
+        let raw = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"ns","resourceVersion":"5"},"spec":{"evictionResponders":[{"name":"r"}]}}"#;
+        let pod = CachedObject::decode(Bytes::from_static(raw.as_bytes()), &shape).unwrap();
+        assert!(body(&pod, ContentVariant::Protobuf, 36).is_err(), "1.36 has no such field: refused, and kept");
+        let upgraded = body(&pod, ContentVariant::Protobuf, 37).expect("1.37 writes it");
+        assert_eq!(upgraded, protobuf::encode_object_in(37, raw.as_bytes()).unwrap().body);
+        assert!(body(&pod, ContentVariant::Protobuf, 36).is_err(), "the 1.36 memo still answers for 1.36");
+
+        // Kept in 1.37's form, read after a rollback to 1.36: not served as it is.
+        let pod = CachedObject::decode(Bytes::from_static(raw.as_bytes()), &shape).unwrap();
+        assert!(body(&pod, ContentVariant::Protobuf, 37).is_ok());
+        assert!(body(&pod, ContentVariant::Protobuf, 36).is_err(), "1.36's own answer: no protobuf form");
     }
 
     #[test]

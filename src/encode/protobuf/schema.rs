@@ -11,6 +11,7 @@
 
 use crate::encode::minor;
 use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 
 /// The generated table, compiled into the binary.
 const TABLE: &str = include_str!("schema.txt");
@@ -53,7 +54,7 @@ pub(super) enum Shape {
     Map(Scalar),
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub(super) struct Field {
     pub number: u32,
     /// Empty for an inline field: its members sit in the parent's JSON.
@@ -105,6 +106,22 @@ impl Schema {
         VIEWS.get(minor, |minor| {
             Schema::parse(TABLE, minor).unwrap_or_else(|e| panic!("src/encode/protobuf/schema.txt: {e}"))
         })
+    }
+
+    /// Whether `ty`'s objects are written alike in minors `a` and `b`:
+    /// neither the message nor any message it holds, however deep, has a
+    /// field (or a field's shape or flags) the other minor's lacks. Worked
+    /// out once per pair of minors, for every message at once.
+    pub(super) fn same_form(a: u8, b: u8, ty: MsgId) -> bool {
+        if a == b {
+            return true;
+        }
+        static DIFFERS: [[OnceLock<Vec<bool>>; minor::SUPPORTED.len()]; minor::SUPPORTED.len()] =
+            [const { [const { OnceLock::new() }; minor::SUPPORTED.len()] }; minor::SUPPORTED.len()];
+        let index = |m: u8| minor::SUPPORTED.iter().position(|s| *s == m);
+        let (Some(i), Some(j)) = (index(a.min(b)), index(a.max(b))) else { return false };
+        let differs = DIFFERS[i][j].get_or_init(|| differing_messages(Self::for_minor(a), Self::for_minor(b)));
+        !differs[ty]
     }
 
     pub(super) fn kind(&self, api_version: &str, kind: &str) -> Option<MsgId> {
@@ -194,6 +211,37 @@ impl Schema {
             messages[id].keys = keys;
         }
         Ok(Schema { messages, kinds, by_name })
+    }
+}
+
+/// For each message, whether its form differs between two views of the
+/// table: its own fields or flags, or those of a message it holds. Every
+/// view keeps every message, so ids match; message graphs have cycles
+/// (JSONSchemaProps holds itself), hence the propagation to a fixed point.
+fn differing_messages(a: &Schema, b: &Schema) -> Vec<bool> {
+    let mut differs: Vec<bool> = a
+        .messages
+        .iter()
+        .zip(&b.messages)
+        .map(|(x, y)| x.wrapper != y.wrapper || x.typemeta != y.typemeta || x.fields != y.fields)
+        .collect();
+    let held = |field: &Field| match field.shape {
+        Shape::Single(Scalar::Message(id)) | Shape::Repeated(Scalar::Message(id)) | Shape::Map(Scalar::Message(id)) => {
+            Some(id)
+        }
+        _ => None,
+    };
+    loop {
+        let mut changed = false;
+        for (id, message) in a.messages.iter().enumerate() {
+            if !differs[id] && message.fields.iter().filter_map(held).any(|h| differs[h]) {
+                differs[id] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            return differs;
+        }
     }
 }
 
@@ -310,6 +358,41 @@ mod tests {
         assert_eq!(names(&new), ["a"]);
         assert_eq!(old.messages.len(), new.messages.len());
         assert!(Schema::parse(text, 36).is_err(), "a minor the table does not cover");
+    }
+
+    #[test]
+    fn a_message_differs_between_minors_when_it_or_anything_it_holds_does() {
+        let text = "# Minors: 1.34 1.35\n\
+            message core/v1.Holder\n\
+            \x20 field 1 thing msg:core/v1.Thing\n\
+            message core/v1.Thing\n\
+            \x20 field 1 a string\n\
+            \x20 field 2 gone string minors=1.34\n\
+            message core/v1.Loop\n\
+            \x20 field 1 next msg:core/v1.Loop\n\
+            \x20 field 2 holder []msg:core/v1.Holder\n\
+            message core/v1.Alone\n\
+            \x20 field 1 self msg:core/v1.Alone\n";
+        let (old, new) = (Schema::parse(text, 34).unwrap(), Schema::parse(text, 35).unwrap());
+        let differs = differing_messages(&old, &new);
+        let id = |name: &str| old.message_named(name).unwrap();
+        assert!(differs[id("core/v1.Thing")], "a field one minor lacks");
+        assert!(differs[id("core/v1.Holder")], "holds a message that differs");
+        assert!(differs[id("core/v1.Loop")], "through a cycle and a repeated field");
+        assert!(!differs[id("core/v1.Alone")], "a cycle of its own, alike in both");
+    }
+
+    #[test]
+    fn the_committed_table_tells_kinds_alike_across_minors_from_kinds_that_changed() {
+        let s = Schema::for_minor(minor::PINNED);
+        let config_map = s.kind("v1", "ConfigMap").unwrap();
+        for a in minor::SUPPORTED {
+            assert!(Schema::same_form(a, a, config_map));
+            assert!(Schema::same_form(a, minor::PINNED, config_map), "ConfigMap has not changed since 1.{a}");
+        }
+        let pod = s.kind("v1", "Pod").unwrap();
+        assert!(!Schema::same_form(34, minor::PINNED, pod), "PodSpec gained fields after 1.34");
+        assert!(!Schema::same_form(34, 99, pod), "an unsupported minor is never alike");
     }
 
     #[test]
