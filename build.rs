@@ -1,5 +1,5 @@
-//! Build-time facts for `watchmux_build_info`: the source revision and the
-//! compiler's version.
+//! Build-time facts for `watchmux_build_info` and `--version`: the source
+//! revision, the compiler's version and the allocator feature.
 //!
 //! The revision comes only from `WATCHMUX_GIT_REVISION` (the Makefile sets it
 //! from git), never from looking at a repository: a build outside git, or
@@ -28,4 +28,14 @@ fn main() {
         .and_then(|v| v.split_whitespace().nth(1).map(str::to_owned))
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=WATCHMUX_RUSTC_VERSION={rustc_version}");
+
+    // The allocator feature (src/allocator.rs), as a literal for --version.
+    let allocator = if std::env::var_os("CARGO_FEATURE_JEMALLOC").is_some() {
+        "jemalloc"
+    } else if std::env::var_os("CARGO_FEATURE_MIMALLOC").is_some() {
+        "mimalloc"
+    } else {
+        "system"
+    };
+    println!("cargo:rustc-env=WATCHMUX_ALLOCATOR={allocator}");
 }

@@ -36,6 +36,8 @@ const VERSION: &str = concat!(
     env!("WATCHMUX_GIT_REVISION"),
     ", rustc ",
     env!("WATCHMUX_RUSTC_VERSION"),
+    ", allocator ",
+    env!("WATCHMUX_ALLOCATOR"),
     ")"
 );
 

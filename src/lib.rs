@@ -13,6 +13,7 @@
 //! kubeconfig is the [`upstream`]'s. [`auth`] authenticates and
 //! authorizes clients in delegated mode.
 
+pub mod allocator;
 pub mod app;
 pub(crate) mod auth;
 pub mod body;

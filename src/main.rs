@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         LogFormat::Text => subscriber.init(),
         LogFormat::Json => subscriber.json().init(),
     }
+    watchmux::allocator::start();
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

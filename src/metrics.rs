@@ -279,6 +279,7 @@ pub(crate) fn install() -> anyhow::Result<PrometheusHandle> {
         "version" => env!("CARGO_PKG_VERSION"),
         "revision" => env!("WATCHMUX_GIT_REVISION"),
         "rustc_version" => env!("WATCHMUX_RUSTC_VERSION"),
+        "allocator" => crate::allocator::NAME,
     )
     .set(1.0);
     Ok(handle)
@@ -298,7 +299,7 @@ pub(crate) fn builder() -> anyhow::Result<PrometheusBuilder> {
 fn describe() {
     describe_gauge!(
         BUILD_INFO,
-        "A metric with a constant '1' value labelled by version, revision (the source's git revision, or unknown) and rustc_version."
+        "A metric with a constant '1' value labelled by version, revision (the source's git revision, or unknown), rustc_version and allocator (jemalloc, mimalloc or system)."
     );
     describe_counter!(REQUESTS_REJECTED, "Requests refused by a limit before any work was done, by limit.");
     describe_gauge!(

@@ -262,7 +262,7 @@ async fn passthrough_and_cache_are_counted_in_metrics() {
     assert!(text.contains("watchmux_upstream_ready 1"), "{text}");
 
     let build = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
-    assert!(has("watchmux_build_info{", &[&build, "revision=\"", "rustc_version=\"1."], "1"), "{text}");
+    assert!(has("watchmux_build_info{", &[&build, "revision=\"", "rustc_version=\"1.", "allocator=\""], "1"), "{text}");
     // The standard process metrics, with values a live process has.
     let resident = sample(&text, "process_resident_memory_bytes");
     assert!(resident > 1e6 && sample(&text, "process_virtual_memory_bytes") >= resident, "{text}");

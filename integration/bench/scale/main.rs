@@ -28,7 +28,9 @@
 //! `SCALE_PHASES` (`load,memory,list,storm`), `SCALE_LOAD_IN_FLIGHT` (128),
 //! `SCALE_KUBELETS` (the nodes), `SCALE_STORM_MODES` (`watch-list,classic`),
 //! `SCALE_SIDES` (`direct,watchmux`; `nodelocal` too for side (c)), `SCALE_LIST_CLIENTS` (10),
-//! `SCALE_CONNECTS` (handshakes in flight, 512), `SCALE_WATCHMUX_BASE_RSS`
+//! `SCALE_CONNECTS` (handshakes in flight, 512), `SCALE_STARTS` (kubelets
+//! connecting and syncing at once, unbounded: a storm), `SCALE_RELEASE_SECONDS`
+//! (how long after a storm the tier's RSS is followed, 0), `SCALE_WATCHMUX_BASE_RSS`
 //! (bytes of an empty watchmux, from the script), `SCALE_BASELINE` (where the
 //! load records kube-apiserver's memory before it), and the `WATCHMUX_BENCH_*`
 //! variables every bench reads; `BENCH_OUT` for the JSON.
@@ -68,6 +70,8 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// How long after the last kubelet synced the tier's RSS is read again: the
 /// storm's last answers flushed, its kubelets idle on their watches.
 const SETTLE: Duration = Duration::from_secs(5);
+/// How often the tier's RSS is read while `SCALE_RELEASE_SECONDS` last.
+const RELEASE_STEP: Duration = Duration::from_secs(5);
 
 /// p50, p99 and max of some figures (0 when there are none).
 fn p50_p99_max(values: &[f64]) -> (f64, f64, f64) {
@@ -283,6 +287,7 @@ async fn storms(api: &Api, w: World, sides: &[StormSide]) -> anyhow::Result<Valu
     let limit = Duration::from_secs(env_or("SCALE_STORM_TIMEOUT", 900)?);
     let modes: Vec<String> = env_list("SCALE_STORM_MODES", "watch-list,classic")?;
     let churn_for = Duration::from_secs(env_or("SCALE_CHURN_SECONDS", 60)?);
+    let release_for = Duration::from_secs(env_or("SCALE_RELEASE_SECONDS", 0)?);
     let churn_rate: f64 = env_or("SCALE_CHURN_PODS_PER_MINUTE_PERCENT", 1.0)?;
     let mut churn_first = 0usize;
     let mut churns = Vec::new();
@@ -312,6 +317,7 @@ async fn storms(api: &Api, w: World, sides: &[StormSide]) -> anyhow::Result<Valu
             let watches0 = prom::sum(&before, "apiserver_longrunning_requests", &[("verb", "WATCH")]);
             let (api_cpu0, api_rss0) = (cpu_ticks(api_pid)?, rss_bytes(api_pid)?);
             let wm_cpu0 = wm_pid.map(cpu_ticks).transpose()?;
+            let wm_rss0 = wm_pid.map(rss_bytes).transpose()?;
             let wm_before = if tiered { api.watchmux_metrics().await.ok() } else { None };
             let api_peak = PeakRss::start(api_pid);
             let wm_peak = wm_pid.map(PeakRss::start);
@@ -356,6 +362,18 @@ async fn storms(api: &Api, w: World, sides: &[StormSide]) -> anyhow::Result<Valu
                 }
                 _ => None,
             };
+            // And whether the allocator gives the storm's memory back: the
+            // RSS every few seconds for SCALE_RELEASE_SECONDS more (0: not
+            // watched), the kubelets still on their watches.
+            let mut wm_release = Vec::new();
+            if let (Some(p), true) = (wm_pid, tiered) {
+                let mut waited = SETTLE;
+                while waited < release_for {
+                    tokio::time::sleep(RELEASE_STEP).await;
+                    waited += RELEASE_STEP;
+                    wm_release.push(json!({"s": waited.as_secs(), "rss": rss_bytes(p)?}));
+                }
+            }
             let heap = prom::sum(&after, "go_memstats_heap_inuse_bytes", &[]);
             // A WATCH is counted in apiserver_request_total when it ends: the
             // ones held are the long-running gauge.
@@ -447,7 +465,8 @@ async fn storms(api: &Api, w: World, sides: &[StormSide]) -> anyhow::Result<Valu
                 "apiserver_cpu_s": api_cpu, "apiserver_rss_before": api_rss0, "apiserver_rss_peak": api_peak,
                 "apiserver_heap_inuse_after": heap, "apiserver_requests": served,
                 "apiserver_watches_before": watches0, "apiserver_watches_synced": watches,
-                "watchmux_cpu_s": wm_cpu, "watchmux_rss_peak": wm_peak, "watchmux_rss_settled": wm_settled,
+                "watchmux_cpu_s": wm_cpu, "watchmux_rss_before": wm_rss0, "watchmux_rss_peak": wm_peak,
+                "watchmux_rss_settled": wm_settled, "watchmux_rss_release": wm_release,
                 "watchmux_reads": why, "node_locals": local}));
             if !churn_for.is_zero() {
                 let (api_cpu0, wm_cpu0) = (cpu_ticks(api_pid)?, wm_pid.map(cpu_ticks).transpose()?);

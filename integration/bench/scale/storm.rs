@@ -265,6 +265,10 @@ struct Fleet {
     mode: Mode,
     /// Bounds the TCP+TLS handshakes in flight.
     connects: Semaphore,
+    /// Bounds the kubelets connecting and syncing at once (`SCALE_STARTS`):
+    /// the same clients started a few at a time, for the tier's steady
+    /// state without a storm's peak.
+    starts: Semaphore,
     /// The instant every client was released.
     t0: Instant,
     tally: Arc<Tally>,
@@ -299,6 +303,7 @@ async fn kubelet(i: usize, f: Arc<Fleet>) {
     let mut first = true;
     loop {
         let synced = async {
+            let _start = f.starts.acquire().await?;
             let conn = {
                 let _p = f.connects.acquire().await?;
                 target.connect(Shape::H2).await?
@@ -384,6 +389,9 @@ impl Storm {
             local,
             mode,
             connects: Semaphore::new(connects),
+            starts: Semaphore::new(
+                std::env::var("SCALE_STARTS").ok().and_then(|v| v.parse().ok()).unwrap_or(Semaphore::MAX_PERMITS),
+            ),
             t0: Instant::now(),
             tally: Arc::new(Tally::default()),
             stop: CancellationToken::new(),
