@@ -12,13 +12,15 @@
 # `taskset -c 0-1` with the bench on the same two cores (the machine has no
 # third). Phases per configuration: INGEST_RATES (20000 50000 100000 0 events
 # a second; 0 = as fast as the connection takes them), INGEST_SECONDS (3)
-# each, at most INGEST_MAX_EVENTS (300,000; 100,000 with unselected
+# each, at most INGEST_MAX_EVENTS (300,000; 30,000 with unselected
 # watchers, whose 100 deliveries an event the bench itself must read).
 #
 # INGEST_PERF=1 (the default, if perf is installed): `perf record
 # $INGEST_PERF_ARGS` (-F 999 -g) on watchmux during the last phase of the
 # one-core run without unselected watchers, and its top symbols in
-# .run/bench-ingest/perf-top.txt.
+# .run/bench-ingest/perf-top.txt. watchmux's release build has no frame
+# pointers: for callers, INGEST_PERF_ARGS="-F 499 --call-graph dwarf,16384"
+# (about 40 MB of perf.data) and `perf report --children`.
 #
 # Prints the machine line and a Markdown table per configuration; JSON per
 # configuration in .run/bench-ingest/ingest-<cores>-u<unselected>.json.
@@ -44,7 +46,7 @@ echo
 run_ingest() {
   local cores="$1" bench_cores="$2" unselected="$3"; shift 3
   local tag="${cores//-/to}-u$unselected" max=300000
-  [[ $unselected == 0 ]] || max=100000
+  [[ $unselected == 0 ]] || max=30000
   env WATCHMUX_BIN="$logs/watchmux" WATCHMUX_BENCH_PROXY="$listen" WATCHMUX_BENCH_ADMIN="$admin" \
     INGEST_CPUS="$cores" INGEST_UNSELECTED="$unselected" INGEST_MAX_EVENTS="${INGEST_MAX_EVENTS:-$max}" \
     INGEST_WATCHMUX_LOG="$logs/watchmux-$tag.log" CLK_TCK="$(getconf CLK_TCK)" \
@@ -68,8 +70,10 @@ for u in "${unselected_set[@]}"; do
 done
 
 if [[ -s $logs/perf.data ]]; then
-  perf report -i "$logs/perf.data" --no-children --sort symbol --stdio 2>/dev/null |
-    grep -v '^$' | grep -E '^ +[0-9]' | head -40 > "$logs/perf-top.txt" || true
+  # Self time by symbol, without the call chains -g recorded (perf prints
+  # them under each symbol otherwise) and the empty IPC columns.
+  perf report -i "$logs/perf.data" --no-children --sort symbol --stdio -g none 2>/dev/null |
+    grep -E '^ +[0-9]' | sed -E 's/ +- +- *$//; s/ +$//' | head -40 > "$logs/perf-top.txt" || true
   echo "### Where watchmux's one core goes at the ceiling (perf, open throttle, no unselected watchers)"
   echo
   echo '```'

@@ -354,10 +354,12 @@ async fn phase(
         let secs = until?.saturating_duration_since(start).as_secs_f64();
         (secs > 0.0).then(|| n / secs)
     };
-    let last_receipt = match r.last_receipt.load(Ordering::Relaxed) {
+    let at = |nanos: &std::sync::atomic::AtomicU64| match nanos.load(Ordering::Relaxed) {
         0 => None,
         nanos => Some(receipts.epoch + Duration::from_nanos(nanos)),
     };
+    let kubelets_last = at(&r.last_receipt_selected);
+    let last_receipt = kubelets_last.max(at(&r.last_receipt_unselected));
     let (received_selected, received_unselected) =
         (r.received_selected.load(Ordering::Relaxed), r.received_unselected.load(Ordering::Relaxed));
     let d = |name: &str| pods_metric(&after, name) - pods_metric(&before, name);
@@ -373,7 +375,7 @@ async fn phase(
         secs: span,
         upstream_rate,
         applied_rate: per_sec(events as f64, applied_at),
-        received_rate: per_sec(received_selected as f64, last_receipt),
+        received_rate: per_sec(received_selected as f64, kubelets_last),
         deliveries_rate: (received_selected + received_unselected) as f64 / span,
         metric_deliveries_rate: d("watchmux_watch_cache_deliveries_total") / span,
         received_selected,

@@ -87,8 +87,10 @@ pub struct PhaseReceipts {
     pub unselected: Histogram,
     pub received_selected: AtomicU64,
     pub received_unselected: AtomicU64,
-    /// The latest receipt, nanoseconds after the epoch.
-    pub last_receipt: AtomicU64,
+    /// The latest receipt by a kubelet's watcher and by an unselected one,
+    /// nanoseconds after the epoch.
+    pub last_receipt_selected: AtomicU64,
+    pub last_receipt_unselected: AtomicU64,
 }
 
 /// Counters over the whole run.
@@ -189,15 +191,15 @@ impl Watcher {
                 totals.misrouted.fetch_add(1, Ordering::Relaxed);
             }
             let Some(phase) = self.receipts.phase_of(seq) else { return };
-            let (histogram, received) = match self.node {
-                Some(_) => (&phase.selected, &phase.received_selected),
-                None => (&phase.unselected, &phase.received_unselected),
+            let (histogram, received, last_receipt) = match self.node {
+                Some(_) => (&phase.selected, &phase.received_selected, &phase.last_receipt_selected),
+                None => (&phase.unselected, &phase.received_unselected, &phase.last_receipt_unselected),
             };
             if let Some(written) = self.replay.written_at(seq) {
                 histogram.record(now.saturating_duration_since(written));
             }
             received.fetch_add(1, Ordering::Relaxed);
-            phase.last_receipt.fetch_max(now.duration_since(self.receipts.epoch).as_nanos() as u64, Ordering::Relaxed);
+            last_receipt.fetch_max(now.duration_since(self.receipts.epoch).as_nanos() as u64, Ordering::Relaxed);
         })
         .await;
         match end {
