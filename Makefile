@@ -159,6 +159,15 @@ bench-handshake:
 bench-fleet-idle:
 	bash integration/scripts/bench-fleet-idle.sh
 
+## The ingest ceiling: one Pods cache fed by a synthetic HTTP/2 upstream in
+## the bench process as fast as it takes events, 1,000 kubelet-shaped watchers
+## and 100 unselected ones, on one core and on two: events applied and
+## delivered a second, upstream write -> watcher receipt lag, and a perf
+## profile at the ceiling (no cluster; docs/benchmarks.md, "Ingest ceiling").
+.PHONY: bench-ingest
+bench-ingest:
+	bash integration/scripts/bench-ingest.sh
+
 ## Restart storm: kube-apiserver restarted under N watchers.
 bench-restart:
 	bash integration/scripts/bench-restart.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart,scale}/ (bench-scale's sweep-*.json too) and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale,ingest}/ (bench-scale's sweep-*.json too) and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -374,6 +374,48 @@ def plot_limit(runs):
     save(fig, "bench-scale-limit.png")
 
 
+def plot_ingest(runs):
+    """bench-ingest's configurations (watchmux's cores, unselected watchers):
+    per phase, the events a second watchmux applied, the same per second of
+    its CPU (what a core of its own would give on a loaded machine), and the
+    kubelets' lag from the upstream's write, against the issue's 100,000 a
+    second on one core."""
+    runs = sorted(runs, key=lambda r: (len(r["cpus"]), -r["unselected_watchers"]))
+    phases = [p["name"] for p in runs[0]["phases"] if p["name"] != "warm-up"]
+    width = 0.8 / len(runs)
+    palette = ["#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for k, r in enumerate(runs):
+        cores = "1 core" if r["cpus"] == "0" else f"cores {r['cpus']}"
+        label = f"{cores}, {r['kubelet_watchers']:,} kubelets + {r['unselected_watchers']} unselected"
+        by_name = {p["name"]: p for p in r["phases"]}
+        xs = [i + (k - (len(runs) - 1) / 2) * width for i in range(len(phases))]
+        pts = [by_name.get(n) for n in phases]
+        color = palette[k % len(palette)]
+        axes[0].bar(xs, [(p or {}).get("applied_rate") or 0 for p in pts], width, color=color, label=label)
+        axes[1].bar(xs, [(p or {}).get("applied_per_watchmux_cpu_second") or 0 for p in pts], width,
+                    color=color, label=label)
+        axes[2].plot(range(len(phases)), [((p or {}).get("lag_kubelets_ms") or {}).get("p99") for p in pts],
+                     "-o", color=color, label=f"{label}: p99")
+        axes[2].plot(range(len(phases)), [((p or {}).get("lag_kubelets_ms") or {}).get("p50") for p in pts],
+                     "--", marker=".", color=color, label=f"{label}: p50")
+    titles = ["events applied a second", "events applied per second of watchmux's CPU",
+              "kubelets' lag, upstream write to receipt, ms"]
+    for ax, title in zip(axes, titles):
+        ax.set_title(title, fontsize=10)
+        ax.set_xticks(range(len(phases)))
+        ax.set_xticklabels([n if n == "open" else f"{int(n.split('/')[0]):,}/s" for n in phases])
+        ax.set_xlabel("upstream rate asked")
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=6)
+    for ax in axes[:2]:
+        ax.axhline(100_000, color="k", lw=0.8, ls=":")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    axes[2].set_yscale("log")
+    fig.suptitle("One Pods cache fed as fast as it takes events (1 KiB objects); dotted: the goal, 100,000/s on one core")
+    save(fig, "bench-ingest.png")
+
+
 def fmt(v, digits=1):
     return "–" if v is None else f"{v:,.{digits}f}"
 
@@ -460,6 +502,7 @@ def main():
         ("restart", "bench-restart/restart-*.json", plot_restart),
         ("scale", "bench-scale/scale-*.json", plot_scale),
         ("scale sweep", "bench-scale/sweep-*.json", plot_limit),
+        ("ingest", "bench-ingest/ingest-*.json", plot_ingest),
     ]:
         runs = load(pattern)
         if not runs:
