@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# A control-plane upgrade under load (issue 44, item 4): three kube-apiservers
+# of UPGRADE_FROM (1.36) on one etcd, upgraded one at a time to UPGRADE_TO
+# (1.37, the pinned minor) as a rolling upgrade does it: SIGTERM, wait for the
+# exit, the new binary on the same port with the same flags, wait for /readyz,
+# a pause, the next. The restart bench (integration/bench/restart/,
+# RESTART_KIND=upgrade) keeps N reflector-shaped watchers on the ConfigMaps
+# of its namespace, a writer creating, updating and deleting ConfigMaps
+# there throughout, and measures side by side, each side on a fresh cluster:
+#   direct    the watchers through a plain TCP load balancer over the three
+#             (tcp-balancer.py): every watch on a server that stops breaks
+#   watchmux  the watchers through watchmux --upstream-servers=the three
+# After each step: the time until every watcher has the next write, its
+# broken streams, LISTs and 410s. At the end every watcher's events are
+# checked against etcd's own watch of the namespace's keys
+# (integration/cmd/etcdwatch, started before the watchers): lost, out of
+# order, duplicated. And at each step (step 0: before the first upgrade) the
+# served form: the minor watchmux says it serves
+# (watchmux_upstream_minor_info's `served`) and a protobuf GET of a
+# ControllerRevision without data through watchmux, byte-compared with the
+# same GET at a live API server of each minor (1.37 writes the empty `data`
+# field, 1.36 leaves it out: src/encode/protobuf/schema.txt). The oldest
+# ready minor's form is the right one while any server is still old. The
+# check reports; it never stops the run.
+#
+# Usage: bench-upgrade.sh [N...]       (default: 1000; or UPGRADE_NS="...")
+#   UPGRADE_FROM=1.36 UPGRADE_TO=1.37 UPGRADE_PAUSE_S=5 UPGRADE_WRITES_PER_S=4
+#   UPGRADE_SIDES="direct watchmux"
+# Ports (clear of the lead's cluster and CI's): etcd 25379/25380, the API
+# servers 18401-18403, the load balancer 18400, watchmux 18500 (admin 18501).
+#
+# bench-upgrade.sh --step: one step, as the bench runs it (RESTART_STEP=k:
+# upgrade the k-th server, then check the form; 0: check only). Prints the
+# check as one JSON line.
+set -euo pipefail
+export ETCD_PORT="${ETCD_PORT:-25379}" ETCD_PEER_PORT="${ETCD_PEER_PORT:-25380}"
+export APISERVER_PORT="${APISERVER_PORT:-18401}"
+export UPGRADE_FROM="${UPGRADE_FROM:-1.36}" UPGRADE_TO="${UPGRADE_TO:-1.37}"
+export UPGRADE_EXTRA_PORTS="${UPGRADE_EXTRA_PORTS:-18402 18403}"
+export UPGRADE_LB_PORT="${UPGRADE_LB_PORT:-18400}"
+export BENCH_PORT="${BENCH_PORT:-18500}" BENCH_ADMIN_PORT="${BENCH_ADMIN_PORT:-18501}"
+bench_ns=watchmux-bench-restart   # the restart bench's namespace
+form_object=upgrade-form          # the ControllerRevision of the form check
+here="$(cd "$(dirname "$0")" && pwd)"
+state="$here/../../.run/cluster"
+read -r -a ports <<< "$APISERVER_PORT $UPGRADE_EXTRA_PORTS"
+
+# curl_api URL [curl args...]: as the cluster's admin, trusting its CA.
+curl_api() {
+  local url="$1"; shift
+  curl -sS --max-time 10 --cacert "$state/ca.crt" \
+    -H "Authorization: Bearer $(cut -d, -f1 "$state/tokens.csv" | head -1)" "$@" "$url"
+}
+
+# The minor a server's /version gives (1.36), or "down".
+server_minor() {
+  curl_api "https://127.0.0.1:$1/version" 2>/dev/null |
+    python3 -c 'import json,sys; v=json.load(sys.stdin); print(v["major"]+"."+v["minor"].rstrip("+"))' 2>/dev/null ||
+    echo down
+}
+
+# --step: upgrade the RESTART_STEP-th server (none for 0), then report the forms.
+upgrade_step() {
+  local step="${RESTART_STEP:?RESTART_STEP}" root="$here/../.."
+  if (( step > 0 )); then
+    WATCHMUX_K8S_MINOR="$UPGRADE_TO" bash "$here/cluster-up.sh" --replace-apiserver "${ports[step-1]}" >&2
+    sleep "${UPGRADE_PAUSE_S:-5}"
+  fi
+  local tmp; tmp="$(mktemp -d)"
+  # The object of the check, made once (409 the next times); through the
+  # balancer, as any client's write.
+  curl_api "https://127.0.0.1:$UPGRADE_LB_PORT/apis/apps/v1/namespaces/$bench_ns/controllerrevisions" \
+    -o /dev/null -H 'Content-Type: application/json' \
+    -d "{\"apiVersion\":\"apps/v1\",\"kind\":\"ControllerRevision\",\"metadata\":{\"name\":\"$form_object\"},\"revision\":1}" || true
+  local path="/apis/apps/v1/namespaces/$bench_ns/controllerrevisions/$form_object"
+  local pb='Accept: application/vnd.kubernetes.protobuf'
+  local p minors=()
+  for p in "${ports[@]}"; do
+    local m; m="$(server_minor "$p")"
+    minors+=("$p=$m")
+    # One live server of each minor is enough: the same object, the same bytes.
+    [[ $m == down || -f $tmp/$m ]] || curl_api "https://127.0.0.1:$p$path" -f -H "$pb" -o "$tmp/$m" || rm -f "$tmp/$m"
+  done
+  # watchmux has the object once its cache has the write: retried for 10 s.
+  local code=""
+  for _ in $(seq 1 50); do
+    code="$(curl_api "http://127.0.0.1:$BENCH_PORT$path" -H "$pb" -o "$tmp/watchmux" -w '%{http_code}' 2>/dev/null || true)"
+    [[ $code == 200 ]] && break
+    sleep 0.2
+  done
+  curl -s --max-time 10 "http://127.0.0.1:$BENCH_ADMIN_PORT/metrics" > "$tmp/metrics" || true
+  python3 - "$tmp" "$code" "$step" "$UPGRADE_FROM" "$UPGRADE_TO" "${minors[@]}" <<'EOF'
+import json, os, re, sys
+tmp, code, step, old, new, servers = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
+servers = dict(s.split("=", 1) for s in servers)
+def read(name):
+    p = os.path.join(tmp, name)
+    return open(p, "rb").read() if os.path.exists(p) else None
+live = {m: read(m) for m in (old, new) if read(m) is not None}
+mine = read("watchmux") if code == "200" else None
+up = sorted({m for m in servers.values() if m != "down"}, key=lambda m: tuple(map(int, m.split("."))))
+expected = up[0] if up else None
+info = [l for l in open(os.path.join(tmp, "metrics")).read().splitlines()
+        if l.startswith("watchmux_upstream_minor_info{") and l.rstrip().endswith(" 1")]
+labels = [dict(re.findall(r'(\w+)="([^"]*)"', l)) for l in info]
+served = sorted({l.get("served", "?") for l in labels})
+equals = {m: (mine == b) for m, b in live.items()} if mine is not None else {}
+same = [m for m, eq in equals.items() if eq]
+if mine is None:
+    form = f"no answer from watchmux (HTTP {code or 'none'})"
+elif len(live) == 2 and live[old] == live[new]:
+    form = "inconclusive: the live minors' bytes are equal"
+elif expected in same:
+    form = f"ok ({expected}'s form)"
+elif same:
+    form = f"WRONG: {same[0]}'s form in front of {expected} servers"
+elif expected in live:
+    form = f"WRONG: neither minor's bytes (live {', '.join(live)})"
+else:
+    form = f"unchecked: no live {expected} server"
+print(json.dumps({"step": step, "servers": servers, "expected_minor": expected,
+                  "served_minor": ",".join(served) or "absent", "upstream_minor_info": labels,
+                  "watchmux_equals": equals, "live_forms_differ": (len(live) == 2 and live[old] != live[new]) or None,
+                  "form": form}))
+EOF
+  rm -rf "$tmp"
+}
+if [[ ${1:-} == --step ]]; then upgrade_step; exit 0; fi
+
+listen="127.0.0.1:$BENCH_PORT"
+admin="127.0.0.1:$BENCH_ADMIN_PORT"
+# shellcheck source-path=SCRIPTDIR source=bench-lib.sh
+source "$(dirname "$0")/bench-lib.sh"
+if [[ $# -gt 0 ]]; then ns=("$@"); else read -r -a ns <<< "${UPGRADE_NS:-1000}"; fi
+read -r -a sides <<< "${UPGRADE_SIDES:-direct watchmux}"
+logs="$root/.run/bench-upgrade"
+[[ ${BENCH_KEEP:-0} == 1 ]] || rm -f "$logs"/restart-*.json "$logs"/etcd-*.jsonl
+bench_build restart "$logs"
+bash "$scripts/build-k8s.sh" "$UPGRADE_FROM" >/dev/null
+bash "$scripts/build-k8s.sh" >/dev/null   # the pinned minor, and etcdwatch with it
+
+# Stops every API server of this cluster, whichever minor's binary it runs
+# (cluster-down.sh stops only the cluster's own minor's), then the rest.
+stop_cluster() {
+  local pidfile pid
+  for pidfile in "$state"/apiserver*.pid; do
+    [[ -e $pidfile ]] || continue
+    pid="$(cat "$pidfile")"
+    if [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == */kube-apiserver ]]; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$pidfile"
+  done
+  bash "$scripts/cluster-down.sh" >/dev/null || true
+}
+lb_pid="" oracle_pid=""
+upgrade_cleanup() {
+  [[ -z $oracle_pid ]] || kill "$oracle_pid" 2>/dev/null || true
+  [[ -z $lb_pid ]] || kill "$lb_pid" 2>/dev/null || true
+  stop_watchmux
+  stop_cluster
+}
+trap upgrade_cleanup EXIT
+
+# A fresh cluster of the old minor: etcd and three API servers.
+fresh_cluster() {
+  stop_cluster
+  WATCHMUX_K8S_MINOR="$UPGRADE_FROM" bash "$scripts/cluster-up.sh" >/dev/null
+  local p
+  for p in $UPGRADE_EXTRA_PORTS; do bash "$scripts/cluster-up.sh" --extra-apiserver "$p" >/dev/null; done
+}
+
+backends=() servers=""
+for p in "${ports[@]}"; do backends+=("127.0.0.1:$p"); servers+="${servers:+,}https://127.0.0.1:$p"; done
+python3 "$scripts/tcp-balancer.py" "$UPGRADE_LB_PORT" "${backends[@]}" > "$logs/tcp-balancer.log" 2>&1 &
+lb_pid=$!
+fresh_cluster
+machine_line
+echo "upgrade: ${ports[*]} from $UPGRADE_FROM to $UPGRADE_TO, in that order"
+
+for n in "${ns[@]}"; do
+  for side in "${sides[@]}"; do
+    fresh_cluster
+    # The bench's own requests (writes, markers) through the balancer too:
+    # they go on while any one server is down.
+    sed "s|server: https://127.0.0.1:$APISERVER_PORT|server: https://127.0.0.1:$UPGRADE_LB_PORT|" \
+      "$root/.run/kubeconfig" > "$logs/kubeconfig-lb"
+    oracle="$logs/etcd-$n-$side.jsonl"
+    "$root/.run/bin/etcdwatch" --endpoint "http://127.0.0.1:$ETCD_PORT" \
+      --prefix "/registry/configmaps/$bench_ns/" --out "$oracle" 2> "$logs/etcdwatch-$n-$side.log" &
+    oracle_pid=$!
+    for _ in $(seq 1 100); do grep -q watching "$logs/etcdwatch-$n-$side.log" && break; sleep 0.1; done
+    grep -q watching "$logs/etcdwatch-$n-$side.log" || { echo "bench-upgrade: etcdwatch did not start" >&2; exit 1; }
+    echo "bench-upgrade: $n watchers, $side"
+    WATCHMUX_ARGS="--upstream-servers=$servers ${WATCHMUX_ARGS:-}" \
+      run_config restart "upgrade-$n-$side" configmaps,controllerrevisions.apps RESTART_KIND=upgrade \
+      RESTART_N="$n" RESTART_SIDES="$side" RESTART_CMD="bash $scripts/bench-upgrade.sh --step" \
+      WATCHMUX_BENCH_DIRECT_ADDR="127.0.0.1:$UPGRADE_LB_PORT" WATCHMUX_BENCH_KUBECONFIG="$logs/kubeconfig-lb" \
+      UPGRADE_ORACLE="$oracle" UPGRADE_STEPS="${#ports[@]}"
+    kill "$oracle_pid" 2>/dev/null || true
+    wait "$oracle_pid" 2>/dev/null || true
+    oracle_pid=""
+  done
+done
+echo
+echo "bench-upgrade: done in ${SECONDS}s"
