@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart,scale}/ (bench-scale's sweep-*.json too) and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale,upgrade}/ (bench-scale's sweep-*.json too) and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -249,6 +249,44 @@ def plot_restart(runs):
     save(fig, "bench-restart.png")
 
 
+def plot_upgrade(runs):
+    """bench-upgrade: one file per side; the largest N's pair, step by step."""
+    runs = [r for r in runs if r.get("scenario") == "upgrade"]
+    if not runs:
+        return
+    n = max(r["n"] for r in runs)
+    sides = {s["side"]: s for r in runs if r["n"] == n for s in r["sides"]}
+    steps = max(len(s["steps"]) for s in sides.values())
+    labels = ["before" if k == 0 else f"server {k}\nupgraded" for k in range(steps)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for i, side in enumerate(["direct", "watchmux"]):
+        s = sides.get(side)
+        if not s:
+            continue
+        xs = [k + (i - 0.5) * 0.4 for k in range(len(s["steps"]))]
+        lost = s["events_vs_etcd"]["lost"] if s.get("events_vs_etcd") else "?"
+        label = f"{LABELS[side]} ({lost} events lost vs etcd)"
+        axes[0].bar(xs, [st["streams_broken"] for st in s["steps"]], 0.4, color=COLORS[side], label=label)
+        # The time until every watcher had the write after the step; a step
+        # where not all did within the deadline is marked "not all".
+        ys = [st["from_marker_ms"]["max"] or 0 for st in s["steps"]]
+        axes[1].bar(xs, ys, 0.4, color=COLORS[side], label=LABELS[side])
+        for x, y, st in zip(xs, ys, s["steps"]):
+            if st["current"] < n:
+                axes[1].text(x, y, "not all", ha="center", va="bottom", fontsize=7)
+    for ax in axes:
+        ax.set_xticks(range(steps))
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("watch streams broken during the step\n(lower is better)")
+    axes[0].set_title(f"Rolling upgrade 1.36 → 1.37, N={n:,}: streams broken", fontsize=10)
+    axes[0].legend(fontsize=8)
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("ms after the step's write was acknowledged\n(lower is better)")
+    axes[1].set_title("Until every watcher has the write after each step", fontsize=10)
+    save(fig, "bench-upgrade.png")
+
+
 def plot_scale(runs):
     """bench-scale's runs (one per world size): time to synced and
     kube-apiserver's CPU by storm mode and side, and memory by object count."""
@@ -460,6 +498,7 @@ def main():
         ("restart", "bench-restart/restart-*.json", plot_restart),
         ("scale", "bench-scale/scale-*.json", plot_scale),
         ("scale sweep", "bench-scale/sweep-*.json", plot_limit),
+        ("upgrade", "bench-upgrade/restart-upgrade-*.json", plot_upgrade),
     ]:
         runs = load(pattern)
         if not runs:

@@ -16,10 +16,12 @@
 # (integration/cmd/etcdwatch, started before the watchers): lost, out of
 # order, duplicated. And at each step (step 0: before the first upgrade) the
 # served form: the minor watchmux says it serves
-# (watchmux_upstream_minor_info's `served`) and a protobuf GET of a
-# ControllerRevision without data through watchmux, byte-compared with the
-# same GET at a live API server of each minor (1.37 writes the empty `data`
-# field, 1.36 leaves it out: src/encode/protobuf/schema.txt). The oldest
+# (watchmux_upstream_minor_info's `served`) and a Table GET of a RoleBinding
+# through watchmux, compared with the same GET at a live API server of each
+# minor, everything but the Age cells (1.37's Role column describes
+# `roleRef`, 1.36's `RoleRef`: src/encode/table/columns.txt; no protobuf
+# field of a creatable kind differs between the two: ControllerRevision's
+# `data`, the one non-omitempty 1.37-only field, is required). The oldest
 # ready minor's form is the right one while any server is still old. The
 # check reports; it never stops the run.
 #
@@ -40,7 +42,7 @@ export UPGRADE_EXTRA_PORTS="${UPGRADE_EXTRA_PORTS:-18402 18403}"
 export UPGRADE_LB_PORT="${UPGRADE_LB_PORT:-18400}"
 export BENCH_PORT="${BENCH_PORT:-18500}" BENCH_ADMIN_PORT="${BENCH_ADMIN_PORT:-18501}"
 bench_ns=watchmux-bench-restart   # the restart bench's namespace
-form_object=upgrade-form          # the ControllerRevision of the form check
+form_object=upgrade-form          # the RoleBinding of the form check
 here="$(cd "$(dirname "$0")" && pwd)"
 state="$here/../../.run/cluster"
 read -r -a ports <<< "$APISERVER_PORT $UPGRADE_EXTRA_PORTS"
@@ -69,22 +71,22 @@ upgrade_step() {
   local tmp; tmp="$(mktemp -d)"
   # The object of the check, made once (409 the next times); through the
   # balancer, as any client's write.
-  curl_api "https://127.0.0.1:$UPGRADE_LB_PORT/apis/apps/v1/namespaces/$bench_ns/controllerrevisions" \
-    -o /dev/null -H 'Content-Type: application/json' \
-    -d "{\"apiVersion\":\"apps/v1\",\"kind\":\"ControllerRevision\",\"metadata\":{\"name\":\"$form_object\"},\"revision\":1}" || true
-  local path="/apis/apps/v1/namespaces/$bench_ns/controllerrevisions/$form_object"
-  local pb='Accept: application/vnd.kubernetes.protobuf'
+  local rbac=/apis/rbac.authorization.k8s.io/v1/namespaces/$bench_ns/rolebindings
+  curl_api "https://127.0.0.1:$UPGRADE_LB_PORT$rbac" -o /dev/null -H 'Content-Type: application/json' -d \
+    "{\"metadata\":{\"name\":\"$form_object\"},\"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"ClusterRole\",\"name\":\"view\"},\"subjects\":[{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"User\",\"name\":\"$form_object\"}]}" || true
+  local path="$rbac/$form_object"
+  local accept='Accept: application/json;as=Table;v=v1;g=meta.k8s.io, application/json'
   local p minors=()
   for p in "${ports[@]}"; do
     local m; m="$(server_minor "$p")"
     minors+=("$p=$m")
     # One live server of each minor is enough: the same object, the same bytes.
-    [[ $m == down || -f $tmp/$m ]] || curl_api "https://127.0.0.1:$p$path" -f -H "$pb" -o "$tmp/$m" || rm -f "$tmp/$m"
+    [[ $m == down || -f $tmp/$m ]] || curl_api "https://127.0.0.1:$p$path" -f -H "$accept" -o "$tmp/$m" || rm -f "$tmp/$m"
   done
   # watchmux has the object once its cache has the write: retried for 10 s.
   local code=""
   for _ in $(seq 1 50); do
-    code="$(curl_api "http://127.0.0.1:$BENCH_PORT$path" -H "$pb" -o "$tmp/watchmux" -w '%{http_code}' 2>/dev/null || true)"
+    code="$(curl_api "http://127.0.0.1:$BENCH_PORT$path" -H "$accept" -o "$tmp/watchmux" -w '%{http_code}' 2>/dev/null || true)"
     [[ $code == 200 ]] && break
     sleep 0.2
   done
@@ -94,8 +96,23 @@ import json, os, re, sys
 tmp, code, step, old, new, servers = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
 servers = dict(s.split("=", 1) for s in servers)
 def read(name):
+    """The Table, keys in their order, without its Age cells (they tick)."""
     p = os.path.join(tmp, name)
-    return open(p, "rb").read() if os.path.exists(p) else None
+    if not os.path.exists(p):
+        return None
+    try:
+        table = json.loads(open(p, "rb").read(), object_pairs_hook=list)
+    except ValueError:
+        return None
+    fields = dict(table)
+    names = [dict(c).get("name") for c in fields.get("columnDefinitions", [])]
+    if "Age" in names:
+        age = names.index("Age")
+        for row in fields.get("rows", []):
+            for k, (key, cells) in enumerate(row):
+                if key == "cells":
+                    row[k] = (key, [c for i, c in enumerate(cells) if i != age])
+    return table
 live = {m: read(m) for m in (old, new) if read(m) is not None}
 mine = read("watchmux") if code == "200" else None
 up = sorted({m for m in servers.values() if m != "down"}, key=lambda m: tuple(map(int, m.split("."))))
@@ -177,6 +194,7 @@ for p in "${ports[@]}"; do backends+=("127.0.0.1:$p"); servers+="${servers:+,}ht
 python3 "$scripts/tcp-balancer.py" "$UPGRADE_LB_PORT" "${backends[@]}" > "$logs/tcp-balancer.log" 2>&1 &
 lb_pid=$!
 fresh_cluster
+started_cluster=1   # for machine_line: this script's own cluster
 machine_line
 echo "upgrade: ${ports[*]} from $UPGRADE_FROM to $UPGRADE_TO, in that order"
 
@@ -195,7 +213,7 @@ for n in "${ns[@]}"; do
     grep -q watching "$logs/etcdwatch-$n-$side.log" || { echo "bench-upgrade: etcdwatch did not start" >&2; exit 1; }
     echo "bench-upgrade: $n watchers, $side"
     WATCHMUX_ARGS="--upstream-servers=$servers ${WATCHMUX_ARGS:-}" \
-      run_config restart "upgrade-$n-$side" configmaps,controllerrevisions.apps RESTART_KIND=upgrade \
+      run_config restart "upgrade-$n-$side" configmaps,rolebindings.rbac.authorization.k8s.io RESTART_KIND=upgrade \
       RESTART_N="$n" RESTART_SIDES="$side" RESTART_CMD="bash $scripts/bench-upgrade.sh --step" \
       WATCHMUX_BENCH_DIRECT_ADDR="127.0.0.1:$UPGRADE_LB_PORT" WATCHMUX_BENCH_KUBECONFIG="$logs/kubeconfig-lb" \
       UPGRADE_ORACLE="$oracle" UPGRADE_STEPS="${#ports[@]}"
