@@ -15,15 +15,17 @@
 # checked against etcd's own watch of the namespace's keys
 # (integration/cmd/etcdwatch, started before the watchers): lost, out of
 # order, duplicated. And at each step (step 0: before the first upgrade) the
-# served form: the minor watchmux says it serves
-# (watchmux_upstream_minor_info's `served`) and a Table GET of a RoleBinding
-# through watchmux, compared with the same GET at a live API server of each
-# minor, everything but the Age cells (1.37's Role column describes
-# `roleRef`, 1.36's `RoleRef`: src/encode/table/columns.txt; no protobuf
-# field of a creatable kind differs between the two: ControllerRevision's
-# `data`, the one non-omitempty 1.37-only field, is required). The oldest
-# ready minor's form is the right one while any server is still old. The
-# check reports; it never stops the run.
+# served form: the minor watchmux says it serves (watchmux_upstream_minor_info's
+# `served`) against the oldest ready minor (the right one while any server is
+# still old), and two GETs through watchmux compared with the same GET at a
+# live API server of each minor: a ConfigMap in protobuf (from watchmux's
+# cache, by its own encoder) byte for byte, and a RoleBinding as a Table,
+# everything but the Age cells (1.37's Role column describes `roleRef`,
+# 1.36's `RoleRef`: src/encode/table/columns.txt). No protobuf field of a
+# creatable kind differs between the two minors (ControllerRevision's `data`,
+# the one non-omitempty 1.37-only field, is required), and watchmux has no
+# printer for a kind whose columns differ, so it passes that Table through;
+# the probe says so. The check reports; it never stops the run.
 #
 # Usage: bench-upgrade.sh [N...]       (default: 1000; or UPGRADE_NS="...")
 #   UPGRADE_FROM=1.36 UPGRADE_TO=1.37 UPGRADE_PAUSE_S=5 UPGRADE_WRITES_PER_S=4
@@ -47,10 +49,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 state="$here/../../.run/cluster"
 read -r -a ports <<< "$APISERVER_PORT $UPGRADE_EXTRA_PORTS"
 
-# curl_api URL [curl args...]: as the cluster's admin, trusting its CA.
+# curl_api URL [curl args...]: as the cluster's admin, trusting its CA. Not
+# as curl: kube-apiserver pretty-prints JSON for curl's User-Agent, which
+# watchmux then passes through (reason "pretty").
 curl_api() {
   local url="$1"; shift
-  curl -sS --max-time 10 --cacert "$state/ca.crt" \
+  curl -sS --max-time 10 --cacert "$state/ca.crt" -A bench-upgrade \
     -H "Authorization: Bearer $(cut -d, -f1 "$state/tokens.csv" | head -1)" "$@" "$url"
 }
 
@@ -61,6 +65,33 @@ server_minor() {
     echo down
 }
 
+# form_probe NAME PATH ACCEPT: the answer of one live server of each minor
+# (the same object from the same etcd: one is enough) to $tmp/NAME-<minor>,
+# watchmux's to $tmp/NAME-watchmux (retried 10 s: it has the object once its
+# cache has the write), and how many reads watchmux passed through meanwhile
+# to $tmp/NAME-passthrough (watchmux_cache_passthrough_total).
+form_probe() {
+  local name="$1" path="$2" accept="$3" kv p m code="" before after
+  for kv in "${minors[@]}"; do
+    p="${kv%%=*}" m="${kv#*=}"
+    [[ $m == down || -f $tmp/$name-$m ]] && continue
+    curl_api "https://127.0.0.1:$p$path" -f -H "$accept" -o "$tmp/$name-$m" 2>/dev/null || rm -f "$tmp/$name-$m"
+  done
+  before="$(passthrough_reads)"
+  for _ in $(seq 1 50); do
+    code="$(curl_api "http://127.0.0.1:$BENCH_PORT$path" -H "$accept" -o "$tmp/$name-watchmux" -w '%{http_code}' 2>/dev/null || true)"
+    [[ $code == 200 ]] && break
+    sleep 0.2
+  done
+  [[ $code == 200 ]] || rm -f "$tmp/$name-watchmux"
+  after="$(passthrough_reads)"
+  echo $(( after - before )) > "$tmp/$name-passthrough"
+}
+passthrough_reads() {
+  curl -s --max-time 10 "http://127.0.0.1:$BENCH_ADMIN_PORT/metrics" |
+    awk '/^watchmux_cache_passthrough_total/ {n += $2} END {printf "%d\n", n}'
+}
+
 # --step: upgrade the RESTART_STEP-th server (none for 0), then report the forms.
 upgrade_step() {
   local step="${RESTART_STEP:?RESTART_STEP}" root="$here/../.."
@@ -69,41 +100,36 @@ upgrade_step() {
     sleep "${UPGRADE_PAUSE_S:-5}"
   fi
   local tmp; tmp="$(mktemp -d)"
-  # The object of the check, made once (409 the next times); through the
-  # balancer, as any client's write.
+  # The RoleBinding of the Table probe, made once (409 the next times);
+  # through the balancer, as any client's write.
   local rbac=/apis/rbac.authorization.k8s.io/v1/namespaces/$bench_ns/rolebindings
   curl_api "https://127.0.0.1:$UPGRADE_LB_PORT$rbac" -o /dev/null -H 'Content-Type: application/json' -d \
     "{\"metadata\":{\"name\":\"$form_object\"},\"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"ClusterRole\",\"name\":\"view\"},\"subjects\":[{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"User\",\"name\":\"$form_object\"}]}" || true
-  local path="$rbac/$form_object"
-  local accept='Accept: application/json;as=Table;v=v1;g=meta.k8s.io, application/json'
   local p minors=()
-  for p in "${ports[@]}"; do
-    local m; m="$(server_minor "$p")"
-    minors+=("$p=$m")
-    # One live server of each minor is enough: the same object, the same bytes.
-    [[ $m == down || -f $tmp/$m ]] || curl_api "https://127.0.0.1:$p$path" -f -H "$accept" -o "$tmp/$m" || rm -f "$tmp/$m"
-  done
-  # watchmux has the object once its cache has the write: retried for 10 s.
-  local code=""
-  for _ in $(seq 1 50); do
-    code="$(curl_api "http://127.0.0.1:$BENCH_PORT$path" -H "$accept" -o "$tmp/watchmux" -w '%{http_code}' 2>/dev/null || true)"
-    [[ $code == 200 ]] && break
-    sleep 0.2
-  done
+  for p in "${ports[@]}"; do minors+=("$p=$(server_minor "$p")"); done
+  # resourceVersion=0: from a cache (watchmux's, each API server's watch
+  # cache); without it a GET is a consistent read, which watchmux passes
+  # through to whichever server it is on.
+  form_probe protobuf "/api/v1/namespaces/$bench_ns/configmaps/restart-marker?resourceVersion=0" \
+    'Accept: application/vnd.kubernetes.protobuf'
+  form_probe table "$rbac/$form_object?resourceVersion=0" \
+    'Accept: application/json;as=Table;v=v1;g=meta.k8s.io, application/json'
   curl -s --max-time 10 "http://127.0.0.1:$BENCH_ADMIN_PORT/metrics" > "$tmp/metrics" || true
-  python3 - "$tmp" "$code" "$step" "$UPGRADE_FROM" "$UPGRADE_TO" "${minors[@]}" <<'EOF'
+  python3 - "$tmp" "$step" "$UPGRADE_FROM" "$UPGRADE_TO" "${minors[@]}" <<'EOF'
 import json, os, re, sys
-tmp, code, step, old, new, servers = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
+tmp, step, old, new, servers = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
 servers = dict(s.split("=", 1) for s in servers)
-def read(name):
-    """The Table, keys in their order, without its Age cells (they tick)."""
+
+def raw(name):
     p = os.path.join(tmp, name)
-    if not os.path.exists(p):
-        return None
+    return open(p, "rb").read() if os.path.exists(p) else None
+
+def without_ages(body):
+    """A Table, keys in their order, without its Age cells (they tick)."""
     try:
-        table = json.loads(open(p, "rb").read(), object_pairs_hook=list)
+        table = json.loads(body, object_pairs_hook=list)
     except ValueError:
-        return None
+        return body
     fields = dict(table)
     names = [dict(c).get("name") for c in fields.get("columnDefinitions", [])]
     if "Age" in names:
@@ -113,32 +139,45 @@ def read(name):
                 if key == "cells":
                     row[k] = (key, [c for i, c in enumerate(cells) if i != age])
     return table
-live = {m: read(m) for m in (old, new) if read(m) is not None}
-mine = read("watchmux") if code == "200" else None
+
 up = sorted({m for m in servers.values() if m != "down"}, key=lambda m: tuple(map(int, m.split("."))))
 expected = up[0] if up else None
-info = [l for l in open(os.path.join(tmp, "metrics")).read().splitlines()
-        if l.startswith("watchmux_upstream_minor_info{") and l.rstrip().endswith(" 1")]
-labels = [dict(re.findall(r'(\w+)="([^"]*)"', l)) for l in info]
-served = sorted({l.get("served", "?") for l in labels})
-equals = {m: (mine == b) for m, b in live.items()} if mine is not None else {}
-same = [m for m, eq in equals.items() if eq]
-if mine is None:
-    form = f"no answer from watchmux (HTTP {code or 'none'})"
-elif len(live) == 2 and live[old] == live[new]:
-    form = "inconclusive: the live minors' bytes are equal"
-elif expected in same:
-    form = f"ok ({expected}'s form)"
-elif same:
-    form = f"WRONG: {same[0]}'s form in front of {expected} servers"
-elif expected in live:
-    form = f"WRONG: neither minor's bytes (live {', '.join(live)})"
-else:
-    form = f"unchecked: no live {expected} server"
-print(json.dumps({"step": step, "servers": servers, "expected_minor": expected,
-                  "served_minor": ",".join(served) or "absent", "upstream_minor_info": labels,
-                  "watchmux_equals": equals, "live_forms_differ": (len(live) == 2 and live[old] != live[new]) or None,
-                  "form": form}))
+
+def probe(name, normal):
+    """watchmux's answer against each live minor's; whether it came from watchmux's cache."""
+    live = {m: normal(raw(f"{name}-{m}")) for m in (old, new) if raw(f"{name}-{m}") is not None}
+    mine = raw(f"{name}-watchmux")
+    passed = (raw(f"{name}-passthrough") or b"").strip() not in (b"", b"0")
+    out = {"equals": {m: normal(mine) == b for m, b in live.items()} if mine is not None else {},
+           "live_forms_differ": (live[old] != live[new]) if len(live) == 2 else None,
+           "passed_through": passed}
+    same = [m for m, eq in out["equals"].items() if eq]
+    if mine is None:
+        out["verdict"] = "no answer from watchmux"
+    elif passed:
+        out["verdict"] = f"passed through ({'='.join(same) or 'no live minor'}'s form)"
+    elif expected not in live:
+        out["verdict"] = f"unchecked: no live {expected} server"
+    elif expected in same and out["live_forms_differ"] is False:
+        out["verdict"] = "ok (both minors' bytes are the same)"
+    elif expected in same:
+        out["verdict"] = f"ok ({expected}'s form)"
+    elif same:
+        out["verdict"] = f"WRONG: {same[0]}'s form in front of {expected} servers"
+    else:
+        out["verdict"] = "WRONG: neither minor's bytes"
+    return out
+
+metrics = open(os.path.join(tmp, "metrics")).read().splitlines() if raw("metrics") else []
+labels = [dict(re.findall(r'(\w+)="([^"]*)"', l)) for l in metrics
+          if l.startswith("watchmux_upstream_minor_info{") and l.rstrip().endswith(" 1")]
+served = ",".join(sorted({l.get("served", "?") for l in labels})) or "absent"
+minor_ok = "ok" if served == expected else f"WRONG: serves {served}, the oldest ready is {expected}"
+probes = {"protobuf": probe("protobuf", lambda b: b), "table": probe("table", lambda b: b and without_ages(b))}
+print(json.dumps({"step": step, "servers": servers, "expected_minor": expected, "served_minor": served,
+                  "upstream_minor_info": labels, "probes": probes,
+                  "form": f"minor {minor_ok}; ConfigMap protobuf {probes['protobuf']['verdict']}; "
+                          f"RoleBinding Table {probes['table']['verdict']}"}))
 EOF
   rm -rf "$tmp"
 }
@@ -209,8 +248,8 @@ for n in "${ns[@]}"; do
     "$root/.run/bin/etcdwatch" --endpoint "http://127.0.0.1:$ETCD_PORT" \
       --prefix "/registry/configmaps/$bench_ns/" --out "$oracle" 2> "$logs/etcdwatch-$n-$side.log" &
     oracle_pid=$!
-    for _ in $(seq 1 100); do grep -q watching "$logs/etcdwatch-$n-$side.log" && break; sleep 0.1; done
-    grep -q watching "$logs/etcdwatch-$n-$side.log" || { echo "bench-upgrade: etcdwatch did not start" >&2; exit 1; }
+    for _ in $(seq 1 100); do grep -qs watching "$logs/etcdwatch-$n-$side.log" && break; sleep 0.1; done
+    grep -qs watching "$logs/etcdwatch-$n-$side.log" || { echo "bench-upgrade: etcdwatch did not start" >&2; exit 1; }
     echo "bench-upgrade: $n watchers, $side"
     WATCHMUX_ARGS="--upstream-servers=$servers ${WATCHMUX_ARGS:-}" \
       run_config restart "upgrade-$n-$side" configmaps,rolebindings.rbac.authorization.k8s.io RESTART_KIND=upgrade \

@@ -487,7 +487,7 @@ fn report(b: &Bench, sides: &[SideResult]) {
         format!("{}; {} ({:.1})", thousands(s.connections), thousands(s.ready), s.open_secs)
     });
     let command = match (&b.upgrade, b.failover) {
-        (Some(_), _) => "first upgrade step (the last marker after the writer stopped)",
+        (Some(_), _) => "upgrade's start (all its steps, then the last write)",
         (None, true) => "kill (or freeze) command",
         (None, false) => "restart command until ready",
     };
