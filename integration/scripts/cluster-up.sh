@@ -182,6 +182,15 @@ start_apiserver() {  # start_apiserver [name port]: another API server on the sa
     --endpoint-reconciler-type=none --disable-admission-plugins=ServiceAccount
 }
 
+# serve_on <name> <port>: one more API server on the cluster's etcd, started
+# and waited for (its /readyz); $start is when it started.
+serve_on() {
+  start=$(date +%s); deadline=$(( start + timeout_s ))
+  start_apiserver "$1" "$2"
+  api_url="https://127.0.0.1:$2"
+  wait_for "$1" api_ready
+}
+
 # --restart-apiserver: stop kube-apiserver alone and start it again on the same
 # etcd (data kept), as an upgrade or a crash would. For the restart tests.
 if [[ "${1:-}" == "--restart-apiserver" ]]; then
@@ -225,10 +234,7 @@ if [[ "${1:-}" == "--extra-apiserver" ]]; then
     echo "cluster-up: extra kube-apiserver already running on $port"; exit 0
   fi
   port_free "$port" || { echo "cluster-up: port $port is in use" >&2; exit 1; }
-  start=$(date +%s); deadline=$(( start + timeout_s ))
-  start_apiserver "apiserver-$port" "$port"
-  api_url="https://127.0.0.1:$port"
-  wait_for "apiserver-$port" api_ready
+  serve_on "apiserver-$port" "$port"
   echo "cluster-up: extra kube-apiserver ready at $api_url in $(( $(date +%s) - start ))s"
   exit 0
 fi
@@ -249,10 +255,7 @@ if [[ "${1:-}" == "--replace-apiserver" ]]; then
   kill -0 "$pid" 2>/dev/null && { echo "cluster-up: $name ignored TERM for 120 s, killing" >&2; kill -KILL "$pid"; }
   for _ in $(seq 1 50); do port_free "$port" && break; sleep 0.1; done
   mv -f "$state/$name.log" "$state/$name.log.prev"
-  start=$(date +%s); deadline=$(( start + timeout_s ))
-  start_apiserver "$name" "$port"
-  api_url="https://127.0.0.1:$port"
-  wait_for "$name" api_ready
+  serve_on "$name" "$port"
   echo "cluster-up: $name on $port replaced by $k8s_minor in $(( $(date +%s) - start ))s"
   exit 0
 fi
