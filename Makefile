@@ -178,6 +178,13 @@ bench-restart:
 bench-failover:
 	bash integration/scripts/bench-failover.sh
 
+## A rolling control-plane upgrade, 1.36 to 1.37 one API server at a time,
+## under 1,000 watchers and writes: through a plain TCP load balancer and
+## through watchmux; events checked against etcd's own watch.
+.PHONY: bench-upgrade
+bench-upgrade:
+	bash integration/scripts/bench-upgrade.sh
+
 ## PNG plots of the last results (.run/bench-*/) into docs/img/.
 bench-plots:
 	bash integration/scripts/bench-plots.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart,scale,ingest}/ (bench-scale's sweep-*.json too) and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale,ingest,upgrade}/ (bench-scale's sweep-*.json too) and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -247,6 +247,47 @@ def plot_restart(runs):
     axes[1].grid(axis="y", alpha=0.3)
     axes[1].legend(fontsize=8)
     save(fig, "bench-restart.png")
+
+
+def plot_upgrade(runs):
+    """bench-upgrade: one file per side; the largest N's pair, step by step."""
+    runs = [r for r in runs if r.get("scenario") == "upgrade"]
+    if not runs:
+        return
+    n = max(r["n"] for r in runs)
+    sides = {s["side"]: s for r in runs if r["n"] == n for s in r["sides"]}
+    steps = max(len(s["steps"]) for s in sides.values())
+    labels = ["before" if k == 0 else f"server {k}\nupgraded" for k in range(steps)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for i, side in enumerate(["direct", "watchmux"]):
+        s = sides.get(side)
+        if not s:
+            continue
+        xs = [k + (i - 0.5) * 0.4 for k in range(len(s["steps"]))]
+        lost = s["events_vs_etcd"]["lost"] if s.get("events_vs_etcd") else "?"
+        broken = [st["streams_broken"] for st in s["steps"]]
+        # The time until every watcher had the write after the step (an event
+        # can arrive before the write's own answer: 0).
+        waited = [st["from_marker_ms"]["max"] or 0 for st in s["steps"]]
+        axes[0].bar(xs, broken, 0.4, color=COLORS[side], label=f"{LABELS[side]} ({lost} events lost vs etcd)")
+        axes[1].bar(xs, waited, 0.4, color=COLORS[side], label=LABELS[side])
+        for ax, ys, zero in ((axes[0], broken, "0"), (axes[1], waited, "≈0")):
+            for x, y in zip(xs, ys):
+                if y < 0.5:
+                    ax.text(x, 0, zero, va="bottom", ha="center", fontsize=8, color=COLORS[side])
+        for x, y, st in zip(xs, waited, s["steps"]):
+            if st["current"] < n:
+                axes[1].text(x, y, "not all", ha="center", va="bottom", fontsize=7)
+    for ax in axes:
+        ax.set_xticks(range(steps))
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("watch streams broken during the step\n(lower is better)")
+    axes[0].set_title(f"Rolling upgrade 1.36 → 1.37, N={n:,}: streams broken", fontsize=10)
+    axes[0].legend(fontsize=8)
+    axes[1].set_ylabel("ms after the step's write was acknowledged\n(lower is better)")
+    axes[1].set_title("Until every watcher has the write after each step", fontsize=10)
+    save(fig, "bench-upgrade.png")
 
 
 def plot_scale(runs):
@@ -503,6 +544,7 @@ def main():
         ("scale", "bench-scale/scale-*.json", plot_scale),
         ("scale sweep", "bench-scale/sweep-*.json", plot_limit),
         ("ingest", "bench-ingest/ingest-*.json", plot_ingest),
+        ("upgrade", "bench-upgrade/restart-upgrade-*.json", plot_upgrade),
     ]:
         runs = load(pattern)
         if not runs:

@@ -32,6 +32,11 @@
 #            1 if not (e2e.sh and demo.sh use it to know whether to stop it).
 #   --restart-apiserver: stop kube-apiserver with APISERVER_STOP_SIGNAL (TERM,
 #            as an upgrade; KILL, as a crash) and start it again on the same etcd.
+#   --replace-apiserver PORT: an upgrade of one API server of the cluster (the
+#            first, or an --extra-apiserver): TERM, wait for it to exit, start
+#            WATCHMUX_K8S_MINOR's kube-apiserver (the pinned one if unset) on
+#            the same port with the same flags, wait for /readyz. The cluster's
+#            K8S_BIN stays the minor it started with (bench-upgrade.sh).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 scripts="$root/integration/scripts"
@@ -67,7 +72,8 @@ case "${1:-}" in
   "") ;;
   --restart-apiserver) ;;
   --extra-apiserver) ;;
-  *) echo "usage: $0 [--check | --restart-apiserver | --extra-apiserver PORT]" >&2; exit 2 ;;
+  --replace-apiserver) ;;
+  *) echo "usage: $0 [--check | --restart-apiserver | --extra-apiserver PORT | --replace-apiserver PORT]" >&2; exit 2 ;;
 esac
 
 # One cluster-up at a time (e2e.sh and demo.sh may race); children close fd 9.
@@ -176,6 +182,15 @@ start_apiserver() {  # start_apiserver [name port]: another API server on the sa
     --endpoint-reconciler-type=none --disable-admission-plugins=ServiceAccount
 }
 
+# serve_on <name> <port>: one more API server on the cluster's etcd, started
+# and waited for (its /readyz); $start is when it started.
+serve_on() {
+  start=$(date +%s); deadline=$(( start + timeout_s ))
+  start_apiserver "$1" "$2"
+  api_url="https://127.0.0.1:$2"
+  wait_for "$1" api_ready
+}
+
 # --restart-apiserver: stop kube-apiserver alone and start it again on the same
 # etcd (data kept), as an upgrade or a crash would. For the restart tests.
 if [[ "${1:-}" == "--restart-apiserver" ]]; then
@@ -219,11 +234,29 @@ if [[ "${1:-}" == "--extra-apiserver" ]]; then
     echo "cluster-up: extra kube-apiserver already running on $port"; exit 0
   fi
   port_free "$port" || { echo "cluster-up: port $port is in use" >&2; exit 1; }
-  start=$(date +%s); deadline=$(( start + timeout_s ))
-  start_apiserver "apiserver-$port" "$port"
-  api_url="https://127.0.0.1:$port"
-  wait_for "apiserver-$port" api_ready
+  serve_on "apiserver-$port" "$port"
   echo "cluster-up: extra kube-apiserver ready at $api_url in $(( $(date +%s) - start ))s"
+  exit 0
+fi
+
+# --replace-apiserver PORT: stop, replace, start, as a rolling control-plane
+# upgrade does to each API server in turn. A graceful stop (TERM) may take a
+# while (in-flight requests drain), so it is waited for, up to 120 s.
+if [[ "${1:-}" == "--replace-apiserver" ]]; then
+  port="${2:?--replace-apiserver PORT}" joining=1
+  pid_alive etcd || { echo "cluster-up: not running" >&2; exit 1; }
+  etcd_url="$(sed -n 's/^ETCD_ENDPOINT=//p' "$state/env")"
+  main_url="$(sed -n 's/^APISERVER_URL=//p' "$state/env")"
+  if [[ $port == "${main_url##*:}" ]]; then name=apiserver; else name="apiserver-$port"; fi
+  pid_alive "$name" || { echo "cluster-up: no kube-apiserver $name on $port" >&2; exit 1; }
+  pid="$(cat "$state/$name.pid")"
+  kill -TERM "$pid"
+  for _ in $(seq 1 1200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && { echo "cluster-up: $name ignored TERM for 120 s, killing" >&2; kill -KILL "$pid"; }
+  for _ in $(seq 1 50); do port_free "$port" && break; sleep 0.1; done
+  mv -f "$state/$name.log" "$state/$name.log.prev"
+  serve_on "$name" "$port"
+  echo "cluster-up: $name on $port replaced by $k8s_minor in $(( $(date +%s) - start ))s"
   exit 0
 fi
 

@@ -22,6 +22,18 @@
 //! `--upstream-servers`, and the rows about a new kube-apiserver process are
 //! left out.
 //!
+//! `RESTART_KIND=upgrade` (`integration/scripts/bench-upgrade.sh`): a rolling
+//! upgrade of several API servers, as failover (a load balancer in front of
+//! them for the direct side), in steps: `RESTART_CMD` runs once per step
+//! with `RESTART_STEP` = 0 (nothing changed yet), 1, ... `UPGRADE_STEPS`
+//! (3), each step then followed by a marker write and the wait for every
+//! watcher; the last line the command prints, if JSON, goes into the step's
+//! results (the script's check of the served form). A writer creates,
+//! updates and deletes ConfigMaps throughout (`UPGRADE_WRITES_PER_S`, 4),
+//! every watcher's events are recorded, and at the end they are checked
+//! against etcd's own watch of the namespace (`UPGRADE_ORACLE`, the file
+//! `integration/cmd/etcdwatch` writes): see `upgrade.rs`.
+//!
 //! Environment: as `fanout` (`WATCHMUX_BENCH_*`, `BENCH_OUT`), and
 //! `RESTART_N` (1000), `RESTART_SHAPE` (`h2`), `RESTART_SIDES`
 //! (`direct,watchmux`), `RESTART_DEADLINE_S` (120), `RESTART_CMD` (the
@@ -33,12 +45,14 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod upgrade;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use http::Method;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -50,6 +64,7 @@ use common::procfs::{cpu_ticks, ticks_ms};
 use common::prom;
 use common::reflector::{Counters, Reflector, Slot, View};
 use common::stats::{SideTable, fmt1, latency_json, p50_p99_max, thousands};
+use upgrade::{EventLog, Oracle, Verdict, WriteCounts};
 
 const NS: &str = "watchmux-bench-restart";
 const MARKER: &str = "restart-marker";
@@ -63,6 +78,8 @@ struct Shared {
     /// Watchers that have seen `target` or later.
     current: AtomicUsize,
     target: AtomicU64,
+    /// When each watcher became current for `target` (an upgrade's per-step figures).
+    current_times: parking_lot::Mutex<Vec<Instant>>,
 }
 
 /// A watcher's view: the highest sequence number seen, and when `target` was reached.
@@ -72,6 +89,8 @@ struct SeqView {
     /// When the watcher first had the target of `current_for` (or later).
     current_at: Option<Instant>,
     current_for: u64,
+    /// Every event received, for the check against etcd (`RESTART_KIND=upgrade`).
+    log: Option<EventLog>,
 }
 
 impl SeqView {
@@ -84,6 +103,7 @@ impl SeqView {
             self.current_at = Some(now);
             self.current_for = target;
             self.shared.current.fetch_add(1, Ordering::SeqCst);
+            self.shared.current_times.lock().push(now);
         }
     }
 
@@ -102,10 +122,17 @@ impl View for SeqView {
                 self.saw(seq, now);
             }
         }
-        list["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok())
+        let rv = list["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok());
+        if let (Some(log), Some(rv)) = (self.log.as_mut(), rv) {
+            log.listed(rv);
+        }
+        rv
     }
 
     fn event(&mut self, line: &[u8], now: Instant) {
+        if let Some(log) = self.log.as_mut() {
+            log.event(line);
+        }
         if let Some(seq) = find_seq(line) {
             self.saw(seq, now);
         }
@@ -133,6 +160,38 @@ struct SideResult {
     refused: u64,
     api_cpu_ms: Option<f64>,
     wm_restarts: Option<(f64, f64)>,
+    /// `RESTART_KIND=upgrade`: each step's figures, the writer's writes
+    /// (done, failed), and the check of the events against etcd's.
+    steps: Vec<StepResult>,
+    writes: Option<(u64, u64)>,
+    verdict: Option<Verdict>,
+}
+
+impl SideResult {
+    fn step(&self, step: usize) -> Option<&StepResult> {
+        self.steps.iter().find(|r| r.step == step)
+    }
+}
+
+/// One step of an upgrade: its command, then a marker write every watcher is to see.
+struct StepResult {
+    step: usize,
+    cmd_secs: f64,
+    current: usize,
+    /// Per watcher current again, from the step's start / from the marker's acknowledgement.
+    from_step: Vec<Duration>,
+    from_marker: Vec<Duration>,
+    /// The watchers' counters over the step: streams broken, LISTs, 410s, refused attempts.
+    broken_lists_gone_refused: [u64; 4],
+    /// The last line the command printed, if JSON (the served-form check).
+    check: serde_json::Value,
+}
+
+/// `RESTART_KIND=upgrade`'s settings.
+struct UpgradePlan {
+    steps: usize,
+    writes_per_sec: f64,
+    oracle: String,
 }
 
 struct Bench {
@@ -142,21 +201,104 @@ struct Bench {
     per_conn: usize,
     deadline: Duration,
     restart_cmd: String,
-    /// `RESTART_KIND=failover`: one of several API servers killed or frozen.
+    /// `RESTART_KIND=failover` or `upgrade`: one of several API servers
+    /// killed, frozen or replaced; no single new process to count at.
     failover: bool,
+    upgrade: Option<UpgradePlan>,
 }
 
 impl Bench {
-    async fn write_marker(&self, seq: u64) -> anyhow::Result<Instant> {
+    /// The marker write: when it was acknowledged, and its resourceVersion.
+    async fn write_marker(&self, seq: u64) -> anyhow::Result<(Instant, u64)> {
         let path = format!("/api/v1/namespaces/{NS}/configmaps/{MARKER}");
+        let patch = format!(r#"{{"data":{{"seq":"{seq}"}}}}"#);
         let until = Instant::now() + Duration::from_secs(60);
         loop {
-            match self.api.merge_patch(&path, format!(r#"{{"data":{{"seq":"{seq}"}}}}"#)).await {
-                Ok(s) if s.is_success() => return Ok(Instant::now()),
-                other if Instant::now() > until => bail!("marker write: {other:?}"),
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            let sent =
+                self.api.send(Method::PATCH, &path, Some("application/merge-patch+json"), patch.clone().into()).await;
+            if let Ok((s, body)) = &sent
+                && s.is_success()
+            {
+                let at = Instant::now();
+                let object: serde_json::Value = serde_json::from_slice(body)?;
+                let rv = object["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok());
+                return Ok((at, rv.context("the marker without a resourceVersion")?));
             }
+            if Instant::now() > until {
+                bail!("marker write: {sent:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Runs `RESTART_CMD` (with `RESTART_STEP` in an upgrade); the last line it printed, if JSON.
+    async fn run_cmd(&self, step: Option<usize>) -> anyhow::Result<serde_json::Value> {
+        let mut cmd = std::process::Command::new("bash");
+        cmd.arg("-c").arg(&self.restart_cmd).stderr(std::process::Stdio::inherit());
+        if let Some(step) = step {
+            cmd.env("RESTART_STEP", step.to_string());
+        }
+        let out = tokio::task::spawn_blocking(move || cmd.output()).await?.context("restart command")?;
+        if !out.status.success() {
+            bail!("restart command failed: {}", out.status);
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+        Ok(serde_json::from_str(last).unwrap_or(serde_json::Value::Null))
+    }
+
+    /// An upgrade's steps, under the churn writer, each followed by a marker
+    /// every watcher is to see; the writer is stopped after the last.
+    async fn run_steps(
+        &self,
+        plan: &UpgradePlan,
+        shared: &Shared,
+        counters: &Counters,
+        seq_base: u64,
+    ) -> anyhow::Result<(Vec<StepResult>, (u64, u64))> {
+        let writer_stop = CancellationToken::new();
+        let writes = Arc::new(WriteCounts::default());
+        let writer = tokio::spawn(upgrade::churn(
+            self.api.clone(),
+            NS,
+            plan.writes_per_sec,
+            writer_stop.clone(),
+            writes.clone(),
+        ));
+        let mut steps = Vec::new();
+        for step in 0..=plan.steps {
+            let c0 = counters.snapshot();
+            let t_step = Instant::now();
+            let check = self.run_cmd(Some(step)).await?;
+            let cmd_secs = t_step.elapsed().as_secs_f64();
+            Self::set_target(shared, seq_base + 2 + step as u64);
+            let (ack, _) = self.write_marker(seq_base + 2 + step as u64).await?;
+            self.wait_current(shared, self.n, self.deadline).await;
+            let c1 = counters.snapshot();
+            let times = std::mem::take(&mut *shared.current_times.lock());
+            let since = |from: Instant| {
+                let mut d: Vec<Duration> = times.iter().map(|t| t.saturating_duration_since(from)).collect();
+                d.sort();
+                d
+            };
+            let r = StepResult {
+                step,
+                cmd_secs,
+                current: shared.current.load(Ordering::SeqCst),
+                from_step: since(t_step),
+                from_marker: since(ack),
+                broken_lists_gone_refused: [c1[2] - c0[2], c1[1] - c0[1], c1[3] - c0[3], c1[4] - c0[4]],
+                check,
+            };
+            eprintln!(
+                "restart: step {step}: command {cmd_secs:.1}s, {} of {} current, check {}",
+                r.current, self.n, r.check
+            );
+            steps.push(r);
+        }
+        writer_stop.cancel();
+        writer.await?;
+        Ok((steps, (writes.ok.load(Ordering::Relaxed), writes.failed.load(Ordering::Relaxed))))
     }
 
     /// Sets the target every watcher is to reach (before the write that makes it).
@@ -193,7 +335,13 @@ impl Bench {
                     counters: counters.clone(),
                     stop: stop.clone(),
                     list_path: format!("/api/v1/namespaces/{NS}/configmaps"),
-                    view: SeqView { shared: shared.clone(), seq: 0, current_at: None, current_for: 0 },
+                    view: SeqView {
+                        shared: shared.clone(),
+                        seq: 0,
+                        current_at: None,
+                        current_for: 0,
+                        log: self.upgrade.as_ref().map(|_| EventLog::default()),
+                    },
                     resume_from: None,
                     pace: None,
                 };
@@ -201,7 +349,8 @@ impl Bench {
                 let pace = Duration::from_millis((i / OPEN_CONCURRENCY) as u64 * 100);
                 tokio::spawn(async move {
                     tokio::time::sleep(pace).await;
-                    w.run().await.current_time()
+                    let view = w.run().await;
+                    (view.current_time(), view.log)
                 })
             })
             .collect();
@@ -215,6 +364,7 @@ impl Bench {
         // All current before the restart.
         Self::set_target(&shared, seq_base + 1);
         self.write_marker(seq_base + 1).await?;
+        shared.current_times.lock().clear();
         self.wait_current(&shared, self.n, Duration::from_secs(30)).await;
         let before = shared.current.load(Ordering::SeqCst);
         if before < self.n {
@@ -226,21 +376,23 @@ impl Bench {
         };
         let c0 = counters.snapshot();
 
-        // The restart, then the marker.
+        // The restart (or an upgrade's steps), then the marker.
         let t_restart = Instant::now();
-        let cmd = self.restart_cmd.clone();
-        let status = tokio::task::spawn_blocking(move || {
-            std::process::Command::new("bash").arg("-c").arg(cmd).stdout(std::process::Stdio::null()).status()
-        })
-        .await?
-        .context("restart command")?;
-        if !status.success() {
-            bail!("restart command failed: {status}");
-        }
+        let (steps, writes) = match &self.upgrade {
+            Some(plan) => {
+                let (steps, writes) = self.run_steps(plan, &shared, &counters, seq_base).await?;
+                (steps, Some(writes))
+            }
+            None => {
+                self.run_cmd(None).await?;
+                (Vec::new(), None)
+            }
+        };
         let restart_secs = t_restart.elapsed().as_secs_f64();
         let new_pid = if self.failover { None } else { Some(self.api.apiserver_pid()?) };
-        Self::set_target(&shared, seq_base + 2);
-        let marker_ack = self.write_marker(seq_base + 2).await?;
+        let final_seq = seq_base + 2 + self.upgrade.as_ref().map_or(0, |p| p.steps as u64 + 1);
+        Self::set_target(&shared, final_seq);
+        let (marker_ack, marker_rv) = self.write_marker(final_seq).await?;
         self.wait_current(&shared, self.n, self.deadline).await;
         let current = shared.current.load(Ordering::SeqCst);
         let c1 = counters.snapshot();
@@ -259,12 +411,23 @@ impl Bench {
         stop.cancel();
         let mut from_restart = Vec::new();
         let mut from_marker = Vec::new();
+        let mut logs = Vec::new();
         for t in tasks {
-            if let Some(at) = t.await? {
+            let (at, log) = t.await?;
+            if let Some(at) = at {
                 from_restart.push(at.saturating_duration_since(t_restart));
                 from_marker.push(at.saturating_duration_since(marker_ack));
             }
+            logs.extend(log);
         }
+        // The writer stopped before the last marker: every event up to it is owed.
+        let verdict = match &self.upgrade {
+            Some(plan) => {
+                let oracle = Oracle::read_until(&plan.oracle, marker_rv).await?;
+                Some(Verdict::check(&oracle, &logs, marker_rv))
+            }
+            None => None,
+        };
         from_restart.sort();
         from_marker.sort();
         // The bench's own configmap requests on the new process: the marker PATCH (and its retries' GETs: none).
@@ -296,6 +459,9 @@ impl Bench {
             refused: c1[4] - c0[4],
             api_cpu_ms,
             wm_restarts,
+            steps,
+            writes,
+            verdict,
         })
     }
 }
@@ -304,7 +470,11 @@ fn report(b: &Bench, sides: &[SideResult]) {
     println!();
     println!(
         "### {}: {} watchers, {}",
-        if b.failover { "One of three API servers gone" } else { "Restart storm" },
+        match (&b.upgrade, b.failover) {
+            (Some(_), _) => "A control-plane upgrade, one API server at a time",
+            (None, true) => "One of three API servers gone",
+            (None, false) => "Restart storm",
+        },
         thousands(b.n),
         match b.shape {
             Shape::H2 => "HTTP/2, many watches per connection",
@@ -316,7 +486,11 @@ fn report(b: &Bench, sides: &[SideResult]) {
     t.row("connections; watchers ready before the restart (time to open, s)", |s| {
         format!("{}; {} ({:.1})", thousands(s.connections), thousands(s.ready), s.open_secs)
     });
-    let command = if b.failover { "kill (or freeze) command" } else { "restart command until ready" };
+    let command = match (&b.upgrade, b.failover) {
+        (Some(_), _) => "upgrade's start (all its steps, then the last write)",
+        (None, true) => "kill (or freeze) command",
+        (None, false) => "restart command until ready",
+    };
     t.row(&format!("{command}, s; marker write acknowledged at, s"), |s| {
         format!("{:.1}; {:.1}", s.restart_secs, s.marker_delay_secs)
     });
@@ -352,12 +526,47 @@ fn report(b: &Bench, sides: &[SideResult]) {
     t.row("watchmux upstream watch restarts / relists", |s| {
         s.wm_restarts.map_or("–".into(), |(r, l)| format!("{r} / {l}"))
     });
+    if let Some(plan) = &b.upgrade {
+        for step in 0..=plan.steps {
+            t.row(&format!("step {step}: command s; current / all; every watcher current from the step's start, s (from the marker: p50 / p99 / max, ms)"), |s| {
+                s.step(step).map_or("–".into(), |r| {
+                    let all = r.from_step.last().filter(|_| r.current == b.n).map_or("not all".into(), |d| fmt1(d.as_secs_f64()));
+                    format!("{:.1}; {} / {}; {all} ({})", r.cmd_secs, thousands(r.current), thousands(b.n), p50_p99_max(&r.from_marker))
+                })
+            });
+            t.row(
+                &format!("step {step}: streams broken / LISTs / 410 Gone / refused; served minor; form check"),
+                |s| {
+                    s.step(step).map_or("–".into(), |r| {
+                        let [broken, lists, gone, refused] = r.broken_lists_gone_refused;
+                        let text = |k: &str| r.check[k].as_str().map_or_else(|| r.check[k].to_string(), str::to_owned);
+                        format!("{broken} / {lists} / {gone} / {refused}; {}; {}", text("served_minor"), text("form"))
+                    })
+                },
+            );
+        }
+        t.row("writes done / failed (creates, updates, deletes through the load balancer)", |s| {
+            s.writes.map_or("–".into(), |(ok, failed)| format!("{ok} / {failed}"))
+        });
+        t.row("**events vs etcd's watch: owed / lost (of those in a relist) / out of order / duplicated / wrong / unknown**", |s| {
+            s.verdict.as_ref().map_or("–".into(), |v| {
+                format!(
+                    "**{} / {} ({}) / {} / {} / {} / {}**",
+                    v.owed, v.lost, v.lost_in_relist, v.out_of_order, v.duplicated, v.wrong, v.unknown
+                )
+            })
+        });
+    }
     t.print();
 }
 
 fn json(b: &Bench, sides: &[SideResult]) -> serde_json::Value {
     json!({
-        "scenario": if b.failover { "failover" } else { "restart" },
+        "scenario": match (&b.upgrade, b.failover) {
+            (Some(_), _) => "upgrade",
+            (None, true) => "failover",
+            (None, false) => "restart",
+        },
         "n": b.n,
         "shape": b.shape.name(),
         "sides": sides.iter().map(|s| json!({
@@ -379,6 +588,21 @@ fn json(b: &Bench, sides: &[SideResult]) -> serde_json::Value {
             "refused": s.refused,
             "apiserver_cpu_ms": s.api_cpu_ms,
             "watchmux_upstream_restarts_relists": s.wm_restarts.map(|(r, l)| [r, l]),
+            "steps": s.steps.iter().map(|r| json!({
+                "step": r.step,
+                "cmd_secs": r.cmd_secs,
+                "current": r.current,
+                "all_current_from_step_s": r.from_step.last().filter(|_| r.current == b.n).map(|d| d.as_secs_f64()),
+                "from_step_ms": latency_json(&r.from_step),
+                "from_marker_ms": latency_json(&r.from_marker),
+                "streams_broken": r.broken_lists_gone_refused[0],
+                "list_requests": r.broken_lists_gone_refused[1],
+                "gone": r.broken_lists_gone_refused[2],
+                "refused": r.broken_lists_gone_refused[3],
+                "check": r.check,
+            })).collect::<Vec<_>>(),
+            "writes_ok_failed": s.writes.map(|(ok, failed)| [ok, failed]),
+            "events_vs_etcd": s.verdict.as_ref().map(Verdict::json),
         })).collect::<Vec<_>>(),
     })
 }
@@ -386,15 +610,27 @@ fn json(b: &Bench, sides: &[SideResult]) -> serde_json::Value {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     common::lines::self_check();
+    upgrade::self_check();
     let api = Arc::new(Api::from_env()?);
     let (api_adv, _) = api.advertised_streams().await?;
+    let kind: String = env_or("RESTART_KIND", "restart".to_owned())?;
+    let upgrade = match kind.as_str() {
+        "upgrade" => Some(UpgradePlan {
+            steps: env_or("UPGRADE_STEPS", 3)?,
+            writes_per_sec: env_or("UPGRADE_WRITES_PER_S", 4.0)?,
+            oracle: common::env::env("UPGRADE_ORACLE")?,
+        }),
+        "restart" | "failover" => None,
+        other => bail!("RESTART_KIND is restart, failover or upgrade, not {other}"),
+    };
     let bench = Bench {
         n: env_or("RESTART_N", 1000)?,
         shape: env_or("RESTART_SHAPE", Shape::H2)?,
         per_conn: api_adv.map_or(100, |v| (v as usize).min(250)),
         deadline: Duration::from_secs(env_or("RESTART_DEADLINE_S", 120)?),
         restart_cmd: env_or("RESTART_CMD", "bash integration/scripts/cluster-up.sh --restart-apiserver".to_owned())?,
-        failover: env_or("RESTART_KIND", "restart".to_owned())? == "failover",
+        failover: kind == "failover" || kind == "upgrade",
+        upgrade,
         api,
     };
     bench.api.ensure_namespace(NS).await?;
@@ -408,7 +644,8 @@ async fn main() -> anyhow::Result<()> {
     let sides: Vec<SideKind> = env_list("RESTART_SIDES", "direct,watchmux")?;
     let mut results = Vec::new();
     for (i, &kind) in sides.iter().enumerate() {
-        let seq_base = 1_000_000 + (std::process::id() as u64 % 1000) * 1000 + i as u64 * 10;
+        // Room for an upgrade's markers (one per step and the last) between sides.
+        let seq_base = 1_000_000 + (std::process::id() as u64 % 1000) * 1000 + i as u64 * 100;
         let r = bench.run_side(kind, seq_base).await.with_context(|| format!("{kind:?} side"))?;
         results.push(r);
         // The API server settles (and watchmux re-syncs) before the next side.

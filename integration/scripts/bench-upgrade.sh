@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# A control-plane upgrade under load (issue 44, item 4): three kube-apiservers
+# of UPGRADE_FROM (1.36) on one etcd, upgraded one at a time to UPGRADE_TO
+# (1.37, the pinned minor) as a rolling upgrade does it: SIGTERM, wait for the
+# exit, the new binary on the same port with the same flags, wait for /readyz,
+# a pause, the next. The restart bench (integration/bench/restart/,
+# RESTART_KIND=upgrade) keeps N reflector-shaped watchers on the ConfigMaps
+# of its namespace, a writer creating, updating and deleting ConfigMaps
+# there throughout, and measures side by side, each side on a fresh cluster:
+#   direct    the watchers through a plain TCP load balancer over the three
+#             (tcp-balancer.py): every watch on a server that stops breaks
+#   watchmux  the watchers through watchmux --upstream-servers=the three
+# After each step: the time until every watcher has the next write, its
+# broken streams, LISTs and 410s. At the end every watcher's events are
+# checked against etcd's own watch of the namespace's keys
+# (integration/cmd/etcdwatch, started before the watchers): lost, out of
+# order, duplicated. And at each step (step 0: before the first upgrade) the
+# served form: the minor watchmux says it serves (watchmux_upstream_minor_info's
+# `served`) against the oldest ready minor (the right one while any server is
+# still old), and two GETs through watchmux compared with the same GET at a
+# live API server of each minor: a ConfigMap in protobuf (from watchmux's
+# cache, by its own encoder) byte for byte, and a RoleBinding as a Table,
+# everything but the Age cells (1.37's Role column describes `roleRef`,
+# 1.36's `RoleRef`: src/encode/table/columns.txt). No protobuf field of a
+# creatable kind differs between the two minors (ControllerRevision's `data`,
+# the one non-omitempty 1.37-only field, is required), and watchmux has no
+# printer for a kind whose columns differ, so it passes that Table through;
+# the probe says so. The check reports; it never stops the run.
+#
+# Usage: bench-upgrade.sh [N...]       (default: 1000; or UPGRADE_NS="...")
+#   UPGRADE_FROM=1.36 UPGRADE_TO=1.37 UPGRADE_PAUSE_S=5 UPGRADE_WRITES_PER_S=4
+#   UPGRADE_SIDES="direct watchmux"
+# Ports (clear of the lead's cluster and CI's): etcd 25379/25380, the API
+# servers 18401-18403, the load balancer 18400, watchmux 18500 (admin 18501).
+#
+# bench-upgrade.sh --step: one step, as the bench runs it (RESTART_STEP=k:
+# upgrade the k-th server, then check the form; 0: check only). Prints the
+# check as one JSON line.
+set -euo pipefail
+export ETCD_PORT="${ETCD_PORT:-25379}" ETCD_PEER_PORT="${ETCD_PEER_PORT:-25380}"
+export APISERVER_PORT="${APISERVER_PORT:-18401}"
+export UPGRADE_FROM="${UPGRADE_FROM:-1.36}" UPGRADE_TO="${UPGRADE_TO:-1.37}"
+export UPGRADE_EXTRA_PORTS="${UPGRADE_EXTRA_PORTS:-18402 18403}"
+export UPGRADE_LB_PORT="${UPGRADE_LB_PORT:-18400}"
+export BENCH_PORT="${BENCH_PORT:-18500}" BENCH_ADMIN_PORT="${BENCH_ADMIN_PORT:-18501}"
+bench_ns=watchmux-bench-restart   # the restart bench's namespace
+form_object=upgrade-form          # the RoleBinding of the form check
+here="$(cd "$(dirname "$0")" && pwd)"
+state="$here/../../.run/cluster"
+read -r -a ports <<< "$APISERVER_PORT $UPGRADE_EXTRA_PORTS"
+
+# curl_api URL [curl args...]: as the cluster's admin, trusting its CA. Not
+# as curl: kube-apiserver pretty-prints JSON for curl's User-Agent, which
+# watchmux then passes through (reason "pretty").
+curl_api() {
+  local url="$1"; shift
+  curl -sS --max-time 10 --cacert "$state/ca.crt" -A bench-upgrade \
+    -H "Authorization: Bearer $(cut -d, -f1 "$state/tokens.csv" | head -1)" "$@" "$url"
+}
+
+# The minor a server's /version gives (1.36), or "down".
+server_minor() {
+  curl_api "https://127.0.0.1:$1/version" 2>/dev/null |
+    python3 -c 'import json,sys; v=json.load(sys.stdin); print(v["major"]+"."+v["minor"].rstrip("+"))' 2>/dev/null ||
+    echo down
+}
+
+# form_probe NAME PATH ACCEPT: the answer of one live server of each minor
+# (the same object from the same etcd: one is enough) to $tmp/NAME-<minor>,
+# watchmux's to $tmp/NAME-watchmux (retried 10 s: it has the object once its
+# cache has the write), and how many reads watchmux passed through meanwhile
+# to $tmp/NAME-passthrough (watchmux_cache_passthrough_total).
+form_probe() {
+  local name="$1" path="$2" accept="$3" kv p m code="" before after
+  for kv in "${minors[@]}"; do
+    p="${kv%%=*}" m="${kv#*=}"
+    [[ $m == down || -f $tmp/$name-$m ]] && continue
+    curl_api "https://127.0.0.1:$p$path" -f -H "$accept" -o "$tmp/$name-$m" 2>/dev/null || rm -f "$tmp/$name-$m"
+  done
+  before="$(passthrough_reads)"
+  for _ in $(seq 1 50); do
+    code="$(curl_api "http://127.0.0.1:$BENCH_PORT$path" -H "$accept" -o "$tmp/$name-watchmux" -w '%{http_code}' 2>/dev/null || true)"
+    [[ $code == 200 ]] && break
+    sleep 0.2
+  done
+  [[ $code == 200 ]] || rm -f "$tmp/$name-watchmux"
+  after="$(passthrough_reads)"
+  echo $(( after - before )) > "$tmp/$name-passthrough"
+}
+passthrough_reads() {
+  curl -s --max-time 10 "http://127.0.0.1:$BENCH_ADMIN_PORT/metrics" |
+    awk '/^watchmux_cache_passthrough_total/ {n += $2} END {printf "%d\n", n}'
+}
+
+# --step: upgrade the RESTART_STEP-th server (none for 0), then report the forms.
+upgrade_step() {
+  local step="${RESTART_STEP:?RESTART_STEP}" root="$here/../.."
+  if (( step > 0 )); then
+    WATCHMUX_K8S_MINOR="$UPGRADE_TO" bash "$here/cluster-up.sh" --replace-apiserver "${ports[step-1]}" >&2
+    sleep "${UPGRADE_PAUSE_S:-5}"
+  fi
+  local tmp; tmp="$(mktemp -d)"
+  # The RoleBinding of the Table probe, made once (409 the next times);
+  # through the balancer, as any client's write.
+  local rbac=/apis/rbac.authorization.k8s.io/v1/namespaces/$bench_ns/rolebindings
+  curl_api "https://127.0.0.1:$UPGRADE_LB_PORT$rbac" -o /dev/null -H 'Content-Type: application/json' -d \
+    "{\"metadata\":{\"name\":\"$form_object\"},\"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"ClusterRole\",\"name\":\"view\"},\"subjects\":[{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"User\",\"name\":\"$form_object\"}]}" || true
+  local p minors=()
+  for p in "${ports[@]}"; do minors+=("$p=$(server_minor "$p")"); done
+  # resourceVersion=0: from a cache (watchmux's, each API server's watch
+  # cache); without it a GET is a consistent read, which watchmux passes
+  # through to whichever server it is on.
+  form_probe protobuf "/api/v1/namespaces/$bench_ns/configmaps/restart-marker?resourceVersion=0" \
+    'Accept: application/vnd.kubernetes.protobuf'
+  form_probe table "$rbac/$form_object?resourceVersion=0" \
+    'Accept: application/json;as=Table;v=v1;g=meta.k8s.io, application/json'
+  curl -s --max-time 10 "http://127.0.0.1:$BENCH_ADMIN_PORT/metrics" > "$tmp/metrics" || true
+  python3 - "$tmp" "$step" "$UPGRADE_FROM" "$UPGRADE_TO" "${minors[@]}" <<'EOF'
+import json, os, re, sys
+tmp, step, old, new, servers = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
+servers = dict(s.split("=", 1) for s in servers)
+
+def raw(name):
+    p = os.path.join(tmp, name)
+    return open(p, "rb").read() if os.path.exists(p) else None
+
+def without_ages(body):
+    """A Table, keys in their order, without its Age cells (they tick)."""
+    try:
+        table = json.loads(body, object_pairs_hook=list)
+    except ValueError:
+        return body
+    fields = dict(table)
+    names = [dict(c).get("name") for c in fields.get("columnDefinitions", [])]
+    if "Age" in names:
+        age = names.index("Age")
+        for row in fields.get("rows", []):
+            for k, (key, cells) in enumerate(row):
+                if key == "cells":
+                    row[k] = (key, [c for i, c in enumerate(cells) if i != age])
+    return table
+
+up = sorted({m for m in servers.values() if m != "down"}, key=lambda m: tuple(map(int, m.split("."))))
+expected = up[0] if up else None
+
+def probe(name, normal):
+    """watchmux's answer against each live minor's; whether it came from watchmux's cache."""
+    live = {m: normal(raw(f"{name}-{m}")) for m in (old, new) if raw(f"{name}-{m}") is not None}
+    mine = raw(f"{name}-watchmux")
+    passed = (raw(f"{name}-passthrough") or b"").strip() not in (b"", b"0")
+    out = {"equals": {m: normal(mine) == b for m, b in live.items()} if mine is not None else {},
+           "live_forms_differ": (live[old] != live[new]) if len(live) == 2 else None,
+           "passed_through": passed}
+    same = [m for m, eq in out["equals"].items() if eq]
+    if mine is None:
+        out["verdict"] = "no answer from watchmux"
+    elif passed:
+        out["verdict"] = f"passed through ({'='.join(same) or 'no live minor'}'s form)"
+    elif expected not in live:
+        out["verdict"] = f"unchecked: no live {expected} server"
+    elif expected in same and out["live_forms_differ"] is False:
+        out["verdict"] = "ok (both minors' bytes are the same)"
+    elif expected in same:
+        out["verdict"] = f"ok ({expected}'s form)"
+    elif same:
+        out["verdict"] = f"WRONG: {same[0]}'s form in front of {expected} servers"
+    else:
+        out["verdict"] = "WRONG: neither minor's bytes"
+    return out
+
+metrics = open(os.path.join(tmp, "metrics")).read().splitlines() if raw("metrics") else []
+labels = [dict(re.findall(r'(\w+)="([^"]*)"', l)) for l in metrics
+          if l.startswith("watchmux_upstream_minor_info{") and l.rstrip().endswith(" 1")]
+served = ",".join(sorted({l.get("served", "?") for l in labels})) or "absent"
+minor_ok = "ok" if served == expected else f"WRONG: serves {served}, the oldest ready is {expected}"
+probes = {"protobuf": probe("protobuf", lambda b: b), "table": probe("table", lambda b: b and without_ages(b))}
+print(json.dumps({"step": step, "servers": servers, "expected_minor": expected, "served_minor": served,
+                  "upstream_minor_info": labels, "probes": probes,
+                  "form": f"minor {minor_ok}; ConfigMap protobuf {probes['protobuf']['verdict']}; "
+                          f"RoleBinding Table {probes['table']['verdict']}"}))
+EOF
+  rm -rf "$tmp"
+}
+if [[ ${1:-} == --step ]]; then upgrade_step; exit 0; fi
+
+listen="127.0.0.1:$BENCH_PORT"
+admin="127.0.0.1:$BENCH_ADMIN_PORT"
+# shellcheck source-path=SCRIPTDIR source=bench-lib.sh
+source "$(dirname "$0")/bench-lib.sh"
+if [[ $# -gt 0 ]]; then ns=("$@"); else read -r -a ns <<< "${UPGRADE_NS:-1000}"; fi
+read -r -a sides <<< "${UPGRADE_SIDES:-direct watchmux}"
+logs="$root/.run/bench-upgrade"
+[[ ${BENCH_KEEP:-0} == 1 ]] || rm -f "$logs"/restart-*.json "$logs"/etcd-*.jsonl
+bench_build restart "$logs"
+bash "$scripts/build-k8s.sh" "$UPGRADE_FROM" >/dev/null
+bash "$scripts/build-k8s.sh" >/dev/null   # the pinned minor, and etcdwatch with it
+
+# Stops every API server of this cluster, whichever minor's binary it runs
+# (cluster-down.sh stops only the cluster's own minor's), then the rest.
+stop_cluster() {
+  local pidfile pid
+  for pidfile in "$state"/apiserver*.pid; do
+    [[ -e $pidfile ]] || continue
+    pid="$(cat "$pidfile")"
+    if [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == */kube-apiserver ]]; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$pidfile"
+  done
+  bash "$scripts/cluster-down.sh" >/dev/null || true
+}
+lb_pid="" oracle_pid=""
+upgrade_cleanup() {
+  [[ -z $oracle_pid ]] || kill "$oracle_pid" 2>/dev/null || true
+  [[ -z $lb_pid ]] || kill "$lb_pid" 2>/dev/null || true
+  stop_watchmux
+  stop_cluster
+}
+trap upgrade_cleanup EXIT
+
+# A fresh cluster of the old minor: etcd and three API servers.
+fresh_cluster() {
+  stop_cluster
+  WATCHMUX_K8S_MINOR="$UPGRADE_FROM" bash "$scripts/cluster-up.sh" >/dev/null
+  local p
+  for p in $UPGRADE_EXTRA_PORTS; do bash "$scripts/cluster-up.sh" --extra-apiserver "$p" >/dev/null; done
+}
+
+backends=() servers=""
+for p in "${ports[@]}"; do backends+=("127.0.0.1:$p"); servers+="${servers:+,}https://127.0.0.1:$p"; done
+python3 "$scripts/tcp-balancer.py" "$UPGRADE_LB_PORT" "${backends[@]}" > "$logs/tcp-balancer.log" 2>&1 &
+lb_pid=$!
+fresh_cluster
+started_cluster=1   # for machine_line: this script's own cluster
+machine_line
+echo "upgrade: ${ports[*]} from $UPGRADE_FROM to $UPGRADE_TO, in that order"
+
+for n in "${ns[@]}"; do
+  for side in "${sides[@]}"; do
+    fresh_cluster
+    # The bench's own requests (writes, markers) through the balancer too:
+    # they go on while any one server is down.
+    sed "s|server: https://127.0.0.1:$APISERVER_PORT|server: https://127.0.0.1:$UPGRADE_LB_PORT|" \
+      "$root/.run/kubeconfig" > "$logs/kubeconfig-lb"
+    oracle="$logs/etcd-$n-$side.jsonl"
+    "$root/.run/bin/etcdwatch" --endpoint "http://127.0.0.1:$ETCD_PORT" \
+      --prefix "/registry/configmaps/$bench_ns/" --out "$oracle" 2> "$logs/etcdwatch-$n-$side.log" &
+    oracle_pid=$!
+    for _ in $(seq 1 100); do grep -qs watching "$logs/etcdwatch-$n-$side.log" && break; sleep 0.1; done
+    grep -qs watching "$logs/etcdwatch-$n-$side.log" || { echo "bench-upgrade: etcdwatch did not start" >&2; exit 1; }
+    echo "bench-upgrade: $n watchers, $side"
+    WATCHMUX_ARGS="--upstream-servers=$servers ${WATCHMUX_ARGS:-}" \
+      run_config restart "upgrade-$n-$side" configmaps,rolebindings.rbac.authorization.k8s.io RESTART_KIND=upgrade \
+      RESTART_N="$n" RESTART_SIDES="$side" RESTART_CMD="bash $scripts/bench-upgrade.sh --step" \
+      WATCHMUX_BENCH_DIRECT_ADDR="127.0.0.1:$UPGRADE_LB_PORT" WATCHMUX_BENCH_KUBECONFIG="$logs/kubeconfig-lb" \
+      UPGRADE_ORACLE="$oracle" UPGRADE_STEPS="${#ports[@]}"
+    kill "$oracle_pid" 2>/dev/null || true
+    wait "$oracle_pid" 2>/dev/null || true
+    oracle_pid=""
+  done
+done
+echo
+echo "bench-upgrade: done in ${SECONDS}s"
