@@ -42,8 +42,9 @@ if [[ ${BENCH_SKIP_BUILD:-0} != 1 || ! -x $logs/scale-bench ]]; then
 fi
 for kind in "${kinds[@]}"; do
   case "$kind" in
-    system) features=() ;;
-    jemalloc|mimalloc) features=(--features "$kind") ;;
+    system) features=(--no-default-features) ;;
+    jemalloc) features=() ;;   # the default
+    mimalloc) features=(--no-default-features --features mimalloc) ;;
     *) echo "bench-alloc: ALLOC_KINDS takes system, jemalloc and mimalloc, not $kind" >&2; exit 2 ;;
   esac
   echo "bench-alloc: $kind, $kubelets kubelets"

@@ -61,6 +61,10 @@ if [[ $arch != "$host_arch" ]]; then
   triple_env="${triple//-/_}"
   export "CC_$triple_env=$gnu-gcc" "AR_$triple_env=$gnu-ar"
   export "CARGO_TARGET_${triple_env^^}_LINKER=$gnu-gcc"
+  # jemalloc (the default allocator) bakes the page size in at build time:
+  # 64 KiB pages run on arm64 kernels of 4, 16 and 64 KiB pages alike, where
+  # this build machine's 4 KiB would crash on the larger ones.
+  export JEMALLOC_SYS_WITH_LG_PAGE=16
   sysroot="$root/.run/image-sysroot/$arch"
   bash "$scripts/image-sysroot.sh" "$arch" "$sysroot"
 fi
