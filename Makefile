@@ -168,6 +168,14 @@ bench-fleet-idle:
 bench-ingest:
 	bash integration/scripts/bench-ingest.sh
 
+## Memory after a storm, by allocator: bench-scale's watch-list storm through
+## one tier with watchmux on glibc, jemalloc (the default) and mimalloc, and
+## the same kubelets paced for the steady state (docs/benchmarks.md, "Memory
+## after a storm"). Loads a 2,000-node world into the test cluster.
+.PHONY: bench-alloc
+bench-alloc:
+	bash integration/scripts/bench-alloc.sh
+
 ## Restart storm: kube-apiserver restarted under N watchers.
 bench-restart:
 	bash integration/scripts/bench-restart.sh

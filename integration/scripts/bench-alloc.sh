@@ -65,7 +65,9 @@ for kind in "${kinds[@]}"; do
     BENCH_SKIP_BUILD=1 SCALE_STARTS="$starts" SCALE_PHASES=load,memory,storm \
       bash "$root/integration/scripts/bench-scale.sh"
     [[ -f $logs/scale.json ]] || { echo "bench-alloc: no result for $kind ($start)" >&2; exit 1; }
-    cp "$logs/scale.json" "$logs/alloc-$kind-$start.json"
+    # Named inside too, for make bench-plots.
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); r.update(allocator=sys.argv[2], start=sys.argv[3]); json.dump(r, open(sys.argv[4], "w"))' \
+      "$logs/scale.json" "$kind" "$start" "$logs/alloc-$kind-$start.json"
   done
 done
 # The release build goes back to the default allocator for the next bench.

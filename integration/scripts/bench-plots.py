@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart,scale,ingest,upgrade}/ (bench-scale's sweep-*.json too) and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale,ingest,upgrade}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -415,6 +415,34 @@ def plot_limit(runs):
     save(fig, "bench-scale-limit.png")
 
 
+def plot_alloc(runs):
+    """bench-alloc's storms, one line an allocator: the tier's RSS with its
+    caches synced, at the storm's peak and for a minute after the last
+    kubelet synced, against the steady state of the same kubelets started
+    a few at a time (dashed)."""
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    palette = {"system": "#d62728", "jemalloc": "#1f77b4", "mimalloc": "#2ca02c"}
+    mib = 1024 * 1024
+    for r in sorted(runs, key=lambda r: r.get("allocator", "")):
+        kind, start = r.get("allocator", "?"), r.get("start", "storm")
+        storm = [s for s in r["storms"] if s["side"] == "watchmux"][0]
+        color = palette.get(kind, "k")
+        if start == "paced":
+            steady = storm["watchmux_rss_release"][-1]["rss"] / mib
+            ax.axhline(steady, color=color, ls="--", lw=0.8, label=f"{kind}: steady (paced start)")
+            continue
+        xs = [-10, 0, 5] + [x["s"] for x in storm["watchmux_rss_release"]]
+        ys = [storm["watchmux_rss_before"], storm["watchmux_rss_peak"], storm["watchmux_rss_settled"]]
+        ys = [y / mib for y in ys + [x["rss"] for x in storm["watchmux_rss_release"]]]
+        ax.plot(xs, ys, "-o", color=color, ms=3, label=f"{kind}: the storm")
+    ax.set_xlabel("seconds after the last kubelet synced (-10: before the storm, 0: its peak)")
+    ax.set_ylabel("tier RSS, MiB")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.suptitle("Memory after a 2,000-kubelet watch-list storm, by allocator")
+    save(fig, "bench-alloc.png")
+
+
 def plot_ingest(runs):
     """bench-ingest's configurations (watchmux's cores, unselected watchers):
     per phase, the events a second watchmux applied, the same per second of
@@ -544,6 +572,7 @@ def main():
         ("scale", "bench-scale/scale-*.json", plot_scale),
         ("scale sweep", "bench-scale/sweep-*.json", plot_limit),
         ("ingest", "bench-ingest/ingest-*.json", plot_ingest),
+        ("alloc", "bench-scale/alloc-*.json", plot_alloc),
         ("upgrade", "bench-upgrade/restart-upgrade-*.json", plot_upgrade),
     ]:
         runs = load(pattern)
