@@ -8,6 +8,7 @@ pub mod compaction;
 pub mod consistency;
 pub mod objects;
 pub mod persist;
+pub mod rebalance;
 pub mod slow;
 pub mod upstream;
 
@@ -61,6 +62,11 @@ pub const ALL: &[Case] = &[
         "tier-rollout",
         "a tier of three replicas behind a TCP balancer, each restarted in turn: no 410, no relist",
         upstream::tier_rollout
+    ),
+    case!(
+        "tier-rebalance",
+        "two tiers rolled out side by side, with the tier's goaway chance and maximum age and without: connections per replica for 10 minutes",
+        rebalance::tier_rebalance
     ),
     case!("churn", "rounds of watchers connecting and leaving: no leak", clients::connect_rounds),
     case!("crd", "a watched CRD deleted and created again", objects::crd_lifecycle),

@@ -208,6 +208,33 @@ impl Fleet {
         seeds: Vec<(StateView, Option<u64>)>,
         pace: Option<Arc<Pace>>,
     ) -> Self {
+        Self::spawn(target, shape, per_conn, list_path, seeds, pace, None)
+    }
+
+    /// `n` watchers like [`Self::start`]'s whose watches each ask for a
+    /// timeoutSeconds drawn from `watch_timeout`, as client-go's (a
+    /// kubelet's) reflectors do: each ends there and is made again.
+    pub fn start_with_timeouts(
+        target: &Target,
+        shape: Shape,
+        per_conn: usize,
+        list_path: &str,
+        n: usize,
+        watch_timeout: std::ops::Range<u64>,
+    ) -> Self {
+        let seeds = (0..n).map(|_| (StateView::default(), None)).collect();
+        Self::spawn(target, shape, per_conn, list_path, seeds, None, Some(watch_timeout))
+    }
+
+    fn spawn(
+        target: &Target,
+        shape: Shape,
+        per_conn: usize,
+        list_path: &str,
+        seeds: Vec<(StateView, Option<u64>)>,
+        pace: Option<Arc<Pace>>,
+        watch_timeout: Option<std::ops::Range<u64>>,
+    ) -> Self {
         let per_conn = if shape == Shape::H1 { 1 } else { per_conn.max(1) };
         let n = seeds.len();
         let slots: Vec<Arc<Slot>> = (0..n.div_ceil(per_conn)).map(|_| Slot::new(target.clone(), shape)).collect();
@@ -227,6 +254,7 @@ impl Fleet {
                     view,
                     resume_from,
                     pace: pace.clone(),
+                    watch_timeout: watch_timeout.clone(),
                 };
                 let pace = Duration::from_millis((i / OPEN_PACE) as u64 * 100);
                 tokio::spawn(async move {
