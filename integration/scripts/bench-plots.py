@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart,scale}/ (bench-scale's sweep-*.json too) and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale,rebalance}/ (bench-scale's sweep-*.json too) and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -374,6 +374,31 @@ def plot_limit(runs):
     save(fig, "bench-scale-limit.png")
 
 
+def plot_rebalance(runs):
+    """The last bench-rebalance run: each tier's replicas' open connections
+    after the rollout, and their spread, (max - min) / mean."""
+    d = runs[-1]["details"]
+    tiers = [("on", "tier defaults (goaway chance 0.02, max age 5m)", "#1f77b4"),
+             ("off", "both off", "#d62728")]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    for key, label, color in tiers:
+        samples = d[key]["series"]["samples"]
+        t = [s["t_s"] / 60 for s in samples]
+        for i in range(len(samples[0]["connections"])):
+            top.plot(t, [s["connections"][i] for s in samples], color=color, alpha=0.35 + 0.2 * i,
+                     label=f"{label}: replica {i}")
+        bottom.plot(t, [100 * s["spread"] for s in samples], color=color, marker=".", label=label)
+    bottom.axhline(20, color="grey", linestyle="--", linewidth=1, label="within 20 %")
+    top.set_ylabel("open connections per replica")
+    top.set_title(f"After a rollout: {d['replicas']} replicas, {d['watchers_per_tier']:,} kubelet-shaped watchers "
+                  f"a tier ({d['watches_per_connection']} a connection)", fontsize=10)
+    top.legend(fontsize=7, ncol=2)
+    bottom.set_ylabel("spread, (max - min) / mean, %")
+    bottom.set_xlabel("minutes after the rollout")
+    bottom.legend(fontsize=8)
+    save(fig, "rebalance.png")
+
+
 def fmt(v, digits=1):
     return "–" if v is None else f"{v:,.{digits}f}"
 
@@ -460,6 +485,7 @@ def main():
         ("restart", "bench-restart/restart-*.json", plot_restart),
         ("scale", "bench-scale/scale-*.json", plot_scale),
         ("scale sweep", "bench-scale/sweep-*.json", plot_limit),
+        ("rebalance", "bench-rebalance/rebalance-*.json", plot_rebalance),
     ]:
         runs = load(pattern)
         if not runs:

@@ -88,6 +88,10 @@ pub const ALL: &[Case] = &[
     case!("persist-full-disk", "the persisted store's file system filled, then freed", persist::full_disk),
 ];
 
+/// Cases `all` leaves out: measurements that run for many minutes, each with
+/// a make target of its own (`make bench-rebalance`).
+pub const BENCH_ONLY: &[&str] = &["tier-rebalance"];
+
 /// The quick set (`make chaos-quick`).
 pub const QUICK: &[&str] = &[
     "restart",

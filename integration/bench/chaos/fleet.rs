@@ -183,7 +183,7 @@ impl Fleet {
     /// `n` watchers of `list_path` at `target`, `per_conn` to a connection.
     pub fn start(target: &Target, shape: Shape, per_conn: usize, list_path: &str, n: usize) -> Self {
         let seeds = (0..n).map(|_| (StateView::default(), None)).collect();
-        Self::start_from(target, shape, per_conn, list_path, seeds, None)
+        Self::start_from(target, shape, per_conn, list_path, seeds, None, None)
     }
 
     /// `n` watchers like [`Self::start`]'s that read no faster than `pace`.
@@ -196,19 +196,7 @@ impl Fleet {
         pace: Arc<Pace>,
     ) -> Self {
         let seeds = (0..n).map(|_| (StateView::default(), None)).collect();
-        Self::start_from(target, shape, per_conn, list_path, seeds, Some(pace))
-    }
-
-    /// One watcher per seed: a view and the version to watch from (None: list first).
-    pub fn start_from(
-        target: &Target,
-        shape: Shape,
-        per_conn: usize,
-        list_path: &str,
-        seeds: Vec<(StateView, Option<u64>)>,
-        pace: Option<Arc<Pace>>,
-    ) -> Self {
-        Self::spawn(target, shape, per_conn, list_path, seeds, pace, None)
+        Self::start_from(target, shape, per_conn, list_path, seeds, Some(pace), None)
     }
 
     /// `n` watchers like [`Self::start`]'s whose watches each ask for a
@@ -223,10 +211,13 @@ impl Fleet {
         watch_timeout: std::ops::Range<u64>,
     ) -> Self {
         let seeds = (0..n).map(|_| (StateView::default(), None)).collect();
-        Self::spawn(target, shape, per_conn, list_path, seeds, None, Some(watch_timeout))
+        Self::start_from(target, shape, per_conn, list_path, seeds, None, Some(watch_timeout))
     }
 
-    fn spawn(
+    /// One watcher per seed: a view and the version to watch from (None:
+    /// list first); each watch with a timeoutSeconds from `watch_timeout`
+    /// (None: the server's).
+    pub fn start_from(
         target: &Target,
         shape: Shape,
         per_conn: usize,

@@ -20,6 +20,9 @@ use super::lines::{End, Pace, Paced, find_rv, read_lines};
 /// client-go's reflector backs off from 800 ms, doubling to 30 s, with jitter.
 pub const BACKOFF_START: Duration = Duration::from_millis(800);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// How many times a request a connection going away did not send is sent
+/// again on another, as Go's transport retries it.
+const RESENDS: usize = 3;
 
 /// What a reflector reads, as it reads it.
 pub trait View: Send + 'static {
@@ -172,16 +175,21 @@ impl<V: View> Reflector<V> {
                 if let Some(range) = self.watch_timeout.clone() {
                     path.push_str(&format!("&timeoutSeconds={}", rand::random_range(range)));
                 }
-                let sent = match conn.send(self.slot.target.request(self.slot.shape, &path)).await {
-                    // As Go's HTTP/2 transport (client-go's) does: a request
-                    // a connection going away never sent goes on a new one.
-                    Err(e) if unsent(&e) => {
-                        self.counters.resent.fetch_add(1, Ordering::Relaxed);
-                        self.slot.reset(&conn).await;
-                        let conn = self.slot.sender().await?;
-                        conn.send(self.slot.target.request(self.slot.shape, &path)).await.map(|r| (conn, r))
+                // As Go's HTTP/2 transport (client-go's) does: a request a
+                // connection going away never sent goes on a new one, a few
+                // times at most.
+                let mut conn = conn;
+                let mut resends = 0;
+                let sent = loop {
+                    match conn.send(self.slot.target.request(self.slot.shape, &path)).await {
+                        Err(e) if unsent(&e) && resends < RESENDS => {
+                            resends += 1;
+                            self.counters.resent.fetch_add(1, Ordering::Relaxed);
+                            self.slot.reset(&conn).await;
+                            conn = self.slot.sender().await?;
+                        }
+                        sent => break sent.map(|r| (conn, r)),
                     }
-                    sent => sent.map(|r| (conn, r)),
                 };
                 match sent {
                     Ok((conn, r)) => anyhow::Ok((conn, from, r)),

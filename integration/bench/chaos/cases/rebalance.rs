@@ -38,6 +38,12 @@ const PER_CONN: usize = 5;
 const WATCH_TIMEOUT_S: std::ops::Range<u64> = 300..600;
 /// The replicas of each tier.
 const REPLICAS: usize = 3;
+/// Between one replica ready and the next stopped: a new pod's
+/// `minReadySeconds` and readiness, long enough for the stopped replica's
+/// clients to have settled on the others (back in about a second), as in a
+/// real rollout. Without it the three restarts fall within the clients'
+/// own reconnections, which the balancer then spreads evenly anyway.
+const ROLLOUT_PAUSE: Duration = Duration::from_secs(15);
 
 /// One tier's counts over time: seconds since the rollout's end, and the
 /// open API connections of each replica.
@@ -96,11 +102,14 @@ async fn connections(admins: &[SocketAddr]) -> Vec<f64> {
     counts
 }
 
-/// Each replica of `st` stopped (SIGTERM) and started again in turn.
+/// Each replica of `st` stopped (SIGTERM) and started again in turn, the
+/// next one [`ROLLOUT_PAUSE`] after the last is ready, as a Deployment's
+/// rolling update goes.
 async fn rollout(st: &mut Stage) -> anyhow::Result<()> {
     st.wm.terminate().await;
     st.wm.respawn().await?;
     for replica in &mut st.replicas {
+        tokio::time::sleep(ROLLOUT_PAUSE).await; // the rollout's pace, not a wait on an event
         replica.terminate().await;
         replica.respawn().await?;
     }
@@ -172,8 +181,9 @@ pub async fn tier_rebalance(ctx: &Ctx) -> anyhow::Result<Outcome> {
     let (groups_off, notes_off, details_off) = off.finish(ctx, window, &[target_off], Vec::new(), Vec::new()).await?;
     let within = |s: &Series| s.within_from().map_or("never".to_owned(), |t| format!("{t:.0} s"));
     let fault = format!(
-        "two tiers of {REPLICAS} replicas, each behind a TCP balancer with {} kubelet-shaped watchers ({PER_CONN} to an HTTP/2 connection), rolled out at once in {rollout_s:.1} s; connections sampled every {} s for {} s",
+        "two tiers of {REPLICAS} replicas, each behind a TCP balancer with {} kubelet-shaped watchers ({PER_CONN} to an HTTP/2 connection), rolled out side by side (each replica in turn, {} s apart) in {rollout_s:.1} s; connections sampled every {} s for {} s",
         ctx.cfg.n,
+        ROLLOUT_PAUSE.as_secs(),
         SAMPLE_EVERY.as_secs(),
         observe.as_secs()
     );
@@ -195,6 +205,7 @@ pub async fn tier_rebalance(ctx: &Ctx) -> anyhow::Result<Outcome> {
         "sample_every_s": SAMPLE_EVERY.as_secs(),
         "observe_s": observe.as_secs(),
         "rollout_s": rollout_s,
+        "rollout_pause_s": ROLLOUT_PAUSE.as_secs(),
         "tier_flags": TIER_FLAGS,
         "before_rollout": {"on": before.0, "off": before.1},
         "lists_before_rollout": {"on": lists_before.0, "off": lists_before.1},

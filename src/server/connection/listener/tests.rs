@@ -104,19 +104,6 @@ async fn listen_with(
     builder: Arc<HttpBuilder>,
     goaway_chance: GoawayChance,
 ) -> Listening {
-    listen_aged(name, tls, budget, setup_timeout, builder, goaway_chance, None).await
-}
-
-/// [`listen_with`], with HTTP/2 connections of `max_age`.
-async fn listen_aged(
-    name: &'static str,
-    tls: Option<ApiTls>,
-    budget: Option<Arc<ConnectionBudget>>,
-    setup_timeout: Duration,
-    builder: Arc<HttpBuilder>,
-    goaway_chance: GoawayChance,
-    max_age: Option<MaxConnectionAge>,
-) -> Listening {
     metrics();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -134,7 +121,7 @@ async fn listen_aged(
             budget,
             h2_write_batching: true,
             goaway_chance,
-            max_age,
+            max_age: None,
             streams_stop: CancellationToken::new(),
             setup_timeout,
             stop: serving_stop,
