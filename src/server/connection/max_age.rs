@@ -70,6 +70,8 @@ enum Stage {
     Young,
     /// Finished at its age: its other requests have until the grace's end.
     InGrace,
+    /// The grace is over: nothing more to say.
+    Over,
 }
 
 /// One HTTP/2 connection's maximum age: when it is reached, its watch
@@ -111,7 +113,7 @@ impl ConnectionAge {
     /// [`AgeAction::Finish`] once at the age (the streams are ended by then),
     /// [`AgeAction::Close`] once at the grace's end, then pending for ever.
     pub(crate) fn poll_action(&mut self, cx: &mut Context<'_>) -> Poll<AgeAction> {
-        if self.sleep.as_mut().poll(cx).is_pending() {
+        if matches!(self.stage, Stage::Over) || self.sleep.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }
         match self.stage {
@@ -123,10 +125,10 @@ impl ConnectionAge {
                 Poll::Ready(AgeAction::Finish)
             }
             Stage::InGrace => {
-                // Nothing more to say: the caller closes the connection.
-                self.sleep.as_mut().reset(Instant::now() + Duration::from_secs(86_400 * 365));
+                self.stage = Stage::Over;
                 Poll::Ready(AgeAction::Close)
             }
+            Stage::Over => Poll::Pending,
         }
     }
 }
