@@ -180,6 +180,15 @@ bench-alloc:
 bench-restart:
 	bash integration/scripts/bench-restart.sh
 
+## Balance after a rollout: two tiers of three replicas behind TCP
+## balancers, 1,000 kubelet-shaped watchers each, rolled out side by side
+## with the chart tier's --goaway-chance and --max-connection-age and with
+## neither; connections per replica every 15 s for 10 minutes (about 15
+## minutes; ports CHAOS_PORT 19400 and up; docs/benchmarks.md).
+.PHONY: bench-rebalance
+bench-rebalance:
+	bash integration/scripts/bench-rebalance.sh
+
 ## One of three API servers killed, then frozen, under 5,000 watchers:
 ## through a plain TCP load balancer and through watchmux's --upstream-servers.
 .PHONY: bench-failover

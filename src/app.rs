@@ -23,6 +23,7 @@ use crate::pipeline::ApiHandler;
 use crate::server::admin::AdminState;
 use crate::server::connection::goaway_chance::GoawayChance;
 use crate::server::connection::listener::AdminHandler;
+use crate::server::connection::max_age::MaxConnectionAge;
 use crate::server::gates::hosts::AcceptHosts;
 use crate::server::gates::limits::RequestLimits;
 use crate::server::gates::reject_paths::RejectPaths;
@@ -72,6 +73,11 @@ pub struct Limits {
     /// Each HTTP/2 answer's chance of ending its connection with GOAWAY,
     /// 0 to 0.02 (`--goaway-chance`).
     pub goaway_chance: f64,
+    /// Each HTTP/2 connection's maximum age, 0 for none (`--max-connection-age`).
+    pub max_connection_age: Duration,
+    /// How long requests other than watches still have at the maximum age
+    /// (`--max-connection-age-grace`).
+    pub max_connection_age_grace: Duration,
     /// Stream windows pass-through answers may hold (`--passthrough-buffer-bytes`).
     pub passthrough_buffer_bytes: u64,
     /// How long an answer's client may not read it (`--passthrough-stall-timeout`).
@@ -134,6 +140,7 @@ impl App {
             max_connections_per_user: limits.max_connections_per_user,
             idle_connection_timeout: limits.idle_connection_timeout,
             goaway_chance,
+            max_connection_age: MaxConnectionAge::new(limits.max_connection_age, limits.max_connection_age_grace),
             h2_write_batching: opts.h2_write_batching,
             shutdown_grace: opts.shutdown_grace,
         };

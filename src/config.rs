@@ -458,6 +458,22 @@ pub struct Args {
     #[arg(long, value_name = "FRACTION", default_value_t = 0.0, value_parser = parse_goaway_chance)]
     pub goaway_chance: f64,
 
+    /// How long an HTTP/2 connection is served before it is sent GOAWAY,
+    /// each connection's within ±10 % of it, as gRPC's MaxConnectionAge: its
+    /// watch streams end as at a graceful shutdown (the client watches again
+    /// from its resourceVersion, through the load balancer), other requests
+    /// run on for --max-connection-age-grace. Balances clients with long
+    /// watches and few requests, which --goaway-chance barely moves, over
+    /// the replicas behind a load balancer after a rollout. 0: no maximum.
+    /// HTTP/1.1 watches move at their own ends; the unix socket never.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+    pub max_connection_age: Duration,
+
+    /// How long requests other than watches still run on a connection at
+    /// its maximum age (as gRPC's MaxConnectionAgeGrace); then it is closed.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub max_connection_age_grace: Duration,
+
     /// Bytes that pass-through answers may hold for clients that do not read
     /// them, in upstream stream windows (256 KiB each): an answer other than a
     /// watch (or another long-running one) holds one until its body has been

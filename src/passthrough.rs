@@ -158,7 +158,9 @@ impl Passthrough {
             frame
         });
         let body = if info.is_watch() {
-            body::boxed(EndOnShutdown::new(incoming, self.streams_stop.clone()))
+            // The connection's own end (its maximum age) when it has one.
+            let stop = peer.streams_stop.as_ref().unwrap_or(&self.streams_stop);
+            body::boxed(EndOnShutdown::new(incoming, stop.clone()))
         } else {
             body::boxed(incoming)
         };

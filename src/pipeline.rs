@@ -75,12 +75,14 @@ impl ApiHandler {
     async fn cached_answer(
         &self,
         req: &Request<RequestBody>,
+        peer: &Peer,
         info: &RequestInfo,
         gate: &impl ReadGate,
         flow: impl Fn() -> Flow + Sync,
     ) -> Option<Response<ProxyBody>> {
         let gate = FairGate { gate, fairness: self.fairness.as_deref(), flow };
-        match self.cache.as_ref()?.serve(req.method(), req.uri(), req.headers(), info, &gate).await {
+        let cache = self.cache.as_ref()?;
+        match cache.serve(req.method(), req.uri(), req.headers(), info, &gate, peer.streams_stop.as_ref()).await {
             Served::Response(resp) => Some(resp),
             Served::Passthrough(_) => None,
         }
@@ -168,7 +170,7 @@ impl ApiHandler {
                 return resp;
             }
             let flow = || Flow::of_connection(peer.addr);
-            if let Some(resp) = self.cached_answer(&req, &info, &Open, flow).await {
+            if let Some(resp) = self.cached_answer(&req, &peer, &info, &Open, flow).await {
                 return resp;
             }
             return self.passthrough.forward(req, peer, &info, &UpstreamIdentity::Watchmux).await;
@@ -237,7 +239,7 @@ impl ApiHandler {
         let flow = || Flow::of_user(&caller.name, &caller.groups, &info.api_group, &info.resource);
         if !client_impersonates
             && let Some(resp) =
-                self.cached_answer(&req, &info, &CallerGate { auth: delegated, caller: &caller }, flow).await
+                self.cached_answer(&req, &peer, &info, &CallerGate { auth: delegated, caller: &caller }, flow).await
         {
             return resp;
         }

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use connection::goaway_chance::GoawayChance;
 use connection::listener::{AdminHandler, Handler, Serving};
+use connection::max_age::MaxConnectionAge;
 use gates::connections::{ConnectionBudget, Shares};
 use lifecycle::graceful::GracefulShutdown;
 use lifecycle::shutdown::Stages;
@@ -78,6 +79,10 @@ pub(crate) struct ServeSettings {
     /// Each HTTP/2 answer's chance of ending its connection with GOAWAY
     /// (`--goaway-chance`), on the TCP listener.
     pub goaway_chance: GoawayChance,
+    /// Each HTTP/2 connection's maximum age and its grace
+    /// (`--max-connection-age`, `--max-connection-age-grace`), on the TCP
+    /// listener; `None`: no maximum.
+    pub max_connection_age: Option<MaxConnectionAge>,
     /// How long a graceful shutdown waits for requests (`--shutdown-grace`).
     pub shutdown_grace: Duration,
 }
@@ -168,6 +173,9 @@ impl Server {
                     budget: None,
                     h2_write_batching: false,
                     goaway_chance: GoawayChance::NEVER,
+                    max_age: None,
+                    // No watch streams on the admin listener.
+                    streams_stop: CancellationToken::new(),
                     setup_timeout: connection::listener::CONNECTION_SETUP_TIMEOUT,
                     stop,
                 };
@@ -182,7 +190,7 @@ impl Server {
         }
         let unix_path = api_unix.as_ref().map(|(_, p)| p.clone());
         let accepting = async {
-            let serving = |name, goaway_chance| Serving {
+            let serving = |name, goaway_chance, max_age| Serving {
                 name,
                 builder: &builder,
                 graceful: &graceful,
@@ -190,15 +198,21 @@ impl Server {
                 budget: Some(budget.clone()),
                 h2_write_batching: settings.h2_write_batching,
                 goaway_chance,
+                max_age,
+                streams_stop: stages.streams.clone(),
                 setup_timeout: connection::listener::CONNECTION_SETUP_TIMEOUT,
                 stop: accept_stop.clone(),
             };
-            let tcp = connection::listener::accept_tcp(api, api_tls, serving("api", settings.goaway_chance));
+            let tcp = connection::listener::accept_tcp(
+                api,
+                api_tls,
+                serving("api", settings.goaway_chance, settings.max_connection_age),
+            );
             match api_unix {
                 Some((unix, path)) => {
                     tracing::info!(path = %path.display(), "serving the API on a unix socket");
                     // Nothing to balance: every connection reaches this process.
-                    let unix = connection::listener::accept_unix(unix, serving("unix", GoawayChance::NEVER));
+                    let unix = connection::listener::accept_unix(unix, serving("unix", GoawayChance::NEVER, None));
                     tokio::join!(tcp, unix);
                 }
                 None => tcp.await,

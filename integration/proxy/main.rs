@@ -507,6 +507,47 @@ async fn shutdown_ends_watch_streams_cleanly_and_promptly() {
     drop(tx);
 }
 
+/// At its maximum age an HTTP/2 client connection gets a graceful GOAWAY and
+/// its pass-through watch ends as at a shutdown, a complete body, so the
+/// client watches again on a new connection; the proxy serves it there.
+#[tokio::test]
+async fn at_the_maximum_connection_age_a_watch_ends_cleanly_and_the_client_reconnects() {
+    let (upstream, mut senders) = streaming_upstream().await;
+    let proxy = start_proxy(upstream, &["--max-connection-age", "1s"]).await;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+    let conn = tokio::spawn(conn);
+    let uri = format!("http://{}/api/v1/pods?watch=1", proxy.addr);
+    let (watch, _) = client.send_request(Request::get(&uri).body(()).unwrap(), true).unwrap();
+    let mut tx = senders.recv().await.unwrap();
+    let watch = tokio::time::timeout(WAIT, watch).await.unwrap().unwrap();
+    tx.send_data(Bytes::from_static(b"e1\n")).await.unwrap();
+    let mut body = watch.into_body();
+    let first = tokio::time::timeout(WAIT, body.data()).await.unwrap().unwrap().unwrap();
+    assert_eq!(first, "e1\n");
+    // At about a second the stream ends, not reset (an error here), and the
+    // connection closes without an error once it has.
+    // (An empty DATA frame carries the END_STREAM.)
+    let end = tokio::time::timeout(WAIT, async {
+        loop {
+            match body.data().await {
+                Some(Ok(data)) if data.is_empty() => continue,
+                end => return end,
+            }
+        }
+    });
+    let end = end.await.expect("the watch outlived the connection's age");
+    assert!(end.is_none(), "more than the end: {end:?}");
+    let refused = std::future::poll_fn(|cx| client.poll_ready(cx)).await.unwrap_err();
+    assert!(refused.is_go_away() && refused.reason() == Some(h2::Reason::NO_ERROR), "{refused}");
+    tokio::time::timeout(WAIT, conn).await.expect("the aged connection stayed open").unwrap().unwrap();
+    // The client's next watch, on a new connection, is served.
+    let again = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let resp = h2_get(again, &uri).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    drop(tx);
+}
+
 #[tokio::test]
 async fn admin_reports_ready_once_upstream_answers_readyz() {
     let (hit_tx, hit) = mpsc::channel::<()>(8);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart,scale,ingest,upgrade}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale,ingest,upgrade,rebalance}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -485,6 +485,31 @@ def plot_ingest(runs):
     save(fig, "bench-ingest.png")
 
 
+def plot_rebalance(runs):
+    """The last bench-rebalance run: each tier's replicas' open connections
+    after the rollout, and their spread, (max - min) / mean."""
+    d = runs[-1]["details"]
+    tiers = [("on", "tier defaults (goaway chance 0.02, max age 5m)", "#1f77b4"),
+             ("off", "both off", "#d62728")]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    for key, label, color in tiers:
+        samples = d[key]["series"]["samples"]
+        t = [s["t_s"] / 60 for s in samples]
+        for i in range(len(samples[0]["connections"])):
+            top.plot(t, [s["connections"][i] for s in samples], color=color, alpha=0.35 + 0.2 * i,
+                     label=f"{label}: replica {i}")
+        bottom.plot(t, [100 * s["spread"] for s in samples], color=color, marker=".", label=label)
+    bottom.axhline(20, color="grey", linestyle="--", linewidth=1, label="within 20 %")
+    top.set_ylabel("open connections per replica")
+    top.set_title(f"After a rollout: {d['replicas']} replicas, {d['watchers_per_tier']:,} kubelet-shaped watchers "
+                  f"a tier ({d['watches_per_connection']} a connection)", fontsize=10)
+    top.legend(fontsize=7, ncol=2)
+    bottom.set_ylabel("spread, (max - min) / mean, %")
+    bottom.set_xlabel("minutes after the rollout")
+    bottom.legend(fontsize=8)
+    save(fig, "rebalance.png")
+
+
 def fmt(v, digits=1):
     return "–" if v is None else f"{v:,.{digits}f}"
 
@@ -574,6 +599,7 @@ def main():
         ("ingest", "bench-ingest/ingest-*.json", plot_ingest),
         ("alloc", "bench-scale/alloc-*.json", plot_alloc),
         ("upgrade", "bench-upgrade/restart-upgrade-*.json", plot_upgrade),
+        ("rebalance", "bench-rebalance/rebalance-*.json", plot_rebalance),
     ]:
         runs = load(pattern)
         if not runs:

@@ -1,10 +1,13 @@
 //! What is known of the downstream connection a request came on: where from,
 //! the identity its verified client certificate proves, whether it is
-//! over the connection limit, and its place in a user's share. Authentication starts from it; the listener
-//! fills it in.
+//! over the connection limit, its place in a user's share, and when its
+//! watch streams end. Authentication starts from it; the listener fills it
+//! in.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
 
 use super::cert::ClientCert;
 
@@ -22,6 +25,10 @@ pub(crate) struct Peer {
     /// The connection's place in its user's share of connections; `None`
     /// without a connection budget.
     pub connection: Option<Arc<dyn UserShare>>,
+    /// Cancelled when the connection's watch streams are to end, as at a
+    /// graceful shutdown (whose own token cancels it too): at its maximum
+    /// age (`server::connection::max_age`). `None`: at the shutdown alone.
+    pub streams_stop: Option<CancellationToken>,
 }
 
 /// A connection's place in its user's share of connections (the listener's

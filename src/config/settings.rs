@@ -57,6 +57,8 @@ impl super::Args {
                 max_connections_per_user: self.max_connections_per_user,
                 idle_connection_timeout: self.idle_connection_timeout,
                 goaway_chance: self.goaway_chance,
+                max_connection_age: self.max_connection_age,
+                max_connection_age_grace: self.max_connection_age_grace,
                 passthrough_buffer_bytes: self.passthrough_buffer_bytes,
                 passthrough_stall_timeout: self.passthrough_stall_timeout,
                 max_request_body_bytes: self.max_request_body_bytes,
@@ -335,6 +337,19 @@ mod tests {
         let err = args(&["--goaway-chance", "0.05"]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
         assert!(err.to_string().contains("--goaway-chance can not be less than 0 or greater than 0.02"), "{err}");
+    }
+
+    /// `--max-connection-age` is off by default (the binary serves one
+    /// client, or none behind a balancer), with a grace of 5 minutes.
+    #[test]
+    fn the_maximum_connection_age_is_off_by_default() {
+        let limits = |flags: &[&str]| args(flags).unwrap().server_options().unwrap().limits;
+        let default = limits(&[]);
+        assert_eq!(default.max_connection_age, std::time::Duration::ZERO);
+        assert_eq!(default.max_connection_age_grace, std::time::Duration::from_secs(300));
+        let set = limits(&["--max-connection-age", "10m", "--max-connection-age-grace", "90s"]);
+        assert_eq!(set.max_connection_age, std::time::Duration::from_secs(600));
+        assert_eq!(set.max_connection_age_grace, std::time::Duration::from_secs(90));
     }
 
     #[test]

@@ -347,6 +347,19 @@ watchmux per node or application: nothing to balance). */}}
 {{- end }}
 {{- end }}
 
+{{/* --max-connection-age's value, or "" for none (the binary's default):
+limits.maxConnectionAge, or by default 5m in tier (replicas behind a
+Service, whose kubelet-shaped clients the GOAWAY chance barely moves) and
+nothing in nodeLocal and sidecar (nothing to balance). */}}
+{{- define "watchmux.maxConnectionAge" -}}
+{{- $age := .Values.limits.maxConnectionAge }}
+{{- if kindIs "invalid" $age }}
+{{- if eq .Values.mode "tier" }}5m{{ end }}
+{{- else }}
+{{- $age }}
+{{- end }}
+{{- end }}
+
 {{/* "true" for --cache-warm: cache.warm, or by default in nodeLocal and tier. */}}
 {{- define "watchmux.cacheWarm" -}}
 {{- if .Values.cache.enabled }}
@@ -678,6 +691,12 @@ current-context: watchmux-tier
 {{- end }}
 {{- with include "watchmux.goawayChance" . }}
 - --goaway-chance={{ . }}
+{{- end }}
+{{- with include "watchmux.maxConnectionAge" . }}
+- --max-connection-age={{ . }}
+{{- end }}
+{{- with .Values.limits.maxConnectionAgeGrace }}
+- --max-connection-age-grace={{ . }}
 {{- end }}
 {{- with .Values.extraArgs }}
 {{ toYaml . }}

@@ -8,6 +8,7 @@ pub mod compaction;
 pub mod consistency;
 pub mod objects;
 pub mod persist;
+pub mod rebalance;
 pub mod slow;
 pub mod upstream;
 
@@ -62,6 +63,11 @@ pub const ALL: &[Case] = &[
         "a tier of three replicas behind a TCP balancer, each restarted in turn: no 410, no relist",
         upstream::tier_rollout
     ),
+    case!(
+        "tier-rebalance",
+        "two tiers rolled out side by side, with the tier's goaway chance and maximum age and without: connections per replica for 10 minutes",
+        rebalance::tier_rebalance
+    ),
     case!("churn", "rounds of watchers connecting and leaving: no leak", clients::connect_rounds),
     case!("crd", "a watched CRD deleted and created again", objects::crd_lifecycle),
     case!("large", "ConfigMaps of 100 KiB", objects::large),
@@ -81,6 +87,10 @@ pub const ALL: &[Case] = &[
     case!("persist-readonly", "the persist directory a read-only file system", persist::readonly),
     case!("persist-full-disk", "the persisted store's file system filled, then freed", persist::full_disk),
 ];
+
+/// Cases `all` leaves out: measurements that run for many minutes, each with
+/// a make target of its own (`make bench-rebalance`).
+pub const BENCH_ONLY: &[&str] = &["tier-rebalance"];
 
 /// The quick set (`make chaos-quick`).
 pub const QUICK: &[&str] = &[

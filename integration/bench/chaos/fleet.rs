@@ -183,7 +183,7 @@ impl Fleet {
     /// `n` watchers of `list_path` at `target`, `per_conn` to a connection.
     pub fn start(target: &Target, shape: Shape, per_conn: usize, list_path: &str, n: usize) -> Self {
         let seeds = (0..n).map(|_| (StateView::default(), None)).collect();
-        Self::start_from(target, shape, per_conn, list_path, seeds, None)
+        Self::start_from(target, shape, per_conn, list_path, seeds, None, None)
     }
 
     /// `n` watchers like [`Self::start`]'s that read no faster than `pace`.
@@ -196,10 +196,27 @@ impl Fleet {
         pace: Arc<Pace>,
     ) -> Self {
         let seeds = (0..n).map(|_| (StateView::default(), None)).collect();
-        Self::start_from(target, shape, per_conn, list_path, seeds, Some(pace))
+        Self::start_from(target, shape, per_conn, list_path, seeds, Some(pace), None)
     }
 
-    /// One watcher per seed: a view and the version to watch from (None: list first).
+    /// `n` watchers like [`Self::start`]'s whose watches each ask for a
+    /// timeoutSeconds drawn from `watch_timeout`, as client-go's (a
+    /// kubelet's) reflectors do: each ends there and is made again.
+    pub fn start_with_timeouts(
+        target: &Target,
+        shape: Shape,
+        per_conn: usize,
+        list_path: &str,
+        n: usize,
+        watch_timeout: std::ops::Range<u64>,
+    ) -> Self {
+        let seeds = (0..n).map(|_| (StateView::default(), None)).collect();
+        Self::start_from(target, shape, per_conn, list_path, seeds, None, Some(watch_timeout))
+    }
+
+    /// One watcher per seed: a view and the version to watch from (None:
+    /// list first); each watch with a timeoutSeconds from `watch_timeout`
+    /// (None: the server's).
     pub fn start_from(
         target: &Target,
         shape: Shape,
@@ -207,6 +224,7 @@ impl Fleet {
         list_path: &str,
         seeds: Vec<(StateView, Option<u64>)>,
         pace: Option<Arc<Pace>>,
+        watch_timeout: Option<std::ops::Range<u64>>,
     ) -> Self {
         let per_conn = if shape == Shape::H1 { 1 } else { per_conn.max(1) };
         let n = seeds.len();
@@ -227,6 +245,7 @@ impl Fleet {
                     view,
                     resume_from,
                     pace: pace.clone(),
+                    watch_timeout: watch_timeout.clone(),
                 };
                 let pace = Duration::from_millis((i / OPEN_PACE) as u64 * 100);
                 tokio::spawn(async move {

@@ -124,7 +124,9 @@ impl Config {
 fn selected() -> anyhow::Result<Vec<&'static cases::Case>> {
     let names: Vec<String> = env_list("CHAOS_CASES", "all")?;
     let names: Vec<String> = match names.as_slice() {
-        [one] if one == "all" => cases::ALL.iter().map(|c| c.id.to_owned()).collect(),
+        [one] if one == "all" => {
+            cases::ALL.iter().filter(|c| !cases::BENCH_ONLY.contains(&c.id)).map(|c| c.id.to_owned()).collect()
+        }
         [one] if one == "quick" => cases::QUICK.iter().map(|s| (*s).to_owned()).collect(),
         _ => names,
     };

@@ -3,6 +3,7 @@
 //! writer; and the finish every case shares: writes stopped, a last marker,
 //! the API server's list, the watchers scored.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -117,6 +118,22 @@ pub struct Plan<'a> {
     /// watchmux processes, a tier's replicas (default 1): past one, the
     /// watchers reach them through a TCP load balancer.
     pub replicas: usize,
+    /// Where replica i listens: this port plus 2i, its admin port one more
+    /// (default: the setup's addresses, then `CHAOS_PORT` + 100 + 2i), so
+    /// that two tiers can run side by side.
+    pub ports: Option<u16>,
+    /// The watchers (default: the `CHAOS_N`, `CHAOS_PER_CONN` fleet, with
+    /// the server's watch timeouts).
+    pub watchers: Option<Watchers>,
+}
+
+/// A fleet other than the default: `n` watchers, `per_conn` to an HTTP/2
+/// connection, each watch with a timeoutSeconds drawn from `watch_timeout`.
+#[derive(Clone)]
+pub struct Watchers {
+    pub n: usize,
+    pub per_conn: usize,
+    pub watch_timeout: std::ops::Range<u64>,
 }
 
 impl Default for Plan<'_> {
@@ -127,6 +144,8 @@ impl Default for Plan<'_> {
             env: &[],
             object_bytes: None,
             replicas: 1,
+            ports: None,
+            watchers: None,
         }
     }
 }
@@ -167,13 +186,20 @@ impl Stage {
         let kubeconfig = ctx.setup.kubeconfig_via(ctx.apiserver(), relay.addr, id)?;
         let log = ctx.setup.out_dir.join(format!("watchmux-{id}.log"));
         let _ = std::fs::remove_file(&log);
-        let wm = Watchmux::start(&ctx.setup, &kubeconfig, plan.flags, plan.env, log).await?;
+        let addrs_of = |port: u16| -> anyhow::Result<(SocketAddr, SocketAddr)> {
+            Ok((format!("127.0.0.1:{port}").parse()?, format!("127.0.0.1:{}", port + 1).parse()?))
+        };
+        let first = match plan.ports {
+            Some(base) => addrs_of(base)?,
+            None => (ctx.setup.listen, ctx.setup.admin),
+        };
+        let wm = Watchmux::start_on(&ctx.setup, first, &kubeconfig, plan.flags, plan.env, log).await?;
         let mut replicas = Vec::new();
-        let mut backends = vec![ctx.setup.listen];
+        let mut backends = vec![first.0];
         for i in 1..plan.replicas {
             // Fixed ports beside the setup's (CHAOS_PORT + 100 + 2i, admin + 1).
-            let port = ctx.setup.listen.port() + 100 + 2 * i as u16;
-            let addrs = (format!("127.0.0.1:{port}").parse()?, format!("127.0.0.1:{}", port + 1).parse()?);
+            let base = plan.ports.unwrap_or(ctx.setup.listen.port() + 100);
+            let addrs = addrs_of(base + 2 * i as u16)?;
             let log = ctx.setup.out_dir.join(format!("watchmux-{id}-{i}.log"));
             let _ = std::fs::remove_file(&log);
             replicas.push(Watchmux::start_on(&ctx.setup, addrs, &kubeconfig, plan.flags, plan.env, log).await?);
@@ -186,7 +212,11 @@ impl Stage {
             }
             proxy => (proxy, None),
         };
-        let fleet = Fleet::start(&proxy, ctx.cfg.shape, ctx.cfg.per_conn, &writer.kind.collection, ctx.cfg.n);
+        let collection = &writer.kind.collection;
+        let fleet = match plan.watchers {
+            None => Fleet::start(&proxy, ctx.cfg.shape, ctx.cfg.per_conn, collection, ctx.cfg.n),
+            Some(w) => Fleet::start_with_timeouts(&proxy, ctx.cfg.shape, w.per_conn, collection, w.n, w.watch_timeout),
+        };
         let ready = fleet.wait_ready(SETUP_LIMIT).await;
         if ready < fleet.n {
             bail!("only {ready} of {} watchers opened their watch in {SETUP_LIMIT:?}", fleet.n);

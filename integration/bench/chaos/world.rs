@@ -76,20 +76,9 @@ pub struct Watchmux {
 }
 
 impl Watchmux {
-    /// Starts watchmux on the setup's addresses with `kubeconfig` and
-    /// `flags`, its log in `log`; returns once /readyz answers.
-    pub async fn start(
-        setup: &Setup,
-        kubeconfig: &Path,
-        flags: &[&str],
-        env: &[(&str, &str)],
-        log: PathBuf,
-    ) -> anyhow::Result<Self> {
-        Self::start_on(setup, (setup.listen, setup.admin), kubeconfig, flags, env, log).await
-    }
-
-    /// [`Self::start`] on addresses of the caller's (`listen`, `admin`):
-    /// one more replica of a tier.
+    /// Starts watchmux on `listen` and `admin` (the setup's addresses, or a
+    /// tier's other replica's) with `kubeconfig` and `flags`, its log in
+    /// `log`; returns once /readyz answers.
     pub async fn start_on(
         setup: &Setup,
         (listen, admin): (SocketAddr, SocketAddr),

@@ -20,6 +20,9 @@ use super::lines::{End, Pace, Paced, find_rv, read_lines};
 /// client-go's reflector backs off from 800 ms, doubling to 30 s, with jitter.
 pub const BACKOFF_START: Duration = Duration::from_millis(800);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// How many times a request a connection going away did not send is sent
+/// again on another, as Go's transport retries it.
+const RESENDS: usize = 3;
 
 /// What a reflector reads, as it reads it.
 pub trait View: Send + 'static {
@@ -48,6 +51,12 @@ pub struct Counters {
     pub gone: AtomicU64,
     /// Attempts that failed or were answered other than 200 or 410.
     pub refused: AtomicU64,
+    /// Watch streams that ended with an error (a reset, a cut connection),
+    /// not at a clean end of their body.
+    pub stream_errors: AtomicU64,
+    /// Requests a connection going away (GOAWAY) did not send, sent again
+    /// on a new connection: no error to the client, as with Go's transport.
+    pub resent: AtomicU64,
 }
 
 impl Counters {
@@ -80,6 +89,11 @@ impl Slot {
         Ok(s)
     }
 
+    /// The connection in use, if any.
+    pub async fn current(&self) -> Option<Sender> {
+        self.conn.lock().await.clone()
+    }
+
     pub async fn reset(&self, broken: &Sender) {
         let mut conn = self.conn.lock().await;
         if let (Some(Sender::H2(a)), Sender::H2(b)) = (conn.as_ref(), broken)
@@ -104,6 +118,9 @@ pub struct Reflector<V> {
     pub resume_from: Option<u64>,
     /// Read watch streams no faster than this (a slow client); None: at once.
     pub pace: Option<Arc<Pace>>,
+    /// Each watch's timeoutSeconds, drawn from this range, as client-go's
+    /// reflector draws from 5 to 10 minutes; None: the server's own.
+    pub watch_timeout: Option<std::ops::Range<u64>>,
 }
 
 impl<V: View> Reflector<V> {
@@ -154,11 +171,32 @@ impl<V: View> Reflector<V> {
                     },
                 };
                 self.counters.watch_requests.fetch_add(1, Ordering::Relaxed);
-                let path = format!("{}?watch=1&allowWatchBookmarks=true&resourceVersion={from}", self.list_path);
-                match conn.send(self.slot.target.request(self.slot.shape, &path)).await {
-                    Ok(r) => anyhow::Ok((conn, from, r)),
+                let mut path = format!("{}?watch=1&allowWatchBookmarks=true&resourceVersion={from}", self.list_path);
+                if let Some(range) = self.watch_timeout.clone() {
+                    path.push_str(&format!("&timeoutSeconds={}", rand::random_range(range)));
+                }
+                // As Go's HTTP/2 transport (client-go's) does: a request a
+                // connection going away never sent goes on a new one, a few
+                // times at most.
+                let mut conn = conn;
+                let mut resends = 0;
+                let sent = loop {
+                    match conn.send(self.slot.target.request(self.slot.shape, &path)).await {
+                        Err(e) if unsent(&e) && resends < RESENDS => {
+                            resends += 1;
+                            self.counters.resent.fetch_add(1, Ordering::Relaxed);
+                            self.slot.reset(&conn).await;
+                            conn = self.slot.sender().await?;
+                        }
+                        sent => break sent.map(|r| (conn, r)),
+                    }
+                };
+                match sent {
+                    Ok((conn, r)) => anyhow::Ok((conn, from, r)),
                     Err(e) => {
-                        self.slot.reset(&conn).await;
+                        if let Some(conn) = self.slot.current().await {
+                            self.slot.reset(&conn).await;
+                        }
                         Err(e)
                     }
                 }
@@ -231,9 +269,26 @@ impl<V: View> Reflector<V> {
                 rv = Some(last);
             }
             if matches!(end, End::Error(_)) {
+                self.counters.stream_errors.fetch_add(1, Ordering::Relaxed);
                 self.slot.reset(&conn).await;
             }
         }
         self.view
     }
+}
+
+/// Whether a request failed without being sent, because its HTTP/2
+/// connection was going away (a graceful GOAWAY, a stream refused past it)
+/// or already closed: Go's transport retries such a request on a new
+/// connection by itself.
+fn unsent(err: &anyhow::Error) -> bool {
+    let Some(err) = err.downcast_ref::<hyper::Error>() else { return false };
+    if err.is_canceled() || err.is_closed() {
+        return true;
+    }
+    let h2 = std::error::Error::source(err).and_then(|e| e.downcast_ref::<h2::Error>());
+    h2.is_some_and(|e| {
+        let graceful_goaway = e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR);
+        graceful_goaway || e.reason() == Some(h2::Reason::REFUSED_STREAM)
+    })
 }

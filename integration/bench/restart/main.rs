@@ -331,6 +331,7 @@ impl Bench {
         let tasks: Vec<_> = (0..self.n)
             .map(|i| {
                 let w = Reflector {
+                    watch_timeout: None,
                     slot: slots[i / per_conn].clone(),
                     counters: counters.clone(),
                     stop: stop.clone(),

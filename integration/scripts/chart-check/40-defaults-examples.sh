@@ -125,23 +125,44 @@ fi
 # rebalanced after a rollout), none in nodeLocal and sidecar (nothing to
 # balance); limits.goawayChance overrides it in any mode; the README's values
 # table says the same.
-goaway_line() {  # <case>: the --goaway-chance flag of the watchmux container, or -
+flag_line() {  # <case> <flag>: that flag of the watchmux container (with its value), or -
   local c; IFS=$'\t' read -r _ c < <(container_json "$tmp/$1.yaml")
-  jq -r '[.args[] | select(startswith("--goaway-chance"))] | if length == 0 then "-" else join(" ") end' <<<"$c"
+  jq -r --arg flag "$2" '[.args[] | select(startswith($flag + "="))] | if length == 0 then "-" else join(" ") end' <<<"$c"
 }
-goaway_bad=""
-for c in "tier|--goaway-chance=0.02" "tier-cache-all|--goaway-chance=0.001" "nodelocal|-" "nodelocal-staticpod|-" \
-         "sidecar|-" "nodelocal-delegated-tuned|--goaway-chance=0.005"; do
-  IFS='|' read -r name want <<<"$c"
-  got="$(goaway_line "$name")"
-  [[ $got == "$want" ]] || goaway_bad+=" $name: [$got], want [$want];"
-done
+goaway_line() { flag_line "$1" --goaway-chance; }
+defaults_mismatches() {  # <line function> <case|want>...: each case whose line is not the one it wants
+  local line="$1" c name want got bad=""
+  shift
+  for c in "$@"; do
+    IFS='|' read -r name want <<<"$c"
+    got="$("$line" "$name")"
+    [[ $got == "$want" ]] || bad+=" $name: [$got], want [$want];"
+  done
+  printf '%s' "$bad"
+}
+goaway_bad="$(defaults_mismatches goaway_line "tier|--goaway-chance=0.02" "tier-cache-all|--goaway-chance=0.001" \
+  "nodelocal|-" "nodelocal-staticpod|-" "sidecar|-" "nodelocal-delegated-tuned|--goaway-chance=0.005")"
 grep -qF '| `limits.goawayChance` | `null`: `0.02` in `tier`, `0` (off) in `nodeLocal` and `sidecar` |' "$chart/README.md" ||
   goaway_bad+=" the README's values table lacks limits.goawayChance's defaults;"
 if [[ -z $goaway_bad ]]; then
   say "ok   goaway chance: tier [$(goaway_line tier)], nodeLocal [$(goaway_line nodelocal)], sidecar [$(goaway_line sidecar)]; limits.goawayChance overrides it"
 else
   fail "goaway chance:$goaway_bad"
+fi
+
+# Maximum connection age: 5m by default in the tier (kubelet-shaped clients,
+# whom the chance barely moves, rebalanced within minutes of a rollout), none
+# in nodeLocal and sidecar; limits.maxConnectionAge and its grace override.
+age_line() { echo "$(flag_line "$1" --max-connection-age) $(flag_line "$1" --max-connection-age-grace)"; }
+age_bad="$(defaults_mismatches age_line "tier|--max-connection-age=5m -" \
+  "tier-cache-all|--max-connection-age=15m --max-connection-age-grace=2m" "nodelocal|- -" "nodelocal-staticpod|- -" \
+  "sidecar|- -")"
+grep -qF '| `limits.maxConnectionAge` / `maxConnectionAgeGrace` | `null`: `5m` in `tier`, none in `nodeLocal` and `sidecar`' "$chart/README.md" ||
+  age_bad+=" the README's values table lacks limits.maxConnectionAge's defaults;"
+if [[ -z $age_bad ]]; then
+  say "ok   maximum connection age: tier [$(age_line tier)], nodeLocal [$(age_line nodelocal)], sidecar [$(age_line sidecar)]; limits.maxConnectionAge overrides it"
+else
+  fail "maximum connection age:$age_bad"
 fi
 
 # Scheduling: the tier at system-cluster-critical spread over nodes and zones,

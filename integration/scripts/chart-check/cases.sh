@@ -10,7 +10,7 @@
 examples="$chart/examples"
 cases=(
   "tier|restricted|-|--set mode=tier"
-  "tier-cache-all|restricted|-|--set mode=tier --set 'cache.resources={*}' --set cache.scopes.configmaps=labelSelector=app=demo --set limits.fairnessSeats=200 --set limits.fairnessQueueWait=5s --set limits.goawayChance=0.001"
+  "tier-cache-all|restricted|-|--set mode=tier --set 'cache.resources={*}' --set cache.scopes.configmaps=labelSelector=app=demo --set limits.fairnessSeats=200 --set limits.fairnessQueueWait=5s --set limits.goawayChance=0.001 --set limits.maxConnectionAge=15m --set limits.maxConnectionAgeGrace=2m"
   "tier-cache-off|restricted|-|--set mode=tier --set cache.enabled=false"
   "tier-servicemonitor|restricted|-|--set mode=tier --set serviceMonitor.enabled=true --set networkPolicy.enabled=true"
   "nodelocal-fleet-relabelings|privileged|-|--set mode=nodeLocal --set serviceMonitor.enabled=true --set nodeLocal.adminOnHostIP=true --set auth.clientCA.configMap=client-ca -f $examples/fleet-metric-relabelings.yaml"
@@ -67,6 +67,7 @@ refusals=(
   "goaway-chance-past-cap|--set mode=tier --set limits.goawayChance=0.05|--goaway-chance can not be less than 0 or greater than 0.02"
   "goaway-chance-negative|--set-json limits.goawayChance=-0.001"
   "goaway-chance-not-a-number|--set limits.goawayChance=often"
+  "max-connection-age-not-a-duration|--set limits.maxConnectionAge=soon"
   "unknown-mode|--set mode=daemon"
   "unknown-key|--set replicas=3"
   "certmanager-and-existing-secret|--set certManager.enabled=true --set tls.existingSecret=mine"

@@ -145,7 +145,10 @@ impl CacheService {
         &self.registry
     }
 
-    /// Serves a request from the cache, or says why it must pass through.
+    /// Serves a request from the cache, or says why it must pass through. A
+    /// watch ends with `connection_streams_stop`, its connection's own end
+    /// of watch streams (at its maximum age) when it has one, else with the
+    /// server's shutdown.
     pub(crate) async fn serve(
         &self,
         method: &Method,
@@ -153,8 +156,9 @@ impl CacheService {
         headers: &HeaderMap,
         info: &RequestInfo,
         gate: &impl ReadGate,
+        connection_streams_stop: Option<&CancellationToken>,
     ) -> Served {
-        let served = self.try_serve(method, uri, headers, info, gate).await;
+        let served = self.try_serve(method, uri, headers, info, gate, connection_streams_stop).await;
         if let Served::Passthrough(reason) = &served
             && reason.is_counted()
         {
@@ -172,6 +176,7 @@ impl CacheService {
         headers: &HeaderMap,
         info: &RequestInfo,
         gate: &impl ReadGate,
+        connection_streams_stop: Option<&CancellationToken>,
     ) -> Served {
         let arrival = Instant::now();
         let request = match plan::request(method, uri, headers, info, |r| self.registry.is_enabled(r)) {
@@ -230,7 +235,8 @@ impl CacheService {
                 Err(refused) => return Served::Response(*refused),
             },
         };
-        let mut response = match self.carry_out(cache.clone(), read, arrival, backfilled).await {
+        let streams_stop = connection_streams_stop.unwrap_or(&self.streams_stop).clone();
+        let mut response = match self.carry_out(cache.clone(), read, arrival, backfilled, streams_stop).await {
             Served::Response(response) => response,
             passthrough => return passthrough,
         };
@@ -330,12 +336,13 @@ impl CacheService {
         read: Read,
         arrival: Instant,
         backfilled: Option<Resumed>,
+        streams_stop: CancellationToken,
     ) -> Served {
         let Read { endpoint, params, filter, content, scoped, .. } = read;
         match (endpoint, content) {
             (Endpoint::List, Content::Table(form)) => self.table_list(cache, filter, params, form, arrival).await,
             (Endpoint::Get, Content::Table(form)) => self.table_get(cache, filter, params, form, scoped).await,
-            (Endpoint::Watch, content) => self.watch(cache, filter, params, content, backfilled).await,
+            (Endpoint::Watch, content) => self.watch(cache, filter, params, content, backfilled, streams_stop).await,
             (Endpoint::List, Content::Answer(answer)) => self.list(cache, filter, params, answer, arrival).await,
             (Endpoint::Get, Content::Answer(answer)) => self.get(cache, filter, params, answer, scoped).await,
         }
@@ -394,6 +401,7 @@ impl CacheService {
         p: ReadParams,
         content: Content,
         backfilled: Option<Resumed>,
+        streams_stop: CancellationToken,
     ) -> Served {
         let (answer, table) = content.into_parts();
         let is_table = table.is_some();
@@ -445,7 +453,7 @@ impl CacheService {
             // bookmark, when the client allows bookmarks.
             initial_events_end: watch_list || matches!(start, StartAt::CurrentState),
             timeout,
-            stop: self.streams_stop.clone(),
+            stop: streams_stop,
             table,
         };
         match cache.register(filter, start) {

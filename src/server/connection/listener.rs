@@ -15,7 +15,9 @@
 //! [`super::early_resets`]). An HTTP/2 connection with no stream open for
 //! the idle timeout, or whose answer said `Connection: close` or drew the
 //! GOAWAY chance, is asked to finish with GOAWAY (see [`super::activity`]
-//! and [`super::goaway_chance`]). Each accepted connection
+//! and [`super::goaway_chance`]), as is one at its maximum age, whose watch
+//! streams then end and whose other requests have the grace (see
+//! [`super::max_age`]). Each accepted connection
 //! is counted against the connection budget and its address's share
 //! ([`ConnectionBudget`]); one past even the connections answered with a
 //! 429 is closed at accept, unread.
@@ -46,6 +48,7 @@ use super::activity::IDLE_TIMEOUT;
 use super::activity::{Activity, CloseReason};
 use super::early_resets::EarlyResets;
 use super::goaway_chance::GoawayChance;
+use super::max_age::{AgeAction, ConnectionAge, MaxConnectionAge};
 use super::opening::{Opening, Rewind, read_opening};
 use super::tls::ApiTls;
 use super::write_behind::WriteBehind;
@@ -159,6 +162,12 @@ pub(crate) struct Serving<'a, H> {
     /// Each HTTP/2 answer's chance of ending its connection
     /// (`--goaway-chance`); never for the admin listener and the unix socket.
     pub goaway_chance: GoawayChance,
+    /// Each HTTP/2 connection's maximum age (`--max-connection-age`); never
+    /// for the admin listener and the unix socket.
+    pub max_age: Option<MaxConnectionAge>,
+    /// The server's end of watch streams (its graceful shutdown): each
+    /// connection with a maximum age ends its own with a child of it.
+    pub streams_stop: CancellationToken,
     /// [`CONNECTION_SETUP_TIMEOUT`], shorter in tests.
     pub setup_timeout: Duration,
     /// Stops accepting, and ends connections still in their set-up.
@@ -232,8 +241,19 @@ where
     F: Fn(Accepted<L::Stream, H>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let Serving { name, builder, graceful, handler, budget, h2_write_batching, goaway_chance, setup_timeout, stop } =
-        serving;
+    let Serving {
+        name,
+        builder,
+        graceful,
+        handler,
+        budget,
+        h2_write_batching,
+        goaway_chance,
+        max_age,
+        streams_stop,
+        setup_timeout,
+        stop,
+    } = serving;
     loop {
         let (stream, addr) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -258,7 +278,7 @@ where
         };
         let over_connection_limit = slot.as_ref().is_some_and(|s| !s.within);
         let connection = slot.as_ref().map(|s| s.claim() as Arc<dyn crate::auth::UserShare>);
-        let peer = Peer { addr, client_cert: None, over_connection_limit, connection };
+        let peer = Peer { addr, client_cert: None, over_connection_limit, connection, streams_stop: None };
         // A connection over the budget is there for its 429 only.
         let idle_timeout = if over_connection_limit { setup_timeout } else { builder.idle_timeout };
         let conn = Conn {
@@ -269,6 +289,9 @@ where
             handler: handler.clone(),
             idle_timeout,
             goaway_chance,
+            // A connection over the budget is closed after its 429 anyway.
+            max_age: max_age.filter(|_| !over_connection_limit),
+            streams_stop: streams_stop.clone(),
         };
         let accepted = Accepted {
             stream,
@@ -403,6 +426,10 @@ pub(super) struct Conn<H> {
     idle_timeout: Duration,
     /// Each answer's chance of ending the connection (HTTP/2).
     goaway_chance: GoawayChance,
+    /// The connection's maximum age (HTTP/2).
+    max_age: Option<MaxConnectionAge>,
+    /// The server's end of watch streams, parent of the connection's own.
+    streams_stop: CancellationToken,
 }
 
 impl<H: Handler> Conn<H> {
@@ -421,14 +448,17 @@ impl<H: Handler> Conn<H> {
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         if io.is_h2_preface() {
-            let Self { name, peer, builder, watcher, handler, idle_timeout, goaway_chance } = self;
+            let Self { name, peer, builder, watcher, handler, idle_timeout, goaway_chance, max_age, streams_stop } =
+                self;
             let resets = EarlyResets::new();
             let activity = Activity::new(goaway_chance);
+            let age = max_age.map(|limit| Box::new(ConnectionAge::new(limit, streams_stop.child_token())));
+            let peer = Peer { streams_stop: age.as_ref().map(|age| age.streams_stop().clone()), ..peer };
             let service = service(handler, peer, resets.clone(), Some(activity.clone()));
             let conn = builder.http2.serve_connection(TokioIo::new(io), service);
             let conn = watcher.watch(conn, http2::Connection::graceful_shutdown);
             let idle = Some(Box::new(Idle::new(activity, idle_timeout)));
-            Box::pin(Served { name, conn, tripped: resets.tripped(), idle })
+            Box::pin(Served { name, conn, tripped: resets.tripped(), idle, age })
         } else {
             Box::pin(h1_front::serve(self, io))
         }
@@ -441,13 +471,14 @@ impl<H: Handler> Conn<H> {
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         // HTTP/1.1 has no GOAWAY: a watch ends at its timeout and is made
-        // again on a new connection (see `super::goaway_chance`).
-        let Self { name, peer, builder, watcher, handler, idle_timeout: _, goaway_chance: _ } = self;
+        // again on a new connection (see `super::goaway_chance` and
+        // `super::max_age`).
+        let Self { name, peer, builder, watcher, handler, .. } = self;
         let resets = EarlyResets::new();
         let service = service(handler, peer, resets.clone(), None);
         let conn = builder.http1.serve_connection(TokioIo::new(io), service).with_upgrades();
         let conn = watcher.watch(conn, http1::UpgradeableConnection::graceful_shutdown);
-        Box::pin(Served { name, conn, tripped: resets.tripped(), idle: None })
+        Box::pin(Served { name, conn, tripped: resets.tripped(), idle: None, age: None })
     }
 }
 
@@ -455,7 +486,7 @@ impl<H: Handler> Conn<H> {
 impl<H: Handler> Conn<H> {
     /// A connection of the "test" listener, from an unknown peer.
     pub(super) fn for_test(handler: H, watcher: Watcher) -> Self {
-        let peer = Peer { addr: None, client_cert: None, over_connection_limit: false, connection: None };
+        let peer = Peer::default();
         Self {
             name: "test",
             peer,
@@ -464,6 +495,8 @@ impl<H: Handler> Conn<H> {
             handler,
             idle_timeout: IDLE_TIMEOUT,
             goaway_chance: GoawayChance::NEVER,
+            max_age: None,
+            streams_stop: CancellationToken::new(),
         }
     }
 }
@@ -511,7 +544,8 @@ pin_project_lite::pin_project! {
     /// were cancelled before an answer. A future of its own for the same
     /// reason as [`Watched`]. An HTTP/2 connection is also asked to finish
     /// (GOAWAY) once idle too long or once an answer said `Connection: close`
-    /// or drew the GOAWAY chance.
+    /// or drew the GOAWAY chance, or at its maximum age, after whose grace
+    /// it is closed.
     struct Served<C> {
         name: &'static str,
         #[pin]
@@ -519,6 +553,7 @@ pin_project_lite::pin_project! {
         #[pin]
         tripped: WaitForCancellationFutureOwned,
         idle: Option<Box<Idle>>,
+        age: Option<Box<ConnectionAge>>,
     }
 }
 
@@ -562,6 +597,26 @@ impl<C: Future<Output = hyper::Result<()>>> Future for Served<C> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut this = self.project();
+        if let Some(age) = this.age.as_mut()
+            && let Poll::Ready(action) = age.poll_action(cx)
+        {
+            match action {
+                AgeAction::Finish => {
+                    // Counted once: a connection already going (the GOAWAY
+                    // chance, shutdown) only has its watches ended.
+                    if !this.conn.is_finishing() {
+                        counter!(m::CONNECTIONS_FINISHED, "listener" => *this.name, "reason" => "max_age").increment(1);
+                    }
+                    *this.idle = None;
+                    this.conn.as_mut().finish();
+                }
+                AgeAction::Close => {
+                    // As gRPC's MaxConnectionAgeGrace: what still runs is cut.
+                    tracing::debug!(listener = *this.name, "maximum connection age's grace over; closing");
+                    return Poll::Ready(());
+                }
+            }
+        }
         if let Some(idle) = this.idle.as_mut()
             && let Poll::Ready(reason) = idle.poll_finish(cx)
         {

@@ -96,6 +96,12 @@ pin_project_lite::pin_project! {
 }
 
 impl<C> Watched<C> {
+    /// True once the connection was asked to finish, by [`Self::finish`] or
+    /// the shutdown.
+    pub(crate) fn is_finishing(&self) -> bool {
+        self.signalled
+    }
+
     /// Asks this one connection to finish as shutdown would (GOAWAY on
     /// HTTP/2, close once idle on HTTP/1.1), at most once.
     pub(crate) fn finish(self: Pin<&mut Self>) {

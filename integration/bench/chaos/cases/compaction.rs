@@ -52,7 +52,8 @@ pub async fn compaction(ctx: &Ctx) -> anyhow::Result<Outcome> {
         })
         .collect();
     let x = seeds.first().and_then(|s| s.1).unwrap_or(0);
-    let gap = Fleet::start_from(&st.proxy, ctx.cfg.shape, ctx.cfg.per_conn, &st.writer.kind.collection, seeds, None);
+    let gap =
+        Fleet::start_from(&st.proxy, ctx.cfg.shape, ctx.cfg.per_conn, &st.writer.kind.collection, seeds, None, None);
     let gap_ready = gap.wait_ready(Duration::from_secs(10)).await;
     // After it: deletions (which the gap clients must learn of) and changes.
     for name in &names[10..14] {

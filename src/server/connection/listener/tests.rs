@@ -25,7 +25,8 @@ const SETUP: Duration = Duration::from_millis(300);
 /// handler does; never answers `/stall`, as a request waiting on the
 /// upstream, and counts those. `/gate` is answered once the gate opens
 /// (counted too); `/watch` is a stream of one event at once and another
-/// once the gate opens, then its end.
+/// once the gate opens, then its end, or its end as soon as the
+/// connection's watch streams are to end.
 #[derive(Clone, Default)]
 struct Hello {
     stalled: Arc<AtomicUsize>,
@@ -55,7 +56,12 @@ impl Handler for Hello {
                     gate.cancelled().await;
                     let _ = events.send_data(bytes::Bytes::from_static(b"event-2\n")).await;
                 });
-                return Response::new(crate::body::boxed(body));
+                // Ended as the pass-through's and the cache's watches are, by
+                // the connection's own end of watch streams when it has one.
+                return match peer.streams_stop {
+                    Some(stop) => Response::new(crate::body::boxed(crate::body::EndOnShutdown::new(body, stop))),
+                    None => Response::new(crate::body::boxed(body)),
+                };
             }
             _ => {}
         }
@@ -115,6 +121,8 @@ async fn listen_with(
             budget,
             h2_write_batching: true,
             goaway_chance,
+            max_age: None,
+            streams_stop: CancellationToken::new(),
             setup_timeout,
             stop: serving_stop,
         };
@@ -326,6 +334,8 @@ async fn a_silent_unix_client_is_closed_at_the_setup_deadline() {
             budget: None,
             h2_write_batching: false,
             goaway_chance: GoawayChance::NEVER,
+            max_age: None,
+            streams_stop: CancellationToken::new(),
             setup_timeout: SETUP,
             stop: serving_stop,
         };
@@ -588,4 +598,131 @@ async fn the_goaway_chance_leaves_http1_connections_alone() {
     }
     assert!(!conn.is_finished());
     assert_eq!(finished("t-goaway-h1", "goaway_chance"), 0);
+}
+
+/// The maximum age of these tests' connections, and its grace.
+const AGE: MaxConnectionAge = MaxConnectionAge { age: Duration::from_secs(600), grace: Duration::from_secs(60) };
+
+/// An HTTP/2 client on a connection served in memory with [`AGE`] as the
+/// listener `name` serves it, so that paused time passes only when every
+/// task waits on a timer: the connection's sender, its end, and the handler.
+async fn aged_h2_connection(
+    name: &'static str,
+) -> (h2::client::SendRequest<bytes::Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>, Hello, GracefulShutdown) {
+    metrics();
+    let (client, mut server) = tokio::io::duplex(1 << 20);
+    let handler = Hello::default();
+    let graceful = GracefulShutdown::new();
+    let conn = Conn { name, max_age: Some(AGE), ..Conn::for_test(handler.clone(), graceful.watcher()) };
+    tokio::spawn(async move {
+        let opening = super::super::opening::read_opening(&mut server).await.unwrap();
+        conn.serve(Rewind::new(server, opening)).await
+    });
+    let (send, conn) = h2::client::handshake(client).await.unwrap();
+    (send, tokio::spawn(conn), handler, graceful)
+}
+
+/// Waits (in paused time, so for as long as the server takes) until the
+/// client may open no more streams: the GOAWAY's error.
+async fn goaway_received(client: &mut h2::client::SendRequest<bytes::Bytes>) -> h2::Error {
+    loop {
+        match std::future::poll_fn(|cx| client.poll_ready(cx)).await {
+            Err(err) => return err,
+            // Time passes only once every task waits.
+            Ok(()) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}
+
+/// At its maximum age (within the jitter) an HTTP/2 connection is sent a
+/// graceful GOAWAY, its watch ends as at a shutdown (its body complete, not
+/// reset, so the client watches again elsewhere from its resourceVersion),
+/// and a request in flight still gets its whole answer; then the connection
+/// closes without an error.
+#[tokio::test(start_paused = true)]
+async fn at_its_maximum_age_an_http2_connection_gets_goaway_and_its_watch_ends_cleanly() {
+    let (mut client, conn, handler, _graceful) = aged_h2_connection("t-age").await;
+    let opened = Instant::now();
+    let (in_flight, _) = client.send_request(Request::get("http://t/gate").body(()).unwrap(), true).unwrap();
+    started(&handler.gated, 1).await;
+    let (watch, _) = client.send_request(Request::get("http://t/watch").body(()).unwrap(), true).unwrap();
+    let watch = watch.await.unwrap();
+    assert_eq!(watch.status(), 200);
+    let mut events = watch.into_body();
+    assert_eq!(next_data(&mut events).await.as_deref(), Some(&b"event-1\n"[..]));
+    assert_eq!(finished("t-age", "max_age"), 0);
+
+    let refused = goaway_received(&mut client).await;
+    let age = opened.elapsed();
+    assert!(refused.is_go_away() && refused.is_remote(), "{refused}");
+    assert_eq!(refused.reason(), Some(h2::Reason::NO_ERROR), "not graceful");
+    let jitter = AGE.age.mul_f64(super::super::max_age::JITTER);
+    assert!(age >= AGE.age - jitter && age <= AGE.age + jitter + Duration::from_secs(1), "GOAWAY after {age:?}");
+    assert_eq!(finished("t-age", "max_age"), 1);
+    // The watch ends without its second event (which waits on the gate) and
+    // without an error: `next_data` fails on a reset.
+    assert_eq!(next_data(&mut events).await, None, "the watch did not end at the age");
+    // The request in flight is answered in full.
+    assert!(!conn.is_finished(), "the connection closed under its request in flight");
+    handler.gate.cancel();
+    let answered = in_flight.await.expect("the request in flight failed");
+    assert_eq!(answered.status(), 200);
+    assert_eq!(next_data(&mut answered.into_body()).await.as_deref(), Some(&b"hello"[..]));
+    conn.await.unwrap().expect("the connection ended with an error");
+    assert!(opened.elapsed() < age + AGE.grace, "the grace was waited for though nothing ran");
+    assert_eq!(finished("t-age", "max_age"), 1, "one GOAWAY for the connection");
+}
+
+/// A request that outlasts the grace does not hold its connection for
+/// ever: at the age plus the grace the connection is closed.
+#[tokio::test(start_paused = true)]
+async fn past_the_grace_a_connection_at_its_maximum_age_is_closed() {
+    let (mut client, conn, handler, _graceful) = aged_h2_connection("t-age-grace").await;
+    let opened = Instant::now();
+    let (stalled, _) = client.send_request(Request::get("http://t/stall").body(()).unwrap(), true).unwrap();
+    started(&handler.stalled, 1).await;
+    goaway_received(&mut client).await;
+    let age = opened.elapsed();
+    let cut = tokio::time::timeout(AGE.grace * 2, stalled).await.expect("the connection outlived its grace");
+    assert!(cut.is_err(), "a request that never ends was answered: {cut:?}");
+    let closed = opened.elapsed();
+    assert!(
+        closed >= age + AGE.grace - Duration::from_secs(1),
+        "closed {:?} after the age, before the grace",
+        closed - age
+    );
+    let _ = conn.await.unwrap();
+}
+
+/// HTTP/1.1 has no GOAWAY: a request in progress past the age and its
+/// grace is not cut, and the connection serves on after it (HTTP/1.1
+/// watches end at their own timeouts and are made again on new
+/// connections).
+#[tokio::test(start_paused = true)]
+async fn the_maximum_age_leaves_http1_connections_alone() {
+    metrics();
+    let (client, mut server) = tokio::io::duplex(1 << 20);
+    let (handler, graceful) = (Hello::default(), GracefulShutdown::new());
+    let conn = Conn { name: "t-age-h1", max_age: Some(AGE), ..Conn::for_test(handler.clone(), graceful.watcher()) };
+    tokio::spawn(async move {
+        let opening = super::super::opening::read_opening(&mut server).await.unwrap();
+        conn.serve(Rewind::new(server, opening)).await
+    });
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(client)).await.unwrap();
+    let conn = tokio::spawn(conn);
+    let get = |path: &str| {
+        let req = Request::get(path).header(http::header::HOST, "t").body(http_body_util::Empty::<bytes::Bytes>::new());
+        req.unwrap()
+    };
+    let gated = tokio::spawn(send.send_request(get("/gate")));
+    started(&handler.gated, 1).await;
+    tokio::time::sleep(AGE.age.mul_f64(1.2) + AGE.grace).await; // the age passing is what is tested
+    assert!(!conn.is_finished(), "closed under its request");
+    handler.gate.cancel();
+    let resp = gated.await.unwrap().expect("the request past the age failed");
+    assert_eq!(resp.status(), 200);
+    http_body_util::BodyExt::collect(resp.into_body()).await.unwrap();
+    let resp = send.send_request(get("/")).await.expect("the connection no longer serves");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(finished("t-age-h1", "max_age"), 0);
 }
