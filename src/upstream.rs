@@ -399,6 +399,10 @@ pub struct Upstream {
     /// Counts [`Self::renew_connections`]: a cache's upstream watch ends
     /// when it moves, and resumes on the new connections.
     renewals: tokio::sync::watch::Sender<u64>,
+    /// Set once start-up has read the Kubernetes minor (with a cache or
+    /// delegated auth): only then do the readiness probes follow it
+    /// (`version::refresh`); a pass-through watchmux writes no form of its own.
+    follows_minor: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -461,6 +465,7 @@ impl Upstream {
             credentials: CredentialSource::new(&cfg.auth, cfg)?,
             health: HealthCell::default(),
             renewals: tokio::sync::watch::Sender::new(0),
+            follows_minor: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -792,29 +797,33 @@ impl Upstream {
 
     /// Reads `endpoint`'s `/version` on its probe lane: the Kubernetes minor
     /// it runs (`version`).
-    async fn read_minor(&self, endpoint: &Arc<Endpoint>, limit: Duration) -> Result<u8, String> {
+    async fn read_minor(&self, endpoint: &Arc<Endpoint>, limit: Duration) -> Result<u8, version::Unread> {
+        use version::Unread::{NoAnswer, NoMinor};
         let read = async {
-            let (own, clients) =
-                self.clients_for(&UpstreamCredential::Watchmux).await.map_err(|e| crate::error::error_chain(&e))?;
+            let no_answer = |e: &dyn std::error::Error| NoAnswer(crate::error::error_chain(e));
+            let (own, clients) = self.clients_for(&UpstreamCredential::Watchmux).await.map_err(|e| no_answer(&e))?;
             let req = Request::get("/version")
                 .header(header::ACCEPT, "application/json")
                 .body(body::empty())
                 .expect("static request");
             let req = self.prepare(req, authorization(&UpstreamCredential::Watchmux, own.as_ref()));
             let lane = clients.probe_lane(endpoint, &self.builder.endpoints.all());
-            let resp = lane.send(req, limit).await.map_err(|e| crate::error::error_chain(&e))?;
+            let resp = lane.send(req, limit).await.map_err(|e| no_answer(&e))?;
             let status = resp.status();
             let answer = bounded_read::read_whole(resp.into_body(), bounded_read::DOCUMENT_BYTES)
                 .await
-                .map_err(|e| crate::error::error_chain(&e))?;
+                .map_err(|e| no_answer(&e))?;
             if status != http::StatusCode::OK {
-                return Err(format!("/version answered {status}"));
+                return Err(NoAnswer(format!("/version answered {status}")));
             }
-            let info: serde_json::Value = serde_json::from_slice(&answer).map_err(|e| format!("/version: {e}"))?;
+            let info: serde_json::Value =
+                serde_json::from_slice(&answer).map_err(|e| NoMinor(format!("/version: {e}")))?;
             crate::encode::minor::parse_version(&info)
-                .ok_or_else(|| format!("/version: no Kubernetes 1.x minor in {info}"))
+                .ok_or_else(|| NoMinor(format!("/version: no Kubernetes 1.x minor in {info}")))
         };
-        tokio::time::timeout(limit, read).await.unwrap_or_else(|_| Err(format!("/version: no answer within {limit:?}")))
+        tokio::time::timeout(limit, read)
+            .await
+            .unwrap_or_else(|_| Err(NoAnswer(format!("/version: no answer within {limit:?}"))))
     }
 
     /// Each endpoint's last probe, for `/readyz/upstream?verbose`; `None`

@@ -99,10 +99,11 @@ struct Health {
     probed_ready: Option<bool>,
     /// The Kubernetes minor its `/version` last said (`upstream::version`).
     minor: Option<u8>,
-    /// When that was read; `None` makes it due at the next probe that
-    /// finds the endpoint ready (the first, or one after it was not ready:
-    /// an API server that went away may come back upgraded).
-    minor_read_at: Option<Instant>,
+    /// When its `/version` was last read, and when it is due again; `None`
+    /// makes it due at the next probe that finds the endpoint ready (the
+    /// first, or one after it was not ready: an API server that went away
+    /// may come back upgraded).
+    minor_read: Option<(Instant, Duration)>,
 }
 
 impl Endpoint {
@@ -131,7 +132,7 @@ impl Endpoint {
     pub(crate) fn probed(&self, ready: bool, gauge: bool) {
         let mut state = self.state.lock();
         if ready && state.probed_ready == Some(false) {
-            state.minor_read_at = None;
+            state.minor_read = None;
         }
         state.probed_ready = Some(ready);
         drop(state);
@@ -147,18 +148,26 @@ impl Endpoint {
     }
 
     /// Whether its `/version` is to be read: it is ready, and was never
-    /// read since it became so, or not for `refresh`.
-    pub(crate) fn minor_due(&self, refresh: Duration) -> bool {
+    /// read since it became so, or its next read is due.
+    pub(crate) fn minor_due(&self) -> bool {
         let state = self.state.lock();
-        state.probed_ready == Some(true) && state.minor_read_at.is_none_or(|at| at.elapsed() >= refresh)
+        state.probed_ready == Some(true) && state.minor_read.is_none_or(|(at, next)| at.elapsed() >= next)
     }
 
-    /// Records the minor its `/version` said; `gauge`: in
-    /// `watchmux_upstream_endpoint_minor` too (with several endpoints).
-    pub(crate) fn read_minor(&self, minor: u8, gauge: bool) {
+    /// Records a read of its `/version` that said no minor (an answer
+    /// without one, or none): the minor known stays, and it is read again
+    /// `after` this.
+    pub(crate) fn minor_unread(&self, after: Duration) {
+        self.state.lock().minor_read = Some((Instant::now(), after));
+    }
+
+    /// Records the minor its `/version` said, to be read again `after`
+    /// this; `gauge`: in `watchmux_upstream_endpoint_minor` too (with
+    /// several endpoints).
+    pub(crate) fn read_minor(&self, minor: u8, after: Duration, gauge: bool) {
         let mut state = self.state.lock();
         state.minor = Some(minor);
-        state.minor_read_at = Some(Instant::now());
+        state.minor_read = Some((Instant::now(), after));
         drop(state);
         if gauge {
             metrics::gauge!(m::UPSTREAM_ENDPOINT_MINOR, "endpoint" => self.uri.to_string()).set(f64::from(minor));

@@ -28,7 +28,7 @@
 //! them; there, the minor follows whichever answers the probe connection.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Upstream;
@@ -41,24 +41,29 @@ pub(crate) const VERSION_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How often a ready endpoint's `/version` is read again: the bound on how
 /// long an upgrade the probe did not see (an API server replaced between
-/// two probes) goes unnoticed.
+/// two probes) goes unnoticed. Also the wait after an answer that names no
+/// minor: asking again sooner would get the same.
 pub(crate) const MINOR_REFRESH: Duration = Duration::from_secs(60);
 
-/// Set once start-up has read the minor: only then do probes follow it
-/// (a pass-through-only watchmux writes no form of its own).
-static FOLLOWING: AtomicBool = AtomicBool::new(false);
+/// How soon a `/version` that got no answer (a refused or dropped
+/// connection, a timeout, a status other than 200) is read again: an API
+/// server starting, or one behind a load balancer that was not ready.
+pub(crate) const MINOR_RETRY: Duration = Duration::from_secs(10);
 
 /// Reads every endpoint's `/version` and selects the oldest minor's forms.
 pub(crate) async fn select_upstream_minor(upstream: &Upstream) {
-    FOLLOWING.store(true, Ordering::Relaxed);
+    upstream.follows_minor.store(true, Ordering::Relaxed);
     let endpoints = upstream.builder.endpoints.all();
     let several = endpoints.len() > 1;
     let reads = futures_util::future::join_all(endpoints.iter().map(|e| upstream.read_minor(e, VERSION_TIMEOUT))).await;
     let mut failures = Vec::new();
     for (endpoint, read) in endpoints.iter().zip(reads) {
         match read {
-            Ok(read) => endpoint.read_minor(read, several),
-            Err(why) => failures.push(format!("{}: {why}", endpoint.uri())),
+            Ok(read) => endpoint.read_minor(read, MINOR_REFRESH, several),
+            Err(why) => {
+                endpoint.minor_unread(why.next_read());
+                failures.push(format!("{}: {why}", endpoint.uri()));
+            }
         }
     }
     if failures.len() == endpoints.len() {
@@ -74,19 +79,21 @@ pub(crate) async fn select_upstream_minor(upstream: &Upstream) {
 
 /// With a readiness probe: reads the `/version` of each ready endpoint
 /// that is due ([`Endpoint::minor_due`]), then serves the oldest minor of
-/// the ready ones. A failed read is tried again at the next probe.
+/// the ready ones. A read that got no answer is tried again after
+/// [`MINOR_RETRY`], one whose answer named no minor after [`MINOR_REFRESH`].
 pub(crate) async fn refresh(upstream: &Upstream, endpoints: &[Arc<Endpoint>]) {
-    if !FOLLOWING.load(Ordering::Relaxed) {
+    if !upstream.follows_minor.load(Ordering::Relaxed) {
         return;
     }
     let several = endpoints.len() > 1;
-    let due: Vec<&Arc<Endpoint>> = endpoints.iter().filter(|e| e.minor_due(MINOR_REFRESH)).collect();
+    let due: Vec<&Arc<Endpoint>> = endpoints.iter().filter(|e| e.minor_due()).collect();
     let reads = futures_util::future::join_all(due.iter().map(|e| upstream.read_minor(e, VERSION_TIMEOUT))).await;
     for (endpoint, read) in due.into_iter().zip(reads) {
         match read {
-            Ok(read) => endpoint.read_minor(read, several),
+            Ok(read) => endpoint.read_minor(read, MINOR_REFRESH, several),
             Err(why) => {
-                tracing::debug!(endpoint = %endpoint.uri(), error = %why, "reading an upstream endpoint's /version")
+                tracing::debug!(endpoint = %endpoint.uri(), error = %why, "reading an upstream endpoint's /version");
+                endpoint.minor_unread(why.next_read());
             }
         }
     }
@@ -100,6 +107,32 @@ fn follow(endpoints: &[Arc<Endpoint>]) {
     let before = minor::upstream();
     if before != Some(oldest) {
         select(oldest, before);
+    }
+}
+
+/// Why a `/version` read gave no minor.
+#[derive(Debug)]
+pub(crate) enum Unread {
+    /// No answer, or not a 200: asked again after [`MINOR_RETRY`].
+    NoAnswer(String),
+    /// A 200 that names no Kubernetes 1.x minor: after [`MINOR_REFRESH`].
+    NoMinor(String),
+}
+
+impl Unread {
+    fn next_read(&self) -> Duration {
+        match self {
+            Self::NoAnswer(_) => MINOR_RETRY,
+            Self::NoMinor(_) => MINOR_REFRESH,
+        }
+    }
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoAnswer(why) | Self::NoMinor(why) => f.write_str(why),
+        }
     }
 }
 
@@ -165,33 +198,39 @@ mod tests {
         let endpoints = Endpoints::new((1..=3).map(|i| format!("https://10.0.0.{i}:6443").parse().unwrap())).all();
         assert_eq!(oldest_serving(&endpoints), None, "nothing read yet");
         for e in endpoints.iter() {
-            assert!(!e.minor_due(MINOR_REFRESH), "not probed yet: start-up reads it");
-            e.read_minor(36, false);
+            assert!(!e.minor_due(), "not probed yet: start-up reads it");
+            e.read_minor(36, MINOR_REFRESH, false);
             e.probed(true, false);
-            assert!(!e.minor_due(MINOR_REFRESH), "read at start, ready at the first probe");
+            assert!(!e.minor_due(), "read at start, ready at the first probe");
         }
         assert_eq!(oldest_serving(&endpoints), Some(36));
 
         // The first is stopped for its upgrade: its minor no longer counts.
         endpoints[0].probed(false, false);
         assert_eq!(endpoints[0].serving_minor(), None);
-        assert!(!endpoints[0].minor_due(MINOR_REFRESH), "not ready: nothing to read");
+        assert!(!endpoints[0].minor_due(), "not ready: nothing to read");
         // It comes back: read again before its old minor is believed.
         endpoints[0].probed(true, false);
-        assert!(endpoints[0].minor_due(MINOR_REFRESH), "back from a stop: maybe upgraded");
-        endpoints[0].read_minor(37, false);
+        assert!(endpoints[0].minor_due(), "back from a stop: maybe upgraded");
+        // Its first read gets no answer: tried again soon, the old minor kept.
+        endpoints[0].minor_unread(MINOR_RETRY);
+        assert!(!endpoints[0].minor_due());
+        assert_eq!(oldest_serving(&endpoints), Some(36));
+        tokio::time::advance(MINOR_RETRY).await;
+        assert!(endpoints[0].minor_due(), "retried after MINOR_RETRY");
+        endpoints[0].read_minor(37, MINOR_REFRESH, false);
         assert_eq!(oldest_serving(&endpoints), Some(36), "two still run 1.36");
 
         for e in &endpoints[1..] {
             e.probed(false, false);
             e.probed(true, false);
-            e.read_minor(37, false);
+            e.read_minor(37, MINOR_REFRESH, false);
         }
         assert_eq!(oldest_serving(&endpoints), Some(37), "every ready one runs 1.37");
 
         // Read again every MINOR_REFRESH, even without a stop the probe saw.
-        assert!(!endpoints[1].minor_due(MINOR_REFRESH));
+        assert!(!endpoints[1].minor_due());
         tokio::time::advance(MINOR_REFRESH).await;
-        assert!(endpoints[1].minor_due(MINOR_REFRESH));
+        assert!(endpoints[1].minor_due());
     }
 }
