@@ -21,6 +21,11 @@
 //! `duplicate` and `corrupt` touch only the store (the history needs
 //! increasing versions): watchers got the true events. What the check
 //! compares is the store.
+//!
+//! One fault is process-wide, with no resource or name: `no-backfill` turns
+//! the backfill off (`resource/backfill.rs`), so that a benchmark can show
+//! side by side what a restart cost before it: a watch older than the
+//! cache's history gets the cache's own 410, as it did then.
 
 use std::sync::Arc;
 
@@ -49,6 +54,19 @@ enum Armed {
     Held(ObjectKey, Arc<CachedObject>),
 }
 
+/// The process-wide fault that turns the backfill off.
+const NO_BACKFILL: &str = "no-backfill";
+
+/// Whether `WATCHMUX_FAULT_INJECT` names `no-backfill` (read once).
+pub(crate) fn backfill_disabled() -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DISABLED.get_or_init(|| names_no_backfill(&std::env::var(ENV).unwrap_or_default()))
+}
+
+fn names_no_backfill(spec: &str) -> bool {
+    spec.split(',').any(|one| one.trim() == NO_BACKFILL)
+}
+
 /// One cache's armed faults.
 #[derive(Debug, Default)]
 pub(crate) struct Faults {
@@ -72,6 +90,7 @@ impl Faults {
                     "drop" => Fault::Drop,
                     "duplicate" => Fault::Duplicate,
                     "corrupt" => Fault::Corrupt,
+                    NO_BACKFILL => return None,
                     other => {
                         tracing::warn!(fault = other, "unknown fault in {ENV}");
                         return None;
@@ -180,6 +199,14 @@ mod tests {
         assert_eq!(held(&store), [("a".to_owned(), 2), ("b".to_owned(), 3)], "brought back by the replay");
         apply(&mut store, &faults, EventType::Deleted, "a", 5);
         assert_eq!(held(&store), [("b".to_owned(), 3)], "once");
+    }
+
+    #[test]
+    fn no_backfill_is_process_wide_and_arms_no_cache_fault() {
+        assert!(names_no_backfill("drop:configmaps:a, no-backfill"));
+        assert!(!names_no_backfill("drop:configmaps:no-backfill"));
+        let faults = Faults::parse("no-backfill", "configmaps");
+        assert!(faults.armed.lock().is_empty());
     }
 
     #[test]

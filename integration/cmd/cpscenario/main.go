@@ -217,6 +217,10 @@ func main() {
 				// none: client-go's informers list by streaming watch.
 				for _, name := range []string{`watchmux_cache_watch_total{resource="pods"}`, "watchmux_passthrough_requests_total"} {
 					if m[name] <= 0 {
+						// What the pod reads became instead, for the failure's reader.
+						for _, line := range metricLines(a, "passthrough_requests_total", "backfill", `watch_total{resource="pods"}`) {
+							fmt.Printf("    %s\n", line)
+						}
 						fail("%s: %s is %v", a, name, m[name])
 					}
 				}
@@ -518,6 +522,27 @@ func waitEndpoints(ctx context.Context, want int) {
 
 // metrics sums every sample of each metric family at <admin>/metrics, by
 // name and by name{resource="..."}.
+// metricLines returns the sample lines of admin's /metrics that contain any
+// of the substrings.
+func metricLines(admin string, substrings ...string) []string {
+	resp, err := http.Get(strings.TrimSuffix(admin, "/") + "/metrics")
+	check(err, "metrics")
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, s := range substrings {
+			if !strings.HasPrefix(line, "#") && strings.Contains(line, s) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return out
+}
+
 func metrics(admin string) map[string]float64 {
 	resp, err := http.Get(strings.TrimSuffix(admin, "/") + "/metrics")
 	check(err, "metrics")

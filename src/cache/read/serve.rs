@@ -300,6 +300,10 @@ impl CacheService {
         arrival: Instant,
     ) -> Result<Option<Resumed>, Served> {
         let Some(rv) = resumes_from(read) else { return Ok(None) };
+        #[cfg(feature = "fault-injection")]
+        if crate::cache::fault::backfill_disabled() {
+            return Ok(None);
+        }
         let upstream = self.registry.upstream();
         if cache.bridges(rv) || cache.is_closed() || upstream.health().is_down() {
             return Ok(None);
