@@ -26,7 +26,14 @@ stop() {
   want="$(awk '{for (i = 1; i <= NF; i++) if ($i != "env" && $i !~ /=/) {print $i; exit}}' "$cp/cmds/$name")"
   [[ "$argv" == *"$(basename "$want")"* ]] || { rm -f "$cp/pids/$name.pid"; return 0; }
   kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  # Gone once it exits: started by a subshell that has since ended, it is
+  # reaped by whoever adopted it, which may take seconds (here about two),
+  # and a restart's gap would grow by them: a zombie counts as gone.
+  for _ in $(seq 1 200); do
+    kill -0 "$pid" 2>/dev/null || break
+    [[ "$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null)" == Z ]] && break
+    sleep 0.05
+  done
   kill -KILL "$pid" 2>/dev/null || true
   rm -f "$cp/pids/$name.pid"
 }
