@@ -27,11 +27,29 @@
 # printer for a kind whose columns differ, so it passes that Table through;
 # the probe says so. The check reports; it never stops the run.
 #
+# Beside the watchers, real nodes (controlplane-up.sh, CP_NODES_ONLY=1):
+# UPGRADE_HOLLOW kubemark hollow kubelets and kube-proxies, through the load
+# balancer; on the watchmux side each node's kubelet and proxy through its
+# own node-local watchmux (--upstream-servers=the three), as the chart's
+# nodeLocal mode runs it. After each step a pod is bound to every node
+# (spec.nodeName) and timed until every one is Running (its kubelet saw it
+# on its pod watch and reported its status), the previous step's pods are
+# deleted, and every node's Ready condition and lease are read. At the end
+# the kubelets' logs are counted for watch failures. The kubemark binaries
+# are the pinned minor's (1.37) throughout: a kubelet newer than its API
+# servers, which the version-skew policy does not promise but which works
+# here; a 1.37 kube-scheduler and kube-controller-manager do not (their
+# informers wait for APIs 1.36 does not serve: PodCertificateRequest,
+# DeviceTaintRule, StorageVersionMigration), hence no Deployment, and 1.36
+# builds of them would take 10-20 minutes more to build.
+#
 # Usage: bench-upgrade.sh [N...]       (default: 1000; or UPGRADE_NS="...")
 #   UPGRADE_FROM=1.36 UPGRADE_TO=1.37 UPGRADE_PAUSE_S=5 UPGRADE_WRITES_PER_S=4
-#   UPGRADE_SIDES="direct watchmux"
+#   UPGRADE_SIDES="direct watchmux" UPGRADE_HOLLOW=3 (0: no nodes)
 # Ports (clear of the lead's cluster and CI's): etcd 25379/25380, the API
-# servers 18401-18403, the load balancer 18400, watchmux 18500 (admin 18501).
+# servers 18401-18403, the load balancer 18400, watchmux 18500 (admin 18501),
+# the control plane from UPGRADE_CP_PORT_BASE 18700 (controlplane-up.sh's
+# offsets: up to 18700 + 103 + 10 * (UPGRADE_HOLLOW - 1)).
 #
 # bench-upgrade.sh --step: one step, as the bench runs it (RESTART_STEP=k:
 # upgrade the k-th server, then check the form; 0: check only). Prints the
@@ -45,6 +63,12 @@ export UPGRADE_LB_PORT="${UPGRADE_LB_PORT:-18400}"
 export BENCH_PORT="${BENCH_PORT:-18500}" BENCH_ADMIN_PORT="${BENCH_ADMIN_PORT:-18501}"
 bench_ns=watchmux-bench-restart   # the restart bench's namespace
 form_object=upgrade-form          # the RoleBinding of the form check
+hollow="${UPGRADE_HOLLOW:-3}"     # hollow nodes (0: none)
+pods_ns=upgrade-pods              # their Deployment's namespace
+export CP_PORT_BASE="${UPGRADE_CP_PORT_BASE:-18700}"
+# NodeRestriction, which controlplane-up.sh's kubelets need, on every API
+# server: the first, the extra ones and their replacements.
+(( hollow == 0 )) || export WATCHMUX_CLUSTER_NODE_AUTHZ=1
 here="$(cd "$(dirname "$0")" && pwd)"
 state="$here/../../.run/cluster"
 read -r -a ports <<< "$APISERVER_PORT $UPGRADE_EXTRA_PORTS"
@@ -115,6 +139,7 @@ upgrade_step() {
   form_probe table "$rbac/$form_object?resourceVersion=0" \
     'Accept: application/json;as=Table;v=v1;g=meta.k8s.io, application/json'
   curl -s --max-time 10 "http://127.0.0.1:$BENCH_ADMIN_PORT/metrics" > "$tmp/metrics" || true
+  nodes_probe "$step" > "$tmp/nodes"
   python3 - "$tmp" "$step" "$UPGRADE_FROM" "$UPGRADE_TO" "${minors[@]}" <<'EOF'
 import json, os, re, sys
 tmp, step, old, new, servers = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
@@ -174,13 +199,59 @@ labels = [dict(re.findall(r'(\w+)="([^"]*)"', l)) for l in metrics
 served = ",".join(sorted({l.get("served", "?") for l in labels})) or "absent"
 minor_ok = "ok" if served == expected else f"WRONG: serves {served}, the oldest ready is {expected}"
 probes = {"protobuf": probe("protobuf", lambda b: b), "table": probe("table", lambda b: b and without_ages(b))}
+nodes = json.loads(raw("nodes") or b"null")
 print(json.dumps({"step": step, "servers": servers, "expected_minor": expected, "served_minor": served,
-                  "upstream_minor_info": labels, "probes": probes,
+                  "upstream_minor_info": labels, "probes": probes, "nodes": nodes,
                   "form": f"minor {minor_ok}; ConfigMap protobuf {probes['protobuf']['verdict']}; "
                           f"RoleBinding Table {probes['table']['verdict']}"}))
 EOF
   rm -rf "$tmp"
 }
+# kubectl through the load balancer, as the cluster's admin.
+kubectl_lb() {
+  "$here/../../.run/bin/kubectl" --kubeconfig "$here/../../.run/bench-upgrade/kubeconfig-lb" --request-timeout=10s "$@"
+}
+
+# bind_pods STEP: a pod bound to each hollow node, labelled with the step.
+bind_pods() {
+  local i
+  for i in $(seq 0 $((hollow - 1))); do
+    printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"step-%s-%s","labels":{"step":"%s"}},"spec":{"nodeName":"hollow-node-%s","containers":[{"name":"c","image":"registry.k8s.io/pause:3.10"}]}}\n' \
+      "$1" "$i" "$1" "$i"
+  done | kubectl_lb -n "$pods_ns" create -f - >/dev/null
+}
+
+# nodes_probe STEP: the hollow nodes' state as JSON (null without them): a
+# pod bound to every node and the seconds until all are Running (bounded at
+# 120 s: null past it), the previous step's pods deleted; every node's Ready
+# condition, and the oldest lease renewal's age.
+nodes_probe() {
+  (( hollow > 0 )) || { echo null; return; }
+  local running=null start phases="" ready leases
+  start=$(date +%s.%N)
+  bind_pods "$1" 2>/dev/null || true
+  for _ in $(seq 1 480); do
+    phases="$(kubectl_lb -n "$pods_ns" get pods -l "step=$1" -o jsonpath='{range .items[*]}{.status.phase} {end}' 2>/dev/null || true)"
+    if [[ $(wc -w <<< "$phases") -eq $hollow && $phases != *Pending* ]]; then
+      running="$(echo "$(date +%s.%N) - $start" | bc)"; break
+    fi
+    sleep 0.25
+  done
+  (( $1 == 0 )) || kubectl_lb -n "$pods_ns" delete pods -l "step=$(($1 - 1))" --wait=false >/dev/null 2>&1 || true
+  ready="$(kubectl_lb get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}' 2>/dev/null || true)"
+  leases="$(kubectl_lb -n kube-node-lease get leases -o jsonpath='{range .items[*]}{.spec.renewTime} {end}' 2>/dev/null || true)"
+  python3 - "$running" "$ready" "$leases" <<'EOF'
+import datetime, json, sys
+running, ready, leases = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+r = dict(kv.split("=", 1) for kv in ready)
+now = datetime.datetime.now(datetime.timezone.utc)
+ages = [(now - datetime.datetime.fromisoformat(t.replace("Z", "+00:00"))).total_seconds() for t in leases]
+print(json.dumps({"pods_running_s": None if running == "null" else round(float(running), 1),
+                  "ready": sum(v == "True" for v in r.values()), "nodes": len(r),
+                  "oldest_lease_s": round(max(ages), 1) if ages else None}))
+EOF
+}
+
 if [[ ${1:-} == --step ]]; then upgrade_step; exit 0; fi
 
 listen="127.0.0.1:$BENCH_PORT"
@@ -213,6 +284,7 @@ stop_cluster() {
 }
 lb_pid="" oracle_pid=""
 upgrade_cleanup() {
+  (( hollow == 0 )) || bash "$scripts/controlplane-down.sh" >/dev/null 2>&1 || true
   [[ -z $oracle_pid ]] || kill "$oracle_pid" 2>/dev/null || true
   [[ -z $lb_pid ]] || kill "$lb_pid" 2>/dev/null || true
   stop_watchmux
@@ -226,6 +298,51 @@ fresh_cluster() {
   WATCHMUX_K8S_MINOR="$UPGRADE_FROM" bash "$scripts/cluster-up.sh" >/dev/null
   local p
   for p in $UPGRADE_EXTRA_PORTS; do bash "$scripts/cluster-up.sh" --extra-apiserver "$p" >/dev/null; done
+}
+
+# start_nodes SIDE: the hollow nodes (none with UPGRADE_HOLLOW=0), through
+# the balancer; on the watchmux side each through a node-local watchmux
+# over the three API servers. Then their pods' namespace.
+start_nodes() {
+  (( hollow > 0 )) || return 0
+  local topology=direct node_args=""
+  if [[ $1 == watchmux ]]; then topology=node-local node_args="--upstream-servers=$servers"; fi
+  bash "$scripts/controlplane-down.sh" >/dev/null 2>&1 || true
+  CP_NODES_ONLY=1 N="$hollow" TOPOLOGY="$topology" CP_API_URL="https://127.0.0.1:$UPGRADE_LB_PORT" \
+    NODE_WATCHMUX_EXTRA_ARGS="$node_args" WATCHMUX_BIN="$logs/watchmux" bash "$scripts/controlplane-up.sh"
+  kubectl_lb create namespace "$pods_ns" >/dev/null
+}
+
+# stop_nodes TAG: the kubelets' and node-locals' logs kept as
+# $logs/nodes-TAG/, their watch failures counted into nodes-TAG.json, the
+# control plane stopped.
+stop_nodes() {
+  (( hollow > 0 )) || return 0
+  local kept="$logs/nodes-$1"
+  rm -rf "$kept"; cp -a "$root/.run/controlplane/logs" "$kept"
+  bash "$scripts/controlplane-down.sh" >/dev/null 2>&1 || true
+  python3 - "$kept" > "$logs/nodes-$1.json" <<'EOF'
+import glob, json, os, re, sys
+kept = sys.argv[1]
+patterns = {
+    # client-go's reflector: a watch that ended with an error (not a timeout)
+    "watch_ended_with_error": r"watch ended with error",
+    "very_short_watch": r"very short watch",
+    # a relist after the watch's resourceVersion expired
+    "too_old_resource_version": r"too old resource version",
+    "connection_refused": r"connection refused",
+    "failed_to_update_node_lease": r"[Ff]ailed to update lease",
+    "node_status_errors": r"Error updating node status",
+}
+logs = sorted(glob.glob(os.path.join(kept, "kubelet-*.log")))
+out = {key: 0 for key in patterns}
+for path in logs:
+    text = open(path, errors="replace").read()
+    for key, pattern in patterns.items():
+        out[key] += len(re.findall(pattern, text))
+print(json.dumps({"kubelets": len(logs), "kubelet_log_counts": out}))
+EOF
+  echo "bench-upgrade: nodes ($1): $(cat "$logs/nodes-$1.json")"
 }
 
 backends=() servers=""
@@ -250,6 +367,7 @@ for n in "${ns[@]}"; do
     oracle_pid=$!
     for _ in $(seq 1 100); do grep -qs watching "$logs/etcdwatch-$n-$side.log" && break; sleep 0.1; done
     grep -qs watching "$logs/etcdwatch-$n-$side.log" || { echo "bench-upgrade: etcdwatch did not start" >&2; exit 1; }
+    start_nodes "$side"
     echo "bench-upgrade: $n watchers, $side"
     WATCHMUX_ARGS="--upstream-servers=$servers ${WATCHMUX_ARGS:-}" \
       run_config restart "upgrade-$n-$side" configmaps,rolebindings.rbac.authorization.k8s.io RESTART_KIND=upgrade \
@@ -259,6 +377,7 @@ for n in "${ns[@]}"; do
     kill "$oracle_pid" 2>/dev/null || true
     wait "$oracle_pid" 2>/dev/null || true
     oracle_pid=""
+    stop_nodes "$n-$side"
   done
 done
 echo

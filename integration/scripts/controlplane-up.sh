@@ -50,6 +50,13 @@
 #   NODE0_UPSTREAM=URL  hollow-node-0's watchmux's upstream instead of kube-apiserver
 #                       (reboot-scenario.sh puts a relay there that it can cut)
 #   KUBELET_V=1         the hollow kubelets' -v (2 logs "SyncLoop ADD" and PLEG events)
+#   CP_NODES_ONLY=1     the hollow nodes alone, no scheduler or controller-manager
+#                       (pods are then bound by their creator: spec.nodeName); for
+#                       API servers older than these binaries, whose new APIs the
+#                       scheduler's and controller-manager's informers wait for
+#   CP_API_URL=URL      the API server's address for every component and node-local
+#                       (default: the cluster's); bench-upgrade.sh gives its TCP
+#                       balancer over three API servers
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 scripts="$root/integration/scripts"
@@ -214,7 +221,7 @@ wait_until() {  # wait_until <what> <cmd...>
 }
 ready() { curl -fsS --max-time 2 "http://127.0.0.1:$1/readyz" | grep -q ok; }
 
-api="$APISERVER_URL"
+api="${CP_API_URL:-$APISERVER_URL}"
 tier_url="https://127.0.0.1:$((base + 10))"
 echo "$topology $n" > "$cp/topology"
 
@@ -236,15 +243,17 @@ fi
 
 kubeconfig "$cp/kubeconfig/scheduler" "$cp_server" cert scheduler
 kubeconfig "$cp/kubeconfig/controller-manager" "$cp_server" cert controller-manager
-start kube-scheduler "$bin/kube-scheduler" --kubeconfig="$cp/kubeconfig/scheduler" \
-  --bind-address=127.0.0.1 --secure-port=$((base + 1)) --leader-elect=true -v=1
-start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig="$cp/kubeconfig/controller-manager" \
-  --bind-address=127.0.0.1 --secure-port=$((base + 2)) --leader-elect=true -v=1 \
-  --use-service-account-credentials=true --controllers='*' \
-  --service-account-private-key-file="$cluster/sa.key" --root-ca-file="$CA_CERT" \
-  --cluster-cidr=10.64.0.0/16 --service-cluster-ip-range=10.0.0.0/24 --allocate-node-cidrs=false \
-  --node-monitor-grace-period="${NODE_MONITOR_GRACE:-20s}" --node-monitor-period=2s \
-  --concurrent-deployment-syncs=10 --concurrent-replicaset-syncs=10
+if [[ "${CP_NODES_ONLY:-0}" != 1 ]]; then
+  start kube-scheduler "$bin/kube-scheduler" --kubeconfig="$cp/kubeconfig/scheduler" \
+    --bind-address=127.0.0.1 --secure-port=$((base + 1)) --leader-elect=true -v=1
+  start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig="$cp/kubeconfig/controller-manager" \
+    --bind-address=127.0.0.1 --secure-port=$((base + 2)) --leader-elect=true -v=1 \
+    --use-service-account-credentials=true --controllers='*' \
+    --service-account-private-key-file="$cluster/sa.key" --root-ca-file="$CA_CERT" \
+    --cluster-cidr=10.64.0.0/16 --service-cluster-ip-range=10.0.0.0/24 --allocate-node-cidrs=false \
+    --node-monitor-grace-period="${NODE_MONITOR_GRACE:-20s}" --node-monitor-period=2s \
+    --concurrent-deployment-syncs=10 --concurrent-replicaset-syncs=10
+fi
 
 for i in $(seq 0 $((n - 1))); do
   node="hollow-node-$i"
