@@ -21,6 +21,10 @@
 //	informers --namespace NS [--kubeconfig FILE] [--server URL] [--informers 20]
 //	          --out FILE [--duration 0] [--sync-timeout 120s]
 //
+// Then, whenever it rises, "rv N" on stderr: the lowest, over the informers,
+// of the highest resourceVersion each was handed (the bench waits on it for
+// a write to have reached every informer).
+//
 // --server http://host:port: an unauthenticated plain-HTTP endpoint (watchmux
 // behind the bench's balancer); otherwise the kubeconfig's server and
 // credentials. Prints "synced K" on stderr once every informer has synced;
@@ -157,10 +161,22 @@ func (g *goneScanner) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// recorder is one informer's handler: every call, in order.
+// recorder is one informer's handler: every call, in order, and the
+// highest resourceVersion among them.
 type recorder struct {
 	mu     sync.Mutex
 	events []event
+	maxRV  uint64
+}
+
+// highest is the highest resourceVersion the handler was given, or floor.
+func (r *recorder) highest(floor uint64) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.maxRV > floor {
+		return r.maxRV
+	}
+	return floor
 }
 
 func (r *recorder) record(typ string, obj interface{}, initial bool) {
@@ -173,8 +189,12 @@ func (r *recorder) record(typ string, obj interface{}, initial bool) {
 		return
 	}
 	e := event{typ, cm.Name, cm.ResourceVersion, initial, tombstone, time.Now().UnixMilli()}
+	rv, _ := strconv.ParseUint(cm.ResourceVersion, 10, 64)
 	r.mu.Lock()
 	r.events = append(r.events, e)
+	if rv > r.maxRV {
+		r.maxRV = rv
+	}
 	r.mu.Unlock()
 }
 
@@ -278,8 +298,7 @@ func run(kubeconfig, server, namespace string, k int, out string, duration, sync
 		}
 	}
 	fmt.Fprintf(os.Stderr, "synced %d\n", k)
-
-	<-ctx.Done()
+	reportProgress(ctx, recs, synced)
 	stopInformers()
 	s := summary{Namespace: namespace, Server: base.Host}
 	for i := range infs {
@@ -306,4 +325,33 @@ func run(kubeconfig, server, namespace string, k int, out string, duration, sync
 		return err
 	}
 	return f.Close()
+}
+
+// reportProgress prints "rv N" whenever the lowest of the informers' highest
+// resourceVersions rises, until ctx ends.
+func reportProgress(ctx context.Context, recs []*recorder, synced []string) {
+	floors := make([]uint64, len(recs))
+	for i, rv := range synced {
+		floors[i], _ = strconv.ParseUint(rv, 10, 64)
+	}
+	var last uint64
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		lowest := uint64(0)
+		for i, r := range recs {
+			if h := r.highest(floors[i]); i == 0 || h < lowest {
+				lowest = h
+			}
+		}
+		if lowest > last {
+			last = lowest
+			fmt.Fprintf(os.Stderr, "rv %d\n", lowest)
+		}
+	}
 }
