@@ -109,9 +109,9 @@ read -r -a sides <<< "${ROLLOUT_SIDES:-backfill no-backfill apiserver}"
 BENCH_PROFILE=dev BENCH_FEATURES=fault-injection bench_build restart "$logs"
 bash "$scripts/build-k8s.sh" >/dev/null   # kube-apiserver, etcd, etcdwatch, informers
 
-lb_pid="" oracle_pid=""
+lb_pid=""
 rollout_cleanup() {
-  [[ -z $oracle_pid ]] || kill "$oracle_pid" 2>/dev/null || true
+  stop_oracle
   [[ -z $lb_pid ]] || kill "$lb_pid" 2>/dev/null || true
   local k
   for k in "${!replica_ports[@]}"; do stop_replica "$k"; done
@@ -135,11 +135,7 @@ for side in "${sides[@]}"; do
   bash "$scripts/cluster-down.sh" >/dev/null
   bash "$scripts/cluster-up.sh" >/dev/null
   oracle="$logs/etcd-$side.jsonl"
-  "$root/.run/bin/etcdwatch" --endpoint "http://127.0.0.1:$ETCD_PORT" \
-    --prefix "/registry/configmaps/$bench_ns/" --out "$oracle" 2> "$logs/etcdwatch-$side.log" &
-  oracle_pid=$!
-  for _ in $(seq 1 100); do grep -qs watching "$logs/etcdwatch-$side.log" && break; sleep 0.1; done
-  grep -qs watching "$logs/etcdwatch-$side.log" || { echo "bench-rollout: etcdwatch did not start" >&2; exit 1; }
+  start_oracle "$bench_ns" "$oracle" "$logs/etcdwatch-$side.log"
   export ROLLOUT_SIDE="$side"
   steps="${#replica_ports[@]}" bench_side=watchmux proxy="127.0.0.1:$ROLLOUT_LB_PORT"
   if [[ $side == apiserver ]]; then
@@ -159,19 +155,19 @@ for side in "${sides[@]}"; do
     echo "bench-rollout: the $side run failed (exit $?)"
   for k in "${!replica_ports[@]}"; do stop_replica "$k"; done
   # Every replica process's counters, summed (each was read just before its SIGTERM).
-  echo "bench-rollout: $side: watchmux counters summed over its $(find "$logs" -name "metrics-$side-*.prom" | wc -l) processes:"
-  cat "$logs"/metrics-"$side"-*.prom 2>/dev/null | awk '
-    /^watchmux_(watch_backfills_total|watch_backfill_watchers_total|cache_passthrough_total|upstream_relists_total|upstream_watch_restarts_total|watch_cache_consistent_read_total)[{ ]/ {
-      name = $1; sub(/\{.*/, "", name); sum[name] += $NF }
-    END { for (n in sum) printf "    %s %d\n", n, sum[n] }' | sort | tee "$logs/watchmux-counters-$side.txt"
+  if [[ $side != apiserver ]]; then
+    echo "bench-rollout: $side: watchmux counters summed over its $(find "$logs" -name "metrics-$side-*.prom" | wc -l) processes:"
+    cat "$logs"/metrics-"$side"-*.prom | awk '
+      /^watchmux_(watch_backfills_total|watch_backfill_watchers_total|cache_passthrough_total|upstream_relists_total|upstream_watch_restarts_total|watch_cache_consistent_read_total)[{ ]/ {
+        name = $1; sub(/\{.*/, "", name); sum[name] += $NF }
+      END { for (n in sum) printf "    %s %d\n", n, sum[n] }' | sort | tee "$logs/watchmux-counters-$side.txt"
+  fi
   for k in "${!replica_ports[@]}"; do
     [[ -f $logs/replica-$k.log ]] || continue
     watchmux_warnings "$logs/replica-$k.log"
     mv -f "$logs/replica-$k.log" "$logs/replica-$k-$side.log"
   done
-  kill "$oracle_pid" 2>/dev/null || true
-  wait "$oracle_pid" 2>/dev/null || true
-  oracle_pid=""
+  stop_oracle
 done
 echo
 echo "bench-rollout: done in ${SECONDS}s"

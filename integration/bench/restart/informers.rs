@@ -179,9 +179,7 @@ impl FleetSummary {
         let mut out: Vec<Duration> = self
             .informers
             .iter()
-            .filter_map(|inf| {
-                inf.events.iter().find(|c| c.rv.parse::<u64>().is_ok_and(|r| r >= rv)).map(|c| c.t_ms)
-            })
+            .filter_map(|inf| inf.events.iter().find(|c| c.rv.parse::<u64>().is_ok_and(|r| r >= rv)).map(|c| c.t_ms))
             .map(|t| Duration::from_millis(t.saturating_sub(since_ms)))
             .collect();
         out.sort();

@@ -555,7 +555,8 @@ fn report(b: &Bench, sides: &[SideResult]) {
     println!(
         "### {}: {} watchers, {}",
         match (&b.upgrade, b.failover) {
-            (Some(_), _) if b.rollout.is_some() => "A tier rollout, one replica at a time (kube-apiserver restarted on the direct side)",
+            (Some(_), _) if b.rollout.is_some() =>
+                "A tier rollout, one replica at a time (kube-apiserver restarted on the direct side)",
             (Some(_), _) => "A control-plane upgrade, one API server at a time",
             (None, true) => "One of three API servers gone",
             (None, false) => "Restart storm",
