@@ -213,3 +213,35 @@ impl FleetSummary {
         })
     }
 }
+
+/// The mapping above on a made-up summary, run at the bench's start (a
+/// bench without the test harness has no `#[test]`s, as `upgrade::self_check`).
+pub fn self_check() {
+    use crate::upgrade::{Oracle, Seen, Verdict, name_hash};
+    let summary: FleetSummary = serde_json::from_value(json!({"informers": [{
+        "synced_rv": "10", "lists_after_sync": 0, "watches_after_sync": 1,
+        "watch_lists_after_sync": 1, "gone_410_after_sync": 0,
+        "events": [
+            {"type": "add", "name": "a", "rv": "9", "initial": true, "t_ms": 1_000},
+            {"type": "update", "name": "a", "rv": "11", "t_ms": 1_100},
+            {"type": "update", "name": "a", "rv": "11", "t_ms": 1_200},
+            {"type": "delete", "name": "b", "rv": "8", "tombstone": true, "t_ms": 1_300},
+            {"type": "add", "name": "c", "rv": "13", "t_ms": 1_400},
+        ],
+    }]}))
+    .expect("a summary as integration/cmd/informers writes it");
+    let etcd = Oracle {
+        events: [("a", EventType::Modified, 11), ("b", EventType::Deleted, 12), ("c", EventType::Added, 13)]
+            .map(|(n, kind, rv)| Seen { rv, name: name_hash(n), kind })
+            .to_vec(),
+    };
+    let v = Verdict::check(&etcd, &summary.logs(), 13);
+    // The initial add is state, not an event; the repeated update is a
+    // duplicate; the tombstone, at b's last known version, comes after 11
+    // (out of order) and b's deletion at 12 never came as itself (lost).
+    assert_eq!((v.owed, v.received, v.lost, v.duplicated, v.out_of_order, v.wrong), (3, 2, 1, 1, 1, 0));
+    assert_eq!(summary.totals(), [0, 1, 1, 0, 1]);
+    let since = UNIX_EPOCH + Duration::from_millis(1_050);
+    assert_eq!(summary.reached(13, since), vec![Duration::from_millis(350)]);
+    assert_eq!(summary.reached(11, since), vec![Duration::from_millis(50)]);
+}

@@ -749,6 +749,7 @@ fn json(b: &Bench, sides: &[SideResult]) -> serde_json::Value {
 async fn main() -> anyhow::Result<()> {
     common::lines::self_check();
     upgrade::self_check();
+    informers::self_check();
     let api = Arc::new(Api::from_env()?);
     let (api_adv, _) = api.advertised_streams().await?;
     let kind: String = env_or("RESTART_KIND", "restart".to_owned())?;

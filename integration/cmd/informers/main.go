@@ -33,6 +33,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -145,12 +146,7 @@ func (g *goneScanner) Read(p []byte) (int, error) {
 	n, err := g.ReadCloser.Read(p)
 	if n > 0 {
 		buf := append(g.tail, p[:n]...)
-		for i := 0; i+len(goneCode) <= len(buf); i++ {
-			if string(buf[i:i+len(goneCode)]) == string(goneCode) {
-				g.c.gone.Add(1)
-				i += len(goneCode) - 1
-			}
-		}
+		g.c.gone.Add(int64(bytes.Count(buf, goneCode)))
 		// Keep fewer bytes than a whole match, so no match is counted twice.
 		keep := len(goneCode) - 1
 		if len(buf) < keep {
