@@ -145,6 +145,28 @@ bench_env() {
     WATCHMUX_BENCH_APISERVER_PIDFILE="$root/.run/cluster/apiserver.pid" CLK_TCK="$clk_tck"
 }
 
+# start_oracle <namespace> <jsonl> <log>: etcd's own watch of the
+# namespace's ConfigMap keys (integration/cmd/etcdwatch, the oracle of the
+# upgrade and rollout benches) on $ETCD_PORT, in the background
+# (oracle_pid); returns once it watches, at most 10 s.
+oracle_pid=""
+start_oracle() {
+  "$root/.run/bin/etcdwatch" --endpoint "http://127.0.0.1:$ETCD_PORT" \
+    --prefix "/registry/configmaps/$1/" --out "$2" 2> "$3" &
+  oracle_pid=$!
+  for _ in $(seq 1 100); do grep -qs watching "$3" && return 0; sleep 0.1; done
+  echo "bench: etcdwatch did not start ($3)" >&2
+  exit 1
+}
+
+# stop_oracle: ends it (it flushes on SIGTERM).
+stop_oracle() {
+  [[ -n $oracle_pid ]] || return 0
+  kill "$oracle_pid" 2>/dev/null || true
+  wait "$oracle_pid" 2>/dev/null || true
+  oracle_pid=""
+}
+
 machine_line() {
   echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(date -u '+%F %H:%M UTC');" \
     "kube-apiserver $("$root/.run/bin/kube-apiserver" --version 2>/dev/null | awk '{print $2}');" \

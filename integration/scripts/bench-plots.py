@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart,scale,ingest,upgrade,rebalance}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale,ingest,upgrade,rebalance,rollout}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -510,6 +510,51 @@ def plot_rebalance(runs):
     save(fig, "rebalance.png")
 
 
+def plot_rollout(runs):
+    """bench-rollout: one file per side (backfill, no-backfill, apiserver);
+    the largest N's, each side's relists after the first sync and events
+    lost against etcd's watch, reflectors and informers apart."""
+    runs = [r for r in runs if r.get("scenario") == "rollout" and r.get("variant")]
+    if not runs:
+        return
+    n = max(r["n"] for r in runs)
+    order = ["backfill", "no-backfill", "apiserver"]
+    by_side = {r["variant"]: r["sides"][0] for r in runs if r["n"] == n}
+    sides = [v for v in order if v in by_side]
+    titles = {"backfill": "tier rollout,\nwatchmux as built", "no-backfill": "tier rollout,\nbackfill off (before)",
+              "apiserver": "kube-apiserver\nrestarted, no watchmux"}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    groups = [("reflector-shaped watchers", "#1f77b4", 0), ("client-go informers", "#ff7f0e", 1)]
+
+    def relists(s, who):
+        if who == 0:
+            return s["list_requests"]
+        inf = s.get("informers") or {}
+        return inf.get("lists_after_sync", 0) + inf.get("watch_lists_after_sync", 0)
+
+    def lost(s, who):
+        v = s.get("events_vs_etcd") if who == 0 else (s.get("informers") or {}).get("events_vs_etcd")
+        return (v or {}).get("lost", 0)
+
+    for ax, value, ylabel in ((axes[0], relists, "LISTs and watch-lists after the first sync"),
+                              (axes[1], lost, "events lost against etcd's watch")):
+        for label, color, who in groups:
+            xs = [k + (who - 0.5) * 0.4 for k in range(len(sides))]
+            ys = [value(by_side[v], who) for v in sides]
+            ax.bar(xs, ys, 0.4, color=color, label=label)
+            for x, y in zip(xs, ys):
+                ax.text(x, y, f"{y:,}", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(sides)))
+        ax.set_xticklabels([titles[v] for v in sides], fontsize=8)
+        ax.set_ylabel(f"{ylabel}\n(lower is better)")
+        ax.grid(axis="y", alpha=0.3)
+    informers = (by_side[sides[0]].get("informers") or {}).get("informers", 0)
+    axes[0].set_title(f"N={n:,} watchers and {informers} informers: relists", fontsize=10)
+    axes[0].legend(fontsize=8)
+    axes[1].set_title("Events lost, checked against etcd", fontsize=10)
+    save(fig, "bench-rollout.png")
+
+
 def fmt(v, digits=1):
     return "–" if v is None else f"{v:,.{digits}f}"
 
@@ -600,6 +645,7 @@ def main():
         ("alloc", "bench-scale/alloc-*.json", plot_alloc),
         ("upgrade", "bench-upgrade/restart-upgrade-*.json", plot_upgrade),
         ("rebalance", "bench-rebalance/rebalance-*.json", plot_rebalance),
+        ("rollout", "bench-rollout/restart-rollout-*.json", plot_rollout),
     ]:
         runs = load(pattern)
         if not runs:

@@ -282,10 +282,10 @@ stop_cluster() {
   done
   bash "$scripts/cluster-down.sh" >/dev/null || true
 }
-lb_pid="" oracle_pid=""
+lb_pid=""
 upgrade_cleanup() {
   (( hollow == 0 )) || bash "$scripts/controlplane-down.sh" >/dev/null 2>&1 || true
-  [[ -z $oracle_pid ]] || kill "$oracle_pid" 2>/dev/null || true
+  stop_oracle
   [[ -z $lb_pid ]] || kill "$lb_pid" 2>/dev/null || true
   stop_watchmux
   stop_cluster
@@ -362,11 +362,7 @@ for n in "${ns[@]}"; do
     sed "s|server: https://127.0.0.1:$APISERVER_PORT|server: https://127.0.0.1:$UPGRADE_LB_PORT|" \
       "$root/.run/kubeconfig" > "$logs/kubeconfig-lb"
     oracle="$logs/etcd-$n-$side.jsonl"
-    "$root/.run/bin/etcdwatch" --endpoint "http://127.0.0.1:$ETCD_PORT" \
-      --prefix "/registry/configmaps/$bench_ns/" --out "$oracle" 2> "$logs/etcdwatch-$n-$side.log" &
-    oracle_pid=$!
-    for _ in $(seq 1 100); do grep -qs watching "$logs/etcdwatch-$n-$side.log" && break; sleep 0.1; done
-    grep -qs watching "$logs/etcdwatch-$n-$side.log" || { echo "bench-upgrade: etcdwatch did not start" >&2; exit 1; }
+    start_oracle "$bench_ns" "$oracle" "$logs/etcdwatch-$n-$side.log"
     start_nodes "$side"
     echo "bench-upgrade: $n watchers, $side"
     WATCHMUX_ARGS="--upstream-servers=$servers ${WATCHMUX_ARGS:-}" \
@@ -374,9 +370,7 @@ for n in "${ns[@]}"; do
       RESTART_N="$n" RESTART_SIDES="$side" RESTART_CMD="bash $scripts/bench-upgrade.sh --step" \
       WATCHMUX_BENCH_DIRECT_ADDR="127.0.0.1:$UPGRADE_LB_PORT" WATCHMUX_BENCH_KUBECONFIG="$logs/kubeconfig-lb" \
       UPGRADE_ORACLE="$oracle" UPGRADE_STEPS="${#ports[@]}"
-    kill "$oracle_pid" 2>/dev/null || true
-    wait "$oracle_pid" 2>/dev/null || true
-    oracle_pid=""
+    stop_oracle
     stop_nodes "$n-$side"
   done
 done

@@ -5,8 +5,10 @@
 #   build-k8s.sh            the pinned minor, from integration/go.mod, into
 #                           .run/bin (kubectl also at .run/kubectl), with the
 #                           client-go test programs (integration/cmd/watchcheck,
-#                           difftest, pbcheck, pbbench) and the upgrade bench's
-#                           etcd oracle (etcdwatch) built in the same graph
+#                           difftest, pbcheck, pbbench), the upgrade bench's
+#                           etcd oracle (etcdwatch) and the rollout bench's
+#                           client-go informer fleet (informers) built in the
+#                           same graph
 #   build-k8s.sh <minor>    any other minor (1.34, ...), from
 #                           integration/versions/<minor>/go.mod, into
 #                           .run/versions/<minor>/bin (kube-apiserver, kubectl,
@@ -37,9 +39,9 @@ have="$(awk '$1=="k8s.io/kubernetes"{print $2}' "$mod/go.mod" | head -1)"
 
 if [[ $minor == "$pinned" ]]; then
   out="$root/.run/bin" tool=k8s
-  bins=(kube-apiserver kubectl etcd watchcheck difftest pbcheck pbbench etcdwatch)
+  bins=(kube-apiserver kubectl etcd watchcheck difftest pbcheck pbbench etcdwatch informers)
   packages=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./cmd/etcd
-            ./cmd/watchcheck ./cmd/difftest ./cmd/pbcheck ./cmd/pbbench ./cmd/etcdwatch)
+            ./cmd/watchcheck ./cmd/difftest ./cmd/pbcheck ./cmd/pbbench ./cmd/etcdwatch ./cmd/informers)
   stamp_inputs="$(cat "$mod/go.mod" "$mod/go.sum"; find "$integ/cmd" -type f -name '*.go' | sort | xargs cat; go version)"
 else
   out="$root/.run/versions/$minor/bin" tool="k8s-$minor"

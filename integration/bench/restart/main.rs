@@ -34,6 +34,19 @@
 //! against etcd's own watch of the namespace (`UPGRADE_ORACLE`, the file
 //! `integration/cmd/etcdwatch` writes): see `upgrade.rs`.
 //!
+//! `RESTART_KIND=rollout` (`integration/scripts/bench-rollout.sh`): as
+//! upgrade (steps, the writer, the check against etcd), for a tier of
+//! watchmux replicas behind one address restarted one after another (or
+//! kube-apiserver restarted, on the direct side), and with a client-go
+//! informer fleet beside the reflector-shaped watchers (`ROLLOUT_INFORMERS`,
+//! the `integration/cmd/informers` binary; `ROLLOUT_INFORMERS_K`, 20; its
+//! summary to `ROLLOUT_INFORMERS_OUT`): see `informers.rs`. Measured besides
+//! the upgrade's figures: the LISTs and WATCHes on configmaps that reached
+//! kube-apiserver over the steps (`apiserver_request_total`'s delta, or the
+//! new process's count when it was restarted), the informers' relists and
+//! 410s after sync, their events against etcd's, and when the last write
+//! reached every informer.
+//!
 //! Environment: as `fanout` (`WATCHMUX_BENCH_*`, `BENCH_OUT`), and
 //! `RESTART_N` (1000), `RESTART_SHAPE` (`h2`), `RESTART_SIDES`
 //! (`direct,watchmux`), `RESTART_DEADLINE_S` (120), `RESTART_CMD` (the
@@ -45,11 +58,12 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod informers;
 mod upgrade;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, bail};
 use http::Method;
@@ -64,6 +78,7 @@ use common::procfs::{cpu_ticks, ticks_ms};
 use common::prom;
 use common::reflector::{Counters, Reflector, Slot, View};
 use common::stats::{SideTable, fmt1, latency_json, p50_p99_max, thousands};
+use informers::{Fleet, FleetSummary, FleetTarget};
 use upgrade::{EventLog, Oracle, Verdict, WriteCounts};
 
 const NS: &str = "watchmux-bench-restart";
@@ -165,6 +180,18 @@ struct SideResult {
     steps: Vec<StepResult>,
     writes: Option<(u64, u64)>,
     verdict: Option<Verdict>,
+    /// `RESTART_KIND=rollout`: configmaps LISTs and WATCHes that reached
+    /// kube-apiserver over the steps, and the informer fleet's figures.
+    apiserver_lists_watches: Option<(f64, f64)>,
+    fleet: Option<FleetResult>,
+}
+
+/// The informer fleet's figures for a side.
+struct FleetResult {
+    summary: FleetSummary,
+    verdict: Verdict,
+    /// Per informer, from the last marker write's acknowledgement until it had it.
+    from_marker: Vec<Duration>,
 }
 
 impl SideResult {
@@ -187,7 +214,15 @@ struct StepResult {
     check: serde_json::Value,
 }
 
-/// `RESTART_KIND=upgrade`'s settings.
+/// `RESTART_KIND=rollout`'s informer fleet.
+struct RolloutPlan {
+    /// The `integration/cmd/informers` binary (none: no fleet).
+    informers_bin: Option<String>,
+    informers: usize,
+    out: String,
+}
+
+/// `RESTART_KIND=upgrade`'s (and rollout's) settings.
 struct UpgradePlan {
     steps: usize,
     writes_per_sec: f64,
@@ -205,6 +240,7 @@ struct Bench {
     /// killed, frozen or replaced; no single new process to count at.
     failover: bool,
     upgrade: Option<UpgradePlan>,
+    rollout: Option<RolloutPlan>,
 }
 
 impl Bench {
@@ -371,9 +407,28 @@ impl Bench {
         if before < self.n {
             eprintln!("restart: {kind:?}: only {before} of {} watchers current before the restart", self.n);
         }
+        // The informers start with every reflector current, and are synced before the first step.
+        let fleet = match self.rollout.as_ref().and_then(|r| r.informers_bin.as_ref().map(|bin| (r, bin))) {
+            Some((plan, bin)) => {
+                let target = match kind {
+                    SideKind::Watchmux => FleetTarget::Proxy(self.api.proxy.context("WATCHMUX_BENCH_PROXY")?),
+                    SideKind::Direct => FleetTarget::Kubeconfig(common::env::env("WATCHMUX_BENCH_KUBECONFIG")?),
+                };
+                let out = format!("{}-{}.json", plan.out.trim_end_matches(".json"), kind.name());
+                let fleet = Fleet::start(bin, plan.informers, NS, target, out.into()).await?;
+                eprintln!("restart: {kind:?}: {} informers synced", fleet.informers);
+                Some(fleet)
+            }
+            None => None,
+        };
+        // A rolling restart of watchmux replicas leaves no one process's counters to compare.
         let wm0 = match kind {
-            SideKind::Watchmux => Some(self.api.watchmux_metrics().await?),
-            SideKind::Direct => None,
+            SideKind::Watchmux if self.rollout.is_none() => Some(self.api.watchmux_metrics().await?),
+            _ => None,
+        };
+        let api0 = match self.rollout {
+            Some(_) => Some((self.api.apiserver_pid()?, self.api.apiserver_metrics().await?)),
+            None => None,
         };
         let c0 = counters.snapshot();
 
@@ -394,8 +449,27 @@ impl Bench {
         let final_seq = seq_base + 2 + self.upgrade.as_ref().map_or(0, |p| p.steps as u64 + 1);
         Self::set_target(&shared, final_seq);
         let (marker_ack, marker_rv) = self.write_marker(final_seq).await?;
+        let marker_wall = SystemTime::now() - marker_ack.elapsed();
         self.wait_current(&shared, self.n, self.deadline).await;
         let current = shared.current.load(Ordering::SeqCst);
+        if let Some(fleet) = &fleet
+            && !fleet.wait_rv(marker_rv, self.deadline.saturating_sub(marker_ack.elapsed())).await
+        {
+            eprintln!("restart: {kind:?}: not every informer had the last write within the deadline");
+        }
+        // configmaps LISTs and WATCHes at kube-apiserver over the steps: a
+        // restarted process counts from zero.
+        let apiserver_lists_watches = match api0 {
+            Some((pid0, m0)) => {
+                let m1 = self.api.apiserver_metrics().await?;
+                let m0 = if self.api.apiserver_pid()? == pid0 { m0 } else { String::new() };
+                let verb = |text: &str, verb: &str| {
+                    prom::sum(text, "apiserver_request_total", &[("resource", "configmaps"), ("verb", verb)])
+                };
+                Some((verb(&m1, "LIST") - verb(&m0, "LIST"), verb(&m1, "WATCH") - verb(&m0, "WATCH")))
+            }
+            None => None,
+        };
         let c1 = counters.snapshot();
         let api_cpu_ms = new_pid.map(|pid| ticks_ms(cpu_ticks(pid).unwrap_or(0)));
         let metrics = if self.failover { None } else { Some(self.api.apiserver_metrics().await?) };
@@ -422,12 +496,19 @@ impl Bench {
             logs.extend(log);
         }
         // The writer stopped before the last marker: every event up to it is owed.
-        let verdict = match &self.upgrade {
-            Some(plan) => {
-                let oracle = Oracle::read_until(&plan.oracle, marker_rv).await?;
-                Some(Verdict::check(&oracle, &logs, marker_rv))
-            }
+        let oracle = match &self.upgrade {
+            Some(plan) => Some(Oracle::read_until(&plan.oracle, marker_rv).await?),
             None => None,
+        };
+        let verdict = oracle.as_ref().map(|oracle| Verdict::check(oracle, &logs, marker_rv));
+        let fleet = match (fleet, &oracle) {
+            (Some(fleet), Some(oracle)) => {
+                let summary = fleet.finish().await?;
+                let verdict = Verdict::check(oracle, &summary.logs(), marker_rv);
+                let from_marker = summary.reached(marker_rv, marker_wall);
+                Some(FleetResult { summary, verdict, from_marker })
+            }
+            _ => None,
         };
         from_restart.sort();
         from_marker.sort();
@@ -463,6 +544,8 @@ impl Bench {
             steps,
             writes,
             verdict,
+            apiserver_lists_watches,
+            fleet,
         })
     }
 }
@@ -472,6 +555,8 @@ fn report(b: &Bench, sides: &[SideResult]) {
     println!(
         "### {}: {} watchers, {}",
         match (&b.upgrade, b.failover) {
+            (Some(_), _) if b.rollout.is_some() =>
+                "A tier rollout, one replica at a time (kube-apiserver restarted on the direct side)",
             (Some(_), _) => "A control-plane upgrade, one API server at a time",
             (None, true) => "One of three API servers gone",
             (None, false) => "Restart storm",
@@ -488,6 +573,7 @@ fn report(b: &Bench, sides: &[SideResult]) {
         format!("{}; {} ({:.1})", thousands(s.connections), thousands(s.ready), s.open_secs)
     });
     let command = match (&b.upgrade, b.failover) {
+        (Some(_), _) if b.rollout.is_some() => "rollout's start (all its steps, then the last write)",
         (Some(_), _) => "upgrade's start (all its steps, then the last write)",
         (None, true) => "kill (or freeze) command",
         (None, false) => "restart command until ready",
@@ -535,6 +621,15 @@ fn report(b: &Bench, sides: &[SideResult]) {
                     format!("{:.1}; {} / {}; {all} ({})", r.cmd_secs, thousands(r.current), thousands(b.n), p50_p99_max(&r.from_marker))
                 })
             });
+            if b.rollout.is_some() {
+                t.row(&format!("step {step}: streams broken / LISTs / 410 Gone / refused"), |s| {
+                    s.step(step).map_or("–".into(), |r| {
+                        let [broken, lists, gone, refused] = r.broken_lists_gone_refused;
+                        format!("{broken} / {lists} / {gone} / {refused}")
+                    })
+                });
+                continue;
+            }
             t.row(
                 &format!("step {step}: streams broken / LISTs / 410 Gone / refused; served minor; form check"),
                 |s| {
@@ -546,28 +641,62 @@ fn report(b: &Bench, sides: &[SideResult]) {
                 },
             );
         }
-        t.row("writes done / failed (creates, updates, deletes through the load balancer)", |s| {
+        let writes_to = if b.rollout.is_some() { "straight at kube-apiserver" } else { "through the load balancer" };
+        t.row(&format!("writes done / failed (creates, updates, deletes {writes_to})"), |s| {
             s.writes.map_or("–".into(), |(ok, failed)| format!("{ok} / {failed}"))
         });
         t.row("**events vs etcd's watch: owed / lost (of those in a relist) / out of order / duplicated / wrong / unknown**", |s| {
-            s.verdict.as_ref().map_or("–".into(), |v| {
+            s.verdict.as_ref().map_or("–".into(), verdict_cell)
+        });
+    }
+    if b.rollout.is_some() {
+        t.row("**configmaps LISTs / WATCHes that reached kube-apiserver over the steps**", |s| {
+            s.apiserver_lists_watches.map_or("–".into(), |(l, w)| format!("**{l} / {w}**"))
+        });
+        t.row("**informers after sync: LISTs / watch-lists / WATCH requests / 410s** (tombstone deletes)", |s| {
+            s.fleet.as_ref().map_or("–".into(), |f| {
+                let [lists, watch_lists, watches, gone, tombstones] = f.summary.totals();
+                format!("**{lists} / {watch_lists} / {watches} / {gone}** ({tombstones})")
+            })
+        });
+        t.row("**informers' events vs etcd's: owed / lost / out of order / duplicated / wrong / unknown**", |s| {
+            // An informer's relist is not located in resourceVersions (its
+            // handler sees the relist's state, not the list's version): no "in a relist" figure.
+            s.fleet.as_ref().map_or("–".into(), |f| {
+                let v = &f.verdict;
                 format!(
-                    "**{} / {} ({}) / {} / {} / {} / {}**",
-                    v.owed, v.lost, v.lost_in_relist, v.out_of_order, v.duplicated, v.wrong, v.unknown
+                    "**{} / {} / {} / {} / {} / {}**",
+                    v.owed, v.lost, v.out_of_order, v.duplicated, v.wrong, v.unknown
                 )
+            })
+        });
+        t.row("informers that had the last write / all; from its ack: p50 / p99 / max, ms", |s| {
+            s.fleet.as_ref().map_or("–".into(), |f| {
+                format!("{} / {}; {}", f.from_marker.len(), f.summary.informers.len(), p50_p99_max(&f.from_marker))
             })
         });
     }
     t.print();
 }
 
+/// owed / lost (of those in a relist) / out of order / duplicated / wrong / unknown, in bold.
+fn verdict_cell(v: &Verdict) -> String {
+    format!(
+        "**{} / {} ({}) / {} / {} / {} / {}**",
+        v.owed, v.lost, v.lost_in_relist, v.out_of_order, v.duplicated, v.wrong, v.unknown
+    )
+}
+
 fn json(b: &Bench, sides: &[SideResult]) -> serde_json::Value {
     json!({
         "scenario": match (&b.upgrade, b.failover) {
+            (Some(_), _) if b.rollout.is_some() => "rollout",
             (Some(_), _) => "upgrade",
             (None, true) => "failover",
             (None, false) => "restart",
         },
+        // bench-rollout.sh's side (backfill, no-backfill, apiserver), when set.
+        "variant": std::env::var("ROLLOUT_SIDE").ok(),
         "n": b.n,
         "shape": b.shape.name(),
         "sides": sides.iter().map(|s| json!({
@@ -604,6 +733,14 @@ fn json(b: &Bench, sides: &[SideResult]) -> serde_json::Value {
             })).collect::<Vec<_>>(),
             "writes_ok_failed": s.writes.map(|(ok, failed)| [ok, failed]),
             "events_vs_etcd": s.verdict.as_ref().map(Verdict::json),
+            "apiserver_configmap_lists_watches": s.apiserver_lists_watches.map(|(l, w)| [l, w]),
+            "informers": s.fleet.as_ref().map(|f| {
+                let mut j = f.summary.json();
+                j["events_vs_etcd"] = f.verdict.json();
+                j["had_last_write"] = f.from_marker.len().into();
+                j["from_marker_ms"] = latency_json(&f.from_marker);
+                j
+            }),
         })).collect::<Vec<_>>(),
     })
 }
@@ -612,17 +749,26 @@ fn json(b: &Bench, sides: &[SideResult]) -> serde_json::Value {
 async fn main() -> anyhow::Result<()> {
     common::lines::self_check();
     upgrade::self_check();
+    informers::self_check();
     let api = Arc::new(Api::from_env()?);
     let (api_adv, _) = api.advertised_streams().await?;
     let kind: String = env_or("RESTART_KIND", "restart".to_owned())?;
     let upgrade = match kind.as_str() {
-        "upgrade" => Some(UpgradePlan {
+        "upgrade" | "rollout" => Some(UpgradePlan {
             steps: env_or("UPGRADE_STEPS", 3)?,
             writes_per_sec: env_or("UPGRADE_WRITES_PER_S", 4.0)?,
             oracle: common::env::env("UPGRADE_ORACLE")?,
         }),
         "restart" | "failover" => None,
-        other => bail!("RESTART_KIND is restart, failover or upgrade, not {other}"),
+        other => bail!("RESTART_KIND is restart, failover, upgrade or rollout, not {other}"),
+    };
+    let rollout = match kind.as_str() {
+        "rollout" => Some(RolloutPlan {
+            informers_bin: std::env::var("ROLLOUT_INFORMERS").ok().filter(|b| !b.is_empty()),
+            informers: env_or("ROLLOUT_INFORMERS_K", 20)?,
+            out: env_or("ROLLOUT_INFORMERS_OUT", "informers.json".to_owned())?,
+        }),
+        _ => None,
     };
     let bench = Bench {
         n: env_or("RESTART_N", 1000)?,
@@ -630,8 +776,9 @@ async fn main() -> anyhow::Result<()> {
         per_conn: api_adv.map_or(100, |v| (v as usize).min(250)),
         deadline: Duration::from_secs(env_or("RESTART_DEADLINE_S", 120)?),
         restart_cmd: env_or("RESTART_CMD", "bash integration/scripts/cluster-up.sh --restart-apiserver".to_owned())?,
-        failover: kind == "failover" || kind == "upgrade",
+        failover: matches!(kind.as_str(), "failover" | "upgrade" | "rollout"),
         upgrade,
+        rollout,
         api,
     };
     bench.api.ensure_namespace(NS).await?;

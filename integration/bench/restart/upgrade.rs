@@ -103,13 +103,19 @@ impl EventLog {
             "DELETED" => EventType::Deleted,
             _ => return, // BOOKMARK: a resume point, not an event
         };
+        self.record(rv, &l.object.metadata.name, kind);
+    }
+
+    /// One event, however it was read (a watch line, an informer's handler call).
+    pub fn record(&mut self, rv: u64, name: &str, kind: EventType) {
+        self.last_rv = self.last_rv.max(rv);
         if !self.received.insert(rv) {
             self.duplicated += 1;
         } else if rv <= self.last_event_rv {
             self.out_of_order += 1;
         }
         self.last_event_rv = self.last_event_rv.max(rv);
-        self.events.push(Seen { rv, name: name_hash(&l.object.metadata.name), kind });
+        self.events.push(Seen { rv, name: name_hash(name), kind });
     }
 }
 
