@@ -387,11 +387,15 @@ fn ask_for_catch_up(cache: &ResourceCache) -> bool {
 }
 
 /// The upstream's current version; `None` too when it is below the
-/// cache's, which only another cluster answers (`sync::cluster`): the read
-/// passes through, and the reflector is asked to relist.
+/// version the cache had when the probe was sent, which only another
+/// cluster answers (`sync::cluster`): the read passes through, and the
+/// reflector is asked to relist. Compared with the cache's version before
+/// the probe, not after it: the cache's watch may bring it past the
+/// probe's answer while the probe is in flight (the API server reads the
+/// version as the request arrives), which is no sign of another cluster.
 async fn probe_current_rv(cache: &ResourceCache, upstream: &Upstream) -> Option<u64> {
-    let rv = consistent_rv(upstream, cache.collection_uri(&[("limit", "1".to_owned())]), cache.sync.gzip_lists).await?;
     let ours = cache.current_rv();
+    let rv = consistent_rv(upstream, cache.collection_uri(&[("limit", "1".to_owned())]), cache.sync.gzip_lists).await?;
     if rv < ours {
         tracing::warn!(resource = %cache.label(), cache_rv = ours, upstream_rv = rv, "the upstream's consistent version is below the cache's: another cluster; passing reads through until the cache relists");
         cache.check_state().upstream_went_back();

@@ -167,6 +167,36 @@ async fn without_a_bookmark_within_a_catch_up_s_length_the_proof_fails() {
     stop.cancel();
 }
 
+/// The cache's watch brings it past the probe's answer while the probe is
+/// in flight (the API server read its version as the probe arrived): the
+/// answer is still the upstream's, not another cluster's, and it proves
+/// the cache fresh. Compared after the answer, it read as "another
+/// cluster" and sent the reads through and the cache to a relist.
+#[tokio::test]
+async fn the_cache_passing_the_probe_while_it_is_in_flight_is_not_another_cluster() {
+    let state = Arc::new(FakeApiServer::default());
+    let (cache, upstream, stop) = cache_at_10(&state).await;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *state.probe_gate.lock() = Some(gate.clone());
+    let proving = {
+        let (cache, upstream) = (cache.clone(), upstream.clone());
+        tokio::spawn(async move { ensure_fresh(&cache, &upstream, Instant::now(), Proof::CatchingUp, BUDGET).await })
+    };
+    state.probes_reach(1).await;
+    // The probe read 10; an event at 11 reaches the cache before its answer.
+    let event = "{\"type\":\"ADDED\",\"object\":{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"a\",\"namespace\":\"d\",\"resourceVersion\":\"11\"}}}\n";
+    let senders: Vec<_> = state.silent.lock().drain(..).collect();
+    for mut tx in senders {
+        tx.send_data(Bytes::from(event)).await.unwrap();
+        state.silent.lock().push(tx);
+    }
+    assert!(cache.wait_for_rv(11, Duration::from_secs(5)).await, "the event never reached the cache");
+    gate.add_permits(1);
+    assert!(proving.await.unwrap(), "the probe's answer, below the cache's version after it, did not prove it fresh");
+    assert_eq!(state.catch_ups.load(Ordering::SeqCst), 0, "nothing to catch up");
+    stop.cancel();
+}
+
 /// A burst of watch-lists: a probe that answers late in the budget (queued
 /// behind another) still lets its reads wait for the catch-up's bookmark,
 /// which comes after the budget's end; a probe that does not answer in the
