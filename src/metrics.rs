@@ -39,6 +39,9 @@ pub(crate) const CONNECTIONS_OPEN: &str = "watchmux_connections_open";
 /// said so: anonymous HTTP/2, over the connection budget), `goaway_chance`
 /// (drawn by `--goaway-chance`, to rebalance).
 pub(crate) const CONNECTIONS_FINISHED: &str = "watchmux_connections_finished_total";
+/// Requests that arrived once shutdown had begun, answered with the API
+/// server's 429 for it (`server::lifecycle::shutdown::refusal`).
+pub(crate) const SHUTDOWN_REFUSED: &str = "watchmux_shutdown_refused_total";
 /// Downstream connections that ended in an error (bad TLS, malformed HTTP...).
 pub(crate) const CONNECTION_ERRORS: &str = "watchmux_connection_errors_total";
 /// Times the API listener's TLS files were read again after a change, by
@@ -407,6 +410,10 @@ fn describe() {
     describe_counter!(
         CONNECTIONS_FINISHED,
         "HTTP/2 connections sent GOAWAY by watchmux, by listener and reason (idle, connection_close, goaway_chance)."
+    );
+    describe_counter!(
+        SHUTDOWN_REFUSED,
+        "Requests that arrived on an open connection once shutdown had begun, answered as kube-apiserver answers them then: 429, Retry-After: 5, and on HTTP/1.1 Connection: close."
     );
     describe_counter!(CONNECTION_ERRORS, "Downstream connections that ended in an error, by listener and stage.");
     describe_counter!(

@@ -59,6 +59,7 @@ use crate::error::error_chain;
 use crate::metrics as m;
 use crate::server::gates::connections::ConnectionBudget;
 use crate::server::lifecycle::graceful::{GracefulShutdown, Watched, Watcher};
+use crate::server::lifecycle::shutdown;
 
 /// How long a client has, from connecting, to finish its TLS handshake (on
 /// a TLS listener) and then send the first bytes of HTTP: the whole HTTP/2
@@ -454,7 +455,7 @@ impl<H: Handler> Conn<H> {
             let activity = Activity::new(goaway_chance);
             let age = max_age.map(|limit| Box::new(ConnectionAge::new(limit, streams_stop.child_token())));
             let peer = Peer { streams_stop: age.as_ref().map(|age| age.streams_stop().clone()), ..peer };
-            let service = service(handler, peer, resets.clone(), Some(activity.clone()));
+            let service = service(handler, peer, resets.clone(), Some(activity.clone()), watcher.signal());
             let conn = builder.http2.serve_connection(TokioIo::new(io), service);
             let conn = watcher.watch(conn, http2::Connection::graceful_shutdown);
             let idle = Some(Box::new(Idle::new(activity, idle_timeout)));
@@ -475,7 +476,7 @@ impl<H: Handler> Conn<H> {
         // `super::max_age`).
         let Self { name, peer, builder, watcher, handler, .. } = self;
         let resets = EarlyResets::new();
-        let service = service(handler, peer, resets.clone(), None);
+        let service = service(handler, peer, resets.clone(), None, watcher.signal());
         let conn = builder.http1.serve_connection(TokioIo::new(io), service).with_upgrades();
         let conn = watcher.watch(conn, http1::UpgradeableConnection::graceful_shutdown);
         Box::pin(Served { name, conn, tripped: resets.tripped(), idle: None, age: None })
@@ -503,12 +504,14 @@ impl<H: Handler> Conn<H> {
 
 /// hyper's service for one connection: the handler, with the connection's
 /// peer, each request counted by `resets` until answered and, on HTTP/2, by
-/// `activity` until its answer's body is dropped.
+/// `activity` until its answer's body is dropped. A request that arrives
+/// once `shutdown` is cancelled gets the API server's 429 for it instead.
 fn service<H: Handler>(
     handler: H,
     peer: Peer,
     resets: Arc<EarlyResets>,
     activity: Option<Arc<Activity>>,
+    shutdown: CancellationToken,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<ProxyBody>,
@@ -516,6 +519,7 @@ fn service<H: Handler>(
     Future = impl Future<Output = Result<Response<ProxyBody>, Infallible>> + Send,
 > + Clone {
     service_fn(move |req: Request<Incoming>| {
+        let refused = shutdown.is_cancelled().then(|| shutdown::refusal(req.version()));
         let req = req.map(RequestBody::from);
         let handler = handler.clone();
         let peer = peer.clone();
@@ -528,7 +532,10 @@ fn service<H: Handler>(
             // the connection's life, and HTTP/2 a stream's task is sized
             // by it, while the handler's own future (about 9.5 KiB) is
             // freed once it has answered.
-            let resp = Box::pin(handler.handle(req, peer)).await;
+            let resp = match refused {
+                Some(refused) => refused,
+                None => Box::pin(handler.handle(req, peer)).await,
+            };
             unanswered.answered();
             let resp = match (activity, stream) {
                 (Some(activity), Some(stream)) => activity.answered(resp, stream),

@@ -72,6 +72,12 @@ impl Watcher {
         self.signal.is_cancelled()
     }
 
+    /// The shutdown's signal, for the connection's requests: one that
+    /// arrives once it is cancelled gets [`super::shutdown::refusal`].
+    pub(crate) fn signal(&self) -> CancellationToken {
+        self.signal.clone()
+    }
+
     /// Completes when shutdown begins: for a connection served outside
     /// hyper, which ends itself (see `crate::server::connection::listener::h1_front`).
     pub(crate) fn on_shutdown(&self) -> WaitForCancellationFuture<'_> {

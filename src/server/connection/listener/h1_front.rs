@@ -40,6 +40,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use super::{Conn, HEADER_READ_TIMEOUT, Handler, connection_error};
 use crate::body::{BoxError, ProxyBody};
 use crate::server::connection::opening::Rewind;
+use crate::server::lifecycle::shutdown;
 use head::{Head, MAX_HEAD_BYTES};
 use response::{BodyLength, ChunkSize, EncodedHead, Encoder, HeadError};
 
@@ -49,6 +50,11 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The read that watches for the client's close while an answer is made or
 /// streams: bytes beyond this many per read are read by the next one.
 const CLOSE_PROBE_BYTES: usize = 64;
+
+/// How long a connection whose shutdown began while it waited for a request
+/// is read for one already on its way, before it is closed: bytes a client
+/// sent before it learnt of the shutdown arrive at once.
+const SENT_BEFORE_SHUTDOWN: Duration = Duration::from_millis(100);
 
 /// Serves an HTTP/1.1 connection from its first request.
 pub(super) async fn serve<I, H>(conn: Conn<H>, mut io: Rewind<I>)
@@ -61,8 +67,18 @@ where
     let mut read = Vec::new();
     loop {
         let head = tokio::select! {
-            () = conn.watcher.on_shutdown() => return,
-            head = tokio::time::timeout(HEADER_READ_TIMEOUT, head::read_head(&mut io, &mut read)) => head,
+            () = conn.watcher.on_shutdown() => None,
+            head = tokio::time::timeout(HEADER_READ_TIMEOUT, head::read_head(&mut io, &mut read)) => Some(head),
+        };
+        // Shutdown began while waiting: a request already sent (pipelined
+        // behind the watch it ended) is read, to be refused below; an idle
+        // connection closes.
+        let head = match head {
+            Some(head) => head,
+            None => match tokio::time::timeout(SENT_BEFORE_SHUTDOWN, head::read_head(&mut io, &mut read)).await {
+                Ok(head) => Ok(head),
+                Err(_) => return,
+            },
         };
         let req = match head {
             Err(_) => return connection_error(conn.name, "http", &"no request head within the header read timeout"),
@@ -72,6 +88,17 @@ where
             Ok(Ok(Head::Watch(req))) => req,
         };
 
+        // A watch read once shutdown began (pipelined behind one the
+        // shutdown ended, or sent just after it) is refused as the API
+        // server refuses it, and the connection closed.
+        if conn.watcher.shutdown_begun() {
+            let refused = shutdown::refusal(req.version());
+            if let Err(err) = write_response(&mut io, refused, false, &mut read).await {
+                connection_error(conn.name, "http", &err);
+            }
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, io.shutdown()).await;
+            return;
+        }
         // Boxed, as in hyper's service: the handler's future is large and
         // lives only until it has answered.
         let answer = Box::pin(conn.handler.handle(*req, conn.peer.clone()));

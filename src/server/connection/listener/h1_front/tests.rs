@@ -435,6 +435,32 @@ async fn shutdown_ends_streaming_and_idle_connections() {
     assert_eq!(rest, b"0\r\n\r\n", "the watch did not end cleanly");
 }
 
+/// A watch pipelined behind one the shutdown ends is not served (its stream
+/// would end at once, empty: a "very short watch" client-go lists again
+/// after) but refused with the API server's 429 for a server shutting down,
+/// and the connection closed.
+#[tokio::test]
+async fn a_watch_pipelined_behind_one_the_shutdown_ends_gets_the_shutdown_429() {
+    let (seen, graceful) = (Seen::default(), GracefulShutdown::new());
+    let (mut client, served) = connect(&seen, &graceful).await;
+    client.write_all(b"GET /api/v1/pods?watch=1 HTTP/1.1\r\nhost: a\r\n\r\n").await.unwrap();
+    read_until(&mut client, "ADDED").await;
+    client.write_all(b"GET /api/v1/pods?watch=1 HTTP/1.1\r\nhost: a\r\n\r\n").await.unwrap();
+    tokio::task::yield_now().await;
+
+    seen.streams_stop.cancel();
+    tokio::time::timeout(WAIT, graceful.shutdown()).await.expect("shutdown waited for ever");
+    tokio::time::timeout(WAIT, served).await.expect("the connection stayed open").unwrap();
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap();
+    let rest = String::from_utf8(rest).unwrap();
+    let refused = rest.strip_prefix("0\r\n\r\n").expect("the first watch did not end cleanly");
+    assert!(refused.starts_with("HTTP/1.1 429 Too Many Requests\r\n"), "{refused}");
+    assert!(refused.contains("\r\nretry-after: 5\r\n") && refused.contains("\r\nconnection: close\r\n"), "{refused}");
+    assert!(refused.ends_with("The apiserver is shutting down, please try again later.\n"), "{refused}");
+    assert_eq!(seen.front.load(Ordering::SeqCst), 1, "the second watch reached the handler");
+}
+
 /// A connection that sends no head within hyper's header read timeout is
 /// closed, idle between requests included.
 #[tokio::test(start_paused = true)]
