@@ -53,6 +53,11 @@ pub(crate) const BOOKMARK_FREQUENCY: Duration = Duration::from_secs(60);
 /// A last bookmark goes out this long before a watch's deadline, so the
 /// client can resume from it.
 const BOOKMARK_BEFORE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// client-go's reflector counts a watch that ends sooner than this with no
+/// event (bookmarks count) as failed, and lists again (`handleWatch`'s
+/// "very short watch").
+const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 /// Ring reads one poll may make when they find nothing for this watcher's
 /// filter; past that the stream yields to the runtime and goes on later.
 const RING_READS_PER_POLL: usize = 8;
@@ -155,6 +160,12 @@ pub(crate) struct WatchStream {
     ring_position: u64,
     deadline: Pin<Box<Sleep>>,
     deadline_at: Instant,
+    started: Instant,
+    /// Whether any frame went out: a stopped stream that sent none lingers
+    /// until [`VERY_SHORT_WATCH`] (see [`WatchStream::stopped`]).
+    sent_any: bool,
+    /// The linger's timer, once stopped.
+    linger: Option<Pin<Box<Sleep>>>,
     bookmark: Option<Pin<Box<Sleep>>>,
     /// The server's stop token, polled once, at the first poll, with a
     /// waker that stops the watcher (see [`StopWatcher`]); kept, so that it
@@ -210,6 +221,9 @@ impl WatchStream {
             ring_position: reg.start_rv,
             deadline: Box::pin(tokio::time::sleep_until(deadline_at)),
             deadline_at,
+            started: now,
+            sent_any: false,
+            linger: None,
             bookmark,
             stop,
             stop_registered: false,
@@ -239,7 +253,29 @@ impl WatchStream {
     }
 
     fn frame(&mut self, chunk: Chunk) -> Polled {
+        self.sent_any = true;
         Poll::Ready(Some(Ok(Frame::data(chunk))))
+    }
+
+    /// The end of a stream the server stopped (shutdown, a connection's
+    /// maximum age): at once, unless it has sent nothing and is younger than
+    /// [`VERY_SHORT_WATCH`]. client-go's reflector takes a watch that ends
+    /// within a second with nothing received for a failure ("very short
+    /// watch") and lists again, the relist a rollout must not cost; so
+    /// such a stream sends nothing more and ends a second after it
+    /// started, and the client then resumes from its version as after any
+    /// watch's end. Events in the meantime are not lost: the resumed watch
+    /// has them. At most a second added to a shutdown.
+    fn stopped(&mut self, cx: &mut Context<'_>) -> Polled {
+        let until = self.started + VERY_SHORT_WATCH;
+        if self.sent_any || Instant::now() >= until {
+            return self.end();
+        }
+        let linger = self.linger.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
+        match linger.as_mut().poll(cx) {
+            Poll::Ready(()) => self.end(),
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     fn end(&mut self) -> Polled {
@@ -439,11 +475,14 @@ impl Body for WatchStream {
             this.stop_registered = true;
             let waker = Waker::from(Arc::new(StopWatcher(this.handle.clone())));
             if this.stop.as_mut().poll(&mut Context::from_waker(&waker)).is_ready() {
-                return this.end();
+                return this.stopped(cx);
             }
         }
-        if this.handle.is_stopped() || this.deadline.as_mut().poll(cx).is_ready() {
+        if this.deadline.as_mut().poll(cx).is_ready() {
             return this.end();
+        }
+        if this.handle.is_stopped() {
+            return this.stopped(cx);
         }
         loop {
             match &mut this.phase {

@@ -521,6 +521,38 @@ async fn cancelling_the_stop_token_ends_the_stream_cleanly_with_events_pending()
     assert_ended(&mut body).await;
 }
 
+/// A stream stopped before it sent anything, younger than client-go's
+/// "very short watch" second, ends only at that second (sending nothing
+/// more), so that its client resumes instead of listing again; one that
+/// sent a frame, or is older, ends at once.
+#[tokio::test(start_paused = true)]
+async fn a_stopped_stream_that_sent_nothing_ends_a_second_after_it_started() {
+    let cache = cache_with([]);
+    let stop = CancellationToken::new();
+    let start = Instant::now();
+    let mut quiet =
+        pin!(watch(&cache, everything(), StartAt::After(10), StreamOptions { stop: stop.clone(), ..opts(true, LONG) }));
+    let mut spoke =
+        pin!(watch(&cache, everything(), StartAt::After(10), StreamOptions { stop: stop.clone(), ..opts(true, LONG) }));
+    assert_pending(&mut quiet).await;
+    cache.event(EventType::Added, cm("a", 11, ""));
+    assert_eq!(brief(&next(&mut spoke).await), ev("ADDED", "a", 11));
+    tokio::time::advance(Duration::from_millis(300)).await;
+    stop.cancel();
+    assert_ended(&mut spoke).await;
+    // The quiet one: its event is not sent after the stop; it ends at 1 s.
+    assert_eq!(await_frame(&mut quiet).await, None);
+    assert_eq!(start.elapsed(), secs(1));
+
+    let late = CancellationToken::new();
+    let mut old =
+        pin!(watch(&cache, everything(), StartAt::After(11), StreamOptions { stop: late.clone(), ..opts(true, LONG) }));
+    assert_pending(&mut old).await;
+    tokio::time::advance(secs(2)).await;
+    late.cancel();
+    assert_ended(&mut old).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn dropping_a_stream_deregisters_its_watcher() {
     let cache = cache_with([]);
