@@ -53,7 +53,7 @@ for topology in $topologies; do
   admins=()
   case "$topology" in
     node-local)
-      args+=(-restart-cmd "$ctl restart watchmux-hollow-node-0") ;;
+      args+=(-restart-cmd "$ctl restart watchmux-hollow-node-0" -resumed-admin "http://127.0.0.1:$((base + 103))") ;;
     tier)
       args+=(-restart-cmd "$ctl restart watchmux-tier") ;;
     tree)

@@ -70,6 +70,7 @@ var (
 	startUpstream = flag.String("start-upstream-cmd", "", "shell command that starts it again")
 	upstreamAdmin = flag.String("upstream-admin", "", "admin URL of the tier -stop-upstream-cmd stops, whose /metrics must show the nodes' lease renewals once it is back")
 	admins        = flag.String("watchmux-admin", "", "comma-separated watchmux admin URLs whose /metrics must show traffic")
+	resumedAdmin  = flag.String("resumed-admin", "", "admin URL of the node-local watchmux -restart-cmd restarts: its kubelet's pod watch must have resumed there without a LIST")
 	onlyRollout   = flag.Bool("only-rollout", false, "benchmark mode: nodes Ready, one rollout to Running, then delete the namespace")
 	timeout       = flag.Duration("step-timeout", 120*time.Second, "bound of each wait")
 )
@@ -235,6 +236,9 @@ func main() {
 					m["watchmux_passthrough_requests_total"])
 			}
 		})
+	}
+	if *resumedAdmin != "" {
+		step("the kubelet resumed its pod watch across the restart, no LIST", func() { resumedWithoutList(*resumedAdmin) })
 	}
 	fmt.Printf("cpscenario: all steps passed in %s\n", time.Since(total).Round(time.Millisecond))
 }
@@ -528,6 +532,34 @@ func waitEndpoints(ctx context.Context, want int) {
 
 // metrics sums every sample of each metric family at <admin>/metrics, by
 // name and by name{resource="..."}.
+// resumedWithoutList checks, on a node-local watchmux restarted under its
+// kubelet, that the kubelet's pod watch came back from the version it had
+// (through the new process's backfill, served from it or, past its bounds,
+// passed through: either way a resume) and that no pod LIST reached it: a
+// relist would be a LIST, or a watch-list, which no backfill serves.
+func resumedWithoutList(admin string) {
+	var resumed, lists float64
+	waitFor("the kubelet's pod watch resumed at "+admin, func() (bool, string) {
+		resumed, lists = 0, 0
+		for _, line := range metricLines(admin, `watchmux_watch_backfill_watchers_total{resource="pods"`,
+			`watchmux_cache_list_total{resource="pods"}`, `watchmux_passthrough_requests_total{verb="list",resource="pods"`) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			switch {
+			case strings.Contains(line, `result="served"`) || strings.Contains(line, `result="passthrough"`):
+				resumed += v
+			case strings.Contains(line, "list"):
+				lists += v
+			}
+		}
+		return resumed > 0, "no pod watch resumed through the backfill yet"
+	})
+	if lists > 0 {
+		fail("%s: %v pod LISTs after the restart: the kubelet listed again", admin, lists)
+	}
+	fmt.Printf("    %s: pod watches resumed %.0f, pod LISTs 0\n", admin, resumed)
+}
+
 // metricLines returns the sample lines of admin's /metrics that contain any
 // of the substrings.
 func metricLines(admin string, substrings ...string) []string {
