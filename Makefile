@@ -168,6 +168,15 @@ bench-fleet-idle:
 bench-ingest:
 	bash integration/scripts/bench-ingest.sh
 
+## Fairness on the hot path: the fan-out bench with --fairness-seats 100 and
+## 0 alternated (ABBA), watchmux CPU per 1,000 deliveries, and a perf
+## profile's share in the fairness wrapper and the slow-watcher bookkeeping
+## (about 5 minutes; its own cluster on 26379/18601; docs/benchmarks.md,
+## "Fairness on the hot path").
+.PHONY: bench-hotpath
+bench-hotpath:
+	bash integration/scripts/bench-hotpath.sh
+
 ## Memory after a storm, by allocator: bench-scale's watch-list storm through
 ## one tier with watchmux on glibc, jemalloc (the default) and mimalloc, and
 ## the same kubelets paced for the steady state (docs/benchmarks.md, "Memory

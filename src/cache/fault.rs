@@ -58,6 +58,7 @@ enum Armed {
 const NO_BACKFILL: &str = "no-backfill";
 
 /// Whether `WATCHMUX_FAULT_INJECT` names `no-backfill` (read once).
+#[cfg(feature = "fault-injection")]
 pub(crate) fn backfill_disabled() -> bool {
     static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DISABLED.get_or_init(|| names_no_backfill(&std::env::var(ENV).unwrap_or_default()))
