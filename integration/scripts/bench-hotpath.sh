@@ -12,10 +12,12 @@
 #
 # Then, unless HOTPATH_PERF=0, one more run with fairness on under
 # `perf record` (watchmux only): the share of watchmux's CPU samples in the
-# fairness wrapper's poll (fairness::SeatedBody) and in the slow-watcher
-# bookkeeping the dispatcher does per event and watcher (a watcher's queue
-# against its soft limit, the behind flag: delivery::watcher and
-# delivery::dispatch), functions' self time.
+# fairness wrapper's poll (fairness::SeatedBody), in the dispatch that does
+# the slow-watcher bookkeeping per event and watcher (a watcher's queue
+# against its soft limit, the behind flag: WatcherHandle::offer, inlined
+# into fanout::Dispatching::dispatch), in the body's side of the queue
+# (delivery::watcher) and in the timers a watch stream polls (tokio's Sleep,
+# AtomicWaker), functions' self time.
 #
 # Usage: bench-hotpath.sh [N...]     (default 1000; or HOTPATH_NS="...")
 #   HOTPATH_ROUNDS=3 HOTPATH_SECONDS=10 HOTPATH_PERF=1
@@ -108,7 +110,7 @@ if [[ ${HOTPATH_PERF:-1} != 0 ]] && command -v perf >/dev/null; then
   echo
   echo "| share | function |"
   echo "|---|---|"
-  grep -E 'fairness|SeatedBody|take_back|delivery::watcher|delivery::dispatch|slow_watcher|Dispatcher' "$logs/perf-symbols.txt" |
+  grep -E 'fairness|SeatedBody|take_back|delivery::watcher|fanout::Dispatching|slow_watcher|Sleep as|register_by_ref' "$logs/perf-symbols.txt" |
     head -20 | awk '{share=$1; $1=""; sub(/^ *\[\.\] */, ""); print "| " share " | `" $0 "` |"}'
   echo
   echo "Top 10 overall:"

@@ -628,6 +628,32 @@ def summary(fanout, kubelet, restart):
     return "\n".join(out)
 
 
+def plot_hotpath(runs):
+    """bench-hotpath: its summary (hotpath-summary.json): watchmux CPU per
+    1,000 deliveries in each round, fairness on and off, with the medians."""
+    runs = [r for r in runs if "by_n" in r]
+    if not runs:
+        return
+    summary = runs[-1]
+    n, row = max(summary["by_n"].items(), key=lambda kv: int(kv[0]))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for k, (mode, label, color) in enumerate((("on", "fairness on (as shipped)", "#1f77b4"),
+                                              ("off", "fairness off (--fairness-seats 0)", "#7f7f7f"))):
+        vals = row[mode]["runs"]
+        xs = [r + (k - 0.5) * 0.4 for r in range(len(vals))]
+        ax.bar(xs, [v or 0 for v in vals], 0.4, color=color, label=f"{label}: median {row[mode]['median']:.2f}")
+        for x, v in zip(xs, vals):
+            if v is not None:
+                ax.text(x, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(row["on"]["runs"])))
+    ax.set_xticklabels([f"round {r + 1}" for r in range(len(row["on"]["runs"]))])
+    ax.set_ylabel("watchmux CPU ms per 1,000 deliveries\n(lower is better)")
+    ax.set_title(f"Fairness on the hot path: N={int(n):,} HTTP/2 watchers over TLS, ABBA", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="y", alpha=0.3)
+    save(fig, "bench-hotpath.png")
+
+
 def main():
     text = summary(load("bench-fanout/fanout-*.json"), load("bench-kubelet/kubelet-*.json"),
                    load("bench-restart/restart-*.json"))
@@ -646,6 +672,7 @@ def main():
         ("upgrade", "bench-upgrade/restart-upgrade-*.json", plot_upgrade),
         ("rebalance", "bench-rebalance/rebalance-*.json", plot_rebalance),
         ("rollout", "bench-rollout/restart-rollout-*.json", plot_rollout),
+        ("hotpath", "bench-hotpath/hotpath-summary.json", plot_hotpath),
     ]:
         runs = load(pattern)
         if not runs:
