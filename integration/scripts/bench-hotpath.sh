@@ -19,8 +19,14 @@
 # (delivery::watcher) and in the timers a watch stream polls (tokio's Sleep,
 # AtomicWaker), functions' self time.
 #
+# HOTPATH_BASELINE_BIN=<a watchmux binary>: instead of fairness on and off,
+# this tree's build against that binary (an earlier commit's release build,
+# e.g. a copy of .run/bench-hotpath/watchmux), both with fairness as
+# shipped: "on" is this build, "off" the baseline. For a change's before and
+# after, alternated the same way.
+#
 # Usage: bench-hotpath.sh [N...]     (default 1000; or HOTPATH_NS="...")
-#   HOTPATH_ROUNDS=3 HOTPATH_SECONDS=10 HOTPATH_PERF=1
+#   HOTPATH_ROUNDS=3 HOTPATH_SECONDS=10 HOTPATH_PERF=1 HOTPATH_BASELINE_BIN=
 # Ports, clear of the test cluster's and CI's: its own cluster on etcd
 # 26379/26380 and kube-apiserver 18601 (the rollout bench's), watchmux 18650
 # (admin 18651). JSON per run in .run/bench-hotpath/, a summary in
@@ -43,9 +49,18 @@ base_args="--tls-cert-file $root/.run/cluster/apiserver.crt --tls-private-key-fi
 export WATCHMUX_BENCH_PROXY_TLS=1 FANOUT_SIDES=watchmux FANOUT_SHAPE=h2 FANOUT_RATES=100 FANOUT_SIZES=1024
 export FANOUT_SECONDS="${HOTPATH_SECONDS:-10}"
 declare -A seats=([on]=100 [off]=0)
+baseline="${HOTPATH_BASELINE_BIN:-}"
+if [[ -n $baseline ]]; then
+  seats[off]=100
+  cp -f "$logs/watchmux" "$logs/watchmux-this"
+  echo "bench-hotpath: this build ($("$logs/watchmux-this" --version)) against $baseline ($("$baseline" --version))"
+fi
 
 # one <N> <on|off> <round>: one fan-out run, its JSON to fanout-<N>-<mode>-<round>.json.
 one() {
+  if [[ -n $baseline ]]; then
+    if [[ $2 == on ]]; then cp -f "$logs/watchmux-this" "$logs/watchmux"; else cp -f "$baseline" "$logs/watchmux"; fi
+  fi
   WATCHMUX_ARGS="$base_args --fairness-seats ${seats[$2]}" \
     run_config fanout "$1-$2-$3" configmaps FANOUT_N="$1" > "$logs/run-$1-$2-$3.md"
   echo "bench-hotpath: N=$1 fairness $2, round $3: $(jq -r '.sides[0].cells[0].cpu_ms_per_1000_events // "failed"' \
@@ -80,13 +95,20 @@ for n in ns:
 print(json.dumps(out, indent=1))
 EOF
 echo
-echo "### Fairness on the hot path: watchmux CPU per 1,000 deliveries (ms), HTTP/2 over TLS, 100 changes/s of 1 KiB"
-echo
-echo "| N | fairness on (as shipped): runs; median | off (--fairness-seats 0): runs; median | on - off |"
+if [[ -n $baseline ]]; then
+  echo "### This build against the baseline: watchmux CPU per 1,000 deliveries (ms), HTTP/2 over TLS, 100 changes/s of 1 KiB"
+  echo
+  echo "| N | this build: runs; median | baseline ($(basename "$baseline")): runs; median | this - baseline |"
+else
+  echo "### Fairness on the hot path: watchmux CPU per 1,000 deliveries (ms), HTTP/2 over TLS, 100 changes/s of 1 KiB"
+  echo
+  echo "| N | fairness on (as shipped): runs; median | off (--fairness-seats 0): runs; median | on - off |"
+fi
 echo "|---|---|---|---|"
 jq -r '.by_n | to_entries[] | "| \(.key) | \(.value.on.runs | map(tostring) | join(" / ")); **\(.value.on.median)** | \(.value.off.runs | map(tostring) | join(" / ")); **\(.value.off.median)** | \(.value.on_minus_off) |"' \
   "$logs/hotpath-summary.json"
 
+[[ -z $baseline ]] || cp -f "$logs/watchmux-this" "$logs/watchmux"
 if [[ ${HOTPATH_PERF:-1} != 0 ]] && command -v perf >/dev/null; then
   n="${ns[0]}"
   # shellcheck disable=SC2086 # base_args: flags, split on purpose
