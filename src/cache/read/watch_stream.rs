@@ -478,35 +478,12 @@ impl Body for WatchStream {
                 return this.stopped(cx);
             }
         }
-        // The deadline against the clock at every frame; its timer is
-        // polled (its waker registered) only when the stream is about to
-        // wait. Polled at every frame, the timer was 4.5 % of watchmux's
-        // CPU under fan-out (`make bench-hotpath`): each poll registers
-        // the waker again and spends the task's cooperative budget.
-        if Instant::now() >= this.deadline_at {
+        if this.deadline.as_mut().poll(cx).is_ready() {
             return this.end();
         }
         if this.handle.is_stopped() {
             return this.stopped(cx);
         }
-        let polled = this.next_frame(cx);
-        if polled.is_pending() && this.deadline.as_mut().poll(cx).is_ready() {
-            return this.end();
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.is_finished()
-    }
-}
-
-impl WatchStream {
-    /// The next frame by the stream's phase: an initial event, the
-    /// initial-events-end bookmark, a live event or bookmark; `Pending`
-    /// when there is none yet.
-    fn next_frame(&mut self, cx: &mut Context<'_>) -> Polled {
-        let this = self;
         loop {
             match &mut this.phase {
                 Phase::Snapshot(cursor) => match cursor.next_matching(&this.handle) {
@@ -533,6 +510,10 @@ impl WatchStream {
                 Phase::Finished => return Poll::Ready(None),
             }
         }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.is_finished()
     }
 }
 
