@@ -160,12 +160,9 @@ pub(crate) struct WatchStream {
     ring_position: u64,
     deadline: Pin<Box<Sleep>>,
     deadline_at: Instant,
-    started: Instant,
     /// Whether any frame went out: a stopped stream that sent none lingers
     /// until [`VERY_SHORT_WATCH`] (see [`WatchStream::stopped`]).
     sent_any: bool,
-    /// The linger's timer, once stopped.
-    linger: Option<Pin<Box<Sleep>>>,
     bookmark: Option<Pin<Box<Sleep>>>,
     /// The server's stop token, polled once, at the first poll, with a
     /// waker that stops the watcher (see [`StopWatcher`]); kept, so that it
@@ -221,9 +218,7 @@ impl WatchStream {
             ring_position: reg.start_rv,
             deadline: Box::pin(tokio::time::sleep_until(deadline_at)),
             deadline_at,
-            started: now,
             sent_any: false,
-            linger: None,
             bookmark,
             stop,
             stop_registered: false,
@@ -266,13 +261,18 @@ impl WatchStream {
     /// started, and the client then resumes from its version as after any
     /// watch's end. Events in the meantime are not lost: the resumed watch
     /// has them. At most a second added to a shutdown.
+    /// The linger is the deadline's own timer, brought forward: the stream
+    /// ends there as at its deadline.
     fn stopped(&mut self, cx: &mut Context<'_>) -> Polled {
-        let until = self.started + VERY_SHORT_WATCH;
+        let started = self.deadline_at - self.opts.timeout;
+        let until = started + VERY_SHORT_WATCH;
         if self.sent_any || Instant::now() >= until {
             return self.end();
         }
-        let linger = self.linger.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
-        match linger.as_mut().poll(cx) {
+        if self.deadline.deadline() > until {
+            self.deadline.as_mut().reset(until);
+        }
+        match self.deadline.as_mut().poll(cx) {
             Poll::Ready(()) => self.end(),
             Poll::Pending => Poll::Pending,
         }

@@ -58,7 +58,7 @@ use crate::body::{ProxyBody, RequestBody};
 use crate::error::error_chain;
 use crate::metrics as m;
 use crate::server::gates::connections::ConnectionBudget;
-use crate::server::lifecycle::graceful::{GracefulShutdown, Watched, Watcher};
+use crate::server::lifecycle::graceful::{GracefulShutdown, ShutdownBegun, Watched, Watcher};
 use crate::server::lifecycle::shutdown;
 
 /// How long a client has, from connecting, to finish its TLS handshake (on
@@ -455,7 +455,7 @@ impl<H: Handler> Conn<H> {
             let activity = Activity::new(goaway_chance);
             let age = max_age.map(|limit| Box::new(ConnectionAge::new(limit, streams_stop.child_token())));
             let peer = Peer { streams_stop: age.as_ref().map(|age| age.streams_stop().clone()), ..peer };
-            let service = service(handler, peer, resets.clone(), Some(activity.clone()), watcher.signal());
+            let service = service(handler, peer, resets.clone(), Some(activity.clone()), watcher.begun());
             let conn = builder.http2.serve_connection(TokioIo::new(io), service);
             let conn = watcher.watch(conn, http2::Connection::graceful_shutdown);
             let idle = Some(Box::new(Idle::new(activity, idle_timeout)));
@@ -476,7 +476,7 @@ impl<H: Handler> Conn<H> {
         // `super::max_age`).
         let Self { name, peer, builder, watcher, handler, .. } = self;
         let resets = EarlyResets::new();
-        let service = service(handler, peer, resets.clone(), None, watcher.signal());
+        let service = service(handler, peer, resets.clone(), None, watcher.begun());
         let conn = builder.http1.serve_connection(TokioIo::new(io), service).with_upgrades();
         let conn = watcher.watch(conn, http1::UpgradeableConnection::graceful_shutdown);
         Box::pin(Served { name, conn, tripped: resets.tripped(), idle: None, age: None })
@@ -505,13 +505,13 @@ impl<H: Handler> Conn<H> {
 /// hyper's service for one connection: the handler, with the connection's
 /// peer, each request counted by `resets` until answered and, on HTTP/2, by
 /// `activity` until its answer's body is dropped. A request that arrives
-/// once `shutdown` is cancelled gets the API server's 429 for it instead.
+/// once `shutdown` has begun gets the API server's 429 for it instead.
 fn service<H: Handler>(
     handler: H,
     peer: Peer,
     resets: Arc<EarlyResets>,
     activity: Option<Arc<Activity>>,
-    shutdown: CancellationToken,
+    shutdown: ShutdownBegun,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<ProxyBody>,
@@ -519,7 +519,7 @@ fn service<H: Handler>(
     Future = impl Future<Output = Result<Response<ProxyBody>, Infallible>> + Send,
 > + Clone {
     service_fn(move |req: Request<Incoming>| {
-        let refused = shutdown.is_cancelled().then(|| shutdown::refusal(req.version()));
+        let refused = shutdown.is_set().then(|| shutdown::refusal(req.version()));
         let req = req.map(RequestBody::from);
         let handler = handler.clone();
         let peer = peer.clone();

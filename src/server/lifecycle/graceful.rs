@@ -9,6 +9,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use tokio::sync::watch;
@@ -18,6 +20,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture, WaitForCanc
 /// without [`Self::shutdown`], it signals them too, as hyper-util's does.
 pub(crate) struct GracefulShutdown {
     signal: CancellationToken,
+    begun: ShutdownBegun,
     /// Each watcher holds a receiver until its connection has ended.
     tx: watch::Sender<()>,
 }
@@ -26,18 +29,19 @@ pub(crate) struct GracefulShutdown {
 /// connection it watches has ended.
 pub(crate) struct Watcher {
     signal: CancellationToken,
+    begun: ShutdownBegun,
     counted: watch::Receiver<()>,
 }
 
 impl GracefulShutdown {
     pub(crate) fn new() -> Self {
         let (tx, _) = watch::channel(());
-        Self { signal: CancellationToken::new(), tx }
+        Self { signal: CancellationToken::new(), begun: ShutdownBegun::default(), tx }
     }
 
     /// A watcher for one more connection.
     pub(crate) fn watcher(&self) -> Watcher {
-        Watcher { signal: self.signal.clone(), counted: self.tx.subscribe() }
+        Watcher { signal: self.signal.clone(), begun: self.begun.clone(), counted: self.tx.subscribe() }
     }
 
     /// Connections being watched.
@@ -47,6 +51,7 @@ impl GracefulShutdown {
 
     /// Asks every watched connection to finish, and waits until all have.
     pub(crate) async fn shutdown(self) {
+        self.begun.set();
         self.signal.cancel();
         self.tx.closed().await;
     }
@@ -54,6 +59,7 @@ impl GracefulShutdown {
 
 impl Drop for GracefulShutdown {
     fn drop(&mut self) {
+        self.begun.set();
         self.signal.cancel();
     }
 }
@@ -63,25 +69,41 @@ impl Watcher {
     /// `graceful_shutdown` on it (hyper then ends the connection when the
     /// requests in progress are answered) and serves it on.
     pub(crate) fn watch<C: Future>(self, conn: C, graceful_shutdown: fn(Pin<&mut C>)) -> Watched<C> {
-        let Self { signal, counted } = self;
+        let Self { signal, counted, begun: _ } = self;
         Watched { conn, graceful_shutdown, signal: signal.cancelled_owned(), signalled: false, _counted: counted }
     }
 
     /// True once shutdown has begun.
     pub(crate) fn shutdown_begun(&self) -> bool {
-        self.signal.is_cancelled()
+        self.begun.is_set()
     }
 
-    /// The shutdown's signal, for the connection's requests: one that
+    /// Whether shutdown has begun, for the connection's requests: one that
     /// arrives once it is cancelled gets [`super::shutdown::refusal`].
-    pub(crate) fn signal(&self) -> CancellationToken {
-        self.signal.clone()
+    pub(crate) fn begun(&self) -> ShutdownBegun {
+        self.begun.clone()
     }
 
     /// Completes when shutdown begins: for a connection served outside
     /// hyper, which ends itself (see `crate::server::connection::listener::h1_front`).
     pub(crate) fn on_shutdown(&self) -> WaitForCancellationFuture<'_> {
         self.signal.cancelled()
+    }
+}
+
+/// Set once shutdown begins: one atomic load to read, where the token's
+/// `is_cancelled` takes a mutex every connection's token shares (read at
+/// every request).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ShutdownBegun(Arc<AtomicBool>);
+
+impl ShutdownBegun {
+    fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
     }
 }
 
