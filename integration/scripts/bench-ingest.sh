@@ -22,6 +22,13 @@
 # pointers: for callers, INGEST_PERF_ARGS="-F 499 --call-graph dwarf,16384"
 # (about 40 MB of perf.data) and `perf report --children`.
 #
+# INGEST_TWO_CORES=0: the one-core runs only.
+#
+# INGEST_BASELINE_BIN=<a watchmux binary>: a before/after instead: only the
+# one-core run without unselected watchers, alternated between that binary
+# (A) and this tree's build (B) as ABAB... over INGEST_ROUNDS (2) rounds, no
+# perf; JSON per run in ingest-0-u0-<A|B><round>.json.
+#
 # Prints the machine line and a Markdown table per configuration; JSON per
 # configuration in .run/bench-ingest/ingest-<cores>-u<unselected>.json.
 listen="127.0.0.1:${BENCH_PORT:-17692}"
@@ -45,9 +52,9 @@ echo
 # run_ingest <watchmux cores> <bench cores> <unselected> [VAR=value...]
 run_ingest() {
   local cores="$1" bench_cores="$2" unselected="$3"; shift 3
-  local tag="${cores//-/to}-u$unselected" max=300000
+  local tag="${cores//-/to}-u$unselected${INGEST_TAG:-}" max=300000
   [[ $unselected == 0 ]] || max=30000
-  env WATCHMUX_BIN="$logs/watchmux" WATCHMUX_BENCH_PROXY="$listen" WATCHMUX_BENCH_ADMIN="$admin" \
+  env WATCHMUX_BIN="${INGEST_BIN:-$logs/watchmux}" WATCHMUX_BENCH_PROXY="$listen" WATCHMUX_BENCH_ADMIN="$admin" \
     INGEST_CPUS="$cores" INGEST_UNSELECTED="$unselected" INGEST_MAX_EVENTS="${INGEST_MAX_EVENTS:-$max}" \
     INGEST_WATCHMUX_LOG="$logs/watchmux-$tag.log" CLK_TCK="$(getconf CLK_TCK)" \
     BENCH_OUT="$logs/ingest-$tag.json" "$@" \
@@ -58,6 +65,16 @@ run_ingest() {
   echo
 }
 
+if [[ -n ${INGEST_BASELINE_BIN:-} ]]; then
+  for round in $(seq "${INGEST_ROUNDS:-2}"); do
+    echo "### round $round: A = $INGEST_BASELINE_BIN"
+    INGEST_BIN="$INGEST_BASELINE_BIN" INGEST_TAG="-A$round" run_ingest 0 1 0
+    echo "### round $round: B = this tree's build"
+    INGEST_TAG="-B$round" run_ingest 0 1 0
+  done
+  exit 0
+fi
+
 for u in "${unselected_set[@]}"; do
   perf=()
   if [[ $perf_on == 1 && $u == 0 ]]; then
@@ -66,6 +83,7 @@ for u in "${unselected_set[@]}"; do
   run_ingest 0 1 "$u" "${perf[@]}"
 done
 for u in "${unselected_set[@]}"; do
+  [[ ${INGEST_TWO_CORES:-1} == 1 ]] || break
   run_ingest 0-1 0-1 "$u"
 done
 
