@@ -241,7 +241,7 @@ impl LineSplitter {
 
     /// The next complete line, without its newline.
     pub(crate) fn next_line(&mut self) -> Option<Bytes> {
-        let Some(at) = self.buf[self.scanned..].iter().position(|&b| b == b'\n') else {
+        let Some(at) = memchr::memchr(b'\n', &self.buf[self.scanned..]) else {
             self.scanned = self.buf.len();
             return None;
         };

@@ -11,20 +11,22 @@ pub trait FieldSet {
     fn get(&self, field: &str) -> Option<&str>;
 }
 
-/// The selectable field values of one object, small and owned, sorted by field.
+/// The selectable field values of one object, small and owned, sorted by
+/// field name's length, then text ([`by_name`]). The names are shared
+/// (every pod has the same eleven): an object holds only its values.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Fields(Vec<(Box<str>, Box<str>)>);
+pub(crate) struct Fields(Vec<(&'static str, Box<str>)>);
 
 impl Fields {
     pub(crate) fn new() -> Self {
         Self::default()
     }
 
-    /// Sets `field` to `value`, replacing an earlier value.
-    pub(crate) fn insert(&mut self, field: impl Into<Box<str>>, value: impl Into<Box<str>>) {
-        let field = field.into();
+    /// Sets `field` to `value`, replacing an earlier value. A name that is
+    /// not a constant comes from [`intern`].
+    pub(crate) fn insert(&mut self, field: &'static str, value: impl Into<Box<str>>) {
         let value = value.into();
-        match self.0.binary_search_by(|(f, _)| (**f).cmp(&field)) {
+        match self.0.binary_search_by(|(f, _)| by_name(f, field)) {
             Ok(i) => self.0[i].1 = value,
             Err(i) => self.0.insert(i, (field, value)),
         }
@@ -32,7 +34,7 @@ impl Fields {
 
     #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(f, v)| (&**f, &**v))
+        self.0.iter().map(|(f, v)| (*f, &**v))
     }
 
     #[cfg(test)]
@@ -43,17 +45,46 @@ impl Fields {
 
 impl FieldSet for Fields {
     fn get(&self, field: &str) -> Option<&str> {
-        self.0.binary_search_by(|(f, _)| (**f).cmp(field)).ok().map(|i| &*self.0[i].1)
+        self.0.binary_search_by(|(f, _)| by_name(f, field)).ok().map(|i| &*self.0[i].1)
     }
 }
 
-impl<F: Into<Box<str>>, V: Into<Box<str>>> FromIterator<(F, V)> for Fields {
+/// The order [`Fields`] keeps: most names of one kind differ in length
+/// (`spec.nodeName`, `status.phase`), so most comparisons of a lookup are
+/// one integer compare rather than a string compare past a shared `spec.`.
+fn by_name(a: &str, b: &str) -> std::cmp::Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+}
+
+impl<F: AsRef<str>, V: Into<Box<str>>> FromIterator<(F, V)> for Fields {
     fn from_iter<I: IntoIterator<Item = (F, V)>>(iter: I) -> Self {
         let mut fields = Self::new();
         for (f, v) in iter {
-            fields.insert(f, v);
+            fields.insert(intern(f.as_ref()), v);
         }
         fields
+    }
+}
+
+/// `name` as a string that lives as long as the process, the same one for
+/// every call with the same text. For field names that are not constants
+/// (a custom resource's selectable fields): the set grows with the distinct
+/// names the CRDs ever declared, not with objects.
+pub(crate) fn intern(name: &str) -> &'static str {
+    static NAMES: std::sync::OnceLock<parking_lot::RwLock<std::collections::HashSet<&'static str>>> =
+        std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(Default::default);
+    if let Some(known) = names.read().get(name) {
+        return known;
+    }
+    let mut names = names.write();
+    match names.get(name) {
+        Some(known) => known,
+        None => {
+            let leaked: &'static str = Box::leak(name.into());
+            names.insert(leaked);
+            leaked
+        }
     }
 }
 
@@ -290,6 +321,15 @@ mod tests {
 
     fn set(pairs: &[(&str, &str)]) -> Fields {
         pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn interned_names_are_one_string_per_text() {
+        let a = intern(&String::from("spec.custom"));
+        let b = intern(&["spec.", "custom"].concat());
+        assert_eq!(a, "spec.custom");
+        assert!(std::ptr::eq(a, b), "the second call returns the first string");
+        assert!(!std::ptr::eq(a, intern("spec.other")));
     }
 
     #[test]

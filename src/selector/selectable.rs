@@ -13,7 +13,7 @@
 
 mod extract;
 
-pub(crate) use extract::extract;
+pub(crate) use extract::{Lookup, extract, read_paths};
 
 use super::FieldSelector;
 use crate::go_rules::fmt::go_quote;

@@ -8,19 +8,21 @@
 //! own secrets cost nothing for an event that concerns none of them.
 
 use std::collections::HashMap;
+use std::hash::RandomState;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
 use super::watcher::{Delivery, Offer, WatcherHandle};
-use crate::cache::delivery::filter::{IndexKey, node_of};
+use crate::cache::delivery::filter::{IndexKey, IndexKeyRef, node_of};
 use crate::cache::state::event::CacheEvent;
 use crate::cache::state::history::TooOld;
-use crate::cache::state::object::ObjectKey;
 
 #[derive(Debug, Default)]
 pub(crate) struct Dispatcher {
-    buckets: HashMap<IndexKey, HashMap<u64, Arc<WatcherHandle>>>,
+    /// hashbrown's map (std's, with std's keyed hasher: the keys come from
+    /// requests and objects) for lookups by a borrowed [`IndexKeyRef`].
+    buckets: hashbrown::HashMap<IndexKey, HashMap<u64, Arc<WatcherHandle>>, RandomState>,
     count: usize,
 }
 
@@ -118,26 +120,22 @@ impl Dispatcher {
     /// Offers `event` to every interested watcher.
     pub(crate) fn dispatch(&mut self, event: &Arc<CacheEvent>, now: Instant) -> Dispatched {
         let key = &event.object.key;
-        let mut keys: Vec<IndexKey> = Vec::with_capacity(5);
-        keys.push(IndexKey::Object(key.clone()));
+        let mut keys: [Option<IndexKeyRef>; 6] = [None; 6];
+        keys[0] = Some(IndexKeyRef::Object { namespace: &key.namespace, name: &key.name });
         if !key.namespace.is_empty() {
             // Cluster-scoped watchers of namespaced kinds name no namespace.
-            keys.push(IndexKey::Object(ObjectKey { namespace: String::new(), name: key.name.clone() }));
-            keys.push(IndexKey::Namespace(key.namespace.clone()));
+            keys[1] = Some(IndexKeyRef::Object { namespace: "", name: &key.name });
+            keys[2] = Some(IndexKeyRef::Namespace(&key.namespace));
         }
         let node_now = node_of(&event.object);
         let node_before = event.prev.as_deref().and_then(node_of);
-        if let Some(n) = node_now {
-            keys.push(IndexKey::Node(n.to_owned()));
-        }
-        if let Some(n) = node_before.filter(|b| Some(*b) != node_now) {
-            keys.push(IndexKey::Node(n.to_owned()));
-        }
-        keys.push(IndexKey::All);
+        keys[3] = node_now.map(IndexKeyRef::Node);
+        keys[4] = node_before.filter(|b| Some(*b) != node_now).map(IndexKeyRef::Node);
+        keys[5] = Some(IndexKeyRef::All);
 
         let mut out = Dispatched::default();
         let mut dead: Vec<(IndexKey, u64)> = Vec::new();
-        for k in keys {
+        for k in keys.into_iter().flatten() {
             let Some(bucket) = self.buckets.get(&k) else { continue };
             for watcher in bucket.values() {
                 if event.rv <= watcher.start_rv || watcher.is_behind() {
@@ -150,7 +148,7 @@ impl Dispatcher {
                     Offer::Behind => {}
                     Offer::Terminated => {
                         out.terminated += 1;
-                        dead.push((k.clone(), watcher.id));
+                        dead.push((k.to_owned(), watcher.id));
                     }
                 }
             }

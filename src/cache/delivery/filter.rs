@@ -2,6 +2,8 @@
 //! selectors, and the index bucket that lets the dispatcher skip the
 //! watchers that cannot be interested in an event.
 
+use std::hash::{Hash, Hasher};
+
 use crate::selector::{FieldSelector, LabelSelector};
 
 use crate::cache::state::object::{CachedObject, ObjectKey};
@@ -19,7 +21,7 @@ pub(crate) struct Filter {
 }
 
 /// The dispatcher bucket a watcher lives in, most selective first.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum IndexKey {
     /// One object: kubelets watch each secret and configmap their pods use this way.
     Object(ObjectKey),
@@ -27,6 +29,74 @@ pub(crate) enum IndexKey {
     Node(String),
     Namespace(String),
     All,
+}
+
+/// An [`IndexKey`] borrowed from an event's object: the dispatcher looks
+/// its buckets up by these, building no owned key per event. Hashes and
+/// compares as the key it spells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IndexKeyRef<'a> {
+    Object { namespace: &'a str, name: &'a str },
+    Node(&'a str),
+    Namespace(&'a str),
+    All,
+}
+
+impl IndexKey {
+    pub(crate) fn as_ref(&self) -> IndexKeyRef<'_> {
+        match self {
+            IndexKey::Object(key) => IndexKeyRef::Object { namespace: &key.namespace, name: &key.name },
+            IndexKey::Node(node) => IndexKeyRef::Node(node),
+            IndexKey::Namespace(namespace) => IndexKeyRef::Namespace(namespace),
+            IndexKey::All => IndexKeyRef::All,
+        }
+    }
+}
+
+impl IndexKeyRef<'_> {
+    pub(crate) fn to_owned(self) -> IndexKey {
+        match self {
+            IndexKeyRef::Object { namespace, name } => {
+                IndexKey::Object(ObjectKey { namespace: namespace.to_owned(), name: name.to_owned() })
+            }
+            IndexKeyRef::Node(node) => IndexKey::Node(node.to_owned()),
+            IndexKeyRef::Namespace(namespace) => IndexKey::Namespace(namespace.to_owned()),
+            IndexKeyRef::All => IndexKey::All,
+        }
+    }
+}
+
+impl Hash for IndexKeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match *self {
+            IndexKeyRef::Object { namespace, name } => {
+                state.write_u8(0);
+                namespace.hash(state);
+                name.hash(state);
+            }
+            IndexKeyRef::Node(node) => {
+                state.write_u8(1);
+                node.hash(state);
+            }
+            IndexKeyRef::Namespace(namespace) => {
+                state.write_u8(2);
+                namespace.hash(state);
+            }
+            IndexKeyRef::All => state.write_u8(3),
+        }
+    }
+}
+
+impl Hash for IndexKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_ref().hash(state);
+    }
+}
+
+impl hashbrown::Equivalent<IndexKey> for IndexKeyRef<'_> {
+    fn equivalent(&self, key: &IndexKey) -> bool {
+        *self == key.as_ref()
+    }
 }
 
 impl Filter {
@@ -63,6 +133,47 @@ impl Filter {
         match &self.namespace {
             Some(ns) => IndexKey::Namespace(ns.clone()),
             None => IndexKey::All,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::{BuildHasher, RandomState};
+
+    use hashbrown::Equivalent;
+
+    use super::*;
+
+    /// The dispatcher finds a bucket by the borrowed form only if both
+    /// forms hash alike and each key is equivalent to its own form alone.
+    #[test]
+    fn a_borrowed_key_hashes_and_compares_as_the_key_it_spells() {
+        let object = |namespace: &str, name: &str| {
+            IndexKey::Object(ObjectKey { namespace: namespace.to_owned(), name: name.to_owned() })
+        };
+        let keys = [
+            object("ns", "a"),
+            object("", "a"),
+            // The same text cut elsewhere: a hash of the bytes alone would collide.
+            object("nsa", ""),
+            object("n", "sa"),
+            IndexKey::Node("a".to_owned()),
+            IndexKey::Namespace("a".to_owned()),
+            IndexKey::Node(String::new()),
+            IndexKey::All,
+        ];
+        let state = RandomState::new();
+        for (i, key) in keys.iter().enumerate() {
+            let borrowed = key.as_ref();
+            assert_eq!(state.hash_one(borrowed), state.hash_one(key), "{key:?}");
+            assert_eq!(borrowed.to_owned(), *key);
+            for (j, other) in keys.iter().enumerate() {
+                assert_eq!(borrowed.equivalent(other), i == j, "{key:?} against {other:?}");
+                if i != j {
+                    assert_ne!(state.hash_one(borrowed), state.hash_one(other), "{key:?} against {other:?}");
+                }
+            }
         }
     }
 }

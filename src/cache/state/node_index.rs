@@ -55,15 +55,19 @@ impl NodeIndex {
 
     /// Follows one change of an object: `prev` is what the store held under
     /// its key, `now` what it holds after (none once deleted).
+    ///
+    /// Both are under one key, so only the node can differ: a pod that
+    /// stays on its node (every update of a running pod) is one insert that
+    /// replaces the entry, with one entry key built.
     pub(crate) fn update(&mut self, prev: Option<&Arc<CachedObject>>, now: Option<&Arc<CachedObject>>) {
-        let entry =
-            |obj: &Arc<CachedObject>| node_of(obj).map(|node| NodeKey { node: node.to_owned(), key: obj.key.clone() });
-        let (before, after) = (prev.and_then(entry), now.and_then(entry));
-        if let Some(before) = before.filter(|b| after.as_ref() != Some(b)) {
-            self.entries.remove(&before);
+        debug_assert!(prev.zip(now).is_none_or(|(p, n)| p.key == n.key), "one key's change");
+        let entry = |obj: &Arc<CachedObject>, node: &str| NodeKey { node: node.to_owned(), key: obj.key.clone() };
+        let (before, after) = (prev.and_then(|p| Some((p, node_of(p)?))), now.and_then(|n| Some((n, node_of(n)?))));
+        if let Some((prev, node)) = before.filter(|(_, node)| after.is_none_or(|(_, now_node)| now_node != *node)) {
+            self.entries.remove(&entry(prev, node));
         }
-        if let (Some(after), Some(now)) = (after, now) {
-            self.entries.insert(after, now.clone());
+        if let Some((now, node)) = after {
+            self.entries.insert(entry(now, node), now.clone());
         }
     }
 

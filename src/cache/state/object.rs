@@ -12,6 +12,8 @@
 //! object the protobuf encoder refuses ([`NoProtobuf`]) remembers that too,
 //! so the refusal is also worked out once.
 
+mod sparse;
+
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -19,6 +21,7 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::encode::minor;
@@ -27,7 +30,8 @@ use crate::encode::protobuf::{self, Unplaceable};
 use crate::encode::table::TableEventKey;
 use crate::encode::variant::ContentVariant;
 use crate::metrics as m;
-use crate::selector::{Fields, selectable};
+use crate::selector::Fields;
+use crate::selector::selectable::{self, Lookup};
 
 use crate::cache::resource_info::ResourceInfo;
 
@@ -49,6 +53,8 @@ pub(crate) enum DecodeError {
     ResourceVersion(String),
     #[error("object is not a JSON object")]
     NotAnObject,
+    #[error("object is not UTF-8")]
+    Utf8,
 }
 
 /// What decoding needs to know about the resource the objects belong to.
@@ -59,7 +65,19 @@ pub(crate) struct ObjectShape {
     type_meta: Bytes,
     /// Selectable fields of a custom resource, from its CRD.
     pub custom_selectable: Option<Vec<String>>,
+    /// What [`CachedObject::decode`] reads of an object: its type meta,
+    /// metadata and selectable fields.
+    read: Arc<sparse::Paths>,
 }
+
+/// The metadata the cache keeps of every object.
+const METADATA_READ: [[&str; 2]; 5] = [
+    ["metadata", "name"],
+    ["metadata", "namespace"],
+    ["metadata", "resourceVersion"],
+    ["metadata", "uid"],
+    ["metadata", "labels"],
+];
 
 impl ObjectShape {
     pub(crate) fn new(info: ResourceInfo, custom_selectable: Option<Vec<String>>) -> Self {
@@ -68,7 +86,14 @@ impl ObjectShape {
             serde_json::to_string(&info.kind).expect("string"),
             serde_json::to_string(&info.api_version()).expect("string"),
         );
-        Self { info, type_meta: Bytes::from(type_meta), custom_selectable }
+        let fields = selectable::read_paths(&info.group, &info.resource, custom_selectable.as_deref());
+        let read = sparse::Paths::of(
+            [vec!["kind".to_owned()]]
+                .into_iter()
+                .chain(METADATA_READ.iter().map(|path| path.map(str::to_owned).to_vec()))
+                .chain(fields),
+        );
+        Self { info, type_meta: Bytes::from(type_meta), custom_selectable, read: Arc::new(read) }
     }
 }
 
@@ -158,11 +183,15 @@ impl CachedObject {
     /// Decodes an object as it arrives in a watch event or a list item. Type
     /// meta is added when the bytes lack it (items of typed lists).
     pub(crate) fn decode(raw: Bytes, shape: &ObjectShape) -> Result<Self, DecodeError> {
-        let value: serde_json::Value = serde_json::from_slice(&raw)?;
-        let obj = value.as_object().ok_or(DecodeError::NotAnObject)?;
+        // Checked as UTF-8 once here, so the parser need not check each string.
+        let text = std::str::from_utf8(&raw).map_err(|_| DecodeError::Utf8)?;
+        let mut read = shape.read.read(text)?;
+        if !read.is_object() {
+            return Err(DecodeError::NotAnObject);
+        }
         let (json, type_meta_len) = if raw.get(1..).is_some_and(|rest| rest.starts_with(&shape.type_meta)) {
             (raw, shape.type_meta.len())
-        } else if obj.contains_key("kind") {
+        } else if read.at(&["kind"]).is_some() {
             // Type meta present but not in the canonical order: keep the bytes
             // as they are; lists will carry the items as they are too.
             (raw, 0)
@@ -178,28 +207,40 @@ impl CachedObject {
             with.extend_from_slice(rest);
             (with.freeze(), shape.type_meta.len())
         };
-        let meta = obj.get("metadata").and_then(|m| m.as_object());
-        let name = meta.and_then(|m| m.get("name")).and_then(|n| n.as_str()).ok_or(DecodeError::NoName)?;
-        let namespace = meta.and_then(|m| m.get("namespace")).and_then(|n| n.as_str()).unwrap_or("");
-        let rv_text = meta.and_then(|m| m.get("resourceVersion")).and_then(|n| n.as_str()).unwrap_or("");
+        read.at(&["metadata", "name"]).and_then(Value::as_str).ok_or(DecodeError::NoName)?;
+        let rv_text = read.at(&["metadata", "resourceVersion"]).and_then(Value::as_str).unwrap_or("");
         let rv = rv_text.parse().map_err(|_| DecodeError::ResourceVersion(rv_text.to_owned()))?;
-        let uid = meta.and_then(|m| m.get("uid")).and_then(|u| u.as_str()).unwrap_or("").into();
-        let labels = meta
-            .and_then(|m| m.get("labels"))
-            .and_then(|l| l.as_object())
-            .map(|l| l.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
-            .unwrap_or_default();
         let info = &shape.info;
         let fields = selectable::extract(
             &info.group,
             &info.resource,
             info.namespaced,
             shape.custom_selectable.as_deref(),
-            &value,
+            &read,
         );
+        // Moved out of the reading rather than copied: nothing looks after this.
+        let mut owned_text = |path: &[&str]| match read.take(path) {
+            Some(Value::String(text)) => text,
+            _ => String::new(),
+        };
+        let (name, namespace, uid) = (
+            owned_text(&["metadata", "name"]),
+            owned_text(&["metadata", "namespace"]),
+            owned_text(&["metadata", "uid"]).into(),
+        );
+        let labels = match read.take(&["metadata", "labels"]) {
+            Some(Value::Object(labels)) => labels
+                .into_iter()
+                .filter_map(|(k, v)| match v {
+                    Value::String(v) => Some((k, v)),
+                    _ => None,
+                })
+                .collect(),
+            _ => BTreeMap::new(),
+        };
         metrics::counter!(m::CACHE_ENCODES, "variant" => ContentVariant::Json.metric_label()).increment(1);
         Ok(Self {
-            key: ObjectKey { namespace: namespace.to_owned(), name: name.to_owned() },
+            key: ObjectKey { namespace, name },
             rv,
             uid,
             json,

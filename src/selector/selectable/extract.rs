@@ -4,7 +4,22 @@
 use serde_json::Value;
 
 use super::super::Fields;
+use super::super::field::intern;
 use crate::go_rules::fmt::go_float;
+
+/// An object read as JSON, looked up by a path of keys: a `serde_json`
+/// tree, or the cache's sparse reading of one (which holds the paths
+/// [`read_paths`] names).
+pub(crate) trait Lookup {
+    /// The value at `path`, if every key on the way is there.
+    fn at(&self, path: &[&str]) -> Option<&Value>;
+}
+
+impl Lookup for Value {
+    fn at(&self, path: &[&str]) -> Option<&Value> {
+        path.iter().try_fold(self, |v, key| v.get(key))
+    }
+}
 
 /// The field set of one object (JSON as served by the API server), for a
 /// built-in resource or for a custom resource with `selectable` = the CRD's
@@ -17,7 +32,7 @@ pub(crate) fn extract(
     resource: &str,
     namespaced: bool,
     custom_selectable: Option<&[String]>,
-    object: &Value,
+    object: &(impl Lookup + ?Sized),
 ) -> Fields {
     let mut fields = Fields::new();
     fields.insert("metadata.name", text(object, &["metadata", "name"]));
@@ -28,7 +43,7 @@ pub(crate) fn extract(
         Some(selectable) => {
             for name in selectable {
                 let name = name.strip_prefix('.').unwrap_or(name);
-                fields.insert(name, custom_value(object, name));
+                fields.insert(intern(name), custom_value(object, name));
             }
         }
         None => builtin_values(group, resource, object, &mut fields),
@@ -36,9 +51,72 @@ pub(crate) fn extract(
     fields
 }
 
+/// The object paths [`extract`] reads for this resource, each read whole: a
+/// decoder may leave the rest of the object unread. Dotted for built-in
+/// resources (none of their keys holds a dot); a custom resource's
+/// jsonPaths split as [`custom_value`] splits them.
+pub(crate) fn read_paths(group: &str, resource: &str, custom_selectable: Option<&[String]>) -> Vec<Vec<String>> {
+    let mut paths =
+        vec![vec!["metadata".to_owned(), "name".to_owned()], vec!["metadata".to_owned(), "namespace".to_owned()]];
+    match custom_selectable {
+        Some(selectable) => {
+            paths.extend(selectable.iter().filter_map(|name| json_path(name.strip_prefix('.').unwrap_or(name))));
+        }
+        None => {
+            paths.extend(builtin_paths(group, resource).iter().map(|path| path.split('.').map(str::to_owned).collect()))
+        }
+    }
+    paths
+}
+
+/// What [`builtin_values`] reads, by resource. A path missing here reads as
+/// absent after a sparse decode; `read_paths_cover_every_lookup` checks the
+/// two agree.
+fn builtin_paths(group: &str, resource: &str) -> &'static [&'static str] {
+    match (group, resource) {
+        ("", "pods") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.serviceAccount",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIPs",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        ("", "nodes") => &["spec.unschedulable"],
+        ("", "secrets") => &["type"],
+        ("", "events") => &["involvedObject", "reportingComponent", "source.component", "reason", "type"],
+        ("events.k8s.io", "events") => &["regarding", "reason", "reportingController", "type"],
+        ("", "namespaces") => &["status.phase"],
+        ("", "services") => &["spec.clusterIP", "spec.type"],
+        ("", "replicationcontrollers") => &["status.replicas"],
+        ("batch", "jobs") => &["status.succeeded"],
+        ("certificates.k8s.io", "certificatesigningrequests" | "clustertrustbundles") => &["spec.signerName"],
+        ("certificates.k8s.io", "podcertificaterequests") => &["spec.signerName", "spec.podName", "spec.nodeName"],
+        ("resource.k8s.io", "resourceslices") => &["spec.nodeName", "spec.driver", "spec.pool.name"],
+        _ => &[],
+    }
+}
+
+/// The parts of an event's object reference that are selectable, in the
+/// order the field tables list them under `involvedObject` (core/v1) and
+/// `regarding` (events.k8s.io), whose names [`builtin_values`] takes from there.
+const REFERENCE_PARTS: [&str; 7] = ["kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath"];
+
+fn involved_object_fields() -> &'static [&'static str] {
+    &super::CORE_EVENT_FIELDS[..REFERENCE_PARTS.len()]
+}
+
+fn regarding_fields() -> &'static [&'static str] {
+    &super::EVENTS_V1_FIELDS[1..=REFERENCE_PARTS.len()]
+}
+
 /// The values `ToSelectableFields` gives, read from the object's v1 JSON.
-fn builtin_values(group: &str, resource: &str, o: &Value, fields: &mut Fields) {
-    let mut put = |name: &str, value: String| fields.insert(name, value);
+fn builtin_values(group: &str, resource: &str, o: &(impl Lookup + ?Sized), fields: &mut Fields) {
+    let mut put = |name: &'static str, value: String| fields.insert(name, value);
     match (group, resource) {
         ("", "pods") => {
             let node = text(o, &["spec", "nodeName"]);
@@ -65,8 +143,8 @@ fn builtin_values(group: &str, resource: &str, o: &Value, fields: &mut Fields) {
         ("", "nodes") => put("spec.unschedulable", boolean(o, &["spec", "unschedulable"])),
         ("", "secrets") => put("type", text(o, &["type"])),
         ("", "events") => {
-            for part in ["kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath"] {
-                put(&format!("involvedObject.{part}"), text(o, &["involvedObject", part]));
+            for (part, name) in REFERENCE_PARTS.iter().zip(involved_object_fields()) {
+                put(name, text(o, &["involvedObject", part]));
             }
             let reporting = text(o, &["reportingComponent"]);
             let source = non_empty(text(o, &["source", "component"])).unwrap_or_else(|| reporting.clone());
@@ -76,8 +154,8 @@ fn builtin_values(group: &str, resource: &str, o: &Value, fields: &mut Fields) {
             put("type", text(o, &["type"]));
         }
         ("events.k8s.io", "events") => {
-            for part in ["kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath"] {
-                put(&format!("regarding.{part}"), text(o, &["regarding", part]));
+            for (part, name) in REFERENCE_PARTS.iter().zip(regarding_fields()) {
+                put(name, text(o, &["regarding", part]));
             }
             put("reason", text(o, &["reason"]));
             put("reportingController", text(o, &["reportingController"]));
@@ -107,22 +185,24 @@ fn builtin_values(group: &str, resource: &str, o: &Value, fields: &mut Fields) {
     }
 }
 
-fn lookup<'a>(o: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(o, |v, key| v.get(key))
+fn lookup<'a>(o: &'a (impl Lookup + ?Sized), path: &[&str]) -> Option<&'a Value> {
+    #[cfg(test)]
+    tests::LOOKED_UP.with(|seen| seen.borrow_mut().push(path.join(".")));
+    o.at(path)
 }
 
 /// A string field; absent, null or not a string is `""` (Go's zero value).
-fn text(o: &Value, path: &[&str]) -> String {
+fn text(o: &(impl Lookup + ?Sized), path: &[&str]) -> String {
     lookup(o, path).and_then(Value::as_str).unwrap_or_default().to_owned()
 }
 
 /// A bool field as `strconv.FormatBool` writes it; absent is `false`.
-fn boolean(o: &Value, path: &[&str]) -> String {
+fn boolean(o: &(impl Lookup + ?Sized), path: &[&str]) -> String {
     lookup(o, path).and_then(Value::as_bool).unwrap_or(false).to_string()
 }
 
 /// An integer field in decimal; absent is `0`.
-fn integer(o: &Value, path: &[&str]) -> String {
+fn integer(o: &(impl Lookup + ?Sized), path: &[&str]) -> String {
     lookup(o, path).and_then(Value::as_i64).unwrap_or(0).to_string()
 }
 
@@ -134,17 +214,14 @@ fn non_empty(s: String) -> Option<String> {
 /// `fmt.Sprint` prints it, `""` when absent or null. CRD validation limits the
 /// paths to dotted field names of string, boolean or integer fields;
 /// `['key']` segments are read too.
-fn custom_value(object: &Value, name: &str) -> String {
+fn custom_value(object: &(impl Lookup + ?Sized), name: &str) -> String {
     let Some(path) = json_path(name) else {
         return String::new();
     };
-    let mut value = object;
-    for key in &path {
-        match value.get(key.as_str()) {
-            Some(v) => value = v,
-            None => return String::new(),
-        }
-    }
+    let keys: Vec<&str> = path.iter().map(String::as_str).collect();
+    let Some(value) = lookup(object, &keys) else {
+        return String::new();
+    };
     match value {
         Value::Null => String::new(),
         Value::String(s) => s.clone(),
@@ -190,9 +267,51 @@ fn json_path(name: &str) -> Option<Vec<String>> {
 mod tests {
     use serde_json::json;
 
+    use std::cell::RefCell;
+
     use super::super::super::{FieldSelector, FieldSet};
-    use super::super::validate;
+    use super::super::{KINDS, validate};
     use super::*;
+
+    thread_local! {
+        /// Every path [`lookup`] was asked for on this thread, dotted.
+        pub(super) static LOOKED_UP: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    }
+
+    #[test]
+    fn reference_field_names_are_the_prefix_and_the_part() {
+        for ((part, involved), regarding) in
+            REFERENCE_PARTS.iter().zip(involved_object_fields()).zip(regarding_fields())
+        {
+            assert_eq!(*involved, format!("involvedObject.{part}"));
+            assert_eq!(*regarding, format!("regarding.{part}"));
+        }
+    }
+
+    /// A decoder that keeps only [`read_paths`] gives `extract` the same
+    /// answers only if every path `extract` looks up lies under one of them.
+    #[test]
+    fn read_paths_cover_every_lookup() {
+        let custom = ["spec.a".to_owned(), ".status['b.c']".to_owned()];
+        let mut resources: Vec<(&str, &str, Option<&[String]>)> =
+            KINDS.iter().map(|k| (k.group, k.resource, None)).collect();
+        resources.push(("example.com", "widgets", Some(&custom)));
+        resources.push(("", "configmaps", None));
+        for (group, resource, custom) in resources {
+            LOOKED_UP.with(|seen| seen.borrow_mut().clear());
+            // Absent everywhere: every lookup goes its whole way down.
+            extract(group, resource, true, custom, &json!({}));
+            let kept: Vec<String> = read_paths(group, resource, custom).iter().map(|p| p.join(".")).collect();
+            let looked_up = LOOKED_UP.with(|seen| seen.take());
+            assert!(!looked_up.is_empty() || custom.is_some(), "{group}/{resource}: lookups recorded");
+            for path in looked_up {
+                assert!(
+                    kept.iter().any(|k| path == *k || path.starts_with(&format!("{k}."))),
+                    "{group}/{resource}: {path} is read but not kept"
+                );
+            }
+        }
+    }
 
     fn sel(s: &str) -> FieldSelector {
         FieldSelector::parse(s).unwrap()
