@@ -123,6 +123,30 @@ mod tests {
         assert_eq!(names(index.range("n1", Bound::Excluded(&from))), ["b/a"]);
     }
 
+    /// Every node's range is exactly its own objects, in key order, whatever
+    /// the names (one a prefix of another, numbers out of order).
+    #[test]
+    fn each_nodes_range_is_its_objects_in_key_order_among_many_nodes() {
+        let nodes: Vec<String> = (0..60).map(|i| format!("n{}", i * 7 % 60)).chain(["n".into(), "n1".into()]).collect();
+        let objects: Vec<_> = (0..600)
+            .map(|i| pod(&format!("p{:03}", (i * 37) % 600), ["a", "b", "c"][i % 3], &nodes[i % nodes.len()], 2))
+            .collect();
+        let index = NodeIndex::of(&objects);
+        assert_eq!(index.len(), 600);
+        for node in &nodes {
+            let mut expected: Vec<String> = objects
+                .iter()
+                .filter(|o| node_of(o) == Some(node.as_str()))
+                .map(|o| format!("{}/{}", o.key.namespace, o.key.name))
+                .collect();
+            expected.sort();
+            assert_eq!(names(index.range(node, Bound::Unbounded)), expected, "{node}");
+            let from = ObjectKey { namespace: "b".into(), name: String::new() };
+            let after: Vec<String> = expected.iter().filter(|k| k.as_str() >= "b/").cloned().collect();
+            assert_eq!(names(index.range(node, Bound::Included(&from))), after, "{node} from b/");
+        }
+    }
+
     #[test]
     fn updates_follow_binding_moving_and_deletion() {
         let mut index = NodeIndex::default();
