@@ -127,10 +127,10 @@ impl Client {
     fn see(&mut self, kind: EventType, obj: &CachedObject) {
         match kind {
             EventType::Deleted => {
-                self.state.remove(&obj.key.name);
+                self.state.remove(obj.key.name.as_str());
             }
             _ => {
-                self.state.insert(obj.key.name.clone(), (obj.rv, obj.uid.to_string()));
+                self.state.insert(obj.key.name.to_string(), (obj.rv, obj.uid.to_string()));
             }
         }
     }
@@ -177,7 +177,8 @@ fn run(steps: Vec<Step>) -> Result<(usize, usize), TestCaseError> {
             Step::ClientFromUpstream => clients.push(Client::start(cache.cache(), up.objects.clone(), up.rv)),
             Step::ClientFromCache => {
                 let snap = cache.cache().snapshot();
-                let state = snap.objects.values().map(|o| (o.key.name.clone(), (o.rv, o.uid.to_string()))).collect();
+                let state =
+                    snap.objects.values().map(|o| (o.key.name.to_string(), (o.rv, o.uid.to_string()))).collect();
                 clients.push(Client::start(cache.cache(), state, snap.rv));
             }
         }

@@ -172,7 +172,7 @@ mod tests {
     }
 
     fn held(store: &Store) -> Vec<(String, u64)> {
-        store.snapshot().objects.iter().map(|(k, o)| (k.name.clone(), o.rv)).collect()
+        store.snapshot().objects.iter().map(|(k, o)| (k.name.to_string(), o.rv)).collect()
     }
 
     #[test]

@@ -453,7 +453,7 @@ mod tests {
         let waker = Waker::noop().clone();
         let mut out = Vec::new();
         while let Ok(crate::cache::delivery::watcher::Next::Event(d)) = h.take(&waker) {
-            out.push((d.kind, d.object().key.name.clone(), d.object().rv));
+            out.push((d.kind, d.object().key.name.to_string(), d.object().rv));
         }
         out
     }

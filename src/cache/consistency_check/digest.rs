@@ -81,7 +81,7 @@ pub(crate) enum Difference {
 impl std::fmt::Display for Difference {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = |k: &ObjectKey| {
-            if k.namespace.is_empty() { k.name.clone() } else { format!("{}/{}", k.namespace, k.name) }
+            if k.namespace.is_empty() { k.name.to_string() } else { format!("{}/{}", k.namespace, k.name) }
         };
         match self {
             Self::MissingInCache { key, upstream_rv } => {

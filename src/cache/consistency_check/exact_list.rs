@@ -107,7 +107,7 @@ pub(crate) async fn list_at(upstream: &Upstream, cache: &ResourceCache, rv: u64)
         }
         for (namespace, name, item_rv) in page.items {
             let item_rv = item_rv.parse().map_err(|_| ExactListError::ItemVersion(item_rv))?;
-            entries.push(Entry { key: ObjectKey { namespace, name }, rv: item_rv });
+            entries.push(Entry { key: ObjectKey::new(namespace, name), rv: item_rv });
         }
         match page.continue_token.filter(|t| !t.is_empty()) {
             Some(token) => continue_token = Some(token),

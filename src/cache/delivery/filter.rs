@@ -56,9 +56,7 @@ impl IndexKey {
 impl IndexKeyRef<'_> {
     pub(crate) fn to_owned(self) -> IndexKey {
         match self {
-            IndexKeyRef::Object { namespace, name } => {
-                IndexKey::Object(ObjectKey { namespace: namespace.to_owned(), name: name.to_owned() })
-            }
+            IndexKeyRef::Object { namespace, name } => IndexKey::Object(ObjectKey::new(namespace, name)),
             IndexKeyRef::Node(node) => IndexKey::Node(node.to_owned()),
             IndexKeyRef::Namespace(namespace) => IndexKey::Namespace(namespace.to_owned()),
             IndexKeyRef::All => IndexKey::All,
@@ -120,10 +118,7 @@ impl Filter {
 
     pub(crate) fn index_key(&self) -> IndexKey {
         if let Some(name) = &self.name {
-            return IndexKey::Object(ObjectKey {
-                namespace: self.namespace.clone().unwrap_or_default(),
-                name: name.clone(),
-            });
+            return IndexKey::Object(ObjectKey::new(self.namespace.as_deref().unwrap_or(""), name.as_str()));
         }
         // `spec.nodeName=` asks for the pods no node has (the scheduler's
         // watch): those are in no node's bucket.
@@ -149,9 +144,7 @@ mod tests {
     /// forms hash alike and each key is equivalent to its own form alone.
     #[test]
     fn a_borrowed_key_hashes_and_compares_as_the_key_it_spells() {
-        let object = |namespace: &str, name: &str| {
-            IndexKey::Object(ObjectKey { namespace: namespace.to_owned(), name: name.to_owned() })
-        };
+        let object = |namespace: &str, name: &str| IndexKey::Object(ObjectKey::new(namespace, name));
         let keys = [
             object("ns", "a"),
             object("", "a"),

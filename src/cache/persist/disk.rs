@@ -328,10 +328,7 @@ impl DiskStore {
         for entry in table.iter().map_err(|e| read_err(e.into()))? {
             let (key, value) = entry.map_err(|e| read_err(e.into()))?;
             let (namespace, name) = key.value();
-            objects.push((
-                ObjectKey { namespace: namespace.to_owned(), name: name.to_owned() },
-                Bytes::copy_from_slice(value.value()),
-            ));
+            objects.push((ObjectKey::new(namespace, name), Bytes::copy_from_slice(value.value())));
         }
         Ok(Some(Loaded { rv, generation, header, meta, objects }))
     }
@@ -377,7 +374,7 @@ impl DiskStore {
                             for entry in objects.iter().map_err(|e| write_err(e.into()))? {
                                 let (k, v) = entry.map_err(|e| write_err(e.into()))?;
                                 let (namespace, name) = k.value();
-                                let key_of = ObjectKey { namespace: namespace.to_owned(), name: name.to_owned() };
+                                let key_of = ObjectKey::new(namespace, name);
                                 digest.toggle(&key.entry(&key_of, v.value()));
                             }
                             digest

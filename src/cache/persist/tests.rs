@@ -32,11 +32,11 @@ fn cache_and_stop(p: &Persistence) -> Vec<(String, Bytes)> {
     w.event(EventType::Added, cm("c", 12, "\"app\":\"x\""));
     w.bookmark(13);
     w.take_feed().unwrap().finish();
-    w.cache().snapshot().objects.iter().map(|(k, o)| (k.name.clone(), o.json().clone())).collect()
+    w.cache().snapshot().objects.iter().map(|(k, o)| (k.name.to_string(), o.json().clone())).collect()
 }
 
 fn restored_objects(r: &Restored) -> Vec<(String, Bytes)> {
-    r.writer.cache().snapshot().objects.iter().map(|(k, o)| (k.name.clone(), o.json().clone())).collect()
+    r.writer.cache().snapshot().objects.iter().map(|(k, o)| (k.name.to_string(), o.json().clone())).collect()
 }
 
 #[tokio::test]

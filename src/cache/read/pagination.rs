@@ -71,11 +71,11 @@ pub(crate) fn decode(token: &str, scope: KeyScope<'_>) -> Option<Continue> {
             if key.contains('/') {
                 return None;
             }
-            ObjectKey { namespace: namespace.to_owned(), name: key.to_owned() }
+            ObjectKey::new(namespace, key)
         }
         KeyScope::NamespaceAndName => {
             let (ns, name) = key.split_once('/')?;
-            ObjectKey { namespace: ns.to_owned(), name: name.to_owned() }
+            ObjectKey::new(ns, name)
         }
     };
     Some(Continue { rv: t.rv, after, exclusive })

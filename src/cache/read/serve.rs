@@ -516,7 +516,7 @@ impl CacheService {
         }
         let label = cache.label().to_owned();
         let name = filter.name.clone().unwrap_or_default();
-        let key = ObjectKey { namespace: filter.namespace.clone().unwrap_or_default(), name: name.clone() };
+        let key = ObjectKey::new(filter.namespace.as_deref().unwrap_or(""), name.as_str());
         let snapshot = cache.snapshot();
         match snapshot.objects.get(&key) {
             Some(obj) => {

@@ -17,6 +17,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
+use compact_str::CompactString;
 use imbl::OrdMap;
 
 use super::object::{CachedObject, ObjectKey};
@@ -33,7 +34,8 @@ pub(crate) fn node_of(obj: &CachedObject) -> Option<&str> {
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct NodeKey {
-    node: String,
+    /// Inline when up to 24 bytes, as the key's strings.
+    node: CompactString,
     key: ObjectKey,
 }
 
@@ -61,7 +63,7 @@ impl NodeIndex {
     /// replaces the entry, with one entry key built.
     pub(crate) fn update(&mut self, prev: Option<&Arc<CachedObject>>, now: Option<&Arc<CachedObject>>) {
         debug_assert!(prev.zip(now).is_none_or(|(p, n)| p.key == n.key), "one key's change");
-        let entry = |obj: &Arc<CachedObject>, node: &str| NodeKey { node: node.to_owned(), key: obj.key.clone() };
+        let entry = |obj: &Arc<CachedObject>, node: &str| NodeKey { node: node.into(), key: obj.key.clone() };
         let (before, after) = (prev.and_then(|p| Some((p, node_of(p)?))), now.and_then(|n| Some((n, node_of(n)?))));
         if let Some((prev, node)) = before.filter(|(_, node)| after.is_none_or(|(_, now_node)| now_node != *node)) {
             self.entries.remove(&entry(prev, node));
@@ -77,11 +79,11 @@ impl NodeIndex {
         node: &'a str,
         lower: Bound<&ObjectKey>,
     ) -> impl Iterator<Item = (&'a ObjectKey, &'a Arc<CachedObject>)> + 'a {
-        let at = |key: &ObjectKey| NodeKey { node: node.to_owned(), key: key.clone() };
+        let at = |key: &ObjectKey| NodeKey { node: node.into(), key: key.clone() };
         let lower = match lower {
             Bound::Included(k) => Bound::Included(at(k)),
             Bound::Excluded(k) => Bound::Excluded(at(k)),
-            Bound::Unbounded => Bound::Included(at(&ObjectKey { namespace: String::new(), name: String::new() })),
+            Bound::Unbounded => Bound::Included(at(&ObjectKey::default())),
         };
         self.entries
             .range((lower, Bound::Unbounded))
@@ -141,7 +143,7 @@ mod tests {
                 .collect();
             expected.sort();
             assert_eq!(names(index.range(node, Bound::Unbounded)), expected, "{node}");
-            let from = ObjectKey { namespace: "b".into(), name: String::new() };
+            let from = ObjectKey::new("b", "");
             let after: Vec<String> = expected.iter().filter(|k| k.as_str() >= "b/").cloned().collect();
             assert_eq!(names(index.range(node, Bound::Included(&from))), after, "{node} from b/");
         }

@@ -20,6 +20,7 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
+use compact_str::CompactString;
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -39,8 +40,14 @@ use crate::cache::resource_info::ResourceInfo;
 /// ordered as the API server orders list results.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub(crate) struct ObjectKey {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: CompactString,
+    pub name: CompactString,
+}
+
+impl ObjectKey {
+    pub(crate) fn new(namespace: impl Into<CompactString>, name: impl Into<CompactString>) -> Self {
+        Self { namespace: namespace.into(), name: name.into() }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -207,7 +214,12 @@ impl CachedObject {
             with.extend_from_slice(rest);
             (with.freeze(), shape.type_meta.len())
         };
-        read.at(&["metadata", "name"]).and_then(Value::as_str).ok_or(DecodeError::NoName)?;
+        let text = |path: &[&str]| read.at(path).and_then(Value::as_str).map(CompactString::from);
+        // Short names and namespaces are held inline: no allocation.
+        let key = ObjectKey {
+            name: text(&["metadata", "name"]).ok_or(DecodeError::NoName)?,
+            namespace: text(&["metadata", "namespace"]).unwrap_or_default(),
+        };
         let rv_text = read.at(&["metadata", "resourceVersion"]).and_then(Value::as_str).unwrap_or("");
         let rv = rv_text.parse().map_err(|_| DecodeError::ResourceVersion(rv_text.to_owned()))?;
         let info = &shape.info;
@@ -223,11 +235,7 @@ impl CachedObject {
             Some(Value::String(text)) => text,
             _ => String::new(),
         };
-        let (name, namespace, uid) = (
-            owned_text(&["metadata", "name"]),
-            owned_text(&["metadata", "namespace"]),
-            owned_text(&["metadata", "uid"]).into(),
-        );
+        let uid = owned_text(&["metadata", "uid"]).into();
         let labels = match read.take(&["metadata", "labels"]) {
             Some(Value::Object(labels)) => labels
                 .into_iter()
@@ -239,16 +247,7 @@ impl CachedObject {
             _ => BTreeMap::new(),
         };
         metrics::counter!(m::CACHE_ENCODES, "variant" => ContentVariant::Json.metric_label()).increment(1);
-        Ok(Self {
-            key: ObjectKey { namespace, name },
-            rv,
-            uid,
-            json,
-            type_meta_len,
-            labels,
-            fields,
-            derived: OnceLock::new(),
-        })
+        Ok(Self { key, rv, uid, json, type_meta_len, labels, fields, derived: OnceLock::new() })
     }
 
     /// The object's bytes in a content variant (a whole body for protobuf),

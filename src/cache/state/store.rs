@@ -41,7 +41,7 @@ impl Snapshot {
         let lower = match (lower, namespace) {
             (Bound::Included(k) | Bound::Excluded(k), Some(ns)) if k.namespace.as_str() >= ns => lower,
             (_, Some(ns)) => {
-                namespace_start = ObjectKey { namespace: ns.to_owned(), name: String::new() };
+                namespace_start = ObjectKey::new(ns, "");
                 Bound::Included(&namespace_start)
             }
             (lower, None) => lower,
@@ -379,7 +379,7 @@ mod tests {
                     prop_assert_eq!(entries(&snap), rebuilt(&snap));
                 }
                 let snap = store.snapshot();
-                let from = ObjectKey { namespace: format!("ns{}", start.1), name: format!("p{}", start.0) };
+                let from = ObjectKey::new(format!("ns{}", start.1), format!("p{}", start.0));
                 let lower = match bound { 0 => Bound::Unbounded, 1 => Bound::Included(&from), _ => Bound::Excluded(&from) };
                 for n in 0..5u8 {
                     for ns in [None, Some("ns0"), Some("ns1")] {

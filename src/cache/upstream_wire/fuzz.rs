@@ -120,10 +120,10 @@ fn expected_after(line: &[u8], rv: u64, before: &Snapshot) -> BTreeMap<ObjectKey
         return expected;
     }
     let meta = &event["object"]["metadata"];
-    let key = ObjectKey {
-        namespace: meta["namespace"].as_str().unwrap_or_default().to_owned(),
-        name: meta["name"].as_str().expect("an applied object has a name").to_owned(),
-    };
+    let key = ObjectKey::new(
+        meta["namespace"].as_str().unwrap_or_default(),
+        meta["name"].as_str().expect("an applied object has a name"),
+    );
     if kind == "DELETED" {
         expected.remove(&key);
     } else {

@@ -21,12 +21,19 @@ fn target(store: DiskStore) -> Target {
 /// What the store holds, as (name, json) by key, and its version.
 fn on_disk(path: &std::path::Path) -> (u64, BTreeMap<String, Bytes>) {
     let loaded = DiskStore::open(path).unwrap().load().unwrap().expect("written");
-    (loaded.rv, loaded.objects.into_iter().map(|(k, v)| (k.name, super::super::squeeze::unpack(v).unwrap())).collect())
+    (
+        loaded.rv,
+        loaded
+            .objects
+            .into_iter()
+            .map(|(k, v)| (k.name.to_string(), super::super::squeeze::unpack(v).unwrap()))
+            .collect(),
+    )
 }
 
 fn in_memory(cache: &ResourceCache) -> (u64, BTreeMap<String, Bytes>) {
     let snap = cache.snapshot();
-    (snap.rv, snap.objects.iter().map(|(k, o)| (k.name.clone(), o.json().clone())).collect())
+    (snap.rv, snap.objects.iter().map(|(k, o)| (k.name.to_string(), o.json().clone())).collect())
 }
 
 #[tokio::test]

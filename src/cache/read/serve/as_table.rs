@@ -65,7 +65,7 @@ impl CacheService {
             return Served::Passthrough(reason);
         }
         let name = filter.name.clone().unwrap_or_default();
-        let key = ObjectKey { namespace: filter.namespace.clone().unwrap_or_default(), name: name.clone() };
+        let key = ObjectKey::new(filter.namespace.as_deref().unwrap_or(""), name.as_str());
         let label = cache.label().to_owned();
         let response = match cache.snapshot().objects.get(&key) {
             Some(obj) => {

@@ -44,7 +44,7 @@ pub(crate) async fn printer_for(registry: &Registry, info: &ResourceInfo) -> Res
     if !crds.wait_ready(CRD_CACHE_WAIT).await {
         return Err(NOT_HERE);
     }
-    let key = ObjectKey { namespace: String::new(), name: format!("{}.{}", info.resource, info.group) };
+    let key = ObjectKey::new("", format!("{}.{}", info.resource, info.group));
     // An aggregated API's resource has no CRD: its Tables are its server's.
     let crd = crds.snapshot().objects.get(&key).cloned().ok_or(NOT_HERE)?;
     let printers = crd.reading(Printers::default).ok_or(NOT_HERE)?;

@@ -134,14 +134,14 @@ fn everything() -> Filter {
 
 /// The kind, name and version of what a watcher is sent.
 fn seen(deliveries: &[Delivery]) -> Vec<(EventType, String, u64)> {
-    deliveries.iter().map(|d| (d.kind, d.object().key.name.clone(), d.object().rv)).collect()
+    deliveries.iter().map(|d| (d.kind, d.object().key.name.to_string(), d.object().rv)).collect()
 }
 
 fn drain(handle: &WatcherHandle) -> Vec<(EventType, String, u64)> {
     let waker = std::task::Waker::noop().clone();
     let mut out = Vec::new();
     while let Ok(Next::Event(d)) = handle.take(&waker) {
-        out.push((d.kind, d.object().key.name.clone(), d.object().rv));
+        out.push((d.kind, d.object().key.name.to_string(), d.object().rv));
     }
     out
 }
