@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 
-use crate::cache::state::object::{CachedObject, ObjectShape};
+use crate::cache::state::object::ObjectShape;
 use crate::cache::state::store::Objects;
-use crate::cache::upstream_wire::Line;
+use crate::cache::upstream_wire::{Line, LineEnd};
 use crate::cache::upstream_wire::{ReflectorError, StreamEnd, WatchLines, upstream_get};
 use crate::encode::watch::EventType;
 use crate::upstream::Upstream;
@@ -143,14 +143,17 @@ pub(crate) async fn watch_list(
             Line::Bookmark(rv) => {
                 return Err(WatchListError::Unsupported(Unsupported::BookmarkBeforeEnd(rv)));
             }
-            Line::Event(kind, raw) => match CachedObject::decode(raw, shape) {
+            Line::Event(kind, object) => match object.decode(shape) {
                 Ok(obj) if kind == EventType::Deleted => {
                     objects.remove(&obj.key);
                 }
                 Ok(obj) => {
                     objects.insert(obj.key.clone(), Arc::new(obj));
                 }
-                Err(err) => tracing::warn!(resource = %label, error = %err, "skipping undecodable item"),
+                Err(LineEnd::Undecodable(err)) => {
+                    tracing::warn!(resource = %label, error = %err, "skipping undecodable item");
+                }
+                Err(end) => return Err(WatchListError::Ended(StreamEnd::Line(end))),
             },
         }
     }
