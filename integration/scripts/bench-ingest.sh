@@ -42,22 +42,6 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname 
 echo "phases: ${INGEST_RATES// /, } events/s (0: open throttle), ${INGEST_SECONDS:-3} s each"
 echo
 
-# run_ingest <watchmux cores> <bench cores> <unselected> [VAR=value...]
-run_ingest() {
-  local cores="$1" bench_cores="$2" unselected="$3"; shift 3
-  local tag="${cores//-/to}-u$unselected" max=300000
-  [[ $unselected == 0 ]] || max=30000
-  env WATCHMUX_BIN="$logs/watchmux" WATCHMUX_BENCH_PROXY="$listen" WATCHMUX_BENCH_ADMIN="$admin" \
-    INGEST_CPUS="$cores" INGEST_UNSELECTED="$unselected" INGEST_MAX_EVENTS="${INGEST_MAX_EVENTS:-$max}" \
-    INGEST_WATCHMUX_LOG="$logs/watchmux-$tag.log" CLK_TCK="$(getconf CLK_TCK)" \
-    BENCH_OUT="$logs/ingest-$tag.json" "$@" \
-    timeout --signal=INT --kill-after=10 "${BENCH_RUN_TIMEOUT:-600}" \
-    taskset -c "$bench_cores" "$logs/ingest-bench" --bench ||
-    echo "bench-ingest: the $tag run failed (exit $?)"
-  watchmux_warnings "$logs/watchmux-$tag.log"
-  echo
-}
-
 for u in "${unselected_set[@]}"; do
   perf=()
   if [[ $perf_on == 1 && $u == 0 ]]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart,scale,ingest,upgrade,rebalance,rollout}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale,ingest,upgrade,rebalance,rollout,cores}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -485,6 +485,66 @@ def plot_ingest(runs):
     save(fig, "bench-ingest.png")
 
 
+def plot_cores(runs):
+    """bench-cores' summary (cores.json): per load, two cores against one,
+    raw and per second of watchmux's CPU, against the goal of 1.8; and
+    watchmux's CPU on each side split by thread (one thread at a whole core
+    while the others idle: one task serializing)."""
+    r = runs[-1]
+    parts = [(k, t) for k, t in (("deliveries", "deliveries a second"), ("storm", "5,000-kubelet storm"))
+             if k in r["parts"]]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    ax = axes[0]
+    ratios = {"deliveries": (r.get("deliveries_ratio"), r.get("deliveries_per_cpu_second_ratio")),
+              "storm": (r.get("storm_ratio"), r.get("storm_per_cpu_second_ratio"))}
+    for k, (label, color) in enumerate((("two cores / one, raw", "#1f77b4"),
+                                        ("the same per CPU-second of watchmux", "#aec7e8"))):
+        xs = [i + (k - 0.5) * 0.38 for i in range(len(parts))]
+        vals = [ratios[p][k] or 0 for p, _ in parts]
+        ax.bar(xs, vals, 0.38, color=color, label=label)
+        for x, v in zip(xs, vals):
+            ax.text(x, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.axhline(1.8, color="k", lw=0.8, ls=":", label="goal: 1.8")
+    ax.axhline(1.0, color="#7f7f7f", lw=0.6)
+    ax.set_xticks(range(len(parts)))
+    ax.set_xticklabels([t for _, t in parts])
+    ax.set_title("two cores against one", fontsize=10)
+    ax.set_ylim(0, 2.1)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    ax = axes[1]
+    sides = [("0", "1 core"), ("0to1", "2 cores")]
+    labels, x = [], 0
+    for part, title in parts:
+        for tag, side_title in sides:
+            side = r["parts"][part].get(tag)
+            if not side:
+                continue
+            threads = side["threads"] if part == "deliveries" else (side.get("busiest_window") or {}).get("threads", [])
+            bottom = 0.0
+            for i, t in enumerate(threads):
+                ax.bar(x, t["core_share"], 0.6, bottom=bottom, color=["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"][i % 4],
+                       edgecolor="white", lw=0.5)
+                bottom += t["core_share"]
+            # The time its threads were runnable but waited for a CPU: what
+            # the machine's other load took from it.
+            waited = sum(t.get("waited_share", 0.0) for t in threads)
+            ax.bar(x, waited, 0.6, bottom=bottom, color="none", edgecolor="#7f7f7f", hatch="//", lw=0.5,
+                   label="runnable, waiting for a CPU" if not labels else None)
+            load = (side.get("load") or {}).get("load_start")
+            ax.text(x, bottom + waited, f"load {load}" if load is not None else "", ha="center", va="bottom", fontsize=7)
+            labels.append(f"{title}\n{side_title}")
+            x += 1
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("cores used, one colour a thread")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title("watchmux's CPU at the ceiling, by thread (load: the machine's load average)", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    fig.suptitle("Every core: watchmux on one core (clients on the other) against two (shared with the clients)")
+    save(fig, "bench-cores.png")
+
+
 def plot_rebalance(runs):
     """The last bench-rebalance run: each tier's replicas' open connections
     after the rollout, and their spread, (max - min) / mean."""
@@ -668,6 +728,7 @@ def main():
         ("scale", "bench-scale/scale-*.json", plot_scale),
         ("scale sweep", "bench-scale/sweep-*.json", plot_limit),
         ("ingest", "bench-ingest/ingest-*.json", plot_ingest),
+        ("cores", "bench-cores/cores.json", plot_cores),
         ("alloc", "bench-scale/alloc-*.json", plot_alloc),
         ("upgrade", "bench-upgrade/restart-upgrade-*.json", plot_upgrade),
         ("rebalance", "bench-rebalance/rebalance-*.json", plot_rebalance),
