@@ -53,6 +53,7 @@ def deliveries_side(logs, tag):
         "bench_cores": round(phase["bench_cores"], 3),
         "watchmux_waited": round(phase["watchmux_waited"], 3),
         "threads": [{k: t[k] for k in ("name", "core_share", "waited_share")} for t in threads],
+        "runnable_cores": runnable(threads),
         "busiest_thread_share": round(threads[0]["core_share"], 3) if threads else None,
     }
 
@@ -81,6 +82,7 @@ def storm_side(logs, tag):
         "initial_bytes": s["initial_bytes"],
         "busiest_window": window,
         "busiest_thread_share": window.get("busiest_thread_share"),
+        "runnable_cores": runnable(window.get("threads", [])),
         "clients_busiest_window_cores": clients.get("cores"),
         "world": run.get("world"),
     }
@@ -99,7 +101,76 @@ def fmt(v, digits=0):
 
 
 def threads_text(threads, limit=4):
-    return ", ".join(f"{t['core_share']:.2f}" for t in threads[:limit]) or "–"
+    """Each thread's share of a core, and in brackets the share it waited runnable."""
+    return ", ".join(f"{t['core_share']:.2f} ({t['waited_share']:.2f})" for t in threads[:limit]) or "–"
+
+
+def runnable(threads):
+    """Cores the threads were runnable on, running or waiting for a CPU: what
+    they would have used with the cores to themselves."""
+    return round(sum(t["core_share"] + t["waited_share"] for t in threads), 3) if threads else None
+
+
+def load_text(x):
+    ld = x["load"] or {}
+    return f"{ld.get('load_start', '–')} / {ld.get('load_end', '–')}"
+
+
+# Per part: its title, the columns (header, cell of a side), the throughput
+# the raw ratio is of (a time is inverted), and what the ratio says.
+PARTS = {
+    "deliveries": (
+        "Deliveries a second, one core against two (the ingest bench's open throttle)",
+        [("deliveries / s", lambda x: fmt(x["deliveries_per_s"]) + ("" if x["complete"] else " (incomplete)")),
+         ("watchmux CPU, cores", lambda x: f"{x['watchmux_cores']:.2f}"),
+         ("deliveries per CPU-second", lambda x: fmt(x["per_cpu_second"])),
+         ("its threads: share of a core (waiting for one)", lambda x: threads_text(x["threads"])),
+         ("runnable, cores", lambda x: fmt(x["runnable_cores"], 2)),
+         ("bench CPU, cores", lambda x: f"{x['bench_cores']:.2f}")],
+        "deliveries_per_s", False, "deliveries a second",
+    ),
+    "storm": (
+        "A watch-list storm through the tier, one core against two",
+        [("synced / failed", lambda x: f"{x['synced']:,} / {x['failed']}"),
+         ("last synced after, s (p50)", lambda x: f"{x['last_synced_s']:.1f} ({x['p50_synced_s']:.1f})"),
+         ("tier CPU, s; cores while it lasted", lambda x: f"{x['watchmux_cpu_s']:.1f}; {fmt(x['watchmux_cores'], 2)}"),
+         ("kubelets per CPU-second", lambda x: fmt(x["per_cpu_second"])),
+         ("busiest 2 s, its threads: share of a core (waiting for one)",
+          lambda x: threads_text((x["busiest_window"] or {}).get("threads", []))),
+         ("runnable, cores", lambda x: fmt(x["runnable_cores"], 2)),
+         ("the kubelets' busiest 2 s, cores", lambda x: fmt(x["clients_busiest_window_cores"], 2))],
+        "last_synced_s", True, "faster to the last kubelet synced",
+    ),
+}
+
+
+def report(result, part, sides):
+    """Prints one part's table and ratios, and puts the ratios in `result`."""
+    title, columns, key, inverse, what = PARTS[part]
+    one, two = sides.get("0"), sides.get("0to1")
+    ratios = {
+        "raw": ratio(one, two, key) if inverse else ratio(two, one, key),
+        "per_cpu_second": ratio(two, one, "per_cpu_second"),
+        "runnable_cores": ratio(two, one, "runnable_cores"),
+    }
+    # What two cores to itself would give: the work per CPU-second times the
+    # cores its threads were ready to use (an estimate, not a measurement).
+    if ratios["per_cpu_second"] and ratios["runnable_cores"]:
+        ratios["estimate_unshared"] = round(ratios["per_cpu_second"] * ratios["runnable_cores"], 2)
+    result[f"{part}_ratios"] = ratios
+    print(f"### {title}")
+    print()
+    print("| watchmux on | " + " | ".join(h for h, _ in columns) + " | load average start / end |")
+    print("|---" * (len(columns) + 2) + "|")
+    for tag, side_title in SIDES:
+        if tag in sides:
+            x = sides[tag]
+            print(f"| {side_title} | " + " | ".join(cell(x) for _, cell in columns) + f" | {load_text(x)} |")
+    print()
+    print(f"Two cores / one: {fmt(ratios['raw'], 2)} {what} (goal 1.8); {fmt(ratios['per_cpu_second'], 2)} per "
+          f"CPU-second (1.0: the work spread); {fmt(ratios['runnable_cores'], 2)} cores runnable (2.0: nothing "
+          f"serialized its threads); estimate with the cores unshared {fmt(ratios.get('estimate_unshared'), 2)}.")
+    print()
 
 
 def main():
@@ -115,48 +186,7 @@ def main():
             sides[tag] = side
         if sides:
             result["parts"][part] = sides
-    d = result["parts"].get("deliveries", {})
-    s = result["parts"].get("storm", {})
-    if d:
-        one, two = d.get("0"), d.get("0to1")
-        result["deliveries_ratio"] = ratio(two, one, "deliveries_per_s")
-        result["deliveries_per_cpu_second_ratio"] = ratio(two, one, "per_cpu_second")
-        print("### Deliveries a second, one core against two (the ingest bench's open throttle)")
-        print()
-        print("| watchmux on | deliveries / s | watchmux CPU, cores | deliveries per CPU-second | its threads' shares of a core | waited for a CPU | bench CPU, cores | load average start / end |")
-        print("|---|---|---|---|---|---|---|---|")
-        for tag, title in SIDES:
-            x = d.get(tag)
-            if x:
-                ld = x["load"] or {}
-                print(f"| {title} | {fmt(x['deliveries_per_s'])}{'' if x['complete'] else ' (incomplete)'} | {x['watchmux_cores']:.2f} | "
-                      f"{fmt(x['per_cpu_second'])} | {threads_text(x['threads'])} | {x['watchmux_waited'] * 100:.0f} % | "
-                      f"{x['bench_cores']:.2f} | {ld.get('load_start', '–')} / {ld.get('load_end', '–')} |")
-        print()
-        print(f"Two cores / one: {fmt(result['deliveries_ratio'], 2)} raw (goal 1.8), "
-              f"{fmt(result['deliveries_per_cpu_second_ratio'], 2)} per CPU-second (1.0: the work spread).")
-        print()
-    if s:
-        one, two = s.get("0"), s.get("0to1")
-        result["storm_ratio"] = ratio(one, two, "last_synced_s")
-        result["storm_per_cpu_second_ratio"] = ratio(two, one, "per_cpu_second")
-        print("### A watch-list storm through the tier, one core against two")
-        print()
-        print("| tier on | synced / failed | last synced after, s (p50) | tier CPU, s; cores while it lasted | kubelets per CPU-second | busiest 2 s: cores; its threads' shares | the kubelets' busiest 2 s, cores | load average start / end |")
-        print("|---|---|---|---|---|---|---|---|")
-        for tag, title in SIDES:
-            x = s.get(tag)
-            if x:
-                ld = x["load"] or {}
-                w = x["busiest_window"] or {}
-                print(f"| {title} | {x['synced']:,} / {x['failed']} | {x['last_synced_s']:.1f} ({x['p50_synced_s']:.1f}) | "
-                      f"{x['watchmux_cpu_s']:.1f}; {fmt(x['watchmux_cores'], 2)} | {fmt(x['per_cpu_second'], 0)} | "
-                      f"{fmt(w.get('cores'), 2)}; {threads_text(w.get('threads', []))} | {fmt(x['clients_busiest_window_cores'], 2)} | "
-                      f"{ld.get('load_start', '–')} / {ld.get('load_end', '–')} |")
-        print()
-        print(f"Two cores / one: {fmt(result['storm_ratio'], 2)} faster to the last kubelet synced (goal 1.8), "
-              f"{fmt(result['storm_per_cpu_second_ratio'], 2)} kubelets per CPU-second (1.0: the work spread).")
-        print()
+            report(result, part, sides)
     top = os.path.join(logs, "perf-deliveries-top.txt")
     if os.path.exists(top):
         with open(top) as f:

@@ -14,13 +14,16 @@ bench-scale.sh starts an empty tier for its baseline before the real one),
 each thread's utime + stime (/proc/<pid>/task/<tid>/stat, fields 14 and 15,
 in clock ticks) and its time waiting on a run queue for a CPU
 (/proc/<pid>/task/<tid>/schedstat, second field, ns). On exit it writes, for
-the process that used the most CPU:
+the process seen last (the measured one: bench-scale.sh's baseline tier and
+its load phase's process come before the storm's):
 
 - over its life: CPU seconds, per thread and in all;
 - over its busiest --window seconds (2; the highest CPU of any run of
   consecutive samples that long, i.e. the ceiling in a bench driven as fast
   as it goes): cores in use in all, each thread's share of a core, its
   run-queue wait as a share of the window, and the busiest thread's share.
+  A thread's share and its wait together are the time it was runnable: what
+  it would have used with a core to itself on a machine shared with others.
 
 Reading /proc costs the sampler about a millisecond a sample; run it on the
 clients' core(s), not the measured process's.
@@ -154,7 +157,7 @@ def main():
         print(f"thread-cpu: no process of {exe} sampled twice", file=sys.stderr)
         summary = {"exe": exe, "process": None}
     else:
-        pid, s = max(found, key=lambda p: sum(t[1] for t in p[1][-1][1].values()))
+        pid, s = max(found, key=lambda p: p[1][0][0])
         summary = {"exe": exe, "interval_s": args.interval, "window_s": args.window, "processes_seen": len(found),
                    "process": summarise(pid, s, args.window)}
     with open(args.out, "w") as f:
