@@ -29,10 +29,9 @@ def load(path):
         return None
 
 
-def deliveries_side(logs, tag):
+def deliveries_side(logs, tag, unselected):
     """The open-throttle phase of the ingest run on these cores."""
-    files = sorted(glob.glob(os.path.join(logs, f"ingest-{tag}-u*.json")))
-    run = load(files[0]) if files else None
+    run = load(os.path.join(logs, f"ingest-{tag}-u{unselected}.json"))
     if not run:
         return None
     phase = run["phases"][-1]
@@ -120,7 +119,7 @@ def load_text(x):
 # the raw ratio is of (a time is inverted), and what the ratio says.
 PARTS = {
     "deliveries": (
-        "Deliveries a second, one core against two (the ingest bench's open throttle)",
+        "Deliveries a second, one core against two (the ingest bench's open throttle): {what}",
         [("deliveries / s", lambda x: fmt(x["deliveries_per_s"]) + ("" if x["complete"] else " (incomplete)")),
          ("watchmux CPU, cores", lambda x: f"{x['watchmux_cores']:.2f}"),
          ("deliveries per CPU-second", lambda x: fmt(x["per_cpu_second"])),
@@ -144,9 +143,10 @@ PARTS = {
 }
 
 
-def report(result, part, sides):
+def report(result, part, kind, sides, what=""):
     """Prints one part's table and ratios, and puts the ratios in `result`."""
-    title, columns, key, inverse, what = PARTS[part]
+    title, columns, key, inverse, what_ratio = PARTS[kind]
+    title = title.format(what=what)
     one, two = sides.get("0"), sides.get("0to1")
     ratios = {
         "raw": ratio(one, two, key) if inverse else ratio(two, one, key),
@@ -167,30 +167,75 @@ def report(result, part, sides):
             x = sides[tag]
             print(f"| {side_title} | " + " | ".join(cell(x) for _, cell in columns) + f" | {load_text(x)} |")
     print()
-    print(f"Two cores / one: {fmt(ratios['raw'], 2)} {what} (goal 1.8); {fmt(ratios['per_cpu_second'], 2)} per "
+    print(f"Two cores / one: {fmt(ratios['raw'], 2)} {what_ratio} (goal 1.8); {fmt(ratios['per_cpu_second'], 2)} per "
           f"CPU-second (1.0: the work spread); {fmt(ratios['runnable_cores'], 2)} cores runnable (2.0: nothing "
           f"serialized its threads); estimate with the cores unshared {fmt(ratios.get('estimate_unshared'), 2)}.")
     print()
 
 
+# Where a profile's samples went, by the frame each kind of task polls from
+# (inclusive shares: the frame and everything it calls). The reflector is one
+# task a cache: its share of two cores is the part that cannot spread.
+WHERE = [
+    ("the cache's reflector task (one a cache: reads the upstream watch, applies each event, offers it)", "run_cache"),
+    ("HTTP/2 connections (one task each: framing, flow control, socket writes)",
+     "h2::proto::connection::Connection<T,P,B>::poll"),
+    ("watch streams (one task each: the events' bytes into h2)",
+     "hyper::proto::h2::server::H2Stream<F,B,Ex> as core::future::future::Future>::poll"),
+    ("TLS (rustls, both directions)", "rustls::"),
+]
+
+
+def profiles(logs, result):
+    """Each perf profile's shares by kind of task, printed and kept in `result`."""
+    for path in sorted(glob.glob(os.path.join(logs, "perf-*-top.txt"))):
+        name = os.path.basename(path)[len("perf-"):-len("-top.txt")]
+        with open(path) as f:
+            lines = [line.rstrip() for line in f]
+        shares = []
+        for what, needle in WHERE:
+            found = [float(line.split("%")[0]) for line in lines if needle in line]
+            shares.append({"what": what, "frame": needle, "share": max(found) / 100 if found else None})
+        threads = []
+        threads_path = os.path.join(logs, f"perf-{name}-threads.txt")
+        if os.path.exists(threads_path):
+            with open(threads_path) as f:
+                threads = [line.strip() for line in f if line.strip()]
+        result.setdefault("profiles", {})[name] = {"where": shares, "threads": threads, "top": lines[:40]}
+        print(f"Profile {name} (two cores, a run of its own): " + "; ".join(
+            f"{s['what'].split(' (')[0]} {s['share'] * 100:.1f} %" for s in shares if s["share"] is not None)
+            + (f"; samples by thread {', '.join(t.split()[0] for t in threads)}" if threads else "") + ".")
+        print()
+
+
+def deliveries_what(unselected):
+    if unselected == 0:
+        return "1,000 kubelets alone, one delivery an event (the ingest ceiling)"
+    return f"1,000 kubelets and {unselected} watchers of every pod, {unselected + 1} deliveries an event"
+
+
 def main():
     logs = sys.argv[1]
     result = {"parts": {}}
-    for part, read in (("deliveries", deliveries_side), ("storm", storm_side)):
+    unselected_found = sorted(
+        (int(os.path.basename(p).split("-u")[1].split(".")[0]) for p in glob.glob(os.path.join(logs, "ingest-0-u*.json"))),
+        reverse=True,
+    )
+    parts = [(f"deliveries-u{u}", "deliveries", lambda tag, u=u: deliveries_side(logs, tag, u), deliveries_what(u))
+             for u in unselected_found]
+    parts.append(("storm", "storm", lambda tag: storm_side(logs, tag), ""))
+    for part, kind, read, what in parts:
         sides = {}
         for tag, _ in SIDES:
-            side = read(logs, tag)
+            side = read(tag)
             if side is None:
                 continue
             side["load"] = load(os.path.join(logs, f"side-{part}-{tag}.json"))
             sides[tag] = side
         if sides:
             result["parts"][part] = sides
-            report(result, part, sides)
-    top = os.path.join(logs, "perf-deliveries-top.txt")
-    if os.path.exists(top):
-        with open(top) as f:
-            result["perf_deliveries_top"] = [line.rstrip() for line in f][:40]
+            report(result, part, kind, sides, what)
+    profiles(logs, result)
     with open(os.path.join(logs, "cores.json"), "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")

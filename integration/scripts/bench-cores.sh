@@ -15,25 +15,33 @@
 # it has, as it would in a container of that size. Per side:
 #
 # - deliveries: the ingest bench (integration/bench/ingest, no cluster) at its
-#   open throttle, 1,000 kubelet watchers and CORES_UNSELECTED (100) watchers
-#   of every pod spread CORES_STREAMS_PER_CONNECTION (10) to an h2c connection,
-#   CORES_EVENTS (60,000) events: deliveries a second, watchmux's CPU and each
-#   of its threads' share of a core over the phase (the bench's watchers only
-#   find each line's resourceVersion, no JSON parse). On the two-core side,
-#   with CORES_PERF=1 (the default when perf is installed), `perf record
-#   $CORES_PERF_ARGS` (-F 499 --call-graph dwarf,16384) of that phase: its
-#   top symbols by inclusive share in .run/bench-cores/perf-deliveries-top.txt.
+#   open throttle, 1,000 kubelet watchers and, per CORES_UNSELECTED_SET
+#   ("100 0"), that many watchers of every pod, spread
+#   CORES_STREAMS_PER_CONNECTION (10) to an h2c connection: 100 makes each
+#   event 101 deliveries (CORES_EVENTS, 60,000 events), 0 one delivery, the
+#   ingest ceiling, where the cache's one reflector task is most of the work
+#   (CORES_EVENTS_KUBELETS, 300,000 events). Deliveries a second, watchmux's
+#   CPU and each of its threads' share of a core and time waiting for one
+#   over the phase. The bench's watchers only find each line's
+#   resourceVersion, no JSON parse.
 # - storm: bench-scale's watch-list storm of CORES_KUBELETS (5,000) kubelets
 #   through one tier, on a world of CORES_NODES (5,000) nodes with
 #   CORES_PODS_PER_NODE (2) pods, 100 services in 20 namespaces (loaded by the
-#   first side unless the cluster holds it: about 5 minutes): time until the
+#   first side unless the cluster holds it: about 3 minutes): time until the
 #   last kubelet synced and the tier's CPU, with integration/scripts/
-#   thread-cpu.py sampling the tier's threads (its busiest 2 s and its life)
-#   and the kubelets' process (is their core the limit?).
+#   thread-cpu.py sampling the tier's threads from its readiness (its busiest
+#   2 s) and the kubelets' process (is their core the limit?).
+#
+# Then, with CORES_PERF=1 (the default when perf is installed), each load
+# once more on two cores under `perf record $CORES_PERF_ARGS` (-F 499
+# --call-graph dwarf,16384; the release build has no frame pointers), apart
+# from the measured runs so that perf's own CPU is not in them: the top
+# symbols by inclusive share and the samples by thread in
+# .run/bench-cores/perf-<load>-{top,threads}.txt.
 #
 # Load average at the start and end of each side is recorded: the machine is
-# shared, and a side that waited for a CPU says so. Results in
-# .run/bench-cores/: ingest-<cores>-u<n>.json, storm-<cores>.json,
+# shared, and a side that waited for a CPU says so (its threads' run-queue
+# wait). Results in .run/bench-cores/: ingest-<cores>-u<n>.json, storm-<cores>.json,
 # threads-<part>-<cores>.json, side-<part>-<cores>.json, and cores.json (every
 # side and the ratios; docs/data/benchmarks/cores.json keeps the runs), with
 # the Markdown summary on stdout (integration/scripts/bench-cores-report.py).
@@ -45,6 +53,7 @@ logs="$root/.run/bench-cores"
 mkdir -p "$logs"
 [[ ${BENCH_KEEP:-0} == 1 ]] || rm -f "$logs"/*.json "$logs"/perf*
 read -r -a parts <<< "${CORES_PARTS:-deliveries storm}"
+read -r -a unselected_set <<< "${CORES_UNSELECTED_SET:-100 0}"
 # "<watchmux's cores> <the clients' cores>" a side, one core first.
 sides=("0 1" "0-1 0-1")
 perf_on=0
@@ -57,8 +66,9 @@ echo
 
 # The thread samplers run on the clients' cores, beside each side.
 sampler_pids=()
-start_sampler() {  # start_sampler <cores> <exe> <out>
-  taskset -c "$1" python3 "$scripts/thread-cpu.py" --exe "$2" --out "$3" &
+start_sampler() {  # start_sampler <cores> <exe> <out> [thread-cpu.py options...]
+  local cores="$1" exe="$2" out="$3"; shift 3
+  taskset -c "$cores" python3 "$scripts/thread-cpu.py" --exe "$exe" --out "$out" "$@" &
   sampler_pids+=($!)
 }
 stop_samplers() {
@@ -80,41 +90,88 @@ side_record() {
     > "$logs/side-$1-$2.json"
 }
 
+# profile_report <perf.data> <name>: its top symbols by inclusive share
+# (--children: a task's frames with everything they call, so the reflector's
+# share against the streams' and the connections') in perf-<name>-top.txt,
+# and its samples by thread (how the work spread over the workers) in
+# perf-<name>-threads.txt.
+profile_report() {
+  [[ -s $1 ]] || return 0
+  perf report -i "$1" --children --sort symbol --stdio -g none 2>/dev/null |
+    grep -E '^ +[0-9]' | sed -E 's/ +$//' | head -400 > "$logs/perf-$2-top.txt" || true
+  perf report -i "$1" --no-children --sort pid --stdio -g none 2>/dev/null |
+    grep -E '^ +[0-9]' | sed -E 's/ +$//' > "$logs/perf-$2-threads.txt" || true
+}
+perf_args="${CORES_PERF_ARGS:--F 499 --call-graph dwarf,16384}"
+
 deliveries() {
   bench_build ingest "$logs"
-  local wm cl tag load0 t0 perf
-  for side in "${sides[@]}"; do
-    read -r wm cl <<< "$side"
-    tag="${wm//-/to}"
-    perf=()
-    if [[ $perf_on == 1 && $wm == *-* ]]; then
-      perf=(INGEST_PERF="$logs/perf-deliveries.data"
-        INGEST_PERF_ARGS="${CORES_PERF_ARGS:--F 499 --call-graph dwarf,16384}")
+  local u wm cl tag load0 t0 events
+  for u in "${unselected_set[@]}"; do
+    # Each event is u + 1 deliveries; kubelets alone need more events for
+    # a phase of a few seconds.
+    events="${CORES_EVENTS:-60000}"
+    [[ $u != 0 ]] || events="${CORES_EVENTS_KUBELETS:-300000}"
+    for side in "${sides[@]}"; do
+      read -r wm cl <<< "$side"
+      tag="${wm//-/to}"
+      load0="$(cut -d' ' -f1 /proc/loadavg)" t0="$(date -u '+%F %T')"
+      echo "### Deliveries, $u unselected watchers, watchmux on cores $wm, the bench on $cl (load average $load0)"
+      echo
+      INGEST_RATES=0 INGEST_MAX_EVENTS="$events" INGEST_STREAMS_PER_CONNECTION="${CORES_STREAMS_PER_CONNECTION:-10}" \
+        run_ingest "$wm" "$cl" "$u"
+      side_record "deliveries-u$u" "$tag" "$wm" "$cl" "$load0" "$t0"
+    done
+    # The profile is a run of its own on two cores: perf's unwinding costs
+    # CPU on the cores it measures, which the measured runs should not pay.
+    if [[ $perf_on == 1 ]]; then
+      echo "### Deliveries, $u unselected watchers, cores 0-1 again under perf (its figures are not the table's)"
+      echo
+      INGEST_RATES=0 INGEST_MAX_EVENTS="$events" INGEST_STREAMS_PER_CONNECTION="${CORES_STREAMS_PER_CONNECTION:-10}" \
+        run_ingest 0-1 0-1 "$u" INGEST_PERF="$logs/perf-deliveries-u$u.data" INGEST_PERF_ARGS="$perf_args" \
+        BENCH_OUT="$logs/profiled-ingest-0to1-u$u.json" INGEST_WATCHMUX_LOG="$logs/watchmux-profiled-u$u.log"
+      profile_report "$logs/perf-deliveries-u$u.data" "deliveries-u$u"
     fi
-    load0="$(cut -d' ' -f1 /proc/loadavg)" t0="$(date -u '+%F %T')"
-    echo "### Deliveries, watchmux on cores $wm, the bench on $cl (load average $load0)"
-    echo
-    INGEST_RATES=0 INGEST_MAX_EVENTS="${CORES_EVENTS:-60000}" \
-      INGEST_STREAMS_PER_CONNECTION="${CORES_STREAMS_PER_CONNECTION:-10}" \
-      run_ingest "$wm" "$cl" "${CORES_UNSELECTED:-100}" "${perf[@]}"
-    side_record deliveries "$tag" "$wm" "$cl" "$load0" "$t0"
   done
-  if [[ -s $logs/perf-deliveries.data ]]; then
-    # Inclusive shares (--children) by symbol: the reflector task's frames
-    # and everything it calls, against the streams' and the connections'.
-    perf report -i "$logs/perf-deliveries.data" --children --sort symbol --stdio -g none 2>/dev/null |
-      grep -E '^ +[0-9]' | sed -E 's/ +$//' | head -80 > "$logs/perf-deliveries-top.txt" || true
-    # The same samples by thread: how the work spread over the workers.
-    perf report -i "$logs/perf-deliveries.data" --no-children --sort pid --stdio -g none 2>/dev/null |
-      grep -E '^ +[0-9]' | sed -E 's/ +$//' > "$logs/perf-deliveries-threads.txt" || true
-  fi
+}
+
+# perf_when_ready <perf.data> <seconds>: perf record of the tier
+# bench-scale.sh starts for the storm (the one caching pods, not its
+# baseline tier) from when it is ready, for <seconds>.
+perf_when_ready() {
+  local pid=""
+  for _ in $(seq 1 3000); do
+    pid="$(pgrep -n -f "^$root/.run/bench-scale/watchmux .*--cache-resources pods" || true)"
+    if [[ -n $pid ]] && curl -fs "http://$admin/readyz" >/dev/null 2>&1; then break; fi
+    pid=""
+    sleep 0.1
+  done
+  [[ -n $pid ]] || return 0
+  # shellcheck disable=SC2086 # the arguments are words
+  perf record $perf_args -p "$pid" -o "$1" -- sleep "$2" >/dev/null 2>&1 || true
+}
+
+# storm_side <watchmux cores> <client cores> <tag>: one storm, its samplers
+# beside it; results in storm-<tag>.json.
+storm_side() {
+  local wm="$1" cl="$2" tag="$3"
+  rm -f "$root/.run/bench-scale/scale.json"
+  start_sampler "$cl" "$root/.run/bench-scale/watchmux" "$logs/threads-storm-$tag.json" --ready-url "http://$admin/readyz"
+  # And the kubelets' process: on the one-core side, is their core spent?
+  start_sampler "$cl" "$root/.run/bench-scale/scale-bench" "$logs/threads-storm-clients-$tag.json"
+  SCALE_TIER_CPUS="$wm" SCALE_CLIENT_CPUS="$cl" bash "$scripts/bench-scale.sh" ||
+    echo "bench-cores: the storm on cores $wm failed (exit $?)"
+  stop_samplers
+  [[ -f $root/.run/bench-scale/scale.json ]] && cp "$root/.run/bench-scale/scale.json" "$logs/storm-$tag.json"
+  # The world is loaded and the binaries built by the first side.
+  export BENCH_SKIP_BUILD=1
 }
 
 storm() {
   # The world and the storm (bench-scale.sh's knobs), the tier on our ports.
   export SCALE_NODES="${CORES_NODES:-5000}" SCALE_PODS_PER_NODE="${CORES_PODS_PER_NODE:-2}" \
     SCALE_SERVICES=100 SCALE_NAMESPACES=20 SCALE_KUBELETS="${CORES_KUBELETS:-5000}" \
-    SCALE_SIDES=watchmux SCALE_STORM_MODES=watch-list SCALE_CHURN_SECONDS=0 SCALE_RESTART_CMD= \
+    SCALE_SIDES=watchmux SCALE_STORM_MODES=watch-list SCALE_CHURN_SECONDS=0 SCALE_RESTART_CMD='' \
     SCALE_KEEP=1 SCALE_PHASES=load,storm BENCH_PORT="${listen##*:}" BENCH_ADMIN_PORT="${admin##*:}" \
     SCALE_WATCHMUX_ARGS="${SCALE_WATCHMUX_ARGS:---max-connections-per-address 10000}"
   # Every kubelet connects from 127.0.0.1: the tier's default share of one
@@ -124,25 +181,25 @@ storm() {
   # bench-scale.sh keeps the cluster (SCALE_KEEP): stop it at the end only
   # if it was not running before.
   bash "$scripts/cluster-up.sh" --check >/dev/null 2>&1 || started_cluster=1
-  local wm cl tag load0 t0
+  local wm cl tag load0 t0 perf_pid
   for side in "${sides[@]}"; do
     read -r wm cl <<< "$side"
     tag="${wm//-/to}"
-    rm -f "$root/.run/bench-scale/scale.json"
     load0="$(cut -d' ' -f1 /proc/loadavg)" t0="$(date -u '+%F %T')"
     echo "### Storm, the tier on cores $wm, the kubelets, kube-apiserver and etcd on $cl (load average $load0)"
     echo
-    start_sampler "$cl" "$root/.run/bench-scale/watchmux" "$logs/threads-storm-$tag.json"
-    # And the kubelets' process: on the one-core side, is their core spent?
-    start_sampler "$cl" "$root/.run/bench-scale/scale-bench" "$logs/threads-storm-clients-$tag.json"
-    SCALE_TIER_CPUS="$wm" SCALE_CLIENT_CPUS="$cl" bash "$scripts/bench-scale.sh" ||
-      echo "bench-cores: the storm on cores $wm failed (exit $?)"
-    stop_samplers
+    storm_side "$wm" "$cl" "$tag"
     side_record storm "$tag" "$wm" "$cl" "$load0" "$t0"
-    [[ -f $root/.run/bench-scale/scale.json ]] && cp "$root/.run/bench-scale/scale.json" "$logs/storm-$tag.json"
-    # The world is loaded and the binaries built by the first side.
-    export BENCH_SKIP_BUILD=1
   done
+  if [[ $perf_on == 1 ]]; then
+    echo "### Storm, the tier on cores 0-1 again under perf (its figures are not the table's)"
+    echo
+    perf_when_ready "$logs/perf-storm.data" "${CORES_STORM_PERF_SECONDS:-10}" &
+    perf_pid=$!
+    storm_side 0-1 0-1 profiled-0to1
+    wait "$perf_pid" || true
+    profile_report "$logs/perf-storm.data" storm
+  fi
 }
 
 for part in "${parts[@]}"; do

@@ -6,7 +6,7 @@ configuration: it answers whether a process that stops scaling has one thread
 at 100 % of a core while the others idle (one task, one lock, serializing) or
 every thread busy (the cores are simply spent).
 
-Usage: thread-cpu.py --exe PATH --out JSON [--interval S] [--window S]
+Usage: thread-cpu.py --exe PATH --out JSON [--interval S] [--window S] [--ready-url URL]
 
 Samples, every --interval seconds (0.25) until SIGTERM or SIGINT, each
 process whose /proc/<pid>/exe is PATH (a bench may start several in turn:
@@ -25,6 +25,9 @@ its load phase's process come before the storm's):
   A thread's share and its wait together are the time it was runnable: what
   it would have used with a core to itself on a machine shared with others.
 
+With --ready-url (a watchmux's /readyz), a sample counts only while the URL
+answers 200: the storm, not the tier's start-up and its caches' first LISTs.
+
 Reading /proc costs the sampler about a millisecond a sample; run it on the
 clients' core(s), not the measured process's.
 """
@@ -35,6 +38,7 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -59,6 +63,17 @@ def thread_times(pid):
         fields = stat[stat.rindex(")") + 2 :].split()
         out[int(tid)] = (name, int(fields[11]) + int(fields[12]), waited)
     return out
+
+
+def ready(url):
+    """Whether url answers 200 within a second (no url: always)."""
+    if not url:
+        return True
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
 
 
 def processes_of(exe):
@@ -139,6 +154,7 @@ def main():
     ap.add_argument("--out", required=True, help="JSON summary written on exit")
     ap.add_argument("--interval", type=float, default=0.25)
     ap.add_argument("--window", type=float, default=2.0)
+    ap.add_argument("--ready-url", help="count samples only while this URL answers 200")
     args = ap.parse_args()
     exe = os.path.realpath(args.exe)
     stopping = []
@@ -147,6 +163,9 @@ def main():
     samples = {}  # pid -> [(monotonic time, {tid: (name, ticks, waited)})]
     while not stopping:
         now = time.monotonic()
+        if not ready(args.ready_url):
+            time.sleep(args.interval)
+            continue
         for pid in processes_of(exe):
             times = thread_times(pid)
             if times:
