@@ -134,7 +134,7 @@ PARTS = {
          ("last synced after, s (p50)", lambda x: f"{x['last_synced_s']:.1f} ({x['p50_synced_s']:.1f})"),
          ("tier CPU, s; cores while it lasted", lambda x: f"{x['watchmux_cpu_s']:.1f}; {fmt(x['watchmux_cores'], 2)}"),
          ("kubelets per CPU-second", lambda x: fmt(x["per_cpu_second"])),
-         ("busiest 2 s, its threads: share of a core (waiting for one)",
+         ("busiest 4 s, its threads: share of a core (waiting for one)",
           lambda x: threads_text((x["busiest_window"] or {}).get("threads", []))),
          ("runnable, cores", lambda x: fmt(x["runnable_cores"], 2)),
          ("the kubelets' busiest 2 s, cores", lambda x: fmt(x["clients_busiest_window_cores"], 2))],
@@ -187,7 +187,10 @@ WHERE = [
 
 
 def profiles(logs, result):
-    """Each perf profile's shares by kind of task, printed and kept in `result`."""
+    """Each perf profile's shares by kind of task, printed and kept in
+    `result`, with the bound the reflector's share puts on two cores: it is
+    one task, so with a share s of the work, two cores give at most
+    1 / (s + (1 - s) / 2) of one (Amdahl; s below the listing: 2)."""
     for path in sorted(glob.glob(os.path.join(logs, "perf-*-top.txt"))):
         name = os.path.basename(path)[len("perf-"):-len("-top.txt")]
         with open(path) as f:
@@ -196,15 +199,20 @@ def profiles(logs, result):
         for what, needle in WHERE:
             found = [float(line.split("%")[0]) for line in lines if needle in line]
             shares.append({"what": what, "frame": needle, "share": max(found) / 100 if found else None})
+        serial = shares[0]["share"] or 0.0
+        bound = round(1 / (serial + (1 - serial) / 2), 2)
         threads = []
         threads_path = os.path.join(logs, f"perf-{name}-threads.txt")
         if os.path.exists(threads_path):
             with open(threads_path) as f:
                 threads = [line.strip() for line in f if line.strip()]
-        result.setdefault("profiles", {})[name] = {"where": shares, "threads": threads, "top": lines[:40]}
+        result.setdefault("profiles", {})[name] = {
+            "where": shares, "two_cores_at_most": bound, "threads": threads, "top": [line[:200] for line in lines[:40]],
+        }
         print(f"Profile {name} (two cores, a run of its own): " + "; ".join(
             f"{s['what'].split(' (')[0]} {s['share'] * 100:.1f} %" for s in shares if s["share"] is not None)
-            + (f"; samples by thread {', '.join(t.split()[0] for t in threads)}" if threads else "") + ".")
+            + (f"; samples by thread {', '.join(t.split()[0] for t in threads)}" if threads else "")
+            + f". Two cores give at most {bound:.2f} times one (the reflector's share serial).")
         print()
 
 
