@@ -153,10 +153,6 @@ def report(result, part, kind, sides, what=""):
         "per_cpu_second": ratio(two, one, "per_cpu_second"),
         "runnable_cores": ratio(two, one, "runnable_cores"),
     }
-    # What two cores to itself would give: the work per CPU-second times the
-    # cores its threads were ready to use (an estimate, not a measurement).
-    if ratios["per_cpu_second"] and ratios["runnable_cores"]:
-        ratios["estimate_unshared"] = round(ratios["per_cpu_second"] * ratios["runnable_cores"], 2)
     result[f"{part}_ratios"] = ratios
     print(f"### {title}")
     print()
@@ -168,8 +164,8 @@ def report(result, part, kind, sides, what=""):
             print(f"| {side_title} | " + " | ".join(cell(x) for _, cell in columns) + f" | {load_text(x)} |")
     print()
     print(f"Two cores / one: {fmt(ratios['raw'], 2)} {what_ratio} (goal 1.8); {fmt(ratios['per_cpu_second'], 2)} per "
-          f"CPU-second (1.0: the work spread); {fmt(ratios['runnable_cores'], 2)} cores runnable (2.0: nothing "
-          f"serialized its threads); estimate with the cores unshared {fmt(ratios.get('estimate_unshared'), 2)}.")
+          f"CPU-second (1.0: the work spread); {fmt(ratios['runnable_cores'], 2)} cores runnable (2.0: both "
+          "workers had work the whole time).")
     print()
 
 
@@ -189,8 +185,10 @@ WHERE = [
 def profiles(logs, result):
     """Each perf profile's shares by kind of task, printed and kept in
     `result`, with the bound the reflector's share puts on two cores: it is
-    one task, so with a share s of the work, two cores give at most
-    1 / (s + (1 - s) / 2) of one (Amdahl; s below the listing: 2)."""
+    one task, so with a share s of the work it can use one core at most,
+    and the rest overlaps it (the streams serve event n while it applies
+    n + 1): two cores give at most min(2, 1 / s) times one core's
+    throughput (s below the listing: 2)."""
     for path in sorted(glob.glob(os.path.join(logs, "perf-*-top.txt"))):
         name = os.path.basename(path)[len("perf-"):-len("-top.txt")]
         with open(path) as f:
@@ -200,7 +198,7 @@ def profiles(logs, result):
             found = [float(line.split("%")[0]) for line in lines if needle in line]
             shares.append({"what": what, "frame": needle, "share": max(found) / 100 if found else None})
         serial = shares[0]["share"] or 0.0
-        bound = round(1 / (serial + (1 - serial) / 2), 2)
+        bound = round(min(2.0, 1 / serial) if serial > 0 else 2.0, 2)
         threads = []
         threads_path = os.path.join(logs, f"perf-{name}-threads.txt")
         if os.path.exists(threads_path):
