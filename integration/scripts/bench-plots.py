@@ -487,44 +487,49 @@ def plot_ingest(runs):
 
 def plot_cores(runs):
     """bench-cores' summary (cores.json): per load, two cores against one,
-    raw and per second of watchmux's CPU, against the goal of 1.8; and
-    watchmux's CPU on each side split by thread (one thread at a whole core
-    while the others idle: one task serializing)."""
+    raw, per second of watchmux's CPU and the bound its profile's serial
+    share (the cache's one reflector task) puts on it, against the goal of
+    1.8; and watchmux's CPU on each side by thread, with the time its
+    threads waited for a CPU the machine's other load held."""
     r = runs[-1]
-    parts = [(k, t) for k, t in (("deliveries", "deliveries a second"), ("storm", "5,000-kubelet storm"))
-             if k in r["parts"]]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    titles = {"deliveries-u100": "101 deliveries an event\n(1,000 kubelets + 100 of every pod)",
+              "deliveries-u0": "one delivery an event\n(1,000 kubelets alone)",
+              "storm": "5,000-kubelet\nwatch-list storm"}
+    short = {"deliveries-u100": "101 deliveries", "deliveries-u0": "1 delivery", "storm": "storm"}
+    parts = [p for p in ("deliveries-u100", "deliveries-u0", "storm") if p in r["parts"]]
+    profile_of = {"deliveries-u100": "deliveries-u100", "deliveries-u0": "deliveries-u0", "storm": "storm"}
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.6))
     ax = axes[0]
-    ratios = {"deliveries": (r.get("deliveries_ratio"), r.get("deliveries_per_cpu_second_ratio")),
-              "storm": (r.get("storm_ratio"), r.get("storm_per_cpu_second_ratio"))}
-    for k, (label, color) in enumerate((("two cores / one, raw", "#1f77b4"),
-                                        ("the same per CPU-second of watchmux", "#aec7e8"))):
-        xs = [i + (k - 0.5) * 0.38 for i in range(len(parts))]
-        vals = [ratios[p][k] or 0 for p, _ in parts]
-        ax.bar(xs, vals, 0.38, color=color, label=label)
+    bars = (("raw, on this shared machine", "#1f77b4", lambda p: r[f"{p}_ratios"]["raw"]),
+            ("per second of watchmux's CPU", "#aec7e8", lambda p: r[f"{p}_ratios"]["per_cpu_second"]),
+            ("at most, from the profile's serial share", "#ff7f0e",
+             lambda p: (r.get("profiles", {}).get(profile_of[p]) or {}).get("two_cores_at_most")))
+    for k, (label, color, value) in enumerate(bars):
+        xs = [i + (k - 1) * 0.27 for i in range(len(parts))]
+        vals = [value(p) or 0 for p in parts]
+        ax.bar(xs, vals, 0.27, color=color, label=label)
         for x, v in zip(xs, vals):
-            ax.text(x, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
+            ax.text(x, v, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
     ax.axhline(1.8, color="k", lw=0.8, ls=":", label="goal: 1.8")
     ax.axhline(1.0, color="#7f7f7f", lw=0.6)
     ax.set_xticks(range(len(parts)))
-    ax.set_xticklabels([t for _, t in parts])
-    ax.set_title("two cores against one", fontsize=10)
-    ax.set_ylim(0, 2.1)
-    ax.legend(fontsize=7)
+    ax.set_xticklabels([titles[p] for p in parts], fontsize=8)
+    ax.set_ylim(0, 2.8)
+    ax.set_title("two cores / one core", fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", ncol=2)
     ax.grid(alpha=0.3, axis="y")
     ax = axes[1]
-    sides = [("0", "1 core"), ("0to1", "2 cores")]
-    labels, x = [], 0
-    for part, title in parts:
-        for tag, side_title in sides:
+    labels = []
+    for part in parts:
+        for tag, side_title in (("0", "1 core"), ("0to1", "2 cores")):
             side = r["parts"][part].get(tag)
             if not side:
                 continue
-            threads = side["threads"] if part == "deliveries" else (side.get("busiest_window") or {}).get("threads", [])
-            bottom = 0.0
+            threads = side["threads"] if part != "storm" else (side.get("busiest_window") or {}).get("threads", [])
+            x, bottom = len(labels), 0.0
             for i, t in enumerate(threads):
-                ax.bar(x, t["core_share"], 0.6, bottom=bottom, color=["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"][i % 4],
-                       edgecolor="white", lw=0.5)
+                ax.bar(x, t["core_share"], 0.6, bottom=bottom, edgecolor="white", lw=0.5,
+                       color=["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"][i % 4])
                 bottom += t["core_share"]
             # The time its threads were runnable but waited for a CPU: what
             # the machine's other load took from it.
@@ -533,13 +538,12 @@ def plot_cores(runs):
                    label="runnable, waiting for a CPU" if not labels else None)
             load = (side.get("load") or {}).get("load_start")
             ax.text(x, bottom + waited, f"load {load}" if load is not None else "", ha="center", va="bottom", fontsize=7)
-            labels.append(f"{title}\n{side_title}")
-            x += 1
+            labels.append(f"{short[part]}\n{side_title}")
     ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, fontsize=7)
-    ax.set_ylabel("cores used, one colour a thread")
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("cores, one colour a thread")
+    ax.set_title("watchmux's threads at the ceiling (load: the machine's load average)", fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
-    ax.set_title("watchmux's CPU at the ceiling, by thread (load: the machine's load average)", fontsize=10)
     ax.grid(alpha=0.3, axis="y")
     fig.suptitle("Every core: watchmux on one core (clients on the other) against two (shared with the clients)")
     save(fig, "bench-cores.png")
