@@ -4,13 +4,17 @@
 Usage: bench-cores-report.py <.run/bench-cores>
 
 Reads what integration/scripts/bench-cores.sh left there (ingest-<cores>-u<n>.json,
-storm-<cores>.json, threads-storm-<cores>.json, side-<part>-<cores>.json,
-perf-deliveries-top.txt), prints the Markdown summary and writes cores.json:
-per part and side the throughput, watchmux's CPU, throughput per CPU-second,
-the busiest thread's share of a core and the load average, then the ratios
-two cores / one core. Throughput per CPU-second that stays flat from one core
-to two says the work spread; one that falls says something serializes or
-contends, and the busiest thread at a whole core says one task does.
+storm-<cores>.json, threads-storm[-clients]-<cores>.json, side-<part>-<cores>.json,
+perf-<load>-{top,threads}.txt), prints the Markdown summary and writes cores.json:
+per load and side the throughput, watchmux's CPU, throughput per CPU-second,
+each thread's share of a core and its wait for one, and the load average;
+the ratios two cores / one core; and per profile the share of the work in
+the cache's one reflector task, with the bound it puts on two cores.
+
+Throughput per CPU-second that stays flat from one core to two says the work
+spread (a fall: contention). On a machine shared with other load, every
+thread stays runnable whatever serializes it, so it is the profile's serial
+share that says what two cores could give at most.
 """
 
 import glob

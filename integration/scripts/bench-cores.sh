@@ -104,31 +104,44 @@ profile_report() {
 }
 perf_args="${CORES_PERF_ARGS:--F 499 --call-graph dwarf,16384}"
 
+# each_side <part> <what> <run>: `<run> <watchmux cores> <client cores> <tag>`
+# once a side, one core first, each side's load average and times in
+# side-<part>-<tag>.json.
+each_side() {
+  local part="$1" what="$2" run="$3" wm cl tag load0 t0
+  for side in "${sides[@]}"; do
+    read -r wm cl <<< "$side"
+    tag="${wm//-/to}"
+    load0="$(cut -d' ' -f1 /proc/loadavg)" t0="$(date -u '+%F %T')"
+    echo "### $what, watchmux on cores $wm, its clients on $cl (load average $load0)"
+    echo
+    "$run" "$wm" "$cl" "$tag"
+    side_record "$part" "$tag" "$wm" "$cl" "$load0" "$t0"
+  done
+}
+
+# deliveries_side <watchmux cores> <client cores> <tag>: the ingest bench's
+# open throttle with deliveries()'s $u unselected watchers and $events events.
+deliveries_side() {
+  INGEST_RATES=0 INGEST_MAX_EVENTS="$events" INGEST_STREAMS_PER_CONNECTION="${CORES_STREAMS_PER_CONNECTION:-10}" \
+    run_ingest "$1" "$2" "$u" "${@:4}"
+}
+
 deliveries() {
   bench_build ingest "$logs"
-  local u wm cl tag load0 t0 events
+  local u events
   for u in "${unselected_set[@]}"; do
     # Each event is u + 1 deliveries; kubelets alone need more events for
     # a phase of a few seconds.
     events="${CORES_EVENTS:-60000}"
     [[ $u != 0 ]] || events="${CORES_EVENTS_KUBELETS:-300000}"
-    for side in "${sides[@]}"; do
-      read -r wm cl <<< "$side"
-      tag="${wm//-/to}"
-      load0="$(cut -d' ' -f1 /proc/loadavg)" t0="$(date -u '+%F %T')"
-      echo "### Deliveries, $u unselected watchers, watchmux on cores $wm, the bench on $cl (load average $load0)"
-      echo
-      INGEST_RATES=0 INGEST_MAX_EVENTS="$events" INGEST_STREAMS_PER_CONNECTION="${CORES_STREAMS_PER_CONNECTION:-10}" \
-        run_ingest "$wm" "$cl" "$u"
-      side_record "deliveries-u$u" "$tag" "$wm" "$cl" "$load0" "$t0"
-    done
+    each_side "deliveries-u$u" "Deliveries, $u unselected watchers" deliveries_side
     # The profile is a run of its own on two cores: perf's unwinding costs
     # CPU on the cores it measures, which the measured runs should not pay.
     if [[ $perf_on == 1 ]]; then
       echo "### Deliveries, $u unselected watchers, cores 0-1 again under perf (its figures are not the table's)"
       echo
-      INGEST_RATES=0 INGEST_MAX_EVENTS="$events" INGEST_STREAMS_PER_CONNECTION="${CORES_STREAMS_PER_CONNECTION:-10}" \
-        run_ingest 0-1 0-1 "$u" INGEST_PERF="$logs/perf-deliveries-u$u.data" INGEST_PERF_ARGS="$perf_args" \
+      deliveries_side 0-1 0-1 profiled INGEST_PERF="$logs/perf-deliveries-u$u.data" INGEST_PERF_ARGS="$perf_args" \
         BENCH_OUT="$logs/profiled-ingest-0to1-u$u.json" INGEST_WATCHMUX_LOG="$logs/watchmux-profiled-u$u.log"
       profile_report "$logs/perf-deliveries-u$u.data" "deliveries-u$u"
     fi
@@ -184,16 +197,8 @@ storm() {
   # bench-scale.sh keeps the cluster (SCALE_KEEP): stop it at the end only
   # if it was not running before.
   bash "$scripts/cluster-up.sh" --check >/dev/null 2>&1 || started_cluster=1
-  local wm cl tag load0 t0 perf_pid
-  for side in "${sides[@]}"; do
-    read -r wm cl <<< "$side"
-    tag="${wm//-/to}"
-    load0="$(cut -d' ' -f1 /proc/loadavg)" t0="$(date -u '+%F %T')"
-    echo "### Storm, the tier on cores $wm, the kubelets, kube-apiserver and etcd on $cl (load average $load0)"
-    echo
-    storm_side "$wm" "$cl" "$tag"
-    side_record storm "$tag" "$wm" "$cl" "$load0" "$t0"
-  done
+  local perf_pid
+  each_side storm "Storm (kube-apiserver and etcd with the clients)" storm_side
   if [[ $perf_on == 1 ]]; then
     echo "### Storm, the tier on cores 0-1 again under perf (its figures are not the table's)"
     echo
