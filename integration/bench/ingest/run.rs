@@ -55,8 +55,9 @@ pub struct PhaseResult {
     pub bench_cores: f64,
     /// The time watchmux's threads were runnable but waited for a CPU, over the phase's.
     pub watchmux_waited: f64,
-    /// Each of watchmux's threads over the phase, busiest first: one at a
-    /// whole core while the others idle is one task serializing the rest.
+    /// Each of watchmux's threads over the phase, busiest first, with its
+    /// time waiting for a CPU (tokio moves tasks between its workers, so a
+    /// serial task shows in a profile, not as one busy thread).
     pub watchmux_threads: Vec<ThreadShare>,
     pub slow_watchers: f64,
     pub terminated: f64,
