@@ -95,12 +95,7 @@ wait_ready() {
 read -ra extra_args <<< "${SCALE_WATCHMUX_ARGS:-}"
 tier_pin=() client_pin=()
 [[ -z ${SCALE_TIER_CPUS:-} ]] || tier_pin=(taskset -c "$SCALE_TIER_CPUS")
-if [[ -n ${SCALE_CLIENT_CPUS:-} ]]; then
-  client_pin=(taskset -c "$SCALE_CLIENT_CPUS")
-  for p in apiserver etcd; do
-    taskset -apc "$SCALE_CLIENT_CPUS" "$(cat "$root/.run/cluster/$p.pid")" >/dev/null
-  done
-fi
+[[ -z ${SCALE_CLIENT_CPUS:-} ]] || client_pin=(taskset -c "$SCALE_CLIENT_CPUS")
 start_tier() {  # start_tier <log> <resources>
   RUST_LOG=warn "${tier_pin[@]}" "$logs/watchmux" --kubeconfig "$root/.run/kubeconfig" --listen "$listen" --admin-listen "$admin" \
     "${tls[@]}" --cache-resources "$2" --cache-warm "${extra_args[@]}" > "$1" 2>&1 &
@@ -113,6 +108,14 @@ if [[ $phases == *load* ]]; then
     timeout --signal=INT --kill-after=10 "${SCALE_LOAD_TIMEOUT:-3600}" "$logs/scale-bench" --bench
   echo "$world" > "$marker"
   phases="${phases//load/}"
+fi
+
+# The cluster beside the clients for the storm (after the load, which would
+# only be slower for it); it stays there until the next run moves it.
+if [[ -n ${SCALE_CLIENT_CPUS:-} ]]; then
+  for p in apiserver etcd; do
+    taskset -apc "$SCALE_CLIENT_CPUS" "$(cat "$root/.run/cluster/$p.pid")" >/dev/null
+  done
 fi
 
 # An empty watchmux (one small resource cached) for the baseline RSS.
