@@ -168,6 +168,17 @@ bench-fleet-idle:
 bench-ingest:
 	bash integration/scripts/bench-ingest.sh
 
+## Every core: watchmux on one core (its clients on the other) against two
+## (shared with them), for deliveries a second (the ingest bench's open
+## throttle with 100 unselected watchers) and bench-scale's 5,000-kubelet
+## watch-list storm on a 5,000-node, 10,000-pod world (loaded into the test
+## cluster if it does not hold it): the ratio against the goal of 1.8, CPU per
+## thread and a perf profile of what serializes (about 12 minutes, 5 with the
+## world loaded; CORES_PARTS chooses; docs/benchmarks.md, "Every core").
+.PHONY: bench-cores
+bench-cores:
+	bash integration/scripts/bench-cores.sh
+
 ## Fairness on the hot path: the fan-out bench with --fairness-seats 100 and
 ## 0 alternated (ABBA), watchmux CPU per 1,000 deliveries, and a perf
 ## profile's share in the fairness wrapper and the slow-watcher bookkeeping

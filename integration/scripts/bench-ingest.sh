@@ -49,22 +49,6 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname 
 echo "phases: ${INGEST_RATES// /, } events/s (0: open throttle), ${INGEST_SECONDS:-3} s each"
 echo
 
-# run_ingest <watchmux cores> <bench cores> <unselected> [VAR=value...]
-run_ingest() {
-  local cores="$1" bench_cores="$2" unselected="$3"; shift 3
-  local tag="${cores//-/to}-u$unselected${INGEST_TAG:-}" max=300000
-  [[ $unselected == 0 ]] || max=30000
-  env WATCHMUX_BIN="${INGEST_BIN:-$logs/watchmux}" WATCHMUX_BENCH_PROXY="$listen" WATCHMUX_BENCH_ADMIN="$admin" \
-    INGEST_CPUS="$cores" INGEST_UNSELECTED="$unselected" INGEST_MAX_EVENTS="${INGEST_MAX_EVENTS:-$max}" \
-    INGEST_WATCHMUX_LOG="$logs/watchmux-$tag.log" CLK_TCK="$(getconf CLK_TCK)" \
-    BENCH_OUT="$logs/ingest-$tag.json" "$@" \
-    timeout --signal=INT --kill-after=10 "${BENCH_RUN_TIMEOUT:-600}" \
-    taskset -c "$bench_cores" "$logs/ingest-bench" --bench ||
-    echo "bench-ingest: the $tag run failed (exit $?)"
-  watchmux_warnings "$logs/watchmux-$tag.log"
-  echo
-}
-
 if [[ -n ${INGEST_BASELINE_BIN:-} ]]; then
   for round in $(seq "${INGEST_ROUNDS:-2}"); do
     echo "### round $round: A = $INGEST_BASELINE_BIN"

@@ -167,6 +167,26 @@ stop_oracle() {
   oracle_pid=""
 }
 
+# run_ingest <watchmux cores> <bench cores> <unselected> [VAR=value...]: one
+# configuration of the ingest bench (integration/bench/ingest; bench-ingest.sh
+# and bench-cores.sh), its binaries in $logs (bench_build ingest), results in
+# $logs/ingest-<cores>-u<unselected><INGEST_TAG>.json; the INGEST_* variables
+# pass through. INGEST_BIN: another watchmux binary than $logs/watchmux.
+run_ingest() {
+  local cores="$1" bench_cores="$2" unselected="$3"; shift 3
+  local tag="${cores//-/to}-u$unselected${INGEST_TAG:-}" max=300000
+  [[ $unselected == 0 ]] || max=30000
+  env WATCHMUX_BIN="${INGEST_BIN:-$logs/watchmux}" WATCHMUX_BENCH_PROXY="$listen" WATCHMUX_BENCH_ADMIN="$admin" \
+    INGEST_CPUS="$cores" INGEST_UNSELECTED="$unselected" INGEST_MAX_EVENTS="${INGEST_MAX_EVENTS:-$max}" \
+    INGEST_WATCHMUX_LOG="$logs/watchmux-$tag.log" CLK_TCK="$(getconf CLK_TCK)" \
+    BENCH_OUT="$logs/ingest-$tag.json" "$@" \
+    timeout --signal=INT --kill-after=10 "${BENCH_RUN_TIMEOUT:-600}" \
+    taskset -c "$bench_cores" "$logs/ingest-bench" --bench ||
+    echo "bench-ingest: the $tag run failed (exit $?)"
+  watchmux_warnings "$logs/watchmux-$tag.log"
+  echo
+}
+
 machine_line() {
   echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(date -u '+%F %H:%M UTC');" \
     "kube-apiserver $("$root/.run/bin/kube-apiserver" --version 2>/dev/null | awk '{print $2}');" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart,scale,ingest,upgrade,rebalance,rollout}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale,ingest,upgrade,rebalance,rollout,cores}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -485,6 +485,70 @@ def plot_ingest(runs):
     save(fig, "bench-ingest.png")
 
 
+def plot_cores(runs):
+    """bench-cores' summary (cores.json): per load, two cores against one,
+    raw, per second of watchmux's CPU and the bound its profile's serial
+    share (the cache's one reflector task) puts on it, against the goal of
+    1.8; and watchmux's CPU on each side by thread, with the time its
+    threads waited for a CPU the machine's other load held."""
+    r = runs[-1]
+    titles = {"deliveries-u100": "101 deliveries an event\n(1,000 kubelets + 100 of every pod)",
+              "deliveries-u0": "one delivery an event\n(1,000 kubelets alone)",
+              "storm": "5,000-kubelet\nwatch-list storm"}
+    short = {"deliveries-u100": "101 deliveries", "deliveries-u0": "1 delivery", "storm": "storm"}
+    parts = [p for p in ("deliveries-u100", "deliveries-u0", "storm") if p in r["parts"]]
+    profile_of = {"deliveries-u100": "deliveries-u100", "deliveries-u0": "deliveries-u0", "storm": "storm"}
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.6))
+    ax = axes[0]
+    bars = (("raw, on this shared machine", "#1f77b4", lambda p: r[f"{p}_ratios"]["raw"]),
+            ("per second of watchmux's CPU", "#aec7e8", lambda p: r[f"{p}_ratios"]["per_cpu_second"]),
+            ("at most, from the profile's serial share", "#ff7f0e",
+             lambda p: (r.get("profiles", {}).get(profile_of[p]) or {}).get("two_cores_at_most")))
+    for k, (label, color, value) in enumerate(bars):
+        xs = [i + (k - 1) * 0.27 for i in range(len(parts))]
+        vals = [value(p) or 0 for p in parts]
+        ax.bar(xs, vals, 0.27, color=color, label=label)
+        for x, v in zip(xs, vals):
+            ax.text(x, v, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.8, color="k", lw=0.8, ls=":", label="goal: 1.8")
+    ax.axhline(1.0, color="#7f7f7f", lw=0.6)
+    ax.set_xticks(range(len(parts)))
+    ax.set_xticklabels([titles[p] for p in parts], fontsize=8)
+    ax.set_ylim(0, 2.8)
+    ax.set_title("two cores / one core", fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", ncol=2)
+    ax.grid(alpha=0.3, axis="y")
+    ax = axes[1]
+    labels = []
+    for part in parts:
+        for tag, side_title in (("0", "1 core"), ("0to1", "2 cores")):
+            side = r["parts"][part].get(tag)
+            if not side:
+                continue
+            threads = side["threads"] if part != "storm" else (side.get("busiest_window") or {}).get("threads", [])
+            x, bottom = len(labels), 0.0
+            for i, t in enumerate(threads):
+                ax.bar(x, t["core_share"], 0.6, bottom=bottom, edgecolor="white", lw=0.5,
+                       color=["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"][i % 4])
+                bottom += t["core_share"]
+            # The time its threads were runnable but waited for a CPU: what
+            # the machine's other load took from it.
+            waited = sum(t.get("waited_share", 0.0) for t in threads)
+            ax.bar(x, waited, 0.6, bottom=bottom, color="none", edgecolor="#7f7f7f", hatch="//", lw=0.5,
+                   label="runnable, waiting for a CPU" if not labels else None)
+            load = (side.get("load") or {}).get("load_start")
+            ax.text(x, bottom + waited, f"load {load}" if load is not None else "", ha="center", va="bottom", fontsize=7)
+            labels.append(f"{short[part]}\n{side_title}")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("cores, one colour a thread")
+    ax.set_title("watchmux's threads at the ceiling (load: the machine's load average)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3, axis="y")
+    fig.suptitle("Every core: watchmux on one core (clients on the other) against two (shared with the clients)")
+    save(fig, "bench-cores.png")
+
+
 def plot_rebalance(runs):
     """The last bench-rebalance run: each tier's replicas' open connections
     after the rollout, and their spread, (max - min) / mean."""
@@ -668,6 +732,7 @@ def main():
         ("scale", "bench-scale/scale-*.json", plot_scale),
         ("scale sweep", "bench-scale/sweep-*.json", plot_limit),
         ("ingest", "bench-ingest/ingest-*.json", plot_ingest),
+        ("cores", "bench-cores/cores.json", plot_cores),
         ("alloc", "bench-scale/alloc-*.json", plot_alloc),
         ("upgrade", "bench-upgrade/restart-upgrade-*.json", plot_upgrade),
         ("rebalance", "bench-rebalance/rebalance-*.json", plot_rebalance),

@@ -26,6 +26,11 @@
 #                 storm (integration/bench/scale/nodelocal.rs); they take
 #                 watch-lists as the chart's tree does, SCALE_NODE_LOCAL_WATCH_LIST=0
 #                 paginated consistent LISTs
+#   SCALE_TIER_CPUS    taskset core list the tier starts on (its runtime
+#                 sizes its worker threads to them); unset: every core
+#   SCALE_CLIENT_CPUS  the same for the bench's clients, and kube-apiserver
+#                 and etcd are moved there (taskset -ap) too: make bench-cores
+#                 puts the tier on core 0 and everything else on core 1
 #   and the SCALE_* knobs of integration/bench/scale/main.rs.
 #
 # The cluster: its own fresh start (the test cluster's state is replaced)
@@ -88,8 +93,11 @@ wait_ready() {
   done
 }
 read -ra extra_args <<< "${SCALE_WATCHMUX_ARGS:-}"
+tier_pin=() client_pin=()
+[[ -z ${SCALE_TIER_CPUS:-} ]] || tier_pin=(taskset -c "$SCALE_TIER_CPUS")
+[[ -z ${SCALE_CLIENT_CPUS:-} ]] || client_pin=(taskset -c "$SCALE_CLIENT_CPUS")
 start_tier() {  # start_tier <log> <resources>
-  RUST_LOG=warn "$logs/watchmux" --kubeconfig "$root/.run/kubeconfig" --listen "$listen" --admin-listen "$admin" \
+  RUST_LOG=warn "${tier_pin[@]}" "$logs/watchmux" --kubeconfig "$root/.run/kubeconfig" --listen "$listen" --admin-listen "$admin" \
     "${tls[@]}" --cache-resources "$2" --cache-warm "${extra_args[@]}" > "$1" 2>&1 &
   wm_pid=$!
 }
@@ -100,6 +108,14 @@ if [[ $phases == *load* ]]; then
     timeout --signal=INT --kill-after=10 "${SCALE_LOAD_TIMEOUT:-3600}" "$logs/scale-bench" --bench
   echo "$world" > "$marker"
   phases="${phases//load/}"
+fi
+
+# The cluster beside the clients for the storm (after the load, which would
+# only be slower for it); it stays there until the next run moves it.
+if [[ -n ${SCALE_CLIENT_CPUS:-} ]]; then
+  for p in apiserver etcd; do
+    taskset -apc "$SCALE_CLIENT_CPUS" "$(cat "$root/.run/cluster/$p.pid")" >/dev/null
+  done
 fi
 
 # An empty watchmux (one small resource cached) for the baseline RSS.
@@ -124,7 +140,7 @@ if [[ ${SCALE_SIDES:-} == *nodelocal* ]]; then
     SCALE_NODE_LOCAL_TLS="${tls[1]}:${tls[3]}" SCALE_NODE_LOCAL_LOGS="$logs"
 fi
 SCALE_PHASES="$phases" SCALE_WATCHMUX_BASE_RSS="$base_rss" BENCH_OUT="$logs/scale.json" \
-  timeout --signal=INT --kill-after=10 "${SCALE_RUN_TIMEOUT:-5400}" "$logs/scale-bench" --bench ||
+  timeout --signal=INT --kill-after=10 "${SCALE_RUN_TIMEOUT:-5400}" "${client_pin[@]}" "$logs/scale-bench" --bench ||
   echo "bench-scale: the run failed (exit $?); watchmux alive: $(kill -0 "$wm_pid" 2>/dev/null && echo yes || echo no)"
 stop_watchmux
 watchmux_warnings "$logs/watchmux.log"

@@ -6,13 +6,79 @@ use anyhow::{Context as _, anyhow};
 pub fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     let stat =
         std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("reading /proc/{pid}/stat"))?;
+    cpu_ticks_of(&stat).ok_or_else(|| anyhow!("odd /proc/{pid}/stat"))
+}
+
+/// utime + stime from a process's or a thread's `stat` line.
+fn cpu_ticks_of(stat: &str) -> Option<u64> {
     // The command name is in parentheses and may hold spaces: count fields after the last ')'.
-    let rest = &stat[stat.rfind(')').ok_or_else(|| anyhow!("odd /proc/{pid}/stat"))? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
     // After ')': state is field 3 of the whole line, so utime (14) and stime (15) are at 11 and 12.
-    let utime: u64 = fields.get(11).ok_or_else(|| anyhow!("short stat"))?.parse()?;
-    let stime: u64 = fields.get(12).ok_or_else(|| anyhow!("short stat"))?.parse()?;
-    Ok(utime + stime)
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// One thread's CPU (utime + stime, clock ticks) and time spent runnable on
+/// a run queue waiting for a CPU (`schedstat`'s second field, ns).
+#[derive(Clone, Debug)]
+pub struct ThreadCpu {
+    pub tid: u32,
+    pub name: String,
+    pub ticks: u64,
+    pub waited_ns: u64,
+}
+
+/// Every thread of `pid` (`/proc/<pid>/task/*`); empty once it is gone.
+pub fn thread_cpu(pid: u32) -> Vec<ThreadCpu> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let tid: u32 = task.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            let name = stat[stat.find('(')? + 1..stat.rfind(')')?].to_owned();
+            let schedstat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+            Some(ThreadCpu {
+                tid,
+                name,
+                ticks: cpu_ticks_of(&stat)?,
+                waited_ns: schedstat.split_whitespace().nth(1)?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// One thread's share of a core and of the time waiting for one, over a span.
+#[derive(Clone, Debug)]
+pub struct ThreadShare {
+    pub tid: u32,
+    pub name: String,
+    pub core_share: f64,
+    pub waited_share: f64,
+}
+
+/// What each thread of `after` used since `before`, over `secs` of wall
+/// time (a thread born since counts from zero), busiest first; idle threads
+/// are left out.
+pub fn thread_shares(before: &[ThreadCpu], after: &[ThreadCpu], secs: f64, clk_tck: f64) -> Vec<ThreadShare> {
+    let mut shares: Vec<ThreadShare> = after
+        .iter()
+        .map(|t| {
+            let earlier = before.iter().find(|b| b.tid == t.tid);
+            let ticks = t.ticks.saturating_sub(earlier.map_or(0, |b| b.ticks));
+            let waited = t.waited_ns.saturating_sub(earlier.map_or(0, |b| b.waited_ns));
+            ThreadShare {
+                tid: t.tid,
+                name: t.name.clone(),
+                core_share: ticks as f64 / clk_tck / secs,
+                waited_share: waited as f64 / 1e9 / secs,
+            }
+        })
+        .filter(|s| s.core_share > 0.0 || s.waited_share > 0.0)
+        .collect();
+    shares.sort_by(|a, b| b.core_share.total_cmp(&a.core_share));
+    shares
 }
 
 pub fn self_cpu_ticks() -> u64 {

@@ -12,7 +12,9 @@
 //! with `--cache-resources pods --cache-warm`, and attaches, before any
 //! event, one kubelet-shaped watcher per node (`fieldSelector=spec.nodeName=`)
 //! and `INGEST_UNSELECTED` (100) watchers of every pod, over h2c with
-//! watchmux's 100 streams a connection.
+//! `INGEST_STREAMS_PER_CONNECTION` streams a connection (100, what watchmux
+//! advertises; fewer spreads the unselected watchers, which come last, over
+//! more connections, each served by its own task: `make bench-cores`).
 //!
 //! Then the phases, each after the previous one was delivered: a warm-up of
 //! one event per node (every watcher must get its share: all attached), then
@@ -49,6 +51,7 @@ pub struct Config {
     pub nodes: usize,
     pub object_bytes: usize,
     pub unselected: usize,
+    pub streams_per_connection: usize,
     /// Events a second of each measured phase; 0: open throttle.
     pub rates: Vec<u32>,
     pub seconds: f64,
@@ -73,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
         nodes: env_or("INGEST_NODES", 1000)?,
         object_bytes: env_or("INGEST_OBJECT_BYTES", 1024)?,
         unselected: env_or("INGEST_UNSELECTED", 100)?,
+        streams_per_connection: env_or("INGEST_STREAMS_PER_CONNECTION", 100usize)?.clamp(1, 100),
         rates: env_list("INGEST_RATES", "20000,50000,100000,0")?,
         seconds: env_or("INGEST_SECONDS", 3.0)?,
         max_events: env_or("INGEST_MAX_EVENTS", 300_000)?,

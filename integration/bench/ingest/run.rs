@@ -14,15 +14,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Config;
 use crate::common::client::{Shape, Target};
-use crate::common::procfs::{cpu_ticks, self_cpu_ticks};
+use crate::common::procfs::{ThreadShare, cpu_ticks, self_cpu_ticks, thread_cpu, thread_shares};
 use crate::common::prom;
 use crate::common::stats::{Table, fmt1, thousands};
 use crate::pods::Pods;
 use crate::upstream::{Phase, Replay, serve};
 use crate::watchers::{Histogram, Receipts, Watcher};
 
-/// watchmux's streams per HTTP/2 connection (it advertises kube-apiserver's 100).
-const STREAMS_PER_CONNECTION: usize = 100;
 /// The warm-up phase's rate: slow enough for any configuration.
 const WARM_UP_RATE: f64 = 10_000.0;
 /// How often a phase's progress is read from watchmux's metrics and the watchers.
@@ -57,6 +55,10 @@ pub struct PhaseResult {
     pub bench_cores: f64,
     /// The time watchmux's threads were runnable but waited for a CPU, over the phase's.
     pub watchmux_waited: f64,
+    /// Each of watchmux's threads over the phase, busiest first, with its
+    /// time waiting for a CPU (tokio moves tasks between its workers, so a
+    /// serial task shows in a profile, not as one busy thread).
+    pub watchmux_threads: Vec<ThreadShare>,
     pub slow_watchers: f64,
     pub terminated: f64,
     pub complete: bool,
@@ -100,18 +102,6 @@ async fn metrics(admin: SocketAddr) -> anyhow::Result<String> {
 
 fn pods_metric(text: &str, name: &str) -> f64 {
     prom::sum(text, name, &[("resource", "pods")])
-}
-
-/// Nanoseconds the threads of `pid` have waited on a run queue for a CPU
-/// (`/proc/<pid>/task/*/schedstat`, second field): on a loaded machine, the
-/// time watchmux was ready to work and did not get its core.
-fn run_queue_wait_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .sum()
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -193,7 +183,7 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
     let stop = CancellationToken::new();
     let target = Target::Proxy { addr: listen, tls: None };
     let watchers = cfg.nodes + cfg.unselected;
-    let connections = watchers.div_ceil(STREAMS_PER_CONNECTION);
+    let connections = watchers.div_ceil(cfg.streams_per_connection);
     let mut conns = Vec::new();
     for _ in 0..connections {
         conns.push(target.connect(Shape::H2).await?);
@@ -203,7 +193,7 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
     for i in 0..watchers {
         let w = Watcher {
             node: (i < cfg.nodes).then_some(i),
-            conn: conns[i / STREAMS_PER_CONNECTION].clone(),
+            conn: conns[i / cfg.streams_per_connection].clone(),
             target: target.clone(),
             replay: replay.clone(),
             pods: pods.clone(),
@@ -322,7 +312,7 @@ async fn phase(
     let applied_before = pods_metric(&before, "watchmux_watch_cache_events_received_total");
     let ticks_before = cpu_ticks(pid)?;
     let bench_ticks_before = self_cpu_ticks();
-    let waited_before = run_queue_wait_ns(pid);
+    let threads_before = thread_cpu(pid);
     let start = Instant::now();
     replay.start(Phase { first, last, rate: rate.map(f64::from), start });
 
@@ -347,8 +337,8 @@ async fn phase(
     };
     let cpu_secs = (cpu_ticks(pid)? - ticks_before) as f64 / cfg.clk_tck;
     let bench_cpu_secs = (self_cpu_ticks() - bench_ticks_before) as f64 / cfg.clk_tck;
-    let waited_secs = run_queue_wait_ns(pid).saturating_sub(waited_before) as f64 / 1e9;
     let wall = start.elapsed().as_secs_f64();
+    let watchmux_threads = thread_shares(&threads_before, &thread_cpu(pid), wall, cfg.clk_tck);
 
     let per_sec = |n: f64, until: Option<Instant>| {
         let secs = until?.saturating_duration_since(start).as_secs_f64();
@@ -387,7 +377,8 @@ async fn phase(
         watchmux_cores: cpu_secs / wall,
         watchmux_cpu_secs: cpu_secs,
         bench_cores: bench_cpu_secs / wall,
-        watchmux_waited: waited_secs / wall,
+        watchmux_waited: watchmux_threads.iter().map(|t| t.waited_share).sum(),
+        watchmux_threads,
         slow_watchers: prom::sum(&after, "watchmux_slow_watchers_total", &[("resource", "pods")])
             - prom::sum(&before, "watchmux_slow_watchers_total", &[("resource", "pods")]),
         terminated: d("watchmux_terminated_watchers_total"),
@@ -506,8 +497,12 @@ pub fn json(r: &RunResult) -> serde_json::Value {
             "lag_kubelets_ms": lag(&p.lag_selected),
             "lag_unselected_ms": lag(&p.lag_unselected),
             "watchmux_cores": p.watchmux_cores,
+            "watchmux_cpu_secs": p.watchmux_cpu_secs,
             "bench_cores": p.bench_cores,
             "watchmux_waited": p.watchmux_waited,
+            "watchmux_threads": p.watchmux_threads.iter().map(|t| json!({
+                "tid": t.tid, "name": t.name, "core_share": t.core_share, "waited_share": t.waited_share,
+            })).collect::<Vec<_>>(),
             "applied_per_watchmux_cpu_second": p.applied_per_cpu_second(),
             "slow_watchers": p.slow_watchers,
             "terminated": p.terminated,
