@@ -14,7 +14,7 @@ mod label;
 pub(crate) mod selectable;
 
 pub(crate) use field::{FieldSelector, FieldSet, Fields};
-pub(crate) use label::LabelSelector;
+pub(crate) use label::{LabelSelector, Labels};
 
 /// Why a selector string could not be parsed.
 ///

@@ -22,6 +22,11 @@ impl Fields {
         Self::default()
     }
 
+    /// Room for `fields` fields: built once, never grown.
+    pub(crate) fn with_capacity(fields: usize) -> Self {
+        Self(Vec::with_capacity(fields))
+    }
+
     /// Sets `field` to `value`, replacing an earlier value. A name that is
     /// not a constant comes from [`intern`].
     pub(crate) fn insert(&mut self, field: &'static str, value: impl Into<Box<str>>) {

@@ -15,7 +15,6 @@
 mod sparse;
 
 use std::any::Any;
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
@@ -31,8 +30,8 @@ use crate::encode::protobuf::{self, Unplaceable};
 use crate::encode::table::TableEventKey;
 use crate::encode::variant::ContentVariant;
 use crate::metrics as m;
-use crate::selector::Fields;
 use crate::selector::selectable::{self, Lookup};
+use crate::selector::{Fields, Labels};
 
 use crate::cache::resource_info::ResourceInfo;
 
@@ -117,7 +116,7 @@ pub(crate) struct CachedObject {
     /// Length of the `"kind":…,"apiVersion":…,` run right after the opening
     /// brace, which items of built-in typed lists leave out.
     type_meta_len: usize,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     pub fields: Fields,
     /// The other variants, allocated on the first demand for any of them:
     /// an object only plain-JSON clients read pays two words.
@@ -244,7 +243,7 @@ impl CachedObject {
                     _ => None,
                 })
                 .collect(),
-            _ => BTreeMap::new(),
+            _ => Labels::default(),
         };
         metrics::counter!(m::CACHE_ENCODES, "variant" => ContentVariant::Json.metric_label()).increment(1);
         Ok(Self { key, rv, uid, json, type_meta_len, labels, fields, derived: OnceLock::new() })
@@ -445,7 +444,7 @@ pub(crate) mod tests {
             obj.json(),
             r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"}}}"#
         );
-        assert_eq!(obj.labels.get("app").map(String::as_str), Some("x"));
+        assert_eq!(obj.labels.get("app"), Some("x"));
         assert_eq!([obj.list_item(ContentVariant::Json, true).unwrap()].concat().concat(), item.as_bytes());
     }
 

@@ -34,7 +34,8 @@ pub(crate) fn extract(
     custom_selectable: Option<&[String]>,
     object: &(impl Lookup + ?Sized),
 ) -> Fields {
-    let mut fields = Fields::new();
+    let extra = custom_selectable.map_or_else(|| builtin_paths(group, resource).len(), <[String]>::len);
+    let mut fields = Fields::with_capacity(2 + extra);
     fields.insert("metadata.name", text(object, &["metadata", "name"]));
     if namespaced {
         fields.insert("metadata.namespace", text(object, &["metadata", "namespace"]));
