@@ -11,7 +11,20 @@
 # 1 GiB, in .run/bench-million/persist while the run needs it)
 #
 # MILLION_REQUESTS (1000) a latency series, MILLION_SLOW_MIBPS (100) the slow
-# reader's pace, MILLION_PERSIST=0 skips the two persisted starts.
+# reader's pace, MILLION_PERSIST=0 skips the two persisted starts,
+# MILLION_SYNTHETIC=0 skips this part.
+#
+# MILLION_CLUSTER_PODS=N (unset: not run) adds the real API server's side:
+# bench-scale.sh loads a world of N pods over SCALE_NODES (5,000) nodes into
+# the test cluster (its state is replaced; the cluster's ports from
+# ETCD_PORT, ETCD_PEER_PORT, APISERVER_PORT) and measures kube-apiserver's
+# memory against the tier's for the same objects and one client's LIST of
+# every pod from each (SCALE_PHASES=load,memory,list, SCALE_LIST_CLIENTS=1);
+# then MILLION_CLUSTER_REQUESTS (200) node-scoped LISTs and as many LISTs of
+# an empty namespace (the floor), one after another on one HTTP/2
+# connection (curl, TLS), straight at kube-apiserver and through a tier
+# caching pods; then the cluster is stopped. Results in
+# .run/bench-million/cluster.json and .run/bench-scale/.
 #
 # Prints the machine line (with the load average at the start and the end)
 # and the Markdown tables; JSON in .run/bench-million/million.json.
@@ -29,6 +42,7 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname 
 echo
 
 status=0
+if [[ ${MILLION_SYNTHETIC:-1} == 1 ]]; then
 env WATCHMUX_BIN="$logs/watchmux" WATCHMUX_BENCH_PROXY="$listen" WATCHMUX_BENCH_ADMIN="$admin" \
   MILLION_CPUS="${MILLION_CPUS:-0}" MILLION_LOGS="$logs" BENCH_OUT="$logs/million.json" \
   timeout --signal=INT --kill-after=10 "${BENCH_RUN_TIMEOUT:-900}" \
@@ -39,6 +53,74 @@ env WATCHMUX_BIN="$logs/watchmux" WATCHMUX_BENCH_PROXY="$listen" WATCHMUX_BENCH_
 for log in "$logs"/watchmux-*.log; do
   [[ -e $log ]] && watchmux_warnings "$log"
 done
+fi
+
+# percentiles <file of seconds, one a line>: p50 p99 max, in µs.
+percentiles() {
+  sort -g "$1" | awk '{v[NR] = $1 * 1e6} END {
+    i50 = int((NR - 1) * 0.5 + 0.5) + 1; i99 = int((NR - 1) * 0.99 + 0.5) + 1
+    printf "%.0f %.0f %.0f", v[i50], v[i99], v[NR] }'
+}
+
+# timed_gets <base URL> <path template with NODE> <n> <out>: n GETs one after
+# another on one HTTP/2 connection, each's time_total (s) a line.
+timed_gets() {
+  local base="$1" template="$2" n="$3" out="$4" urls=() i
+  for ((i = 0; i < n; i++)); do
+    urls+=("$base${template//NODE/$(printf 'node-%05d' $((i * 37 % SCALE_NODES)))}")
+  done
+  curl -s --http2 --cacert "$root/.run/cluster/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
+    -o /dev/null -w '%{http_code} %{time_total}\n' "${urls[@]}" > "$out.raw"
+  awk '$1 != 200 {bad++} {print $2 > "'"$out"'"} END {if (bad) print bad " not 200" > "/dev/stderr"}' "$out.raw"
+}
+
+if [[ -n ${MILLION_CLUSTER_PODS:-} ]]; then
+  export SCALE=full SCALE_NODES="${SCALE_NODES:-5000}"
+  export SCALE_PODS_PER_NODE=$(( MILLION_CLUSTER_PODS / SCALE_NODES )) SCALE_PHASES=load,memory,list \
+    SCALE_LIST_CLIENTS=1 SCALE_KEEP=1 BENCH_SKIP_BUILD="${BENCH_SKIP_BUILD:-0}"
+  echo "bench-million: the real API server with $((SCALE_NODES * SCALE_PODS_PER_NODE)) pods (bench-scale.sh)"
+  bash "$scripts/bench-scale.sh" || { status=$?; echo "bench-million: bench-scale failed (exit $status)"; }
+  # shellcheck disable=SC1091
+  source "$root/.run/cluster/env"
+  n="${MILLION_CLUSTER_REQUESTS:-200}"
+  direct="https://127.0.0.1:${APISERVER_PORT:-16443}"
+  node_path="/api/v1/pods?fieldSelector=spec.nodeName%3DNODE&resourceVersion=0"
+  empty_path="/api/v1/namespaces/million-empty/pods?resourceVersion=0"
+  timed_gets "$direct" "$node_path" "$n" "$logs/cluster-direct-node.txt"
+  timed_gets "$direct" "$empty_path" "$n" "$logs/cluster-direct-empty.txt"
+  api_rss=$(( $(awk '/^VmRSS:/{print $2}' "/proc/$(cat "$root/.run/cluster/apiserver.pid")/status") * 1024 ))
+  start_watchmux "$logs/watchmux" "$logs/watchmux-cluster.log" --cache-resources pods --cache-warm \
+    --tls-cert-file "$root/.run/cluster/apiserver.crt" --tls-private-key-file "$root/.run/cluster/apiserver.key"
+  for _ in $(seq 1 600); do
+    curl -fs "http://$admin/metrics" | grep -q '^watchmux_watch_cache_objects{resource="pods"}' && break
+    sleep 0.5
+  done
+  wm_rss=$(( $(awk '/^VmRSS:/{print $2}' "/proc/$wm_pid/status") * 1024 ))
+  timed_gets "https://$listen" "$node_path" "$n" "$logs/cluster-watchmux-node.txt"
+  timed_gets "https://$listen" "$empty_path" "$n" "$logs/cluster-watchmux-empty.txt"
+  stop_watchmux
+  read -r dn50 dn99 dnmax <<< "$(percentiles "$logs/cluster-direct-node.txt")"
+  read -r de50 de99 demax <<< "$(percentiles "$logs/cluster-direct-empty.txt")"
+  read -r wn50 wn99 wnmax <<< "$(percentiles "$logs/cluster-watchmux-node.txt")"
+  read -r we50 we99 wemax <<< "$(percentiles "$logs/cluster-watchmux-empty.txt")"
+  echo
+  echo "### The real API server, $((SCALE_NODES * SCALE_PODS_PER_NODE)) pods: $n requests one after another on one HTTP/2 connection (curl, TLS)"
+  echo
+  echo "| request, resourceVersion=0 | straight at kube-apiserver p50 / p99 / max, µs | through watchmux (pods cached) |"
+  echo "|---|---|---|"
+  echo "| node-scoped LIST ($SCALE_PODS_PER_NODE pods) | $dn50 / $dn99 / $dnmax | $wn50 / $wn99 / $wnmax |"
+  echo "| an empty namespace's LIST (the floor) | $de50 / $de99 / $demax | $we50 / $we99 / $wemax |"
+  echo "| RSS after the requests (kube-apiserver: every resource; watchmux: pods alone) | $(( api_rss / 1048576 )) MiB | $(( wm_rss / 1048576 )) MiB |"
+  jq -n --argjson pods "$((SCALE_NODES * SCALE_PODS_PER_NODE))" --argjson n "$n" \
+    --argjson d "[$dn50,$dn99,$dnmax,$de50,$de99,$demax]" --argjson w "[$wn50,$wn99,$wnmax,$we50,$we99,$wemax]" \
+    --argjson api_rss "$api_rss" --argjson wm_rss "$wm_rss" \
+    '{pods: $pods, requests: $n, apiserver_rss_bytes: $api_rss, watchmux_pods_rss_bytes: $wm_rss,
+      node_list_us: {direct: {p50: $d[0], p99: $d[1], max: $d[2]}, watchmux: {p50: $w[0], p99: $w[1], max: $w[2]}},
+      empty_list_us: {direct: {p50: $d[3], p99: $d[4], max: $d[5]}, watchmux: {p50: $w[3], p99: $w[4], max: $w[5]}}}' \
+    > "$logs/cluster.json"
+  [[ -f $root/.run/bench-scale/scale.json ]] && cp "$root/.run/bench-scale/scale.json" "$logs/cluster-scale.json"
+  bash "$scripts/cluster-down.sh" >/dev/null || true
+fi
 echo
 echo "load average $(cut -d' ' -f1-3 /proc/loadavg) at the end, $(date -u '+%H:%M UTC')"
 exit "$status"

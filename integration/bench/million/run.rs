@@ -384,17 +384,19 @@ pub fn markdown(r: &RunResult) {
         "p50 / p99 − empty LIST, µs",
         "not 200",
     ]);
-    for l in &r.latencies {
-        let minus = |base: Option<&Latency>| {
-            base.map_or("–".into(), |b| format!("{} / {}", us(l.us(0.5) - b.us(0.5)), us(l.us(0.99) - b.us(0.99))))
+    for (i, l) in r.latencies.iter().enumerate() {
+        // The floors are the first two series: each is subtracted from those after it.
+        let minus = |base: Option<&Latency>, from: usize| match base {
+            Some(b) if i > from => format!("{} / {}", us(l.us(0.5) - b.us(0.5)), us(l.us(0.99) - b.us(0.99))),
+            _ => "–".into(),
         };
         t.row(vec![
             l.name.to_owned(),
             l.until.to_owned(),
             thousands(l.times.len()),
             format!("{} / {} / {}", us(l.us(0.5)), us(l.us(0.99)), us(l.us(1.0))),
-            minus(floor),
-            minus(empty),
+            minus(floor, 0),
+            minus(empty, 1),
             l.failed.to_string(),
         ]);
     }
