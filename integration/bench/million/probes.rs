@@ -174,37 +174,53 @@ fn continue_token(head: &[u8]) -> Option<String> {
 /// What to wait for in a timed request.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Until {
-    /// The response headers (a watch start: the response is then dropped, its stream reset).
+    /// The response headers, then the stream is reset (a watch start: its
+    /// response never ends).
     Headers,
-    /// The last byte of the body.
+    /// The last byte of the body (the headers' time is kept too).
     LastByte,
 }
 
-/// Sequential requests on `sender`, `path(i)` for i in 0..n: their times at
-/// the client, sorted, and how many did not answer 200.
-pub async fn timed(
-    target: &Target,
-    sender: &Sender,
-    n: usize,
-    until: Until,
-    path: impl Fn(usize) -> String,
-) -> anyhow::Result<(Vec<Duration>, usize)> {
-    let (mut times, mut failed) = (Vec::with_capacity(n), 0);
+/// A series of timed requests: the times at the client, sorted.
+#[derive(Default)]
+pub struct Timed {
+    pub headers: Vec<Duration>,
+    /// Empty for [`Until::Headers`].
+    pub last_byte: Vec<Duration>,
+    pub not_ok: usize,
+    /// Times the connection was found closed and opened again (not timed).
+    pub reconnects: usize,
+}
+
+/// Sequential requests on one h2c connection, `path(i)` for i in 0..n.
+pub async fn timed(target: &Target, n: usize, until: Until, path: impl Fn(usize) -> String) -> anyhow::Result<Timed> {
+    let mut out = Timed::default();
+    let mut sender = target.connect(Shape::H2).await?;
     for i in 0..n {
         let req = target.request(Shape::H2, &path(i));
         let start = Instant::now();
-        let resp = sender.send(req).await?;
+        let resp = match sender.send(req).await {
+            Ok(resp) => resp,
+            Err(err) if sender.is_closed() && out.reconnects < n => {
+                // Counted and said: a server that closes a connection its
+                // client resets streams on is part of the answer.
+                eprintln!("million: the connection closed after {i} requests ({err}); again on a new one");
+                out.reconnects += 1;
+                sender = target.connect(Shape::H2).await?;
+                continue;
+            }
+            Err(err) => return Err(err),
+        };
+        out.headers.push(start.elapsed());
+        out.not_ok += usize::from(resp.status() != http::StatusCode::OK);
         if until == Until::LastByte {
-            let status = resp.status();
             resp.into_body().collect().await?;
-            failed += usize::from(status != http::StatusCode::OK);
-        } else {
-            failed += usize::from(resp.status() != http::StatusCode::OK);
+            out.last_byte.push(start.elapsed());
         }
-        times.push(start.elapsed());
     }
-    times.sort();
-    Ok((times, failed))
+    out.headers.sort();
+    out.last_byte.sort();
+    Ok(out)
 }
 
 /// The items a JSON list holds.

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use crate::Config;
 use crate::common::client::{Shape, Target};
+use crate::common::procfs::rss_bytes;
 use crate::common::prom;
 use crate::common::stats::{Table, fmt1, fmt2, mib, percentile, thousands};
 use crate::probes::{ListRead, Until, count_items, floor_server, get, hwm_bytes, list, settle, timed};
@@ -21,6 +22,8 @@ use crate::synthetic::watchmux::{Watchmux, metrics, write_kubeconfig};
 const START_DEADLINE: Duration = Duration::from_secs(600);
 /// Bound on the RSS settling after the sync.
 const SETTLE_LIMIT: Duration = Duration::from_secs(60);
+/// jemalloc hands freed pages back over about ten seconds (its decay): RSS is read no sooner after the sync.
+const SETTLE_AFTER_SYNC: Duration = Duration::from_secs(12);
 /// How often the first LIST is tried while watchmux starts from its store.
 const FIRST_LIST_POLL: Duration = Duration::from_millis(20);
 /// Requests sent before each latency series, not counted (connection and caches warm).
@@ -53,6 +56,7 @@ pub struct Latency {
     pub until: &'static str,
     pub times: Vec<Duration>,
     pub failed: usize,
+    pub reconnects: usize,
 }
 
 impl Latency {
@@ -63,6 +67,8 @@ impl Latency {
 
 pub struct RunResult {
     pub cfg: Arc<Config>,
+    /// RSS as the cache synced, before it settled.
+    pub rss_synced: u64,
     pub object_bytes: usize,
     pub json_bytes: usize,
     pub per_node: usize,
@@ -120,7 +126,10 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
     let mut wm = spawn("cold", &[])?;
     let ready = wm.wait_ready(cfg.pods, START_DEADLINE).await?;
     let rss_peak = hwm_bytes(wm.pid)?;
+    let rss_synced = rss_bytes(wm.pid)?;
+    tokio::time::sleep(SETTLE_AFTER_SYNC).await;
     let (rss_settled, settled_in) = settle(wm.pid, SETTLE_LIMIT).await?;
+    let settled_in = settled_in + SETTLE_AFTER_SYNC;
     eprintln!(
         "million: cold start: ready in {:.1} s, every pod in {:.1} s; RSS {} MiB ({:.2} x the JSON) after {:.1} s",
         ready.readyz.as_secs_f64(),
@@ -135,9 +144,8 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
     let (status, body) = get(&target, &sender, &format!("/api/v1/pods?{}&resourceVersion=0", node_selector(1, cfg.nodes))).await?;
     anyhow::ensure!(status == http::StatusCode::OK, "a node's LIST: {status}");
     let per_node = count_items(&body)?;
-    let floor = floor_server().await?;
-    let floor_target = Target::Proxy { addr: floor, tls: None };
-    let floor_sender = floor_target.connect(Shape::H2).await?;
+    drop(sender);
+    let floor_target = Target::Proxy { addr: floor_server().await?, tls: None };
     let nodes = cfg.nodes;
     type PathOf = Box<dyn Fn(usize) -> String>;
     let series: Vec<(&'static str, bool, Until, PathOf)> = vec![
@@ -149,25 +157,19 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
             Box::new(|_| format!("/api/v1/namespaces/{EMPTY_NAMESPACE}/pods?resourceVersion=0")),
         ),
         (
-            "node-scoped LIST, resourceVersion=0, to the headers",
-            false,
-            Until::Headers,
-            Box::new(move |i| format!("/api/v1/pods?{}&resourceVersion=0", node_selector(i, nodes))),
-        ),
-        (
-            "node-scoped LIST, resourceVersion=0, to the last byte",
+            "node-scoped LIST, resourceVersion=0",
             false,
             Until::LastByte,
             Box::new(move |i| format!("/api/v1/pods?{}&resourceVersion=0", node_selector(i, nodes))),
         ),
         (
-            "node-scoped LIST, consistent (no resourceVersion), to the last byte",
+            "node-scoped LIST, consistent (no resourceVersion)",
             false,
             Until::LastByte,
             Box::new(move |i| format!("/api/v1/pods?{}", node_selector(i, nodes))),
         ),
         (
-            "watch start, resourceVersion=<current>, node-scoped, to the headers",
+            "watch start, resourceVersion=<current>, node-scoped",
             false,
             Until::Headers,
             Box::new(move |i| {
@@ -177,20 +179,25 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
     ];
     let mut latencies = Vec::new();
     for (name, on_floor, until, path) in series {
-        let (t, s) = if on_floor { (&floor_target, &floor_sender) } else { (&target, &sender) };
-        timed(t, s, WARM_UP, until, &path).await?;
-        let (times, failed) = timed(t, s, cfg.requests, until, &path).await?;
-        let l = Latency {
-            name,
-            path: path(1),
-            until: if until == Until::Headers { "headers" } else { "last byte" },
-            times,
-            failed,
-        };
-        eprintln!("million: {name}: p50 {:.1} µs, p99 {:.1} µs, {failed} not 200", l.us(0.5), l.us(0.99));
-        latencies.push(l);
+        let t = if on_floor { &floor_target } else { &target };
+        timed(t, WARM_UP, until, &path).await?;
+        let timed = timed(t, cfg.requests, until, &path).await?;
+        let mut kinds = vec![("headers", timed.headers)];
+        if until == Until::LastByte {
+            kinds.push(("last byte", timed.last_byte));
+        }
+        for (until, times) in kinds {
+            let l = Latency { name, path: path(1), until, times, failed: timed.not_ok, reconnects: timed.reconnects };
+            eprintln!(
+                "million: {name}, to the {until}: p50 {:.1} µs, p99 {:.1} µs, {} not 200, {} reconnects",
+                l.us(0.5),
+                l.us(0.99),
+                l.failed,
+                l.reconnects
+            );
+            latencies.push(l);
+        }
     }
-    drop(sender);
 
     let mut lists = Vec::new();
     let slow = cfg.slow_mibps * 1024.0 * 1024.0;
@@ -296,6 +303,7 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
         let _ = std::fs::remove_dir_all(&store);
     }
     Ok(RunResult {
+        rss_synced,
         object_bytes: pods.object_bytes,
         json_bytes,
         per_node,
@@ -340,6 +348,7 @@ pub fn markdown(r: &RunResult) {
             fmt1((r.rss_settled as f64 - r.json_bytes as f64) / count)
         ),
     ]);
+    t.row(vec!["watchmux RSS as the cache synced".into(), format!("{} MiB", mib(r.rss_synced as f64))]);
     if let Some(cold) = r.starts.first() {
         t.row(vec![
             "peak RSS while listing (VmHWM)".into(),
@@ -373,8 +382,9 @@ pub fn markdown(r: &RunResult) {
     }
     t.print();
 
-    let floor = r.latencies.first();
-    let empty = r.latencies.get(1);
+    // The floors, each at its last byte: subtracted from the rows of the series after them.
+    let floor = r.latencies.iter().find(|l| l.name.starts_with("loopback floor") && l.until == "last byte");
+    let empty = r.latencies.iter().find(|l| l.name.starts_with("an empty namespace") && l.until == "last byte");
     let mut t = Table::new(&[
         "request (one h2c connection, one after another)",
         "until",
@@ -382,12 +392,13 @@ pub fn markdown(r: &RunResult) {
         "p50 / p99 / max, µs",
         "p50 / p99 − loopback floor, µs",
         "p50 / p99 − empty LIST, µs",
-        "not 200",
+        "not 200; reconnects",
     ]);
-    for (i, l) in r.latencies.iter().enumerate() {
-        // The floors are the first two series: each is subtracted from those after it.
-        let minus = |base: Option<&Latency>, from: usize| match base {
-            Some(b) if i > from => format!("{} / {}", us(l.us(0.5) - b.us(0.5)), us(l.us(0.99) - b.us(0.99))),
+    for l in &r.latencies {
+        let minus = |base: Option<&Latency>, own: &str| match base {
+            Some(b) if !l.name.starts_with("loopback floor") && !l.name.starts_with(own) => {
+                format!("{} / {}", us(l.us(0.5) - b.us(0.5)), us(l.us(0.99) - b.us(0.99)))
+            }
             _ => "–".into(),
         };
         t.row(vec![
@@ -395,9 +406,9 @@ pub fn markdown(r: &RunResult) {
             l.until.to_owned(),
             thousands(l.times.len()),
             format!("{} / {} / {}", us(l.us(0.5)), us(l.us(0.99)), us(l.us(1.0))),
-            minus(floor, 0),
-            minus(empty, 1),
-            l.failed.to_string(),
+            minus(floor, "loopback floor"),
+            minus(empty, "an empty namespace"),
+            format!("{}; {}", l.failed, l.reconnects),
         ]);
     }
     t.print();
@@ -452,6 +463,7 @@ pub fn json(r: &RunResult) -> serde_json::Value {
         "json_bytes": r.json_bytes,
         "cpus": cfg.cpus,
         "requests": cfg.requests,
+        "rss_synced_bytes": r.rss_synced,
         "rss_settled_bytes": r.rss_settled,
         "rss_over_json": r.rss_settled as f64 / r.json_bytes as f64,
         "bytes_per_object_beyond_json": (r.rss_settled as f64 - r.json_bytes as f64) / cfg.pods as f64,
@@ -481,6 +493,7 @@ pub fn json(r: &RunResult) -> serde_json::Value {
             "p99": l.us(0.99),
             "max": l.us(1.0),
             "not_200": l.failed,
+            "reconnects": l.reconnects,
         })).collect::<Vec<_>>(),
         "starts": r.starts.iter().map(|s| json!({
             "name": s.name,
