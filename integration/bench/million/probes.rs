@@ -112,7 +112,10 @@ impl ListRead {
 /// second (`None`: as fast as this process reads) while watchmux's RSS is
 /// sampled. A `limit` in the path is followed page by page (continue tokens
 /// read from each page's metadata, as a client-go pager does).
-pub async fn list(target: &Target, path: &str, pace: Option<f64>, pid: u32) -> anyhow::Result<ListRead> {
+/// RSS is read `rest` after the LIST before it at the soonest, so that the
+/// pages that one freed are not counted as this one's growth when reused.
+pub async fn list(target: &Target, path: &str, pace: Option<f64>, pid: u32, rest: Duration) -> anyhow::Result<ListRead> {
+    tokio::time::sleep(rest).await;
     let (rss_before, _) = settle(pid, Duration::from_secs(20)).await?;
     reset_hwm(pid)?;
     let sender = target.connect(Shape::H1).await?;

@@ -47,7 +47,19 @@ pub struct Start {
     pub upstream_items: usize,
     /// `watchmux_persist_load_seconds` (the from-store start).
     pub load_seconds: Option<f64>,
+    /// `watchmux_upstream_relists_total` of the Pods cache by cause, at the stop.
+    pub relists: Vec<String>,
     pub stop_secs: f64,
+}
+
+/// The Pods cache's relists so far, by cause (`cause ×n`).
+async fn relists(wm: &Watchmux) -> Vec<String> {
+    let text = metrics(wm.admin).await.unwrap_or_default();
+    prom::samples(&text, "watchmux_upstream_relists_total")
+        .into_iter()
+        .filter(|(labels, n)| prom::label(labels, "resource") == Some("pods") && *n > 0.0)
+        .map(|(labels, n)| format!("{} ×{n}", prom::label(&labels, "cause").unwrap_or("?")))
+        .collect()
 }
 
 pub struct Latency {
@@ -206,7 +218,7 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
         ("full LIST (limit absent), read at the slow pace", "/api/v1/pods", Some(slow)),
         ("paginated LIST, limit=500, as a client-go pager", "/api/v1/pods?limit=500", None),
     ] {
-        let read = list(&target, path, pace, wm.pid).await?;
+        let read = list(&target, path, pace, wm.pid, SETTLE_AFTER_SYNC).await?;
         eprintln!(
             "million: {name}: {} MiB in {:.2} s (headers {:.1} ms), RSS +{} MiB ({:.2} %)",
             mib(read.bytes as f64),
@@ -217,6 +229,7 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
         );
         lists.push((name, path.to_owned(), pace, read));
     }
+    let cold_relists = relists(&wm).await;
     let stop = wm.stop().await;
     starts.push(Start {
         name: "cold (the full list from the upstream)",
@@ -228,6 +241,7 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
         rss_peak,
         upstream_items: cold_items,
         load_seconds: None,
+        relists: cold_relists,
         stop_secs: stop.as_secs_f64(),
     });
 
@@ -277,6 +291,7 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
                 .ok()
                 .map(|t| prom::sum(&t, "watchmux_persist_load_seconds", &[("resource", "pods")]))
                 .filter(|s| *s > 0.0);
+            let relists = relists(&wm).await;
             let stop = wm.stop().await;
             persisted_bytes = Some(dir_bytes(&store));
             eprintln!(
@@ -297,6 +312,7 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
                 rss_peak,
                 upstream_items: listed() - before,
                 load_seconds: if tag == "persist-warm" { load_seconds } else { None },
+                relists,
                 stop_secs: stop.as_secs_f64(),
             });
         }
@@ -420,6 +436,7 @@ pub fn markdown(r: &RunResult) {
         "first node LIST served, s",
         "store committed, s",
         "pods the upstream listed",
+        "relists (cause)",
         "RSS settled / peak, MiB",
         "stop, s",
     ]);
@@ -431,6 +448,7 @@ pub fn markdown(r: &RunResult) {
             secs(s.first_list),
             secs(s.committed),
             thousands(s.upstream_items),
+            if s.relists.is_empty() { "0".into() } else { s.relists.join(", ") },
             format!("{} / {}", mib(s.rss_settled as f64), mib(s.rss_peak as f64)),
             fmt2(s.stop_secs),
         ]);
@@ -505,6 +523,7 @@ pub fn json(r: &RunResult) -> serde_json::Value {
             "rss_settled_bytes": s.rss_settled,
             "rss_peak_bytes": s.rss_peak,
             "persist_load_seconds": s.load_seconds,
+            "relists": s.relists,
             "stop_s": s.stop_secs,
         })).collect::<Vec<_>>(),
         "persisted_bytes": r.persisted_bytes,
