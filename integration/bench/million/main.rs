@@ -33,8 +33,10 @@
 //! `WATCHMUX_BIN`, `WATCHMUX_BENCH_PROXY`, `WATCHMUX_BENCH_ADMIN`,
 //! `MILLION_CPUS`, `MILLION_LOGS` (watchmux's logs and the persisted store go
 //! there), `BENCH_OUT` (JSON results); `MILLION_PODS`, `MILLION_NODES`,
-//! `MILLION_OBJECT_BYTES`, `MILLION_REQUESTS`, `MILLION_SLOW_MIBPS`,
-//! `MILLION_PERSIST` (1: the two persisted starts; 0: skip them).
+//! `MILLION_OBJECT_BYTES`, `MILLION_LABELS` (2 a pod; the JSON stays as
+//! long), `MILLION_REQUESTS`, `MILLION_SLOW_MIBPS`, `MILLION_PHASES` (what
+//! follows the cold start's memory: `latency,lists,persist`; `persist` is
+//! the two persisted starts).
 
 // A bench is a binary: `pub` here marks what its modules share, not an API to document.
 #![allow(unreachable_pub, missing_docs)]
@@ -54,9 +56,11 @@ pub struct Config {
     pub pods: usize,
     pub nodes: usize,
     pub object_bytes: usize,
+    pub labels: usize,
+    /// What to measure after the cold start's memory: `latency`, `lists`, `persist`.
+    pub phases: Vec<String>,
     pub requests: usize,
     pub slow_mibps: f64,
-    pub persist: bool,
     pub cpus: String,
     pub watchmux_bin: String,
     pub logs: String,
@@ -73,9 +77,10 @@ async fn main() -> anyhow::Result<()> {
         pods: env_or("MILLION_PODS", 1_000_000)?,
         nodes: env_or("MILLION_NODES", 5000)?,
         object_bytes: env_or("MILLION_OBJECT_BYTES", 1024)?,
+        labels: env_or("MILLION_LABELS", 2)?,
+        phases: common::env::env_list("MILLION_PHASES", "latency,lists,persist")?,
         requests: env_or("MILLION_REQUESTS", 1000)?,
         slow_mibps: env_or("MILLION_SLOW_MIBPS", 100.0)?,
-        persist: env_or("MILLION_PERSIST", 1u8)? == 1,
         cpus: env_or("MILLION_CPUS", "0".to_owned())?,
         watchmux_bin: env("WATCHMUX_BIN")?,
         logs: env("MILLION_LOGS")?,

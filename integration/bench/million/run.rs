@@ -105,7 +105,7 @@ fn dir_bytes(path: &std::path::Path) -> u64 {
 
 pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
     let made = Instant::now();
-    let pods = Arc::new(Pods::without_events(cfg.pods, cfg.nodes, cfg.object_bytes));
+    let pods = Arc::new(Pods::without_events(cfg.pods, cfg.nodes, cfg.object_bytes, cfg.labels));
     let json_bytes = pods.json_bytes();
     eprintln!(
         "million: {} pods, {} bytes of JSON ({} MiB), made in {:.1} s",
@@ -190,7 +190,8 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
         ),
     ];
     let mut latencies = Vec::new();
-    for (name, on_floor, until, path) in series {
+    let phase = |name: &str| cfg.phases.iter().any(|p| p == name);
+    for (name, on_floor, until, path) in series.into_iter().filter(|_| phase("latency")) {
         let t = if on_floor { &floor_target } else { &target };
         timed(t, WARM_UP, until, &path).await?;
         let timed = timed(t, cfg.requests, until, &path).await?;
@@ -217,7 +218,10 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
         ("full LIST (limit absent), read as fast as the bench reads", "/api/v1/pods", None),
         ("full LIST (limit absent), read at the slow pace", "/api/v1/pods", Some(slow)),
         ("paginated LIST, limit=500, as a client-go pager", "/api/v1/pods?limit=500", None),
-    ] {
+    ]
+    .into_iter()
+    .filter(|_| phase("lists"))
+    {
         let read = list(&target, path, pace, wm.pid, SETTLE_AFTER_SYNC).await?;
         eprintln!(
             "million: {name}: {} MiB in {:.2} s (headers {:.1} ms), RSS +{} MiB ({:.2} %)",
@@ -247,7 +251,7 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
 
     // The persisted store: written on a cold start, then loaded by the next.
     let mut persisted_bytes = None;
-    if cfg.persist {
+    if phase("persist") {
         let store = std::path::PathBuf::from(format!("{}/persist", cfg.logs));
         let _ = std::fs::remove_dir_all(&store);
         let flags = ["--persist-dir".to_owned(), store.display().to_string(), "--persist-resources".into(), "pods".into()];

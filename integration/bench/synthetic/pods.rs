@@ -21,14 +21,22 @@ pub fn node_name(node: usize) -> String {
     format!("node-{node:04}")
 }
 
-/// One pod's object with resourceVersion `rv` and an annotation padding it to
+/// One pod's object with resourceVersion `rv`, `labels` labels (the first
+/// two `app` and `pod`, then `l2`, `l3`...) and an annotation padding it to
 /// `pad` bytes (kubelet-shaped: spec.nodeName, one container, a status).
-fn pod_json(pod: usize, node: usize, rv: u64, pad: usize) -> String {
+fn pod_json(pod: usize, node: usize, rv: u64, pad: usize, labels: usize) -> String {
+    let labels: Vec<String> = (0..labels)
+        .map(|i| match i {
+            0 => r#""app":"ingest""#.to_owned(),
+            1 => format!(r#""pod":"pod-{pod:06}""#),
+            i => format!(r#""l{i}":"v{i}""#),
+        })
+        .collect();
     format!(
         concat!(
             r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"pod-{pod:06}","namespace":"{ns}","#,
             r#""uid":"00000000-0000-4000-8000-{pod:012}","resourceVersion":"{rv}","#,
-            r#""creationTimestamp":"2026-01-01T00:00:00Z","labels":{{"app":"ingest","pod":"pod-{pod:06}"}},"#,
+            r#""creationTimestamp":"2026-01-01T00:00:00Z","labels":{{{labels}}},"#,
             r#""annotations":{{"bench/pad":"{pad}"}}}},"#,
             r#""spec":{{"nodeName":"{node}","containers":[{{"name":"app","image":"registry.k8s.io/pause:3.10","#,
             r#""resources":{{}}}}],"restartPolicy":"Always","schedulerName":"default-scheduler"}},"#,
@@ -38,6 +46,7 @@ fn pod_json(pod: usize, node: usize, rv: u64, pad: usize) -> String {
         pod = pod,
         ns = NAMESPACE,
         rv = rv,
+        labels = labels.join(","),
         pad = "x".repeat(pad),
         node = node_name(node),
         hi = node / 250,
@@ -61,18 +70,20 @@ pub struct Pods {
 
 impl Pods {
     /// `count` pods over `nodes` nodes (pod p on node p mod nodes), each
-    /// about `object_bytes` of JSON, with an event line each.
+    /// about `object_bytes` of JSON with two labels, with an event line each.
     pub fn new(count: usize, nodes: usize, object_bytes: usize) -> Self {
-        Self::make(count, nodes, object_bytes, true)
+        Self::make(count, nodes, object_bytes, 2, true)
     }
 
-    /// The same pods for a bench that replays no change: the objects alone.
-    pub fn without_events(count: usize, nodes: usize, object_bytes: usize) -> Self {
-        Self::make(count, nodes, object_bytes, false)
+    /// The same pods, with `labels` labels each (the JSON as long: the
+    /// padding makes up the difference), for a bench that replays no
+    /// change: the objects alone.
+    pub fn without_events(count: usize, nodes: usize, object_bytes: usize, labels: usize) -> Self {
+        Self::make(count, nodes, object_bytes, labels, false)
     }
 
-    fn make(count: usize, nodes: usize, object_bytes: usize, events: bool) -> Self {
-        let bare = pod_json(0, 0, RV_BASE, 0).len();
+    fn make(count: usize, nodes: usize, object_bytes: usize, labels: usize, events: bool) -> Self {
+        let bare = pod_json(0, 0, RV_BASE, 0, labels).len();
         let pad = object_bytes.saturating_sub(bare);
         let (mut lines, mut rv_at) = (Vec::new(), Vec::new());
         let mut objects = BytesMut::with_capacity(count * (object_bytes + 8));
@@ -80,7 +91,7 @@ impl Pods {
         let mut served = 0;
         for pod in 0..count {
             // Listed at versions below the list's, as the store would hold them.
-            let object = pod_json(pod, pod % nodes, RV_BASE - (count - pod) as u64, pad);
+            let object = pod_json(pod, pod % nodes, RV_BASE - (count - pod) as u64, pad, labels);
             served = object.len();
             if pod > 0 {
                 objects.put_u8(b',');
@@ -89,7 +100,7 @@ impl Pods {
             objects.put_slice(object.as_bytes());
             if events {
                 // The event's slot holds RV_BASE's 11 digits, overwritten per event.
-                let slot = pod_json(pod, pod % nodes, RV_BASE, pad);
+                let slot = pod_json(pod, pod % nodes, RV_BASE, pad, labels);
                 let line = format!("{{\"type\":\"MODIFIED\",\"object\":{slot}}}\n");
                 let needle = "\"resourceVersion\":\"";
                 rv_at.push(line.find(needle).expect("the object has a resourceVersion") + needle.len());
@@ -195,5 +206,9 @@ pub fn self_check() {
     let last: serde_json::Value = serde_json::from_slice(&last).unwrap();
     assert_eq!(last["items"][0]["metadata"]["name"], "pod-000002");
     assert_eq!((end, last["metadata"].get("continue")), (None, None));
-    assert!(Pods::without_events(3, 2, 1024).lines.is_empty());
+    let bare = Pods::without_events(3, 2, 1024, 0);
+    assert!(bare.lines.is_empty());
+    assert_eq!(bare.json_bytes(), pods.json_bytes(), "the padding makes up for the labels");
+    let many: serde_json::Value = serde_json::from_slice(&Pods::without_events(1, 1, 1024, 5).page(0, 0).0).unwrap();
+    assert_eq!(many["items"][0]["metadata"]["labels"].as_object().unwrap().len(), 5);
 }
