@@ -11,8 +11,9 @@
 # 1 GiB, in .run/bench-million/persist while the run needs it)
 #
 # MILLION_REQUESTS (1000) a latency series, MILLION_SLOW_MIBPS (100) the slow
-# reader's pace, MILLION_PERSIST=0 skips the two persisted starts,
-# MILLION_SYNTHETIC=0 skips this part.
+# reader's pace, MILLION_PHASES what follows the cold start's memory
+# (latency,lists,persist; persist: the two persisted starts), MILLION_LABELS
+# (2) labels a pod at the same JSON size, MILLION_SYNTHETIC=0 skips this part.
 #
 # MILLION_CLUSTER_PODS=N (unset: not run) adds the real API server's side:
 # bench-scale.sh loads a world of N pods over SCALE_NODES (5,000) nodes into
