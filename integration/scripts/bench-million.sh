@@ -24,8 +24,9 @@
 # then MILLION_CLUSTER_REQUESTS (200) node-scoped LISTs and as many LISTs of
 # an empty namespace (the floor), one after another on one HTTP/2
 # connection (curl, TLS), straight at kube-apiserver and through a tier
-# caching pods; then the cluster is stopped. Results in
-# .run/bench-million/cluster.json and .run/bench-scale/.
+# caching pods; then the cluster is stopped (MILLION_CLUSTER_KEEP=1: left
+# running; MILLION_CLUSTER_SCALE_PHASES= then skips bench-scale on the next
+# run). Results in .run/bench-million/cluster.json and .run/bench-scale/.
 #
 # Prints the machine line (with the load average at the start and the end)
 # and the Markdown tables; JSON in .run/bench-million/million.json.
@@ -34,7 +35,7 @@ admin="127.0.0.1:${BENCH_ADMIN_PORT:-17695}"
 # shellcheck source-path=SCRIPTDIR source=bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
 logs="$root/.run/bench-million"
-[[ ${BENCH_KEEP:-0} == 1 ]] || rm -rf "$logs"/million.json "$logs"/persist
+[[ ${BENCH_KEEP:-0} == 1 || ${MILLION_SYNTHETIC:-1} == 0 ]] || rm -rf "$logs"/million.json "$logs"/persist
 bench_build million "$logs"
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(date -u '+%F %H:%M UTC');" \
@@ -64,23 +65,46 @@ percentiles() {
 }
 
 # timed_gets <base URL> <path template with NODE> <n> <out>: n GETs one after
-# another on one HTTP/2 connection, each's time_total (s) a line.
+# another on one HTTP/2 connection, each's time_total (s) a line; the
+# answers that were not 200 are counted on stderr.
 timed_gets() {
-  local base="$1" template="$2" n="$3" out="$4" urls=() i
+  local base="$1" template="$2" n="$3" out="$4" args=() i
   for ((i = 0; i < n; i++)); do
-    urls+=("$base${template//NODE/$(printf 'node-%05d' $((i * 37 % SCALE_NODES)))}")
+    args+=(-o /dev/null "$base${template//NODE/$(printf 'node-%05d' $((i * 37 % SCALE_NODES)))}")
   done
   curl -s --http2 --cacert "$root/.run/cluster/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
-    -o /dev/null -w '%{http_code} %{time_total}\n' "${urls[@]}" > "$out.raw"
-  awk '$1 != 200 {bad++} {print $2 > "'"$out"'"} END {if (bad) print bad " not 200" > "/dev/stderr"}' "$out.raw"
+    -w '%{http_code} %{time_total}\n' "${args[@]}" > "$out.raw"
+  awk -v out="$out" '$1 != 200 {bad++} {print $2 > out} END {if (bad) print bad " not 200 in " out > "/dev/stderr"}' "$out.raw"
+}
+
+# The tier for the node-scoped LISTs: pods cached, serving TLS, ready once
+# they are listed (bench-lib's start_watchmux gives 30 s; 75,000 real pods
+# on a busy machine took longer).
+start_pods_tier() {
+  RUST_LOG=warn "$logs/watchmux" --kubeconfig "$root/.run/kubeconfig" --listen "$listen" --admin-listen "$admin" \
+    --cache-resources pods --cache-warm --tls-cert-file "$root/.run/cluster/apiserver.crt" \
+    --tls-private-key-file "$root/.run/cluster/apiserver.key" > "$logs/watchmux-cluster.log" 2>&1 &
+  wm_pid=$!
+  for _ in $(seq 1 1200); do
+    curl -fs "http://$admin/readyz" >/dev/null 2>&1 && return 0
+    kill -0 "$wm_pid" 2>/dev/null || { echo "bench-million: the tier exited" >&2; exit 1; }
+    sleep 0.5
+  done
+  echo "bench-million: the tier not ready in 600 s" >&2
+  exit 1
 }
 
 if [[ -n ${MILLION_CLUSTER_PODS:-} ]]; then
   export SCALE=full SCALE_NODES="${SCALE_NODES:-5000}"
-  export SCALE_PODS_PER_NODE=$(( MILLION_CLUSTER_PODS / SCALE_NODES )) SCALE_PHASES=load,memory,list \
-    SCALE_LIST_CLIENTS=1 SCALE_KEEP=1 BENCH_SKIP_BUILD="${BENCH_SKIP_BUILD:-0}"
-  echo "bench-million: the real API server with $((SCALE_NODES * SCALE_PODS_PER_NODE)) pods (bench-scale.sh)"
-  bash "$scripts/bench-scale.sh" || { status=$?; echo "bench-million: bench-scale failed (exit $status)"; }
+  export SCALE_PODS_PER_NODE=$(( MILLION_CLUSTER_PODS / SCALE_NODES )) SCALE_LIST_CLIENTS=1 SCALE_KEEP=1
+  # MILLION_CLUSTER_SCALE_PHASES (load,memory,list): bench-scale's phases;
+  # empty: none (the loaded cluster is running, only the LISTs below).
+  export SCALE_PHASES="${MILLION_CLUSTER_SCALE_PHASES-load,memory,list}"
+  if [[ -n $SCALE_PHASES ]]; then
+    echo "bench-million: the real API server with $((SCALE_NODES * SCALE_PODS_PER_NODE)) pods (bench-scale.sh)"
+    bash "$scripts/bench-scale.sh" || { status=$?; echo "bench-million: bench-scale failed (exit $status)"; }
+    [[ -f $root/.run/bench-scale/scale.json ]] && cp "$root/.run/bench-scale/scale.json" "$logs/cluster-scale.json"
+  fi
   # shellcheck disable=SC1091
   source "$root/.run/cluster/env"
   n="${MILLION_CLUSTER_REQUESTS:-200}"
@@ -90,12 +114,7 @@ if [[ -n ${MILLION_CLUSTER_PODS:-} ]]; then
   timed_gets "$direct" "$node_path" "$n" "$logs/cluster-direct-node.txt"
   timed_gets "$direct" "$empty_path" "$n" "$logs/cluster-direct-empty.txt"
   api_rss=$(( $(awk '/^VmRSS:/{print $2}' "/proc/$(cat "$root/.run/cluster/apiserver.pid")/status") * 1024 ))
-  start_watchmux "$logs/watchmux" "$logs/watchmux-cluster.log" --cache-resources pods --cache-warm \
-    --tls-cert-file "$root/.run/cluster/apiserver.crt" --tls-private-key-file "$root/.run/cluster/apiserver.key"
-  for _ in $(seq 1 600); do
-    curl -fs "http://$admin/metrics" | grep -q '^watchmux_watch_cache_objects{resource="pods"}' && break
-    sleep 0.5
-  done
+  start_pods_tier
   wm_rss=$(( $(awk '/^VmRSS:/{print $2}' "/proc/$wm_pid/status") * 1024 ))
   timed_gets "https://$listen" "$node_path" "$n" "$logs/cluster-watchmux-node.txt"
   timed_gets "https://$listen" "$empty_path" "$n" "$logs/cluster-watchmux-empty.txt"
@@ -119,8 +138,8 @@ if [[ -n ${MILLION_CLUSTER_PODS:-} ]]; then
       node_list_us: {direct: {p50: $d[0], p99: $d[1], max: $d[2]}, watchmux: {p50: $w[0], p99: $w[1], max: $w[2]}},
       empty_list_us: {direct: {p50: $d[3], p99: $d[4], max: $d[5]}, watchmux: {p50: $w[3], p99: $w[4], max: $w[5]}}}' \
     > "$logs/cluster.json"
-  [[ -f $root/.run/bench-scale/scale.json ]] && cp "$root/.run/bench-scale/scale.json" "$logs/cluster-scale.json"
-  bash "$scripts/cluster-down.sh" >/dev/null || true
+  # MILLION_CLUSTER_KEEP=1 leaves the loaded cluster running.
+  [[ ${MILLION_CLUSTER_KEEP:-0} == 1 ]] || bash "$scripts/cluster-down.sh" >/dev/null || true
 fi
 echo
 echo "load average $(cut -d' ' -f1-3 /proc/loadavg) at the end, $(date -u '+%H:%M UTC')"
