@@ -21,10 +21,10 @@
 # ETCD_PORT, ETCD_PEER_PORT, APISERVER_PORT) and measures kube-apiserver's
 # memory against the tier's for the same objects and one client's LIST of
 # every pod from each (SCALE_PHASES=load,memory,list, SCALE_LIST_CLIENTS=1);
-# then MILLION_CLUSTER_REQUESTS (200) node-scoped LISTs and as many LISTs of
-# an empty namespace (the floor), one after another on one HTTP/2
-# connection (curl, TLS), straight at kube-apiserver and through a tier
-# caching pods; then the cluster is stopped (MILLION_CLUSTER_KEEP=1: left
+# then the bench's latency series (MILLION_CLUSTER_REQUESTS, 1000, a row:
+# an empty namespace's LIST, node-scoped LISTs, watch starts), one after
+# another on one HTTP/2 connection over TLS, straight at kube-apiserver and
+# through a tier caching pods (MILLION_MODE=cluster); then the cluster is stopped (MILLION_CLUSTER_KEEP=1: left
 # running; MILLION_CLUSTER_SCALE_PHASES= then skips bench-scale on the next
 # run). Results in .run/bench-million/cluster.json and .run/bench-scale/.
 #
@@ -57,26 +57,6 @@ for log in "$logs"/watchmux-*.log; do
 done
 fi
 
-# percentiles <file of seconds, one a line>: p50 p99 max, in µs.
-percentiles() {
-  sort -g "$1" | awk '{v[NR] = $1 * 1e6} END {
-    i50 = int((NR - 1) * 0.5 + 0.5) + 1; i99 = int((NR - 1) * 0.99 + 0.5) + 1
-    printf "%.0f %.0f %.0f", v[i50], v[i99], v[NR] }'
-}
-
-# timed_gets <base URL> <path template with NODE> <n> <out>: n GETs one after
-# another on one HTTP/2 connection, each's time_total (s) a line; the
-# answers that were not 200 are counted on stderr.
-timed_gets() {
-  local base="$1" template="$2" n="$3" out="$4" args=() i
-  for ((i = 0; i < n; i++)); do
-    args+=(-o /dev/null "$base${template//NODE/$(printf 'node-%05d' $((i * 37 % SCALE_NODES)))}")
-  done
-  curl -s --http2 --cacert "$root/.run/cluster/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
-    -w '%{http_code} %{time_total}\n' "${args[@]}" > "$out.raw"
-  awk -v out="$out" '$1 != 200 {bad++} {print $2 > out} END {if (bad) print bad " not 200 in " out > "/dev/stderr"}' "$out.raw"
-}
-
 # The tier for the node-scoped LISTs: pods cached, serving TLS, ready once
 # they are listed (bench-lib's start_watchmux gives 30 s; 75,000 real pods
 # on a busy machine took longer).
@@ -105,39 +85,16 @@ if [[ -n ${MILLION_CLUSTER_PODS:-} ]]; then
     bash "$scripts/bench-scale.sh" || { status=$?; echo "bench-million: bench-scale failed (exit $status)"; }
     [[ -f $root/.run/bench-scale/scale.json ]] && cp "$root/.run/bench-scale/scale.json" "$logs/cluster-scale.json"
   fi
-  # shellcheck disable=SC1091
-  source "$root/.run/cluster/env"
-  n="${MILLION_CLUSTER_REQUESTS:-200}"
-  direct="https://127.0.0.1:${APISERVER_PORT:-16443}"
-  node_path="/api/v1/pods?fieldSelector=spec.nodeName%3DNODE&resourceVersion=0"
-  empty_path="/api/v1/namespaces/million-empty/pods?resourceVersion=0"
-  timed_gets "$direct" "$node_path" "$n" "$logs/cluster-direct-node.txt"
-  timed_gets "$direct" "$empty_path" "$n" "$logs/cluster-direct-empty.txt"
-  api_rss=$(( $(awk '/^VmRSS:/{print $2}' "/proc/$(cat "$root/.run/cluster/apiserver.pid")/status") * 1024 ))
   start_pods_tier
-  wm_rss=$(( $(awk '/^VmRSS:/{print $2}' "/proc/$wm_pid/status") * 1024 ))
-  timed_gets "https://$listen" "$node_path" "$n" "$logs/cluster-watchmux-node.txt"
-  timed_gets "https://$listen" "$empty_path" "$n" "$logs/cluster-watchmux-empty.txt"
+  bench_env
+  WATCHMUX_BENCH_PROXY_TLS=1 MILLION_MODE=cluster MILLION_REQUESTS="${MILLION_CLUSTER_REQUESTS:-1000}" \
+    BENCH_OUT="$logs/cluster.json" timeout --signal=INT --kill-after=10 "${BENCH_RUN_TIMEOUT:-900}" \
+    taskset -c "${MILLION_BENCH_CPUS:-1}" "$logs/million-bench" --bench || {
+    status=$?
+    echo "bench-million: the cluster run failed (exit $status)"
+  }
   stop_watchmux
-  read -r dn50 dn99 dnmax <<< "$(percentiles "$logs/cluster-direct-node.txt")"
-  read -r de50 de99 demax <<< "$(percentiles "$logs/cluster-direct-empty.txt")"
-  read -r wn50 wn99 wnmax <<< "$(percentiles "$logs/cluster-watchmux-node.txt")"
-  read -r we50 we99 wemax <<< "$(percentiles "$logs/cluster-watchmux-empty.txt")"
-  echo
-  echo "### The real API server, $((SCALE_NODES * SCALE_PODS_PER_NODE)) pods: $n requests one after another on one HTTP/2 connection (curl, TLS)"
-  echo
-  echo "| request, resourceVersion=0 | straight at kube-apiserver p50 / p99 / max, µs | through watchmux (pods cached) |"
-  echo "|---|---|---|"
-  echo "| node-scoped LIST ($SCALE_PODS_PER_NODE pods) | $dn50 / $dn99 / $dnmax | $wn50 / $wn99 / $wnmax |"
-  echo "| an empty namespace's LIST (the floor) | $de50 / $de99 / $demax | $we50 / $we99 / $wemax |"
-  echo "| RSS after the requests (kube-apiserver: every resource; watchmux: pods alone) | $(( api_rss / 1048576 )) MiB | $(( wm_rss / 1048576 )) MiB |"
-  jq -n --argjson pods "$((SCALE_NODES * SCALE_PODS_PER_NODE))" --argjson n "$n" \
-    --argjson d "[$dn50,$dn99,$dnmax,$de50,$de99,$demax]" --argjson w "[$wn50,$wn99,$wnmax,$we50,$we99,$wemax]" \
-    --argjson api_rss "$api_rss" --argjson wm_rss "$wm_rss" \
-    '{pods: $pods, requests: $n, apiserver_rss_bytes: $api_rss, watchmux_pods_rss_bytes: $wm_rss,
-      node_list_us: {direct: {p50: $d[0], p99: $d[1], max: $d[2]}, watchmux: {p50: $w[0], p99: $w[1], max: $w[2]}},
-      empty_list_us: {direct: {p50: $d[3], p99: $d[4], max: $d[5]}, watchmux: {p50: $w[3], p99: $w[4], max: $w[5]}}}' \
-    > "$logs/cluster.json"
+  watchmux_warnings "$logs/watchmux-cluster.log"
   # MILLION_CLUSTER_KEEP=1 leaves the loaded cluster running.
   [[ ${MILLION_CLUSTER_KEEP:-0} == 1 ]] || bash "$scripts/cluster-down.sh" >/dev/null || true
 fi

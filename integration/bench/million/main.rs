@@ -32,7 +32,8 @@
 //! Environment (integration/scripts/bench-million.sh sets it):
 //! `WATCHMUX_BIN`, `WATCHMUX_BENCH_PROXY`, `WATCHMUX_BENCH_ADMIN`,
 //! `MILLION_CPUS`, `MILLION_LOGS` (watchmux's logs and the persisted store go
-//! there), `BENCH_OUT` (JSON results); `MILLION_PODS`, `MILLION_NODES`,
+//! there), `BENCH_OUT` (JSON results); `MILLION_MODE=cluster` measures the
+//! real API server's side instead ([`cluster`]); `MILLION_PODS`, `MILLION_NODES`,
 //! `MILLION_OBJECT_BYTES`, `MILLION_LABELS` (2 a pod; the JSON stays as
 //! long), `MILLION_REQUESTS`, `MILLION_SLOW_MIBPS`, `MILLION_PHASES` (what
 //! follows the cold start's memory: `latency,lists,persist`; `persist` is
@@ -41,6 +42,7 @@
 // A bench is a binary: `pub` here marks what its modules share, not an API to document.
 #![allow(unreachable_pub, missing_docs)]
 
+mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod probes;
@@ -73,6 +75,10 @@ async fn main() -> anyhow::Result<()> {
     common::lines::self_check();
     synthetic::pods::self_check();
     probes::self_check();
+    if env_or("MILLION_MODE", String::new())? == "cluster" {
+        let result = cluster::run(env_or("MILLION_REQUESTS", 1000)?).await?;
+        return common::env::write_results(&result);
+    }
     let cfg = Config {
         pods: env_or("MILLION_PODS", 1_000_000)?,
         nodes: env_or("MILLION_NODES", 5000)?,
