@@ -145,6 +145,23 @@ impl Pods {
         (body.freeze(), next)
     }
 
+    /// The LIST of the pods bound to `node` (`fieldSelector=spec.nodeName=`,
+    /// which watchmux passes through while its cache is not ready), whole.
+    pub fn node_list(&self, node: usize) -> Bytes {
+        let mut body = BytesMut::new();
+        body.put_slice(br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":""#);
+        body.put_slice(RV_BASE.to_string().as_bytes());
+        body.put_slice(br#""},"items":["#);
+        for (i, pod) in (node..self.count()).step_by(self.nodes.max(1)).enumerate() {
+            if i > 0 {
+                body.put_u8(b',');
+            }
+            body.put_slice(&self.objects[self.starts[pod]..self.starts[pod + 1] - 1]);
+        }
+        body.put_slice(b"]}");
+        body.freeze()
+    }
+
     /// Event `seq` (from 1): a MODIFIED of pod `(seq - 1) mod count`.
     pub fn pod_of(&self, seq: u64) -> usize {
         ((seq - 1) % self.count() as u64) as usize
@@ -206,6 +223,9 @@ pub fn self_check() {
     let last: serde_json::Value = serde_json::from_slice(&last).unwrap();
     assert_eq!(last["items"][0]["metadata"]["name"], "pod-000002");
     assert_eq!((end, last["metadata"].get("continue")), (None, None));
+    let node: serde_json::Value = serde_json::from_slice(&pods.node_list(1)).unwrap();
+    assert_eq!(node["items"].as_array().unwrap().len(), 1);
+    assert_eq!(node["items"][0]["spec"]["nodeName"], node_name(1));
     let bare = Pods::without_events(3, 2, 1024, 0);
     assert!(bare.lines.is_empty());
     assert_eq!(bare.json_bytes(), pods.json_bytes(), "the padding makes up for the labels");

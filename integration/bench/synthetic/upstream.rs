@@ -4,7 +4,9 @@
 //! the OpenAPI v3 document of the core group, the kube-system namespace for
 //! the cluster's identity), the LIST of every pod (in pages when `limit`
 //! asks, with continue tokens, as kube-apiserver does: watchmux lists in
-//! pages of 500 and reads at most 1 GiB a page), and WATCHes that replay the
+//! pages of 500 and reads at most 1 GiB a page) or of one node's
+//! (`fieldSelector=spec.nodeName=`, what watchmux passes through before its
+//! cache is ready), and WATCHes that replay the
 //! bench's events phase by phase, with a bookmark a second when asked for
 //! (also between phases: an idle watch is not taken for a dead one).
 //!
@@ -239,6 +241,16 @@ fn answer(replay: &Arc<Replay>, req: Request<Incoming>) -> Response<BoxBody> {
                     .expect("a valid response")
             } else {
                 replay.lists.fetch_add(1, Ordering::Relaxed);
+                // A kubelet's LIST passed through (no limit): its node's pods.
+                if let Some(node) = q
+                    .get("fieldSelector")
+                    .and_then(|f| f.strip_prefix("spec.nodeName=node-"))
+                    .and_then(|n| n.parse::<usize>().ok())
+                {
+                    let body = replay.pods.node_list(node);
+                    replay.listed_items.fetch_add(replay.pods.count().saturating_sub(node).div_ceil(replay.pods.nodes), Ordering::Relaxed);
+                    return json(StatusCode::OK, body);
+                }
                 let limit = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
                 let from = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
                 let (page, _) = replay.pods.page(from, limit);
