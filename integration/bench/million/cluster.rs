@@ -11,7 +11,7 @@ use crate::common::api::Api;
 use crate::common::env::env_or;
 use crate::common::procfs::rss_bytes;
 use crate::common::stats::{Table, fmt1, mib, thousands};
-use crate::probes::{Until, timed};
+use crate::probes::{Until, request_series, timed};
 
 /// Requests sent before each series, not counted.
 const WARM_UP: usize = 20;
@@ -27,22 +27,12 @@ fn us(times: &[std::time::Duration], p: f64) -> f64 {
 pub async fn run(requests: usize) -> anyhow::Result<serde_json::Value> {
     let api = Api::from_env()?;
     let nodes: usize = env_or("SCALE_NODES", 5000)?;
-    let sides = [("straight at kube-apiserver", "direct", api.api_target.clone()), ("through watchmux", "watchmux", api.proxy_target()?)];
-    let rv = api.list_rv("/api/v1/pods?limit=1").await?;
-    let series: [(&str, Until, Box<dyn Fn(usize) -> String>); 4] = [
-        (
-            "an empty namespace's LIST (resourceVersion=0)",
-            Until::LastByte,
-            Box::new(|_| "/api/v1/namespaces/million-empty/pods?resourceVersion=0".to_owned()),
-        ),
-        ("node-scoped LIST, resourceVersion=0", Until::LastByte, Box::new(move |i| format!("/api/v1/pods?{}&resourceVersion=0", node(i, nodes)))),
-        ("node-scoped LIST, consistent", Until::LastByte, Box::new(move |i| format!("/api/v1/pods?{}", node(i, nodes)))),
-        (
-            "watch start, resourceVersion=<current>, node-scoped",
-            Until::Headers,
-            Box::new(move |i| format!("/api/v1/pods?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&{}", node(i, nodes))),
-        ),
+    let sides = [
+        ("straight at kube-apiserver", "direct", api.api_target.clone()),
+        ("through watchmux", "watchmux", api.proxy_target()?),
     ];
+    let rv = api.list_rv("/api/v1/pods?limit=1").await?;
+    let series = request_series(move |i| node(i, nodes), rv);
     let mut rows = Vec::new();
     for (name, until, path) in &series {
         let mut cells = Vec::new();
@@ -50,7 +40,12 @@ pub async fn run(requests: usize) -> anyhow::Result<serde_json::Value> {
             timed(target, WARM_UP, *until, path).await?;
             let t = timed(target, requests, *until, path).await?;
             let times = if *until == Until::Headers { &t.headers } else { &t.last_byte };
-            eprintln!("million: cluster, {side}, {name}: p50 {:.1} µs, p99 {:.1} µs, {} not 200", us(times, 0.5), us(times, 0.99), t.not_ok);
+            eprintln!(
+                "million: cluster, {side}, {name}: p50 {:.1} µs, p99 {:.1} µs, {} not 200",
+                us(times, 0.5),
+                us(times, 0.99),
+                t.not_ok
+            );
             cells.push(json!({
                 "side": side,
                 "until": if *until == Until::Headers { "headers" } else { "last byte" },
@@ -78,12 +73,23 @@ pub async fn run(requests: usize) -> anyhow::Result<serde_json::Value> {
         let cell = |i: usize| {
             let c = &row["sides"][i];
             let f = |k: &str| c[k].as_f64().map_or("–".into(), fmt1);
-            format!("{} / {} / {} µs{}", f("p50"), f("p99"), f("max"), match c["not_200"].as_u64() {
-                Some(0) | None => String::new(),
-                Some(n) => format!(" ({n} not 200)"),
-            })
+            format!(
+                "{} / {} / {} µs{}",
+                f("p50"),
+                f("p99"),
+                f("max"),
+                match c["not_200"].as_u64() {
+                    Some(0) | None => String::new(),
+                    Some(n) => format!(" ({n} not 200)"),
+                }
+            )
         };
-        t.row(vec![row["name"].as_str().unwrap_or("").to_owned(), row["sides"][0]["until"].as_str().unwrap_or("").to_owned(), cell(0), cell(1)]);
+        t.row(vec![
+            row["name"].as_str().unwrap_or("").to_owned(),
+            row["sides"][0]["until"].as_str().unwrap_or("").to_owned(),
+            cell(0),
+            cell(1),
+        ]);
     }
     t.row(vec![
         "RSS (kube-apiserver: every resource; watchmux: pods alone)".into(),

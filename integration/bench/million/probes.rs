@@ -4,8 +4,6 @@
 //! trivial HTTP/2 server for the loopback floor.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -15,6 +13,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::common::client::{Sender, Shape, Target};
 use crate::common::procfs::rss_bytes;
+use crate::common::sampler::PeakRss;
 
 /// How often RSS is read while a LIST is served.
 const SAMPLE_EVERY: Duration = Duration::from_millis(10);
@@ -46,36 +45,6 @@ pub async fn settle(pid: u32, limit: Duration) -> anyhow::Result<(u64, Duration)
             return Ok((now, start.elapsed()));
         }
         last = now;
-    }
-}
-
-/// The highest RSS read every [`SAMPLE_EVERY`] until stopped.
-pub struct RssSampler {
-    stop: Arc<AtomicBool>,
-    max: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl RssSampler {
-    pub fn start(pid: u32) -> Self {
-        let (stop, max) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-        let (s, m) = (stop.clone(), max.clone());
-        let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SAMPLE_EVERY);
-            while !s.load(Ordering::Relaxed) {
-                tick.tick().await;
-                if let Ok(rss) = rss_bytes(pid) {
-                    m.fetch_max(rss, Ordering::Relaxed);
-                }
-            }
-        });
-        Self { stop, max, task }
-    }
-
-    pub async fn stop(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.task.await;
-        self.max.load(Ordering::Relaxed)
     }
 }
 
@@ -114,19 +83,27 @@ impl ListRead {
 /// read from each page's metadata, as a client-go pager does).
 /// RSS is read `rest` after the LIST before it at the soonest, so that the
 /// pages that one freed are not counted as this one's growth when reused.
-pub async fn list(target: &Target, path: &str, pace: Option<f64>, pid: u32, rest: Duration) -> anyhow::Result<ListRead> {
+pub async fn list(
+    target: &Target,
+    path: &str,
+    pace: Option<f64>,
+    pid: u32,
+    rest: Duration,
+) -> anyhow::Result<ListRead> {
     tokio::time::sleep(rest).await;
     let (rss_before, _) = settle(pid, Duration::from_secs(20)).await?;
     reset_hwm(pid)?;
     let sender = target.connect(Shape::H1).await?;
-    let sampler = RssSampler::start(pid);
+    let sampler = PeakRss::every(pid, SAMPLE_EVERY);
     let mut read = ListRead { rss_before, ..ListRead::default() };
     let start = Instant::now();
     let mut next: Option<String> = None;
     loop {
         let page_path = match &next {
             None => path.to_owned(),
-            Some(token) => format!("{path}&continue={}", form_urlencoded::byte_serialize(token.as_bytes()).collect::<String>()),
+            Some(token) => {
+                format!("{path}&continue={}", form_urlencoded::byte_serialize(token.as_bytes()).collect::<String>())
+            }
         };
         let resp = sender.send(target.request(Shape::H1, &page_path)).await?;
         if read.pages == 0 {
@@ -161,7 +138,7 @@ pub async fn list(target: &Target, path: &str, pace: Option<f64>, pid: u32, rest
         }
     }
     read.last_byte = start.elapsed();
-    read.rss_sampled_peak = sampler.stop().await;
+    read.rss_sampled_peak = sampler.finish().await;
     read.rss_hwm = hwm_bytes(pid)?;
     Ok(read)
 }
@@ -182,6 +159,45 @@ pub enum Until {
     Headers,
     /// The last byte of the body (the headers' time is kept too).
     LastByte,
+}
+
+/// A request's path by its index in a series.
+pub type PathOf = Box<dyn Fn(usize) -> String>;
+
+/// The series both benches' sides are timed with: an empty namespace's LIST
+/// (a cached LIST without objects: the floor of the ones after it), a
+/// node-scoped LIST at `resourceVersion=0` and consistent, and a watch
+/// start from `rv`; `selector(i)` is the i-th request's
+/// `fieldSelector=spec.nodeName%3D...`.
+pub fn request_series(
+    selector: impl Fn(usize) -> String + Clone + 'static,
+    rv: String,
+) -> Vec<(&'static str, Until, PathOf)> {
+    let (s1, s2) = (selector.clone(), selector.clone());
+    vec![
+        (
+            "an empty namespace's LIST (resourceVersion=0)",
+            Until::LastByte,
+            Box::new(|_| "/api/v1/namespaces/million-empty/pods?resourceVersion=0".to_owned()),
+        ),
+        (
+            "node-scoped LIST, resourceVersion=0",
+            Until::LastByte,
+            Box::new(move |i| format!("/api/v1/pods?{}&resourceVersion=0", s1(i))),
+        ),
+        (
+            "node-scoped LIST, consistent (no resourceVersion)",
+            Until::LastByte,
+            Box::new(move |i| format!("/api/v1/pods?{}", s2(i))),
+        ),
+        (
+            "watch start, resourceVersion=<current>, node-scoped",
+            Until::Headers,
+            Box::new(move |i| {
+                format!("/api/v1/pods?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&{}", selector(i))
+            }),
+        ),
+    ]
 }
 
 /// A series of timed requests: the times at the client, sorted.
@@ -265,6 +281,9 @@ pub fn self_check() {
         continue_token(br#"{"kind":"PodList","metadata":{"resourceVersion":"5","continue":"ab=c"},"items":["#),
         Some("ab=c".to_owned())
     );
-    assert_eq!(continue_token(br#"{"metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"continue"}}]"#), None);
+    assert_eq!(
+        continue_token(br#"{"metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"continue"}}]"#),
+        None
+    );
     assert_eq!(count_items(br#"{"items":[{},{}]}"#).unwrap(), 2);
 }

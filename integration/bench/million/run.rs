@@ -13,7 +13,9 @@ use crate::common::client::{Shape, Target};
 use crate::common::procfs::rss_bytes;
 use crate::common::prom;
 use crate::common::stats::{Table, fmt1, fmt2, mib, percentile, thousands};
-use crate::probes::{ListRead, Until, count_items, floor_server, get, hwm_bytes, list, settle, timed};
+use crate::probes::{
+    ListRead, PathOf, Until, count_items, floor_server, get, hwm_bytes, list, request_series, settle, timed,
+};
 use crate::synthetic::pods::{Pods, RV_BASE, node_name};
 use crate::synthetic::upstream::{Replay, serve};
 use crate::synthetic::watchmux::{Watchmux, metrics, write_kubeconfig};
@@ -28,8 +30,6 @@ const SETTLE_AFTER_SYNC: Duration = Duration::from_secs(12);
 const FIRST_LIST_POLL: Duration = Duration::from_millis(20);
 /// Requests sent before each latency series, not counted (connection and caches warm).
 const WARM_UP: usize = 50;
-/// The namespace no pod is in: the floor of a cached LIST.
-const EMPTY_NAMESPACE: &str = "million-empty";
 
 /// One start of watchmux.
 pub struct Start {
@@ -99,7 +99,10 @@ fn node_selector(i: usize, nodes: usize) -> String {
 
 fn dir_bytes(path: &std::path::Path) -> u64 {
     std::fs::read_dir(path).map_or(0, |entries| {
-        entries.flatten().map(|e| e.metadata().map_or(0, |m| if m.is_dir() { dir_bytes(&e.path()) } else { m.len() })).sum()
+        entries
+            .flatten()
+            .map(|e| e.metadata().map_or(0, |m| if m.is_dir() { dir_bytes(&e.path()) } else { m.len() }))
+            .sum()
     })
 }
 
@@ -153,42 +156,21 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
     let cold_items = listed() - before;
 
     let sender = target.connect(Shape::H2).await?;
-    let (status, body) = get(&target, &sender, &format!("/api/v1/pods?{}&resourceVersion=0", node_selector(1, cfg.nodes))).await?;
+    let (status, body) =
+        get(&target, &sender, &format!("/api/v1/pods?{}&resourceVersion=0", node_selector(1, cfg.nodes))).await?;
     anyhow::ensure!(status == http::StatusCode::OK, "a node's LIST: {status}");
     let per_node = count_items(&body)?;
     drop(sender);
     let floor_target = Target::Proxy { addr: floor_server().await?, tls: None };
     let nodes = cfg.nodes;
-    type PathOf = Box<dyn Fn(usize) -> String>;
-    let series: Vec<(&'static str, bool, Until, PathOf)> = vec![
-        ("loopback floor: a trivial hyper server in the bench", true, Until::LastByte, Box::new(|_| "/".to_owned())),
-        (
-            "an empty namespace's LIST through watchmux (resourceVersion=0)",
-            false,
-            Until::LastByte,
-            Box::new(|_| format!("/api/v1/namespaces/{EMPTY_NAMESPACE}/pods?resourceVersion=0")),
-        ),
-        (
-            "node-scoped LIST, resourceVersion=0",
-            false,
-            Until::LastByte,
-            Box::new(move |i| format!("/api/v1/pods?{}&resourceVersion=0", node_selector(i, nodes))),
-        ),
-        (
-            "node-scoped LIST, consistent (no resourceVersion)",
-            false,
-            Until::LastByte,
-            Box::new(move |i| format!("/api/v1/pods?{}", node_selector(i, nodes))),
-        ),
-        (
-            "watch start, resourceVersion=<current>, node-scoped",
-            false,
-            Until::Headers,
-            Box::new(move |i| {
-                format!("/api/v1/pods?watch=1&resourceVersion={RV_BASE}&allowWatchBookmarks=true&{}", node_selector(i, nodes))
-            }),
-        ),
-    ];
+    let mut series: Vec<(&'static str, bool, Until, PathOf)> = vec![(
+        "loopback floor: a trivial hyper server in the bench",
+        true,
+        Until::LastByte,
+        Box::new(|_| "/".to_owned()),
+    )];
+    let requests = request_series(move |i| node_selector(i, nodes), RV_BASE.to_string());
+    series.extend(requests.into_iter().map(|(name, until, path)| (name, false, until, path)));
     let mut latencies = Vec::new();
     let phase = |name: &str| cfg.phases.iter().any(|p| p == name);
     for (name, on_floor, until, path) in series.into_iter().filter(|_| phase("latency")) {
@@ -254,7 +236,8 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
     if phase("persist") {
         let store = std::path::PathBuf::from(format!("{}/persist", cfg.logs));
         let _ = std::fs::remove_dir_all(&store);
-        let flags = ["--persist-dir".to_owned(), store.display().to_string(), "--persist-resources".into(), "pods".into()];
+        let flags =
+            ["--persist-dir".to_owned(), store.display().to_string(), "--persist-resources".into(), "pods".into()];
         for (name, tag) in [
             ("cold with --persist-dir (the full list; the store written)", "persist-cold"),
             ("from the persisted store, the upstream up", "persist-warm"),
@@ -282,7 +265,9 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
             if tag == "persist-cold" {
                 while started.elapsed() < START_DEADLINE {
                     let text = metrics(wm.admin).await?;
-                    if prom::sum(&text, "watchmux_persist_commits_total", &[("resource", "pods"), ("kind", "whole")]) >= 1.0 {
+                    if prom::sum(&text, "watchmux_persist_commits_total", &[("resource", "pods"), ("kind", "whole")])
+                        >= 1.0
+                    {
                         committed = Some(started.elapsed().as_secs_f64());
                         break;
                     }

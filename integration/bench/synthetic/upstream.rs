@@ -248,13 +248,17 @@ fn answer(replay: &Arc<Replay>, req: Request<Incoming>) -> Response<BoxBody> {
                     .and_then(|n| n.parse::<usize>().ok())
                 {
                     let body = replay.pods.node_list(node);
-                    replay.listed_items.fetch_add(replay.pods.count().saturating_sub(node).div_ceil(replay.pods.nodes), Ordering::Relaxed);
+                    replay.listed_items.fetch_add(
+                        replay.pods.count().saturating_sub(node).div_ceil(replay.pods.nodes),
+                        Ordering::Relaxed,
+                    );
                     return json(StatusCode::OK, body);
                 }
                 let limit = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
                 let from = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
                 let (page, _) = replay.pods.page(from, limit);
-                let items = if limit == 0 { replay.pods.count() } else { limit.min(replay.pods.count().saturating_sub(from)) };
+                let items =
+                    if limit == 0 { replay.pods.count() } else { limit.min(replay.pods.count().saturating_sub(from)) };
                 replay.listed_items.fetch_add(items, Ordering::Relaxed);
                 json(StatusCode::OK, page)
             }
