@@ -179,6 +179,17 @@ bench-ingest:
 bench-cores:
 	bash integration/scripts/bench-cores.sh
 
+## A million objects: one Pods cache of 1,000,000 pods of 1 KiB from the
+## ingest bench's synthetic upstream: RSS against the objects' JSON, a full
+## and a paginated LIST (time, RSS growth), node-scoped LIST and watch-start
+## latency with their floors, start-up cold and from the persisted store
+## (about 4 minutes, 5 GiB of memory, no cluster; MILLION_CLUSTER_PODS=N adds
+## kube-apiserver with N pods beside a tier; docs/benchmarks.md, "A million
+## objects").
+.PHONY: bench-million
+bench-million:
+	bash integration/scripts/bench-million.sh
+
 ## Fairness on the hot path: the fan-out bench with --fairness-seats 100 and
 ## 0 alternated (ABBA), watchmux CPU per 1,000 deliveries, and a perf
 ## profile's share in the fairness wrapper and the slow-watcher bookkeeping

@@ -4,7 +4,7 @@
 # Output: Markdown on stdout (tee it), JSON in .run/bench-*/, PNGs in docs/img/.
 #
 # The matrix (defaults: the full set, about 30 minutes on 2 cores):
-#   BENCH_SUITES   passthrough fanout kubelet restart auth ingest cores
+#   BENCH_SUITES   passthrough fanout kubelet restart auth ingest million cores
 #                  (cores last: its storm loads its own world into the cluster)
 #   FANOUT_NS      100 1000 10000      watchers, HTTP/2
 #   FANOUT_H1_NS   1000                of those, also one HTTP/1.1 connection per watcher (empty: none)
@@ -31,7 +31,7 @@ if ! bash "$scripts/cluster-up.sh" --check >/dev/null 2>&1; then
   bash "$scripts/cluster-up.sh" >/dev/null
 fi
 trap '[[ $started_cluster == 1 ]] && bash "$scripts/cluster-down.sh" >/dev/null || true' EXIT
-read -r -a suites <<< "${BENCH_SUITES:-passthrough fanout kubelet restart auth ingest cores}"
+read -r -a suites <<< "${BENCH_SUITES:-passthrough fanout kubelet restart auth ingest million cores}"
 status=0
 for s in "${suites[@]}"; do
   echo

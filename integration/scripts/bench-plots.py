@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart,scale,ingest,upgrade,rebalance,rollout,cores}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale,ingest,million,upgrade,rebalance,rollout,cores}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -718,6 +718,91 @@ def plot_hotpath(runs):
     save(fig, "bench-hotpath.png")
 
 
+def plot_million(runs):
+    """bench-million's last run: watchmux's RSS against the objects' JSON
+    (the 1.5 goal, and kube-apiserver's 5.2 for custom resources), the
+    latency of each request kind at the client against the 50 µs goal (and
+    the real cluster's side by side, if bench-million.sh measured it), and
+    the start-up times cold and from the persisted store."""
+    r = runs[-1]
+    cluster = load("bench-million/cluster.json")
+    mib = 1024 * 1024
+    fig, axes = plt.subplots(1, 3, figsize=(17, 6), gridspec_kw={"width_ratios": [1, 1.7, 1]})
+    ax = axes[0]
+    json_mib = r["json_bytes"] / mib
+    bars = [("objects'\nJSON", json_mib, "#7f7f7f"),
+            ("watchmux\nsynced", r["rss_settled_bytes"] / mib, COLORS["watchmux"]),
+            ("watchmux,\nfrom its\nstore", r["starts"][-1]["rss_settled_bytes"] / mib, "#aec7e8"),
+            ("kube-apiserver\n(CRs: 5.2 ×)", json_mib * 5.2, COLORS["direct"])]
+    ax.bar(range(len(bars)), [b[1] for b in bars], color=[b[2] for b in bars])
+    for i, (_, v, _) in enumerate(bars):
+        ax.text(i, v, f"{v:,.0f}\n({v / json_mib:.2f} ×)", ha="center", va="bottom", fontsize=8)
+    ax.axhline(json_mib * 1.5, color="k", lw=0.8, ls=":", label="goal: 1.5 × the JSON")
+    ax.set_xticks(range(len(bars)))
+    ax.set_xticklabels([b[0] for b in bars], fontsize=7)
+    ax.set_ylabel("MiB")
+    ax.set_title(f"memory, {r['pods']:,} pods of {r['object_bytes']:,} B", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_ylim(0, json_mib * 6.5)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+
+    ax = axes[1]
+    short = {"loopback floor": "loopback floor (trivial server)", "an empty namespace": "empty LIST (floor)",
+             "node-scoped LIST, resourceVersion=0": "node LIST, rv=0",
+             "node-scoped LIST, consistent": "node LIST, consistent", "watch start": "watch start"}
+    rows = []
+    for l in r["latency_us"]:
+        if l["name"].startswith("loopback") and l["until"] == "headers":
+            continue
+        label = next(v for k, v in short.items() if l["name"].startswith(k))
+        rows.append((f"{label}, to the {l['until']}", l["p50"], l["p99"], COLORS["watchmux"], "#aec7e8"))
+    if cluster:
+        c = cluster[-1]
+        for row in c["series"]:
+            label = next((v for k, v in short.items() if row["name"].startswith(k)), row["name"])
+            for cell in row["sides"]:
+                color = COLORS[cell["side"]]
+                rows.append((f"real cluster: {label}, {cell['side']}", cell["p50"], cell["p99"], color, color))
+    ys = range(len(rows))
+    ax.barh([y - 0.2 for y in ys], [row[1] for row in rows], 0.4, color=[row[3] for row in rows], label="p50")
+    ax.barh([y + 0.2 for y in ys], [row[2] for row in rows], 0.4, color=[row[4] for row in rows], alpha=0.45,
+            label="p99")
+    for y, row in zip(ys, rows):
+        ax.text(row[1], y - 0.2, f" {row[1]:,.0f}", va="center", fontsize=7)
+    ax.axvline(50, color="k", lw=0.8, ls=":", label="goal: 50 µs")
+    ax.axvline(8, color="grey", lw=0.8, ls="-.", label="kube-apiserver's store alone, node-scoped: 8 µs")
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels([row[0] for row in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("µs at the client, one HTTP/2 connection (log); p50 solid, p99 light")
+    title = f"latency: synthetic, {r['pods_per_node']} pods a node, h2c"
+    if cluster:
+        title += f"; real cluster, {cluster[-1]['nodes']:,} nodes, TLS"
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3, axis="x")
+
+    ax = axes[2]
+    starts = r["starts"]
+    labels = ["cold", "cold,\npersisting", "from the\nstore"][:len(starts)]
+    xs = range(len(starts))
+    ax.bar([x - 0.2 for x in xs], [s["readyz_s"] for s in starts], 0.4, color=COLORS["watchmux"], label="/readyz")
+    ax.bar([x + 0.2 for x in xs], [s["synced_s"] for s in starts], 0.4, color="#aec7e8", label="every pod cached")
+    for x, s in zip(xs, starts):
+        ax.text(x + 0.2, s["synced_s"], f"{s['synced_s']:.1f}", ha="center", va="bottom", fontsize=8)
+        if s.get("store_committed_s") is not None:
+            ax.plot([x], [s["store_committed_s"]], "k^", label="store committed")
+            ax.text(x, s["store_committed_s"], f" {s['store_committed_s']:.0f}", fontsize=8, va="bottom")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("seconds from the start")
+    ax.set_title("start-up (the upstream on loopback)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3, axis="y")
+    fig.suptitle("A million objects in one cache (synthetic upstream; watchmux on one core)")
+    save(fig, "bench-million.png")
+
 def main():
     text = summary(load("bench-fanout/fanout-*.json"), load("bench-kubelet/kubelet-*.json"),
                    load("bench-restart/restart-*.json"))
@@ -738,6 +823,7 @@ def main():
         ("rebalance", "bench-rebalance/rebalance-*.json", plot_rebalance),
         ("rollout", "bench-rollout/restart-rollout-*.json", plot_rollout),
         ("hotpath", "bench-hotpath/hotpath-summary.json", plot_hotpath),
+        ("million", "bench-million/million.json", plot_million),
     ]:
         runs = load(pattern)
         if not runs:

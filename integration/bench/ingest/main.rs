@@ -3,7 +3,7 @@
 //! the lag from the upstream writing an event's bytes to a watcher receiving
 //! it.
 //!
-//! The upstream is synthetic and in this process (`upstream`: TLS, HTTP/2 by
+//! The upstream is synthetic and in this process (`../synthetic/`: TLS, HTTP/2 by
 //! ALPN): a LIST of `INGEST_PODS` pods (10,000) over `INGEST_NODES` nodes
 //! (1,000), each about `INGEST_OBJECT_BYTES` (1024) of JSON, then a WATCH
 //! replaying MODIFIED events with increasing resourceVersions, spread over
@@ -37,9 +37,9 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-mod pods;
 mod run;
-mod upstream;
+#[path = "../synthetic/mod.rs"]
+mod synthetic;
 mod watchers;
 
 use std::sync::Arc;
@@ -69,7 +69,7 @@ pub struct Config {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     common::lines::self_check();
-    pods::self_check();
+    synthetic::pods::self_check();
     watchers::self_check();
     let cfg = Config {
         pods: env_or("INGEST_PODS", 10_000)?,

@@ -7,8 +7,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use http::StatusCode;
-use http_body_util::BodyExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -17,8 +15,9 @@ use crate::common::client::{Shape, Target};
 use crate::common::procfs::{ThreadShare, cpu_ticks, self_cpu_ticks, thread_cpu, thread_shares};
 use crate::common::prom;
 use crate::common::stats::{Table, fmt1, thousands};
-use crate::pods::Pods;
-use crate::upstream::{Phase, Replay, serve};
+use crate::synthetic::pods::Pods;
+use crate::synthetic::upstream::{Phase, Replay, serve};
+use crate::synthetic::watchmux::{Watchmux, metrics, pods_metric, signal, write_kubeconfig};
 use crate::watchers::{Histogram, Receipts, Watcher};
 
 /// The warm-up phase's rate: slow enough for any configuration.
@@ -86,28 +85,6 @@ pub struct RunResult {
     pub phases: Vec<PhaseResult>,
 }
 
-/// A GET on watchmux's admin listener: status and body.
-async fn admin_get(admin: SocketAddr, path: &str) -> anyhow::Result<(StatusCode, String)> {
-    let target = Target::Proxy { addr: admin, tls: None };
-    let sender = target.connect(Shape::H1).await?;
-    let resp = sender.send(target.request(Shape::H1, path)).await?;
-    let status = resp.status();
-    let body = resp.into_body().collect().await?.to_bytes();
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
-}
-
-async fn metrics(admin: SocketAddr) -> anyhow::Result<String> {
-    Ok(admin_get(admin, "/metrics").await?.1)
-}
-
-fn pods_metric(text: &str, name: &str) -> f64 {
-    prom::sum(text, name, &[("resource", "pods")])
-}
-
-fn signal(pid: u32, sig: &str) {
-    let _ = std::process::Command::new("kill").args([sig, &pid.to_string()]).status();
-}
-
 /// The phases: the warm-up, then one per rate.
 fn plan(cfg: &Config) -> Vec<(String, Option<u32>, u64)> {
     let mut phases = vec![("warm-up".to_owned(), Some(WARM_UP_RATE as u32), cfg.nodes as u64)];
@@ -137,45 +114,11 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
 
     // watchmux, on its cores, in front of the upstream.
     let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: bench\ncontexts:\n- name: bench\n  context: {{cluster: synthetic, user: bench}}\n\
-             clusters:\n- name: synthetic\n  cluster: {{server: 'https://{upstream}', insecure-skip-tls-verify: true}}\n\
-             users:\n- name: bench\n  user: {{token: synthetic}}\n"
-        ),
-    )?;
-    let log = std::fs::File::create(&cfg.watchmux_log).with_context(|| cfg.watchmux_log.clone())?;
-    let mut child = tokio::process::Command::new("taskset")
-        .args(["-c", &cfg.cpus, &cfg.watchmux_bin, "--kubeconfig"])
-        .arg(&kubeconfig)
-        .args(["--listen", &cfg.listen, "--admin-listen", &cfg.admin, "--cache-resources", "pods", "--cache-warm"])
-        .env("RUST_LOG", "warn")
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting watchmux under taskset")?;
-    let pid = child.id().context("watchmux's pid")?;
-    let admin: SocketAddr = cfg.admin.parse()?;
-    let listen: SocketAddr = cfg.listen.parse()?;
-    let ready_by = Instant::now() + START_DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            bail!("watchmux exited ({status}); see {}", cfg.watchmux_log);
-        }
-        if let Ok((StatusCode::OK, _)) = admin_get(admin, "/readyz").await
-            && let Ok(text) = metrics(admin).await
-            && pods_metric(&text, "watchmux_watch_cache_objects") as usize == cfg.pods
-        {
-            break;
-        }
-        if Instant::now() > ready_by {
-            bail!("watchmux not ready with {} pods in {START_DEADLINE:?}; see {}", cfg.pods, cfg.watchmux_log);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let kubeconfig = write_kubeconfig(dir.path(), upstream)?;
+    let mut watchmux =
+        Watchmux::spawn(&cfg.watchmux_bin, &cfg.cpus, &kubeconfig, &cfg.listen, &cfg.admin, &[], &cfg.watchmux_log)?;
+    watchmux.wait_ready(cfg.pods, START_DEADLINE).await?;
+    let (pid, admin, listen) = (watchmux.pid, watchmux.admin, watchmux.listen);
     eprintln!("ingest: watchmux (pid {pid}, cores {}) ready with {} pods", cfg.cpus, cfg.pods);
 
     // The watchers, all attached before any event.
@@ -258,10 +201,7 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
     for t in tasks {
         let _ = t.await;
     }
-    signal(pid, "-TERM");
-    if tokio::time::timeout(Duration::from_secs(10), child.wait()).await.is_err() {
-        let _ = child.kill().await;
-    }
+    watchmux.stop().await;
 
     let totals = &receipts.totals;
     Ok(RunResult {

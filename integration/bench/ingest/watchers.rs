@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::common::client::{Sender, Shape, Target};
 use crate::common::lines::{End, find_rv, read_lines};
-use crate::pods::{Pods, RV_BASE, node_name};
-use crate::upstream::Replay;
+use crate::synthetic::pods::{Pods, RV_BASE, node_name};
+use crate::synthetic::upstream::Replay;
 
 /// Sub-buckets per power of two in a [`Histogram`] (about 6 % wide).
 const SUB: u64 = 16;

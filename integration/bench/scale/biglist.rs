@@ -15,7 +15,7 @@ use http_body_util::BodyExt;
 
 use crate::common::client::{Shape, Target};
 use crate::common::procfs::{cpu_ticks, rss_bytes, ticks_ms};
-use crate::sampler::PeakRss;
+use crate::common::sampler::PeakRss;
 
 pub struct ListRun {
     pub latency_ms: Vec<f64>,

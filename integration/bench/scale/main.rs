@@ -46,7 +46,6 @@ mod churn;
 mod load;
 mod nodelocal;
 mod objects;
-mod sampler;
 mod storm;
 
 use std::sync::Arc;
@@ -63,8 +62,8 @@ use common::client::{SideKind, Target};
 use common::env::{env_list, env_or, write_results};
 use common::procfs::{cpu_ticks, rss_bytes, ticks_ms};
 use common::prom;
+use common::sampler::PeakRss;
 use objects::World;
-use sampler::PeakRss;
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// How long after the last kubelet synced the tier's RSS is read again: the

@@ -2,8 +2,13 @@
 //! beside it for the clients that ask for it) answering what watchmux's Pods
 //! cache asks a kube-apiserver for at start (health, /version, discovery,
 //! the OpenAPI v3 document of the core group, the kube-system namespace for
-//! the cluster's identity), the LIST of every pod, and WATCHes that replay
-//! the bench's events phase by phase.
+//! the cluster's identity), the LIST of every pod (in pages when `limit`
+//! asks, with continue tokens, as kube-apiserver does: watchmux lists in
+//! pages of 500 and reads at most 1 GiB a page) or of one node's
+//! (`fieldSelector=spec.nodeName=`, what watchmux passes through before its
+//! cache is ready), and WATCHes that replay the
+//! bench's events phase by phase, with a bookmark a second when asked for
+//! (also between phases: an idle watch is not taken for a dead one).
 //!
 //! Why TLS: watchmux's upstream client offers HTTP/2 only by ALPN (over
 //! plain HTTP it speaks HTTP/1.1), and a kube-apiserver is always TLS, so
@@ -32,7 +37,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
-use crate::pods::{Pods, RV_BASE, bookmark};
+use super::pods::{Pods, RV_BASE, bookmark};
 
 type BoxBody = http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>;
 
@@ -66,6 +71,8 @@ pub struct Replay {
     /// Requests answered 404, by path (the bench says so: an upstream it did not foresee).
     pub unknown: Mutex<BTreeMap<String, usize>>,
     pub lists: AtomicUsize,
+    /// Pods served in LIST pages.
+    pub listed_items: AtomicUsize,
 }
 
 impl Replay {
@@ -79,6 +86,7 @@ impl Replay {
             versions: Mutex::default(),
             unknown: Mutex::default(),
             lists: AtomicUsize::new(0),
+            listed_items: AtomicUsize::new(0),
         })
     }
 
@@ -109,14 +117,11 @@ impl Replay {
             let mut next = from_rv.saturating_sub(RV_BASE) + 1;
             let mut last_bookmark = Instant::now();
             loop {
-                let Some(phase) = *phases.borrow_and_update() else {
-                    if phases.changed().await.is_err() {
-                        return;
-                    }
-                    continue;
-                };
+                let phase = *phases.borrow_and_update();
                 let mut buf = BytesMut::new();
-                while next <= phase.last {
+                while let Some(phase) = phase
+                    && next <= phase.last
+                {
                     let seq = next.max(phase.first);
                     if let Some(rate) = phase.rate {
                         let due = phase.start + Duration::from_secs_f64((seq - phase.first) as f64 / rate);
@@ -137,8 +142,23 @@ impl Replay {
                     }
                     next = seq + 1;
                 }
-                if phases.changed().await.is_err() {
-                    return;
+                // Idle until the (next) phase, with the bookmarks kube-apiserver
+                // would send meanwhile.
+                loop {
+                    let changed = tokio::select! {
+                        changed = phases.changed() => Some(changed),
+                        () = tokio::time::sleep(BOOKMARK_EVERY), if bookmarks => None,
+                    };
+                    match changed {
+                        Some(Ok(())) => break,
+                        Some(Err(_)) => return,
+                        None => {
+                            last_bookmark = Instant::now();
+                            if tx.send((0, bookmark(RV_BASE + next - 1))).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
                 }
             }
         });
@@ -221,7 +241,26 @@ fn answer(replay: &Arc<Replay>, req: Request<Incoming>) -> Response<BoxBody> {
                     .expect("a valid response")
             } else {
                 replay.lists.fetch_add(1, Ordering::Relaxed);
-                json(StatusCode::OK, replay.pods.list.clone())
+                // A kubelet's LIST passed through (no limit): its node's pods.
+                if let Some(node) = q
+                    .get("fieldSelector")
+                    .and_then(|f| f.strip_prefix("spec.nodeName=node-"))
+                    .and_then(|n| n.parse::<usize>().ok())
+                {
+                    let body = replay.pods.node_list(node);
+                    replay.listed_items.fetch_add(
+                        replay.pods.count().saturating_sub(node).div_ceil(replay.pods.nodes),
+                        Ordering::Relaxed,
+                    );
+                    return json(StatusCode::OK, body);
+                }
+                let limit = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
+                let from = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+                let (page, _) = replay.pods.page(from, limit);
+                let items =
+                    if limit == 0 { replay.pods.count() } else { limit.min(replay.pods.count().saturating_sub(from)) };
+                replay.listed_items.fetch_add(items, Ordering::Relaxed);
+                json(StatusCode::OK, page)
             }
         }
         other => {

@@ -1,12 +1,13 @@
 //! The peak of a process's resident memory over a phase: /proc sampled every
-//! 20 ms by a task of its own (a peak between two samples is missed, so the
-//! figure is a lower bound of the true peak, within 20 ms of allocation).
+//! 20 ms (or as often as asked) by a task of its own (a peak between two
+//! samples is missed, so the figure is a lower bound of the true peak, within
+//! a sampling period of allocation).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::common::procfs::rss_bytes;
+use super::procfs::rss_bytes;
 
 pub struct PeakRss {
     peak: Arc<AtomicU64>,
@@ -16,12 +17,17 @@ pub struct PeakRss {
 
 impl PeakRss {
     pub fn start(pid: u32) -> Self {
+        Self::every(pid, Duration::from_millis(20))
+    }
+
+    /// Sampled every `period`.
+    pub fn every(pid: u32, period: Duration) -> Self {
         let peak = Arc::new(AtomicU64::new(rss_bytes(pid).unwrap_or(0)));
         let stop = Arc::new(AtomicBool::new(false));
         let task = tokio::spawn({
             let (peak, stop) = (peak.clone(), stop.clone());
             async move {
-                let mut tick = tokio::time::interval(Duration::from_millis(20));
+                let mut tick = tokio::time::interval(period);
                 // Bounded: a phase that forgets to stop its sampler ends with the bench.
                 while !stop.load(Ordering::Relaxed) {
                     tick.tick().await;
