@@ -213,11 +213,11 @@ impl CachedObject {
             with.extend_from_slice(rest);
             (with.freeze(), shape.type_meta.len())
         };
-        let text = |path: &[&str]| read.at(path).and_then(Value::as_str).map(CompactString::from);
+        let key_part = |path: &[&str]| read.at(path).and_then(Value::as_str).map(CompactString::from);
         // Short names and namespaces are held inline: no allocation.
         let key = ObjectKey {
-            name: text(&["metadata", "name"]).ok_or(DecodeError::NoName)?,
-            namespace: text(&["metadata", "namespace"]).unwrap_or_default(),
+            name: key_part(&["metadata", "name"]).ok_or(DecodeError::NoName)?,
+            namespace: key_part(&["metadata", "namespace"]).unwrap_or_default(),
         };
         let rv_text = read.at(&["metadata", "resourceVersion"]).and_then(Value::as_str).unwrap_or("");
         let rv = rv_text.parse().map_err(|_| DecodeError::ResourceVersion(rv_text.to_owned()))?;
@@ -230,11 +230,10 @@ impl CachedObject {
             &read,
         );
         // Moved out of the reading rather than copied: nothing looks after this.
-        let mut owned_text = |path: &[&str]| match read.take(path) {
-            Some(Value::String(text)) => text,
-            _ => String::new(),
+        let uid = match read.take(&["metadata", "uid"]) {
+            Some(Value::String(uid)) => uid.into(),
+            _ => "".into(),
         };
-        let uid = owned_text(&["metadata", "uid"]).into();
         let labels = match read.take(&["metadata", "labels"]) {
             Some(Value::Object(labels)) => labels
                 .into_iter()

@@ -188,7 +188,7 @@ fn builtin_values(group: &str, resource: &str, o: &(impl Lookup + ?Sized), field
 
 fn lookup<'a>(o: &'a (impl Lookup + ?Sized), path: &[&str]) -> Option<&'a Value> {
     #[cfg(test)]
-    tests::LOOKED_UP.with(|seen| seen.borrow_mut().push(path.join(".")));
+    tests::LOOKED_UP.with(|seen| seen.borrow_mut().as_mut().map(|seen| seen.push(path.join("."))));
     o.at(path)
 }
 
@@ -275,8 +275,9 @@ mod tests {
     use super::*;
 
     thread_local! {
-        /// Every path [`lookup`] was asked for on this thread, dotted.
-        pub(super) static LOOKED_UP: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+        /// Every path [`lookup`] was asked for on this thread, dotted, while
+        /// a test records them (`Some`).
+        pub(super) static LOOKED_UP: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
     }
 
     #[test]
@@ -299,11 +300,11 @@ mod tests {
         resources.push(("example.com", "widgets", Some(&custom)));
         resources.push(("", "configmaps", None));
         for (group, resource, custom) in resources {
-            LOOKED_UP.with(|seen| seen.borrow_mut().clear());
+            LOOKED_UP.with(|seen| *seen.borrow_mut() = Some(Vec::new()));
             // Absent everywhere: every lookup goes its whole way down.
             extract(group, resource, true, custom, &json!({}));
             let kept: Vec<String> = read_paths(group, resource, custom).iter().map(|p| p.join(".")).collect();
-            let looked_up = LOOKED_UP.with(|seen| seen.take());
+            let looked_up = LOOKED_UP.with(|seen| seen.take()).unwrap_or_default();
             assert!(!looked_up.is_empty() || custom.is_some(), "{group}/{resource}: lookups recorded");
             for path in looked_up {
                 assert!(
