@@ -181,7 +181,9 @@ impl EventObject {
         match (CachedObject::decode(self.raw, shape), self.cut_from) {
             (Err(DecodeError::Json(_) | DecodeError::Utf8), Some(line)) => match read_line_in_full(&line)? {
                 Line::Event(_, object) => object.decode(shape),
-                _ => unreachable!("a line starting as an event's is one"),
+                // Not reached (a line that starts as an event's reads as one
+                // or not at all), but upstream bytes get an error, not a panic.
+                other => Err(LineEnd::UnknownType(format!("{other:?}"))),
             },
             (decoded, _) => decoded.map_err(LineEnd::Undecodable),
         }
