@@ -46,7 +46,7 @@ use super::delivery::watcher::{Delivery, QUEUE_SOFT_LIMIT, WatcherHandle};
 use super::state::event::CacheEvent;
 use super::state::history::{History, TooOld};
 use super::state::object::ObjectShape;
-use super::state::snapshots::KeptSnapshots;
+use super::state::snapshots::{KeptSnapshots, PageEnd};
 use super::state::store::{Snapshot, Store};
 use super::upstream_wire::collection_uri;
 use super::warnings::Warnings;
@@ -394,6 +394,18 @@ impl ResourceCache {
             return Some(current);
         }
         self.snapshots.get(rv)
+    }
+
+    /// How many items follow the page that ended at `end`, when an earlier
+    /// page of the same list counted them.
+    pub(crate) fn remaining_after(&self, end: &PageEnd) -> Option<u64> {
+        self.snapshots.remaining_after(end)
+    }
+
+    /// Notes the count of what follows the page that ended at `end`, for the
+    /// next page.
+    pub(crate) fn note_remaining(&self, end: PageEnd, remaining: u64) {
+        self.snapshots.note_remaining(end, remaining);
     }
 
     /// Whether a watch from `rv` can be served from the history: every

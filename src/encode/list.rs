@@ -68,20 +68,32 @@ pub(crate) fn list_body(
     meta: &ListMeta,
     mut items: VecDeque<Chunk>,
 ) -> VecDeque<Chunk> {
+    let (head, close) = list_ends(variant, kind, api_version, meta, !items.is_empty());
+    items.push_front(Chunk::from(head));
+    items.push_back(Chunk::from(close));
+    items
+}
+
+/// What comes before a list body's items and after them: the list's type
+/// and metadata and the items' opening, then their close; a list with no
+/// items (`any_items` false) writes them as the API server does (`[]`, or
+/// `null` for a PartialObjectMetadataList).
+pub(crate) fn list_ends(
+    variant: ContentVariant,
+    kind: &str,
+    api_version: &str,
+    meta: &ListMeta,
+    any_items: bool,
+) -> (Bytes, Bytes) {
     let (kind, api_version) = variant.list_type(kind, api_version);
-    let (open, close): (&str, &[u8]) = match variant.empty_items() {
-        empty if items.is_empty() => (empty, b"}\n"),
-        _ => ("[", b"]}\n"),
-    };
+    let (open, close): (&str, &'static [u8]) = if any_items { ("[", b"]}\n") } else { (variant.empty_items(), b"}\n") };
     let head = format!(
         "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{},\"items\":{open}",
         serde_json::to_string(&kind).expect("string"),
         serde_json::to_string(&api_version).expect("string"),
         meta.to_json(),
     );
-    items.push_front(Chunk::from(Bytes::from(head)));
-    items.push_back(Chunk::from(Bytes::from_static(close)));
-    items
+    (Bytes::from(head), Bytes::from_static(close))
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 mod as_table;
 mod crd;
 mod list;
+mod walk;
 
 use super::super::registry::{CacheConfig, NotCached, Registry};
 use super::super::resource::backfill::{self, Resumed};

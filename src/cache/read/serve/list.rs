@@ -3,32 +3,33 @@
 //! names), and the list body, paginated as the API server paginates.
 
 use std::collections::VecDeque;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::Response;
 use tokio::time::Instant;
 
+use super::walk::{ListStream, Walk};
 use super::{CacheService, Served, set_common_headers};
 use crate::body::{self, Chunk, ChunkList};
 use crate::cache::content::{Answer, NoProtobufHere, answer_form};
-use crate::cache::delivery::filter::{Filter, NODE_FIELD};
+use crate::cache::delivery::filter::Filter;
 use crate::cache::read::pagination::{self, KeyScope};
 use crate::cache::read::params::{ReadParams, Rv, RvMatch};
 use crate::cache::reason::Reason;
 use crate::cache::resource::ResourceCache;
 use crate::cache::resource::freshness::{Proof, ProofOutcome, reached};
 use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
+use crate::cache::state::snapshots::PageEnd;
 use crate::cache::state::store::Snapshot;
-use crate::encode::list::{ListMeta, list_body, protobuf_list_body};
+use crate::encode::list::{ListMeta, list_body, list_ends, protobuf_list_body};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::metrics as m;
 
 /// Where a page starts in its snapshot.
 pub(super) struct PageStart {
-    after: ObjectKey,
-    exclusive: bool,
+    pub(super) after: ObjectKey,
+    pub(super) exclusive: bool,
 }
 
 impl CacheService {
@@ -151,6 +152,9 @@ fn list_response(
     limit: Option<u64>,
     key_scope: KeyScope<'_>,
 ) -> Result<Response<body::ProxyBody>, NoProtobuf> {
+    if limit.is_none() && !variant.is_protobuf() {
+        return streamed_list_response(cache, snapshot, filter, variant, start);
+    }
     let info = &cache.shape.info;
     let builtin = !cache.list_items_typed();
     let mut items = VecDeque::new();
@@ -172,9 +176,48 @@ fn list_response(
     } else {
         list_body(variant, &info.kind, &info.api_version(), &meta, items)
     };
-    let mut resp = Response::new(body::boxed_chunks(ChunkList::new(chunks)));
+    Ok(list_with_headers(body::boxed_chunks(ChunkList::new(chunks)), variant))
+}
+
+/// Item bytes a JSON list without a limit gathers before its headers: a
+/// list that fits is sent whole with its exact length, as before; a longer
+/// one streams the rest from its snapshot.
+const GATHERED_ITEM_BYTES: usize = 1024 * 1024;
+
+/// A JSON LIST without a limit (the only kind that can start before its
+/// last item is placed: a protobuf list's head holds its length, a page's
+/// metadata its continue token). Gathered whole when short; streamed from
+/// its snapshot otherwise, so that a full LIST of a million objects holds
+/// one batch of chunks at a time and sends its first byte at once.
+fn streamed_list_response(
+    cache: &ResourceCache,
+    snapshot: &Snapshot,
+    filter: &Filter,
+    variant: ContentVariant,
+    start: Option<&PageStart>,
+) -> Result<Response<body::ProxyBody>, NoProtobuf> {
+    let info = &cache.shape.info;
+    let walk = Walk::new(snapshot.clone(), filter, info.namespaced, start);
+    let mut stream = ListStream::new(walk, variant, !cache.list_items_typed());
+    let whole = stream.gather(GATHERED_ITEM_BYTES)?;
+    let meta = ListMeta { rv: snapshot.rv, continue_token: None, remaining: None };
+    let (head, close) = list_ends(variant, &info.kind, &info.api_version(), &meta, stream.placed_any());
+    let body = if whole {
+        let mut chunks = stream.into_gathered();
+        chunks.push_front(Chunk::from(head));
+        chunks.push_back(Chunk::from(close));
+        body::boxed_chunks(ChunkList::new(chunks))
+    } else {
+        metrics::counter!(m::CACHE_LIST_STREAMED, "resource" => cache.label().to_owned()).increment(1);
+        body::boxed_chunks(stream.after(head, close))
+    };
+    Ok(list_with_headers(body, variant))
+}
+
+fn list_with_headers(body: body::ProxyBody, variant: ContentVariant) -> Response<body::ProxyBody> {
+    let mut resp = Response::new(body);
     set_common_headers(resp.headers_mut(), variant.content_type(Endpoint::List));
-    Ok(resp)
+    resp
 }
 
 /// Walks one page of the objects `filter` matches in `snapshot`, handing
@@ -190,35 +233,47 @@ pub(super) fn page<E>(
     key_scope: KeyScope<'_>,
     mut item: impl FnMut(&CachedObject) -> Result<(), E>,
 ) -> Result<ListMeta, E> {
-    let info = &cache.shape.info;
-    let namespace = filter.namespace.as_deref().filter(|_| info.namespaced);
-    let lower = match &start {
-        Some(s) if s.exclusive => Bound::Excluded(&s.after),
-        Some(s) => Bound::Included(&s.after),
-        None => Bound::Unbounded,
-    };
-    let mut matching =
-        snapshot.candidates(filter.fields.exact(NODE_FIELD), namespace, lower).filter(|(_, obj)| filter.matches(obj));
-
+    let walk = Walk::new(snapshot.clone(), filter, cache.shape.info.namespaced, start);
+    let mut matching = walk.matching();
+    let limit = limit.unwrap_or(u64::MAX);
+    let mut served = 0u64;
     let mut last: Option<&ObjectKey> = None;
-    let mut cut = None;
-    for (count, (key, obj)) in (0u64..).zip(matching.by_ref()) {
-        if count == limit.unwrap_or(u64::MAX) {
+    let mut cut = false;
+    for (key, obj) in matching.by_ref() {
+        if served == limit {
             // A limit cut the list short: this and what follows remain.
-            cut = Some(1 + matching.count() as u64);
+            cut = true;
             break;
         }
         item(obj)?;
+        served += 1;
         last = Some(key);
     }
     let mut meta = ListMeta { rv: snapshot.rv, continue_token: None, remaining: None };
-    if let (Some(remaining), Some(last)) = (cut, last) {
+    if let (true, Some(last)) = (cut, last) {
         meta.continue_token = Some(pagination::encode(snapshot.rv, last, key_scope));
         // The API server counts what remains only when the key range alone
         // decides what is listed.
         if filter.labels.is_empty() && filter.fields.is_empty() {
+            let namespace = filter.namespace.as_deref().filter(|_| cache.shape.info.namespaced);
+            let end_of = |last: &ObjectKey| PageEnd {
+                rv: snapshot.rv,
+                namespace: namespace.map(Into::into),
+                last: last.clone(),
+            };
+            // What the page before counted, less this page; else a walk of the rest.
+            let carried = start
+                .filter(|s| s.exclusive)
+                .and_then(|s| cache.remaining_after(&end_of(&s.after)))
+                .and_then(|before| before.checked_sub(served))
+                .filter(|&remaining| remaining > 0);
+            let remaining = carried.unwrap_or_else(|| 1 + matching.count() as u64);
+            cache.note_remaining(end_of(last), remaining);
             meta.remaining = Some(remaining);
         }
     }
     Ok(meta)
 }
+
+#[cfg(test)]
+mod tests;

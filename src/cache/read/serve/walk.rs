@@ -1,0 +1,215 @@
+//! A LIST's walk through its snapshot: which objects it visits (one node's
+//! from the node index, one namespace's key range, or all), whether those
+//! candidates are already exactly the matches, and a JSON list body streamed
+//! from the snapshot batch by batch.
+//!
+//! The walk owns its snapshot (an O(1) clone of shared structure) and where
+//! it stands, so it can stop and resume: a body that stops when hyper has
+//! no room for more and resumes from the last key it sent holds one batch at
+//! a time, not the whole list. A LIST of a million objects gathered before
+//! its headers held every item's chunk (a tenth of the list's size again)
+//! and sent its first byte only once the last item was placed.
+
+use std::collections::VecDeque;
+use std::ops::Bound;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame};
+
+use super::list::PageStart;
+use crate::body::{BoxError, Chunk};
+use crate::cache::delivery::filter::{Filter, NODE_FIELD};
+use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
+use crate::cache::state::store::Snapshot;
+use crate::encode::variant::ContentVariant;
+use crate::selector::field::FieldOp;
+
+/// The objects a LIST visits, from where it stands.
+pub(super) struct Walk {
+    snapshot: Snapshot,
+    /// The node whose objects the walk follows in the node index.
+    node: Option<String>,
+    /// The namespace whose key range the walk covers.
+    namespace: Option<String>,
+    /// Where the walk resumes.
+    lower: Bound<ObjectKey>,
+    /// The filter each candidate must pass; none when the candidates are
+    /// exactly what it selects (a kubelet's `spec.nodeName=` LIST: checking
+    /// each pod the node index chose again was a fifth of such a LIST).
+    check: Option<Filter>,
+}
+
+impl Walk {
+    pub(super) fn new(snapshot: Snapshot, filter: &Filter, namespaced: bool, start: Option<&PageStart>) -> Self {
+        let namespace = filter.namespace.clone().filter(|_| namespaced);
+        let node = filter.fields.exact(NODE_FIELD).filter(|n| !n.is_empty()).map(str::to_owned);
+        let lower = match start {
+            Some(s) if s.exclusive => Bound::Excluded(s.after.clone()),
+            Some(s) => Bound::Included(s.after.clone()),
+            None => Bound::Unbounded,
+        };
+        let check = (!candidates_decide(filter, namespace.as_deref(), node.as_deref())).then(|| filter.clone());
+        Self { snapshot, node, namespace, lower, check }
+    }
+
+    /// The objects the filter selects, in key order, from where the walk stands.
+    pub(super) fn matching(&self) -> impl Iterator<Item = (&ObjectKey, &Arc<CachedObject>)> + Send + '_ {
+        self.snapshot
+            .candidates(self.node.as_deref(), self.namespace.as_deref(), self.lower.as_ref())
+            .filter(|(_, obj)| self.check.as_ref().is_none_or(|filter| filter.matches(obj)))
+    }
+
+    /// Moves the walk past `key`.
+    fn resume_after(&mut self, key: ObjectKey) {
+        self.lower = Bound::Excluded(key);
+    }
+}
+
+/// Whether the candidates a walk visits (`node`'s objects in the index,
+/// `namespace`'s key range) are exactly what `filter` selects: no name, no
+/// labels, the namespace the walk covers, and no field requirement but the
+/// node the index is keyed by. Conservative: false whenever in doubt.
+fn candidates_decide(filter: &Filter, namespace: Option<&str>, node: Option<&str>) -> bool {
+    filter.name.is_none()
+        && filter.labels.is_empty()
+        && filter.namespace.as_deref() == namespace
+        && filter.fields.requirements().iter().all(|r| {
+            r.op == FieldOp::Eq && r.field == NODE_FIELD && !r.value.is_empty() && Some(r.value.as_str()) == node
+        })
+}
+
+/// The items of a JSON list body, streamed from a [`Walk`]: each item the
+/// object's shared bytes behind a comma (none before the first), a batch at
+/// a time; then the list's closing bytes.
+pub(super) struct ListStream {
+    walk: Walk,
+    variant: ContentVariant,
+    /// Items of a built-in kind's list leave out their type meta.
+    builtin: bool,
+    /// The head, items gathered and not yet sent, and at the end the close.
+    queued: VecDeque<Chunk>,
+    /// Whether any item was placed yet (the next one then needs a comma).
+    placed: bool,
+    /// The walk reached the snapshot's end.
+    walked: bool,
+    /// Sent after the last item.
+    close: Option<Bytes>,
+}
+
+/// Bytes of items a streamed list gathers at once: one walk of the snapshot
+/// from the last key sent, a few hundred items of a kilobyte.
+const BATCH_BYTES: usize = 256 * 1024;
+
+impl ListStream {
+    pub(super) fn new(walk: Walk, variant: ContentVariant, builtin: bool) -> Self {
+        debug_assert!(!variant.is_protobuf(), "a protobuf list needs its items' lengths before its head");
+        Self { walk, variant, builtin, queued: VecDeque::new(), placed: false, walked: false, close: None }
+    }
+
+    /// Gathers items until `budget` bytes of them are queued or the walk
+    /// ends; returns whether it ended.
+    pub(super) fn gather(&mut self, budget: usize) -> Result<bool, NoProtobuf> {
+        let Self { walk, variant, builtin, queued, placed, walked, .. } = self;
+        let mut gathered = 0;
+        let mut last = None;
+        let mut ended = true;
+        for (key, obj) in walk.matching() {
+            if gathered >= budget {
+                ended = false;
+                break;
+            }
+            let [a, b] = obj.list_item(*variant, *builtin)?;
+            let sep = if *placed { Bytes::from_static(b",") } else { Bytes::new() };
+            gathered += sep.len() + a.len() + b.len();
+            queued.push_back(Chunk::parts(sep, a, b));
+            *placed = true;
+            last = Some(key);
+        }
+        if let Some(key) = last.cloned() {
+            walk.resume_after(key);
+        }
+        *walked = ended;
+        Ok(ended)
+    }
+
+    /// Whether an item was placed.
+    pub(super) fn placed_any(&self) -> bool {
+        self.placed
+    }
+
+    /// The gathered items, once the walk has ended.
+    pub(super) fn into_gathered(self) -> VecDeque<Chunk> {
+        debug_assert!(self.walked, "gathered only once the walk ended");
+        self.queued
+    }
+
+    /// Streams what is left after `head`, then `close`.
+    pub(super) fn after(mut self, head: Bytes, close: Bytes) -> Self {
+        self.queued.push_front(Chunk::from(head));
+        self.close = Some(close);
+        self
+    }
+}
+
+impl Body for ListStream {
+    type Data = Chunk;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Chunk>, BoxError>>> {
+        let this = self.get_mut();
+        if this.queued.is_empty()
+            && !this.walked
+            && let Err(refused) = this.gather(BATCH_BYTES)
+        {
+            // Only protobuf variants refuse, and they are never streamed.
+            return Poll::Ready(Some(Err(
+                format!("list item has no {:?} form: {}", this.variant, refused.reason).into()
+            )));
+        }
+        let next = this.queued.pop_front().or_else(|| this.close.take().map(Chunk::from));
+        Poll::Ready(next.map(|chunk| Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.walked && self.queued.is_empty() && self.close.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::selector::{FieldSelector, LabelSelector};
+
+    fn filter(namespace: Option<&str>, labels: &str, fields: &str) -> Filter {
+        Filter::new(
+            namespace.map(str::to_owned),
+            None,
+            LabelSelector::parse(labels).unwrap(),
+            FieldSelector::parse(fields).unwrap(),
+        )
+    }
+
+    #[test]
+    fn candidates_decide_only_a_bare_node_or_namespace_walk() {
+        let node = Some("n1");
+        assert!(candidates_decide(&filter(None, "", ""), None, None), "everything");
+        assert!(candidates_decide(&filter(Some("ns"), "", ""), Some("ns"), None), "one namespace");
+        assert!(candidates_decide(&filter(None, "", "spec.nodeName=n1"), None, node), "a kubelet's LIST");
+        assert!(candidates_decide(&filter(Some("ns"), "", "spec.nodeName=n1"), Some("ns"), node));
+        for (f, namespace, node, why) in [
+            (filter(None, "app=x", "spec.nodeName=n1"), None, node, "labels"),
+            (filter(None, "", "spec.nodeName=n1,status.phase=Running"), None, node, "another field"),
+            (filter(None, "", "spec.nodeName=n1,spec.nodeName=n2"), None, node, "a second node"),
+            (filter(None, "", "spec.nodeName!=n1"), None, None, "not a node"),
+            (filter(None, "", "spec.nodeName="), None, None, "the unscheduled pods: not in the index"),
+            (filter(Some("ns"), "", ""), None, None, "a namespace the walk does not cover (cluster-scoped)"),
+            (filter(None, "", "metadata.namespace=ns"), Some("ns"), None, "a namespace by field"),
+            (filter(None, "", "metadata.name=a"), None, None, "a name"),
+        ] {
+            assert!(!candidates_decide(&f, namespace, node), "{why}");
+        }
+    }
+}
