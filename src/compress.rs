@@ -73,8 +73,8 @@ impl ResponseCompression {
         kind: AnswerKind,
         response: Response<ProxyBody>,
     ) -> Response<ProxyBody> {
-        let length = http_body::Body::size_hint(response.body()).exact();
-        if !self.enabled || !accepts_gzip(request_headers) || !compresses(kind, length) {
+        let length = http_body::Body::size_hint(response.body());
+        if !self.enabled || !accepts_gzip(request_headers) || !compresses(kind, &length) {
             return response;
         }
         let (mut parts, inner) = response.into_parts();
@@ -87,11 +87,12 @@ impl ResponseCompression {
 
 /// The API server's decision for an answer of this kind and (for a complete
 /// body) this length, once the client has asked for gzip.
-pub(crate) fn compresses(kind: AnswerKind, length: Option<u64>) -> bool {
+pub(crate) fn compresses(kind: AnswerKind, length: &http_body::SizeHint) -> bool {
     match kind {
-        // Every complete body watchmux writes knows its length; one that did
-        // not would be left alone rather than guessed at.
-        AnswerKind::Complete => length.is_some_and(|n| n > THRESHOLD),
+        // A complete body knows its length, or (a LIST streamed from the
+        // cache) that it is longer than some bound; one that knew neither
+        // would be left alone rather than guessed at.
+        AnswerKind::Complete => length.exact().unwrap_or(length.lower()) > THRESHOLD,
         AnswerKind::WatchList => true,
         AnswerKind::Watch => false,
     }

@@ -62,21 +62,33 @@ fn only_the_first_accept_encoding_header_counts() {
     assert!(!accepts_gzip(&asking(&[b"", b"gzip"])));
 }
 
+fn exactly(n: u64) -> http_body::SizeHint {
+    http_body::SizeHint::with_exact(n)
+}
+
+fn at_least(n: u64) -> http_body::SizeHint {
+    let mut hint = http_body::SizeHint::new();
+    hint.set_lower(n);
+    hint
+}
+
 #[test]
 fn complete_bodies_compress_only_over_128_kib() {
-    assert!(!compresses(AnswerKind::Complete, Some(0)));
-    assert!(!compresses(AnswerKind::Complete, Some(THRESHOLD)), "exactly 128 KiB stays plain");
-    assert!(compresses(AnswerKind::Complete, Some(THRESHOLD + 1)));
-    assert!(!compresses(AnswerKind::Complete, None), "an unknown length is left alone");
+    assert!(!compresses(AnswerKind::Complete, &exactly(0)));
+    assert!(!compresses(AnswerKind::Complete, &exactly(THRESHOLD)), "exactly 128 KiB stays plain");
+    assert!(compresses(AnswerKind::Complete, &exactly(THRESHOLD + 1)));
+    assert!(!compresses(AnswerKind::Complete, &at_least(0)), "an unknown length is left alone");
+    assert!(!compresses(AnswerKind::Complete, &at_least(THRESHOLD)), "at least 128 KiB may be exactly that");
+    assert!(compresses(AnswerKind::Complete, &at_least(THRESHOLD + 1)), "a streamed list known to be longer");
     assert_eq!(THRESHOLD, 131_072);
 }
 
 #[test]
 fn only_watch_lists_compress_among_watches_whatever_their_size() {
-    assert!(compresses(AnswerKind::WatchList, None));
-    assert!(compresses(AnswerKind::WatchList, Some(0)));
-    assert!(!compresses(AnswerKind::Watch, None));
-    assert!(!compresses(AnswerKind::Watch, Some(10 * THRESHOLD)));
+    assert!(compresses(AnswerKind::WatchList, &at_least(0)));
+    assert!(compresses(AnswerKind::WatchList, &exactly(0)));
+    assert!(!compresses(AnswerKind::Watch, &at_least(0)));
+    assert!(!compresses(AnswerKind::Watch, &exactly(10 * THRESHOLD)));
 }
 
 /// A body of `len` bytes that compress well, in pieces of 1,000, as a

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body::{Body, Frame};
+use http_body::{Body, Frame, SizeHint};
 
 use super::list::PageStart;
 use crate::body::{BoxError, Chunk};
@@ -97,6 +97,10 @@ pub(super) struct ListStream {
     walked: bool,
     /// Sent after the last item.
     close: Option<Bytes>,
+    /// Bytes in `queued` and `close`: at least what the body has still to
+    /// send (its size hint's lower bound, by which a streamed list over
+    /// 128 KiB is compressed as the API server compresses it).
+    pending: u64,
 }
 
 /// Bytes of items a streamed list gathers at once: one walk of the snapshot
@@ -106,13 +110,13 @@ const BATCH_BYTES: usize = 256 * 1024;
 impl ListStream {
     pub(super) fn new(walk: Walk, variant: ContentVariant, builtin: bool) -> Self {
         debug_assert!(!variant.is_protobuf(), "a protobuf list needs its items' lengths before its head");
-        Self { walk, variant, builtin, queued: VecDeque::new(), placed: false, walked: false, close: None }
+        Self { walk, variant, builtin, queued: VecDeque::new(), placed: false, walked: false, close: None, pending: 0 }
     }
 
     /// Gathers items until `budget` bytes of them are queued or the walk
     /// ends; returns whether it ended.
     pub(super) fn gather(&mut self, budget: usize) -> Result<bool, NoProtobuf> {
-        let Self { walk, variant, builtin, queued, placed, walked, .. } = self;
+        let Self { walk, variant, builtin, queued, placed, walked, pending, .. } = self;
         let mut gathered = 0;
         let mut last = None;
         let mut ended = true;
@@ -132,6 +136,7 @@ impl ListStream {
             walk.resume_after(key);
         }
         *walked = ended;
+        *pending += gathered as u64;
         Ok(ended)
     }
 
@@ -148,6 +153,7 @@ impl ListStream {
 
     /// Streams what is left after `head`, then `close`.
     pub(super) fn after(mut self, head: Bytes, close: Bytes) -> Self {
+        self.pending += (head.len() + close.len()) as u64;
         self.queued.push_front(Chunk::from(head));
         self.close = Some(close);
         self
@@ -170,11 +176,21 @@ impl Body for ListStream {
             )));
         }
         let next = this.queued.pop_front().or_else(|| this.close.take().map(Chunk::from));
+        if let Some(chunk) = &next {
+            use bytes::Buf;
+            this.pending -= chunk.remaining() as u64;
+        }
         Poll::Ready(next.map(|chunk| Ok(Frame::data(chunk))))
     }
 
     fn is_end_stream(&self) -> bool {
         self.walked && self.queued.is_empty() && self.close.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let mut hint = SizeHint::new();
+        hint.set_lower(self.pending);
+        hint
     }
 }
 

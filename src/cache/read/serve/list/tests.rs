@@ -97,6 +97,9 @@ async fn a_long_json_list_streams_the_bytes_a_gathered_one_would_be() {
     ] {
         let body = response(cache, &snapshot, &filter, variant);
         let streamed = body.size_hint().exact().is_none();
+        if streamed {
+            assert!(body.size_hint().lower() > 1024 * 1024, "a streamed list says it is long: it is compressed");
+        }
         let bytes = read_all(body).await;
         assert_eq!(bytes, gathered(cache, &snapshot, &filter, variant), "{filter:?} {variant:?}");
         assert_eq!(names(&bytes).len(), expected_items);
@@ -105,6 +108,24 @@ async fn a_long_json_list_streams_the_bytes_a_gathered_one_would_be() {
         let long = variant == ContentVariant::Json && expected_items >= 750;
         assert_eq!(streamed, long, "{filter:?} {variant:?}: streamed only past a MiB of items");
     }
+}
+
+#[tokio::test]
+async fn a_streamed_list_is_compressed_as_the_api_server_compresses_a_long_list() {
+    use crate::compress::{AnswerKind, ResponseCompression};
+    let writer = cache_of(1500, 1500);
+    let cache = writer.cache();
+    let snapshot = cache.snapshot();
+    let everything = filter(None, "");
+    let scope = key_scope(cache, &everything);
+    let resp = list_response(cache, &snapshot, &everything, ContentVariant::Json, None, None, scope).unwrap();
+    let mut asking = http::HeaderMap::new();
+    asking.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("gzip"));
+    let resp = ResponseCompression::default().apply(&asking, AnswerKind::Complete, resp);
+    assert_eq!(resp.headers()[http::header::CONTENT_ENCODING], "gzip");
+    let compressed = read_all(resp.into_body()).await;
+    let plain = crate::upstream::bounded_read::gunzip(&compressed, 64 << 20).unwrap();
+    assert_eq!(plain.to_vec(), gathered(cache, &snapshot, &everything, ContentVariant::Json));
 }
 
 #[tokio::test]
