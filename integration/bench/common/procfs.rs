@@ -9,6 +9,18 @@ pub fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     cpu_ticks_of(&stat).ok_or_else(|| anyhow!("odd /proc/{pid}/stat"))
 }
 
+/// Time `pid`'s threads have run on a CPU, in nanoseconds (the first field
+/// of each thread's `schedstat`): exact where clock ticks are 10 ms.
+pub fn cpu_ns(pid: u32) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).with_context(|| format!("listing /proc/{pid}/task"))? {
+        // A thread that ended meanwhile is skipped.
+        let Ok(schedstat) = std::fs::read_to_string(task?.path().join("schedstat")) else { continue };
+        total += schedstat.split_whitespace().next().and_then(|ns| ns.parse::<u64>().ok()).unwrap_or(0);
+    }
+    Ok(total)
+}
+
 /// utime + stime from a process's or a thread's `stat` line.
 fn cpu_ticks_of(stat: &str) -> Option<u64> {
     // The command name is in parentheses and may hold spaces: count fields after the last ')'.

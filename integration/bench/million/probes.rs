@@ -257,10 +257,39 @@ pub async fn get(target: &Target, sender: &Sender, path: &str) -> anyhow::Result
 
 /// A server on loopback answering `{}` to everything (h2c by prior
 /// knowledge, or HTTP/1.1): what loopback and hyper cost a request alone.
-pub async fn floor_server() -> anyhow::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// On its own thread and runtime pinned to `cpus` (watchmux's core) when
+/// given, so that a request crosses between cores as it does to watchmux:
+/// in this machine's VM that crossing, a wake-up each way, is most of what
+/// an empty LIST costs at the client, and a floor on the client's own core
+/// (where it had been) left it all in watchmux's column.
+pub async fn floor_server(cpus: Option<&str>) -> anyhow::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    tokio::spawn(async move {
+    let Some(cpus) = cpus else {
+        tokio::spawn(serve_floor(tokio::net::TcpListener::from_std(listener)?));
+        return Ok(addr);
+    };
+    let mut set = rustix::thread::CpuSet::new();
+    for part in cpus.split(',') {
+        let core = |n: &str| n.trim().parse::<usize>().with_context(|| format!("a core number in {cpus:?}"));
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        for cpu in core(first)?..=core(last)? {
+            set.set(cpu);
+        }
+    }
+    std::thread::Builder::new().name("floor".into()).spawn(move || {
+        rustix::thread::sched_setaffinity(None, &set).expect("pinning the floor server");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        rt.block_on(async move {
+            serve_floor(tokio::net::TcpListener::from_std(listener).expect("a listener")).await;
+        });
+    })?;
+    Ok(addr)
+}
+
+async fn serve_floor(listener: tokio::net::TcpListener) {
+    {
         while let Ok((tcp, _)) = listener.accept().await {
             let _ = tcp.set_nodelay(true);
             tokio::spawn(async move {
@@ -272,8 +301,7 @@ pub async fn floor_server() -> anyhow::Result<SocketAddr> {
                     .await;
             });
         }
-    });
-    Ok(addr)
+    }
 }
 
 pub fn self_check() {

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::Config;
 use crate::common::client::{Shape, Target};
-use crate::common::procfs::rss_bytes;
+use crate::common::procfs::{cpu_ns, rss_bytes};
 use crate::common::prom;
 use crate::common::stats::{Table, fmt1, fmt2, mib, percentile, thousands};
 use crate::probes::{
@@ -69,6 +69,9 @@ pub struct Latency {
     pub times: Vec<Duration>,
     pub failed: usize,
     pub reconnects: usize,
+    /// watchmux's CPU (every thread, user and kernel) over the series,
+    /// per request; none for the floors.
+    pub server_cpu_us: Option<f64>,
 }
 
 impl Latency {
@@ -161,34 +164,55 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
     anyhow::ensure!(status == http::StatusCode::OK, "a node's LIST: {status}");
     let per_node = count_items(&body)?;
     drop(sender);
-    let floor_target = Target::Proxy { addr: floor_server().await?, tls: None };
+    let floor_target = Target::Proxy { addr: floor_server(None).await?, tls: None };
+    let pinned_floor_target = Target::Proxy { addr: floor_server(Some(&cfg.cpus)).await?, tls: None };
     let nodes = cfg.nodes;
-    let mut series: Vec<(&'static str, bool, Until, PathOf)> = vec![(
-        "loopback floor: a trivial hyper server in the bench",
-        true,
-        Until::LastByte,
-        Box::new(|_| "/".to_owned()),
-    )];
+    let mut series: Vec<(&'static str, Option<&Target>, Until, PathOf)> = vec![
+        (
+            "loopback floor: a trivial hyper server in the bench (the client's core)",
+            Some(&floor_target),
+            Until::LastByte,
+            Box::new(|_| "/".to_owned()),
+        ),
+        (
+            "loopback floor: a trivial hyper server on watchmux's core",
+            Some(&pinned_floor_target),
+            Until::LastByte,
+            Box::new(|_| "/".to_owned()),
+        ),
+    ];
     let requests = request_series(move |i| node_selector(i, nodes), RV_BASE.to_string());
-    series.extend(requests.into_iter().map(|(name, until, path)| (name, false, until, path)));
+    series.extend(requests.into_iter().map(|(name, until, path)| (name, None, until, path)));
     let mut latencies = Vec::new();
     let phase = |name: &str| cfg.phases.iter().any(|p| p == name);
-    for (name, on_floor, until, path) in series.into_iter().filter(|_| phase("latency")) {
-        let t = if on_floor { &floor_target } else { &target };
+    for (name, floor, until, path) in series.into_iter().filter(|_| phase("latency")) {
+        let t = floor.unwrap_or(&target);
         timed(t, WARM_UP, until, &path).await?;
+        let cpu_before = cpu_ns(wm.pid)?;
         let timed = timed(t, cfg.requests, until, &path).await?;
+        let server_cpu_us =
+            floor.is_none().then(|| (cpu_ns(wm.pid).unwrap_or(cpu_before) - cpu_before) as f64 / 1e3 / cfg.requests as f64);
         let mut kinds = vec![("headers", timed.headers)];
         if until == Until::LastByte {
             kinds.push(("last byte", timed.last_byte));
         }
         for (until, times) in kinds {
-            let l = Latency { name, path: path(1), until, times, failed: timed.not_ok, reconnects: timed.reconnects };
+            let l = Latency {
+                name,
+                path: path(1),
+                until,
+                times,
+                failed: timed.not_ok,
+                reconnects: timed.reconnects,
+                server_cpu_us,
+            };
             eprintln!(
-                "million: {name}, to the {until}: p50 {:.1} µs, p99 {:.1} µs, {} not 200, {} reconnects",
+                "million: {name}, to the {until}: p50 {:.1} µs, p99 {:.1} µs, {} not 200, {} reconnects; watchmux CPU {} µs a request",
                 l.us(0.5),
                 l.us(0.99),
                 l.failed,
-                l.reconnects
+                l.reconnects,
+                server_cpu_us.map_or("–".into(), |us| format!("{us:.1}")),
             );
             latencies.push(l);
         }
@@ -388,15 +412,16 @@ pub fn markdown(r: &RunResult) {
     t.print();
 
     // The floors, each at its last byte: subtracted from the rows of the series after them.
-    let floor = r.latencies.iter().find(|l| l.name.starts_with("loopback floor") && l.until == "last byte");
+    let floor = r.latencies.iter().find(|l| l.name.ends_with("on watchmux's core") && l.until == "last byte");
     let empty = r.latencies.iter().find(|l| l.name.starts_with("an empty namespace") && l.until == "last byte");
     let mut t = Table::new(&[
         "request (one h2c connection, one after another)",
         "until",
         "n",
         "p50 / p99 / max, µs",
-        "p50 / p99 − loopback floor, µs",
+        "p50 / p99 − loopback floor on watchmux's core, µs",
         "p50 / p99 − empty LIST, µs",
+        "watchmux CPU a request, µs",
         "not 200; reconnects",
     ]);
     for l in &r.latencies {
@@ -413,6 +438,7 @@ pub fn markdown(r: &RunResult) {
             format!("{} / {} / {}", us(l.us(0.5)), us(l.us(0.99)), us(l.us(1.0))),
             minus(floor, "loopback floor"),
             minus(empty, "an empty namespace"),
+            l.server_cpu_us.map_or("–".into(), us),
             format!("{}; {}", l.failed, l.reconnects),
         ]);
     }
@@ -495,6 +521,7 @@ pub fn json(r: &RunResult) -> serde_json::Value {
             "path": l.path,
             "until": l.until,
             "n": l.times.len(),
+            "server_cpu_us_per_request": l.server_cpu_us,
             "p50": l.us(0.5),
             "p90": l.us(0.9),
             "p99": l.us(0.99),
