@@ -30,6 +30,8 @@ const SETTLE_AFTER_SYNC: Duration = Duration::from_secs(12);
 const FIRST_LIST_POLL: Duration = Duration::from_millis(20);
 /// Requests sent before each latency series, not counted (connection and caches warm).
 const WARM_UP: usize = 50;
+/// How long watchmux's idle CPU is read before the request series.
+const IDLE_SAMPLE: Duration = Duration::from_secs(2);
 
 /// One start of watchmux.
 pub struct Start {
@@ -82,6 +84,8 @@ impl Latency {
 
 pub struct RunResult {
     pub cfg: Arc<Config>,
+    /// watchmux's CPU while nothing is asked of it, in cores.
+    pub idle_cpu_share: f64,
     /// RSS as the cache synced, before it settled.
     pub rss_synced: u64,
     pub object_bytes: usize,
@@ -185,13 +189,20 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
     series.extend(requests.into_iter().map(|(name, until, path)| (name, None, until, path)));
     let mut latencies = Vec::new();
     let phase = |name: &str| cfg.phases.iter().any(|p| p == name);
+    // What watchmux spends with no request at all, counted in every
+    // series' CPU a request.
+    let idle_from = (cpu_ns(wm.pid)?, Instant::now());
+    tokio::time::sleep(IDLE_SAMPLE).await;
+    let idle_cpu_share = (cpu_ns(wm.pid)? - idle_from.0) as f64 / idle_from.1.elapsed().as_nanos() as f64;
+    eprintln!("million: watchmux idle: {:.2} % of a core", idle_cpu_share * 100.0);
     for (name, floor, until, path) in series.into_iter().filter(|_| phase("latency")) {
         let t = floor.unwrap_or(&target);
         timed(t, WARM_UP, until, &path).await?;
         let cpu_before = cpu_ns(wm.pid)?;
         let timed = timed(t, cfg.requests, until, &path).await?;
-        let server_cpu_us =
-            floor.is_none().then(|| (cpu_ns(wm.pid).unwrap_or(cpu_before) - cpu_before) as f64 / 1e3 / cfg.requests as f64);
+        let server_cpu_us = floor
+            .is_none()
+            .then(|| (cpu_ns(wm.pid).unwrap_or(cpu_before) - cpu_before) as f64 / 1e3 / cfg.requests as f64);
         let mut kinds = vec![("headers", timed.headers)];
         if until == Until::LastByte {
             kinds.push(("last byte", timed.last_byte));
@@ -340,6 +351,7 @@ pub async fn run(cfg: Arc<Config>) -> anyhow::Result<RunResult> {
         settle_secs: settled_in.as_secs_f64(),
         lists,
         latencies,
+        idle_cpu_share,
         starts,
         persisted_bytes,
         unknown_paths: replay.unknown.lock().iter().map(|(p, n)| format!("{p} ×{n}")).collect(),
@@ -516,6 +528,7 @@ pub fn json(r: &RunResult) -> serde_json::Value {
             "rss_growth_bytes": l.growth(),
             "rss_growth_share": l.growth_share(),
         })).collect::<Vec<_>>(),
+        "watchmux_idle_cpu_share": r.idle_cpu_share,
         "latency_us": r.latencies.iter().map(|l| json!({
             "name": l.name,
             "path": l.path,

@@ -2,10 +2,8 @@
 //! proven-fresh, at least N, exactly N, or the snapshot a continue token
 //! names), and the list body, paginated as the API server paginates.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::Response;
 use tokio::time::Instant;
 
@@ -22,7 +20,7 @@ use crate::cache::resource::freshness::{Proof, ProofOutcome, reached};
 use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
 use crate::cache::state::snapshots::PageEnd;
 use crate::cache::state::store::Snapshot;
-use crate::encode::list::{ListMeta, list_body, list_ends, protobuf_list_body};
+use crate::encode::list::{ListItems, ListMeta, list_body, list_ends, protobuf_list_body};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::metrics as m;
 
@@ -157,16 +155,16 @@ fn list_response(
     }
     let info = &cache.shape.info;
     let builtin = !cache.list_items_typed();
-    let mut items = VecDeque::new();
+    let mut items = ListItems::default();
     // Protobuf items: bare messages, framed once their lengths are known.
     let mut messages = Vec::new();
     let meta = page(cache, snapshot, filter, start, limit, key_scope, |obj| {
-        let [a, b] = obj.list_item(variant, builtin)?;
+        let item = obj.list_item(variant, builtin)?;
         if variant.is_protobuf() {
-            messages.push(a);
+            let [message, _] = item;
+            messages.push(message);
         } else {
-            let sep = if items.is_empty() { Bytes::new() } else { Bytes::from_static(b",") };
-            items.push_back(Chunk::parts(sep, a, b));
+            items.push(item);
         }
         Ok(())
     })?;
@@ -174,7 +172,7 @@ fn list_response(
         protobuf_list_body(variant, &info.kind, &info.api_version(), &meta, messages)
             .map_err(|refused| NoProtobuf { reason: refused.reason() })?
     } else {
-        list_body(variant, &info.kind, &info.api_version(), &meta, items)
+        list_body(variant, &info.kind, &info.api_version(), &meta, items.take())
     };
     Ok(list_with_headers(body::boxed_chunks(ChunkList::new(chunks)), variant))
 }

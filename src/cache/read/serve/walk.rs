@@ -24,6 +24,7 @@ use crate::body::{BoxError, Chunk};
 use crate::cache::delivery::filter::{Filter, NODE_FIELD};
 use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
 use crate::cache::state::store::Snapshot;
+use crate::encode::list::ListItems;
 use crate::encode::variant::ContentVariant;
 use crate::selector::field::FieldOp;
 
@@ -91,8 +92,8 @@ pub(super) struct ListStream {
     builtin: bool,
     /// The head, items gathered and not yet sent, and at the end the close.
     queued: VecDeque<Chunk>,
-    /// Whether any item was placed yet (the next one then needs a comma).
-    placed: bool,
+    /// Items as they are gathered (each after its comma but the first).
+    items: ListItems,
     /// The walk reached the snapshot's end.
     walked: bool,
     /// Sent after the last item.
@@ -110,39 +111,45 @@ const BATCH_BYTES: usize = 256 * 1024;
 impl ListStream {
     pub(super) fn new(walk: Walk, variant: ContentVariant, builtin: bool) -> Self {
         debug_assert!(!variant.is_protobuf(), "a protobuf list needs its items' lengths before its head");
-        Self { walk, variant, builtin, queued: VecDeque::new(), placed: false, walked: false, close: None, pending: 0 }
+        Self {
+            walk,
+            variant,
+            builtin,
+            queued: VecDeque::new(),
+            items: ListItems::default(),
+            walked: false,
+            close: None,
+            pending: 0,
+        }
     }
 
     /// Gathers items until `budget` bytes of them are queued or the walk
     /// ends; returns whether it ended.
     pub(super) fn gather(&mut self, budget: usize) -> Result<bool, NoProtobuf> {
-        let Self { walk, variant, builtin, queued, placed, walked, pending, .. } = self;
-        let mut gathered = 0;
+        let Self { walk, variant, builtin, queued, items, walked, pending, .. } = self;
+        let before = items.bytes();
         let mut last = None;
         let mut ended = true;
         for (key, obj) in walk.matching() {
-            if gathered >= budget {
+            if items.bytes() - before >= budget {
                 ended = false;
                 break;
             }
-            let [a, b] = obj.list_item(*variant, *builtin)?;
-            let sep = if *placed { Bytes::from_static(b",") } else { Bytes::new() };
-            gathered += sep.len() + a.len() + b.len();
-            queued.push_back(Chunk::parts(sep, a, b));
-            *placed = true;
+            items.push(obj.list_item(*variant, *builtin)?);
             last = Some(key);
         }
         if let Some(key) = last.cloned() {
             walk.resume_after(key);
         }
         *walked = ended;
-        *pending += gathered as u64;
+        *pending += (items.bytes() - before) as u64;
+        queued.extend(items.take());
         Ok(ended)
     }
 
     /// Whether an item was placed.
     pub(super) fn placed_any(&self) -> bool {
-        self.placed
+        self.items.placed_any()
     }
 
     /// The gathered items, once the walk has ended.

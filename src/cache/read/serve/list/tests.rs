@@ -4,6 +4,7 @@
 //! counts what remains as a walk of the rest would, once the first page
 //! counted it.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Buf as _, Bytes};
