@@ -7,7 +7,7 @@ use std::sync::Arc;
 use http::Response;
 use tokio::time::Instant;
 
-use super::walk::{ListStream, Walk};
+use super::walk::{ListStream, PageStart, Walk};
 use super::{CacheService, Served, set_common_headers};
 use crate::body::{self, Chunk, ChunkList};
 use crate::cache::content::{Answer, NoProtobufHere, answer_form};
@@ -23,12 +23,6 @@ use crate::cache::state::store::Snapshot;
 use crate::encode::list::{ListItems, ListMeta, list_body, list_ends, protobuf_list_body};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::metrics as m;
-
-/// Where a page starts in its snapshot.
-pub(super) struct PageStart {
-    pub(super) after: ObjectKey,
-    pub(super) exclusive: bool,
-}
 
 impl CacheService {
     pub(super) async fn list(

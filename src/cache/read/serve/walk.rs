@@ -19,7 +19,6 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use super::list::PageStart;
 use crate::body::{BoxError, Chunk};
 use crate::cache::delivery::filter::{Filter, NODE_FIELD};
 use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
@@ -27,6 +26,12 @@ use crate::cache::state::store::Snapshot;
 use crate::encode::list::ListItems;
 use crate::encode::variant::ContentVariant;
 use crate::selector::field::FieldOp;
+
+/// Where a page starts in its snapshot.
+pub(super) struct PageStart {
+    pub(super) after: ObjectKey,
+    pub(super) exclusive: bool,
+}
 
 /// The objects a LIST visits, from where it stands.
 pub(super) struct Walk {
