@@ -478,6 +478,10 @@ async fn paginated_lists_come_from_one_snapshot_with_interchangeable_tokens() {
     let (code, direct2) = get_direct(&direct, &format!("{base}&continue={token}")).await;
     assert_eq!(code, 200);
     assert_eq!(json(&direct2)["items"], page2["items"]);
+    // What remains, counted by the cache from page 1's count, is what the
+    // API server counts for the same token.
+    assert_eq!(page2["metadata"]["remainingItemCount"], 1);
+    assert_eq!(json(&direct2)["metadata"]["remainingItemCount"], page2["metadata"]["remainingItemCount"]);
 
     // Last page: no continue token, and the late write is not in this snapshot.
     let token2 = page2["metadata"]["continue"].as_str().unwrap();

@@ -120,10 +120,13 @@ async fn cached_and_passed_through_answers_are_compressed_as_by_the_api_server()
     let client = cluster.direct_client();
     let wm = Watchmux::start(&cluster, &["--cache-resources", "configmaps", "--cache-warm"]).await;
     wait_initialized(wm.admin, "configmaps", 1.0).await;
-    let (large, small) = (namespace("gzip-large"), namespace("gzip-small"));
+    let (large, small, huge) = (namespace("gzip-large"), namespace("gzip-small"), namespace("gzip-huge"));
     // About 170 KiB of JSON and 165 KiB of protobuf; and a few KiB.
     fill(&client, &large, 40, 4_000).await;
     fill(&client, &small, 3, 100).await;
+    // About 1.2 MiB: a JSON LIST the cache streams from its snapshot
+    // rather than gathers (over a MiB of items, no limit).
+    fill(&client, &huge, 40, 30_000).await;
     // One object over 128 KiB, for a GET.
     let big = json!({"metadata": {"name": "big"}, "data": {"v": "z".repeat(200_000)}});
     direct_json(&client, http::Method::POST, &format!("/api/v1/namespaces/{large}/configmaps"), big).await;
@@ -132,6 +135,7 @@ async fn cached_and_passed_through_answers_are_compressed_as_by_the_api_server()
         direct_json(&client, http::Method::POST, &format!("/api/v1/namespaces/{large}/secrets"), secret).await;
     }
     let served_before = watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[]).await;
+    let streamed_before = watchmux_metric_sum(wm.admin, "watchmux_cache_list_streamed_total", &[]).await;
     let gets_before = watchmux_metric_sum(wm.admin, "watchmux_cache_get_total", &[]).await;
 
     let json_ct = "application/json";
@@ -141,6 +145,7 @@ async fn cached_and_passed_through_answers_are_compressed_as_by_the_api_server()
         (format!("/api/v1/namespaces/{large}/configmaps?resourceVersion=0"), pb_ct, true),
         (format!("/api/v1/namespaces/{small}/configmaps?resourceVersion=0"), json_ct, false),
         (format!("/api/v1/namespaces/{small}/configmaps?resourceVersion=0"), pb_ct, false),
+        (format!("/api/v1/namespaces/{huge}/configmaps?resourceVersion=0"), json_ct, true),
         // GETs at resourceVersion=0, from the cache: one object over 128 KiB, one under.
         (format!("/api/v1/namespaces/{large}/configmaps/big?resourceVersion=0"), json_ct, true),
         (format!("/api/v1/namespaces/{large}/configmaps/cm-000?resourceVersion=0"), json_ct, false),
@@ -182,7 +187,9 @@ async fn cached_and_passed_through_answers_are_compressed_as_by_the_api_server()
         assert_eq!(v.vary, if *is_large { vec!["Accept-Encoding".to_owned()] } else { vec![] }, "{path} {accept}");
     }
     let served_after = watchmux_metric_sum(wm.admin, "watchmux_cache_list_total", &[]).await;
-    assert!(served_after - served_before >= 4.0 * 14.0, "the configmap lists came from the cache");
+    assert!(served_after - served_before >= 5.0 * 14.0, "the configmap lists came from the cache");
+    let streamed = watchmux_metric_sum(wm.admin, "watchmux_cache_list_streamed_total", &[]).await - streamed_before;
+    assert_eq!(streamed, 15.0, "the 1.2 MiB list, each time through watchmux, was streamed; no other");
     let gets_after = watchmux_metric_sum(wm.admin, "watchmux_cache_get_total", &[]).await;
     assert!(gets_after - gets_before >= 2.0 * 14.0, "the configmap GETs came from the cache");
 
@@ -200,7 +207,7 @@ async fn cached_and_passed_through_answers_are_compressed_as_by_the_api_server()
             assert_eq!(event_names(&v.decoded), event_names(&d.decoded), "{path} {ask:?}");
         }
     }
-    for ns in [&large, &small] {
+    for ns in [&large, &small, &huge] {
         cluster.kubectl_direct(&["delete", "namespace", ns, "--wait=false"]);
     }
 }
