@@ -43,31 +43,30 @@ const COPIED_ITEM: usize = 4 * 1024;
 /// default maximum.
 const FRAME: usize = 16 * 1024;
 
-/// A JSON list's items as body chunks, each after its comma. An item of a
-/// few hundred bytes to a few KiB, sent as a chunk of its own, costs HTTP/2
-/// a DATA frame and hyper a poll each: a kubelet's LIST of 200 pods was 200
-/// frames, their bookkeeping more CPU than copying the bytes once into a
-/// few 16 KiB frames (which the connection's write buffer copies anyway).
+/// A list body's items as chunks: an item of a few hundred bytes to a few
+/// KiB, sent as a chunk of its own, costs HTTP/2 a DATA frame and hyper a
+/// poll each: a kubelet's LIST of 200 pods was 200 frames, their
+/// bookkeeping more CPU than copying the bytes once into a few 16 KiB
+/// frames (which the connection's write buffer copies anyway). Items of
+/// [`COPIED_ITEM`] or more go as the shared bytes they are.
 #[derive(Default)]
-pub(crate) struct ListItems {
+pub(crate) struct Frames {
     chunks: VecDeque<Chunk>,
     /// The frame being filled.
     open: BytesMut,
-    placed: bool,
     bytes: usize,
 }
 
-impl ListItems {
-    /// Adds an item made of `parts` (a list item's two pieces).
-    pub(crate) fn push(&mut self, parts: [Bytes; 2]) {
-        let sep: &'static [u8] = if self.placed { b"," } else { b"" };
-        self.placed = true;
-        let [a, b] = parts;
-        let len = sep.len() + a.len() + b.len();
+impl Frames {
+    /// Adds one item, written as its three parts in order: a few bytes
+    /// before it (a comma, a protobuf field's key and length), and its two
+    /// pieces.
+    pub(crate) fn push(&mut self, head: &[u8], body: Bytes, tail: Bytes) {
+        let len = head.len() + body.len() + tail.len();
         self.bytes += len;
         if len >= COPIED_ITEM {
             self.close_frame();
-            self.chunks.push_back(Chunk::parts(Bytes::from_static(sep), a, b));
+            self.chunks.push_back(Chunk::parts(Bytes::copy_from_slice(head), body, tail));
             return;
         }
         if self.open.len() + len > FRAME {
@@ -76,15 +75,43 @@ impl ListItems {
         if self.open.capacity() == 0 {
             self.open.reserve(FRAME);
         }
-        self.open.extend_from_slice(sep);
-        self.open.extend_from_slice(&a);
-        self.open.extend_from_slice(&b);
+        self.open.extend_from_slice(head);
+        self.open.extend_from_slice(&body);
+        self.open.extend_from_slice(&tail);
     }
 
     fn close_frame(&mut self) {
         if !self.open.is_empty() {
             self.chunks.push_back(Chunk::from(std::mem::take(&mut self.open).freeze()));
         }
+    }
+
+    /// Bytes of the items added so far.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The chunks of every item added so far.
+    pub(crate) fn take(&mut self) -> VecDeque<Chunk> {
+        self.close_frame();
+        std::mem::take(&mut self.chunks)
+    }
+}
+
+/// A JSON list's items as [`Frames`], each after its comma but the first.
+#[derive(Default)]
+pub(crate) struct ListItems {
+    frames: Frames,
+    placed: bool,
+}
+
+impl ListItems {
+    /// Adds an item made of `parts` (a list item's two pieces).
+    pub(crate) fn push(&mut self, parts: [Bytes; 2]) {
+        let sep: &[u8] = if self.placed { b"," } else { b"" };
+        self.placed = true;
+        let [a, b] = parts;
+        self.frames.push(sep, a, b);
     }
 
     /// Whether any item was added.
@@ -94,14 +121,13 @@ impl ListItems {
 
     /// Bytes of the items added so far.
     pub(crate) fn bytes(&self) -> usize {
-        self.bytes
+        self.frames.bytes()
     }
 
     /// The chunks of every item added so far; later items follow with their
     /// comma.
     pub(crate) fn take(&mut self) -> VecDeque<Chunk> {
-        self.close_frame();
-        std::mem::take(&mut self.chunks)
+        self.frames.take()
     }
 }
 
@@ -118,11 +144,12 @@ pub(crate) fn protobuf_list_body(
     let (kind, api_version) = variant.list_type(kind, api_version);
     let lens: Vec<usize> = items.iter().map(Bytes::len).collect();
     let layout = ListLayout::new(&api_version, &kind, meta.to_json().as_bytes(), &lens)?;
-    let mut chunks = VecDeque::with_capacity(items.len() + 2);
-    chunks.push_back(Chunk::from(Bytes::from(layout.head.clone())));
+    let mut frames = Frames::default();
     for item in items {
-        chunks.push_back(Chunk::parts(Bytes::from(layout.item_prefix(item.len())), item, Bytes::new()));
+        frames.push(&layout.item_prefix(item.len()), item, Bytes::new());
     }
+    let mut chunks = frames.take();
+    chunks.push_front(Chunk::from(Bytes::from(layout.head.clone())));
     chunks.push_back(Chunk::from(Bytes::from_static(ENVELOPE_TAIL)));
     Ok(chunks)
 }
