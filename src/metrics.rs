@@ -94,8 +94,8 @@ pub(crate) const WATCHERS_CATCHING_UP: &str = "watchmux_watchers_catching_up";
 pub(crate) const REGISTERED_WATCHERS: &str = "watchmux_registered_watchers";
 /// LIST requests answered from the cache, by resource.
 pub(crate) const CACHE_LIST_TOTAL: &str = "watchmux_cache_list_total";
-/// LISTs from the cache too long to gather (JSON, no limit, over a MiB of
-/// items) and streamed from their snapshot instead, by resource.
+/// LISTs from the cache too long to gather (no limit, over a MiB of items)
+/// and streamed from their snapshot instead, by resource.
 pub(crate) const CACHE_LIST_STREAMED: &str = "watchmux_cache_list_streamed_total";
 /// GET requests answered from the cache, by resource.
 pub(crate) const CACHE_GET_TOTAL: &str = "watchmux_cache_get_total";
@@ -473,7 +473,7 @@ fn describe() {
     describe_counter!(CACHE_LIST_TOTAL, "LIST requests answered from the cache, by resource.");
     describe_counter!(
         CACHE_LIST_STREAMED,
-        "LISTs answered from the cache by streaming from a snapshot (JSON, no limit, over a MiB of items), by resource."
+        "LISTs answered from the cache by streaming from a snapshot (no limit, over a MiB of items), by resource."
     );
     describe_counter!(CACHE_GET_TOTAL, "GET requests answered from the cache, by resource.");
     describe_counter!(

@@ -23,7 +23,8 @@ use crate::body::{BoxError, Chunk};
 use crate::cache::delivery::filter::{Filter, NODE_FIELD};
 use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
 use crate::cache::state::store::Snapshot;
-use crate::encode::list::ListItems;
+use crate::encode::list::{Frames, ListItems};
+use crate::encode::protobuf::ListLayout;
 use crate::encode::variant::ContentVariant;
 use crate::selector::field::FieldOp;
 
@@ -87,9 +88,10 @@ fn candidates_decide(filter: &Filter, namespace: Option<&str>, node: Option<&str
         })
 }
 
-/// The items of a JSON list body, streamed from a [`Walk`]: each item the
-/// object's shared bytes behind a comma (none before the first), a batch at
-/// a time; then the list's closing bytes.
+/// The items of a list body, streamed from a [`Walk`] a batch at a time,
+/// then the list's closing bytes: in JSON each item behind a comma (none
+/// before the first); in protobuf each behind its field's key and length,
+/// the lengths summed by a first walk for the head ([`ListStream::protobuf`]).
 pub(super) struct ListStream {
     walk: Walk,
     variant: ContentVariant,
@@ -97,16 +99,61 @@ pub(super) struct ListStream {
     builtin: bool,
     /// The head, items gathered and not yet sent, and at the end the close.
     queued: VecDeque<Chunk>,
-    /// Items as they are gathered (each after its comma but the first).
-    items: ListItems,
+    /// Items as they are gathered, in the list's form.
+    form: ItemForm,
     /// The walk reached the snapshot's end.
     walked: bool,
     /// Sent after the last item.
     close: Option<Bytes>,
     /// Bytes in `queued` and `close`: at least what the body has still to
     /// send (its size hint's lower bound, by which a streamed list over
-    /// 128 KiB is compressed as the API server compresses it).
+    /// 128 KiB is compressed as the API server compresses it); in protobuf
+    /// exactly what it has still to send.
     pending: u64,
+}
+
+/// How the items of a list are written.
+enum ItemForm {
+    /// Each after its comma but the first.
+    Json(ListItems),
+    /// Each behind its field's key and length; `left` is what the head
+    /// announced of the items' bytes and has not been written yet.
+    Protobuf { frames: Frames, layout: ListLayout, left: usize },
+}
+
+/// An item's protobuf form changed between the walk that measured the list
+/// and the one that writes it (an upgrade of the upstream's minor, whose
+/// form is made for each read where the kind is written differently): the
+/// body cannot be what its head announced, and ends with an error.
+const CHANGED: NoProtobuf = NoProtobuf { reason: "an item's protobuf form changed while its list was streamed" };
+
+impl ItemForm {
+    fn bytes(&self) -> usize {
+        match self {
+            Self::Json(items) => items.bytes(),
+            Self::Protobuf { frames, .. } => frames.bytes(),
+        }
+    }
+
+    fn push(&mut self, item: [Bytes; 2]) -> Result<(), NoProtobuf> {
+        match self {
+            Self::Json(items) => items.push(item),
+            Self::Protobuf { frames, layout, left } => {
+                let [message, _] = item;
+                let prefix = layout.item_prefix(message.len());
+                *left = left.checked_sub(prefix.len() + message.len()).ok_or(CHANGED)?;
+                frames.push(&prefix, message, Bytes::new());
+            }
+        }
+        Ok(())
+    }
+
+    fn take(&mut self) -> VecDeque<Chunk> {
+        match self {
+            Self::Json(items) => items.take(),
+            Self::Protobuf { frames, .. } => frames.take(),
+        }
+    }
 }
 
 /// Bytes of items a streamed list gathers at once: one walk of the snapshot
@@ -114,47 +161,68 @@ pub(super) struct ListStream {
 const BATCH_BYTES: usize = 256 * 1024;
 
 impl ListStream {
+    /// A JSON list's items.
     pub(super) fn new(walk: Walk, variant: ContentVariant, builtin: bool) -> Self {
-        debug_assert!(!variant.is_protobuf(), "a protobuf list needs its items' lengths before its head");
-        Self {
-            walk,
-            variant,
-            builtin,
-            queued: VecDeque::new(),
-            items: ListItems::default(),
-            walked: false,
-            close: None,
-            pending: 0,
-        }
+        debug_assert!(!variant.is_protobuf(), "a protobuf list's head holds its items' lengths");
+        Self::of(walk, variant, builtin, ItemForm::Json(ListItems::default()))
+    }
+
+    /// A protobuf list's items, `items_len` bytes of them with their keys
+    /// and lengths as `layout`'s head announced.
+    pub(super) fn protobuf(
+        walk: Walk,
+        variant: ContentVariant,
+        builtin: bool,
+        layout: ListLayout,
+        items_len: usize,
+    ) -> Self {
+        debug_assert!(variant.is_protobuf());
+        let mut stream =
+            Self::of(walk, variant, builtin, ItemForm::Protobuf { frames: Frames::default(), layout, left: items_len });
+        // Known in advance, to the byte.
+        stream.pending = items_len as u64;
+        stream
+    }
+
+    fn of(walk: Walk, variant: ContentVariant, builtin: bool, form: ItemForm) -> Self {
+        Self { walk, variant, builtin, queued: VecDeque::new(), form, walked: false, close: None, pending: 0 }
     }
 
     /// Gathers items until `budget` bytes of them are queued or the walk
     /// ends; returns whether it ended.
     pub(super) fn gather(&mut self, budget: usize) -> Result<bool, NoProtobuf> {
-        let Self { walk, variant, builtin, queued, items, walked, pending, .. } = self;
-        let before = items.bytes();
+        let Self { walk, variant, builtin, queued, form, walked, pending, .. } = self;
+        let before = form.bytes();
         let mut last = None;
         let mut ended = true;
         for (key, obj) in walk.matching() {
-            if items.bytes() - before >= budget {
+            if form.bytes() - before >= budget {
                 ended = false;
                 break;
             }
-            items.push(obj.list_item(*variant, *builtin)?);
+            form.push(obj.list_item(*variant, *builtin)?)?;
             last = Some(key);
         }
         if let Some(key) = last.cloned() {
             walk.resume_after(key);
         }
+        if ended && matches!(form, ItemForm::Protobuf { left, .. } if *left != 0) {
+            return Err(CHANGED);
+        }
         *walked = ended;
-        *pending += (items.bytes() - before) as u64;
-        queued.extend(items.take());
+        if let ItemForm::Json(_) = form {
+            *pending += (form.bytes() - before) as u64;
+        }
+        queued.extend(form.take());
         Ok(ended)
     }
 
     /// Whether an item was placed.
     pub(super) fn placed_any(&self) -> bool {
-        self.items.placed_any()
+        match &self.form {
+            ItemForm::Json(items) => items.placed_any(),
+            ItemForm::Protobuf { frames, .. } => frames.bytes() > 0,
+        }
     }
 
     /// The gathered items, once the walk has ended.
@@ -200,9 +268,15 @@ impl Body for ListStream {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let mut hint = SizeHint::new();
-        hint.set_lower(self.pending);
-        hint
+        match self.form {
+            // Its head announced its length.
+            ItemForm::Protobuf { .. } => SizeHint::with_exact(self.pending),
+            ItemForm::Json(_) => {
+                let mut hint = SizeHint::new();
+                hint.set_lower(self.pending);
+                hint
+            }
+        }
     }
 }
 
@@ -239,5 +313,29 @@ mod tests {
         ] {
             assert!(!candidates_decide(&f, namespace, node), "{why}");
         }
+    }
+
+    #[test]
+    fn a_protobuf_item_longer_or_shorter_than_measured_ends_the_list_with_an_error() {
+        let measured = [Bytes::from_static(b"abc"), Bytes::from_static(b"de")];
+        let lens: Vec<usize> = measured.iter().map(Bytes::len).collect();
+        let layout = || ListLayout::new("v1", "ConfigMapList", br#"{"resourceVersion":"7"}"#, &lens).unwrap();
+        let items_len: usize = lens.iter().map(|&len| layout().item_prefix(len).len() + len).sum();
+        let form = || ItemForm::Protobuf { frames: Frames::default(), layout: layout(), left: items_len };
+
+        let mut same = form();
+        for item in &measured {
+            same.push([item.clone(), Bytes::new()]).unwrap();
+        }
+        assert!(matches!(same, ItemForm::Protobuf { left: 0, .. }), "as measured: nothing left");
+
+        let mut longer = form();
+        longer.push([Bytes::from_static(b"abc"), Bytes::new()]).unwrap();
+        assert_eq!(longer.push([Bytes::from_static(b"defgh"), Bytes::new()]), Err(CHANGED));
+
+        let mut shorter = form();
+        shorter.push([Bytes::from_static(b"ab"), Bytes::new()]).unwrap();
+        shorter.push([Bytes::from_static(b"d"), Bytes::new()]).unwrap();
+        assert!(matches!(shorter, ItemForm::Protobuf { left, .. } if left > 0), "gather ends it with CHANGED");
     }
 }

@@ -67,6 +67,22 @@ fn gathered(cache: &ResourceCache, snapshot: &Snapshot, filter: &Filter, variant
     chunks.into_iter().flat_map(|mut c| c.copy_to_bytes(c.remaining())).collect()
 }
 
+/// The same in protobuf: each item's bare message, framed as a gathered
+/// page frames them.
+fn gathered_protobuf(cache: &ResourceCache, snapshot: &Snapshot, filter: &Filter, variant: ContentVariant) -> Vec<u8> {
+    let mut messages = Vec::new();
+    let scope = key_scope(cache, filter);
+    let meta = page::<NoProtobuf>(cache, snapshot, filter, None, None, scope, |obj| {
+        let [message, _] = obj.list_item(variant, !cache.list_items_typed())?;
+        messages.push(message);
+        Ok(())
+    })
+    .unwrap();
+    let info = &cache.shape.info;
+    let chunks = protobuf_list_body(variant, &info.kind, &info.api_version(), &meta, messages).unwrap();
+    chunks.into_iter().flat_map(|mut c| c.copy_to_bytes(c.remaining())).collect()
+}
+
 fn response(cache: &ResourceCache, snapshot: &Snapshot, filter: &Filter, variant: ContentVariant) -> body::ProxyBody {
     let scope = key_scope(cache, filter);
     list_response(cache, snapshot, filter, variant, None, None, scope).unwrap().into_body()
@@ -108,6 +124,31 @@ async fn a_long_json_list_streams_the_bytes_a_gathered_one_would_be() {
         // MiB, as do one namespace's 500 whole ConfigMaps.
         let long = variant == ContentVariant::Json && expected_items >= 750;
         assert_eq!(streamed, long, "{filter:?} {variant:?}: streamed only past a MiB of items");
+    }
+}
+
+#[tokio::test]
+async fn a_long_protobuf_list_streams_the_bytes_a_gathered_one_would_be_with_its_exact_length() {
+    let writer = cache_of(1500, 1500);
+    let cache = writer.cache();
+    let snapshot = cache.snapshot();
+    for (filter, variant, streamed) in [
+        (filter(None, ""), ContentVariant::Protobuf, true),
+        (filter(None, "half=1"), ContentVariant::Protobuf, true),
+        (filter(Some("ns-b"), ""), ContentVariant::Protobuf, false),
+        (filter(None, ""), ContentVariant::PartialObjectMetadataProtobuf, false),
+    ] {
+        let direct = streamed_protobuf_list_response(cache, &snapshot, &filter, variant, None).unwrap();
+        assert_eq!(direct.is_some(), streamed, "{filter:?} {variant:?}: streamed only past a MiB of items");
+        let body = response(cache, &snapshot, &filter, variant);
+        let length = body.size_hint().exact();
+        let bytes = read_all(body).await;
+        assert_eq!(length, Some(bytes.len() as u64), "{filter:?} {variant:?}: a protobuf list knows its length");
+        assert!(
+            bytes == gathered_protobuf(cache, &snapshot, &filter, variant),
+            "{filter:?} {variant:?}: {} bytes",
+            bytes.len()
+        );
     }
 }
 
