@@ -12,3 +12,6 @@ pub(crate) mod node_index;
 pub(crate) mod object;
 pub(crate) mod snapshots;
 pub(crate) mod store;
+
+#[cfg(all(test, feature = "jemalloc"))]
+mod footprint;
