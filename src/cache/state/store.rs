@@ -260,8 +260,13 @@ mod tests {
             fresh.insert(obj.key.clone(), obj);
         }
         let replaced = store.replace(fresh, 8);
-        let seen: Vec<_> =
-            replaced.events.iter().map(|e| (e.kind, e.object.key.name.as_str(), e.rv, &*e.object.uid)).collect();
+        let uids: Vec<String> = replaced.events.iter().map(|e| e.object.uid.to_string()).collect();
+        let seen: Vec<_> = replaced
+            .events
+            .iter()
+            .zip(&uids)
+            .map(|(e, uid)| (e.kind, e.object.key.name.as_str(), e.rv, uid.as_str()))
+            .collect();
         // c's deletion takes the lowest free version, below its new life.
         assert_eq!(
             seen,
