@@ -6,6 +6,7 @@
 //! - [`object`], [`event`]: cached objects with their encoding memo; events and frames.
 //! - [`snapshots`]: states kept for a while, for later pages and exact-version reads.
 
+mod dense;
 pub(crate) mod event;
 pub(crate) mod history;
 pub(crate) mod node_index;
