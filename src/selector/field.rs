@@ -35,19 +35,21 @@ impl FieldNames {
     /// are few (one or two a resource), and one thread decodes one
     /// resource's objects at a time: the last set this thread asked for is
     /// almost always the one asked for again.
-    fn interned(names: &[&'static str]) -> &'static FieldNames {
+    fn interned(names: impl ExactSizeIterator<Item = &'static str> + Clone) -> &'static FieldNames {
         type Sets = parking_lot::RwLock<HashMap<Box<[&'static str]>, &'static FieldNames>>;
         static SETS: std::sync::OnceLock<Sets> = std::sync::OnceLock::new();
         thread_local! {
             static LAST: std::cell::Cell<&'static FieldNames> = const { std::cell::Cell::new(&NO_NAMES) };
         }
-        if names.is_empty() {
+        if names.len() == 0 {
             return &NO_NAMES;
         }
         let last = LAST.get();
-        if last.0 == names {
+        if last.0.iter().copied().eq(names.clone()) {
             return last;
         }
+        let names: Vec<&'static str> = names.collect();
+        let names = names.as_slice();
         let sets = SETS.get_or_init(Default::default);
         let known = sets.read().get(names).copied();
         let interned = known.unwrap_or_else(|| {
@@ -126,9 +128,8 @@ impl FieldsBuilder {
     }
 
     pub(crate) fn build(self) -> Fields {
-        let names: Vec<&'static str> = self.0.iter().map(|(f, _)| *f).collect();
-        let values: Vec<&str> = self.0.iter().map(|(_, v)| v.as_str()).collect();
-        Fields { names: FieldNames::interned(&names), values: PackedStrs::new(&values) }
+        let names = FieldNames::interned(self.0.iter().map(|(f, _)| *f));
+        Fields { names, values: PackedStrs::new(self.0.iter().map(|(_, v)| v)) }
     }
 }
 

@@ -62,8 +62,7 @@ impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Labels {
         labels.reverse();
         labels.sort_by(|(a, _), (b, _)| a.as_ref().cmp(b.as_ref()));
         labels.dedup_by(|(later, _), (first, _)| later.as_ref() == first.as_ref());
-        let strings: Vec<&str> = labels.iter().flat_map(|(k, v)| [k.as_ref(), v.as_ref()]).collect();
-        Self(PackedStrs::new(&strings))
+        Self(PackedStrs::new(labels.iter().flat_map(|(k, v)| [k.as_ref(), v.as_ref()])))
     }
 }
 

@@ -32,19 +32,20 @@ const BITS: u32 = 7;
 pub(crate) struct PackedStrs(Box<str>);
 
 impl PackedStrs {
-    /// `strings`, in their order.
-    pub(crate) fn new<S: AsRef<str>>(strings: &[S]) -> Self {
-        if strings.is_empty() {
+    /// `strings`, in their order (read twice: their lengths, then their text).
+    pub(crate) fn new<S: AsRef<str>>(strings: impl IntoIterator<Item = S, IntoIter: Clone>) -> Self {
+        let strings = strings.into_iter();
+        let (count, text) = strings.clone().fold((0, 0), |(count, text), s| (count + 1, text + s.as_ref().len()));
+        if count == 0 {
             return Self::default();
         }
-        let text: usize = strings.iter().map(|s| s.as_ref().len()).sum();
-        let largest = text.max(strings.len());
+        let largest = text.max(count);
         let width = (1..).find(|w| largest >> (BITS * w) == 0).expect("a width") as usize;
-        let mut packed = String::with_capacity(1 + width * (1 + strings.len()) + text);
+        let mut packed = String::with_capacity(1 + width * (1 + count) + text);
         packed.push(char::from(width as u8));
-        push_number(&mut packed, strings.len(), width);
+        push_number(&mut packed, count, width);
         let mut end = 0;
-        for s in strings {
+        for s in strings.clone() {
             end += s.as_ref().len();
             push_number(&mut packed, end, width);
         }
@@ -109,7 +110,7 @@ mod tests {
 
     #[test]
     fn the_empty_list_allocates_nothing_and_has_no_strings() {
-        let empty = PackedStrs::new::<&str>(&[]);
+        let empty = PackedStrs::new::<&str>([]);
         assert_eq!(empty, PackedStrs::default());
         assert_eq!(empty.0.len(), 0);
         assert_eq!((empty.len(), empty.get(0)), (0, None));
@@ -117,7 +118,7 @@ mod tests {
 
     #[test]
     fn one_header_byte_a_number_while_the_text_is_short() {
-        let packed = PackedStrs::new(&["ab", "", "c"]);
+        let packed = PackedStrs::new(["ab", "", "c"]);
         assert_eq!(&*packed.0, "\u{1}\u{3}\u{2}\u{2}\u{3}abc");
         assert_eq!(packed.iter().collect::<Vec<_>>(), ["ab", "", "c"]);
         assert_eq!(packed.get(3), None);
@@ -127,7 +128,7 @@ mod tests {
     fn longer_text_takes_wider_numbers() {
         for len in [127, 128, 16_383, 16_384, 70_000] {
             let long = "é".repeat(len / 2) + &"x".repeat(len % 2);
-            let packed = PackedStrs::new(&["", &long, "z"]);
+            let packed = PackedStrs::new(["", long.as_str(), "z"]);
             assert_eq!(packed.iter().collect::<Vec<_>>(), ["", long.as_str(), "z"], "{len}");
             assert!(packed.0.bytes().take(1 + packed.width() * 4).all(|b| b < 0x80), "{len}: an ASCII header");
         }
