@@ -11,9 +11,10 @@
 
 pub(crate) mod field;
 mod label;
+mod packed;
 pub(crate) mod selectable;
 
-pub(crate) use field::{FieldSelector, FieldSet, Fields};
+pub(crate) use field::{FieldSelector, FieldSet, Fields, FieldsBuilder};
 pub(crate) use label::{LabelSelector, Labels};
 
 /// Why a selector string could not be parsed.

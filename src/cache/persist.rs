@@ -58,7 +58,7 @@ use super::catalog::resolve::GroupResource;
 use super::resource::{CacheSettings, ResourceCache, Scope, Writer};
 use super::resource_info::ResourceInfo;
 use super::state::object::{CachedObject, ObjectShape};
-use super::state::store::Objects;
+use super::state::store::{Objects, ObjectsBuilder};
 use crate::error::error_chain;
 use crate::metrics as m;
 
@@ -417,7 +417,7 @@ fn file_name(path: &Path) -> String {
 /// Every stored object decoded as the cache holds it, each under the key it
 /// was stored with: anything else is a store not to be trusted.
 fn decode_all(loaded: Loaded, shape: &ObjectShape, label: &str, sealer: Option<&Sealer>) -> Result<Objects, String> {
-    let mut objects = Objects::new();
+    let mut objects = ObjectsBuilder::new();
     for (key, stored) in loaded.objects {
         let json = match sealer {
             Some(sealer) => sealer
@@ -432,9 +432,9 @@ fn decode_all(loaded: Loaded, shape: &ObjectShape, label: &str, sealer: Option<&
         if object.rv > loaded.rv {
             return Err(format!("object {key:?} is at {}, after the store's version {}", object.rv, loaded.rv));
         }
-        objects.insert(key, Arc::new(object));
+        objects.insert(Arc::new(object));
     }
-    Ok(objects)
+    Ok(objects.finish())
 }
 
 fn move_aside(path: &Path, label: Option<&str>, why: &str) -> Option<Restored> {

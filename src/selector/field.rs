@@ -5,31 +5,121 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use super::SelectorError;
+use super::packed::PackedStrs;
 
 /// The selectable field values of one object.
 pub trait FieldSet {
     fn get(&self, field: &str) -> Option<&str>;
 }
 
-/// The selectable field values of one object, small and owned, sorted by
-/// field name's length, then text ([`by_name`]). The names are shared
-/// (every pod has the same eleven): an object holds only its values.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Fields(Vec<(&'static str, Box<str>)>);
+/// The selectable field values of one object, small and owned: the values
+/// in one allocation ([`PackedStrs`]), in the order of the names, which
+/// are shared: one sorted list for every object with the same set (every
+/// pod has the same eleven), interned for the life of the process.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Fields {
+    names: &'static FieldNames,
+    values: PackedStrs,
+}
+
+/// Field names sorted by [`by_name`], the same list for every object with
+/// the same names ([`FieldNames::interned`]).
+#[derive(Debug, PartialEq, Eq)]
+struct FieldNames(Vec<&'static str>);
+
+static NO_NAMES: FieldNames = FieldNames(Vec::new());
+
+impl FieldNames {
+    /// The list of `names` (sorted, no duplicates) that lives as long as the
+    /// process, the same one for every call with the same names. The sets
+    /// are few (one or two a resource), and one thread decodes one
+    /// resource's objects at a time: the last set this thread asked for is
+    /// almost always the one asked for again.
+    fn interned(names: impl ExactSizeIterator<Item = &'static str> + Clone) -> &'static FieldNames {
+        type Sets = parking_lot::RwLock<HashMap<Box<[&'static str]>, &'static FieldNames>>;
+        static SETS: std::sync::OnceLock<Sets> = std::sync::OnceLock::new();
+        thread_local! {
+            static LAST: std::cell::Cell<&'static FieldNames> = const { std::cell::Cell::new(&NO_NAMES) };
+        }
+        if names.len() == 0 {
+            return &NO_NAMES;
+        }
+        let last = LAST.get();
+        if last.0.iter().copied().eq(names.clone()) {
+            return last;
+        }
+        let names: Vec<&'static str> = names.collect();
+        let names = names.as_slice();
+        let sets = SETS.get_or_init(Default::default);
+        let known = sets.read().get(names).copied();
+        let interned = known.unwrap_or_else(|| {
+            *sets.write().entry(names.into()).or_insert_with(|| Box::leak(Box::new(FieldNames(names.to_vec()))))
+        });
+        LAST.set(interned);
+        interned
+    }
+}
+
+impl Default for Fields {
+    fn default() -> Self {
+        Self { names: &NO_NAMES, values: PackedStrs::default() }
+    }
+}
 
 impl Fields {
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
         Self::default()
     }
 
-    /// Room for `fields` fields: built once, never grown.
+    /// Sets `field` to `value`, replacing an earlier value: the fields are
+    /// packed again. Building a set goes through [`FieldsBuilder`].
+    #[cfg(test)]
+    pub(crate) fn insert(&mut self, field: &'static str, value: impl Into<String>) {
+        let mut builder = FieldsBuilder::with_capacity(self.len() + 1);
+        for (f, v) in self.iter() {
+            builder.insert(f, v);
+        }
+        builder.insert(field, value);
+        *self = builder.build();
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        self.names.0.iter().copied().zip(self.values.iter())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.names.0.len()
+    }
+}
+
+impl fmt::Debug for Fields {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl FieldSet for Fields {
+    fn get(&self, field: &str) -> Option<&str> {
+        let i = self.names.0.binary_search_by(|f| by_name(f, field)).ok()?;
+        self.values.get(i)
+    }
+}
+
+/// A [`Fields`] in the making: the values one by one, then packed once.
+#[derive(Debug, Default)]
+pub(crate) struct FieldsBuilder(Vec<(&'static str, String)>);
+
+impl FieldsBuilder {
+    /// Room for `fields` fields.
     pub(crate) fn with_capacity(fields: usize) -> Self {
         Self(Vec::with_capacity(fields))
     }
 
     /// Sets `field` to `value`, replacing an earlier value. A name that is
     /// not a constant comes from [`intern`].
-    pub(crate) fn insert(&mut self, field: &'static str, value: impl Into<Box<str>>) {
+    pub(crate) fn insert(&mut self, field: &'static str, value: impl Into<String>) {
         let value = value.into();
         match self.0.binary_search_by(|(f, _)| by_name(f, field)) {
             Ok(i) => self.0[i].1 = value,
@@ -37,20 +127,9 @@ impl Fields {
         }
     }
 
-    #[cfg(test)]
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(f, v)| (*f, &**v))
-    }
-
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
-}
-
-impl FieldSet for Fields {
-    fn get(&self, field: &str) -> Option<&str> {
-        self.0.binary_search_by(|(f, _)| by_name(f, field)).ok().map(|i| &*self.0[i].1)
+    pub(crate) fn build(self) -> Fields {
+        let names = FieldNames::interned(self.0.iter().map(|(f, _)| *f));
+        Fields { names, values: PackedStrs::new(self.0.iter().map(|(_, v)| v)) }
     }
 }
 
@@ -61,13 +140,13 @@ fn by_name(a: &str, b: &str) -> std::cmp::Ordering {
     a.len().cmp(&b.len()).then_with(|| a.cmp(b))
 }
 
-impl<F: AsRef<str>, V: Into<Box<str>>> FromIterator<(F, V)> for Fields {
+impl<F: AsRef<str>, V: Into<String>> FromIterator<(F, V)> for Fields {
     fn from_iter<I: IntoIterator<Item = (F, V)>>(iter: I) -> Self {
-        let mut fields = Self::new();
+        let mut fields = FieldsBuilder::default();
         for (f, v) in iter {
             fields.insert(intern(f.as_ref()), v);
         }
-        fields
+        fields.build()
     }
 }
 
@@ -496,6 +575,31 @@ mod properties {
             })
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    proptest! {
+        /// Packed, every field reads back as the last value given for it
+        /// (empty and non-ASCII ones too), in name order, and no other does.
+        #[test]
+        fn fields_read_back_as_given(
+            pairs in proptest::collection::vec(("[a-zé.]{0,6}", ".{0,12}"), 0..24),
+            absent in "[a-zé.]{0,7}",
+        ) {
+            let fields: Fields = pairs.iter().map(|(f, v)| (f.as_str(), v.as_str())).collect();
+            let expected: BTreeMap<&str, &str> = pairs.iter().map(|(f, v)| (f.as_str(), v.as_str())).collect();
+            prop_assert_eq!(fields.len(), expected.len());
+            for (f, v) in &expected {
+                prop_assert_eq!(fields.get(f), Some(*v), "{}", f);
+            }
+            if !expected.contains_key(absent.as_str()) {
+                prop_assert_eq!(fields.get(&absent), None);
+            }
+            let mut in_order: Vec<(&str, &str)> = expected.into_iter().collect();
+            in_order.sort_by(|(a, _), (b, _)| by_name(a, b));
+            prop_assert_eq!(fields.iter().collect::<Vec<_>>(), in_order);
+            let again: Fields = fields.iter().collect();
+            prop_assert_eq!(again, fields);
+        }
     }
 
     proptest! {

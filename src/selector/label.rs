@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use super::SelectorError;
+use super::packed::PackedStrs;
 
 /// The labels of one object.
 pub trait LabelSet {
@@ -27,25 +28,41 @@ impl<S: std::hash::BuildHasher> LabelSet for HashMap<String, String, S> {
 
 /// An object's labels as the cache keeps them: owned, sorted by key, and no
 /// bigger than they are (a `BTreeMap` of two labels took a node of eleven
-/// slots, about half a kilobyte per cached object).
+/// slots, about half a kilobyte per cached object): keys and values in
+/// one allocation, key then value ([`PackedStrs`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Labels(Box<[(Box<str>, Box<str>)]>);
+pub(crate) struct Labels(PackedStrs);
 
 impl Labels {
     pub(crate) fn get(&self, key: &str) -> Option<&str> {
-        self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok().map(|i| &*self.0[i].1)
+        let (mut low, mut high) = (0, self.len());
+        // A binary search over the keys, at the even places.
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match self.0.get(2 * mid)?.cmp(key) {
+                std::cmp::Ordering::Less => low = mid + 1,
+                std::cmp::Ordering::Greater => high = mid,
+                std::cmp::Ordering::Equal => return self.0.get(2 * mid + 1),
+            }
+        }
+        None
+    }
+
+    /// How many labels there are.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len() / 2
     }
 }
 
 /// A key given twice keeps its last value, as in a JSON object.
-impl<K: Into<Box<str>>, V: Into<Box<str>>> FromIterator<(K, V)> for Labels {
+impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Labels {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        let mut labels: Vec<(Box<str>, Box<str>)> = iter.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        let mut labels: Vec<(K, V)> = iter.into_iter().collect();
         // Last first, then a stable sort: of each key's run, the first is the last given.
         labels.reverse();
-        labels.sort_by(|(a, _), (b, _)| a.cmp(b));
-        labels.dedup_by(|(later, _), (first, _)| later == first);
-        Self(labels.into_boxed_slice())
+        labels.sort_by(|(a, _), (b, _)| a.as_ref().cmp(b.as_ref()));
+        labels.dedup_by(|(later, _), (first, _)| later.as_ref() == first.as_ref());
+        Self(PackedStrs::new(labels.iter().flat_map(|(k, v)| [k.as_ref(), v.as_ref()])))
     }
 }
 
@@ -264,7 +281,7 @@ mod tests {
         assert_eq!(labels.get("b"), Some("5"));
         assert_eq!(labels.get("c"), Some("3"));
         assert_eq!(labels.get("d"), None);
-        assert_eq!(labels.0.len(), 3);
+        assert_eq!(labels.len(), 3);
         assert_eq!(Labels::default().get("a"), None);
     }
 
@@ -566,6 +583,26 @@ mod properties {
             let text = specs.iter().map(render).collect::<Vec<_>>().join(",");
             LabelSelector::parse(&text).unwrap()
         })
+    }
+
+    proptest! {
+        /// Packed, every label reads back as the last value given for its
+        /// key (empty and non-ASCII ones too), and no other key is found.
+        #[test]
+        fn labels_read_back_as_given(
+            pairs in proptest::collection::vec(("[a-cé/.]{0,5}", ".{0,12}"), 0..24),
+            absent in "[a-cé/.]{0,6}",
+        ) {
+            let labels: Labels = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let expected: BTreeMap<&str, &str> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            prop_assert_eq!(labels.len(), expected.len());
+            for (k, v) in &expected {
+                prop_assert_eq!(labels.get(k), Some(*v), "{}", k);
+            }
+            if !expected.contains_key(absent.as_str()) {
+                prop_assert_eq!(labels.get(&absent), None);
+            }
+        }
     }
 
     proptest! {

@@ -13,6 +13,9 @@
 //! so the refusal is also worked out once.
 
 mod sparse;
+mod uid;
+
+pub(crate) use uid::Uid;
 
 use std::any::Any;
 use std::ops::Range;
@@ -110,7 +113,7 @@ pub(crate) struct CachedObject {
     pub rv: u64,
     /// `metadata.uid`: one object's lifetime. A key whose uid changed was
     /// deleted and created again.
-    pub uid: Box<str>,
+    pub uid: Uid,
     /// The object as a watch event carries it.
     json: Bytes,
     /// Length of the `"kind":…,"apiVersion":…,` run right after the opening
@@ -229,11 +232,11 @@ impl CachedObject {
             shape.custom_selectable.as_deref(),
             &read,
         );
-        // Moved out of the reading rather than copied: nothing looks after this.
-        let uid = match read.take(&["metadata", "uid"]) {
-            Some(Value::String(uid)) => uid.into(),
-            _ => "".into(),
+        let uid = match read.at(&["metadata", "uid"]) {
+            Some(Value::String(uid)) => Uid::new(uid),
+            _ => Uid::default(),
         };
+        // Moved out of the reading rather than copied: nothing looks after this.
         let labels = match read.take(&["metadata", "labels"]) {
             Some(Value::Object(labels)) => labels
                 .into_iter()

@@ -46,7 +46,7 @@ use super::cluster::{ClusterIdentity, Identity};
 use super::watch_list::{self, WatchListError};
 use crate::cache::content::ProtobufAvailability;
 use crate::cache::state::object::CachedObject;
-use crate::cache::state::store::Objects;
+use crate::cache::state::store::{Objects, ObjectsBuilder};
 use crate::cache::sync::cbor_probe;
 use crate::cache::sync::schema_check::{Outcome, SchemaChecker};
 use crate::cache::upstream_wire::consistent_rv;
@@ -512,7 +512,7 @@ impl Reflector {
     /// A paginated, consistent LIST of everything in scope.
     async fn list_all(&self) -> Result<(Objects, u64), ReflectorError> {
         let cache = self.cache.cache();
-        let mut objects = Objects::new();
+        let mut objects = ObjectsBuilder::new();
         let mut continue_token: Option<String> = None;
         let mut list_rv = 0;
         let mut saw_item = false;
@@ -536,9 +536,7 @@ impl Reflector {
                     self.cache.set_list_items_typed(item_has_type_meta(&raw));
                 }
                 match CachedObject::decode(raw, &cache.shape) {
-                    Ok(obj) => {
-                        objects.insert(obj.key.clone(), Arc::new(obj));
-                    }
+                    Ok(obj) => objects.insert(Arc::new(obj)),
                     Err(err) => {
                         tracing::warn!(resource = %cache.label(), error = %err, "skipping undecodable item")
                     }
@@ -546,7 +544,7 @@ impl Reflector {
             }
             match page.metadata.continue_token.filter(|t| !t.is_empty()) {
                 Some(token) => continue_token = Some(token),
-                None => return Ok((objects, list_rv)),
+                None => return Ok((objects.finish(), list_rv)),
             }
         }
     }

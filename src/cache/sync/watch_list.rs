@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 
 use crate::cache::state::object::ObjectShape;
-use crate::cache::state::store::Objects;
+use crate::cache::state::store::{Objects, ObjectsBuilder};
 use crate::cache::upstream_wire::{Line, LineEnd};
 use crate::cache::upstream_wire::{ReflectorError, StreamEnd, WatchLines, upstream_get};
 use crate::encode::watch::EventType;
@@ -120,7 +120,7 @@ pub(crate) async fn watch_list(
         });
     }
     let mut stream = WatchLines::new(resp);
-    let mut objects = Objects::new();
+    let mut objects = ObjectsBuilder::new();
     loop {
         let line = match stream.next_line(Some(INITIAL_EVENTS_SILENCE)).await {
             Ok(line) => line,
@@ -136,7 +136,7 @@ pub(crate) async fn watch_list(
         };
         match line {
             Line::Blank => {}
-            Line::InitialEventsEnd(rv) => return Ok(WatchListed { objects, rv, stream }),
+            Line::InitialEventsEnd(rv) => return Ok(WatchListed { objects: objects.finish(), rv, stream }),
             // The API server sends a watch-list no other bookmark before the
             // end of its initial events; a server that does is watching
             // from "now" and will never mark an end.
@@ -147,9 +147,7 @@ pub(crate) async fn watch_list(
                 Ok(obj) if kind == EventType::Deleted => {
                     objects.remove(&obj.key);
                 }
-                Ok(obj) => {
-                    objects.insert(obj.key.clone(), Arc::new(obj));
-                }
+                Ok(obj) => objects.insert(Arc::new(obj)),
                 Err(LineEnd::Undecodable(err)) => {
                     tracing::warn!(resource = %label, error = %err, "skipping undecodable item");
                 }

@@ -3,8 +3,8 @@
 
 use serde_json::Value;
 
-use super::super::Fields;
 use super::super::field::intern;
+use super::super::{Fields, FieldsBuilder};
 use crate::go_rules::fmt::go_float;
 
 /// An object read as JSON, looked up by a path of keys: a `serde_json`
@@ -35,7 +35,7 @@ pub(crate) fn extract(
     object: &(impl Lookup + ?Sized),
 ) -> Fields {
     let extra = custom_selectable.map_or_else(|| builtin_paths(group, resource).len(), <[String]>::len);
-    let mut fields = Fields::with_capacity(2 + extra);
+    let mut fields = FieldsBuilder::with_capacity(2 + extra);
     fields.insert("metadata.name", text(object, &["metadata", "name"]));
     if namespaced {
         fields.insert("metadata.namespace", text(object, &["metadata", "namespace"]));
@@ -49,7 +49,7 @@ pub(crate) fn extract(
         }
         None => builtin_values(group, resource, object, &mut fields),
     }
-    fields
+    fields.build()
 }
 
 /// The object paths [`extract`] reads for this resource, each read whole: a
@@ -116,7 +116,7 @@ fn regarding_fields() -> &'static [&'static str] {
 }
 
 /// The values `ToSelectableFields` gives, read from the object's v1 JSON.
-fn builtin_values(group: &str, resource: &str, o: &(impl Lookup + ?Sized), fields: &mut Fields) {
+fn builtin_values(group: &str, resource: &str, o: &(impl Lookup + ?Sized), fields: &mut FieldsBuilder) {
     let mut put = |name: &'static str, value: String| fields.insert(name, value);
     match (group, resource) {
         ("", "pods") => {
