@@ -13,7 +13,9 @@
 
 mod extract;
 
-pub(crate) use extract::{Lookup, extract, read_paths};
+#[cfg(test)]
+pub(crate) use extract::extract;
+pub(crate) use extract::{CustomFields, Lookup, extract_with, read_paths};
 
 use super::FieldSelector;
 use crate::go_rules::fmt::go_quote;

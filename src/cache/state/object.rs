@@ -74,6 +74,8 @@ pub(crate) struct ObjectShape {
     type_meta: Bytes,
     /// Selectable fields of a custom resource, from its CRD.
     pub custom_selectable: Option<Vec<String>>,
+    /// The same, as each object's decode reads them.
+    custom_fields: Option<selectable::CustomFields>,
     /// What [`CachedObject::decode`] reads of an object: its type meta,
     /// metadata and selectable fields.
     read: Arc<sparse::Paths>,
@@ -102,7 +104,8 @@ impl ObjectShape {
                 .chain(METADATA_READ.iter().map(|path| path.map(str::to_owned).to_vec()))
                 .chain(fields),
         );
-        Self { info, type_meta: Bytes::from(type_meta), custom_selectable, read: Arc::new(read) }
+        let custom_fields = custom_selectable.as_deref().map(selectable::CustomFields::new);
+        Self { info, type_meta: Bytes::from(type_meta), custom_selectable, custom_fields, read: Arc::new(read) }
     }
 }
 
@@ -225,13 +228,8 @@ impl CachedObject {
         let rv_text = read.at(&["metadata", "resourceVersion"]).and_then(Value::as_str).unwrap_or("");
         let rv = rv_text.parse().map_err(|_| DecodeError::ResourceVersion(rv_text.to_owned()))?;
         let info = &shape.info;
-        let fields = selectable::extract(
-            &info.group,
-            &info.resource,
-            info.namespaced,
-            shape.custom_selectable.as_deref(),
-            &read,
-        );
+        let fields =
+            selectable::extract_with(&info.group, &info.resource, info.namespaced, shape.custom_fields.as_ref(), &read);
         let uid = match read.at(&["metadata", "uid"]) {
             Some(Value::String(uid)) => Uid::new(uid),
             _ => Uid::default(),
@@ -436,6 +434,29 @@ pub(crate) mod tests {
             [a, b].concat(),
             br#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"data":{"x":"1"}}"#
         );
+    }
+
+    #[test]
+    fn a_custom_resource_decodes_with_its_crds_selectable_fields() {
+        use crate::selector::FieldSet;
+        let selectable = vec![".spec.color".to_owned(), "status['size.x']".to_owned(), "spec.[bad".to_owned()];
+        let shape = ObjectShape::new(test_info("example.com", "widgets", "Widget", true), Some(selectable.clone()));
+        for (raw, color, size) in [
+            (
+                r#"{"metadata":{"name":"w","namespace":"ns","resourceVersion":"3"},"spec":{"color":"red"},"status":{"size.x":7}}"#,
+                "red",
+                "7",
+            ),
+            (r#"{"metadata":{"name":"w","namespace":"ns","resourceVersion":"4"},"spec":{"color":true}}"#, "true", ""),
+        ] {
+            let obj = CachedObject::decode(Bytes::from(raw), &shape).unwrap();
+            assert_eq!(obj.fields.get("spec.color"), Some(color), "{raw}");
+            assert_eq!(obj.fields.get("status['size.x']"), Some(size), "{raw}");
+            assert_eq!(obj.fields.get("spec.[bad"), Some(""), "a path that does not split reads empty");
+            let whole: Value = serde_json::from_str(raw).unwrap();
+            let expected = selectable::extract("example.com", "widgets", true, Some(&selectable), &whole);
+            assert_eq!(obj.fields, expected, "the shape's prepared fields read as the whole object's");
+        }
     }
 
     #[test]

@@ -27,6 +27,8 @@ impl Lookup for Value {
 ///
 /// A resource that is neither (`custom_selectable` is None and the table does
 /// not know it) gets `metadata.name` and, when namespaced, `metadata.namespace`.
+/// The cache decodes with [`extract_with`], its CRD's fields prepared once.
+#[cfg(test)]
 pub(crate) fn extract(
     group: &str,
     resource: &str,
@@ -34,17 +36,48 @@ pub(crate) fn extract(
     custom_selectable: Option<&[String]>,
     object: &(impl Lookup + ?Sized),
 ) -> Fields {
-    let extra = custom_selectable.map_or_else(|| builtin_paths(group, resource).len(), <[String]>::len);
+    extract_with(group, resource, namespaced, custom_selectable.map(CustomFields::new).as_ref(), object)
+}
+
+/// A custom resource's selectable fields as [`extract_with`] reads them:
+/// each name interned and its jsonPath split once for the CRD, not again for
+/// every event (interning takes a lock shared by every cache's reflector).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CustomFields(Vec<(&'static str, Option<Vec<String>>)>);
+
+impl CustomFields {
+    /// The CRD's selectableFields jsonPaths, leading dot or not.
+    pub(crate) fn new(selectable: &[String]) -> Self {
+        Self(
+            selectable
+                .iter()
+                .map(|name| {
+                    let name = name.strip_prefix('.').unwrap_or(name);
+                    (intern(name), json_path(name))
+                })
+                .collect(),
+        )
+    }
+}
+
+/// [`extract`], a custom resource's fields prepared once ([`CustomFields`]).
+pub(crate) fn extract_with(
+    group: &str,
+    resource: &str,
+    namespaced: bool,
+    custom: Option<&CustomFields>,
+    object: &(impl Lookup + ?Sized),
+) -> Fields {
+    let extra = custom.map_or_else(|| builtin_paths(group, resource).len(), |custom| custom.0.len());
     let mut fields = FieldsBuilder::with_capacity(2 + extra);
     fields.insert("metadata.name", text(object, &["metadata", "name"]));
     if namespaced {
         fields.insert("metadata.namespace", text(object, &["metadata", "namespace"]));
     }
-    match custom_selectable {
-        Some(selectable) => {
-            for name in selectable {
-                let name = name.strip_prefix('.').unwrap_or(name);
-                fields.insert(intern(name), custom_value(object, name));
+    match custom {
+        Some(custom) => {
+            for (name, path) in &custom.0 {
+                fields.insert(name, custom_value(object, path.as_deref()));
             }
         }
         None => builtin_values(group, resource, object, &mut fields),
@@ -215,8 +248,8 @@ fn non_empty(s: String) -> Option<String> {
 /// `fmt.Sprint` prints it, `""` when absent or null. CRD validation limits the
 /// paths to dotted field names of string, boolean or integer fields;
 /// `['key']` segments are read too.
-fn custom_value(object: &(impl Lookup + ?Sized), name: &str) -> String {
-    let Some(path) = json_path(name) else {
+fn custom_value(object: &(impl Lookup + ?Sized), path: Option<&[String]>) -> String {
+    let Some(path) = path else {
         return String::new();
     };
     let keys: Vec<&str> = path.iter().map(String::as_str).collect();
