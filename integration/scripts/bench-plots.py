@@ -747,7 +747,8 @@ def plot_million(runs):
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
 
     ax = axes[1]
-    short = {"loopback floor": "loopback floor (trivial server)", "an empty namespace": "empty LIST (floor)",
+    short = {"loopback floor: a trivial hyper server on watchmux's core": "loopback floor, watchmux's core",
+             "loopback floor": "loopback floor, the client's core", "an empty namespace": "empty LIST",
              "node-scoped LIST, resourceVersion=0": "node LIST, rv=0",
              "node-scoped LIST, consistent": "node LIST, consistent", "watch start": "watch start"}
     rows = []
@@ -755,7 +756,9 @@ def plot_million(runs):
         if l["name"].startswith("loopback") and l["until"] == "headers":
             continue
         label = next(v for k, v in short.items() if l["name"].startswith(k))
-        rows.append((f"{label}, to the {l['until']}", l["p50"], l["p99"], COLORS["watchmux"], "#aec7e8"))
+        cpu = l.get("server_cpu_us_per_request")
+        label += f", to the {l['until']}" + (f" (watchmux CPU {cpu:,.0f} µs)" if cpu else "")
+        rows.append((label, l["p50"], l["p99"], COLORS["watchmux"], "#aec7e8"))
     if cluster:
         c = cluster[-1]
         for row in c["series"]:

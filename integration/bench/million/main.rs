@@ -22,7 +22,10 @@
 //!   consistent), a watch start (`watch=1&resourceVersion=<current>` with the
 //!   node's selector, until the response headers), and two floors: an empty
 //!   namespace's LIST through watchmux (the request path without objects),
-//!   and a trivial hyper server in this process (loopback and HTTP/2 alone);
+//!   and a trivial hyper server in this process (loopback and HTTP/2 alone),
+//!   once on this process's core and once on a thread pinned to watchmux's
+//!   (a request crossing cores, as each to watchmux does); watchmux's CPU
+//!   (every thread's run time) per request of each series, and its idle CPU;
 //! - start-up: cold (the full list from the upstream), cold with
 //!   `--persist-dir`/`--persist-resources pods` (and until the store's whole
 //!   commit), and from the persisted store with the upstream still up: time
