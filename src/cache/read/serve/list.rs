@@ -183,11 +183,11 @@ fn list_response(
 /// one streams the rest from its snapshot.
 const GATHERED_ITEM_BYTES: usize = 1024 * 1024;
 
-/// A JSON LIST without a limit (the only kind that can start before its
-/// last item is placed: a protobuf list's head holds its length, a page's
-/// metadata its continue token). Gathered whole when short; streamed from
-/// its snapshot otherwise, so that a full LIST of a million objects holds
-/// one batch of chunks at a time and sends its first byte at once.
+/// A JSON LIST without a limit (a page's metadata holds its continue token,
+/// so a page is always gathered; a protobuf list's head holds its length:
+/// [`streamed_protobuf_list_response`]). Gathered whole when short; streamed
+/// from its snapshot otherwise, so that a full LIST of a million objects
+/// holds one batch of chunks at a time and sends its first byte at once.
 fn streamed_list_response(
     cache: &ResourceCache,
     snapshot: &Snapshot,

@@ -1,7 +1,7 @@
 //! A LIST's walk through its snapshot: which objects it visits (one node's
 //! from the node index, one namespace's key range, or all), whether those
-//! candidates are already exactly the matches, and a JSON list body streamed
-//! from the snapshot batch by batch.
+//! candidates are already exactly the matches, and a list body (JSON or
+//! protobuf) streamed from the snapshot batch by batch.
 //!
 //! The walk owns its snapshot (an O(1) clone of shared structure) and where
 //! it stands, so it can stop and resume: a body that stops when hyper has
