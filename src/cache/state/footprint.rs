@@ -167,5 +167,14 @@ fn bytes_per_cached_pod_beyond_its_json() {
     // the JSON leaves about 500 bytes for the process's RSS beyond this.
     assert!(f.beyond_json() <= 440.0, "{:.0} bytes a pod beyond its JSON", f.beyond_json());
     assert!(f.store <= 80.0, "the store's leaves are full: {:.0} bytes an entry", f.store);
-    assert!(f.node_index <= 26.0, "the node index's leaves are full: {:.0} bytes an entry", f.node_index);
+    // An entry is 16 bytes in full leaves (about 23 with the map's nodes);
+    // beside them each node's name under its hash, about 55 bytes a node:
+    // here 5,000 nodes for 20,000 pods (14 bytes a pod), in the million
+    // bench 5,000 for a million.
+    let names_per_pod = 64.0 * 5000.0 / 20_000.0;
+    assert!(
+        f.node_index <= 26.0 + names_per_pod,
+        "the node index's leaves are full: {:.0} bytes an entry with its node's name",
+        f.node_index
+    );
 }

@@ -14,7 +14,10 @@
 //! store's own key order: a LIST served from the index is the same list, in
 //! the same order, with the same continue tokens. (Two nodes whose hashes
 //! agree share a run of entries, in key order; a node's range skips the
-//! other's.)
+//! other's. The index remembers each hash's node name, so only after two
+//! names ever shared a hash does a range read each object's node: reading
+//! it, a field of another allocation, was a cache miss per pod of a
+//! kubelet's LIST.)
 
 use std::hash::BuildHasher;
 use std::ops::Bound;
@@ -141,6 +144,41 @@ impl Eq for Entry {}
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NodeIndex {
     entries: OrdMap<Entry, ()>,
+    /// Shared by every version of the index since it was built.
+    names: Arc<NodeNames>,
+}
+
+/// The node names an index has held, by hash, and whether two ever shared
+/// one. Grows with the distinct nodes seen since the index was built (a
+/// relist builds it anew), never with objects.
+#[derive(Debug, Default)]
+struct NodeNames {
+    by_hash: parking_lot::RwLock<std::collections::HashMap<u64, compact_str::CompactString>>,
+    /// Set (for good) before an entry of a second name under one hash is
+    /// added, so any version holding such an entry sees it set.
+    collided: std::sync::atomic::AtomicBool,
+}
+
+impl NodeNames {
+    /// Notes that `node` is at `hash`.
+    fn note(&self, node: &str, hash: u64) {
+        let collides = |known: &compact_str::CompactString| known.as_str() != node;
+        if let Some(known) = self.by_hash.read().get(&hash) {
+            if collides(known) {
+                self.collided.store(true, std::sync::atomic::Ordering::Release);
+            }
+            return;
+        }
+        let mut by_hash = self.by_hash.write();
+        let known = by_hash.entry(hash).or_insert_with(|| node.into());
+        if collides(known) {
+            self.collided.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    fn collided(&self) -> bool {
+        self.collided.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 impl NodeIndex {
@@ -148,10 +186,13 @@ impl NodeIndex {
     /// entries sorted first, so that the map's leaves come out full
     /// ([`dense`]; 20 bytes an entry rather than 30 in hash order).
     pub(crate) fn of<'a>(objects: impl IntoIterator<Item = &'a Arc<CachedObject>>) -> Self {
+        let names = NodeNames::default();
         let mut entries: Vec<(Entry, ())> = objects
             .into_iter()
             .filter_map(|object| {
-                let node_hash = node_hash(node_of(object)?);
+                let node = node_of(object)?;
+                let node_hash = node_hash(node);
+                names.note(node, node_hash);
                 Some((Entry { node_hash, object: object.clone() }, ()))
             })
             .collect();
@@ -165,7 +206,7 @@ impl NodeIndex {
             }
             same
         });
-        let mut index = Self::default();
+        let mut index = Self { entries: OrdMap::new(), names: Arc::new(names) };
         dense::insert_ascending(&mut index.entries, &entries);
         index
     }
@@ -183,7 +224,9 @@ impl NodeIndex {
             self.entries.remove(&Probe { node_hash: node_hash(node), key: &prev.key } as &dyn Place);
         }
         if let Some((now, node)) = after {
-            self.entries.insert(Entry { node_hash: node_hash(node), object: now.clone() }, ());
+            let node_hash = node_hash(node);
+            self.names.note(node, node_hash);
+            self.entries.insert(Entry { node_hash, object: now.clone() }, ());
         }
     }
 
@@ -203,10 +246,11 @@ impl NodeIndex {
         let from = Probe { node_hash: hash, key };
         let from: &dyn Place = &from;
         let lower = if included { Bound::Included(from) } else { Bound::Excluded(from) };
+        let shared_hashes = self.names.collided();
         self.entries
             .range::<_, dyn Place>((lower, Bound::Unbounded))
             .take_while(move |(e, _)| e.node_hash == hash)
-            .filter(move |(e, _)| node_of(&e.object) == Some(node))
+            .filter(move |(e, _)| !shared_hashes || node_of(&e.object) == Some(node))
             .map(|(e, _)| (&e.object.key, &e.object))
     }
 
@@ -263,6 +307,34 @@ mod tests {
         ALL_NODES_COLLIDE.set(true);
         each_nodes_range_is_its_objects_in_key_order();
         ALL_NODES_COLLIDE.set(false);
+    }
+
+    /// A range reads each object's node only once two names shared a hash;
+    /// the first update that makes them share it tells every version since.
+    #[test]
+    fn a_collision_is_noted_before_its_entry_is_added_built_or_updated() {
+        let objects = [pod("a", "ns", "n1", 2), pod("b", "ns", "n2", 3)];
+        let built = NodeIndex::of(&objects);
+        assert!(!built.names.collided(), "distinct hashes: no check a pod");
+        assert_eq!(names(built.range("n1", Bound::Unbounded)), ["ns/a"]);
+
+        ALL_NODES_COLLIDE.set(true);
+        let collided = NodeIndex::of(&objects);
+        let mut updated = NodeIndex::default();
+        updated.update(None, Some(&objects[0]));
+        let before = updated.clone();
+        assert!(!before.names.collided(), "one name under the hash");
+        updated.update(None, Some(&objects[1]));
+        for index in [&collided, &updated] {
+            assert!(index.names.collided());
+            assert_eq!(names(index.range("n1", Bound::Unbounded)), ["ns/a"], "n2's pod under the same hash is skipped");
+            assert_eq!(names(index.range("n2", Bound::Unbounded)), ["ns/b"]);
+        }
+        ALL_NODES_COLLIDE.set(false);
+        assert!(before.names.collided(), "the older version shares the note (it holds no second name: harmless)");
+        let again = pod("a", "ns", "n1", 4);
+        updated.update(Some(&objects[0]), Some(&again));
+        assert!(updated.names.collided(), "for good");
     }
 
     fn each_nodes_range_is_its_objects_in_key_order() {
