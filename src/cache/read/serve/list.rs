@@ -22,7 +22,7 @@ use crate::cache::state::object::{CachedObject, NoProtobuf, ObjectKey};
 use crate::cache::state::snapshots::PageEnd;
 use crate::cache::state::store::Snapshot;
 use crate::encode::list::{ListItems, ListMeta, list_body, list_ends, protobuf_list_body};
-use crate::encode::protobuf::{ENVELOPE_TAIL, ListLayout};
+use crate::encode::protobuf::{ENVELOPE_TAIL, ListLayout, Unplaceable};
 use crate::encode::variant::{ContentVariant, Endpoint};
 use crate::metrics as m;
 
@@ -150,9 +150,7 @@ fn list_response(
         if !variant.is_protobuf() {
             return streamed_list_response(cache, snapshot, filter, variant, start);
         }
-        if let Some(streamed) = streamed_protobuf_list_response(cache, snapshot, filter, variant, start)? {
-            return Ok(streamed);
-        }
+        return protobuf_list_without_limit(cache, snapshot, filter, variant, start);
     }
     let info = &cache.shape.info;
     let builtin = !cache.list_items_typed();
@@ -178,9 +176,9 @@ fn list_response(
     Ok(list_with_headers(body::boxed_chunks(ChunkList::new(chunks)), variant))
 }
 
-/// Item bytes a JSON list without a limit gathers before its headers: a
-/// list that fits is sent whole with its exact length, as before; a longer
-/// one streams the rest from its snapshot.
+/// Item bytes a list without a limit gathers before its headers: a list
+/// that fits is sent whole with its exact length, as before; a longer one
+/// streams the rest from its snapshot.
 const GATHERED_ITEM_BYTES: usize = 1024 * 1024;
 
 /// A JSON LIST without a limit (a page's metadata holds its continue token,
@@ -213,40 +211,49 @@ fn streamed_list_response(
     Ok(list_with_headers(body, variant))
 }
 
-/// A protobuf LIST without a limit and over a MiB of items, streamed from
-/// its snapshot: a first walk measures every item (its protobuf form is
-/// made then and kept in the object, so the second walk only reads it) for
-/// the head, which holds the list's length; the second writes them. Holds
-/// the items' lengths (8 bytes an item) instead of a chunk each. `None` for
-/// a shorter list, gathered as before.
-fn streamed_protobuf_list_response(
+/// A protobuf LIST without a limit: a walk asks every item for its bare
+/// message (made then and kept in the object) and notes its length, which
+/// the head holds. A list of a MiB or less is answered from the messages
+/// gathered on the way, as a page is; a longer one lets them go, keeps the
+/// lengths (8 bytes an item instead of a chunk each) and streams from its
+/// snapshot, a second walk only reading the kept messages.
+fn protobuf_list_without_limit(
     cache: &ResourceCache,
     snapshot: &Snapshot,
     filter: &Filter,
     variant: ContentVariant,
     start: Option<&PageStart>,
-) -> Result<Option<Response<body::ProxyBody>>, NoProtobuf> {
+) -> Result<Response<body::ProxyBody>, NoProtobuf> {
     let info = &cache.shape.info;
     let builtin = !cache.list_items_typed();
     let walk = Walk::new(snapshot.clone(), filter, info.namespaced, start);
     let mut lens = Vec::new();
+    let mut gathered = Some(Vec::new());
+    let mut total = 0;
     for (_, obj) in walk.matching() {
         let [message, _] = obj.list_item(variant, builtin)?;
+        total += message.len();
         lens.push(message.len());
-    }
-    if lens.iter().sum::<usize>() <= GATHERED_ITEM_BYTES {
-        return Ok(None);
+        match &mut gathered {
+            Some(_) if total > GATHERED_ITEM_BYTES => gathered = None,
+            Some(messages) => messages.push(message),
+            None => {}
+        }
     }
     let meta = ListMeta { rv: snapshot.rv, continue_token: None, remaining: None };
+    let refused = |refused: Unplaceable| NoProtobuf { reason: refused.reason() };
+    if let Some(messages) = gathered {
+        let chunks = protobuf_list_body(variant, &info.kind, &info.api_version(), &meta, messages).map_err(refused)?;
+        return Ok(list_with_headers(body::boxed_chunks(ChunkList::new(chunks)), variant));
+    }
     let (kind, api_version) = variant.list_type(&info.kind, &info.api_version());
-    let layout = ListLayout::new(&api_version, &kind, meta.to_json().as_bytes(), &lens)
-        .map_err(|refused| NoProtobuf { reason: refused.reason() })?;
+    let layout = ListLayout::new(&api_version, &kind, meta.to_json().as_bytes(), &lens).map_err(refused)?;
     let items_len = lens.iter().map(|&len| layout.item_prefix(len).len() + len).sum();
     let head = Bytes::from(layout.head.clone());
     let stream =
         ListStream::protobuf(walk, variant, builtin, layout, items_len).after(head, Bytes::from_static(ENVELOPE_TAIL));
     metrics::counter!(m::CACHE_LIST_STREAMED, "resource" => cache.label().to_owned()).increment(1);
-    Ok(Some(list_with_headers(body::boxed_chunks(stream), variant)))
+    Ok(list_with_headers(body::boxed_chunks(stream), variant))
 }
 
 fn list_with_headers(body: body::ProxyBody, variant: ContentVariant) -> Response<body::ProxyBody> {
