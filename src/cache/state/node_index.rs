@@ -225,7 +225,11 @@ impl NodeIndex {
         }
         if let Some((now, node)) = after {
             let node_hash = node_hash(node);
-            self.names.note(node, node_hash);
+            // Every entry's name was noted when it came in: a pod that stays
+            // on its node (nearly every event) takes no lock here.
+            if before.is_none_or(|(_, prev_node)| prev_node != node) {
+                self.names.note(node, node_hash);
+            }
             self.entries.insert(Entry { node_hash, object: now.clone() }, ());
         }
     }
@@ -335,6 +339,20 @@ mod tests {
         let again = pod("a", "ns", "n1", 4);
         updated.update(Some(&objects[0]), Some(&again));
         assert!(updated.names.collided(), "for good");
+
+        // A pod that moves to a node whose hash another name holds is noted
+        // as it moves, not only when it first comes in.
+        ALL_NODES_COLLIDE.set(true);
+        let mut moved = NodeIndex::of(&[pod("a", "ns", "n1", 2)]);
+        assert!(!moved.names.collided());
+        let staying = pod("a", "ns", "n1", 3);
+        moved.update(Some(&pod("a", "ns", "n1", 2)), Some(&staying));
+        assert!(!moved.names.collided(), "the same node again: nothing new");
+        moved.update(Some(&staying), Some(&pod("a", "ns", "n2", 4)));
+        assert!(moved.names.collided(), "n2 under n1's hash");
+        assert_eq!(names(moved.range("n1", Bound::Unbounded)), Vec::<String>::new());
+        assert_eq!(names(moved.range("n2", Bound::Unbounded)), ["ns/a"]);
+        ALL_NODES_COLLIDE.set(false);
     }
 
     fn each_nodes_range_is_its_objects_in_key_order() {
