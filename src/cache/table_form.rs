@@ -62,7 +62,7 @@ use crate::negotiate::PassthroughReason;
 #[derive(Clone)]
 enum Rows {
     /// A built-in kind: the generated columns, the Rust printer.
-    Builtin { columns: &'static str, printer: Printer },
+    Builtin { columns: &'static str, printer: &'static Printer },
     /// A custom resource: its CRD's columns.
     Custom(Arc<CustomColumns>),
 }
@@ -124,24 +124,30 @@ impl TableForm {
         }
     }
 
-    fn print(&self, object: &serde_json::Value, now: i128) -> Result<Printed, Unsupported> {
+    /// The cells of an object's JSON: a built-in printer parses only what
+    /// it reads; a custom resource's columns read the whole object.
+    fn print(&self, json: &[u8], now: i128) -> Result<Printed, Unsupported> {
         match &self.rows {
-            Rows::Builtin { printer, .. } => Ok(printer(object, now)),
-            Rows::Custom(custom) => custom.cells(object, now),
+            Rows::Builtin { printer, .. } => Ok(printer.print_json(json, now)),
+            Rows::Custom(custom) => custom.cells(&serde_json::from_slice(json).unwrap_or_default(), now),
         }
     }
 
     /// A bookmark's row, of an object with only metadata: no printer
     /// refuses that (every custom column finds nothing, `null`).
     fn print_empty(&self, object: &serde_json::Value, now: i128) -> Printed {
-        self.print(object, now).unwrap_or_else(|_| Printed::from(Vec::new()))
+        let printed = match &self.rows {
+            Rows::Builtin { printer, .. } => Ok((printer.print)(object, now)),
+            Rows::Custom(custom) => custom.cells(object, now),
+        };
+        printed.unwrap_or_else(|_| Printed::from(Vec::new()))
     }
 
     /// The row of one object, its cells printed at `now`; refused when a
     /// custom resource's cell is one the printer does not guess.
     pub(crate) fn row(&self, obj: &CachedObject, now: i128) -> Result<Row, Unsupported> {
         let json = obj.encoded(ContentVariant::Json).expect("JSON variants always encode");
-        let parsed: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
+        let printed = self.print(&json, now)?;
         let object = match self.include {
             IncludeObject::None => None,
             IncludeObject::Metadata => {
@@ -155,7 +161,7 @@ impl TableForm {
             }
             IncludeObject::Object => Some(json),
         };
-        Ok(Row { printed: self.print(&parsed, now)?, object })
+        Ok(Row { printed, object })
     }
 
     /// A watch event about `obj` as a one-row Table, with the column

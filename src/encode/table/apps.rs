@@ -4,13 +4,14 @@
 
 use serde_json::Value;
 
+use super::fields::Path;
+
 use super::fields::{age_of, int_at, name};
 use super::{Cell, Printed};
 
 /// `layoutContainerCells`: the pod template's container names and images, comma-joined.
 pub(super) fn containers(v: &Value) -> [Cell; 2] {
-    let containers =
-        v.pointer("/spec/template/spec/containers").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    let containers = v.at("/spec/template/spec/containers").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
     let field = |key: &str| {
         containers.iter().map(|c| c.get(key).and_then(Value::as_str).unwrap_or_default()).collect::<Vec<_>>().join(",")
     };
@@ -80,7 +81,7 @@ pub(super) fn format_label_selector(selector: Option<&Value>) -> String {
 
 pub(super) fn deployment(v: &Value, now: i128) -> Printed {
     let ready = format!("{}/{}", int_at(v, "/status/readyReplicas"), int_at(v, "/spec/replicas"));
-    let selector = selector_string(v.pointer("/spec/selector")).unwrap_or_else(|()| "<invalid>".to_owned());
+    let selector = selector_string(v.at("/spec/selector")).unwrap_or_else(|()| "<invalid>".to_owned());
     let [names, images] = containers(v);
     vec![
         name(v),
@@ -105,7 +106,7 @@ pub(super) fn replica_set(v: &Value, now: i128) -> Printed {
         age_of(v, now),
         names,
         images,
-        Cell::Str(format_label_selector(v.pointer("/spec/selector"))),
+        Cell::Str(format_label_selector(v.at("/spec/selector"))),
     ]
     .into()
 }
@@ -125,11 +126,11 @@ pub(super) fn daemon_set(v: &Value, now: i128) -> Printed {
         Cell::Int(int_at(v, "/status/numberReady")),
         Cell::Int(int_at(v, "/status/updatedNumberScheduled")),
         Cell::Int(int_at(v, "/status/numberAvailable")),
-        Cell::Str(format_labels(v.pointer("/spec/template/spec/nodeSelector"))),
+        Cell::Str(format_labels(v.at("/spec/template/spec/nodeSelector"))),
         age_of(v, now),
         names,
         images,
-        Cell::Str(format_label_selector(v.pointer("/spec/selector"))),
+        Cell::Str(format_label_selector(v.at("/spec/selector"))),
     ]
     .into()
 }

@@ -3,13 +3,15 @@
 
 use serde_json::Value;
 
+use super::fields::Path;
+
 use super::apps::{containers, format_label_selector, format_labels};
 use super::fields::{age_of, int_at, name, str_at, time_at};
 use super::{Cell, Printed, human_duration};
 
 /// `hasJobCondition`: the first condition of the type decides.
 fn has_condition(job: &Value, kind: &str) -> bool {
-    job.pointer("/status/conditions")
+    job.at("/status/conditions")
         .and_then(Value::as_array)
         .and_then(|c| c.iter().find(|c| str_at(c, "/type") == kind))
         .is_some_and(|c| str_at(c, "/status") == "True")
@@ -17,7 +19,7 @@ fn has_condition(job: &Value, kind: &str) -> bool {
 
 pub(super) fn job(v: &Value, now: i128) -> Printed {
     let succeeded = int_at(v, "/status/succeeded");
-    let completions = match v.pointer("/spec/completions").and_then(Value::as_i64) {
+    let completions = match v.at("/spec/completions").and_then(Value::as_i64) {
         Some(completions) => format!("{succeeded}/{completions}"),
         None => match int_at(v, "/spec/parallelism") {
             parallelism if parallelism > 1 => format!("{succeeded}/1 of {parallelism}"),
@@ -29,7 +31,7 @@ pub(super) fn job(v: &Value, now: i128) -> Printed {
         (Some(start), None) => human_duration(now - start),
         (Some(start), Some(end)) => human_duration(end - start),
     };
-    let deleting = v.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
+    let deleting = v.at("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
     let status = if has_condition(v, "Complete") {
         "Complete"
     } else if has_condition(v, "Failed") {
@@ -54,13 +56,13 @@ pub(super) fn job(v: &Value, now: i128) -> Printed {
         age_of(v, now),
         names,
         images,
-        Cell::Str(format_label_selector(v.pointer("/spec/selector"))),
+        Cell::Str(format_label_selector(v.at("/spec/selector"))),
     ]
     .into()
 }
 
 fn strings(v: &Value, path: &str) -> Vec<String> {
-    v.pointer(path)
+    v.at(path)
         .and_then(Value::as_array)
         .map_or(Vec::new(), |a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
 }
@@ -74,7 +76,7 @@ fn external_ip(svc: &Value) -> String {
         "LoadBalancer" => {
             // `loadBalancerStatusStringer`: each ingress's IP, else its hostname, sorted, unique.
             let mut ingress: Vec<&str> =
-                svc.pointer("/status/loadBalancer/ingress").and_then(Value::as_array).map_or(Vec::new(), |a| {
+                svc.at("/status/loadBalancer/ingress").and_then(Value::as_array).map_or(Vec::new(), |a| {
                     a.iter()
                         .filter_map(|i| match (str_at(i, "/ip"), str_at(i, "/hostname")) {
                             ("", "") => None,
@@ -96,7 +98,7 @@ fn external_ip(svc: &Value) -> String {
 
 /// `makePortString`: `port[:nodePort]/protocol`, comma-joined.
 fn ports(svc: &Value) -> String {
-    let ports = svc.pointer("/spec/ports").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    let ports = svc.at("/spec/ports").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
     ports
         .iter()
         .map(|p| {
@@ -120,7 +122,7 @@ pub(super) fn service(v: &Value, now: i128) -> Printed {
         Cell::Str(external_ip(v)),
         Cell::Str(ports),
         age_of(v, now),
-        Cell::Str(format_labels(v.pointer("/spec/selector"))),
+        Cell::Str(format_labels(v.at("/spec/selector"))),
     ]
     .into()
 }

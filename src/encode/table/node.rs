@@ -3,25 +3,34 @@
 
 use serde_json::Value;
 
+use super::fields::Path;
+
 use super::fields::{age_of, name, str_at};
+use super::reads::Reads;
 use super::{Cell, Printed};
 use crate::encode::minor;
+
+/// What `printNode` reads of a node (not its images, volumes or daemon endpoints).
+pub(super) const READS: Reads = Reads::Fields(&[
+    ("metadata", Reads::Fields(&[("name", Reads::All), ("creationTimestamp", Reads::All), ("labels", Reads::All)])),
+    ("spec", Reads::Fields(&[("unschedulable", Reads::All)])),
+    ("status", Reads::Fields(&[("conditions", Reads::All), ("addresses", Reads::All), ("nodeInfo", Reads::All)])),
+]);
 
 /// `findNodeRoles`: `node-role.kubernetes.io/<role>` keys and a non-empty
 /// `kubernetes.io/role` value, sorted and unique, comma-joined; `<none>`.
 fn roles(node: &Value) -> String {
-    let mut roles: Vec<&str> =
-        node.pointer("/metadata/labels").and_then(Value::as_object).map_or(Vec::new(), |labels| {
-            labels
-                .iter()
-                .filter_map(|(k, v)| match k.strip_prefix("node-role.kubernetes.io/") {
-                    Some(role) if !role.is_empty() => Some(role),
-                    Some(_) => None,
-                    None if k == "kubernetes.io/role" => v.as_str().filter(|v| !v.is_empty()),
-                    None => None,
-                })
-                .collect()
-        });
+    let mut roles: Vec<&str> = node.at("/metadata/labels").and_then(Value::as_object).map_or(Vec::new(), |labels| {
+        labels
+            .iter()
+            .filter_map(|(k, v)| match k.strip_prefix("node-role.kubernetes.io/") {
+                Some(role) if !role.is_empty() => Some(role),
+                Some(_) => None,
+                None if k == "kubernetes.io/role" => v.as_str().filter(|v| !v.is_empty()),
+                None => None,
+            })
+            .collect()
+    });
     roles.sort_unstable();
     roles.dedup();
     if roles.is_empty() { "<none>".to_owned() } else { roles.join(",") }
@@ -29,7 +38,7 @@ fn roles(node: &Value) -> String {
 
 /// The first address of a type, or `<none>`.
 fn address(node: &Value, kind: &str) -> String {
-    node.pointer("/status/addresses")
+    node.at("/status/addresses")
         .and_then(Value::as_array)
         .and_then(|a| a.iter().find(|a| str_at(a, "/type") == kind))
         .map_or_else(|| "<none>".to_owned(), |a| str_at(a, "/address").to_owned())
@@ -38,7 +47,7 @@ fn address(node: &Value, kind: &str) -> String {
 pub(super) fn node(v: &Value, now: i128) -> Printed {
     // The condition map keeps the last Ready condition.
     let ready = v
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .and_then(|c| c.iter().rev().find(|c| str_at(c, "/type") == "Ready"));
     let mut status = vec![match ready {
@@ -46,7 +55,7 @@ pub(super) fn node(v: &Value, now: i128) -> Printed {
         Some(_) => "NotReady",
         None => "Unknown",
     }];
-    if v.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+    if v.at("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
         status.push("SchedulingDisabled");
     }
     let or_unknown = |s: &str| if s.is_empty() { "<unknown>".to_owned() } else { s.to_owned() };

@@ -5,7 +5,10 @@
 
 use serde_json::Value;
 
+use super::fields::Path;
+
 use super::fields::{age_of, array, int_at, str_at, time_at};
+use super::reads::{METADATA, Reads};
 use super::{Cell, Printed, human_duration};
 use crate::encode::minor;
 
@@ -14,6 +17,45 @@ const SUCCEEDED: &str =
     r#"[{"type":"Completed","status":"True","reason":"Succeeded","message":"The pod has completed successfully."}]"#;
 const FAILED: &str = r#"[{"type":"Completed","status":"True","reason":"Failed","message":"The pod failed."}]"#;
 
+/// What `printPod` reads of a pod.
+pub(super) const READS: Reads = Reads::Fields(&[
+    ("metadata", METADATA),
+    (
+        "spec",
+        Reads::Fields(&[
+            // Counted only.
+            ("containers", Reads::Each(&Reads::Fields(&[]))),
+            ("initContainers", Reads::Each(&Reads::Fields(&[("name", Reads::All), ("restartPolicy", Reads::All)]))),
+            ("nodeName", Reads::All),
+            ("readinessGates", Reads::Each(&Reads::Fields(&[("conditionType", Reads::All)]))),
+        ]),
+    ),
+    (
+        "status",
+        Reads::Fields(&[
+            ("phase", Reads::All),
+            ("reason", Reads::All),
+            ("nominatedNodeName", Reads::All),
+            (
+                "conditions",
+                Reads::Each(&Reads::Fields(&[("type", Reads::All), ("status", Reads::All), ("reason", Reads::All)])),
+            ),
+            ("initContainerStatuses", Reads::Each(&CONTAINER_STATUS)),
+            ("containerStatuses", Reads::Each(&CONTAINER_STATUS)),
+            ("podIPs", Reads::Each(&Reads::Fields(&[("ip", Reads::All)]))),
+        ]),
+    ),
+]);
+
+const CONTAINER_STATUS: Reads = Reads::Fields(&[
+    ("name", Reads::All),
+    ("restartCount", Reads::All),
+    ("started", Reads::All),
+    ("ready", Reads::All),
+    ("state", Reads::All),
+    ("lastState", Reads::Fields(&[("terminated", Reads::All)])),
+]);
+
 /// `IsRestartableInitContainer`: `restartPolicy: Always`.
 fn is_restartable(container: Option<&Value>) -> bool {
     container.is_some_and(|c| str_at(c, "/restartPolicy") == "Always")
@@ -21,7 +63,7 @@ fn is_restartable(container: Option<&Value>) -> bool {
 
 /// The finish time of a status's last termination, if later than `latest`.
 fn later_termination(status: &Value, latest: &mut Option<i128>) {
-    if status.pointer("/lastState/terminated").is_some_and(|t| !t.is_null()) {
+    if status.at("/lastState/terminated").is_some_and(|t| !t.is_null()) {
         // A termination without finishedAt is Go's zero time, before any other.
         let finished = time_at(status, "/lastState/terminated/finishedAt");
         if finished > *latest {
@@ -153,7 +195,7 @@ pub(super) fn pod(pod: &Value, now: i128) -> Printed {
         }
     }
 
-    let deleting = pod.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
+    let deleting = pod.at("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
     if deleting && str_at(pod, "/status/reason") == "NodeLost" {
         reason = "Unknown".to_owned();
     } else if deleting && phase != "Failed" && phase != "Succeeded" {

@@ -10,34 +10,67 @@
 use serde_json::Value;
 
 use super::fields::{age_of, name};
+use super::reads::{self, METADATA, Reads, SPEC_AND_STATUS};
 use super::{Cell, Printed};
 use crate::encode::minor;
 
-/// A printer: the object as stored, and now (Unix nanoseconds) for ages.
-pub(crate) type Printer = fn(&Value, i128) -> Printed;
+/// A printer: the cells of the object as stored, printed at now (Unix
+/// nanoseconds, for ages), and what of the object it reads.
+pub(crate) struct Printer {
+    pub print: fn(&Value, i128) -> Printed,
+    /// The fields `print` reads: the object is parsed keeping only these.
+    pub reads: &'static Reads,
+}
+
+impl Printer {
+    /// The row of a stored object's JSON, parsing only what is printed.
+    pub(crate) fn print_json(&self, json: &[u8], now: i128) -> Printed {
+        (self.print)(&reads::parse(json, self.reads), now)
+    }
+}
 
 /// The printer of a built-in kind, if there is one here, as the upstream's
 /// minor ([`minor::served`]) prints it.
-pub(crate) fn printer(group: &str, kind: &str) -> Option<Printer> {
-    let printer: Printer = match (group, kind) {
-        ("", "ConfigMap") => config_map,
-        ("", "Secret") => secret,
-        ("", "Namespace") => namespace,
+pub(crate) fn printer(group: &str, kind: &str) -> Option<&'static Printer> {
+    const fn p(print: fn(&Value, i128) -> Printed, reads: &'static Reads) -> Printer {
+        Printer { print, reads }
+    }
+    static CONFIG_MAP_PRINTER: Printer = p(config_map, &CONFIG_MAP);
+    static SECRET_PRINTER: Printer = p(secret, &SECRET);
+    static NAMESPACE_PRINTER: Printer = p(namespace, &NAMESPACE);
+    static SERVICE_ACCOUNT_WITH_SECRETS: Printer = p(service_account_with_secrets, &SERVICE_ACCOUNT);
+    static SERVICE_ACCOUNT_PRINTER: Printer = p(service_account, &SERVICE_ACCOUNT);
+    static POD: Printer = p(super::pod::pod, &super::pod::READS);
+    static DEPLOYMENT: Printer = p(super::apps::deployment, &SPEC_AND_STATUS);
+    static REPLICA_SET: Printer = p(super::apps::replica_set, &SPEC_AND_STATUS);
+    static STATEFUL_SET: Printer = p(super::apps::stateful_set, &SPEC_AND_STATUS);
+    static DAEMON_SET: Printer = p(super::apps::daemon_set, &SPEC_AND_STATUS);
+    static JOB: Printer = p(super::batch_and_service::job, &SPEC_AND_STATUS);
+    static SERVICE: Printer = p(super::batch_and_service::service, &SPEC_AND_STATUS);
+    static NODE: Printer = p(super::node::node, &super::node::READS);
+    Some(match (group, kind) {
+        ("", "ConfigMap") => &CONFIG_MAP_PRINTER,
+        ("", "Secret") => &SECRET_PRINTER,
+        ("", "Namespace") => &NAMESPACE_PRINTER,
         // 1.34 still printed the number of token secrets.
-        ("", "ServiceAccount") if minor::served() <= 34 => service_account_with_secrets,
-        ("", "ServiceAccount") => service_account,
-        ("", "Pod") => super::pod::pod,
-        ("apps", "Deployment") => super::apps::deployment,
-        ("apps", "ReplicaSet") => super::apps::replica_set,
-        ("apps", "StatefulSet") => super::apps::stateful_set,
-        ("apps", "DaemonSet") => super::apps::daemon_set,
-        ("batch", "Job") => super::batch_and_service::job,
-        ("", "Service") => super::batch_and_service::service,
-        ("", "Node") => super::node::node,
+        ("", "ServiceAccount") if minor::served() <= 34 => &SERVICE_ACCOUNT_WITH_SECRETS,
+        ("", "ServiceAccount") => &SERVICE_ACCOUNT_PRINTER,
+        ("", "Pod") => &POD,
+        ("apps", "Deployment") => &DEPLOYMENT,
+        ("apps", "ReplicaSet") => &REPLICA_SET,
+        ("apps", "StatefulSet") => &STATEFUL_SET,
+        ("apps", "DaemonSet") => &DAEMON_SET,
+        ("batch", "Job") => &JOB,
+        ("", "Service") => &SERVICE,
+        ("", "Node") => &NODE,
         _ => return None,
-    };
-    Some(printer)
+    })
 }
+
+const CONFIG_MAP: Reads = Reads::Fields(&[("metadata", METADATA), ("data", Reads::Keys), ("binaryData", Reads::Keys)]);
+const SECRET: Reads = Reads::Fields(&[("metadata", METADATA), ("type", Reads::All), ("data", Reads::Keys)]);
+const NAMESPACE: Reads = Reads::Fields(&[("metadata", METADATA), ("status", Reads::All)]);
+const SERVICE_ACCOUNT: Reads = Reads::Fields(&[("metadata", METADATA), ("secrets", Reads::All)]);
 
 /// `printConfigMap`: name, `len(Data)+len(BinaryData)`, age.
 fn config_map(obj: &Value, now: i128) -> Printed {

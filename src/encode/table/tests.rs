@@ -3,6 +3,15 @@ use super::*;
 
 const SECOND: i128 = 1_000_000_000;
 
+/// The row `kind`'s printer makes of `obj`, read only as far as the printer
+/// reads (as the cache prints): the same as from the whole object.
+fn print(group: &str, kind: &str, obj: &serde_json::Value, now: i128) -> Printed {
+    let printer = printer(group, kind).unwrap();
+    let pruned = printer.print_json(&serde_json::to_vec(obj).unwrap(), now);
+    assert_eq!(pruned, (printer.print)(obj, now), "{kind}: {obj}");
+    pruned
+}
+
 #[test]
 fn ages_read_as_apimachinery_human_duration_writes_them() {
     // Expected values from duration.HumanDuration's own table (apimachinery duration_test.go).
@@ -47,7 +56,7 @@ fn generated_columns_are_there_for_the_printed_kinds_and_only_built_in_kinds() {
 
 fn cells_of(kind: &str) -> Vec<Cell> {
     let obj = serde_json::json!({"metadata": {"name": "x", "creationTimestamp": "2026-01-01T00:00:00Z"}});
-    printer("", kind).unwrap()(&obj, 0).cells
+    print("", kind, &obj, 0).cells
 }
 
 #[test]
@@ -56,13 +65,10 @@ fn config_map_and_secret_rows_count_their_data_as_the_printers_do() {
     let now = (created + 90) * SECOND + 5;
     let cm = serde_json::json!({"metadata": {"name": "cm", "creationTimestamp": "2026-01-01T00:00:00Z"},
         "data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}});
-    assert_eq!(
-        printer("", "ConfigMap").unwrap()(&cm, now).cells,
-        [Cell::Str("cm".into()), Cell::Int(3), Cell::Str("90s".into())]
-    );
+    assert_eq!(print("", "ConfigMap", &cm, now).cells, [Cell::Str("cm".into()), Cell::Int(3), Cell::Str("90s".into())]);
     let secret = serde_json::json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"k": "dg=="}});
     assert_eq!(
-        printer("", "Secret").unwrap()(&secret, now).cells,
+        print("", "Secret", &secret, now).cells,
         [Cell::Str("s".into()), Cell::Str("Opaque".into()), Cell::Int(1), Cell::Str("<unknown>".into())]
     );
 }
@@ -99,7 +105,7 @@ fn include_object_reads_as_the_api_server_reads_it() {
 }
 
 fn pod_cells(pod: serde_json::Value, now: i128) -> (Vec<String>, Option<&'static str>) {
-    let printed = printer("", "Pod").unwrap()(&pod, now);
+    let printed = print("", "Pod", &pod, now);
     let cells = printed.cells.into_iter().map(Cell::into_text).collect();
     (cells, printed.conditions)
 }
@@ -138,4 +144,211 @@ fn pod_rows_follow_print_pod() {
         "spec": {"containers": [{"name": "a"}]}, "status": {"phase": "Running"}});
     let (cells, _) = pod_cells(deleting, now);
     assert_eq!(cells[2..5], ["Terminating", "0", "<unknown>"]);
+}
+
+/// Objects of every printed kind with every field a printer reads, and some it does not.
+fn templates() -> Vec<(&'static str, &'static str, serde_json::Value)> {
+    use serde_json::json;
+    let meta = json!({"name": "x", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z",
+        "deletionTimestamp": "2026-01-01T01:00:00Z", "labels": {"node-role.kubernetes.io/worker": "", "kubernetes.io/role": "infra", "app": "a"},
+        "annotations": {"a": "b"}, "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}]});
+    let terminated = json!({"exitCode": 1, "signal": 9, "reason": "Error", "finishedAt": "2026-01-01T00:30:00Z"});
+    let status = json!({"name": "c", "ready": true, "started": true, "restartCount": 2, "image": "i",
+        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}, "waiting": {"reason": "CrashLoopBackOff"}, "terminated": terminated},
+        "lastState": {"terminated": terminated, "waiting": {"reason": "w"}}});
+    let selector =
+        json!({"matchLabels": {"a": "b"}, "matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]});
+    let template = json!({"metadata": {"labels": {"a": "b"}}, "spec": {"nodeSelector": {"n": "1"},
+        "containers": [{"name": "c", "image": "i", "env": [{"name": "E", "value": "v"}]}]}});
+    let workload_status = json!({"replicas": 3, "readyReplicas": 2, "updatedReplicas": 1, "availableReplicas": 1,
+        "desiredNumberScheduled": 4, "currentNumberScheduled": 3, "numberReady": 2, "updatedNumberScheduled": 1, "numberAvailable": 1});
+    vec![
+        (
+            "",
+            "Pod",
+            json!({"metadata": meta, "spec": {"nodeName": "n1", "volumes": [{"name": "v"}],
+            "containers": [{"name": "c", "image": "i"}, {"name": "d"}],
+            "initContainers": [{"name": "c", "restartPolicy": "Always"}, {"name": "i", "restartPolicy": "Never"}],
+            "readinessGates": [{"conditionType": "Ready"}, {"conditionType": "x"}]},
+            "status": {"phase": "Running", "reason": "NodeLost", "nominatedNodeName": "n2", "hostIP": "10.0.0.9",
+                "podIPs": [{"ip": "10.0.0.1"}, {"ip": "fd00::1"}],
+                "conditions": [{"type": "Ready", "status": "True"}, {"type": "Initialized", "status": "True"},
+                    {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}, {"type": "x", "status": "True"}],
+                "initContainerStatuses": [status, status], "containerStatuses": [status, status]}}),
+        ),
+        (
+            "",
+            "Node",
+            json!({"metadata": meta, "spec": {"unschedulable": true, "podCIDR": "10.0.0.0/24"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "Ready", "status": "False"}],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "ExternalIP", "address": "1.2.3.4"}],
+                "nodeInfo": {"kubeletVersion": "v1.37.2", "architecture": "arm64", "kernelVersion": "6", "osImage": "o",
+                    "containerRuntimeVersion": "r"}, "images": [{"names": ["i"], "sizeBytes": 1}]}}),
+        ),
+        (
+            "",
+            "ConfigMap",
+            json!({"metadata": meta, "data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}, "immutable": true}),
+        ),
+        ("", "Secret", json!({"metadata": meta, "type": "Opaque", "data": {"k": "dg=="}, "stringData": {"s": "t"}})),
+        (
+            "",
+            "Namespace",
+            json!({"metadata": meta, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}),
+        ),
+        (
+            "",
+            "ServiceAccount",
+            json!({"metadata": meta, "secrets": [{"name": "s"}], "automountServiceAccountToken": true}),
+        ),
+        (
+            "",
+            "Service",
+            json!({"metadata": meta, "spec": {"type": "LoadBalancer", "clusterIPs": ["10.0.0.9"],
+            "externalIPs": ["1.1.1.1"], "externalName": "e", "selector": {"a": "b"},
+            "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "2.2.2.2"}, {"hostname": "h"}]}}}),
+        ),
+        (
+            "apps",
+            "Deployment",
+            json!({"metadata": meta, "spec": {"replicas": 3, "selector": selector, "template": template},
+            "status": workload_status}),
+        ),
+        (
+            "apps",
+            "ReplicaSet",
+            json!({"metadata": meta, "spec": {"replicas": 3, "selector": selector, "template": template},
+            "status": workload_status}),
+        ),
+        (
+            "apps",
+            "StatefulSet",
+            json!({"metadata": meta, "spec": {"replicas": 3, "selector": selector, "template": template},
+            "status": workload_status}),
+        ),
+        (
+            "apps",
+            "DaemonSet",
+            json!({"metadata": meta, "spec": {"selector": selector, "template": template},
+            "status": workload_status}),
+        ),
+        (
+            "batch",
+            "Job",
+            json!({"metadata": meta, "spec": {"completions": 3, "parallelism": 2, "selector": selector,
+            "template": template}, "status": {"succeeded": 1, "active": 1, "startTime": "2026-01-01T00:00:00Z",
+            "completionTime": "2026-01-01T00:10:00Z",
+            "conditions": [{"type": "Complete", "status": "True"}, {"type": "Failed", "status": "False"}]}}),
+        ),
+    ]
+}
+
+/// A value some printer compares a field with, or of another type.
+fn leaf(pick: u8) -> serde_json::Value {
+    use serde_json::json;
+    let leaves = [
+        json!(null),
+        json!(true),
+        json!(false),
+        json!(0),
+        json!(1),
+        json!(-1),
+        json!(2.5),
+        json!(""),
+        json!("True"),
+        json!("Always"),
+        json!("Ready"),
+        json!("Running"),
+        json!("Completed"),
+        json!("Succeeded"),
+        json!("Failed"),
+        json!("NodeLost"),
+        json!("SchedulingGated"),
+        json!("Initialized"),
+        json!("PodInitializing"),
+        json!("LoadBalancer"),
+        json!("ExternalName"),
+        json!("NodePort"),
+        json!("InternalIP"),
+        json!("2026-01-01T00:00:00Z"),
+        json!("1970-01-01T00:00:00Z"),
+        json!({}),
+        json!([]),
+        json!([{}]),
+        json!({"a": "b"}),
+        json!(1e300),
+        json!(u64::MAX),
+    ];
+    leaves[usize::from(pick) % leaves.len()].clone()
+}
+
+/// `v` changed as the decisions say: members removed, replaced by leaves,
+/// objects and arrays kept and changed inside; `None` removes `v`.
+fn mutate(v: &serde_json::Value, decisions: &mut std::slice::Iter<'_, u8>) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    let Some(&d) = decisions.next() else { return Some(v.clone()) };
+    match d % 16 {
+        0 => return None,
+        1 => return Some(leaf((d / 16).wrapping_add(decisions.next().copied().unwrap_or(0)))),
+        _ => {}
+    }
+    Some(match v {
+        Value::Object(map) => {
+            let mut out: serde_json::Map<String, Value> =
+                map.iter().filter_map(|(k, v)| Some((k.clone(), mutate(v, decisions)?))).collect();
+            if d % 16 == 2 {
+                out.insert("extra".to_owned(), leaf(d / 16));
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => {
+            let mut out: Vec<Value> = items.iter().filter_map(|v| mutate(v, decisions)).collect();
+            if d % 16 == 3 {
+                out.extend(items.first().cloned());
+            }
+            Value::Array(out)
+        }
+        other => other.clone(),
+    })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 1024, ..Default::default() })]
+    /// Every built-in printer prints the same row from what it reads as from
+    /// the whole object, whatever the object holds.
+    #[test]
+    fn printers_print_the_same_from_what_they_read(
+        decisions in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..160),
+        now_offset in 0i128..(400 * 24 * 3600),
+    ) {
+        let now = (1_767_225_600 + now_offset) * SECOND;
+        for (group, kind, template) in templates() {
+            let obj = mutate(&template, &mut decisions.iter()).unwrap_or_default();
+            print(group, kind, &obj, now);
+        }
+    }
+}
+
+proptest::proptest! {
+    /// A cell's string is written as Go's encoding/json writes it, with or
+    /// without anything to escape.
+    #[test]
+    fn cells_are_written_as_go_escapes_them(s in "(?s)[ -~<>&\"\\\\\\x00-\\x1f\\u{7f}\\u{e9}\\u{2028}\\u{2029}\\u{1f600}]{0,12}") {
+        let mut out = String::new();
+        Cell::Str(s.clone()).write_json(&mut out);
+        proptest::prop_assert_eq!(out, go_json_escape(&serde_json::to_string(&s).unwrap()));
+    }
+}
+
+#[test]
+fn plain_and_special_cells_are_written_as_go_writes_them() {
+    let written = |cell: Cell| {
+        let mut out = String::new();
+        cell.write_json(&mut out);
+        out
+    };
+    assert_eq!(written(Cell::Str("10.0.0.1".into())), r#""10.0.0.1""#);
+    assert_eq!(written(Cell::Str("a<b>&\"c\\\n\u{2028}é".into())), r#""a\u003cb\u003e\u0026\"c\\\n\u2028é""#);
+    assert_eq!(written(Cell::Int(-42)), "-42");
 }
