@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots of the benchmark results: reads the JSON the benches wrote to
-.run/bench-{fanout,kubelet,restart,scale,ingest,million,upgrade,rebalance,rollout,cores}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
+.run/bench-{fanout,kubelet,restart,scale,ingest,million,upgrade,rebalance,rollout,cores,table}/ (bench-scale's sweep-*.json and alloc-*.json too) and writes PNGs to docs/img/, and the
 headline tables to .run/bench-summary.md.
 
 Usage: bench-plots.py [run dir] [image dir]   (defaults: .run, docs/img)
@@ -718,6 +718,38 @@ def plot_hotpath(runs):
     save(fig, "bench-hotpath.png")
 
 
+def plot_table(runs):
+    """bench-table: CPU per LIST of the pods as JSON and as Tables, for
+    kube-apiserver, watchmux and (with TB_BASELINE_BIN) an earlier build, each
+    round's value a dot over the median's bar."""
+    run = runs[-1]
+    shapes = [("json", "JSON (for scale)"), ("table-metadata", "Table, metadata rows\n(kubectl's default)"),
+              ("table-none", "Table, includeObject=None")]
+    servers = [(s, c) for s, c in (("kube-apiserver", COLORS["direct"]), ("watchmux (baseline)", "#7f7f7f"),
+                                   ("watchmux", COLORS["watchmux"]))
+               if any(x["server"] == s for x in run["lists"])]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    width = 0.8 / len(servers)
+    for k, (server, color) in enumerate(servers):
+        for j, (shape, _) in enumerate(shapes):
+            vals = sorted(x["cpu_ms"] for x in run["lists"] if x["server"] == server and x["shape"] == shape)
+            if not vals:
+                continue
+            median = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+            x = j + (k - (len(servers) - 1) / 2) * width
+            ax.bar(x, median, width, color=color, label=server if j == 0 else None)
+            ax.scatter([x] * len(vals), vals, color="black", s=8, zorder=3)
+            ax.text(x, median, f"{median:.1f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(shapes)))
+    ax.set_xticklabels([label for _, label in shapes], fontsize=9)
+    ax.set_ylabel("server CPU ms per LIST\n(lower is better)")
+    ax.set_title(f"LIST of {run['pods']:,} pods at resourceVersion=0, {run['runs_per_list']} LISTs a round "
+                 f"(watchmux {run['commit']})", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    save(fig, "bench-table.png")
+
+
 def plot_million(runs):
     """bench-million's last run: watchmux's RSS against the objects' JSON
     (the 1.5 goal, and kube-apiserver's 5.2 for custom resources), the
@@ -827,6 +859,7 @@ def main():
         ("rollout", "bench-rollout/restart-rollout-*.json", plot_rollout),
         ("hotpath", "bench-hotpath/hotpath-summary.json", plot_hotpath),
         ("million", "bench-million/million.json", plot_million),
+        ("table", "bench-table/table.json", plot_table),
     ]:
         runs = load(pattern)
         if not runs:

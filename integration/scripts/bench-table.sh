@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
-# Tables (issue 24 item 3): the CPU a `kubectl get`-shaped Table costs,
-# watchmux beside kube-apiserver in one run on one cluster.
+# Tables (issue 24 item 3, issue 47 item 4): the CPU a `kubectl get`-shaped
+# Table costs, watchmux beside kube-apiserver in one run on one cluster.
 #
 #  (a) A Table LIST of TB_PODS pods (default 2000) at resourceVersion=0 (both
 #      answer from their watch cache), `includeObject` left out (kubectl's
 #      default: each row's PartialObjectMetadata) and `None`, TB_RUNS times
-#      (default 10): bytes and the CPU the answering process spent per LIST
+#      (default 30): bytes and the CPU the answering process spent per LIST
 #      (/proc/<pid>/stat), beside the plain JSON LIST of the same pods.
+#      TB_BASELINE_BIN=<a watchmux binary>: that build is measured too, the
+#      two alternated with kube-apiserver over TB_ROUNDS rounds (default 2;
+#      1 without a baseline), a fresh watchmux each time.
 #  (b) Table watches: TB_WATCHERS (default 50) `kubectl get -w`-shaped watches
 #      (Table, from the list's version) through each server while TB_CHANGES
 #      (default 200) pod label patches are made straight at the API server:
-#      the CPU each server spent per change while they watched.
+#      the CPU each server spent per change while they watched (this build).
 #
-# Usage: bench-table.sh (BENCH_SKIP_BUILD=1 reuses the copies in
-# .run/bench-table). Results in .run/bench-table/results.txt. The pods are
-# made once in namespace bench-table and kept.
+# Usage: bench-table.sh (BENCH_SKIP_BUILD=1 reuses the copy in
+# .run/bench-table). Results in .run/bench-table/results.txt and, for the
+# plots, .run/bench-table/table.json. The pods are made once in namespace
+# bench-table and kept.
 listen="127.0.0.1:${BENCH_PORT:-17601}"
 admin="127.0.0.1:${BENCH_ADMIN_PORT:-17602}"
 # shellcheck source-path=SCRIPTDIR source=bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
 pods="${TB_PODS:-2000}"
-runs="${TB_RUNS:-10}"
+runs="${TB_RUNS:-30}"
+baseline="${TB_BASELINE_BIN:-}"
+rounds="${TB_ROUNDS:-$([[ -n $baseline ]] && echo 2 || echo 1)}"
 watchers="${TB_WATCHERS:-50}"
 changes="${TB_CHANGES:-200}"
-ns=bench-table
+ns="bench-table"
 logs="$root/.run/bench-table"
 mkdir -p "$logs"
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 || ! -x $logs/watchmux ]]; then
@@ -37,6 +43,8 @@ bench_cluster_up
 source "$root/.run/cluster/env"
 results="$logs/results.txt"
 machine_line | tee "$results"
+measured="$logs/measured.jsonl"
+: > "$measured"
 
 have="$("$kubectl" --kubeconfig "$kc" get pods -n "$ns" -o name --chunk-size=1000 2>/dev/null | wc -l)"
 if (( have < pods )); then
@@ -44,7 +52,6 @@ if (( have < pods )); then
   "$root/.run/bin/pbbench" populate --kubeconfig "$kc" --namespace "$ns" --count "$pods"
 fi
 
-start_watchmux "$logs/watchmux" "$logs/watchmux.log" --cache-resources pods --cache-warm
 api_pid="$(cat "$root/.run/cluster/apiserver.pid")"
 clk="$(getconf CLK_TCK)"
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
@@ -53,9 +60,10 @@ table="application/json;as=Table;g=meta.k8s.io;v=v1"
 curl_common=(-s -o "$logs/body" -H "User-Agent: bench-table")
 direct=(--cacert "$CA_CERT" -H "Authorization: Bearer $ADMIN_TOKEN")
 
-# measure <label> <who: api|wm> <path> <accept>: per request over $runs.
+# measure <label> <who: api|wm> <path> <accept> <server> <round> <shape>: per
+# request over $runs; a line to $measured for table.json.
 measure() {
-  local label="$1" who="$2" path="$3" accept="$4" pid url extra=() bytes=0 before after b
+  local label="$1" who="$2" path="$3" accept="$4" server="$5" round="$6" shape="$7" pid url extra=() bytes=0 before after b
   if [[ $who == api ]]; then pid="$api_pid"; url="$APISERVER_URL$path"; extra=("${direct[@]}"); else
     pid="$wm_pid"; url="http://$listen$path"; fi
   curl "${curl_common[@]}" "${extra[@]}" -H "Accept: $accept" "$url" # warm-up
@@ -67,15 +75,29 @@ measure() {
   after="$(cpu_ticks "$pid")"
   awk -v l="$label" -v b="$bytes" -v t=$((after - before)) -v n="$runs" -v c="$clk" \
     'BEGIN{printf "%-52s %10.0f bytes  %6.1f ms CPU  (per request, %d runs)\n", l, b/n, 1000*t/c/n, n}' | tee -a "$results"
+  jq -nc --arg server "$server" --argjson round "$round" --arg shape "$shape" --argjson bytes $((bytes / runs)) \
+    --argjson cpu_ms "$(awk -v t=$((after - before)) -v n="$runs" -v c="$clk" 'BEGIN{printf "%.2f", 1000*t/c/n}')" \
+    '{server: $server, round: $round, shape: $shape, bytes: $bytes, cpu_ms: $cpu_ms}' >> "$measured"
 }
 
 list="/api/v1/namespaces/$ns/pods?resourceVersion=0"
 { echo; echo "(a) LIST of $pods pods at resourceVersion=0"; } | tee -a "$results"
-for who in api wm; do
-  name="$([[ $who == api ]] && echo kube-apiserver || echo watchmux)"
-  measure "$name, JSON" "$who" "$list" "application/json"
-  measure "$name, Table (includeObject left out)" "$who" "$list" "$table"
-  measure "$name, Table, includeObject=None" "$who" "$list&includeObject=None" "$table"
+# measure_all <who> <server> <round>: the three LISTs.
+measure_all() {
+  measure "$2, JSON" "$1" "$list" "application/json" "$2" "$3" json
+  measure "$2, Table (includeObject left out)" "$1" "$list" "$table" "$2" "$3" table-metadata
+  measure "$2, Table, includeObject=None" "$1" "$list&includeObject=None" "$table" "$2" "$3" table-none
+}
+for round in $(seq 1 "$rounds"); do
+  measure_all api kube-apiserver "$round"
+  if [[ -n $baseline ]]; then
+    start_watchmux "$baseline" "$logs/watchmux-baseline.log" --cache-resources pods --cache-warm
+    measure_all wm "watchmux (baseline)" "$round"
+    stop_watchmux
+  fi
+  start_watchmux "$logs/watchmux" "$logs/watchmux.log" --cache-resources pods --cache-warm
+  measure_all wm watchmux "$round"
+  (( round == rounds )) || stop_watchmux
 done
 
 # (b) Table watches from the list's version, each a curl reading until killed.
@@ -108,3 +130,12 @@ awk -v n="$i" -v w="$watchers" -v a=$((api_after - api_before)) -v m=$((wm_after
   tee -a "$results"
 stop_watchmux
 watchmux_warnings "$logs/watchmux.log"
+jq -n --arg machine "$(head -1 "$results")" --arg commit "$(git -C "$root" rev-parse --short HEAD)" \
+  --arg baseline "$baseline" --argjson pods "$pods" --argjson runs "$runs" --slurpfile lists "$measured" \
+  --argjson api_ms "$(awk -v a=$((api_after - api_before)) -v c="$clk" -v n="$i" 'BEGIN{printf "%.2f", 1000*a/c/n}')" \
+  --argjson wm_ms "$(awk -v m=$((wm_after - wm_before)) -v c="$clk" -v n="$i" 'BEGIN{printf "%.2f", 1000*m/c/n}')" \
+  --argjson watchers "$watchers" --argjson changes "$i" --argjson encodes "${encodes:-0}" \
+  '{bench: "table", machine: $machine, commit: $commit, baseline: $baseline, pods: $pods, runs_per_list: $runs,
+    lists: $lists, watch: {watchers: $watchers, changes: $changes, kube_apiserver_ms_per_change: $api_ms,
+    watchmux_ms_per_change: $wm_ms, table_encodes: $encodes}}' > "$logs/table.json"
+echo "bench-table: $logs/table.json"
