@@ -235,6 +235,14 @@ mod tests {
     }
 
     #[test]
+    fn numbers_read_as_a_full_parse_reads_them() {
+        let raw = br#"{"a": [0, -0, 18446744073709551615, -9223372036854775808, 123456789012345678901234, 1.5e-7, 2E3],
+            "nested": {"deep": -1.0}}"#;
+        let full: Value = serde_json::from_slice(raw).unwrap();
+        assert_eq!(parse(raw, &SOME), full);
+    }
+
+    #[test]
     fn what_is_not_json_is_null_as_before() {
         for raw in [&b"{\"a\": 1"[..], b"{\"dropped\": [1,}", b"{} trailing", b"", b"{\"dropped\": \"\\x\"}"] {
             assert_eq!(parse(raw, &SOME), Value::Null, "{}", String::from_utf8_lossy(raw));
