@@ -201,6 +201,12 @@ impl Body for RequestBody {
     }
 }
 
+/// A watch younger than this that has sent nothing is not ended at once by a
+/// stop: client-go's reflector takes a watch that ends within a second with
+/// no event (bookmarks count) for a failure (`handleWatch`'s "very short
+/// watch") and lists again. The cache's watch streams linger the same way.
+pub const VERY_SHORT_WATCH: std::time::Duration = std::time::Duration::from_secs(1);
+
 pin_project_lite::pin_project! {
     /// A body that ends cleanly (end of stream, not an error) once `stop` is
     /// cancelled.
@@ -210,19 +216,34 @@ pin_project_lite::pin_project! {
     /// instead finishes the chunked response normally; clients see the same
     /// thing as a watch timeout and reconnect, to another replica or to this
     /// one after restart, from their last resourceVersion.
+    ///
+    /// A stream stopped before it sent anything, younger than
+    /// [`VERY_SHORT_WATCH`], ends at that age instead (delivering what
+    /// arrives meanwhile), as the cache's own watches do: a watch made just
+    /// before a replica's SIGTERM would otherwise cost its client a relist.
     pub struct EndOnShutdown<B> {
         #[pin]
         inner: B,
         #[pin]
         stop: WaitForCancellationFutureOwned,
         stopped: bool,
+        started: tokio::time::Instant,
+        sent_any: bool,
+        linger: Option<Pin<Box<tokio::time::Sleep>>>,
     }
 }
 
 impl<B> EndOnShutdown<B> {
     /// `inner`, ended when `stop` is cancelled.
     pub fn new(inner: B, stop: CancellationToken) -> Self {
-        Self { inner, stop: stop.cancelled_owned(), stopped: false }
+        Self {
+            inner,
+            stop: stop.cancelled_owned(),
+            stopped: false,
+            started: tokio::time::Instant::now(),
+            sent_any: false,
+            linger: None,
+        }
     }
 }
 
@@ -238,11 +259,26 @@ impl<B: Body> Body for EndOnShutdown<B> {
         // Data already available is delivered before the stop is honoured, so
         // an event the upstream sent before shutdown still reaches the client.
         if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
+            if matches!(&frame, Some(Ok(f)) if f.is_data()) {
+                *this.sent_any = true;
+            }
             return Poll::Ready(frame);
         }
-        if this.stop.poll(cx).is_ready() {
-            *this.stopped = true;
-            return Poll::Ready(None);
+        if this.linger.is_none() && this.stop.poll(cx).is_ready() {
+            let until = *this.started + VERY_SHORT_WATCH;
+            if *this.sent_any || tokio::time::Instant::now() >= until {
+                *this.stopped = true;
+                return Poll::Ready(None);
+            }
+            *this.linger = Some(Box::pin(tokio::time::sleep_until(until)));
+        }
+        if let Some(linger) = this.linger {
+            // Stopped while young and quiet: a frame that arrives meanwhile
+            // is delivered (and the next poll ends the stream).
+            if *this.sent_any || linger.as_mut().poll(cx).is_ready() {
+                *this.stopped = true;
+                return Poll::Ready(None);
+            }
         }
         Poll::Pending
     }
@@ -275,6 +311,47 @@ mod tests {
         assert!(body.as_mut().frame().await.is_none(), "stream must end, not error, after shutdown");
         assert!(body.is_end_stream());
         drop(tx);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_young_quiet_stream_ends_at_its_first_second_not_at_once() {
+        let (tx, rx) = Channel::<Bytes, BoxError>::new(4);
+        let stop = CancellationToken::new();
+        let start = tokio::time::Instant::now();
+        let mut body = std::pin::pin!(EndOnShutdown::new(rx, stop.clone()));
+        tokio::time::advance(std::time::Duration::from_millis(300)).await;
+        stop.cancel();
+        // Not a very short watch for client-go: it ends at 1 s, not at 0.3.
+        assert!(body.as_mut().frame().await.is_none());
+        assert_eq!(start.elapsed(), VERY_SHORT_WATCH);
+        assert!(body.is_end_stream());
+        drop(tx);
+
+        // An event that arrives during the linger is delivered, then the stream ends.
+        let (mut tx, rx) = Channel::<Bytes, BoxError>::new(4);
+        let stop = CancellationToken::new();
+        let start = tokio::time::Instant::now();
+        let mut body = std::pin::pin!(EndOnShutdown::new(rx, stop.clone()));
+        stop.cancel();
+        let send = async {
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+            tx.send_data(Bytes::from_static(b"late\n")).await.unwrap();
+        };
+        let mut reading = body.as_mut();
+        let (frame, ()) = tokio::join!(reading.frame(), send);
+        assert_eq!(frame.unwrap().unwrap().into_data().unwrap(), "late\n");
+        assert!(body.as_mut().frame().await.is_none());
+        assert_eq!(start.elapsed(), std::time::Duration::from_millis(400), "ended after its event, not at 1 s");
+
+        // A stream already a second old, quiet or not, ends at once.
+        let (_tx, rx) = Channel::<Bytes, BoxError>::new(4);
+        let stop = CancellationToken::new();
+        let mut body = std::pin::pin!(EndOnShutdown::new(rx, stop.clone()));
+        tokio::time::advance(VERY_SHORT_WATCH).await;
+        let at = tokio::time::Instant::now();
+        stop.cancel();
+        assert!(body.as_mut().frame().await.is_none());
+        assert_eq!(at.elapsed(), std::time::Duration::ZERO);
     }
 
     #[tokio::test]

@@ -236,7 +236,10 @@ pub async fn timed(target: &Target, n: usize, until: Until, path: impl Fn(usize)
                 // Said once a series: what the server answered instead.
                 let status = resp.status();
                 let body = resp.into_body().collect().await?.to_bytes();
-                eprintln!("million: request {i} got {status}: {}", String::from_utf8_lossy(&body[..body.len().min(300)]));
+                eprintln!(
+                    "million: request {i} got {status}: {}",
+                    String::from_utf8_lossy(&body[..body.len().min(300)])
+                );
                 out.not_ok += 1;
                 continue;
             }

@@ -54,10 +54,9 @@ pub(crate) const BOOKMARK_FREQUENCY: Duration = Duration::from_secs(60);
 /// client can resume from it.
 const BOOKMARK_BEFORE_DEADLINE: Duration = Duration::from_secs(2);
 
-/// client-go's reflector counts a watch that ends sooner than this with no
-/// event (bookmarks count) as failed, and lists again (`handleWatch`'s
-/// "very short watch").
-const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
+// client-go's reflector counts a watch that ends sooner than VERY_SHORT_WATCH
+// with no event as failed and lists again; pass-through watches linger alike.
+use crate::body::VERY_SHORT_WATCH;
 /// Ring reads one poll may make when they find nothing for this watcher's
 /// filter; past that the stream yields to the runtime and goes on later.
 const RING_READS_PER_POLL: usize = 8;
