@@ -124,12 +124,12 @@ impl TableForm {
         }
     }
 
-    /// The cells of an object's JSON: a built-in printer parses only what
-    /// it reads; a custom resource's columns read the whole object.
+    /// The cells of an object's JSON, parsed only as far as its printer (a
+    /// built-in kind's, or a custom resource's columns) reads.
     fn print(&self, json: &[u8], now: i128) -> Result<Printed, Unsupported> {
         match &self.rows {
             Rows::Builtin { printer, .. } => Ok(printer.print_json(json, now)),
-            Rows::Custom(custom) => custom.cells(&serde_json::from_slice(json).unwrap_or_default(), now),
+            Rows::Custom(custom) => custom.cells_of_json(json, now),
         }
     }
 

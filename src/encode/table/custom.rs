@@ -23,6 +23,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::reads::{self, Reads};
 use super::{Cell, Printed, human_duration};
 use crate::encode::status::go_json_escape;
 use crate::go_rules::fmt::go_float;
@@ -38,6 +39,8 @@ pub(crate) struct CustomColumns {
     /// The `columnDefinitions` array, the exact bytes.
     pub definitions: String,
     columns: Vec<(ColumnType, JsonPath)>,
+    /// What the cells read of an object: its name and each column's path.
+    reads: Reads,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,10 +146,23 @@ pub(crate) fn custom_columns(crd: &[u8], version: &str) -> Result<CustomColumns,
         })
         .collect::<Vec<_>>()
         .join(",");
-    Ok(CustomColumns { definitions: go_json_escape(&format!("[{definitions}]")), columns })
+    let mut reads = Reads::Named(Vec::new());
+    reads.add_path(["metadata", "name"].into_iter().map(Some));
+    for (_, path) in &columns {
+        reads.add_path(path.0.iter().map(|step| match step {
+            Step::Field(key) => Some(key.as_str()),
+            Step::Index(_) => None,
+        }));
+    }
+    Ok(CustomColumns { definitions: go_json_escape(&format!("[{definitions}]")), columns, reads })
 }
 
 impl CustomColumns {
+    /// The cells of an object's stored JSON, parsing only what the columns read.
+    pub(crate) fn cells_of_json(&self, json: &[u8], now: i128) -> Result<Printed, Unsupported> {
+        self.cells(&reads::parse(json, &self.reads), now)
+    }
+
     /// The cells of one object's row at `now` (Unix nanoseconds).
     pub(crate) fn cells(&self, object: &Value, now: i128) -> Result<Printed, Unsupported> {
         let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();

@@ -12,8 +12,13 @@ fn crd(columns: Value) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The row's cells, from the whole object and from what the columns read
+/// of its JSON (as the cache prints): the two must agree.
 fn cells(columns: Value, object: Value) -> Result<Vec<Cell>, Unsupported> {
-    Ok(custom_columns(&crd(columns), "v1")?.cells(&object, NOW)?.cells)
+    let printer = custom_columns(&crd(columns), "v1")?;
+    let full = printer.cells(&object, NOW);
+    assert_eq!(printer.cells_of_json(&serde_json::to_vec(&object).unwrap(), NOW), full, "{object}");
+    Ok(full?.cells)
 }
 
 #[test]
@@ -133,4 +138,45 @@ fn definitions_are_name_then_the_columns_with_go_s_defaults() {
     assert_eq!(custom_columns(&crd(json!([])), "v2").err(), Some(Unsupported("crd_version")));
     let odd = json!([{"name": "X", "type": "object", "jsonPath": ".x"}]);
     assert_eq!(custom_columns(&crd(odd), "v1").err(), Some(Unsupported("column_type")));
+}
+
+/// A JSON value of a few levels, its keys from the columns' own names.
+fn value() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        (-3i64..3).prop_map(Value::from),
+        Just(json!(1.5)),
+        Just(json!("2027-01-14T23:00:00Z")),
+        "[a-c]{0,2}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 32, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            proptest::collection::btree_map("(a|b|spec|status|metadata|name)", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest::proptest! {
+    /// Whatever the columns' paths and the object, the cells printed from
+    /// what the columns read of its JSON are those of the whole object.
+    #[test]
+    fn cells_are_the_same_from_what_the_columns_read(
+        paths in proptest::collection::vec(
+            proptest::collection::vec("(\\.(a|b|spec|status|metadata|name)|\\[[0-1]\\])", 1..4), 1..4),
+        types in proptest::collection::vec("(integer|number|string|boolean|date)", 4),
+        object in value(),
+    ) {
+        let columns: Vec<Value> = paths
+            .iter()
+            .zip(&types)
+            .enumerate()
+            .filter(|(_, (p, _))| p[0].starts_with('.'))
+            .map(|(i, (p, ty))| json!({"name": format!("c{i}"), "type": ty, "jsonPath": p.concat()}))
+            .collect();
+        let _ = cells(Value::Array(columns), object);
+    }
 }
