@@ -6,15 +6,20 @@
 //! managedFields, annotations, volumes and container specs allocated map by
 //! map, about 18 µs of a LIST's CPU a pod, to print nine short cells. Each
 //! printer now says which fields it reads ([`Reads`]; a custom resource's,
-//! from its columns' paths) and the parse skips the rest without allocating (serde's `IgnoredAny` still checks that they are
-//! valid JSON). What is kept is exactly what a full parse would hold at those
-//! places, so the printers are unchanged and print the same cells; a test
-//! holds every printer to that over generated objects.
+//! from its columns' paths) and the parse skips the rest without allocating
+//! (serde's `IgnoredAny` still checks that it is valid JSON). What is kept
+//! is exactly what a full parse would hold at those places, so the printers
+//! are unchanged and print the same cells; tests hold every printer to that
+//! over generated objects.
 //!
-//! Pruning only ever drops the keys of an object that a [`Reads::Fields`]
-//! does not name. A value of another type where an object or an array was
-//! expected is kept whole, so a printer looking at a malformed object sees
-//! what it would have seen before.
+//! Pruning only drops the keys of an object that a [`Reads::Fields`] or
+//! [`Reads::Named`] does not name, and (for [`Reads::Keys`]) the values of
+//! one whose keys alone are counted. A value of another type where an object
+//! or an array was expected is kept whole, so a printer looking at a
+//! malformed object sees what it would have seen before. What is kept is
+//! parsed under serde_json's depth limit, as before; what is skipped is
+//! skipped without recursion (so nesting past that limit in a field no
+//! printer reads no longer blanks the row).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -273,6 +278,15 @@ mod tests {
             "nested": {"deep": -1.0}}"#;
         let full: Value = serde_json::from_slice(raw).unwrap();
         assert_eq!(parse(raw, &SOME), full);
+    }
+
+    #[test]
+    fn deep_nesting_is_bounded_where_kept_and_skipped_where_not() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let kept = format!(r#"{{"a": {}}}"#, deep(200));
+        assert_eq!(parse(kept.as_bytes(), &SOME), Value::Null, "past serde_json's limit, as a full parse");
+        let skipped = format!(r#"{{"dropped": {}, "a": 1}}"#, deep(100_000));
+        assert_eq!(parse(skipped.as_bytes(), &SOME), json!({"a": 1}));
     }
 
     #[test]
