@@ -75,20 +75,32 @@ async fn custom_resource_partial_object_metadata_is_the_api_servers() {
     direct_json(&direct, http::Method::POST, &gadgets, object).await;
     let wm = Watchmux::start(&cluster, &["--cache-resources", &format!("gadgets.{group}"), "--cache-warm"]).await;
     wait_initialized(wm.admin, &format!("gadgets.{group}"), 1.0).await;
-    let (_, list) = get_direct(&direct, &gadgets).await;
-    let list: serde_json::Value = serde_json::from_slice(&list).unwrap();
-    let rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
-
-    let passed = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await;
-    let one = format!("{gadgets}/g?resourceVersion={rv}");
-    let (via, dir) = both(&wm, &direct, &one, POM).await;
-    assert_eq!(via, dir, "GET as PartialObjectMetadata");
-    assert!(dir.contains(r#""metadata":{"name":"g","namespace":"#), "Go's order, not sorted: {dir}");
-    assert!(dir.contains(r#""managedFields":[{"manager":"#), "{dir}");
-    let (via, dir) = both(&wm, &direct, &one, "application/json").await;
-    assert_eq!(via, dir, "GET of the whole object");
-    let (via, dir) = both(&wm, &direct, &format!("{gadgets}?resourceVersion={rv}"), POM_LIST).await;
-    assert_eq!(via, dir, "LIST as PartialObjectMetadataList");
+    // The API server's own writes (its identity lease, every 10 s) still move
+    // the global version: reads at a version the cache has not seen yet pass
+    // through (counted). Such a round is read again at a fresh version; the
+    // reads of the round that counts all came from the cache.
+    let mut rv = String::new();
+    let mut passed = 0.0;
+    for round in 0..5 {
+        let (_, list) = get_direct(&direct, &gadgets).await;
+        let list: serde_json::Value = serde_json::from_slice(&list).unwrap();
+        rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+        passed = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await;
+        let one = format!("{gadgets}/g?resourceVersion={rv}");
+        let (via, dir) = both(&wm, &direct, &one, POM).await;
+        assert_eq!(via, dir, "GET as PartialObjectMetadata");
+        assert!(dir.contains(r#""metadata":{"name":"g","namespace":"#), "Go's order, not sorted: {dir}");
+        assert!(dir.contains(r#""managedFields":[{"manager":"#), "{dir}");
+        let (via, dir) = both(&wm, &direct, &one, "application/json").await;
+        assert_eq!(via, dir, "GET of the whole object");
+        let (via, dir) = both(&wm, &direct, &format!("{gadgets}?resourceVersion={rv}"), POM_LIST).await;
+        assert_eq!(via, dir, "LIST as PartialObjectMetadataList");
+        let now = watchmux_metric_sum(wm.admin, "watchmux_cache_passthrough_total", &[]).await;
+        if now == passed {
+            break;
+        }
+        eprintln!("round {round}: {} read(s) at {rv} passed through (the cache behind it); again", now - passed);
+    }
 
     let watch = format!("{gadgets}?watch=true&resourceVersion={rv}&timeoutSeconds=30");
     let (via, dir) = (get_accepting(wm.addr, &watch, POM).await, direct_get(&direct, &watch, POM).await);
