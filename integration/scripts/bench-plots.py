@@ -725,10 +725,12 @@ def plot_table(runs):
     run = runs[-1]
     shapes = [("json", "JSON (for scale)"), ("table-metadata", "Table, metadata rows\n(kubectl's default)"),
               ("table-none", "Table, includeObject=None")]
+    if any(x["shape"] == "cr-table-none" for x in run["lists"]):
+        shapes.append(("cr-table-none", f"{run.get('crs', 0):,} custom resources,\nTable, includeObject=None"))
     servers = [(s, c) for s, c in (("kube-apiserver", COLORS["direct"]), ("watchmux (baseline)", "#7f7f7f"),
                                    ("watchmux", COLORS["watchmux"]))
                if any(x["server"] == s for x in run["lists"])]
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = plt.subplots(figsize=(2.7 * len(shapes), 4.2))
     width = 0.8 / len(servers)
     for k, (server, color) in enumerate(servers):
         for j, (shape, _) in enumerate(shapes):
@@ -743,7 +745,7 @@ def plot_table(runs):
     ax.set_xticks(range(len(shapes)))
     ax.set_xticklabels([label for _, label in shapes], fontsize=9)
     ax.set_ylabel("server CPU ms per LIST\n(lower is better)")
-    ax.set_title(f"LIST of {run['pods']:,} pods at resourceVersion=0, {run['runs_per_list']} LISTs a round "
+    ax.set_title(f"LISTs at resourceVersion=0 ({run['pods']:,} pods), {run['runs_per_list']} LISTs a round "
                  f"(watchmux {run['commit']})", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)

@@ -10,6 +10,9 @@
 #      TB_BASELINE_BIN=<a watchmux binary>: that build is measured too, the
 #      two alternated with kube-apiserver over TB_ROUNDS rounds (default 2;
 #      1 without a baseline), a fresh watchmux each time.
+#      And a custom resource's: TB_CRS (default 2,000; 0 skips it) objects of
+#      a CRD with three printer columns (Phase, Replicas, Age) and a spec of
+#      about 3 KiB, listed as a Table with includeObject=None.
 #  (b) Table watches: TB_WATCHERS (default 50) `kubectl get -w`-shaped watches
 #      (Table, from the list's version) through each server while TB_CHANGES
 #      (default 200) pod label patches are made straight at the API server:
@@ -25,6 +28,9 @@ admin="127.0.0.1:${BENCH_ADMIN_PORT:-17602}"
 source "$(dirname "$0")/bench-lib.sh"
 pods="${TB_PODS:-2000}"
 runs="${TB_RUNS:-30}"
+crs="${TB_CRS:-2000}"
+crd_group="bench.watchmux.dev"
+cached="pods"
 baseline="${TB_BASELINE_BIN:-}"
 rounds="${TB_ROUNDS:-$([[ -n $baseline ]] && echo 2 || echo 1)}"
 watchers="${TB_WATCHERS:-50}"
@@ -50,6 +56,42 @@ have="$("$kubectl" --kubeconfig "$kc" get pods -n "$ns" -o name --chunk-size=100
 if (( have < pods )); then
   echo "bench-table: creating $pods pods in $ns (have $have)"
   "$root/.run/bin/pbbench" populate --kubeconfig "$kc" --namespace "$ns" --count "$pods"
+fi
+if (( crs > 0 )); then
+  # A CRD with printer columns of three types, and its objects (made once, kept).
+  "$kubectl" --kubeconfig "$kc" apply -f - > /dev/null <<YAML
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.$crd_group}
+spec:
+  group: $crd_group
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+    additionalPrinterColumns:
+    - {name: Phase, type: string, jsonPath: .status.phase}
+    - {name: Replicas, type: integer, jsonPath: .spec.replicas}
+    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
+YAML
+  "$kubectl" --kubeconfig "$kc" wait --for condition=established --timeout=60s "crd/widgets.$crd_group" > /dev/null
+  have="$("$kubectl" --kubeconfig "$kc" get "widgets.$crd_group" -n "$ns" -o name 2>/dev/null | wc -l)"
+  if (( have < crs )); then
+    echo "bench-table: creating $crs widgets in $ns (have $have)"
+    python3 - "$crs" "$ns" > "$logs/widgets.yaml" <<'PY'
+import sys
+n, ns = int(sys.argv[1]), sys.argv[2]
+for i in range(n):
+    items = "".join(f"\n  - {{name: item{j}, value: {'x' * 60}}}" for j in range(30))
+    print(f"---\napiVersion: bench.watchmux.dev/v1\nkind: Widget\nmetadata: {{name: w{i}, namespace: {ns}}}\n"
+          f"spec:\n  replicas: 3\n  items:{items}\nstatus: {{phase: Ready}}")
+PY
+    "$kubectl" --kubeconfig "$kc" apply -f "$logs/widgets.yaml" > /dev/null
+  fi
+  cached="pods,widgets.$crd_group,customresourcedefinitions.apiextensions.k8s.io"
 fi
 
 api_pid="$(cat "$root/.run/cluster/apiserver.pid")"
@@ -87,15 +129,19 @@ measure_all() {
   measure "$2, JSON" "$1" "$list" "application/json" "$2" "$3" json
   measure "$2, Table (includeObject left out)" "$1" "$list" "$table" "$2" "$3" table-metadata
   measure "$2, Table, includeObject=None" "$1" "$list&includeObject=None" "$table" "$2" "$3" table-none
+  if (( crs > 0 )); then
+    measure "$2, $crs widgets, Table, includeObject=None" "$1" \
+      "/apis/$crd_group/v1/namespaces/$ns/widgets?resourceVersion=0&includeObject=None" "$table" "$2" "$3" cr-table-none
+  fi
 }
 for round in $(seq 1 "$rounds"); do
   measure_all api kube-apiserver "$round"
   if [[ -n $baseline ]]; then
-    start_watchmux "$baseline" "$logs/watchmux-baseline.log" --cache-resources pods --cache-warm
+    start_watchmux "$baseline" "$logs/watchmux-baseline.log" --cache-resources "$cached" --cache-warm
     measure_all wm "watchmux (baseline)" "$round"
     stop_watchmux
   fi
-  start_watchmux "$logs/watchmux" "$logs/watchmux.log" --cache-resources pods --cache-warm
+  start_watchmux "$logs/watchmux" "$logs/watchmux.log" --cache-resources "$cached" --cache-warm
   measure_all wm watchmux "$round"
   (( round == rounds )) || stop_watchmux
 done
@@ -131,11 +177,11 @@ awk -v n="$i" -v w="$watchers" -v a=$((api_after - api_before)) -v m=$((wm_after
 stop_watchmux
 watchmux_warnings "$logs/watchmux.log"
 jq -n --arg machine "$(head -1 "$results")" --arg commit "$(git -C "$root" rev-parse --short HEAD)" \
-  --arg baseline "$baseline" --argjson pods "$pods" --argjson runs "$runs" --slurpfile lists "$measured" \
+  --arg baseline "$baseline" --argjson pods "$pods" --argjson crs "$crs" --argjson runs "$runs" --slurpfile lists "$measured" \
   --argjson api_ms "$(awk -v a=$((api_after - api_before)) -v c="$clk" -v n="$i" 'BEGIN{printf "%.2f", 1000*a/c/n}')" \
   --argjson wm_ms "$(awk -v m=$((wm_after - wm_before)) -v c="$clk" -v n="$i" 'BEGIN{printf "%.2f", 1000*m/c/n}')" \
   --argjson watchers "$watchers" --argjson changes "$i" --argjson encodes "${encodes:-0}" \
-  '{bench: "table", machine: $machine, commit: $commit, baseline: $baseline, pods: $pods, runs_per_list: $runs,
+  '{bench: "table", machine: $machine, commit: $commit, baseline: $baseline, pods: $pods, crs: $crs, runs_per_list: $runs,
     lists: $lists, watch: {watchers: $watchers, changes: $changes, kube_apiserver_ms_per_change: $api_ms,
     watchmux_ms_per_change: $wm_ms, table_encodes: $encodes}}' > "$logs/table.json"
 echo "bench-table: $logs/table.json"
