@@ -311,6 +311,9 @@ bench-protobuf:
 bench-compress:
 	bash integration/scripts/bench-compress.sh
 
+## Tables: CPU of kubectl's Table LISTs (2,000 pods; 2,000 custom resources)
+## and Table watches, watchmux beside kube-apiserver; TB_BASELINE_BIN
+## alternates an earlier build (docs/benchmarks.md, Tables).
 bench-table:
 	bash integration/scripts/bench-table.sh
 
