@@ -39,8 +39,6 @@ use metrics::{counter, gauge};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::time::Instant;
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 #[cfg(test)]
@@ -51,6 +49,7 @@ use super::goaway_chance::GoawayChance;
 use super::max_age::{AgeAction, ConnectionAge, MaxConnectionAge};
 use super::opening::{Opening, Rewind, read_opening};
 use super::tls::ApiTls;
+use super::tls::stream::TlsServerStream;
 use super::write_behind::WriteBehind;
 use crate::auth::Peer;
 use crate::auth::cert::{ClientCa, ClientCert};
@@ -322,7 +321,7 @@ where
 /// its opening read.
 enum TcpReady {
     Plain(TcpStream, Opening),
-    Tls(Box<TlsStream<TcpStream>>, Opening),
+    Tls(Box<TlsServerStream<TcpStream>>, Opening),
 }
 
 /// Accepts TCP connections until `stop` is cancelled.
@@ -331,14 +330,14 @@ pub(crate) async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<Ap
         // The files as last read: this connection keeps them, whatever
         // changes after.
         let handshake = tls.as_ref().map(ApiTls::current);
-        let acceptor = handshake.as_ref().map(|h| h.acceptor.clone());
+        let config = handshake.as_ref().map(|h| h.config.clone());
         let client_ca = handshake.and_then(|h| h.client_ca.clone());
         async move {
             let ready = tokio::select! {
                 _ = a.stop.cancelled() => return,
                 // Boxed: the TLS handshake's state would otherwise size the
                 // connection's task, for the connection's life.
-                ready = Box::pin(set_up_tcp(a.stream, acceptor, a.deadline, a.setup_timeout)) => ready,
+                ready = Box::pin(set_up_tcp(a.stream, config, a.deadline, a.setup_timeout)) => ready,
             };
             let conn = a.conn;
             match ready {
@@ -354,7 +353,7 @@ pub(crate) async fn accept_tcp<H: Handler>(listener: TcpListener, tls: Option<Ap
                     let client_cert = client_ca.and_then(|ca| client_cert(&ca, &tls_stream));
                     let conn = Conn { peer: Peer { client_cert, ..conn.peer }, ..conn };
                     // ALPN decides; a client that skipped ALPN and sent the preface anyway is served HTTP/2 too.
-                    let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2") || opening.is_h2_preface();
+                    let h2 = tls_stream.session().alpn_protocol() == Some(b"h2") || opening.is_h2_preface();
                     if a.h2_write_batching && h2 {
                         conn.serve(Rewind::new(WriteBehind::new(*tls_stream), opening)).await
                     } else {
@@ -389,15 +388,15 @@ pub(crate) async fn accept_unix<H: Handler>(listener: UnixListener, serving: Ser
 /// `deadline`.
 async fn set_up_tcp(
     mut stream: TcpStream,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     deadline: Instant,
     timeout: Duration,
 ) -> Result<TcpReady, SetupError> {
-    let Some(acceptor) = tls else {
+    let Some(config) = tls else {
         let opening = read_opening_by(deadline, timeout, &mut stream).await?;
         return Ok(TcpReady::Plain(stream, opening));
     };
-    let mut tls_stream = match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+    let mut tls_stream = match tokio::time::timeout_at(deadline, TlsServerStream::accept(config, stream)).await {
         Ok(handshake) => Box::new(handshake.map_err(SetupError::Tls)?),
         Err(_) => return Err(SetupError::TlsTimedOut(timeout)),
     };
@@ -650,8 +649,8 @@ impl<C: Future<Output = hyper::Result<()>>> Future for Served<C> {
 
 /// The client certificate the handshake verified against `--client-ca-file`,
 /// with its chain's validity window.
-fn client_cert<I>(client_ca: &ClientCa, tls: &TlsStream<I>) -> Option<ClientCert> {
-    client_ca.client_cert(tls.get_ref().1.peer_certificates()?, std::time::SystemTime::now())
+fn client_cert<I>(client_ca: &ClientCa, tls: &TlsServerStream<I>) -> Option<ClientCert> {
+    client_ca.client_cert(tls.session().peer_certificates()?, std::time::SystemTime::now())
 }
 
 fn setup_failed(name: &'static str, err: &SetupError) {

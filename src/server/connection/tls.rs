@@ -25,6 +25,7 @@
 
 pub(crate) mod protocol;
 pub(crate) mod reload;
+pub(crate) mod stream;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,7 +37,6 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::StoresServerSessions;
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use rustls::{ServerConfig, SupportedProtocolVersion};
-use tokio_rustls::TlsAcceptor;
 
 use crate::auth::cert::{ClientCa, ClientCaError};
 use crate::server::TlsFiles;
@@ -70,10 +70,10 @@ pub(crate) enum ServingTlsError {
     Build(#[source] rustls::Error),
 }
 
-/// What one handshake uses: the acceptor, and the client CA that verifies
-/// client certificates when there is one.
+/// What one handshake uses: the rustls configuration, and the client CA that
+/// verifies client certificates when there is one.
 pub(crate) struct Handshake {
-    pub acceptor: TlsAcceptor,
+    pub config: Arc<ServerConfig>,
     pub client_ca: Option<Arc<ClientCa>>,
 }
 
@@ -165,7 +165,7 @@ impl Settings {
             config.send_tls13_tickets = 0;
         }
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(Handshake { acceptor: TlsAcceptor::from(Arc::new(config)), client_ca })
+        Ok(Handshake { config: Arc::new(config), client_ca })
     }
 }
 
@@ -287,8 +287,10 @@ pub(super) mod tests {
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         let handshake = tls.current();
         let server = tokio::spawn(async move {
-            let mut stream = handshake.acceptor.accept(server_io).await.map_err(|e| format!("server: {e}"))?;
-            let chain = stream.get_ref().1.peer_certificates().map(<[_]>::to_vec);
+            let mut stream = super::stream::TlsServerStream::accept(handshake.config.clone(), server_io)
+                .await
+                .map_err(|e| format!("server: {e}"))?;
+            let chain = stream.session().peer_certificates().map(<[_]>::to_vec);
             let cert =
                 handshake.client_ca.as_ref().zip(chain).and_then(|(ca, c)| ca.client_cert(&c, SystemTime::now()));
             let user = cert.and_then(|c| c.identity_at(SystemTime::now())).and_then(Result::ok).map(|u| u.name.clone());
