@@ -18,6 +18,12 @@
 //! before it is reported, a TCP end without `close_notify` is an
 //! `UnexpectedEof` error, `close_notify` is sent on shutdown, and a read sends
 //! what rustls has to answer (a TLS 1.3 key update) on its way.
+//!
+//! What it takes from Go's HTTPS server (kube-apiserver's) instead: the first
+//! record's header is judged before rustls sees it ([`go_opening_refusal`]),
+//! so that a client speaking plain HTTP to the TLS port gets Go's `400`
+//! ("Client sent an HTTP request to an HTTPS server."), and other openings
+//! that are not TLS get what Go gives them (nothing, or Go's alert).
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -29,6 +35,8 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedS
 use rustls::{CommonState, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// A TLS record's header: content type, version, length.
+const RECORD_HEADER: usize = 5;
 /// A read asks the socket for at least this much, as rustls's own buffer
 /// does.
 const READ_SIZE: usize = 4096;
@@ -69,6 +77,8 @@ pub(crate) struct TlsServerStream<IO> {
     close_queued: bool,
     /// The first fatal error, reported again by every later call.
     failed: Option<(io::ErrorKind, String)>,
+    /// The first record's header has been judged ([`go_opening_refusal`]).
+    opening_judged: bool,
 }
 
 /// Where rustls stands once it has taken what it can of the ciphertext read.
@@ -124,6 +134,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsServerStream<IO> {
             eof: false,
             close_queued: false,
             failed: None,
+            opening_judged: false,
         };
         std::future::poll_fn(|cx| stream.poll_handshake(cx)).await?;
         Ok(stream)
@@ -135,6 +146,16 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsServerStream<IO> {
     /// tokio-rustls does.
     fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
+            if !self.opening_judged && self.received >= RECORD_HEADER {
+                self.opening_judged = true;
+                if let Some((answer, reason)) = go_opening_refusal(&self.incoming[..RECORD_HEADER]) {
+                    self.outgoing.extend_from_slice(&answer);
+                    let err = self.fail(invalid_data(reason));
+                    // Written if the socket takes it now, as an alert is.
+                    let _ = self.poll_send(cx);
+                    return Poll::Ready(Err(err));
+                }
+            }
             let next = self.process_or_alert(cx, ToSend::Nothing)?;
             if let Poll::Ready(Err(err)) = self.poll_send(cx) {
                 return Poll::Ready(Err(err));
@@ -301,10 +322,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsServerStream<IO> {
     /// The bytes still missing from the record whose header starts
     /// `incoming` (0 if none is there): a large record is read in one go.
     fn front_record_rest(&self) -> usize {
-        if self.received < 5 {
+        if self.received < RECORD_HEADER {
             return 0;
         }
-        let len = 5 + usize::from(u16::from_be_bytes([self.incoming[3], self.incoming[4]]));
+        let len = RECORD_HEADER + usize::from(u16::from_be_bytes([self.incoming[3], self.incoming[4]]));
         len.min(MAX_RECORD).saturating_sub(self.received)
     }
 
@@ -444,6 +465,41 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsServerStream<IO> {
         ready!(this.poll_send(cx))?;
         Pin::new(&mut this.io).poll_shutdown(cx)
     }
+}
+
+/// What Go's HTTPS server does, before any TLS, with a connection whose first
+/// record header is `header`, where that is not to go on to a handshake: the
+/// bytes it writes before it closes (perhaps none) and why.
+///
+/// Go's `crypto/tls` reads the header first and refuses, in this order: an
+/// SSLv2 hello (type 0x80) with a `protocol_version` alert; a first record
+/// that is neither a handshake nor an alert, or claims a version from 16.0
+/// up, with no alert at all, and `net/http` then answers plain text if the
+/// five bytes are one of its HTTP request starts; a record longer than TLS
+/// allows with a `record_overflow` alert. Its alerts before a version is
+/// chosen carry record version 3.1 (TLS 1.0). Anything else goes to rustls,
+/// whose answers to a bad ClientHello may name another alert than Go's.
+fn go_opening_refusal(header: &[u8]) -> Option<(Vec<u8>, &'static str)> {
+    const HTTP_STARTS: [&[u8; 5]; 5] = [b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO"];
+    const HTTP_ANSWER: &[u8] = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
+    const ALERT: u8 = 0x15;
+    const HANDSHAKE: u8 = 0x16;
+    let alert = |description: u8| vec![ALERT, 3, 1, 0, 2, 2, description];
+    let version = u16::from_be_bytes([header[1], header[2]]);
+    let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+    if header[0] == 0x80 {
+        return Some((alert(70), "unsupported SSLv2 handshake received"));
+    }
+    if (header[0] != ALERT && header[0] != HANDSHAKE) || version >= 0x1000 {
+        if HTTP_STARTS.iter().any(|start| &header[..RECORD_HEADER] == *start) {
+            return Some((HTTP_ANSWER.to_vec(), "client sent an HTTP request to an HTTPS server"));
+        }
+        return Some((Vec::new(), "first record does not look like a TLS handshake"));
+    }
+    if len > MAX_RECORD - RECORD_HEADER {
+        return Some((alert(22), "oversized record received"));
+    }
+    None
 }
 
 /// Appends what `encode` writes to `out`, first offering `room` bytes and
