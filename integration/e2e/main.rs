@@ -33,6 +33,7 @@ mod slow_watchers;
 mod tables;
 mod tables_crd;
 mod tables_watch;
+mod tls_openings;
 mod trust_boundary;
 mod warnings;
 mod wire_bytes;

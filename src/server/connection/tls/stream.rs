@@ -146,7 +146,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsServerStream<IO> {
     /// tokio-rustls does.
     fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
-            if !self.opening_judged && self.received >= RECORD_HEADER {
+            if !self.opening_judged {
+                // rustls sees nothing before the first header is judged: it
+                // would refuse a bad first byte with an alert where Go waits
+                // for five (and closes without a word on an early end).
+                if self.received < RECORD_HEADER {
+                    if self.eof {
+                        return Poll::Ready(Err(handshake_eof()));
+                    }
+                    ready!(self.poll_read_io(cx))?;
+                    continue;
+                }
                 self.opening_judged = true;
                 if let Some((answer, reason)) = go_opening_refusal(&self.incoming[..RECORD_HEADER]) {
                     self.outgoing.extend_from_slice(&answer);
