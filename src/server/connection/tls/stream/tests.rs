@@ -268,6 +268,9 @@ fn handshake_header(len: u16) -> Vec<u8> {
     header
 }
 
+/// What a server wrote before it closed, and the error it reported.
+type Answer = (Vec<u8>, io::ErrorKind);
+
 /// Openings Go's HTTPS server (kube-apiserver's) refuses on the first
 /// record's header get Go's bytes (its answers, as a Go server gives them on
 /// this machine; integration/e2e/tls_openings.rs checks them against the real
@@ -288,7 +291,7 @@ async fn hostile_openings_get_gos_answer_or_rustls() {
     let refused = |answer: &[u8]| Some((answer.to_vec(), InvalidData));
     let go_alert = |description: u8| refused(&[0x15, 0x03, 0x01, 0x00, 0x02, 0x02, description]);
     // (case, opening, Go's answer and the error, where Go decides on the header)
-    let cases: Vec<(&str, Vec<u8>, Option<(Vec<u8>, io::ErrorKind)>)> = vec![
+    let cases: Vec<(&str, Vec<u8>, Option<Answer>)> = vec![
         ("plain HTTP", plain_http, refused(GO_HTTP_400)),
         ("PUT, plain", b"PUT /api HTTP/1.1\r\n\r\n".to_vec(), refused(GO_HTTP_400)),
         ("OPTIONS, plain", b"OPTIONS * HTTP/1.1\r\n\r\n".to_vec(), refused(GO_HTTP_400)),
