@@ -106,8 +106,10 @@ pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
     Ok(kb * 1024)
 }
 
-/// Write system calls (write, writev, sendmsg...) a process has made and the
-/// bytes they carried: `syscw` and `wchar` in /proc/<pid>/io (0 if unreadable).
+/// Write system calls a process has made and the bytes they carried:
+/// `syscw` and `wchar` in /proc/<pid>/io (0 if unreadable). The kernel
+/// counts `write(2)` and `writev(2)` there, not `send(2)` or `sendmsg(2)`:
+/// Rust's `TcpStream::write` is a `send`, so only vectored writes are seen.
 pub fn write_io(pid: u32) -> (u64, u64) {
     let Ok(io) = std::fs::read_to_string(format!("/proc/{pid}/io")) else { return (0, 0) };
     let field =
