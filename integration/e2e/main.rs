@@ -23,6 +23,8 @@ mod fairness;
 mod new_cluster;
 mod operator;
 mod persist;
+#[path = "../ports.rs"]
+mod ports;
 mod protobuf;
 mod relay;
 mod relist_gap;

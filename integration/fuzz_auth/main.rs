@@ -25,6 +25,8 @@
 mod fixtures;
 mod generate;
 mod oracle;
+#[path = "../ports.rs"]
+mod ports;
 mod targets;
 mod wire;
 mod x509;

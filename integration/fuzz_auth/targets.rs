@@ -160,7 +160,7 @@ impl World {
         // Killed, as a node that loses power: a commit is crash-safe.
         drop(online);
         // An address nothing listens on: refused at once, as an API server that is gone.
-        let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let gone = std::net::SocketAddr::from(([127, 0, 0, 1], crate::ports::free_port()));
         let offline = self.spawn("offline", &self.node_kubeconfig(&gone.to_string(), "node-offline"), &args).await;
         // Every cache loaded from disk and served (unproven) before any case is sent.
         for _ in 0..200 {
@@ -173,7 +173,7 @@ impl World {
     }
 
     async fn spawn(&self, name: &str, upstream: &std::path::Path, args: &[String]) -> Target {
-        let port = |()| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let port = |()| std::net::SocketAddr::from(([127, 0, 0, 1], crate::ports::free_port()));
         let (addr, admin) = (port(()), port(()));
         let log = self.dir.path().join(format!("watchmux-{name}.log"));
         let child = Command::new(env!("CARGO_BIN_EXE_watchmux"))
