@@ -23,9 +23,9 @@ use crate::auth::{cluster_api, cluster_file};
 use crate::env::*;
 
 /// Sends `opening` on a new connection, closes the write side, and returns
-/// everything the server writes until it closes (cut off after 5 s: Go's
-/// server keeps a connection it is still reading a record for until its
-/// handshake timeout, so the partial openings here are all complete ones).
+/// everything the server writes until it closes. With the write side closed
+/// every server sees the end, partial openings included: one that still
+/// holds the connection after 5 s fails the test.
 async fn answer(addr: SocketAddr, opening: &[u8]) -> Vec<u8> {
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     tcp.write_all(opening).await.unwrap();
@@ -36,6 +36,7 @@ async fn answer(addr: SocketAddr, opening: &[u8]) -> Vec<u8> {
     answer
 }
 
+/// A TLS record: its header (type, version, length) and `body`.
 fn record(content_type: u8, version: [u8; 2], body: &[u8]) -> Vec<u8> {
     let mut record = vec![content_type, version[0], version[1]];
     record.extend_from_slice(&u16::try_from(body.len()).unwrap().to_be_bytes());
