@@ -37,12 +37,14 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// A TLS record's header: content type, version, length.
 const RECORD_HEADER: usize = 5;
+/// The most plaintext a record carries.
+const MAX_PLAINTEXT: usize = 16_384;
 /// A read asks the socket for at least this much, as rustls's own buffer
 /// does.
 const READ_SIZE: usize = 4096;
 /// The largest TLS record on the wire: a 16 KiB fragment, 2 KiB of
 /// expansion allowed by the protocol, the 5-byte header.
-const MAX_RECORD: usize = 16_384 + 2_048 + 5;
+const MAX_RECORD: usize = MAX_PLAINTEXT + 2_048 + RECORD_HEADER;
 /// Ciphertext the stream holds unprocessed before it gives up on the peer:
 /// rustls joins a handshake message of up to 64 KiB (a client's certificate
 /// chain) in the caller's buffer, plus the record being read. rustls's
@@ -147,10 +149,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsServerStream<IO> {
     fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
             if !self.opening_judged {
-                // rustls sees nothing before the first header is judged: it
-                // would refuse a bad first byte with an alert where Go waits
-                // for five (and closes without a word on an early end).
-                if self.received < RECORD_HEADER {
+                // rustls sees nothing before the first record is judged: it
+                // would refuse a bad first byte, or a record over the
+                // plaintext limit, with an alert where Go waits for the five
+                // bytes, or the record (and closes without a word on an
+                // early end).
+                if self.received < go_judges_after(&self.incoming[..self.received]) {
                     if self.eof {
                         return Poll::Ready(Err(handshake_eof()));
                     }
@@ -486,7 +490,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsServerStream<IO> {
 /// that is neither a handshake nor an alert, or claims a version from 16.0
 /// up, with no alert at all, and `net/http` then answers plain text if the
 /// five bytes are one of its HTTP request starts; a record longer than TLS
-/// allows with a `record_overflow` alert. Its alerts before a version is
+/// allows with a `record_overflow` alert, and so, once it is read whole,
+/// one whose plaintext passes 16 KiB. Its alerts before a version is
 /// chosen carry record version 3.1 (TLS 1.0). Anything else goes to rustls,
 /// whose answers to a bad ClientHello may name another alert than Go's.
 fn go_opening_refusal(header: &[u8]) -> Option<(Vec<u8>, &'static str)> {
@@ -509,7 +514,25 @@ fn go_opening_refusal(header: &[u8]) -> Option<(Vec<u8>, &'static str)> {
     if len > MAX_RECORD - RECORD_HEADER {
         return Some((alert(22), "oversized record received"));
     }
+    // Read whole (see go_judges_after): unprotected, it is plaintext, which
+    // may not pass 16 KiB.
+    if len > MAX_PLAINTEXT {
+        return Some((alert(22), "record overflow"));
+    }
     None
+}
+
+/// How much of the opening (`front`, what has been read) Go reads before
+/// [`go_opening_refusal`]'s judgement: the record header, and the whole
+/// first record when its header passes but its length is over the plaintext
+/// limit (Go checks that only once the record is in).
+fn go_judges_after(front: &[u8]) -> usize {
+    let Some(header) = front.get(..RECORD_HEADER) else { return RECORD_HEADER };
+    let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+    let passes_the_header = matches!(header[0], 0x15 | 0x16)
+        && u16::from_be_bytes([header[1], header[2]]) < 0x1000
+        && len <= MAX_RECORD - RECORD_HEADER;
+    if passes_the_header && len > MAX_PLAINTEXT { RECORD_HEADER + len } else { RECORD_HEADER }
 }
 
 /// Appends what `encode` writes to `out`, first offering `room` bytes and

@@ -299,6 +299,12 @@ async fn hostile_openings_get_gos_answer_or_rustls() {
         ("DELETE, plain", b"DELETE /api HTTP/1.1\r\n\r\n".to_vec(), refused(&[])),
         ("GET without a slash", b"GET http://x/ HTTP/1.1\r\n\r\n".to_vec(), refused(&[])),
         ("a record over the limit", oversized, go_alert(22)),
+        // Go's limit is 16 KiB of data and 2 KiB of expansion: 18,432.
+        ("one byte over the limit", handshake_header(18_433), go_alert(22)),
+        // Under it but over the plaintext limit: Go reads the record first.
+        ("a record at the limit, cut short", handshake_header(18_432), Some((Vec::new(), UnexpectedEof))),
+        ("a record at the limit, whole", [handshake_header(18_432), vec![0; 18_432]].concat(), go_alert(22)),
+        ("a record of 16 KiB and one byte", [handshake_header(16_385), vec![0; 16_385]].concat(), go_alert(22)),
         (
             "application data first",
             vec![0x17, 0x03, 0x03, 0x00, 0x10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
